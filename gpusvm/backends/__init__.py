@@ -1,0 +1,55 @@
+"""Backends: the same primitives on NumPy/SciPy, on CuPy, and on the CPU kernel emulator.
+
+``make_backend(name, X, y)`` builds one for a CSR matrix and labels in {-1, +1}.
+"""
+
+from __future__ import annotations
+
+from .numpy_ import NumpyBackend
+
+BACKENDS = ("auto", "numpy", "cupy", "emulated")
+
+
+def cuda_available() -> bool:
+    """True when CuPy imports and sees at least one CUDA device."""
+    try:
+        import cupy
+        return cupy.cuda.runtime.getDeviceCount() > 0
+    except Exception:  # ImportError, CUDARuntimeError, missing driver
+        return False
+
+
+def resolve_backend_name(name: str) -> str:
+    """Map ``"auto"`` to ``"cupy"`` when a device exists, else ``"numpy"``; check the name."""
+    if name not in BACKENDS:
+        raise ValueError(f"unknown backend {name!r}; choose one of {', '.join(BACKENDS)}")
+    if name == "auto":
+        return "cupy" if cuda_available() else "numpy"
+    if name == "cupy" and not cuda_available():
+        raise RuntimeError(
+            "backend='cupy' needs CuPy and a CUDA device, and none was found; install "
+            "gpusvm[cuda12] or gpusvm[cuda13] on a CUDA machine, or use backend='numpy' "
+            "(run `gpusvm info` to see which backends can run here)")
+    return name
+
+
+def make_backend(name: str, X, y):
+    """Build the backend ``name`` for CSR ``X`` and labels ``y`` in {-1, +1}.
+
+    Parameters
+    ----------
+    name : {"auto", "numpy", "cupy", "emulated"}
+        ``"emulated"`` runs the device backend's orchestration with NumPy arrays
+        and the CUDA kernels on the CPU kernel emulator (slow; for verification).
+    X : scipy.sparse.csr_matrix (or a CuPy CSR matrix for ``"cupy"``)
+    y : array of shape (n,)
+
+    Returns
+    -------
+    Backend
+    """
+    name = resolve_backend_name(name)
+    if name == "numpy":
+        return NumpyBackend(X, y)
+    from .device import make_device_backend  # noqa: PLC0415  (optional, heavy)
+    return make_device_backend(name, X, y)

@@ -1,0 +1,382 @@
+"""scikit-learn estimators: validation and bookkeeping only, no mathematics."""
+
+from __future__ import annotations
+
+import math
+from numbers import Integral, Real
+
+import numpy as np
+import scipy.sparse as sp
+from sklearn.base import BaseEstimator, ClassifierMixin, _fit_context
+from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils.multiclass import type_of_target
+from sklearn.utils.validation import check_is_fitted, validate_data
+
+from .backends import BACKENDS, make_backend
+from .solvers._sampling import SAMPLING_MODES
+from .solvers.pegasos import AVERAGING, BIAS_MODES, SCHEDULES, pegasos
+
+
+def _as_dtype(dtype) -> np.dtype:
+    dt = np.dtype(dtype)
+    if dt not in (np.float32, np.float64):
+        raise ValueError(f"dtype must be float32 or float64, got {dtype!r}")
+    return dt
+
+
+def binary_labels(y, estimator_name: str):
+    """Map two class labels to {-1, +1}.
+
+    Parameters
+    ----------
+    y : array-like of shape (n,)
+    estimator_name : str
+        Used in the error messages.
+
+    Returns
+    -------
+    classes : ndarray of shape (2,)
+        Sorted class labels; ``classes[1]`` is the positive class.
+    y_pm : ndarray of float64
+        Labels in {-1, +1}.
+    """
+    y = np.asarray(y)
+    target = type_of_target(y, input_name="y")
+    if target not in ("binary", "multiclass"):
+        raise ValueError(f"{estimator_name} needs class labels; got targets of type {target!r}")
+    classes, inv = np.unique(y, return_inverse=True)
+    if classes.size < 2:
+        raise ValueError(
+            f"{estimator_name} needs samples of 2 classes, but the data contains only one "
+            f"class: {classes[0]!r}")
+    if classes.size > 2:
+        raise ValueError(
+            f"{estimator_name} is a binary classifier and y has {classes.size} classes; "
+            "multiclass is not supported yet: wrap the estimator in "
+            "sklearn.multiclass.OneVsRestClassifier")
+    return classes, np.where(inv == 1, 1.0, -1.0)
+
+
+class _LinearSVCBase(ClassifierMixin, BaseEstimator):
+    """Shared validation, data preparation and prediction of the linear estimators."""
+
+    _parameter_constraints: dict = {
+        "lam": [Interval(Real, 0, None, closed="neither")],
+        "batch_size": [Interval(Integral, 1, None, closed="left")],
+        "max_iter": [Interval(Integral, 1, None, closed="left"), None],
+        "sampling": [StrOptions(set(SAMPLING_MODES))],
+        "bias": [StrOptions(set(BIAS_MODES))],
+        "intercept_scaling": [Interval(Real, 0, None, closed="neither")],
+        "eval_every": [Interval(Integral, 1, None, closed="left"), None],
+        "max_time": [Interval(Real, 0, None, closed="neither"), None],
+        "callback": [callable, None],
+        "backend": [StrOptions(set(BACKENDS))],
+        "dtype": [StrOptions({"float32", "float64"}), type],
+        "random_state": ["random_state"],
+        "verbose": ["verbose"],
+    }
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.sparse = True
+        tags.classifier_tags.multi_class = False
+        return tags
+
+    # ------------------------------------------------------------ helpers
+    def _prepare(self, X, y):
+        """Validate, convert to CSR once, map labels, append the bias feature."""
+        dtype = _as_dtype(self.dtype)
+        X, y = validate_data(self, X, y, accept_sparse="csr", dtype=dtype, order="C",
+                             y_numeric=False)
+        classes, y_pm = binary_labels(y, type(self).__name__)
+        Xc = sp.csr_matrix(X, dtype=dtype) if not sp.issparse(X) else X.tocsr().astype(dtype, copy=False)
+        if Xc.indices.dtype != np.int32 and Xc.nnz < np.iinfo(np.int32).max:
+            Xc = sp.csr_matrix((Xc.data, Xc.indices.astype(np.int32), Xc.indptr.astype(np.int32)),
+                               shape=Xc.shape)
+        Xc.sum_duplicates()
+        Xc.sort_indices()
+        n = Xc.shape[0]
+        k = self.batch_size
+        if k > n:
+            raise ValueError(
+                f"batch_size={k} exceeds the number of samples n={n}; choose 1 <= batch_size <= {n}")
+        if self.bias == "augmented":
+            col = sp.csr_matrix(np.full((n, 1), self.intercept_scaling, dtype=dtype))
+            Xc = sp.hstack([Xc, col], format="csr", dtype=dtype)
+            Xc.indices = Xc.indices.astype(np.int32)
+            Xc.indptr = Xc.indptr.astype(np.int32)
+        self.classes_ = classes
+        return Xc, y_pm.astype(dtype)
+
+    def _seed(self):
+        rs = self.random_state
+        if isinstance(rs, np.random.RandomState):
+            return int(rs.randint(0, 2**31 - 1))
+        if isinstance(rs, np.random.Generator):
+            return int(rs.integers(0, 2**31 - 1))
+        return rs
+
+    def _set_solution(self, w, b):
+        if self.bias == "augmented":
+            self.coef_ = w[:-1].reshape(1, -1)
+            self.intercept_ = np.array([w[-1] * self.intercept_scaling])
+        else:
+            self.coef_ = w.reshape(1, -1)
+            self.intercept_ = np.array([b])
+
+    # ------------------------------------------------------------ prediction
+    def decision_function(self, X):
+        """Signed distance ``<w, x> + b``; positive means ``classes_[1]``.
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
+
+        Returns
+        -------
+        ndarray of shape (n_samples,)
+        """
+        check_is_fitted(self)
+        X = validate_data(self, X, accept_sparse="csr", reset=False,
+                          dtype=[np.float64, np.float32])
+        return np.asarray(X @ self.coef_[0].astype(X.dtype, copy=False)).ravel().astype(np.float64) \
+            + self.intercept_[0]
+
+    def predict(self, X):
+        """Predict class labels.
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
+
+        Returns
+        -------
+        ndarray of shape (n_samples,)
+        """
+        return self.classes_[(self.decision_function(X) > 0).astype(int)]
+
+
+class PegasosSVC(_LinearSVCBase):
+    r"""Linear SVM trained by mini-batch Pegasos.
+
+    Minimises the primal SVM objective (Shalev-Shwartz, Singer & Srebro 2007, eq. 1)
+
+    .. math:: P(w) = \frac{\lambda}{2}\|w\|^2 + \frac{1}{n}\sum_i \max(0, 1 - y_i \langle w, x_i\rangle)
+
+    by Pegasos (Fig. 1) with mini-batches of ``batch_size`` examples, keeping
+    ``w = a v`` so that an iteration costs O(nnz of the batch).
+
+    Parameters
+    ----------
+    lam : float, default=1e-4
+        Regularisation parameter ``lambda > 0`` (LinearSVC's ``C = 1/(lam n)``).
+    batch_size : int, default=1
+        Mini-batch size ``k``, from 1 to ``n``; ``k = n`` without replacement is the
+        deterministic subgradient method.
+    max_iter : int or None, default=None
+        Number of iterations ``T``; ``None`` means ten epochs, ``ceil(10 n / k)``.
+    sampling : {"without_replacement", "with_replacement", "epoch"}, default="without_replacement"
+        How each ``A_t`` is drawn: a uniform k-subset (Takáč et al. 2013), k i.i.d.
+        indices (Pegasos Sec. 2.3), or consecutive slices of a per-epoch permutation.
+    projection : bool, default=True
+        Project onto the ball of radius ``1/sqrt(lam)`` (Fig. 1, step 5).
+    averaging : {"none", "all", "tail"}, default="none"
+        Return the last iterate, the average of all iterates, or the average of the
+        last half (``t > T/2``).
+    schedule : {"pegasos", "norma", "constant"}, default="pegasos"
+        ``eta_t = 1/(lam t)``; NORMA's ``p/(lam sqrt t)``; a constant ``eta0``.
+    eta0 : float or None, default=None
+        Step size of the constant schedule (required there).
+    norma_p : float, default=0.7
+        NORMA's ``p``.
+    bias : {"none", "augmented", "unregularized", "optimal"}, default="augmented"
+        Pegasos Sec. 4: no intercept; a constant feature ``intercept_scaling``
+        appended to every row (the intercept is regularised); an unregularised
+        ``b`` stepped with the batch subgradient; or the optimal ``b`` of each batch.
+    intercept_scaling : float, default=1.0
+        Value of the appended constant feature for ``bias="augmented"``.
+    eval_every : int or None, default=None
+        Iterations between evaluations of the objective (``history_``, stopping
+        rules, callback); ``None`` means once per epoch. Evaluations are the only
+        host synchronisations of a GPU run.
+    max_time : float or None, default=None
+        Time budget in seconds (checked at evaluations).
+    target_objective : float or None, default=None
+        Stop once ``P(w) <= target_objective`` at an evaluation.
+    callback : callable or None, default=None
+        ``callback(iteration, objective, elapsed)`` at each evaluation; return
+        ``False`` to stop.
+    backend : {"auto", "numpy", "cupy", "emulated"}, default="auto"
+        Where to run: CuPy when a CUDA device exists, else NumPy/SciPy.
+    dtype : {"float32", "float64"}, default="float32"
+        Precision of the data and of ``v``; scalars and reductions are float64.
+    random_state : int, RandomState, Generator or None, default=None
+        Seed of the batch stream; the same seed gives every backend the same batches.
+    verbose : int, default=0
+        Progress bar with the live objective when > 0.
+
+    Attributes
+    ----------
+    coef_ : ndarray of shape (1, n_features)
+    intercept_ : ndarray of shape (1,)
+    classes_ : ndarray of shape (2,)
+    n_iter_ : int
+        Iterations performed.
+    history_ : list of (int, float, float)
+        ``(iteration, objective, elapsed seconds)`` at every evaluation.
+    stop_reason_ : str
+        Why the run ended.
+    n_features_in_ : int
+
+    Notes
+    -----
+    ``objective`` values are those of the training problem: with
+    ``bias="augmented"`` the intercept is part of ``w`` and regularised.
+    The CPU (NumPy) backend is deterministic for a given seed; the GPU backend
+    accumulates with atomics and is not bitwise repeatable.
+
+    References
+    ----------
+    S. Shalev-Shwartz, Y. Singer, N. Srebro. Pegasos: Primal Estimated
+    sub-GrAdient SOlver for SVM. ICML 2007.
+    M. Takáč, A. Bijral, P. Richtárik, N. Srebro. Mini-Batch Primal and Dual
+    Methods for SVMs. ICML 2013.
+
+    Examples
+    --------
+    >>> from sklearn.datasets import make_classification
+    >>> from gpusvm import PegasosSVC
+    >>> X, y = make_classification(n_samples=200, random_state=0)
+    >>> clf = PegasosSVC(lam=1e-2, batch_size=16, random_state=0, backend="numpy").fit(X, y)
+    >>> clf.score(X, y) > 0.8
+    True
+    """
+
+    _parameter_constraints: dict = {
+        **_LinearSVCBase._parameter_constraints,
+        "projection": ["boolean"],
+        "averaging": [StrOptions(set(AVERAGING))],
+        "schedule": [StrOptions(set(SCHEDULES))],
+        "eta0": [Interval(Real, 0, None, closed="neither"), None],
+        "norma_p": [Interval(Real, 0, None, closed="neither")],
+        "target_objective": [Real, None],
+    }
+
+    def __init__(self, *, lam=1e-4, batch_size=1, max_iter=None, sampling="without_replacement",
+                 projection=True, averaging="none", schedule="pegasos", eta0=None, norma_p=0.7,
+                 bias="augmented", intercept_scaling=1.0, eval_every=None, max_time=None,
+                 target_objective=None, callback=None, backend="auto", dtype="float32",
+                 random_state=None, verbose=0):
+        self.lam = lam
+        self.batch_size = batch_size
+        self.max_iter = max_iter
+        self.sampling = sampling
+        self.projection = projection
+        self.averaging = averaging
+        self.schedule = schedule
+        self.eta0 = eta0
+        self.norma_p = norma_p
+        self.bias = bias
+        self.intercept_scaling = intercept_scaling
+        self.eval_every = eval_every
+        self.max_time = max_time
+        self.target_objective = target_objective
+        self.callback = callback
+        self.backend = backend
+        self.dtype = dtype
+        self.random_state = random_state
+        self.verbose = verbose
+
+    def _initial_point(self, coef_init, intercept_init, d_aug):
+        if coef_init is None and intercept_init is None:
+            return None, 0.0
+        w0 = np.zeros(d_aug, dtype=np.float64)
+        b0 = 0.0
+        if coef_init is not None:
+            c = np.asarray(coef_init, dtype=np.float64).ravel()
+            if c.size != self.n_features_in_:
+                raise ValueError(
+                    f"coef_init has {c.size} values but X has {self.n_features_in_} features")
+            if not np.all(np.isfinite(c)):
+                raise ValueError("coef_init contains NaN or infinity")
+            w0[:c.size] = c
+        if intercept_init is not None:
+            b0 = float(np.asarray(intercept_init, dtype=np.float64).ravel()[0])
+            if self.bias == "augmented":
+                w0[-1] = b0 / self.intercept_scaling
+                b0 = 0.0
+            elif self.bias == "none":
+                raise ValueError("intercept_init was given but bias='none'; use another bias mode")
+        if self.projection:
+            norm = float(np.linalg.norm(w0))
+            radius = 1.0 / math.sqrt(self.lam)
+            if norm > radius * (1 + 1e-12):
+                raise ValueError(
+                    f"the initial w has norm {norm:.6g} > 1/sqrt(lam) = {radius:.6g}; Pegasos "
+                    "starts inside that ball: scale coef_init down or set projection=False")
+        return w0, b0
+
+    @_fit_context(prefer_skip_nested_validation=True)
+    def fit(self, X, y, coef_init=None, intercept_init=None):
+        """Fit the SVM by mini-batch Pegasos.
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
+            Training data; sparse input is converted to CSR once.
+        y : array-like of shape (n_samples,)
+            Two class labels.
+        coef_init : array-like of shape (n_features,), optional
+            Initial ``w_1``; with projection it must satisfy ``||w_1|| <= 1/sqrt(lam)``.
+        intercept_init : float, optional
+            Initial bias.
+
+        Returns
+        -------
+        self : PegasosSVC
+        """
+        if self.schedule == "constant" and self.eta0 is None:
+            raise ValueError("schedule='constant' needs eta0, the fixed step size")
+        Xc, y_pm = self._prepare(X, y)
+        n = Xc.shape[0]
+        k = self.batch_size
+        max_iter = self.max_iter if self.max_iter is not None else math.ceil(10 * n / k)
+        w0, b0 = self._initial_point(coef_init, intercept_init, Xc.shape[1])
+        be = make_backend(self.backend, Xc, y_pm)
+        progress, close = _progress_bar(self.verbose, max_iter)
+        try:
+            res = pegasos(be, lam=float(self.lam), k=k, max_iter=max_iter, sampling=self.sampling,
+                          seed=self._seed(), projection=bool(self.projection),
+                          averaging=self.averaging, schedule=self.schedule, eta0=self.eta0,
+                          norma_p=float(self.norma_p), bias=self.bias, w0=w0, b0=b0,
+                          eval_every=self.eval_every, max_time=self.max_time,
+                          target_objective=self.target_objective, callback=self.callback,
+                          progress=progress)
+        finally:
+            close()
+        if not np.all(np.isfinite(res.w)) or not math.isfinite(res.b):
+            raise FloatingPointError(
+                "Pegasos diverged (non-finite weights); with schedule='constant' lower eta0, "
+                "or use schedule='pegasos'")
+        self._set_solution(res.w, res.b)
+        self.n_iter_ = res.n_iter
+        self.history_ = res.history
+        self.stop_reason_ = res.stop_reason
+        self.backend_ = be.name
+        return self
+
+
+def _progress_bar(verbose, total):
+    """A tqdm bar showing the live objective when ``verbose``; no-op callables otherwise."""
+    if not verbose:
+        return None, lambda: None
+    from tqdm.auto import tqdm
+    bar = tqdm(total=total, unit="it", desc="gpusvm")
+    state = {"done": 0}
+
+    def update(t, objective):
+        bar.update(t - state["done"])
+        state["done"] = t
+        bar.set_postfix(objective=f"{objective:.6g}")
+
+    return update, bar.close

@@ -1,0 +1,1 @@
+"""Backend-agnostic solver loops (Pegasos, mini-batch SDCA, kernelized Pegasos)."""
