@@ -191,7 +191,7 @@ class NumpyBackend:
         a = self.s[S_A]
         if abs(a) < threshold:
             self.v *= self.dtype.type(a)
-            self.s[S_VSQ] = float(np.dot(self.v.astype(np.float64), self.v.astype(np.float64)))
+            self.s[S_VSQ] *= a * a
             self.s[S_ASUM] /= a
             self.s[S_A] = 1.0
 
