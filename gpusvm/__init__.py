@@ -5,5 +5,6 @@ Public estimators: :class:`PegasosSVC`.
 
 from ._version import __version__
 from .estimators import PegasosSVC
+from .kernel_estimator import KernelPegasosSVC
 
-__all__ = ["PegasosSVC", "__version__"]
+__all__ = ["KernelPegasosSVC", "PegasosSVC", "__version__"]

@@ -43,17 +43,17 @@ def binary_labels(y, estimator_name: str):
     y = np.asarray(y)
     target = type_of_target(y, input_name="y")
     if target not in ("binary", "multiclass"):
-        raise ValueError(f"{estimator_name} needs class labels; got targets of type {target!r}")
+        raise ValueError(f"Unknown label type: {estimator_name} needs class labels; got targets "
+                         f"of type {target!r}")
     classes, inv = np.unique(y, return_inverse=True)
     if classes.size < 2:
         raise ValueError(
             f"{estimator_name} needs samples of 2 classes, but the data contains only one "
-            f"class: {classes[0]!r}")
+            f"class: {classes.tolist()[0]!r}")
     if classes.size > 2:
         raise ValueError(
-            f"{estimator_name} is a binary classifier and y has {classes.size} classes; "
-            "multiclass is not supported yet: wrap the estimator in "
-            "sklearn.multiclass.OneVsRestClassifier")
+            f"Only binary classification is supported. {estimator_name} got y with "
+            f"{classes.size} classes: wrap the estimator in sklearn.multiclass.OneVsRestClassifier")
     return classes, np.where(inv == 1, 1.0, -1.0)
 
 
@@ -153,6 +153,7 @@ class _LinearSVCBase(ClassifierMixin, BaseEstimator):
         -------
         ndarray of shape (n_samples,)
         """
+        check_is_fitted(self)
         return self.classes_[(self.decision_function(X) > 0).astype(int)]
 
 
