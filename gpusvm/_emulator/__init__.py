@@ -1,0 +1,794 @@
+"""CPU emulator for gpusvm's CUDA kernels.
+
+The very same ``.cu`` sources that CuPy compiles with NVRTC are compiled here by
+the host C++ compiler through ``cuda_emu.h``, a header that provides CUDA's
+execution model, and launched from Python with ``cupy.RawKernel``'s calling
+convention::
+
+    mod = EmulatedModule(path="kernels/batch_margins.cu",
+                         name_expressions=("gpusvm_margins<32>",))
+    kern = mod.get_function("gpusvm_margins<32>")
+    kern((n_blocks,), (128,), (indptr, indices, data, w, out, np.int32(n)))
+
+Each CUDA thread is a fiber; one OS worker thread per core (``os.cpu_count()``,
+or ``GPUSVM_EMU_WORKERS``) takes blocks from a shared counter. ``__syncthreads``
+and the warp intrinsics are real barriers, so a kernel that deadlocks (for
+example ``__syncthreads`` in divergent code, or a full-mask shuffle naming lanes
+that exited) fails with a ``RuntimeError`` that names where each group of
+threads waits, instead of hanging. Launches are synchronous and release the
+GIL. Built with ``tsan=True`` the module runs under ThreadSanitizer (see
+:mod:`gpusvm._emulator.tsan`), which is how data races are found: a racy kernel
+practically never produces wrong numbers in a plain run.
+
+Environment: ``GPUSVM_EMU_WORKERS`` (worker threads, default ``os.cpu_count()``),
+``GPUSVM_EMU_CACHE`` (build cache, default ``~/.cache/gpusvm/emulator``),
+``GPUSVM_EMU_CXX`` (compiler, default ``g++``), ``GPUSVM_EMU_STACK_KB`` (fiber
+stack size, default 256, 512 under TSAN; a stack overflow hits a guard page and
+crashes the process).
+
+Limits (stated honestly):
+
+* no independent thread scheduling inside a warp: a thread runs until it
+  reaches a barrier, a warp intrinsic or its end, so intra-warp races between
+  barriers never corrupt results here (TSAN still sees them);
+* ``__activemask()`` is "lanes of the warp that have not exited";
+* no occupancy, register, shared-memory-size (static) or memory-model checks;
+  atomics are relaxed C++ atomics; ``__threadfence`` is a seq_cst fence;
+* a thread that spins waiting for another thread (a spin lock, a flag loop)
+  hangs, because fibers switch only at barriers;
+* static ``__shared__`` variables persist per worker between blocks (only the
+  dynamic ``extern __shared__`` buffer is refilled with ``0xFF`` bytes, so
+  reads of unwritten dynamic shared memory come out as NaN);
+* no PTX inline assembly, textures, cooperative groups, ``__half``, device-side
+  ``assert`` (it aborts the process) or ``printf`` ordering across workers;
+* g++ does not contract multiply-adds into FMA as NVRTC does: compare results
+  with GPU ones using tolerances, never bit for bit.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import os
+import re
+import subprocess
+import tempfile
+import threading
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+__all__ = [
+    "EmulatedKernel",
+    "EmulatedModule",
+    "EmulatorBuildError",
+    "cache_dir",
+    "default_workers",
+    "find_compiler",
+]
+
+_HEADER = Path(__file__).resolve().with_name("cuda_emu.h")
+_ABI = "gpusvm-emu-abi-1"
+_MAX_DYNAMIC_SHARED = 232448
+_COMMON_FLAGS = (
+    "-std=c++20", "-fPIC", "-shared", "-pthread",
+    "-fvisibility=hidden", "-fvisibility-inlines-hidden", "-fno-gnu-unique",
+    "-fno-strict-aliasing", "-fno-math-errno",
+    "-Wall", "-Wno-unknown-pragmas", "-Wno-unused-function", "-Wno-unused-variable",
+)
+_PLAIN_FLAGS = ("-O2",)
+_TSAN_FLAGS = ("-fsanitize=thread", "-O1", "-g", "-fno-omit-frame-pointer")
+
+
+class EmulatorBuildError(RuntimeError):
+    """The host compiler rejected an emulated module; the message holds its output."""
+
+
+def cache_dir():
+    """Directory of built emulator modules.
+
+    Returns
+    -------
+    pathlib.Path
+        ``$GPUSVM_EMU_CACHE`` if set, else ``~/.cache/gpusvm/emulator``.
+    """
+    env = os.environ.get("GPUSVM_EMU_CACHE")
+    return Path(env) if env else Path.home() / ".cache" / "gpusvm" / "emulator"
+
+
+def default_workers():
+    """Number of OS worker threads a launch uses.
+
+    Returns
+    -------
+    int
+        ``$GPUSVM_EMU_WORKERS`` if set, else ``os.cpu_count()``.
+    """
+    env = os.environ.get("GPUSVM_EMU_WORKERS")
+    if env:
+        n = int(env)
+        if n < 1:
+            raise ValueError(f"GPUSVM_EMU_WORKERS must be >= 1, got {env!r}")
+        return n
+    return os.cpu_count() or 1
+
+
+def _compiler():
+    return os.environ.get("GPUSVM_EMU_CXX", "g++")
+
+
+def find_compiler():
+    """The host C++ compiler the emulator would use, if it exists.
+
+    Returns
+    -------
+    str or None
+        Absolute path of ``$GPUSVM_EMU_CXX`` (default ``g++``), or None when
+        it is not found.
+    """
+    import shutil
+
+    return shutil.which(_compiler())
+
+
+@functools.lru_cache(maxsize=None)
+def _compiler_id(cxx):
+    try:
+        out = subprocess.run([cxx, "--version"], capture_output=True, text=True,
+                             env=_clean_env(), check=True).stdout
+    except (OSError, subprocess.CalledProcessError) as exc:
+        raise EmulatorBuildError(f"cannot run the host compiler {cxx!r}: {exc}") from exc
+    return out.splitlines()[0] if out else cxx
+
+
+def _clean_env():
+    env = dict(os.environ)
+    env.pop("LD_PRELOAD", None)        # never run the compiler under TSAN
+    return env
+
+
+# ---------------------------------------------------------------------------
+# source scanning
+# ---------------------------------------------------------------------------
+_LEXEME = re.compile(r'//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'', re.S)
+
+
+def _strip(src):
+    """Blank comments and literals (keeping ``"C"`` and all offsets and newlines)."""
+    def blank(m):
+        t = m.group(0)
+        if t == '"C"':
+            return t
+        keep = t[0] if t[0] in "\"'" else ""
+        body = re.sub(r"[^\n]", " ", t[len(keep):len(t) - len(keep)] if keep else t)
+        return keep + body + keep
+    return _LEXEME.sub(blank, src)
+
+
+_ARG_MACROS = {"__launch_bounds__", "__attribute__", "__align__", "__declspec", "alignas"}
+_IDENT = re.compile(r"[A-Za-z_]\w*")
+
+
+def _skip_parens(text, i):
+    depth = 0
+    while i < len(text):
+        c = text[i]
+        if c == "(":
+            depth += 1
+        elif c == ")":
+            depth -= 1
+            if depth == 0:
+                return i + 1
+        i += 1
+    return i
+
+
+def _decl_name(text, i):
+    """Name of the function declared from offset i and the specifiers before it."""
+    specs = []
+    while i < len(text):
+        while i < len(text) and text[i] in " \t\r\n*&":
+            i += 1
+        m = _IDENT.match(text, i)
+        if not m:
+            return None, specs
+        word, i = m.group(0), m.end()
+        j = i
+        while j < len(text) and text[j] in " \t\r\n":
+            j += 1
+        if j < len(text) and text[j] == "(":
+            if word in _ARG_MACROS:
+                i = _skip_parens(text, j)
+                specs.append(word)
+                continue
+            return word, specs
+        specs.append(word)
+    return None, specs
+
+
+def _brace_kinds(text):
+    """Offsets of braces: list of (offset, char, kind) with kind 'ns' or 'code'."""
+    out = []
+    for m in re.finditer(r"[{}]", text):
+        kind = "code"
+        if m.group(0) == "{":
+            start = max(text.rfind(";", 0, m.start()), text.rfind("{", 0, m.start()),
+                        text.rfind("}", 0, m.start())) + 1
+            head = text[start:m.start()]
+            if re.search(r"\bnamespace\b[^()]*$", head) or re.search(r'\bextern\s*"C"\s*$', head):
+                kind = "externC" if "extern" in head else "ns"
+        out.append((m.start(), m.group(0), kind))
+    return out
+
+
+def _context(braces, pos):
+    stack = []
+    for off, ch, kind in braces:
+        if off >= pos:
+            break
+        if ch == "{":
+            stack.append(kind)
+        elif stack:
+            stack.pop()
+    return stack
+
+
+def _find_kernels(text):
+    """Names of the ``extern "C" __global__`` kernels in stripped source text."""
+    names = []
+    braces = _brace_kinds(text)
+    for m in re.finditer(r'\bextern\s*"C"', text):
+        rest = text[m.end():].lstrip()
+        if rest.startswith("{"):
+            continue
+        name, specs = _decl_name(text, m.end())
+        if name and "__global__" in specs:
+            names.append(name)
+    for m in re.finditer(r"\b__global__\b", text):
+        ctx = _context(braces, m.start())
+        if "externC" not in ctx or "code" in ctx:
+            continue
+        start = max(text.rfind(";", 0, m.start()), text.rfind("{", 0, m.start()),
+                    text.rfind("}", 0, m.start())) + 1
+        if re.search(r"\btemplate\b|\bextern\b", text[start:m.start()]):
+            continue
+        name, _ = _decl_name(text, m.end())
+        if name:
+            names.append(name)
+    return list(dict.fromkeys(names))
+
+
+_EXTERN_SHARED = re.compile(
+    r"\bextern\b(?P<pre>[^;{}]*?)\b__shared__\b(?P<post>[^;{}]*?)\b(?P<name>[A-Za-z_]\w*)\s*\[\s*\]\s*;")
+
+
+def _rewrite_extern_shared(src, text):
+    """Turn ``extern __shared__ T name[];`` into a pointer to the per-worker buffer.
+
+    Inside a function the pointer is a local constant; at namespace scope it is
+    a ``static thread_local`` (each worker has one fixed buffer).
+    """
+    braces = _brace_kinds(text)
+    pieces, last = [], 0
+    for m in _EXTERN_SHARED.finditer(text):
+        ctype = " ".join((m.group("pre") + " " + m.group("post")).split())
+        ctype = re.sub(r"\b__align__\s*\(\s*\w+\s*\)", "", ctype).strip() or "unsigned char"
+        in_code = "code" in _context(braces, m.start())
+        storage = "" if in_code else "static thread_local "
+        repl = (f"{storage}{ctype}* const {m.group('name')} = "
+                f"reinterpret_cast<{ctype}*>(::gpusvm_emu::dynamic_shared());")
+        repl += "\n" * m.group(0).count("\n")
+        pieces.append(src[last:m.start()])
+        pieces.append(repl)
+        last = m.end()
+    pieces.append(src[last:])
+    return "".join(pieces)
+
+
+def _local_includes(src, dirs, seen=None, depth=0):
+    """Contents of ``#include "..."`` files found in dirs (recursively), for the cache key."""
+    seen = set() if seen is None else seen
+    out = []
+    if depth > 16:
+        return out
+    for inc in re.findall(r'^\s*#\s*include\s*"([^"]+)"', src, re.M):
+        for d in dirs:
+            p = (Path(d) / inc).resolve()
+            if p.is_file():
+                if p not in seen:
+                    seen.add(p)
+                    text = p.read_text(errors="replace")
+                    out.append(f"{p}\n{text}")
+                    out.extend(_local_includes(text, [p.parent, *dirs], seen, depth + 1))
+                break
+    return out
+
+
+# ---------------------------------------------------------------------------
+# options
+# ---------------------------------------------------------------------------
+_IGNORED_PREFIXES = (
+    "-std", "--std", "-ftz", "--ftz", "-prec-div", "--prec-div", "-prec-sqrt", "--prec-sqrt",
+    "-fmad", "--fmad", "-use_fast_math", "--use_fast_math", "-arch", "--gpu-architecture",
+    "-lineinfo", "--generate-line-info", "-G", "--device-debug", "-rdc", "--relocatable-device-code",
+    "-dlto", "--dlink-time-opt", "-maxrregcount", "--maxrregcount", "-restrict", "--restrict",
+    "-default-device", "--device-as-default-execution-space", "-extra-device-vectorization",
+    "--extra-device-vectorization", "-dopt", "--dopt", "-w", "--disable-warnings", "-Werror",
+    "-builtin", "--builtin", "-minimal", "--minimal", "-time", "--time", "-split-compile",
+    "--split-compile", "-fdevice-syntax-only", "-ewp", "--extensible-whole-program",
+    "-no-source-include", "--no-source-include", "-lto", "-opt-info", "-jump-table-density",
+    "-Xptxas", "--ptxas-options", "-diag-", "--diag-", "-pch", "--pch", "-create-pch",
+    "-use-pch", "-pch-dir", "-instantiation-dir",
+)
+
+
+def _parse_options(options):
+    """Split cupy-style options into g++ preprocessor flags; NVRTC-only ones are dropped."""
+    if isinstance(options, str):
+        options = (options,)
+    flags, includes = [], []
+    opts = list(options)
+    i = 0
+    while i < len(opts):
+        opt = opts[i]
+        if not isinstance(opt, str):
+            raise TypeError(f"options must be strings, got {opt!r}")
+        nxt = opts[i + 1] if i + 1 < len(opts) else None
+        if opt in ("-D", "--define-macro", "-U", "--undefine-macro", "-I", "--include-path"):
+            if nxt is None:
+                raise ValueError(f"option {opt} needs a value")
+            flag = {"-D": "-D", "--define-macro": "-D", "-U": "-U", "--undefine-macro": "-U",
+                    "-I": "-I", "--include-path": "-I"}[opt]
+            (includes if flag == "-I" else flags).append(nxt if flag == "-I" else flag + nxt)
+            i += 2
+            continue
+        if opt.startswith("--define-macro="):
+            flags.append("-D" + opt.split("=", 1)[1])
+        elif opt.startswith("--undefine-macro="):
+            flags.append("-U" + opt.split("=", 1)[1])
+        elif opt.startswith("--include-path="):
+            includes.append(opt.split("=", 1)[1])
+        elif opt.startswith("-D") or opt.startswith("-U"):
+            flags.append(opt)
+        elif opt.startswith("-I"):
+            includes.append(opt[2:])
+        elif not opt.startswith(_IGNORED_PREFIXES):
+            warnings.warn(f"option {opt!r} is ignored by the CPU kernel emulator", RuntimeWarning,
+                          stacklevel=4)
+        i += 1
+    return flags, includes
+
+
+# ---------------------------------------------------------------------------
+# build
+# ---------------------------------------------------------------------------
+class _Spec:
+    """Everything that determines one emulated shared object."""
+
+    def __init__(self, code, path, name_expressions, options, tsan, include_dirs):
+        if (code is None) == (path is None):
+            raise TypeError("give exactly one of code= and path=")
+        if path is not None:
+            path = Path(path).resolve()
+            src = path.read_text()
+            src_name = str(path)
+            dirs = [str(path.parent)]
+            stem = path.stem
+        else:
+            if not isinstance(code, str):
+                raise TypeError(f"code must be a str, got {type(code).__name__}")
+            src = code
+            src_name = f"emulated_{hashlib.sha256(code.encode()).hexdigest()[:12]}.cu"
+            dirs = []
+            stem = "emulated"
+        if isinstance(name_expressions, str):
+            name_expressions = (name_expressions,)
+        self.name_expressions = tuple(" ".join(e.split()) for e in name_expressions)
+        defines, opt_includes = _parse_options(options)
+        dirs += [str(Path(d).resolve()) for d in (*include_dirs, *opt_includes)]
+        self.tsan = bool(tsan)
+        text = _strip(src)
+        self.kernels = _find_kernels(text)
+        if not self.kernels and not self.name_expressions:
+            warnings.warn(f'{src_name}: no extern "C" __global__ kernel found and no name_expressions given',
+                          RuntimeWarning, stacklevel=3)
+        body = _rewrite_extern_shared(src, text)
+        entries = [(k, f"&{k}") for k in self.kernels]
+        entries += [(e, f"&{e}") for e in self.name_expressions if e not in self.kernels]
+        self.names = tuple(n for n, _ in entries)
+        reg = ",\n        ".join(f'gpusvm_emu::make_entry("{n}", {expr})' for n, expr in entries)
+        self.cpp = (
+            "// generated by gpusvm._emulator: cuda_emu.h + kernel source + kernel table\n"
+            f'#include "{_HEADER}"\n'
+            f'#line 1 "{src_name}"\n'
+            f"{body}\n"
+            '#line 1 "gpusvm_emulator_kernel_table.cpp"\n'
+            "static const std::vector<gpusvm_emu::KernelEntry>& gpusvm_emu_kernel_table() {\n"
+            "    static const std::vector<gpusvm_emu::KernelEntry> table = {\n"
+            f"        {reg}\n"
+            "    };\n"
+            "    return table;\n"
+            "}\n"
+        )
+        self.cxx = _compiler()
+        self.flags = [*_COMMON_FLAGS, *(_TSAN_FLAGS if self.tsan else _PLAIN_FLAGS),
+                      *defines, *(f"-I{d}" for d in dirs)]
+        h = hashlib.sha256()
+        for part in (_ABI, _HEADER.read_text(), self.cpp, "\0".join(self.flags),
+                     self.cxx, _compiler_id(self.cxx), "tsan" if self.tsan else "plain",
+                     *_local_includes(src, dirs)):
+            h.update(part.encode())
+            h.update(b"\0")
+        self.key = h.hexdigest()
+        self.so_path = cache_dir() / f"{stem}-{self.key[:32]}{'-tsan' if self.tsan else ''}.so"
+        self.src_name = src_name
+
+
+_build_locks = {}
+_build_locks_guard = threading.Lock()
+
+
+def _ensure_built(spec):
+    """Build spec's shared object unless cached; return (path, seconds spent, compiler log)."""
+    import time
+
+    if spec.so_path.exists():
+        return spec.so_path, 0.0, ""
+    with _build_locks_guard:
+        lock = _build_locks.setdefault(spec.so_path, threading.Lock())
+    with lock:
+        if spec.so_path.exists():
+            return spec.so_path, 0.0, ""
+        t0 = time.perf_counter()
+        spec.so_path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(prefix="gpusvm-emu-") as td:
+            cpp = Path(td) / (spec.so_path.stem + ".cpp")
+            cpp.write_text(spec.cpp)
+            fd, tmp = tempfile.mkstemp(dir=spec.so_path.parent, prefix=spec.so_path.stem + ".",
+                                       suffix=".tmp")
+            os.close(fd)
+            cmd = [spec.cxx, *spec.flags, "-o", tmp, str(cpp)]
+            try:
+                proc = subprocess.run(cmd, capture_output=True, text=True, cwd=td, env=_clean_env())
+            except OSError as exc:
+                os.unlink(tmp)
+                raise EmulatorBuildError(f"cannot run {spec.cxx!r}: {exc}") from exc
+            log = proc.stdout + proc.stderr
+            if proc.returncode != 0:
+                os.unlink(tmp)
+                raise EmulatorBuildError(
+                    f"compiling {spec.src_name} for the CPU emulator failed "
+                    f"(exit {proc.returncode}):\n{log}\ncommand: {' '.join(cmd)}")
+            os.replace(tmp, spec.so_path)   # atomic: parallel builders agree
+        return spec.so_path, time.perf_counter() - t0, log
+
+
+def _tsan_loaded():
+    try:
+        with open("/proc/self/maps") as fh:
+            return "libtsan" in fh.read()
+    except OSError:
+        return False
+
+
+_loaded = {}
+_load_lock = threading.Lock()
+
+
+def _load(so_path):
+    with _load_lock:
+        lib = _loaded.get(so_path)
+        if lib is None:
+            lib = ctypes.CDLL(str(so_path), mode=os.RTLD_NOW | os.RTLD_LOCAL)
+            lib.gpusvm_emu_num_kernels.restype = ctypes.c_int
+            lib.gpusvm_emu_kernel_name.restype = ctypes.c_char_p
+            lib.gpusvm_emu_kernel_name.argtypes = [ctypes.c_int]
+            lib.gpusvm_emu_kernel_signature.restype = ctypes.c_char_p
+            lib.gpusvm_emu_kernel_signature.argtypes = [ctypes.c_int]
+            lib.gpusvm_emu_launch.restype = ctypes.c_int
+            lib.gpusvm_emu_launch.argtypes = [
+                ctypes.c_int, ctypes.POINTER(ctypes.c_uint), ctypes.POINTER(ctypes.c_uint),
+                ctypes.c_ulonglong, ctypes.POINTER(ctypes.c_void_p), ctypes.c_int,
+                ctypes.c_char_p, ctypes.c_size_t]
+            _loaded[so_path] = lib
+        return lib
+
+
+# ---------------------------------------------------------------------------
+# parameters and arguments
+# ---------------------------------------------------------------------------
+_CTYPE_DTYPES = {
+    "float": np.dtype(np.float32), "double": np.dtype(np.float64),
+    "int": np.dtype(np.int32), "unsigned int": np.dtype(np.uint32), "unsigned": np.dtype(np.uint32),
+    "long int": np.dtype(np.int64), "long": np.dtype(np.int64),
+    "long long int": np.dtype(np.int64), "long long": np.dtype(np.int64),
+    "long unsigned int": np.dtype(np.uint64), "unsigned long": np.dtype(np.uint64),
+    "long long unsigned int": np.dtype(np.uint64), "unsigned long long": np.dtype(np.uint64),
+    "short int": np.dtype(np.int16), "short": np.dtype(np.int16),
+    "short unsigned int": np.dtype(np.uint16), "unsigned short": np.dtype(np.uint16),
+    "signed char": np.dtype(np.int8), "unsigned char": np.dtype(np.uint8), "char": np.dtype(np.int8),
+    "bool": np.dtype(np.bool_),
+}
+_BYTE_TYPES = {"char", "signed char", "unsigned char"}
+
+
+class _Param:
+    """One kernel parameter, parsed from the signature the shared object reports."""
+
+    def __init__(self, ctype, size):
+        ctype = " ".join(re.sub(r"\b__restrict(__)?\b", " ", ctype).split())
+        ctype = ctype.replace(" *", "*")
+        self.ctype = ctype
+        self.size = size
+        self.pointer = ctype.endswith("*")
+        base = ctype[:-1] if self.pointer else ctype
+        base = " ".join(w for w in base.split() if w not in ("const", "volatile"))
+        self.base = base
+        self.dtype = _CTYPE_DTYPES.get(base)
+
+    def need(self):
+        if self.dtype is None:
+            return f"an array (any dtype) for {self.ctype!r}" if self.pointer else \
+                f"a NumPy scalar of {self.size} bytes for {self.ctype!r}"
+        if self.pointer:
+            if self.base in _BYTE_TYPES:
+                return f"a 1-byte array for {self.ctype!r}"
+            return f"a {self.dtype.name} array for {self.ctype!r}"
+        return f"np.{self.dtype.name} for {self.ctype!r}"
+
+
+def _canon(name):
+    """Lookup key of a kernel name: ``"k<float, 4>"`` and ``"k<float,4>"`` are the same."""
+    return re.sub(r"\s*([<>,()*&])\s*", r"\1", " ".join(str(name).split()))
+
+
+def _dims(value, what):
+    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+        dims = (int(value),)
+    elif isinstance(value, (tuple, list)) and 1 <= len(value) <= 3 and all(
+            isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in value):
+        dims = tuple(int(v) for v in value)
+    else:
+        raise TypeError(f"{what} must be an int or a tuple of 1 to 3 ints, got {value!r}")
+    dims = dims + (1,) * (3 - len(dims))
+    if any(d < 0 for d in dims) or any(d >= 2**32 for d in dims):
+        raise ValueError(f"invalid {what} {dims}")
+    return dims
+
+
+class EmulatedKernel:
+    """A kernel of an :class:`EmulatedModule`, called like ``cupy.RawKernel``.
+
+    Obtained from :meth:`EmulatedModule.get_function`; do not construct directly.
+
+    Attributes
+    ----------
+    name : str
+        Kernel name or name expression (e.g. ``"gpusvm_margins<32>"``).
+    signature : str
+        Parameter types as the compiler deduced them, e.g.
+        ``"(const float*, int, float*)"``.
+    """
+
+    def __init__(self, module, index, name, signature):
+        self._module = module
+        self._index = index
+        self.name = name
+        self._params = []
+        if signature:
+            for item in signature.split(";"):
+                ctype, _, size = item.rpartition("|")
+                self._params.append(_Param(ctype, int(size)))
+        self.signature = "(" + ", ".join(p.ctype for p in self._params) + ")"
+
+    def __repr__(self):
+        return f"<EmulatedKernel {self.name}{self.signature}>"
+
+    def _arg_error(self, i, p, a, why=None):
+        got = why or (f"{type(a).__module__}.{type(a).__name__}"
+                      + (f" of dtype {a.dtype}" if isinstance(a, (np.ndarray, np.generic)) else ""))
+        return TypeError(f"{self.name}{self.signature}: argument {i} needs {p.need()}, got {got}")
+
+    def _convert(self, args):
+        if not isinstance(args, (tuple, list)):
+            raise TypeError(f"args must be a tuple of arguments, got {type(args).__name__}")
+        if len(args) != len(self._params):
+            raise TypeError(f"{self.name}{self.signature} takes {len(self._params)} arguments, "
+                            f"{len(args)} given")
+        n = len(args)
+        argv = (ctypes.c_void_p * max(n, 1))()
+        keep = []
+        for i, (a, p) in enumerate(zip(args, self._params)):
+            if p.pointer:
+                if not isinstance(a, np.ndarray):
+                    if isinstance(a, (bool, int, float, complex, np.generic)):
+                        raise self._arg_error(i, p, a, f"the scalar {a!r} for a pointer parameter")
+                    raise self._arg_error(i, p, a)
+                if not a.flags.c_contiguous:
+                    raise self._arg_error(i, p, a, "a non-C-contiguous array "
+                                                   "(pass np.ascontiguousarray(...))")
+                if p.dtype is not None:
+                    ok = a.dtype.itemsize == 1 if p.base in _BYTE_TYPES else a.dtype == p.dtype
+                    if not ok:
+                        raise self._arg_error(i, p, a)
+                holder = ctypes.c_void_p(a.ctypes.data)
+                keep.append(holder)
+                argv[i] = ctypes.addressof(holder)
+            else:
+                if not isinstance(a, np.generic):
+                    if isinstance(a, (bool, int, float, complex)):
+                        hint = f"np.{p.dtype.name}" if p.dtype is not None else "a NumPy scalar"
+                        raise self._arg_error(
+                            i, p, a, f"the Python {type(a).__name__} {a!r}: pass {hint}(...) explicitly "
+                                     f"(CuPy would pass a Python {type(a).__name__} as 8 bytes)")
+                    if isinstance(a, np.ndarray):
+                        raise self._arg_error(i, p, a, "an array for a scalar parameter")
+                    raise self._arg_error(i, p, a)
+                if p.dtype is not None:
+                    ok = (a.dtype.kind in "iu" and a.dtype.itemsize == 1) if p.base == "char" \
+                        else a.dtype == p.dtype
+                else:
+                    ok = a.dtype.itemsize == p.size
+                if not ok:
+                    raise self._arg_error(i, p, a)
+                holder = np.array(a)
+                keep.append(holder)
+                argv[i] = holder.ctypes.data
+        return argv, keep
+
+    def __call__(self, grid, block, args, *, shared_mem=0, enable_cooperative_groups=False):
+        """Launch the kernel and wait for it.
+
+        Parameters
+        ----------
+        grid : int or tuple of int
+            Grid size, up to 3 dimensions.
+        block : int or tuple of int
+            Block size, up to 3 dimensions, at most 1024 threads.
+        args : tuple
+            Kernel arguments: C-contiguous NumPy arrays for pointer parameters
+            (dtype matching the pointee type) and NumPy scalars of exactly the
+            parameter's type for the others (``np.float32`` for ``float``,
+            ``np.int32`` for ``int``, ...). Python scalars are refused.
+        shared_mem : int, optional
+            Bytes of dynamic shared memory per block (``extern __shared__``).
+        enable_cooperative_groups : bool, optional
+            Must be False; cooperative launches are not emulated.
+
+        Raises
+        ------
+        TypeError
+            Wrong number or kind of arguments.
+        ValueError
+            Invalid launch configuration.
+        RuntimeError
+            The kernel deadlocked, trapped or misused a warp intrinsic; the
+            message says where.
+        """
+        if enable_cooperative_groups:
+            raise NotImplementedError("cooperative launches are not emulated")
+        g = _dims(grid, "grid")
+        b = _dims(block, "block")
+        if 0 in g:
+            raise ValueError(f"grid {g} has a zero dimension")
+        if g[0] > 2**31 - 1 or g[1] > 65535 or g[2] > 65535:
+            raise ValueError(f"grid {g} exceeds CUDA's limits (2**31-1, 65535, 65535)")
+        if 0 in b or b[0] * b[1] * b[2] > 1024 or b[2] > 64:
+            raise ValueError(f"block {b} is invalid: 1 to 1024 threads per block, z at most 64")
+        shared_mem = int(shared_mem)
+        if not 0 <= shared_mem <= _MAX_DYNAMIC_SHARED:
+            raise ValueError(f"shared_mem={shared_mem} is outside [0, {_MAX_DYNAMIC_SHARED}]")
+        argv, keep = self._convert(args)
+        err = ctypes.create_string_buffer(16384)
+        lib = self._module._lib
+        rc = lib.gpusvm_emu_launch(
+            self._index, (ctypes.c_uint * 3)(*g), (ctypes.c_uint * 3)(*b), shared_mem, argv,
+            self._module._workers or default_workers(), err, len(err))
+        del keep
+        if rc == 1:
+            raise RuntimeError(err.value.decode(errors="replace"))
+        if rc != 0:
+            raise ValueError(err.value.decode(errors="replace"))
+
+
+class EmulatedModule:
+    """CUDA source compiled for the CPU emulator; mirrors ``cupy.RawModule``.
+
+    Parameters
+    ----------
+    code : str, optional
+        CUDA source text. Exactly one of ``code`` and ``path`` is required.
+    path : str or os.PathLike, optional
+        Path of a ``.cu`` file; its directory is on the include path.
+    name_expressions : sequence of str, optional
+        Template kernel instances to register, e.g. ``("gpusvm_margins<32>",)``.
+        Every ``extern "C" __global__`` kernel is registered automatically.
+    options : sequence of str, optional
+        NVRTC-style options. ``-DNAME[=VALUE]``, ``-UNAME`` and ``-I<dir>`` are
+        honoured; NVRTC-only options (``--std=c++17``, ``-ftz=true``,
+        ``--use_fast_math``, ``-arch=...``) are ignored.
+    tsan : bool, optional
+        Build with ThreadSanitizer. Such a module can only be loaded into a
+        process started with libtsan preloaded; use
+        :func:`gpusvm._emulator.tsan.check_launches`.
+    include_dirs : sequence of path, optional
+        Extra include directories.
+    workers : int, optional
+        OS worker threads per launch; default :func:`default_workers` at each
+        launch.
+
+    Attributes
+    ----------
+    kernel_names : tuple of str
+        Registered kernels, in source order, then name expressions.
+    so_path : pathlib.Path
+        The cached shared object.
+    build_seconds : float
+        Compile time, 0.0 when the cache was hit.
+    build_log : str
+        Compiler output (warnings) of a fresh build.
+
+    Raises
+    ------
+    EmulatorBuildError
+        The host compiler failed; the message contains its output.
+
+    Notes
+    -----
+    Builds are cached under :func:`cache_dir`, keyed by a SHA-256 of the
+    header, the source (and local ``#include "..."`` files), the options, the
+    compiler version and the tsan flag; parallel processes build to temporary
+    files and rename them atomically.
+    """
+
+    def __init__(self, code=None, path=None, name_expressions=(), options=(), tsan=False,
+                 include_dirs=(), *, workers=None):
+        if workers is not None and int(workers) < 1:
+            raise ValueError(f"workers must be >= 1, got {workers}")
+        self._workers = None if workers is None else int(workers)
+        spec = _Spec(code, path, name_expressions, options, tsan, include_dirs)
+        self.so_path, self.build_seconds, self.build_log = _ensure_built(spec)
+        if spec.tsan and not _tsan_loaded():
+            raise RuntimeError(
+                "a tsan=True module needs the ThreadSanitizer runtime preloaded into the process "
+                "(LD_PRELOAD=$(g++ -print-file-name=libtsan.so) on the real python binary); "
+                "use gpusvm._emulator.tsan.check_launches() to run kernels under TSAN")
+        self._lib = _load(self.so_path)
+        n = self._lib.gpusvm_emu_num_kernels()
+        self._kernels = {}
+        names = []
+        for i in range(n):
+            name = self._lib.gpusvm_emu_kernel_name(i).decode()
+            sig = self._lib.gpusvm_emu_kernel_signature(i).decode()
+            self._kernels[_canon(name)] = EmulatedKernel(self, i, name, sig)
+            names.append(name)
+        self.kernel_names = tuple(names)
+
+    def get_function(self, name):
+        """Return the kernel called ``name``.
+
+        Parameters
+        ----------
+        name : str
+            An ``extern "C"`` kernel name or one of the ``name_expressions``
+            (whitespace around ``<>,`` does not matter).
+
+        Returns
+        -------
+        EmulatedKernel
+
+        Raises
+        ------
+        KeyError
+            No such kernel; the message lists the registered ones.
+        """
+        try:
+            return self._kernels[_canon(name)]
+        except KeyError:
+            raise KeyError(f"no kernel {name!r} in {self.so_path.name}; "
+                           f"registered: {', '.join(self.kernel_names)}") from None
+
+    def __repr__(self):
+        return f"<EmulatedModule {self.so_path.name} kernels={list(self.kernel_names)}>"
