@@ -1,0 +1,193 @@
+"""Find, assemble and load the CUDA kernels of ``kernels/*.cu``.
+
+The kernels ship as CUDA C++ files: at the top of a source checkout
+(``<repo>/kernels``) and inside an installed wheel (``gpusvm/kernels``, mapped
+there by the build).  :func:`module_source` joins every ``.cu`` file into one
+text with the ``#include "..."`` lines replaced by the included files, so that
+a compiler cache keyed on the source text (CuPy's is) sees every change, and
+:func:`compile_options` adds a hash of all kernel files as a ``-D`` define for
+good measure.  :func:`load_module` compiles that text once per device, with
+CuPy's NVRTC for a GPU, or with the CPU kernel emulator.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import threading
+from functools import lru_cache
+from pathlib import Path
+
+#: kernel files, one ``gpusvm_<op>`` kernel template per file
+KERNEL_FILES = ("margins.cu", "pegasos_step.cu", "renormalize.cu", "reset_scale.cu",
+                "output.cu", "decision.cu", "hinge_sum.cu")
+#: lane counts of the row kernels (lanes of a warp that share one CSR row)
+LANE_COUNTS = (4, 8, 16, 32)
+#: C++ value types of the data and of ``v``, by NumPy dtype name
+VALUE_TYPES = {"float32": "float", "float64": "double"}
+#: kernels templated over ``<LANES, T>``; the others are templated over ``<T>``
+ROW_KERNELS = ("gpusvm_margins", "gpusvm_pegasos_step", "gpusvm_decision", "gpusvm_hinge_sum")
+VECTOR_KERNELS = ("gpusvm_renormalize", "gpusvm_reset_scale", "gpusvm_output")
+#: threads per block of every kernel (``gpusvm::BLOCK`` in ``common.cuh``)
+BLOCK = 256
+
+_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*"([^"]+)"[ \t]*$', re.MULTILINE)
+
+
+def kernel_dir() -> Path:
+    """Directory holding the ``.cu`` files.
+
+    Returns
+    -------
+    pathlib.Path
+        ``gpusvm/kernels`` next to this module in an installed wheel, else
+        ``<repo>/kernels`` in a source checkout.
+
+    Raises
+    ------
+    FileNotFoundError
+        When neither location holds the kernel files.
+    """
+    here = Path(__file__).resolve().parent
+    candidates = (here / "kernels", here.parent / "kernels")
+    for cand in candidates:
+        if (cand / KERNEL_FILES[0]).is_file():
+            return cand
+    raise FileNotFoundError(
+        "the CUDA kernel sources (margins.cu, ...) were found neither in "
+        f"{candidates[0]} (installed wheel) nor in {candidates[1]} (source checkout); "
+        "reinstall gpusvm")
+
+
+def kernel_files() -> list[Path]:
+    """Every kernel source file (``.cu`` and ``.cuh``), sorted by name."""
+    root = kernel_dir()
+    return sorted(list(root.glob("*.cu")) + list(root.glob("*.cuh")))
+
+
+def _inline(path: Path, seen: set) -> str:
+    """Text of ``path`` with its quoted includes replaced by their text (each file once)."""
+    seen.add(path.name)
+
+    def repl(match):
+        name = match.group(1)
+        if name in seen:
+            return f"// (already included: {name})"
+        inc = path.parent / name
+        return f"// ---- begin {name}\n{_inline(inc, seen)}\n// ---- end {name}"
+
+    return _INCLUDE.sub(repl, path.read_text(encoding="utf-8"))
+
+
+def read_source(name: str) -> str:
+    """Text of one kernel file with its includes inlined.
+
+    Parameters
+    ----------
+    name : str
+        File name in the kernel directory, e.g. ``"margins.cu"``.
+
+    Returns
+    -------
+    str
+        Self-contained CUDA C++ text.
+    """
+    return _inline(kernel_dir() / name, set())
+
+
+def source_hash() -> str:
+    """SHA-256 of every kernel file (names and contents), hex."""
+    h = hashlib.sha256()
+    for path in kernel_files():
+        h.update(path.name.encode())
+        h.update(b"\0")
+        h.update(path.read_bytes())
+        h.update(b"\0")
+    return h.hexdigest()
+
+
+def module_source() -> str:
+    """All kernel files joined into one self-contained text (each include inlined once)."""
+    seen: set = set()
+    parts = [f"// gpusvm kernels, sha256 {source_hash()}"]
+    for name in KERNEL_FILES:
+        parts.append(f"// ==== {name}\n" + _inline(kernel_dir() / name, seen))
+    return "\n".join(parts) + "\n"
+
+
+def compile_options() -> tuple:
+    """Compiler options of the kernel module (the NVRTC test uses the same).
+
+    ``-DGPUSVM_KERNELS_SHA256=<hash>`` keys any compiler cache on the sources of
+    every kernel file, included headers too.
+    """
+    return ("-std=c++17", f"-DGPUSVM_KERNELS_SHA256={source_hash()[:16]}")
+
+
+def row_kernel(op: str, lanes: int, value_type: str) -> str:
+    """Name expression of a ``<LANES, T>`` kernel, e.g. ``gpusvm_margins<8,float>``."""
+    return f"{op}<{int(lanes)},{value_type}>"
+
+
+def vector_kernel(op: str, value_type: str) -> str:
+    """Name expression of a ``<T>`` kernel, e.g. ``gpusvm_output<double>``."""
+    return f"{op}<{value_type}>"
+
+
+def name_expressions() -> list[str]:
+    """Every template instance the device backend may launch."""
+    names = []
+    for t in VALUE_TYPES.values():
+        for op in ROW_KERNELS:
+            names.extend(row_kernel(op, lanes, t) for lanes in LANE_COUNTS)
+        names.extend(vector_kernel(op, t) for op in VECTOR_KERNELS)
+    return names
+
+
+def file_name_expressions(name: str) -> list[str]:
+    """The template instances defined in one kernel file (``gpusvm_<op>`` in ``<op>.cu``)."""
+    op = "gpusvm_" + name[:-3]
+    return [e for e in name_expressions() if e.split("<")[0] == op]
+
+
+_lock = threading.Lock()
+_cupy_modules: dict = {}
+
+
+def load_module(kind: str = "cupy"):
+    """The compiled kernel module, built once per device.
+
+    Parameters
+    ----------
+    kind : {"cupy", "emulated"}
+        ``"cupy"``: a :class:`cupy.RawModule` for the current CUDA device
+        (memoised per device id; CuPy also caches the binary on disk);
+        ``"emulated"``: a :class:`gpusvm._emulator.EmulatedModule` running
+        the same source on the CPU (memoised per process).
+
+    Returns
+    -------
+    module
+        An object with ``get_function(name_expression)``; the returned kernels
+        are called as ``kernel(grid, block, args, shared_mem=0)``.
+    """
+    if kind == "emulated":
+        return _emulated_module()
+    if kind != "cupy":
+        raise ValueError(f"kind must be 'cupy' or 'emulated', got {kind!r}")
+    import cupy  # noqa: PLC0415  (optional dependency)
+    dev = cupy.cuda.Device().id
+    with _lock:
+        mod = _cupy_modules.get(dev)
+        if mod is None:
+            mod = cupy.RawModule(code=module_source(), options=compile_options(),
+                                 name_expressions=name_expressions())
+            _cupy_modules[dev] = mod
+    return mod
+
+
+@lru_cache(maxsize=None)
+def _emulated_module():
+    from ._emulator import EmulatedModule  # noqa: PLC0415  (builds a shared library)
+    return EmulatedModule(code=module_source(), options=compile_options(),
+                          name_expressions=tuple(name_expressions()))

@@ -1,0 +1,463 @@
+"""Device backend: the Pegasos primitives as CUDA kernels on a CuPy CSR matrix.
+
+One class, :class:`DeviceBackend`, drives the kernels of ``kernels/*.cu`` with
+the semantics of :class:`gpusvm.backends.numpy_.NumpyBackend`.  It is written
+against an array module ``xp`` and a kernel module, so the very orchestration
+that runs on a GPU (``xp = cupy``, kernels compiled by NVRTC) also runs in CI
+with ``xp = numpy`` and the kernels on the CPU emulator (``"emulated"``).
+
+An iteration of the solver launches three kernels and never waits for the
+device: ``margins`` (``gpusvm_margins``), ``pegasos_step``
+(``gpusvm_pegasos_step``, whose last block also does the scalar part of the
+step) and ``renormalize`` (``gpusvm_renormalize``, which exits at once unless
+``|a|`` is below the threshold); ``reset_scale`` adds one at ``t = 1`` and the
+optimal bias a handful of CuPy operations.  Every scalar lives in the device
+state vector.  Only :meth:`DeviceBackend.to_host` copies from the device, and
+it records each copy, so that a test can check that nothing is copied between
+two evaluations.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import scipy.sparse as sp
+
+from .. import _kernels
+from ._state import N_SLOTS, S_A, S_B, S_VSQ
+from .base import Evaluation
+from .numpy_ import optimal_bias_xp
+
+#: grid-stride kernels launch at most this many blocks per streaming multiprocessor
+BLOCKS_PER_SM = 4
+#: blocks of an emulated launch (small: each emulated thread costs a fiber)
+EMULATED_MAX_BLOCKS = 4
+
+
+def choose_lanes(mean_row_nnz: float) -> int:
+    """Lanes per CSR row for a mean row length: about two nonzeros per lane, 4 to 32.
+
+    Parameters
+    ----------
+    mean_row_nnz : float
+        ``nnz / n``.
+
+    Returns
+    -------
+    int
+        One of :data:`gpusvm._kernels.LANE_COUNTS`.
+
+    Notes
+    -----
+    A group of lanes reads a row's nonzeros with coalesced loads and sums them
+    with ``log2(lanes)`` shuffles; two or more nonzeros per lane keep several
+    gathers of ``v`` in flight per thread (a9a, 14 per row: 8 lanes; the text
+    sets, 138 to 415 per row: 32 lanes).
+    """
+    want = max(1.0, mean_row_nnz / 2.0)
+    for lanes in _kernels.LANE_COUNTS:
+        if lanes >= want:
+            return lanes
+    return _kernels.LANE_COUNTS[-1]
+
+
+def estimate_device_bytes(n: int, d: int, nnz: int, itemsize: int, *, csr_resident: bool = False,
+                          batch_rows: int = 1 << 20) -> dict:
+    """Device memory the backend allocates, by part.
+
+    Parameters
+    ----------
+    n, d, nnz : int
+        Shape and nonzeros of ``X``.
+    itemsize : int
+        4 for float32 data, 8 for float64.
+    csr_resident : bool
+        The CSR arrays are already on the device (CuPy input): not counted.
+    batch_rows : int
+        Row indices of one uploaded chunk of batches.
+
+    Returns
+    -------
+    dict
+        ``{"csr", "vectors", "buffers", "total"}`` in bytes.
+    """
+    csr = 0 if csr_resident else nnz * (itemsize + 4) + (n + 1) * 8
+    # y, row norms; v, u (averaging), dense float64 w of an evaluation
+    vectors = n * (itemsize + 8) + d * (itemsize + 8 + 8)
+    # batch chunk, margins, decision values of an evaluation, state and small scratch
+    buffers = batch_rows * 4 + n * 8 + n * 8 + 4096
+    return {"csr": csr, "vectors": vectors, "buffers": buffers, "total": csr + vectors + buffers}
+
+
+class _CupyRuntime:
+    """Arrays in CuPy, kernels compiled by NVRTC for the current device."""
+
+    name = "cupy"
+
+    def __init__(self):
+        import cupy  # noqa: PLC0415  (optional dependency)
+        import cupyx.scipy.sparse as csp  # noqa: PLC0415
+        self.xp = cupy
+        self.csp = csp
+        self.module = _kernels.load_module("cupy")
+        dev = cupy.cuda.Device()
+        self.max_blocks = int(dev.attributes["MultiProcessorCount"]) * BLOCKS_PER_SM
+
+    def is_device(self, a) -> bool:
+        return isinstance(a, self.xp.ndarray)
+
+    def is_device_sparse(self, X) -> bool:
+        return self.csp.issparse(X)
+
+    def upload(self, a, dtype):
+        return self.xp.ascontiguousarray(self.xp.asarray(a, dtype=dtype))
+
+    def download(self, a) -> np.ndarray:
+        return self.xp.asnumpy(a)  # synchronize!
+
+    def free_bytes(self):
+        return int(self.xp.cuda.runtime.memGetInfo()[0])
+
+
+class _EmulatedRuntime:
+    """Arrays in NumPy (copies: the "device"), kernels on the CPU emulator."""
+
+    name = "emulated"
+    xp = np
+
+    def __init__(self, max_blocks: int = EMULATED_MAX_BLOCKS):
+        self.module = _kernels.load_module("emulated")
+        self.max_blocks = int(max_blocks)
+
+    def is_device(self, a) -> bool:
+        return False
+
+    def is_device_sparse(self, X) -> bool:
+        return False
+
+    def upload(self, a, dtype):
+        return np.array(a, dtype=dtype, order="C", copy=True)
+
+    def download(self, a) -> np.ndarray:
+        return np.array(a, copy=True)
+
+    def free_bytes(self):
+        return None
+
+
+class DeviceBackend:
+    """Pegasos primitives as CUDA kernels (see :mod:`gpusvm.backends.base`).
+
+    Parameters
+    ----------
+    X : scipy.sparse matrix, ndarray, cupyx.scipy.sparse matrix or cupy.ndarray
+        Training data (n, d), float32 or float64 (other dtypes become float64).
+        Host input is copied to the device once; device input is used in place.
+    y : array of shape (n,)
+        Labels in {-1, +1}.
+    runtime : {"cupy", "emulated"} or runtime object
+        Where the kernels run.
+    lanes : int, optional
+        Lanes per CSR row (4, 8, 16 or 32); default from the mean row length
+        (:func:`choose_lanes`).
+    free_memory : int, optional
+        Free device bytes to check the estimate against; default: what the
+        device reports (``cupy.cuda.runtime.memGetInfo``), no check when emulated.
+
+    Attributes
+    ----------
+    transfers : list of int
+        Bytes of every device-to-host copy made by :meth:`to_host`, in order.
+    launches : int
+        Number of kernel launches so far.
+
+    Raises
+    ------
+    MemoryError
+        When the data, vectors and buffers would not fit in free device memory.
+
+    Notes
+    -----
+    ``v`` is kept in the data's dtype, the averaging vector ``u``, the margins
+    and every scalar in float64 (the state vector of
+    :mod:`gpusvm.backends._state`).  The updates of ``v`` are float atomics, so
+    runs are not bitwise repeatable: sums agree up to rounding in any order.
+    With float32 data each atomic addition rounds to float32, where the NumPy
+    backend adds the batch's contributions to a coordinate in float64 and rounds
+    once.
+    """
+
+    def __init__(self, X, y, runtime="cupy", *, lanes: int | None = None,
+                 free_memory: int | None = None) -> None:
+        if isinstance(runtime, str):
+            runtime = _CupyRuntime() if runtime == "cupy" else _EmulatedRuntime()
+        self.runtime = runtime
+        self.name = runtime.name
+        self.xp = runtime.xp
+        self.transfers: list[int] = []
+        self.launches = 0
+        self._functions: dict = {}
+
+        X, resident = self._as_csr(X)
+        data, indices, indptr, shape = X.data, X.indices, X.indptr, X.shape
+        self.n, self.d = int(shape[0]), int(shape[1])
+        nnz = int(data.shape[0])
+        self.dtype = np.dtype(data.dtype) if np.dtype(data.dtype) in (np.float32, np.float64) \
+            else np.dtype(np.float64)
+        if nnz >= 2**31 or self.d >= 2**31 or self.n >= 2**31:
+            raise ValueError("the kernels index rows and columns with int32: n, d and nnz must be "
+                             f"below 2**31 (got n={self.n}, d={self.d}, nnz={nnz})")
+        self.nnz = nnz
+        self.lanes = int(lanes) if lanes is not None else choose_lanes(nnz / max(self.n, 1))
+        if self.lanes not in _kernels.LANE_COUNTS:
+            raise ValueError(f"lanes must be one of {_kernels.LANE_COUNTS}, got {lanes}")
+        self.value_type = _kernels.VALUE_TYPES[self.dtype.name]
+
+        need = estimate_device_bytes(self.n, self.d, nnz, self.dtype.itemsize,
+                                     csr_resident=resident)
+        free = free_memory if free_memory is not None else runtime.free_bytes()
+        if free is not None and need["total"] > free:
+            mib = 2.0**20
+            raise MemoryError(
+                f"the {self.name} backend needs about {need['total'] / mib:.0f} MiB of device memory "
+                f"(CSR {need['csr'] / mib:.0f} MiB, vectors {need['vectors'] / mib:.0f} MiB, "
+                f"buffers {need['buffers'] / mib:.0f} MiB) but only {free / mib:.0f} MiB are free; "
+                "free device memory held by other processes or CuPy's pool "
+                "(cupy.get_default_memory_pool().free_all_blocks()), use dtype='float32', "
+                "train on fewer rows or features, or use backend='numpy'")
+
+        up = runtime.upload
+        self._data = up(data, self.dtype)                       # copied once
+        self._indices = up(indices, np.int32)
+        self._indptr = up(indptr, np.int64)
+        self.y = up(y, self.dtype)
+        if self.y.shape != (self.n,):
+            raise ValueError(f"y must have shape ({self.n},), got {tuple(self.y.shape)}")
+        self._X = X if resident or runtime.xp is np else None     # host CSR on a GPU: not kept
+        self._row_sq_norms = None
+        # scratch of the kernels: accumulators of the step and the last-block tickets
+        self._acc = self.xp.zeros(4, dtype=np.float64)
+        self._ticket = self.xp.zeros(2, dtype=np.uint32)
+        self._dummy = self.xp.zeros(1, dtype=np.float64)
+        self.v = None
+        self.u = None
+        self.s = None
+
+    # ------------------------------------------------------------ input
+    def _as_csr(self, X):
+        """``X`` as a CSR matrix and whether it already lives on the device."""
+        rt = self.runtime
+        if rt.is_device_sparse(X):
+            return X.tocsr(), True
+        if rt.is_device(X):
+            return rt.csp.csr_matrix(X), True
+        if not sp.issparse(X):
+            X = sp.csr_matrix(np.asarray(X))
+        return X.tocsr(), False
+
+    @property
+    def X(self):
+        """The training matrix as CSR in ``xp`` (built on first use from the device arrays)."""
+        if self._X is None:
+            indptr = self._indptr.astype(np.int32)
+            self._X = self.runtime.csp.csr_matrix((self._data, self._indices, indptr),
+                                                  shape=(self.n, self.d))
+        return self._X
+
+    @property
+    def row_sq_norms(self):
+        """``||x_i||^2`` of every row, float64 on the device (computed on first use)."""
+        if self._row_sq_norms is None:
+            xp = self.xp
+            sq = self._data.astype(np.float64) ** 2
+            owner = xp.searchsorted(self._indptr, xp.arange(self.nnz, dtype=np.int64),
+                                    side="right") - 1
+            self._row_sq_norms = xp.bincount(owner, weights=sq, minlength=self.n)
+        return self._row_sq_norms
+
+    # ------------------------------------------------------------ transfers
+    def to_host(self, a):
+        """Copy ``a`` to the host as a NumPy array (the only device-to-host copy).
+
+        Every call is recorded in :attr:`transfers` (bytes copied).
+
+        Notes
+        -----
+        Synchronises the device.
+        """
+        out = self.runtime.download(a)
+        self.transfers.append(int(out.nbytes))
+        return out
+
+    def upload_batches(self, chunk):
+        """Copy a chunk of batches (``int32``, shape ``(c, k)``) to the device, once."""
+        if self.runtime.is_device(chunk) and chunk.dtype == np.int32:
+            return chunk
+        return self.runtime.upload(chunk, np.int32)
+
+    # ------------------------------------------------------------ launches
+    def _launch(self, op: str, grid: int, args) -> None:
+        name = (_kernels.row_kernel(op, self.lanes, self.value_type) if op in _kernels.ROW_KERNELS
+                else _kernels.vector_kernel(op, self.value_type))
+        fn = self._functions.get(name)
+        if fn is None:
+            fn = self._functions[name] = self.runtime.module.get_function(name)
+        fn((int(grid),), (_kernels.BLOCK,), tuple(args))
+        self.launches += 1
+
+    def _row_grid(self, rows: int) -> int:
+        groups_per_block = _kernels.BLOCK // self.lanes
+        return max(1, min(math.ceil(rows / groups_per_block), self.runtime.max_blocks))
+
+    def _vector_grid(self) -> int:
+        return max(1, min(math.ceil(self.d / _kernels.BLOCK), self.runtime.max_blocks))
+
+    def _rows(self, rows):
+        if isinstance(rows, self.xp.ndarray) and rows.dtype == np.int32 and rows.flags.c_contiguous:
+            return rows
+        return self.runtime.upload(rows, np.int32)
+
+    def _vec64(self, w):
+        if isinstance(w, self.xp.ndarray) and w.dtype == np.float64 and w.flags.c_contiguous:
+            return w
+        return self.runtime.upload(w, np.float64)
+
+    def _scalar64(self, b):
+        xp = self.xp
+        if isinstance(b, xp.ndarray):
+            return xp.ascontiguousarray(b.reshape(1).astype(np.float64))
+        return xp.full(1, float(b), dtype=np.float64)
+
+    # ------------------------------------------------------------ state
+    def init_state(self, w0=None, b0: float = 0.0, averaging: bool = False) -> None:
+        """Allocate ``v`` (= ``w0``), the scalars (``a = 1``) and, if needed, ``u``."""
+        xp = self.xp
+        s = np.zeros(N_SLOTS, dtype=np.float64)
+        s[S_A] = 1.0
+        s[S_B] = float(b0)
+        self.s = self.runtime.upload(s, np.float64)
+        if w0 is None:
+            self.v = xp.zeros(self.d, dtype=self.dtype)
+        else:
+            self.v = self.runtime.upload(w0, self.dtype)
+            v64 = self.v.astype(np.float64)
+            self.s[S_VSQ] = xp.dot(v64, v64)
+        self.u = xp.zeros(self.d, dtype=np.float64) if averaging else None
+        self._acc[:] = 0.0
+        self._ticket[:] = 0
+
+    def _u_args(self):
+        return (self.u if self.u is not None else self._dummy), np.int32(self.u is not None)
+
+    # ------------------------------------------------------------ Pegasos
+    def margins(self, rows):
+        """``m_i = y_i (a <v, x_i> + b)`` for ``i`` in ``rows`` (float64, on the device)."""
+        rows = self._rows(rows)
+        k = int(rows.shape[0])
+        m = self.xp.empty(k, dtype=np.float64)
+        self._launch("gpusvm_margins", self._row_grid(k),
+                     (self._indptr, self._indices, self._data, self.y, self.v, rows, np.int32(k),
+                      self.s, m))
+        return m
+
+    def optimal_bias(self, rows, m) -> None:
+        """Set ``b`` to the batch-optimal bias and shift ``m`` to it, in place (no sync)."""
+        xp = self.xp
+        rows = self._rows(rows)
+        y_b = self.y[rows].astype(np.float64)
+        s = y_b * m - self.s[S_B]
+        b = optimal_bias_xp(xp, y_b, s)
+        # y_i (s_i + b) written as 1 + y_i (b - b_i) with the breakpoints b_i = y_i - s_i:
+        # exactly 1 (so not in A_t^+) for the rows whose breakpoint is b, as in NumpyBackend
+        m[...] = 1.0 + y_b * (b - (y_b - s))
+        self.s[S_B] = b
+
+    def reset_scale(self) -> None:
+        """Set ``w = 0`` keeping the running average consistent (``u -= A v``)."""
+        u, u_on = self._u_args()
+        self._launch("gpusvm_reset_scale", self._vector_grid(),
+                     (self.v, u, u_on, np.int64(self.d), self.s))
+
+    def pegasos_step(self, rows, m, eta: float, shrink: float, k: int,
+                     unreg_bias: bool, radius: float, average: bool) -> None:
+        """Steps 4-5 of Pegasos Fig. 1 in the sparse form, in one launch (see :mod:`.base`)."""
+        rows = self._rows(rows)
+        nrows = int(rows.shape[0])
+        u, u_on = self._u_args()
+        self._launch("gpusvm_pegasos_step", self._row_grid(nrows),
+                     (self._indptr, self._indices, self._data, self.y, rows, np.int32(nrows),
+                      np.float64(k), m, self.v, u, u_on, self.s, self._acc, self._ticket[0:1],
+                      np.float64(eta), np.float64(shrink), np.int32(bool(unreg_bias)),
+                      np.float64(radius), np.int32(bool(average))))
+
+    def renormalize(self, threshold: float) -> None:
+        """Fold ``a`` into ``v`` when ``|a| < threshold`` (and ``A v`` into ``u``), decided on the device."""
+        u, u_on = self._u_args()
+        self._launch("gpusvm_renormalize", self._vector_grid(),
+                     (self.v, u, u_on, np.int64(self.d), self.s, self._ticket[1:2],
+                      np.float64(threshold)))
+
+    def output(self, averaged: bool):
+        """Dense float64 ``w`` and the bias (a 0-d device array) of the last iterate or the average."""
+        xp = self.xp
+        w = xp.empty(self.d, dtype=np.float64)
+        b = xp.empty(1, dtype=np.float64)
+        u, u_on = self._u_args()
+        self._launch("gpusvm_output", self._vector_grid(),
+                     (self.v, u, np.int32(bool(averaged) and self.u is not None),
+                      np.int64(self.d), self.s, w, b))
+        return w, b.reshape(())
+
+    def decision_function(self, w, b):
+        """``<w, x_i> + b`` on all rows (float64, on the device)."""
+        w = self._vec64(w)
+        bd = self._scalar64(b)
+        z = self.xp.empty(self.n, dtype=np.float64)
+        self._launch("gpusvm_decision", self._row_grid(self.n),
+                     (self._indptr, self._indices, self._data, np.int32(self.n), w, bd, z))
+        return z
+
+    def evaluate(self, w, b, lam: float, reg_bias: bool = False) -> Evaluation:
+        """Primal objective ``P(w)`` on all rows: one device-to-host copy (a sync point)."""
+        xp = self.xp
+        w = self._vec64(w)
+        bd = self._scalar64(b)
+        grid = self._row_grid(self.n)
+        partial = xp.empty(grid, dtype=np.float64)
+        self._launch("gpusvm_hinge_sum", grid,
+                     (self._indptr, self._indices, self._data, self.y, np.int32(self.n), w, bd,
+                      partial))
+        packed = xp.stack([xp.sum(partial), xp.dot(w, w), bd[0]])
+        hinge, wsq, bh = (float(x) for x in self.to_host(packed))
+        loss = hinge / self.n
+        sq = wsq + (bh * bh if reg_bias else 0.0)
+        return Evaluation(0.5 * lam * sq + loss, loss, sq)
+
+
+    # ------------------------------------------------------------ SDCA
+    def init_dual(self, beta0: float) -> None:
+        """Not available: the SDCA primitives have no device kernels yet."""
+        raise NotImplementedError(
+            "mini-batch SDCA does not run on the device backend yet (only Pegasos does); "
+            "use backend='numpy'")
+
+
+def make_device_backend(name: str, X, y, **options) -> DeviceBackend:
+    """Build the device backend ``"cupy"`` (a GPU) or ``"emulated"`` (the CPU kernel emulator).
+
+    Parameters
+    ----------
+    name : {"cupy", "emulated"}
+    X, y
+        See :class:`DeviceBackend`.
+    **options
+        ``lanes``, ``free_memory``: see :class:`DeviceBackend`.
+
+    Returns
+    -------
+    DeviceBackend
+    """
+    if name not in ("cupy", "emulated"):
+        raise ValueError(f"device backend must be 'cupy' or 'emulated', got {name!r}")
+    return DeviceBackend(X, y, name, **options)

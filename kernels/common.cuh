@@ -1,0 +1,114 @@
+// common.cuh: helpers shared by every gpusvm kernel; the loader inlines this file into the module text.
+// - the slots of the float64 scalar state vector (mirror of gpusvm/backends/_state.py; a test checks
+//   that both lists agree);
+// - the launch geometry: every kernel runs blocks of BLOCK threads (launch_bounds), row kernels map
+//   a group of LANES consecutive lanes of one warp to one CSR row and stride over rows with a loop
+//   whose trip count is the same for all lanes of a warp, so full-warp shuffles are always legal;
+// - reductions: inside a lane group (xor butterfly), over a block (warp shuffles + shared memory),
+//   and the "last block" ticket that lets the final block of a grid finish a computation without a
+//   second launch or a host synchronisation.
+#ifndef GPUSVM_COMMON_CUH
+#define GPUSVM_COMMON_CUH
+
+namespace gpusvm {
+
+// ---- slots of the scalar state vector (double[N_SLOTS]), as in gpusvm/backends/_state.py
+enum Slot : int {
+    S_A = 0,          // scale a of w = a v
+    S_VSQ = 1,        // ||v||^2, tracked exactly from the change of every update
+    S_B = 2,          // bias b
+    S_ASUM = 3,       // averaging: A, with the running sum of iterates A v - u
+    S_NAVG = 4,       // averaging: number of iterates averaged so far
+    S_BSUM = 5,       // averaging: sum of the biases of the averaged iterates
+    S_NACT = 6,       // number of active rows (margin < 1) in the last batch
+    S_DNORM = 7,      // change of ||v||^2 during the last update
+    S_LOSS = 8,       // sum of the hinge losses of the last batch
+    S_YACT = 9,       // sum of y_i over the active rows of the last batch
+    S_BETA = 10,      // SDCA: current step parameter beta
+    S_NREJ = 11,      // SDCA: number of rejected steps
+    S_ASUMD = 12,     // SDCA: sum of alpha_i
+    S_TMP0 = 13,      // scratch slots for kernels
+    S_TMP1 = 14,
+    S_TMP2 = 15,
+    N_SLOTS = 16,
+};
+
+// ---- launch geometry
+enum Geometry : int {
+    BLOCK = 256,                        // threads per block of every kernel
+    WARP = 32,
+    WARPS = BLOCK / WARP,
+    MIN_BLOCKS = 4,                     // launch bound: >= 4 resident blocks per SM (<= 64 registers);
+                                        // BLOCK alone would make ptxas cap at 32 registers and spill
+};
+enum Mask : unsigned {
+    FULL_MASK = 0xffffffffu,            // every lane of a warp
+};
+
+// Sum of x over the LANES lanes of this thread's lane group (LANES in 1..32, a power of two).
+// Every lane of the warp must call it (full-mask shuffles); every lane of the group gets the sum.
+template <int LANES>
+__device__ __forceinline__ double group_sum(double x) {
+    for (int off = LANES / 2; off > 0; off >>= 1) {
+        x += __shfl_xor_sync(FULL_MASK, x, off);
+    }
+    return x;
+}
+
+// Sum of NV values over the whole block; the result is valid in thread 0 only.
+// Every thread of the block must call it (it contains __syncthreads).
+template <int NV>
+__device__ __forceinline__ void block_sum(double (&x)[NV]) {
+    __shared__ double partial[WARPS][NV];
+    const int lane = threadIdx.x % WARP;
+    const int warp = threadIdx.x / WARP;
+    for (int i = 0; i < NV; ++i) {
+        x[i] = group_sum<WARP>(x[i]);
+    }
+    if (lane == 0) {
+        for (int i = 0; i < NV; ++i) {
+            partial[warp][i] = x[i];
+        }
+    }
+    __syncthreads();
+    if (warp == 0) {
+        for (int i = 0; i < NV; ++i) {
+            x[i] = lane < WARPS ? partial[lane][i] : 0.0;
+            x[i] = group_sum<WARP>(x[i]);
+        }
+    }
+}
+
+// True in every thread of the block that finishes last in the grid.
+// Each block makes its global writes visible (__threadfence, release) and then takes a ticket; the
+// block that draws ticket gridDim.x - 1 fences again (acquire) and so sees every write that the
+// other blocks made before their tickets (and knows they have read whatever they needed of the
+// state).  The last block must then call reset_ticket() so that the next launch starts from zero.
+// Every thread of the block must call it.
+__device__ __forceinline__ bool last_block_done(unsigned int* ticket) {
+    __shared__ unsigned int is_last;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        const unsigned int t = atomicAdd(ticket, 1u);
+        __threadfence();
+        is_last = (t == gridDim.x - 1) ? 1u : 0u;
+    }
+    __syncthreads();
+    return is_last != 0u;
+}
+
+// Zero the ticket for the next launch (an atomic: other blocks' increments are atomics too).
+__device__ __forceinline__ void reset_ticket(unsigned int* ticket) {
+    atomicExch(ticket, 0u);
+}
+
+// Read a double that other blocks updated with atomics in this launch (bypasses the
+// non-coherent L1 cache).
+__device__ __forceinline__ double load_coherent(const double* p) {
+    return *static_cast<const volatile double*>(p);
+}
+
+}  // namespace gpusvm
+
+#endif  // GPUSVM_COMMON_CUH

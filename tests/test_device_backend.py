@@ -1,0 +1,277 @@
+"""The device backend against the NumPy backend, through the whole Pegasos solver.
+
+Every test runs the device orchestration on the CPU kernel emulator
+(``"emulated"``); the same tests run on a real GPU (``"cupy"``, marked ``gpu``)
+whenever CuPy sees a CUDA device.  Same seed, same batches: the float64 runs
+must agree with the NumPy backend to 1e-5 relative (they agree to ~1e-13: the
+only differences are the order of float64 additions).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from gpusvm import PegasosSVC
+from gpusvm.backends import cuda_available, make_backend
+from gpusvm.backends._state import S_A
+from gpusvm.backends.device import DeviceBackend, estimate_device_bytes, make_device_backend
+from gpusvm.solvers import pegasos as pegasos_module
+from gpusvm.solvers.pegasos import pegasos
+
+REPO = Path(__file__).resolve().parents[1]
+N_ROWS = 6000           # a9a slice: n >= 4096 so that k = 4096 is a true mini-batch
+T = 200
+
+BACKENDS = [
+    "emulated",
+    pytest.param("cupy", marks=[pytest.mark.gpu,
+                                pytest.mark.skipif(not cuda_available(), reason="no CUDA device")]),
+]
+
+#: solver options covering projection, the bias modes, averaging, sampling and renormalisation
+CONFIGS = {
+    "plain": dict(),
+    "unreg-tail-noproj": dict(bias="unregularized", averaging="tail", projection=False),
+    "optimal-all-iid": dict(bias="optimal", averaging="all", sampling="with_replacement"),
+    "augmented": dict(augment=True),
+    # 1 - eta lam = 0.01: |a| drops below 1e-6 every few steps and is folded into v
+    "renormalizing": dict(schedule="constant", eta0=99.0, projection=False, averaging="all"),
+}
+
+
+@pytest.fixture(scope="module")
+def a9a_slice(a9a):
+    """First rows of a9a (float64, labels in {-1, +1}) and the same with a constant feature."""
+    X = a9a.X[:N_ROWS].astype(np.float64)
+    y = a9a.y[:N_ROWS].astype(np.float64)
+    assert set(np.unique(y)) == {-1.0, 1.0}
+    X_aug = sp.hstack([X, np.ones((N_ROWS, 1))], format="csr")
+    return X, y, X_aug
+
+
+def run(name, X, y, k, opts, **backend_opts):
+    opts = dict(opts)
+    be = make_backend(name, X, y) if not backend_opts else make_device_backend(name, X, y,
+                                                                                **backend_opts)
+    res = pegasos(be, lam=1e-2, k=k, max_iter=T, seed=7, eval_every=T // 2, **opts)
+    return be, res
+
+
+def rel(a, b):
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    return np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-300)
+
+
+# ------------------------------------------------------------------ parity through the solver
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("config", list(CONFIGS))
+@pytest.mark.parametrize("k", [1, 64, 4096])
+def test_solver_matches_numpy_float64(a9a_slice, backend, config, k):
+    X, y, X_aug = a9a_slice
+    opts = dict(CONFIGS[config])
+    if opts.pop("augment", False):
+        X = X_aug
+    _, ref = run("numpy", X, y, k, opts)
+    be, res = run(backend, X, y, k, opts)
+    assert res.n_iter == ref.n_iter == T
+    if np.linalg.norm(ref.w) > 0:
+        assert rel(res.w, ref.w) <= 1e-5
+    else:                                      # k = 1 with the optimal bias: w stays 0
+        assert np.linalg.norm(res.w) == 0
+    assert res.b == pytest.approx(ref.b, rel=1e-5, abs=1e-12)
+    assert [h[0] for h in res.history] == [h[0] for h in ref.history]
+    np.testing.assert_allclose([h[1] for h in res.history], [h[1] for h in ref.history], rtol=1e-5)
+    if config == "renormalizing":
+        s = be.to_host(be.s)
+        assert 1e-6 <= s[S_A] <= 1.0           # a shrinks 100x per step: it was folded into v
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("config", ["plain", "optimal-all-iid"])
+@pytest.mark.parametrize("k", [1, 64, 4096])
+def test_solver_matches_numpy_float32(a9a_slice, backend, config, k):
+    """float32: ``v`` differs by rounding, so the tolerance grows with k.
+
+    Each float32 atomic addition rounds to 2**-24 of a partial sum, where the NumPy
+    backend adds a coordinate's contributions in float64 and rounds once; a
+    coordinate of a9a receives up to ~0.1 k additions per step.  The difference
+    then moves margins that sit within ~1e-7 of 1 across the hinge, which changes
+    the active set.  Bound: ``||w - w_numpy|| <= 1e-6 (k + 1) ||w||`` (measured:
+    7e-8 at k = 1, 4e-6 at k = 64, 8e-4 at k = 4096), and the objective, which is
+    insensitive to such changes, to 1e-4 relative.
+    """
+    X, y, _ = a9a_slice
+    X, y = X.astype(np.float32), y.astype(np.float32)
+    opts = CONFIGS[config]
+    _, ref = run("numpy", X, y, k, opts)
+    _, res = run(backend, X, y, k, opts)
+    if np.linalg.norm(ref.w) > 0:
+        assert rel(res.w, ref.w) <= 1e-6 * (k + 1)
+    np.testing.assert_allclose([h[1] for h in res.history], [h[1] for h in ref.history], rtol=1e-4)
+
+
+# ------------------------------------------------------------------ no synchronisation
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("bias", ["unregularized", "optimal"])
+def test_no_transfer_between_evaluations(a9a_slice, backend, bias):
+    """Device-to-host copies happen only inside evaluations; 3 launches per iteration."""
+    X, y, _ = a9a_slice
+    be = make_backend(backend, X, y)
+    events = []
+    launches_at_margins = []
+    orig_margins, orig_evaluate, orig_to_host = be.margins, be.evaluate, be.to_host
+
+    def margins(rows):
+        events.append("M")
+        launches_at_margins.append(be.launches)
+        return orig_margins(rows)
+
+    def evaluate(*args, **kwargs):
+        events.append("E")
+        return orig_evaluate(*args, **kwargs)
+
+    def to_host(a):
+        events.append("H")
+        return orig_to_host(a)
+
+    be.margins, be.evaluate, be.to_host = margins, evaluate, to_host
+    pegasos(be, lam=1e-2, k=256, max_iter=60, seed=1, eval_every=20, averaging="tail", bias=bias)
+    trace = "".join(events)
+    assert trace.count("M") == 60 and trace.count("E") == 3
+    # between two margins calls (one iteration) a copy happens only where an evaluation runs
+    for segment in trace.split("M"):
+        if "H" in segment:
+            assert "E" in segment, trace
+    assert len(be.transfers) == trace.count("H")
+    # evaluate copies once, plus the optimal bias over all rows before it
+    assert trace.count("H") == 3 * (2 if bias == "optimal" else 1) + 1
+    steps = np.diff(launches_at_margins)
+    if bias == "unregularized":
+        # margins, pegasos_step, renormalize; plus reset_scale at t = 1, 2 at each evaluation
+        assert steps[0] == 4
+        assert set(steps[1:]) <= {3, 5} and (steps == 3).sum() == len(steps) - 3
+    else:
+        assert steps.min() == 3
+
+
+# ------------------------------------------------------------------ inputs and errors
+@pytest.mark.parametrize("form", ["dense", "csr_int64", "csc", "coo_f32"])
+def test_accepts_host_inputs(form):
+    rng = np.random.default_rng(0)
+    dense = rng.normal(size=(50, 30)) * (rng.random((50, 30)) < 0.3)
+    y = np.where(rng.random(50) < 0.5, -1.0, 1.0)
+    X = {"dense": dense, "csc": sp.csc_matrix(dense),
+         "csr_int64": sp.csr_matrix(dense), "coo_f32": sp.coo_matrix(dense.astype(np.float32))}[form]
+    if form == "csr_int64":
+        X.indices, X.indptr = X.indices.astype(np.int64), X.indptr.astype(np.int64)
+    be = make_device_backend("emulated", X, y)
+    assert be.dtype == (np.float32 if form == "coo_f32" else np.float64)
+    w = rng.normal(size=30)
+    z = be.to_host(be.decision_function(w, 0.5))
+    np.testing.assert_allclose(z, dense.astype(be.dtype) @ w + 0.5, rtol=1e-6 if form == "coo_f32"
+                               else 1e-12)
+    np.testing.assert_allclose(be.to_host(be.row_sq_norms),
+                               (dense.astype(be.dtype).astype(np.float64) ** 2).sum(axis=1),
+                               rtol=1e-12)
+
+
+def test_memory_check_names_needed_and_free_bytes():
+    X = sp.random(1000, 500, density=0.05, format="csr", random_state=0)
+    y = np.ones(1000)
+    need = estimate_device_bytes(1000, 500, X.nnz, 8)["total"]
+    with pytest.raises(MemoryError, match=r"needs about .* MiB .* only .* MiB are free.*"
+                                          r"backend='numpy'"):
+        DeviceBackend(X, y, "emulated", free_memory=need - 1)
+    DeviceBackend(X, y, "emulated", free_memory=need)      # fits exactly
+
+
+def test_rejects_unknown_lane_count_and_backend():
+    X = sp.random(20, 10, density=0.3, format="csr", random_state=0)
+    with pytest.raises(ValueError, match="lanes"):
+        make_device_backend("emulated", X, np.ones(20), lanes=5)
+    with pytest.raises(ValueError, match="cupy"):
+        make_device_backend("numpy", X, np.ones(20))
+
+
+# ------------------------------------------------------------------ estimator, end to end
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_estimator_on_the_device_backend(a9a, backend):
+    X, y = a9a.X[:3000], a9a.y[:3000]
+    kw = dict(lam=1e-3, batch_size=128, max_iter=150, random_state=0, dtype="float64",
+              averaging="tail")
+    ref = PegasosSVC(backend="numpy", **kw).fit(X, y)
+    clf = PegasosSVC(backend=backend, **kw).fit(X, y)
+    assert clf.backend_ == backend
+    assert rel(clf.coef_, ref.coef_) <= 1e-5
+    assert clf.intercept_[0] == pytest.approx(ref.intercept_[0], rel=1e-5)
+    assert clf.score(a9a.X_test, a9a.y_test) == pytest.approx(ref.score(a9a.X_test, a9a.y_test))
+
+
+# ------------------------------------------------------------------ real GPU only
+@pytest.mark.gpu
+@pytest.mark.skipif(not cuda_available(), reason="no CUDA device")
+def test_cupy_inputs_stay_on_the_device(a9a_slice):
+    import cupy
+    import cupyx.scipy.sparse as csp
+    X, y, _ = a9a_slice
+    Xd = csp.csr_matrix(X)
+    yd = cupy.asarray(y)
+    be = make_device_backend("cupy", Xd, yd)
+    assert be._data.data.ptr == Xd.data.data.ptr          # used in place, not copied
+    assert be.X is Xd
+    _, ref = run("numpy", X, y, 64, {})
+    res = pegasos(be, lam=1e-2, k=64, max_iter=T, seed=7, eval_every=T // 2)
+    assert rel(res.w, ref.w) <= 1e-5
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not cuda_available(), reason="no CUDA device")
+def test_cupy_iterations_never_synchronize(a9a_slice):
+    import cupyx
+    X, y, _ = a9a_slice
+    be = make_backend("cupy", X, y)
+    be.init_state(averaging=True)
+    chunk = be.upload_batches(np.random.default_rng(0).integers(0, N_ROWS, (20, 512),
+                                                                dtype=np.int32))
+    guard = getattr(cupyx, "allow_synchronize", None)    # deprecated in CuPy 10, may go
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ctx = guard(False) if guard is not None else contextlib.nullcontext()
+    with ctx:
+        for t in range(1, 21):
+            rows = chunk[t - 1]
+            m = be.margins(rows)
+            be.optimal_bias(rows, m)
+            eta, shrink = pegasos_module.step_size("pegasos", t, 1e-2, None, 0.7)
+            if shrink == 0.0:
+                be.reset_scale()
+                shrink = 1.0
+            be.pegasos_step(rows, m, eta, shrink, 512, False, 10.0, True)
+            be.renormalize(pegasos_module.RENORM_THRESHOLD)
+            be.output(True)
+    assert be.transfers == []
+    assert be.to_host(be.s)[S_A] > 0
+
+
+# ------------------------------------------------------------------ benchmark smoke run
+def test_benchmark_smoke_mode_runs_on_the_emulator(tmp_path):
+    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "bench_gpu.py"), "--smoke",
+                           "--backend", "emulated", "--json", str(tmp_path / "out.json")],
+                          capture_output=True, text=True, cwd=REPO, timeout=600, check=False,
+                          env={**__import__("os").environ, "PYTHONPATH": str(REPO)})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    import json
+    out = json.loads((tmp_path / "out.json").read_text())
+    assert out["backend"] == "emulated"
+    assert {"per_iteration", "time_to_eps", "kernels"} <= set(out)
+    assert all(r["seconds_per_iteration"] > 0 for r in out["per_iteration"])
+    assert {r["kernel"].split("<")[0] for r in out["kernels"]} >= {"gpusvm_margins",
+                                                                  "gpusvm_pegasos_step"}
