@@ -1,0 +1,572 @@
+"""The ``gpusvm`` command: fit, predict, demo, info (and spectral when available).
+
+Every subcommand turns its arguments into one estimator call and a short report
+on stdout. Problems with the input (a missing or malformed file, a bad
+parameter) print one line on stderr and exit with status 2, without a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import math
+import os
+import shutil
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+from ._version import __version__
+
+EXIT_OK = 0
+EXIT_ERROR = 2
+EXIT_INTERRUPTED = 130
+
+SOLVERS = ("pegasos", "sdca")
+
+#: demo settings: a9a, lam = 1e-3 (C = 1/(lam n) = 0.0307 in LinearSVC terms), 100 epochs of
+#: batches of 256 with tail averaging (Takáč et al. 2013, Theorem 1): about 3 s on 2 CPU cores
+DEMO = {"lam": 1e-3, "batch_size": 256, "epochs": 100, "averaging": "tail", "bias": "augmented",
+        "evaluations": 10}
+
+
+class _UsageError(Exception):
+    """Raised instead of argparse's exit, so that ``main`` can return the status."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        raise _UsageError(f"{self.prog}: error: {message} (see `{self.prog} --help`)")
+
+
+# --------------------------------------------------------------------- parser
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of the ``gpusvm`` command.
+
+    Returns
+    -------
+    argparse.ArgumentParser
+        With the subcommands ``fit``, ``predict``, ``demo``, ``info`` and, when
+        :mod:`gpusvm.spectral` is present, ``spectral``.
+    """
+    parser = _Parser(
+        prog="gpusvm",
+        description="Train and apply linear SVMs by large mini-batch Pegasos and SDCA.")
+    parser.add_argument("--version", action="version", version=f"gpusvm {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub.required = True
+
+    fit = sub.add_parser("fit", help="train a linear SVM on a svmlight/LIBSVM file",
+                         description="Train a linear SVM on a svmlight/LIBSVM file (.gz and .bz2 "
+                                     "accepted), print the objective trace and the training "
+                                     "accuracy, and save the model as .npz.")
+    fit.add_argument("data", metavar="DATA", help="training data in svmlight/LIBSVM format")
+    fit.add_argument("--solver", choices=SOLVERS, default="pegasos",
+                     help="pegasos (PegasosSVC, default) or sdca (SDCASVC)")
+    fit.add_argument("--lam", type=float, help="regularisation lambda > 0 (default 1e-4)")
+    fit.add_argument("--batch-size", type=int, help="mini-batch size k, 1 <= k <= n")
+    fit.add_argument("--max-iter", type=int, help="iterations (default: 10 epochs)")
+    fit.add_argument("--bias", help="intercept handling, e.g. none or augmented "
+                                    "(see the estimator's documentation)")
+    fit.add_argument("--averaging", help="pegasos: none, all or tail")
+    fit.add_argument("--eval-every", type=int, help="iterations between objective evaluations "
+                                                    "(default: once per epoch)")
+    fit.add_argument("--max-time", type=float, help="time budget in seconds")
+    fit.add_argument("--backend", help=f"{_backend_choices()} (default auto)")
+    fit.add_argument("--dtype", choices=("float32", "float64"), help="precision (default float32)")
+    fit.add_argument("--seed", type=int, default=0, help="seed of the batch stream (default 0)")
+    fit.add_argument("--n-features", type=int, help="number of features (default: from the file)")
+    fit.add_argument("--normalize", action="store_true",
+                     help="scale every row to unit L2 norm (stored in the model; predict "
+                          "applies it too)")
+    fit.add_argument("--out", metavar="MODEL",
+                     help="model file to write (default: DATA's stem + .npz in the current "
+                          "directory)")
+    _add_progress(fit)
+
+    pred = sub.add_parser("predict", help="apply a saved model to a svmlight/LIBSVM file",
+                          description="Predict the labels of DATA with MODEL; print the accuracy "
+                                      "when DATA's labels are the model's classes.")
+    pred.add_argument("model", metavar="MODEL", help="model file written by `gpusvm fit`")
+    pred.add_argument("data", metavar="DATA", help="data in svmlight/LIBSVM format")
+    pred.add_argument("--out", metavar="FILE", help="write the predictions, one per line")
+
+    demo = sub.add_parser("demo", help="train on the shipped a9a data set and compare with "
+                                       "the optimum",
+                          description="Train PegasosSVC on a9a (UCI Adult, shipped with gpusvm), "
+                                      "print the objective trace, the test accuracy and the "
+                                      "distance P(w) - P* to the optimum computed by "
+                                      "scikit-learn's LinearSVC on the same objective.")
+    demo.add_argument("--backend", default="auto", help=f"{_backend_choices()} (default auto)")
+    demo.add_argument("--seed", type=int, default=0, help="seed of the batch stream (default 0)")
+    _add_progress(demo)
+
+    sub.add_parser("info", help="versions, devices and the backends that can run here",
+                   description="Print the versions of gpusvm and its dependencies, whether a "
+                               "CUDA device was found, which backends can run here, and where "
+                               "the CUDA kernel sources are.")
+
+    spectral = _optional_module("gpusvm.spectral")
+    if spectral is not None:
+        spectral.add_cli(sub)
+    study = _optional_module("gpusvm.study")
+    if study is not None:
+        study.add_cli(sub)
+    return parser
+
+
+def _backend_choices() -> str:
+    from .backends import BACKENDS
+    return ", ".join(BACKENDS)
+
+
+def _add_progress(parser):
+    parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                        help="progress bar with the live objective on stderr (default: when "
+                             "stderr is a terminal)")
+
+
+def _optional_module(name):
+    """Import ``name`` if this installation has it, else None (other errors propagate)."""
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        if exc.name == name:
+            return None
+        raise
+
+
+# --------------------------------------------------------------------- main
+def main(argv=None) -> int:
+    """Run the ``gpusvm`` command.
+
+    Parameters
+    ----------
+    argv : list of str or None, default=None
+        Arguments without the program name; ``None`` reads ``sys.argv[1:]``.
+
+    Returns
+    -------
+    int
+        0 on success, 2 on a usage or input error (one line on stderr), 130
+        when interrupted.
+    """
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except _UsageError as exc:
+        print(exc, file=sys.stderr)
+        return EXIT_ERROR
+    except SystemExit as exc:  # --help, --version
+        return int(exc.code or 0)
+    commands = {"fit": cmd_fit, "predict": cmd_predict, "demo": cmd_demo, "info": cmd_info}
+
+    def show_warning(message, category, filename, lineno, file=None, line=None):
+        print(f"gpusvm {args.command}: warning: {_one_line(message)}", file=sys.stderr)
+
+    try:
+        with warnings.catch_warnings():
+            warnings.showwarning = show_warning  # one line per warning, no source line
+            if args.command in commands:
+                status = commands[args.command](args)
+            elif args.command == "study":
+                status = _optional_module("gpusvm.study").run_cli(args)
+            else:
+                status = _optional_module("gpusvm.spectral").run_cli(args)
+        return EXIT_OK if status is None else int(status)
+    except KeyboardInterrupt:
+        print(f"gpusvm {args.command}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except (ValueError, TypeError, OSError, RuntimeError, ArithmeticError, ImportError) as exc:
+        print(f"gpusvm {args.command}: error: {_one_line(exc)}", file=sys.stderr)
+        return EXIT_ERROR
+
+
+def _one_line(exc) -> str:
+    text = " ".join(str(exc).split())
+    if isinstance(exc, FileNotFoundError) and exc.filename and not text.startswith(("svmlight",
+                                                                                    "model")):
+        text = f"file not found: {exc.filename}"
+    return text or type(exc).__name__
+
+
+def _show_progress(flag) -> bool:
+    return sys.stderr.isatty() if flag is None else bool(flag)
+
+
+# --------------------------------------------------------------------- fit
+def _estimator_class(solver):
+    if solver == "pegasos":
+        from .estimators import PegasosSVC
+        return PegasosSVC
+    module = _optional_module("gpusvm.estimators_sdca")
+    if module is None or not hasattr(module, "SDCASVC"):
+        raise ValueError("--solver sdca needs SDCASVC, which this gpusvm installation does not "
+                         "provide; use --solver pegasos or upgrade gpusvm")
+    return module.SDCASVC
+
+
+def default_model_path(data) -> str:
+    """Default model file of ``gpusvm fit DATA``: DATA's stem + ``.npz``, in the current directory.
+
+    Parameters
+    ----------
+    data : str
+        The training file; a ``.gz``/``.bz2`` suffix is dropped first.
+
+    Returns
+    -------
+    str
+    """
+    name = Path(data).name
+    for suffix in (".gz", ".bz2"):
+        if name.endswith(suffix) and len(name) > len(suffix):
+            name = name[: -len(suffix)]
+    return Path(name).stem + ".npz"
+
+
+def cmd_fit(args) -> int:
+    """``gpusvm fit DATA``: train, report the objective trace and accuracy, save the model."""
+    from .datasets import load_svmlight, normalize_rows
+    from .model_io import save_model
+
+    cls = _estimator_class(args.solver)
+    options = {"lam": args.lam, "batch_size": args.batch_size, "max_iter": args.max_iter,
+               "bias": args.bias, "averaging": args.averaging, "eval_every": args.eval_every,
+               "max_time": args.max_time, "backend": args.backend, "dtype": args.dtype}
+    accepted = cls().get_params(deep=False)
+    params = {}
+    for name, value in options.items():
+        if value is None:
+            continue
+        if name not in accepted:
+            raise ValueError(f"--{name.replace('_', '-')} is not an option of the "
+                             f"{args.solver} solver ({cls.__name__})")
+        params[name] = value
+    params["random_state"] = args.seed
+    out = args.out or default_model_path(args.data)
+
+    progress = _show_progress(args.progress)
+    est = cls(**params, verbose=int(progress))
+    if hasattr(est, "_validate_params"):  # report a bad parameter before reading a large file
+        est._validate_params()
+    X, y = load_svmlight(args.data, n_features=args.n_features)
+    if args.normalize:
+        X = normalize_rows(X)
+    n, d = X.shape
+    print(f"gpusvm fit: {args.data}: n={n} d={d} nnz={X.nnz}; "
+          f"{cls.__name__}({_format_params(params)})")
+    start = time.perf_counter()
+    est.fit(X, y)
+    seconds = time.perf_counter() - start
+    print(f"backend: {getattr(est, 'backend_', '?')}")
+    _print_trace(est.history_)
+    print(f"stopped after {est.n_iter_} iterations ({getattr(est, 'stop_reason_', '?')}), "
+          f"{seconds:.2f} s")
+    print(f"training accuracy: {est.score(X, y):.4f}")
+    save_model(est, out, extra={"normalize": bool(args.normalize), "trained_on": str(args.data)})
+    print(f"model written to {out}")
+    return EXIT_OK
+
+
+def _format_params(params) -> str:
+    return ", ".join(f"{k}={v!r}" for k, v in params.items())
+
+
+def _print_trace(history, p_star=None, epoch_size=None):
+    """Print the ``history_`` rows, with P - P* when it is known.
+
+    Rows are ``(iteration, P, seconds)`` (Pegasos) or ``(iteration, P, D, gap,
+    seconds)`` (SDCA, whose dual objective and duality gap are printed too).
+    """
+    dual = bool(history) and len(history[0]) == 5
+    head = f"{'iteration':>10}"
+    if epoch_size:
+        head += f" {'epoch':>7}"
+    head += f" {'objective P(w)':>15}"
+    if dual:
+        head += f" {'dual D(alpha)':>15} {'gap':>10}"
+    if p_star is not None:
+        head += f" {'P(w) - P*':>11}"
+    head += f" {'seconds':>8}"
+    print(head)
+    for row in history:
+        it, obj, elapsed = row[0], row[1], row[-1]
+        line = f"{it:>10d}"
+        if epoch_size:
+            line += f" {it / epoch_size:>7.1f}"
+        line += f" {obj:>15.8f}"
+        if dual:
+            line += f" {row[2]:>15.8f} {row[3]:>10.3e}"
+        if p_star is not None:
+            line += f" {obj - p_star:>11.3e}"
+        line += f" {elapsed:>8.2f}"
+        print(line)
+
+
+# --------------------------------------------------------------------- predict
+def format_label(value) -> str:
+    """A label as written in LIBSVM files: integral floats without the ``.0``.
+
+    Parameters
+    ----------
+    value : scalar
+
+    Returns
+    -------
+    str
+    """
+    if isinstance(value, (float, np.floating)) and math.isfinite(value) \
+            and float(value).is_integer():
+        return str(int(value))
+    if isinstance(value, (np.generic,)):
+        value = value.item()
+    return str(value)
+
+
+def cmd_predict(args) -> int:
+    """``gpusvm predict MODEL DATA``: predictions, and the accuracy when labels match."""
+    from .datasets import load_svmlight, normalize_rows
+    from .model_io import load_model, read_model_metadata
+
+    est = load_model(args.model)
+    extra = read_model_metadata(args.model).get("extra") or {}
+    n_features = getattr(est, "n_features_in_", None)
+    try:
+        X, y = load_svmlight(args.data, n_features=n_features)
+    except ValueError as exc:
+        if "n_features=" in str(exc):
+            raise ValueError(f"{exc}; the model was trained on {n_features} features") from None
+        raise
+    if extra.get("normalize"):
+        X = normalize_rows(X)
+    pred = est.predict(X)
+    print(f"gpusvm predict: {args.data}: n={X.shape[0]} with {args.model} "
+          f"({type(est).__name__}, {n_features} features)")
+    classes = set(np.asarray(est.classes_).tolist())
+    if set(np.unique(y).tolist()) <= classes:
+        print(f"accuracy: {float(np.mean(pred == y)):.4f}")
+    else:
+        print("accuracy: not computed (the labels of DATA are not the model's classes "
+              f"{', '.join(format_label(c) for c in est.classes_)})")
+    if args.out:
+        with open(args.out, "w", encoding="utf-8") as f:
+            f.writelines(format_label(p) + "\n" for p in pred)
+        print(f"predictions written to {args.out}")
+    return EXIT_OK
+
+
+# --------------------------------------------------------------------- demo
+def reference_optimum(X, y, lam):
+    """``P*`` of the demo's objective, from scikit-learn's LinearSVC (liblinear).
+
+    The objective is that of ``PegasosSVC(bias="augmented", intercept_scaling=1)``:
+    ``P(w, b) = lam/2 (||w||^2 + b^2) + (1/n) sum_i max(0, 1 - y_i (<w, x_i> + b))``.
+    LinearSVC with ``fit_intercept=True, intercept_scaling=1`` minimises
+    ``1/2 (||w||^2 + b^2) + C sum_i hinge`` (liblinear regularises the intercept
+    as an appended constant feature), which is ``P / lam`` for ``C = 1/(lam n)``.
+
+    Parameters
+    ----------
+    X : scipy.sparse.csr_matrix of shape (n, d)
+    y : ndarray of shape (n,), labels in {-1, +1}
+    lam : float
+
+    Returns
+    -------
+    p_star : float
+        ``P`` evaluated in float64 at LinearSVC's solution (dual coordinate
+        descent run to ``tol=1e-10``).
+    """
+    import warnings
+
+    from sklearn.exceptions import ConvergenceWarning
+    from sklearn.svm import LinearSVC
+
+    n = X.shape[0]
+    ref = LinearSVC(loss="hinge", C=1.0 / (lam * n), fit_intercept=True, intercept_scaling=1.0,
+                    dual=True, tol=1e-10, max_iter=1_000_000)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        ref.fit(X.astype(np.float64), y)
+    return primal_objective(X, y, ref.coef_.ravel(), float(ref.intercept_[0]), lam)
+
+
+def primal_objective(X, y, coef, intercept, lam):
+    """``lam/2 (||w||^2 + b^2) + mean hinge``: the objective of an augmented-bias model.
+
+    Parameters
+    ----------
+    X : scipy.sparse matrix of shape (n, d)
+    y : ndarray of shape (n,), labels in {-1, +1}
+    coef : ndarray of shape (d,)
+    intercept : float
+    lam : float
+
+    Returns
+    -------
+    float
+    """
+    w = np.asarray(coef, dtype=np.float64).ravel()
+    margins = y * (X.astype(np.float64) @ w + intercept)
+    return float(0.5 * lam * (w @ w + intercept * intercept)
+                 + np.maximum(0.0, 1.0 - margins).mean())
+
+
+def cmd_demo(args) -> int:
+    """``gpusvm demo``: PegasosSVC on the shipped a9a, against the optimum of LinearSVC."""
+    from .datasets import load_a9a
+    from .estimators import PegasosSVC
+
+    X, y = load_a9a("train")
+    X_test, y_test = load_a9a("test")
+    n, d = X.shape
+    lam, k = DEMO["lam"], DEMO["batch_size"]
+    epoch = n / k
+    max_iter = math.ceil(DEMO["epochs"] * epoch)
+    eval_every = math.ceil(max_iter / DEMO["evaluations"])
+    est = PegasosSVC(lam=lam, batch_size=k, max_iter=max_iter, averaging=DEMO["averaging"],
+                     bias=DEMO["bias"], eval_every=eval_every, backend=args.backend,
+                     random_state=args.seed, verbose=int(_show_progress(args.progress)))
+    print("gpusvm demo: mini-batch Pegasos on a9a (UCI Adult, LIBSVM binarisation, shipped "
+          "with gpusvm)")
+    print(f"  train n={n} d={d}, test n={X_test.shape[0]}; lam={lam:g} (C = 1/(lam n) = "
+          f"{1 / (lam * n):.4g}), batch_size={k}, {max_iter} iterations ({DEMO['epochs']} "
+          f"epochs), averaging={DEMO['averaging']!r}, bias={DEMO['bias']!r}")
+    start = time.perf_counter()
+    est.fit(X, y)
+    seconds = time.perf_counter() - start
+    p_star = reference_optimum(X, y, lam)
+    p_final = primal_objective(X, y, est.coef_.ravel(), float(est.intercept_[0]), lam)
+    print(f"  backend: {est.backend_}; training took {seconds:.2f} s")
+    _print_trace(est.history_, p_star=p_star, epoch_size=epoch)
+    print(f"reference optimum P* = {p_star:.8f} (scikit-learn LinearSVC, hinge loss, "
+          "C = 1/(lam n), intercept regularised like bias='augmented', tol=1e-10)")
+    print(f"final objective P(w) = {p_final:.8f}; P(w) - P* = {p_final - p_star:.3e} "
+          f"(relative {(p_final - p_star) / p_star:.2e})")
+    print(f"training accuracy: {est.score(X, y):.4f}")
+    print(f"a9a test accuracy: {est.score(X_test, y_test):.4f}")
+    return EXIT_OK
+
+
+# --------------------------------------------------------------------- info
+def _version_of(module_name):
+    spec = importlib.util.find_spec(module_name)
+    if spec is None:
+        return "not installed"
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:  # a broken optional install must not break `info`
+        return f"installed but fails to import ({_one_line(exc)})"
+    return getattr(module, "__version__", "unknown version")
+
+
+def _cuda_devices():
+    """Names of the CUDA devices CuPy sees (empty without CuPy or a device)."""
+    from .backends import cuda_available
+    if not cuda_available():
+        return []
+    import cupy
+    names = []
+    for i in range(cupy.cuda.runtime.getDeviceCount()):
+        name = cupy.cuda.runtime.getDeviceProperties(i)["name"]
+        names.append(name.decode() if isinstance(name, bytes) else str(name))
+    return names
+
+
+def _cxx_compiler():
+    """A C++ compiler for the kernel emulator, or None."""
+    emulator = _optional_module("gpusvm._emulator")
+    for attr in ("find_compiler", "compiler", "cxx_compiler"):
+        fn = getattr(emulator, attr, None) if emulator is not None else None
+        if callable(fn):
+            try:
+                found = fn()
+            except Exception:
+                found = None
+            if found:
+                return str(found)
+    for candidate in (os.environ.get("CXX"), "c++", "g++", "clang++"):
+        if candidate and shutil.which(candidate):
+            return shutil.which(candidate)
+    return None
+
+
+def kernel_dir():
+    """Directory of the CUDA kernel sources (``*.cu``), or None when not found.
+
+    Asks :mod:`gpusvm._kernels` when it exists, else looks where the wheel puts
+    them (``gpusvm/kernels``) and where a source checkout has them (``kernels/``).
+
+    Returns
+    -------
+    pathlib.Path or None
+    """
+    module = _optional_module("gpusvm._kernels")
+    if module is not None:
+        for attr in ("kernel_dir", "kernels_dir", "KERNEL_DIR", "KERNELS_DIR"):
+            value = getattr(module, attr, None)
+            try:
+                value = value() if callable(value) else value
+            except Exception:
+                value = None
+            if value:
+                return Path(value)
+    package = Path(__file__).resolve().parent
+    for candidate in (package / "kernels", package.parent / "kernels"):
+        if candidate.is_dir():
+            return candidate
+    return None
+
+
+def cmd_info(args) -> int:
+    """``gpusvm info``: versions, devices, runnable backends, kernel location."""
+    print(f"gpusvm       {__version__}")
+    print(f"python       {sys.version.split()[0]}")
+    for name in ("numpy", "scipy", "sklearn", "tqdm", "cupy"):
+        print(f"{name:<12} {_version_of(name)}")
+    devices = _cuda_devices()
+    if devices:
+        print(f"GPU          {len(devices)} CUDA device(s): {', '.join(devices)}")
+    else:
+        print("GPU          none found (no CuPy, no driver, or no CUDA device)")
+    device_backend = importlib.util.find_spec("gpusvm.backends.device") is not None
+    compiler = _cxx_compiler()
+    from . import backends
+
+    print("backends:")
+    print("  numpy      yes (NumPy/SciPy reference backend, always available)")
+    if "numba" in backends.BACKENDS:
+        numba_ok = getattr(backends, "numba_available", lambda: False)()
+        print("  numba      " + ("yes (compiled CPU backend)" if numba_ok else
+                                 "no (the compiled CPU backend needs the numba package)"))
+    if devices and device_backend:
+        print("  cupy       yes (custom CUDA kernels on the GPU)")
+    elif not device_backend:
+        print("  cupy       no (this installation has no device backend)")
+    else:
+        print("  cupy       no (needs CuPy and a CUDA device: pip install \"gpusvm[cuda12]\" "
+              "or \"gpusvm[cuda13]\" on a CUDA machine)")
+    if compiler and device_backend:
+        print(f"  emulated   yes (the CUDA kernels on the CPU kernel emulator, compiler "
+              f"{compiler})")
+    elif not device_backend:
+        print("  emulated   no (this installation has no device backend)")
+    else:
+        print("  emulated   no (the CPU kernel emulator needs a C++ compiler; none found)")
+    print(f"  auto       -> {backends.resolve_backend_name('auto')}")
+    kdir = kernel_dir()
+    if kdir is None:
+        print("kernels      not found")
+    else:
+        count = len(list(kdir.glob("*.cu")))
+        print(f"kernels      {kdir} ({count} .cu file{'s' if count != 1 else ''})")
+    return EXIT_OK
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

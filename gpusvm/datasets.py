@@ -1,0 +1,288 @@
+"""Data loading: svmlight/LIBSVM files, row normalisation and the shipped a9a data set.
+
+``load_svmlight`` wraps scikit-learn's fast parser and adds what it lacks: CSR
+with int32 ``indices``/``indptr``, and parse errors that name the file and the
+line. ``load_a9a`` reads the copy of LIBSVM's a9a (UCI Adult) shipped inside the
+package, so examples and the ``gpusvm demo`` command need no download.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import os
+from importlib import resources
+
+import numpy as np
+import scipy.sparse as sp
+from sklearn.datasets import load_svmlight_file
+
+__all__ = ["load_svmlight", "normalize_rows", "load_a9a", "A9A_N_FEATURES"]
+
+#: number of features of a9a (the test file uses only 122 of them)
+A9A_N_FEATURES = 123
+
+#: sha256 of the uncompressed shipped files (see gpusvm/data/PROVENANCE.txt)
+A9A_SHA256 = {
+    "train": "f5d5ffd8d865ff41328e7ee043e4b020816914ff6843ff15b98905ddbedce906",
+    "test": "1f448a153f0320399a7e40836eb207655b0bde0f21fc941cc472193daa9f5de9",
+}
+_A9A_FILES = {"train": "a9a.gz", "test": "a9a.t.gz"}
+
+_INT32_MAX = np.iinfo(np.int32).max
+
+
+def load_svmlight(path, n_features=None, dtype=np.float32, *, zero_based="auto"):
+    """Read a svmlight/LIBSVM file (plain or gzip/bz2-compressed) into CSR.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        File to read; ``.gz`` and ``.bz2`` files are decompressed on the fly.
+    n_features : int or None, default=None
+        Number of columns. ``None`` takes the largest index in the file; pass
+        the training set's count when loading a test set (a test file may not
+        use the last features; a9a's test file uses 122 of its 123).
+    dtype : {numpy.float32, numpy.float64}, default=numpy.float32
+        Type of the values.
+    zero_based : bool or "auto", default="auto"
+        Whether indices start at 0. ``"auto"`` assumes 1-based (LIBSVM) unless an
+        index 0 occurs in the file.
+
+    Returns
+    -------
+    X : scipy.sparse.csr_matrix of shape (n_samples, n_features)
+        Sorted, duplicate-free CSR; ``indices`` and ``indptr`` are int32 whenever
+        ``nnz`` and ``n_features`` fit in int32, int64 otherwise.
+    y : ndarray of float64, shape (n_samples,)
+        The labels exactly as written in the file (no remapping).
+
+    Raises
+    ------
+    FileNotFoundError
+        When ``path`` does not exist.
+    ValueError
+        When the file is malformed (the message names the file and the first bad
+        line), holds no example, or uses more than ``n_features`` features.
+    """
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"svmlight file not found: {path}")
+    if os.path.isdir(path):
+        raise ValueError(f"{path} is a directory; pass the path of a svmlight/LIBSVM file")
+    dtype = np.dtype(dtype)
+    if dtype not in (np.float32, np.float64):
+        raise ValueError(f"dtype must be float32 or float64, got {dtype}")
+    if n_features is not None:
+        if isinstance(n_features, bool) or not isinstance(n_features, (int, np.integer)) \
+                or n_features < 1:
+            raise ValueError(f"n_features must be a positive integer or None, got {n_features!r}")
+        n_features = int(n_features)
+    try:
+        X, y = load_svmlight_file(path, n_features=n_features, dtype=dtype, zero_based=zero_based)
+    except (ValueError, OverflowError, UnicodeDecodeError, EOFError, gzip.BadGzipFile) as exc:
+        raise ValueError(_locate_error(path, exc, n_features, zero_based)) from None
+    if X.shape[0] == 0:
+        raise ValueError(f"{path}: no examples found (the file is empty or holds only comments)")
+    return _to_int32_csr(X), y
+
+
+def _to_int32_csr(X):
+    """Sorted CSR, with int32 index arrays where they fit."""
+    X = X.tocsr()
+    X.sum_duplicates()
+    X.sort_indices()
+    if X.nnz <= _INT32_MAX and X.shape[1] <= _INT32_MAX and X.indices.dtype != np.int32:
+        X = sp.csr_matrix((X.data, X.indices.astype(np.int32), X.indptr.astype(np.int32)),
+                          shape=X.shape)
+    return X
+
+
+def _open_text(path):
+    """Binary file object of a possibly compressed file (as scikit-learn opens it)."""
+    if path.endswith(".gz"):
+        return gzip.open(path, "rb")
+    if path.endswith(".bz2"):
+        import bz2
+        return bz2.open(path, "rb")
+    return open(path, "rb")
+
+
+def _locate_error(path, exc, n_features, zero_based):
+    """Re-scan ``path`` line by line with the rules of scikit-learn's parser.
+
+    Returns an error message naming the file and the first bad line; falls back
+    to the parser's own message when no single line is at fault.
+    """
+    reason = str(exc) or type(exc).__name__
+    max_index, max_line, lineno = -1, 0, 0
+    has_zero = False
+    try:
+        with _open_text(path) as f:
+            for lineno, raw in enumerate(f, start=1):
+                bad = _check_line(raw, zero_based)
+                if isinstance(bad, str):
+                    return f"{path}, line {lineno}: {bad}"
+                line_max, line_zero = bad
+                has_zero = has_zero or line_zero
+                if line_max > max_index:
+                    max_index, max_line = line_max, lineno
+    except (OSError, EOFError, gzip.BadGzipFile) as read_exc:
+        where = f", after line {lineno}" if lineno else ""
+        return (f"{path}{where}: cannot be read as a (compressed) svmlight file ({read_exc}); "
+                "the file may be truncated or corrupted")
+    if n_features is not None and max_index >= 0:
+        one_based = zero_based is False or (zero_based == "auto" and not has_zero)
+        needed = max_index if one_based else max_index + 1
+        if needed > n_features:
+            return (f"{path}, line {max_line}: feature index {max_index} needs {needed} features "
+                    f"but n_features={n_features}; pass n_features >= {needed} "
+                    "(or the training set's n_features)")
+    return f"{path}: malformed svmlight/LIBSVM data ({reason})"
+
+
+def _check_line(raw: bytes, zero_based):
+    """Validate one line like scikit-learn's parser does.
+
+    Returns an error string, or ``(largest index, whether index 0 occurs)``.
+    """
+    try:
+        line = raw.split(b"#", 1)[0].decode("ascii")
+    except UnicodeDecodeError:
+        return "not ASCII text (is this a binary or compressed file without a .gz/.bz2 suffix?)"
+    parts = line.split()
+    if not parts:
+        return (-1, False)
+    target, features = parts[0], parts[1:]
+    try:
+        float(target)
+    except ValueError:
+        return f"label {target!r} is not a number"
+    if features and features[0].startswith("qid:"):  # a query id (ignored) may follow the label
+        features = features[1:]
+    prev = -1
+    has_zero = False
+    for tok in features:
+        if ":" not in tok:
+            return f"term {tok!r} is not of the form index:value"
+        idx_s, val_s = tok.split(":", 1)
+        try:
+            idx = int(idx_s)
+        except ValueError:
+            return f"feature index {idx_s!r} in {tok!r} is not an integer"
+        try:
+            float(val_s)
+        except ValueError:
+            return f"feature value {val_s!r} in {tok!r} is not a number"
+        if idx < 0 or (zero_based is False and idx == 0):
+            return f"invalid feature index {idx} in {tok!r}"
+        if idx > _INT32_MAX:
+            return f"feature index {idx} in {tok!r} is too large (the largest is {_INT32_MAX})"
+        if idx <= prev:
+            return (f"feature indices must be sorted and unique, but {idx} follows {prev}")
+        has_zero = has_zero or idx == 0
+        prev = idx
+    return (prev, has_zero)
+
+
+def normalize_rows(X, max_norm=1.0, *, mode="all"):
+    """Scale the rows of ``X`` so that no row has L2 norm above ``max_norm``.
+
+    The convergence analysis of mini-batch Pegasos and SDCA (Takáč et al. 2013)
+    assumes ``max_i ||x_i|| <= 1``; text features are usually unit rows already,
+    while e.g. a9a's rows have norm 3.3 to 3.7.
+
+    Parameters
+    ----------
+    X : {ndarray, scipy.sparse matrix} of shape (n_samples, n_features)
+        Data; not modified.
+    max_norm : float, default=1.0
+        Target norm, ``> 0``.
+    mode : {"all", "above"}, default="all"
+        ``"all"``: every nonzero row is scaled to norm exactly ``max_norm`` (the
+        usual L2 normalisation). ``"above"``: only rows longer than ``max_norm``
+        are scaled down to it; shorter rows are kept as they are.
+
+    Returns
+    -------
+    X_scaled : same type, shape and dtype as ``X`` (CSR for sparse input)
+        A new matrix. All-zero rows stay zero.
+    """
+    if not (isinstance(max_norm, (int, float, np.floating, np.integer))
+            and not isinstance(max_norm, bool) and np.isfinite(max_norm) and max_norm > 0):
+        raise ValueError(f"max_norm must be a finite number > 0, got {max_norm!r}")
+    if mode not in ("all", "above"):
+        raise ValueError(f"mode must be 'all' or 'above', got {mode!r}")
+    if sp.issparse(X):
+        X = sp.csr_matrix(X, copy=True)
+        if X.dtype.kind != "f":
+            X = X.astype(np.float64)
+        data = X.data.astype(np.float64)
+        norms = np.sqrt(np.add.reduceat(data * data, X.indptr[:-1])
+                        if X.nnz else np.zeros(X.shape[0]))
+        # reduceat gives garbage for empty rows: force them to 0
+        norms[np.diff(X.indptr) == 0] = 0.0
+    else:
+        X = np.array(X, copy=True)
+        if X.dtype.kind != "f":
+            X = X.astype(np.float64)
+        if X.ndim != 2:
+            raise ValueError(f"X must be 2-dimensional, got an array of shape {X.shape}")
+        norms = np.sqrt(np.einsum("ij,ij->i", X.astype(np.float64), X.astype(np.float64)))
+    if not np.all(np.isfinite(norms)):
+        raise ValueError("X contains NaN or infinity; clean the data before normalising it")
+    factor = np.ones_like(norms)
+    nonzero = norms > 0
+    if mode == "all":
+        factor[nonzero] = max_norm / norms[nonzero]
+    else:
+        long_rows = norms > max_norm
+        factor[long_rows] = max_norm / norms[long_rows]
+    if sp.issparse(X):
+        X.data = (X.data * np.repeat(factor, np.diff(X.indptr))).astype(X.dtype, copy=False)
+        return X
+    X *= factor.astype(X.dtype)[:, None]
+    return X
+
+
+def load_a9a(split="train", *, dtype=np.float32):
+    """Load the a9a data set (UCI Adult, LIBSVM binarisation) shipped with gpusvm.
+
+    The compressed files live in ``gpusvm/data``; their sha256 is checked on
+    every load. See ``gpusvm/data/PROVENANCE.txt`` for sources and licence
+    (UCI Adult, CC BY 4.0).
+
+    Parameters
+    ----------
+    split : {"train", "test"}, default="train"
+        ``"train"``: 32,561 rows (file ``a9a``); ``"test"``: 16,281 rows (``a9a.t``).
+    dtype : {numpy.float32, numpy.float64}, default=numpy.float32
+        Type of the values.
+
+    Returns
+    -------
+    X : scipy.sparse.csr_matrix of shape (n_samples, 123)
+        Binary features, int32 indices.
+    y : ndarray of float64, shape (n_samples,)
+        Labels in {-1, +1}.
+
+    Raises
+    ------
+    ValueError
+        For an unknown split, or when the shipped file does not match its
+        recorded checksum (a damaged installation: reinstall gpusvm).
+    """
+    if split not in _A9A_FILES:
+        raise ValueError(f"split must be 'train' or 'test', got {split!r}")
+    ref = resources.files("gpusvm").joinpath("data", _A9A_FILES[split])
+    with ref.open("rb") as f:
+        raw = gzip.decompress(f.read())
+    digest = hashlib.sha256(raw).hexdigest()
+    if digest != A9A_SHA256[split]:
+        raise ValueError(
+            f"the shipped a9a {split} file ({ref}) is damaged: sha256 {digest} differs from "
+            f"{A9A_SHA256[split]}; reinstall gpusvm")
+    X, y = load_svmlight_file(io.BytesIO(raw), n_features=A9A_N_FEATURES, dtype=np.dtype(dtype),
+                              zero_based=False)
+    return _to_int32_csr(X), y

@@ -1,0 +1,102 @@
+"""Shared fixtures: the real data sets in ``../shared/data``, each loaded at most once per session.
+
+The data directory sits beside the repository (``<repo>/../shared/data``). Tests
+that need it FAIL, never skip, when it is missing: the real-data tests are part
+of the contract.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import NamedTuple
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from gpusvm.datasets import load_svmlight
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+SHARED_DATA = (REPO_ROOT / ".." / "shared" / "data").resolve()
+
+
+class Dataset(NamedTuple):
+    """A train/test pair of a real data set (CSR float32, int32 indices; labels in {-1, +1}).
+
+    Shared by every test of the session: never modify the arrays in place (copy first).
+    """
+
+    name: str
+    X: sp.csr_matrix
+    y: np.ndarray
+    X_test: sp.csr_matrix
+    y_test: np.ndarray
+
+
+#: file names and feature counts (from each folder's PROVENANCE.txt)
+DATASETS = {
+    "a9a": ("a9a/a9a", "a9a/a9a.t", 123),
+    "rcv1_small": ("rcv1_small/vw_rcv1_small.svm", "rcv1_small/vw_rcv1_small_test.svm", 47236),
+    "imdb": ("imdb/imdb_tfidf_unigram.train.svm.gz", "imdb/imdb_tfidf_unigram.test.svm.gz", 74849),
+    "news20": ("news20/news20bydate_binary_uni+bigram.train.svm.gz",
+               "news20/news20bydate_binary_uni+bigram.test.svm.gz", 1181833),
+}
+
+
+def shared_data_dir() -> Path:
+    """``<repo>/../shared/data``; fails the calling test with a clear message when missing."""
+    if not SHARED_DATA.is_dir():
+        pytest.fail(
+            f"the real data sets are missing: expected the directory {SHARED_DATA} "
+            "(../shared/data relative to the repository root, with a9a/, rcv1_small/, imdb/, "
+            "news20/ ...); place the shared data folder beside the repository and rerun",
+            pytrace=False)
+    return SHARED_DATA
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    """Path of ``../shared/data`` (relative to the repository root); FAILS when it is missing."""
+    return shared_data_dir()
+
+
+_CACHE: dict = {}
+
+
+def load_dataset(name: str) -> Dataset:
+    """Load a real data set once per session (train and test, with the recorded n_features)."""
+    if name not in _CACHE:
+        root = shared_data_dir()
+        train, test, d = DATASETS[name]
+        for rel in (train, test):
+            if not (root / rel).is_file():
+                pytest.fail(f"data file {root / rel} is missing from the shared data folder",
+                            pytrace=False)
+        X, y = load_svmlight(root / train, n_features=d)
+        X_test, y_test = load_svmlight(root / test, n_features=d)
+        _CACHE[name] = Dataset(name, X, y, X_test, y_test)
+    return _CACHE[name]
+
+
+@pytest.fixture(scope="session")
+def a9a() -> Dataset:
+    """a9a from ../shared/data: 32,561 train / 16,281 test rows, 123 features."""
+    return load_dataset("a9a")
+
+
+@pytest.fixture(scope="session")
+def rcv1_small() -> Dataset:
+    """RCV1 CCAT slices: 1,000 train / 500 test unit rows, 47,236 features."""
+    return load_dataset("rcv1_small")
+
+
+@pytest.fixture(scope="session")
+def imdb() -> Dataset:
+    """IMDB TF-IDF unigrams: 25,000 / 25,000 unit rows, 74,849 features."""
+    return load_dataset("imdb")
+
+
+@pytest.fixture(scope="session")
+def news20() -> Dataset:
+    """20 Newsgroups binary, unigrams+bigrams: 11,314 / 7,532 unit rows, 1,181,833 features."""
+    return load_dataset("news20")

@@ -1,0 +1,272 @@
+"""The gpusvm command: fit, predict, demo, info, spectral wiring, and its error contract."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from sklearn.datasets import dump_svmlight_file, make_classification
+
+import gpusvm
+import gpusvm.backends
+from gpusvm import __version__
+from gpusvm.cli import default_model_path, format_label, main
+from gpusvm.model_io import load_model, read_model_metadata
+
+
+@pytest.fixture(scope="module")
+def train_file(tmp_path_factory):
+    X, y = make_classification(n_samples=300, n_features=12, n_informative=6, random_state=0)
+    path = tmp_path_factory.mktemp("data") / "toy.train.svm"
+    dump_svmlight_file(X, np.where(y == 1, 1, -1), str(path), zero_based=False)
+    return path
+
+
+def run(capsys, *argv):
+    """Run ``gpusvm argv...``; return (status, stdout, stderr)."""
+    status = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def assert_one_line_error(status, err, message):
+    assert status == 2
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert err.strip() == message
+
+
+# ------------------------------------------------------------------ fit / predict
+def test_fit_reports_trace_accuracy_and_writes_default_model(capsys, tmp_path, monkeypatch,
+                                                             train_file):
+    monkeypatch.chdir(tmp_path)
+    status, out, err = run(capsys, "fit", train_file, "--lam", "1e-2", "--batch-size", "16",
+                           "--max-iter", "200", "--eval-every", "50", "--backend", "numpy")
+    assert status == 0 and err == ""
+    lines = out.splitlines()
+    assert lines[0] == (f"gpusvm fit: {train_file}: n=300 d=12 nnz=3600; PegasosSVC(lam=0.01, "
+                        "batch_size=16, max_iter=200, eval_every=50, backend='numpy', "
+                        "random_state=0)")
+    assert lines[1] == "backend: numpy"
+    assert lines[2].split() == ["iteration", "objective", "P(w)", "seconds"]
+    assert [int(line.split()[0]) for line in lines[3:7]] == [50, 100, 150, 200]
+    assert re.fullmatch(r"stopped after 200 iterations \(max_iter\), \d+\.\d\d s", lines[7])
+    accuracy = float(re.fullmatch(r"training accuracy: (\d\.\d{4})", lines[8]).group(1))
+    assert lines[9] == "model written to toy.train.npz"
+    model = load_model(tmp_path / "toy.train.npz")
+    assert model.n_iter_ == 200 and model.lam == 1e-2 and model.random_state == 0
+    assert [round(h[1], 8) for h in model.history_] == [float(line.split()[1])
+                                                         for line in lines[3:7]]
+    assert accuracy > 0.8
+
+
+def test_fit_then_predict(capsys, tmp_path, train_file):
+    model = tmp_path / "m.npz"
+    status, out, _ = run(capsys, "fit", train_file, "--lam", "1e-2", "--batch-size", "32",
+                         "--normalize", "--backend", "numpy", "--out", model, "--dtype",
+                         "float64")
+    assert status == 0
+    train_acc = re.search(r"training accuracy: (\S+)", out).group(1)
+    assert read_model_metadata(model)["extra"]["normalize"] is True
+    preds = tmp_path / "pred.txt"
+    status, out, err = run(capsys, "predict", model, train_file, "--out", preds)
+    assert status == 0 and err == ""
+    assert out.splitlines() == [
+        f"gpusvm predict: {train_file}: n=300 with {model} (PegasosSVC, 12 features)",
+        f"accuracy: {train_acc}",  # the same rows, normalised the same way
+        f"predictions written to {preds}"]
+    written = preds.read_text().splitlines()
+    assert len(written) == 300 and set(written) <= {"-1", "1"}
+
+
+def test_predict_labels_that_are_not_the_classes(capsys, tmp_path, train_file):
+    model = tmp_path / "m.npz"
+    assert run(capsys, "fit", train_file, "--backend", "numpy", "--out", model)[0] == 0
+    unlabelled = tmp_path / "new.svm"
+    unlabelled.write_text("0 1:0.5 3:1\n0 2:1\n")
+    status, out, _ = run(capsys, "predict", model, unlabelled)
+    assert status == 0
+    assert ("accuracy: not computed (the labels of DATA are not the model's classes -1, 1)"
+            in out.splitlines())
+
+
+def test_predict_data_with_too_many_features(capsys, tmp_path, train_file):
+    model = tmp_path / "m.npz"
+    assert run(capsys, "fit", train_file, "--backend", "numpy", "--out", model)[0] == 0
+    wide = tmp_path / "wide.svm"
+    wide.write_text("1 1:1\n-1 2:1 40:1\n")
+    status, _, err = run(capsys, "predict", model, wide)
+    assert_one_line_error(status, err, (
+        f"gpusvm predict: error: {wide}, line 2: feature index 40 needs 40 features but "
+        "n_features=12; pass n_features >= 40 (or the training set's n_features); the model "
+        "was trained on 12 features"))
+
+
+def test_fit_progress_bar_shows_the_objective(capsys, tmp_path, train_file):
+    status, _, err = run(capsys, "fit", train_file, "--backend", "numpy", "--batch-size", "8",
+                         "--out", tmp_path / "m.npz", "--progress")
+    assert status == 0
+    assert "objective=" in err and "100%" in err
+
+
+def test_fit_sdca(capsys, tmp_path, train_file):
+    model = tmp_path / "s.npz"
+    status, out, _ = run(capsys, "fit", train_file, "--solver", "sdca", "--lam", "1e-2",
+                         "--batch-size", "8", "--backend", "numpy", "--out", model)
+    assert status == 0
+    lines = out.splitlines()
+    assert lines[2].split() == ["iteration", "objective", "P(w)", "dual", "D(alpha)", "gap",
+                                "seconds"]
+    est = load_model(model)
+    assert type(est).__name__ == "SDCASVC"
+    first = lines[3].split()
+    assert [int(first[0]), float(first[1]), float(first[2])] == [
+        est.history_[0][0], round(est.history_[0][1], 8), round(est.history_[0][2], 8)]
+    assert float(first[3]) == pytest.approx(est.history_[0][3], rel=1e-3)
+
+
+def test_fit_sdca_rejects_pegasos_options(capsys, tmp_path, train_file):
+    status, _, err = run(capsys, "fit", train_file, "--solver", "sdca", "--averaging", "tail",
+                         "--out", tmp_path / "s.npz")
+    assert_one_line_error(status, err, "gpusvm fit: error: --averaging is not an option of the "
+                                       "sdca solver (SDCASVC)")
+
+
+def test_warnings_are_one_line(capsys, tmp_path, train_file):
+    status, _, err = run(capsys, "fit", train_file, "--solver", "sdca", "--max-iter", "3",
+                         "--backend", "numpy", "--out", tmp_path / "s.npz")
+    assert status == 0
+    assert err == ("gpusvm fit: warning: SDCA stopped after max_iter=3 iterations with duality "
+                   f"gap {load_model(tmp_path / 's.npz').duality_gap_:.3g} > tol=0.001; increase "
+                   "max_iter, or use the aggressive variant or a smaller batch_size\n")
+
+
+def test_fit_sdca_without_sdcasvc(capsys, tmp_path, monkeypatch, train_file):
+    # SDCASVC is imported lazily; an installation without it gets a clear error
+    monkeypatch.setitem(sys.modules, "gpusvm.estimators_sdca", None)
+    status, _, err = run(capsys, "fit", train_file, "--solver", "sdca", "--out",
+                         tmp_path / "m.npz")
+    assert_one_line_error(status, err, (
+        "gpusvm fit: error: --solver sdca needs SDCASVC, which this gpusvm installation does "
+        "not provide; use --solver pegasos or upgrade gpusvm"))
+
+
+# ------------------------------------------------------------------ errors: one line, exit 2
+@pytest.mark.parametrize("argv, message", [
+    (["fit", "missing.svm"], "gpusvm fit: error: svmlight file not found: missing.svm"),
+    (["fit", "{train}", "--lam", "-1"],
+     "gpusvm fit: error: The 'lam' parameter of PegasosSVC must be a float in the range "
+     "(0.0, inf). Got -1.0 instead."),
+    (["fit", "{train}", "--batch-size", "301", "--backend", "numpy"],
+     "gpusvm fit: error: batch_size=301 exceeds the number of samples n=300; choose 1 <= "
+     "batch_size <= 300"),
+    (["fit", "{train}", "--lam", "abc"],
+     "gpusvm fit: error: argument --lam: invalid float value: 'abc' (see `gpusvm fit --help`)"),
+    (["fit", "{train}", "--solver", "svm"],  # argparse quotes the choices on newer Pythons
+     re.compile(r"gpusvm fit: error: argument --solver: invalid choice: 'svm' \(choose from "
+                r"'?pegasos'?, '?sdca'?\) \(see `gpusvm fit --help`\)")),
+    (["predict", "missing.npz", "{train}"],
+     "gpusvm predict: error: model file not found: missing.npz"),
+    ([], "gpusvm: error: the following arguments are required: COMMAND (see `gpusvm --help`)"),
+    (["train"], re.compile(r"gpusvm: error: argument COMMAND: invalid choice: 'train' .*"
+                           r"\(see `gpusvm --help`\)")),
+])
+def test_errors_print_one_line_and_exit_2(capsys, train_file, argv, message):
+    status, out, err = run(capsys, *[a.format(train=train_file) for a in argv])
+    if isinstance(message, re.Pattern):
+        assert status == 2 and err.count("\n") == 1
+        assert message.fullmatch(err.strip()), err
+    else:
+        assert_one_line_error(status, err, message)
+    if "--batch-size" not in argv:  # the others fail before any work is reported
+        assert out == ""
+
+
+def test_malformed_data_file(capsys, tmp_path):
+    bad = tmp_path / "bad.svm"
+    bad.write_text("1 1:1\n-1 2:oops\n")
+    status, _, err = run(capsys, "fit", bad)
+    assert_one_line_error(status, err, (f"gpusvm fit: error: {bad}, line 2: feature value "
+                                        "'oops' in '2:oops' is not a number"))
+
+
+def test_corrupted_model_file(capsys, tmp_path, train_file):
+    model = tmp_path / "m.npz"
+    model.write_bytes(b"PK\x03\x04 broken")
+    status, _, err = run(capsys, "predict", model, train_file)
+    assert status == 2 and err.count("\n") == 1
+    assert err.startswith(f"gpusvm predict: error: cannot read model file {model}: it is not a "
+                          "valid .npz archive")
+
+
+def test_help_and_version(capsys):
+    status, out, _ = run(capsys, "--help")
+    assert status == 0
+    for command in ("fit", "predict", "demo", "info", "spectral"):
+        assert re.search(rf"^\s+{command}\s", out, re.MULTILINE), command
+    status, out, _ = run(capsys, "--version")
+    assert status == 0 and out.strip() == f"gpusvm {__version__}"
+
+
+def test_python_dash_m(tmp_path):
+    # run the gpusvm under test, wherever it is imported from
+    root = str(Path(gpusvm.__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        p for p in (root, os.environ.get("PYTHONPATH")) if p)}
+    proc = subprocess.run([sys.executable, "-m", "gpusvm", "fit", "nope.svm"], cwd=tmp_path,
+                          capture_output=True, text=True, check=False, env=env)
+    assert proc.returncode == 2
+    assert proc.stderr == "gpusvm fit: error: svmlight file not found: nope.svm\n"
+
+
+# ------------------------------------------------------------------ info, spectral, demo
+def test_info(capsys):
+    status, out, _ = run(capsys, "info")
+    assert status == 0
+    assert f"gpusvm       {__version__}" in out.splitlines()
+    for name in ("numpy", "scipy", "sklearn", "cupy"):
+        assert re.search(rf"^{name}\s+\S", out, re.MULTILINE), name
+    assert "  numpy      yes (NumPy/SciPy reference backend, always available)" in out
+    assert re.search(r"^GPU\s+", out, re.MULTILINE)
+    assert re.search(r"^  cupy       (yes|no) ", out, re.MULTILINE)
+    assert re.search(r"^  emulated   (yes|no) ", out, re.MULTILINE)
+    if "numba" in gpusvm.backends.BACKENDS:
+        assert re.search(r"^  numba      (yes|no) ", out, re.MULTILINE)
+    assert f"  auto       -> {gpusvm.backends.resolve_backend_name('auto')}" in out.splitlines()
+    assert re.search(r"^kernels      .*kernels \(\d+ \.cu files?\)$", out, re.MULTILINE)
+
+
+def test_spectral_subcommand_is_wired(capsys, train_file):
+    status, out, _ = run(capsys, "spectral", train_file)
+    assert status == 0
+    assert re.search(r"^sigma\^2 = .* = \d", out, re.MULTILINE)
+
+
+def test_demo(capsys):
+    status, out, _ = run(capsys, "demo", "--backend", "numpy")
+    assert status == 0
+    trace = [line.split() for line in out.splitlines() if re.match(r"^\s+\d+\s+\d+\.\d\s", line)]
+    assert len(trace) == 10 and float(trace[-1][1]) == 100.0
+    gap = float(re.search(r"P\(w\) - P\* = (\S+) ", out).group(1))
+    test_accuracy = float(re.search(r"^a9a test accuracy: (\S+)$", out, re.MULTILINE).group(1))
+    assert test_accuracy >= 0.84
+    assert 0 <= gap < 1e-3
+    assert float(trace[-1][3]) == pytest.approx(gap, rel=1e-3)  # the trace's last P - P*
+
+
+# ------------------------------------------------------------------ helpers
+@pytest.mark.parametrize("data, model", [
+    ("a9a", "a9a.npz"), ("/x/y/a9a.t", "a9a.npz"), ("train.svm.gz", "train.npz"),
+    ("dir/imdb.train.svm.bz2", "imdb.train.npz"), ("data.svm", "data.npz")])
+def test_default_model_path(data, model):
+    assert default_model_path(data) == model
+
+
+@pytest.mark.parametrize("value, text", [(1.0, "1"), (-1.0, "-1"), (np.float64(2.5), "2.5"),
+                                         (np.int64(3), "3"), ("spam", "spam")])
+def test_format_label(value, text):
+    assert format_label(value) == text

@@ -1,0 +1,310 @@
+"""gpusvm.model_io: round trips, the file layout, and every way a model file can be bad."""
+
+from __future__ import annotations
+
+import json
+import re
+import zipfile
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from sklearn.datasets import make_circles, make_classification
+from sklearn.exceptions import NotFittedError
+from sklearn.svm import LinearSVC
+
+from gpusvm import KernelPegasosSVC, PegasosSVC, __version__
+from gpusvm.estimators_sdca import SDCASVC
+from gpusvm.model_io import (FORMAT_NAME, FORMAT_VERSION, METADATA_MEMBER, load_model,
+                             read_model_metadata, save_model)
+
+
+@pytest.fixture(scope="module")
+def data():
+    X, y = make_classification(n_samples=120, n_features=7, random_state=0)
+    return X, y
+
+
+@pytest.fixture
+def fitted(data):
+    X, y = data
+    return PegasosSVC(lam=1e-2, batch_size=8, backend="numpy", random_state=0).fit(X, y)
+
+
+def _rewrite_metadata(path, **changes):
+    """Rewrite a model file with some metadata fields changed (``None`` deletes)."""
+    with np.load(path, allow_pickle=False) as f:
+        arrays = {k: f[k] for k in f.files}
+    meta = json.loads(arrays[METADATA_MEMBER].tobytes())
+    for key, value in changes.items():
+        if value is None:
+            meta.pop(key, None)
+        else:
+            meta[key] = value
+    arrays[METADATA_MEMBER] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
+    with open(path, "wb") as fh:
+        np.savez(fh, **arrays)
+
+
+# ------------------------------------------------------------------ round trips
+@pytest.mark.parametrize("labels", [
+    np.array([-1, 1]), np.array([0.0, 1.0]), np.array(["ham", "spam"]),
+    np.array(["ham", "spam"], dtype=object)], ids=["int", "float", "str", "object"])
+def test_pegasos_round_trip(tmp_path, data, labels):
+    X, y = data
+    est = PegasosSVC(lam=1e-2, batch_size=8, backend="numpy", random_state=0,
+                     dtype="float64").fit(X, labels[y])
+    path = tmp_path / "model.npz"
+    assert save_model(est, path) == str(path)
+    loaded = load_model(path)
+    assert type(loaded) is PegasosSVC
+    assert loaded.get_params() == est.get_params()
+    np.testing.assert_array_equal(loaded.coef_, est.coef_)
+    np.testing.assert_array_equal(loaded.intercept_, est.intercept_)
+    np.testing.assert_array_equal(loaded.classes_, est.classes_)
+    assert loaded.classes_.dtype == est.classes_.dtype
+    assert loaded.n_features_in_ == 7 and loaded.n_iter_ == est.n_iter_
+    assert loaded.history_ == est.history_ and loaded.stop_reason_ == est.stop_reason_
+    assert loaded.backend_ == est.backend_
+    np.testing.assert_array_equal(loaded.predict(X), est.predict(X))
+
+
+def test_sdca_round_trip(tmp_path, data):
+    X, y = data
+    est = SDCASVC(lam=1e-2, batch_size=8, backend="numpy", random_state=0).fit(X, y)
+    save_model(est, tmp_path / "s.npz")
+    loaded = load_model(tmp_path / "s.npz")
+    assert type(loaded) is SDCASVC and loaded.get_params() == est.get_params()
+    np.testing.assert_array_equal(loaded.coef_, est.coef_)
+    np.testing.assert_array_equal(loaded.alpha_, est.alpha_)
+    assert loaded.duality_gap_ == est.duality_gap_ and loaded.history_ == est.history_
+    np.testing.assert_array_equal(loaded.predict(X), est.predict(X))
+
+
+def test_dtype_given_as_a_type_round_trips(tmp_path, data):
+    X, y = data
+    est = PegasosSVC(dtype=np.float64, batch_size=8, backend="numpy", random_state=0).fit(X, y)
+    save_model(est, tmp_path / "m.npz")
+    assert load_model(tmp_path / "m.npz").dtype is np.float64
+
+
+@pytest.mark.parametrize("sparse", [False, True], ids=["dense", "csr"])
+def test_kernel_pegasos_round_trip(tmp_path, sparse):
+    X, y = make_circles(n_samples=120, factor=0.5, noise=0.05, random_state=0)
+    X = sp.csr_matrix(X) if sparse else X
+    est = KernelPegasosSVC(lam=1e-2, batch_size=16, random_state=0).fit(X, y)
+    save_model(est, tmp_path / "k.npz")
+    loaded = load_model(tmp_path / "k.npz")
+    assert type(loaded) is KernelPegasosSVC
+    assert sp.issparse(loaded.support_vectors_) == sparse
+    np.testing.assert_array_equal(loaded.decision_function(X), est.decision_function(X))
+    assert loaded.gamma_ == est.gamma_ and loaded.objective_ == est.objective_
+
+
+def test_file_layout_is_plain_npz_with_json_metadata(tmp_path, fitted):
+    path = tmp_path / "model.npz"
+    save_model(fitted, path, extra={"normalize": True})
+    with np.load(path, allow_pickle=False) as f:
+        assert set(f.files) == {"coef", "intercept", "classes", METADATA_MEMBER}
+        np.testing.assert_array_equal(f["coef"], fitted.coef_)
+        meta = json.loads(f[METADATA_MEMBER].tobytes().decode("utf-8"))
+    assert meta["format"] == FORMAT_NAME == "gpusvm-model"
+    assert meta["format_version"] == FORMAT_VERSION
+    assert meta["gpusvm_version"] == __version__
+    assert meta["estimator"] == "PegasosSVC"
+    assert meta["params"]["lam"] == 1e-2 and meta["params"]["batch_size"] == 8
+    assert meta["attributes"]["n_features_in_"] == 7
+    assert meta["attributes"]["n_iter_"] == fitted.n_iter_
+    assert meta["extra"] == {"normalize": True}
+    assert read_model_metadata(path) == meta
+
+
+def test_path_is_written_exactly_as_given(tmp_path, fitted):
+    path = tmp_path / "model.bin"
+    save_model(fitted, path)
+    assert path.is_file() and not (tmp_path / "model.bin.npz").exists()
+    assert load_model(path).n_features_in_ == 7
+    assert [p.name for p in tmp_path.iterdir()] == ["model.bin"]  # no temporary file left
+
+
+def test_callback_is_dropped_and_listed(tmp_path, data):
+    X, y = data
+    est = PegasosSVC(batch_size=8, backend="numpy", random_state=np.random.RandomState(0),
+                     callback=lambda *a: None).fit(X, y)
+    save_model(est, tmp_path / "m.npz")
+    meta = read_model_metadata(tmp_path / "m.npz")
+    assert sorted(meta["dropped_params"]) == ["callback", "random_state"]
+    loaded = load_model(tmp_path / "m.npz")
+    assert loaded.callback is None and loaded.random_state is None
+    np.testing.assert_array_equal(loaded.predict(X), est.predict(X))
+
+
+# ------------------------------------------------------------------ what cannot be saved
+def test_save_unfitted_estimator(tmp_path):
+    with pytest.raises(NotFittedError, match="This PegasosSVC instance is not fitted yet"):
+        save_model(PegasosSVC(), tmp_path / "m.npz")
+
+
+def test_save_foreign_estimator(tmp_path, data):
+    X, y = data
+    with pytest.raises(TypeError, match=r"^save_model saves gpusvm estimators; got "
+                                        r"sklearn\.svm\._classes\.LinearSVC$"):
+        save_model(LinearSVC().fit(X, y), tmp_path / "m.npz")
+
+
+def test_save_callable_kernel_is_refused(tmp_path):
+    X, y = make_circles(n_samples=60, factor=0.5, noise=0.05, random_state=0)
+    est = KernelPegasosSVC(kernel=lambda a, b: a @ b.T, batch_size=8, random_state=0).fit(X, y)
+    with pytest.raises(ValueError, match=r"^cannot save KernelPegasosSVC: its parameter "
+                                         r"kernel=<function .*> \(a function\) has no file "
+                                         r"representation; use a built-in option for it$"):
+        save_model(est, tmp_path / "m.npz")
+    assert not (tmp_path / "m.npz").exists()
+
+
+def test_save_extra_must_be_json(tmp_path, fitted):
+    with pytest.raises(ValueError, match=r"^extra metadata must be JSON-representable; it holds "
+                                         r"a set$"):
+        save_model(fitted, tmp_path / "m.npz", extra={"bad": {1, 2}})
+
+
+# ------------------------------------------------------------------ bad files
+AGAIN = re.escape("save the model again with gpusvm.model_io.save_model (or `gpusvm fit`)")
+
+
+def test_missing_model_file(tmp_path):
+    path = tmp_path / "none.npz"
+    with pytest.raises(FileNotFoundError, match=f"^model file not found: {re.escape(str(path))}$"):
+        load_model(path)
+
+
+def test_truncated_model_file(tmp_path, fitted):
+    path = tmp_path / "m.npz"
+    save_model(fitted, path)
+    raw = path.read_bytes()
+    path.write_bytes(raw[: len(raw) // 2])
+    with pytest.raises(ValueError, match=f"^cannot read model file {re.escape(str(path))}: it is "
+                                         r"not a valid \.npz archive \(File is not a zip file\); "
+                                         f"the file is truncated, corrupted or not a gpusvm "
+                                         f"model: {AGAIN}$"):
+        load_model(path)
+
+
+def test_corrupted_member(tmp_path):
+    X, y = make_classification(n_samples=60, n_features=400, random_state=0)
+    est = PegasosSVC(batch_size=8, backend="numpy", random_state=0).fit(X, y)
+    path = tmp_path / "m.npz"
+    save_model(est, path)
+    with zipfile.ZipFile(path) as z:
+        info = z.getinfo("coef.npy")
+    raw = bytearray(path.read_bytes())
+    start = info.header_offset + 30 + len(info.filename.encode()) + len(info.extra)
+    for i in range(start + 20, start + 60):
+        raw[i] ^= 0xFF
+    path.write_bytes(bytes(raw))
+    with pytest.raises(ValueError, match=f"^model file {re.escape(str(path))} is corrupted "
+                                         rf"\(member 'coef': .+\); {AGAIN}$"):
+        load_model(path)
+
+
+def test_garbage_file(tmp_path):
+    path = tmp_path / "m.npz"
+    path.write_bytes(b"this is not a model at all\n" * 10)
+    with pytest.raises(ValueError, match=f"^cannot read model file {re.escape(str(path))}: it is "
+                                         r"not a valid \.npz archive"):
+        load_model(path)
+
+
+def test_foreign_npz(tmp_path):
+    path = tmp_path / "weights.npz"
+    np.savez(path, coef=np.ones(3))
+    with pytest.raises(ValueError, match=f"^{re.escape(str(path))} is a .npz archive but not a "
+                                         r"gpusvm model \(it has no gpusvm metadata\); load files "
+                                         r"written by gpusvm\.model_io\.save_model or `gpusvm "
+                                         r"fit`$"):
+        load_model(path)
+
+
+def test_plain_npy_file(tmp_path):
+    path = tmp_path / "w.npy"
+    np.save(path, np.ones(3))
+    with pytest.raises(ValueError, match=f"^{re.escape(str(path))} holds a single NumPy array, "
+                                         "not a gpusvm model"):
+        load_model(path)
+
+
+def test_other_format_name(tmp_path, fitted):
+    path = tmp_path / "m.npz"
+    save_model(fitted, path)
+    _rewrite_metadata(path, format="other-tool")
+    with pytest.raises(ValueError, match=r"is a \.npz archive but not a gpusvm model \(format "
+                                         r"'other-tool', expected 'gpusvm-model'\)"):
+        load_model(path)
+
+
+def test_newer_format_version(tmp_path, fitted):
+    path = tmp_path / "m.npz"
+    save_model(fitted, path)
+    _rewrite_metadata(path, format_version=FORMAT_VERSION + 1, gpusvm_version="9.0.0")
+    expected = (f"{path} was written by gpusvm 9.0.0 in model format version "
+                f"{FORMAT_VERSION + 1}, but this gpusvm {__version__} reads format versions up "
+                f"to {FORMAT_VERSION}; upgrade gpusvm (pip install -U gpusvm) to load it")
+    with pytest.raises(ValueError, match=f"^{re.escape(expected)}$"):
+        load_model(path)
+
+
+def test_unknown_estimator_class(tmp_path, fitted):
+    path = tmp_path / "m.npz"
+    save_model(fitted, path)
+    _rewrite_metadata(path, estimator="FancySVC", module="gpusvm.fancy")
+    with pytest.raises(ValueError, match=f"^{re.escape(str(path))} holds a 'FancySVC' estimator, "
+                                         f"which this gpusvm {re.escape(__version__)} does not "
+                                         r"provide \(known: .*PegasosSVC.*\); upgrade gpusvm"):
+        load_model(path)
+
+
+def test_estimator_outside_gpusvm_is_never_imported(tmp_path, fitted):
+    path = tmp_path / "m.npz"
+    save_model(fitted, path)
+    _rewrite_metadata(path, estimator="LinearSVC", module="sklearn.svm")
+    with pytest.raises(ValueError, match="holds a 'LinearSVC' estimator, which this gpusvm"):
+        load_model(path)
+
+
+def test_unknown_parameter(tmp_path, fitted):
+    path = tmp_path / "m.npz"
+    save_model(fitted, path)
+    meta = read_model_metadata(path)
+    _rewrite_metadata(path, params={**meta["params"], "turbo": True})
+    with pytest.raises(ValueError, match=r"sets parameters turbo that PegasosSVC of gpusvm .* "
+                                         r"does not have; upgrade gpusvm to load it$"):
+        load_model(path)
+
+
+def test_missing_metadata_fields(tmp_path, fitted):
+    path = tmp_path / "m.npz"
+    save_model(fitted, path)
+    _rewrite_metadata(path, params=None)
+    with pytest.raises(ValueError, match=f"is corrupted \\(metadata lacks params\\); {AGAIN}$"):
+        load_model(path)
+
+
+def test_unreadable_metadata(tmp_path, fitted):
+    path = tmp_path / "m.npz"
+    save_model(fitted, path)
+    with np.load(path) as f:
+        arrays = {k: f[k] for k in f.files}
+    arrays[METADATA_MEMBER] = np.frombuffer(b"{not json", dtype=np.uint8)
+    np.savez(path, **arrays)
+    with pytest.raises(ValueError, match=r"is corrupted \(unreadable metadata: "):
+        load_model(path)
+
+
+def test_inconsistent_shapes(tmp_path, fitted):
+    path = tmp_path / "m.npz"
+    save_model(fitted, path)
+    meta = read_model_metadata(path)
+    _rewrite_metadata(path, attributes={**meta["attributes"], "n_features_in_": 5})
+    with pytest.raises(ValueError, match=r"is corrupted \(coef has 7 features but "
+                                         f"n_features_in_ = 5\\); {AGAIN}$"):
+        load_model(path)
