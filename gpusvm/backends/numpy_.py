@@ -7,7 +7,10 @@ import scipy.sparse as sp
 
 from ._state import (N_SLOTS, S_A, S_ASUM, S_B, S_BSUM, S_DNORM, S_LOSS, S_NACT,
                      S_NAVG, S_VSQ, S_YACT)
+from ._state import S_ASUMD, S_BETA, S_NREJ, S_TMP0
 from .base import Evaluation
+
+_EPS64 = float(np.finfo(np.float64).eps)
 
 
 def _csr_rows_nnz(X: sp.csr_matrix, rows: np.ndarray):
@@ -87,9 +90,15 @@ class NumpyBackend:
         self.y = np.asarray(y, dtype=X.dtype)
         self.n, self.d = X.shape
         self.dtype = X.dtype
-        self.row_sq_norms = np.asarray(X.multiply(X).sum(axis=1), dtype=np.float64).ravel()
+        self.row_sq_norms = self._row_sq_norms()
         self._gather_rows = None
         self._gather = None
+
+    def _row_sq_norms(self) -> np.ndarray:
+        """``||x_i||^2`` in float64; copies only ``X.data`` (squared), not the whole of ``X``."""
+        X = self.X
+        sq = sp.csr_matrix((np.square(X.data, dtype=np.float64), X.indices, X.indptr), shape=X.shape)
+        return np.asarray(sq.sum(axis=1), dtype=np.float64).ravel()
 
     # ------------------------------------------------------------ transfers
     def to_host(self, a):
@@ -128,7 +137,9 @@ class NumpyBackend:
         y_b = self.y[rows].astype(np.float64)
         s = y_b * m - self.s[S_B]
         b = float(optimal_bias_xp(np, y_b, s))
-        m += y_b * (b - self.s[S_B])
+        # y_i (s_i + b) written as 1 + y_i (b - b_i) with the breakpoints b_i = y_i - s_i:
+        # exactly 1 (so not in A_t^+) for the rows whose breakpoint is b, whatever the rounding
+        m[:] = 1.0 + y_b * (b - (y_b - s))
         self.s[S_B] = b
 
     def reset_scale(self) -> None:
@@ -187,12 +198,17 @@ class NumpyBackend:
             s[S_BSUM] += s[S_B]
 
     def renormalize(self, threshold: float) -> None:
-        """Fold ``a`` into ``v`` when ``|a| < threshold`` (``A`` rescaled to match)."""
+        """Fold ``a`` into ``v`` when ``|a| < threshold``; the running sum ``S = A v - u``
+        moves into ``u`` alone (``u <- u - A v``, ``A <- 0``), so that ``A v`` and ``u``
+        never grow apart from ``S`` across renormalisations (rescaling ``A`` by ``1/a``
+        instead loses every digit of ``S`` to cancellation, then overflows)."""
         a = self.s[S_A]
         if abs(a) < threshold:
+            if self.u is not None:
+                self.u -= self.s[S_ASUM] * self.v.astype(np.float64)
             self.v *= self.dtype.type(a)
             self.s[S_VSQ] *= a * a
-            self.s[S_ASUM] /= a
+            self.s[S_ASUM] = 0.0
             self.s[S_A] = 1.0
 
     def output(self, averaged: bool):
@@ -213,3 +229,151 @@ class NumpyBackend:
         loss = float(np.mean(np.maximum(0.0, 1.0 - self.y * z)))
         sq = float(np.dot(w, w)) + (b * b if reg_bias else 0.0)
         return Evaluation(0.5 * lam * sq + loss, loss, sq)
+
+    # ------------------------------------------------------------ SDCA (Takáč et al. 2013)
+    # The contract of these primitives is written out in gpusvm/solvers/sdca.py.
+    def init_dual(self, beta0: float) -> None:
+        """Start SDCA at ``alpha = 0`` (``w = 0``; call after :meth:`init_state`).
+
+        Rows with ``||x_i|| = 0`` start at ``alpha_i = 1``, their optimum: their
+        dual term ``alpha_i / n`` does not interact with ``w``.  Sets
+        ``S_ASUMD = sum alpha``, ``S_BETA = beta0`` and ``S_NREJ = 0``.
+        """
+        self.alpha = (self.row_sq_norms == 0).astype(np.float64)
+        with np.errstate(divide="ignore"):
+            self._inv_q = 1.0 / self.row_sq_norms     # inf on zero rows: their step is 1 - alpha_i
+        self._y64 = self.y.astype(np.float64)
+        self._eps = float(np.finfo(self.dtype).eps)
+        self._canonical = bool(self.X.has_canonical_format)
+        self._scratch = np.zeros(self.d, dtype=np.float64)
+        self._count = np.zeros(self.d, dtype=np.float64)
+        self._count_rows = self._count_k = None
+        self._rows_of_xb = self._xb = self._xb_cols = None
+        self.s[S_ASUMD] = float(self.alpha.sum())
+        self.s[S_BETA] = float(beta0)
+        self.s[S_NREJ] = 0.0
+
+    def sdca_deltas(self, rows: np.ndarray, m: np.ndarray, lam: float,
+                    first: np.ndarray | None = None) -> np.ndarray:
+        """Coordinate steps of eq. (15) with ``beta = S_BETA`` (float64, shape (b,)).
+
+        ``delta_i = clip_[-alpha_i, 1 - alpha_i](lam n (1 - m_i) / (beta ||x_i||^2))``;
+        a zero row gets ``1 - alpha_i`` (the limit ``||x_i|| -> 0``); where
+        ``first`` is given and 0/False (a repeated row of the batch) ``delta_i = 0``.
+        """
+        a_b = self.alpha[rows]
+        raw = (lam * self.n / self.s[S_BETA]) * (1.0 - m) * self._inv_q[rows]
+        delta = np.minimum(np.maximum(raw, -a_b), 1.0 - a_b)        # clip to the box
+        if first is not None:
+            delta = np.where(first, delta, 0.0)
+        return delta
+
+    def _batch_sum(self, rows: np.ndarray, coef: np.ndarray):
+        """``u = sum_i coef_i x_{rows_i}`` as ``(cols, vals, k)``: each column of ``u``
+        appears ``k`` times in ``cols`` with the same value (``sum`` of ``vals**2 / k``
+        is ``||u||^2``).
+
+        Small batches add into a zeroed scratch vector (``np.add.at``), O(nnz of the
+        rows), and zero it again; batches whose nonzeros exceed ``d/8`` use SciPy's
+        ``X[rows].T @ coef`` read at the batch's columns (O(nnz + d) = O(nnz) for
+        them, in C, faster on a CPU).
+        """
+        owner, cols, vals = self._batch(rows)
+        if rows.size == 1 and self._canonical:          # one row: its columns are distinct
+            return cols, vals * coef[0], 1.0
+        if 8 * cols.size > self.d:
+            if self._rows_of_xb is not rows:                # once per batch: X[rows], its columns
+                self._xb = self.X[rows]
+                mark = np.zeros(self.d, dtype=bool)
+                mark[cols] = True
+                self._xb_cols = np.flatnonzero(mark)
+                self._rows_of_xb = rows
+            u = np.asarray(self._xb.T @ coef, dtype=np.float64).ravel()
+            return self._xb_cols, u[self._xb_cols], 1.0
+        if self._count_rows is not rows:                # multiplicity of each column in the batch
+            count = self._count
+            np.add.at(count, cols, 1.0)
+            self._count_k = count[cols]
+            count[cols] = 0.0
+            self._count_rows = rows
+        scratch = self._scratch
+        np.add.at(scratch, cols, vals * coef[owner])
+        agg = scratch[cols]
+        scratch[cols] = 0.0
+        return cols, agg, self._count_k
+
+    def _scatter_sdca(self, rows: np.ndarray, coef: np.ndarray, into_v: bool) -> float:
+        """``||u||^2`` for ``u = sum_i coef_i x_{rows_i}`` (``into_v=False``), or ``v += u``
+        and the exact change of ``||v||^2`` (``into_v=True``); O(nnz of the rows) work
+        on ``v`` either way (see :meth:`_batch_sum`)."""
+        cols, agg, k = self._batch_sum(rows, coef)
+        if not into_v:
+            return float(np.sum(agg * agg / k))
+        old = self.v[cols].astype(np.float64)
+        self.v[cols] = old + agg
+        new = self.v[cols].astype(np.float64)
+        return float(np.sum((new - old) * (new + old) / k))
+
+    def sdca_adapt_beta(self, rows: np.ndarray, delta: np.ndarray, beta_b: float,
+                        theta: float) -> None:
+        """Alg. 2: ``beta <- beta^theta rho^(1-theta)`` from the tentative step ``delta``.
+
+        ``rho = ||sum_i delta_i y_i x_i||^2 / sum_i delta_i^2 ||x_i||^2`` clipped
+        to ``[1, beta_b]`` (stored in ``S_TMP0``); the new ``beta`` is clipped to
+        ``[1, beta_b]`` against rounding; ``beta`` is unchanged when the
+        denominator is 0 (a null tentative step).
+        """
+        s = self.s
+        den = float(np.dot(delta * delta, self.row_sq_norms[rows]))
+        if den <= 0.0:
+            return
+        num = self._scatter_sdca(rows, delta * self._y64[rows], into_v=False)
+        rho = min(max(num / den, 1.0), beta_b)
+        s[S_TMP0] = rho
+        beta = s[S_BETA] ** theta * rho ** (1.0 - theta)
+        s[S_BETA] = min(max(beta, 1.0), beta_b)                   # stays in [1, beta_b] despite rounding
+
+    def sdca_apply(self, rows: np.ndarray, delta: np.ndarray, lam: float, check: bool) -> None:
+        """``alpha_A += delta``, ``w += (1/(lam n)) sum_i delta_i y_i x_i`` (``v`` in units of ``a``).
+
+        ``S_VSQ`` and ``S_ASUMD`` follow exactly.  When ``check``, the step is
+        rejected if ``Delta D = (1/n) sum delta_i - (lam/2)(||w + u||^2 - ||w||^2)
+        < -tau`` (with the exact norm change, computed as :meth:`add_rows` does),
+        ``tau = 4 eps lam a^2 ||v||^2 + 4 eps_64 sum |delta_i| / n`` the rounding
+        of that difference (``eps`` of ``v``'s dtype): then ``v`` gets the
+        opposite addition, ``alpha`` is left alone and ``S_NREJ`` counts it.
+        """
+        s = self.s
+        n, a = self.n, s[S_A]
+        coef = delta * self._y64[rows] * (1.0 / (lam * n * a))
+        vsq = s[S_VSQ]
+        dn = self._scatter_sdca(rows, coef, into_v=True)
+        s[S_DNORM] = dn
+        if check and (float(delta.sum()) / n - 0.5 * lam * a * a * dn
+                      < -4.0 * (self._eps * lam * a * a * vsq + _EPS64 * float(np.abs(delta).sum()) / n)):
+            s[S_VSQ] += dn + self._scatter_sdca(rows, -coef, into_v=True)
+            s[S_NREJ] += 1.0
+            return
+        s[S_VSQ] += dn
+        np.add.at(self.alpha, rows, delta)
+        s[S_ASUMD] += float(delta.sum())
+
+    def dual_weights(self, lam: float) -> np.ndarray:
+        """``w(alpha) = (1/(lam n)) sum_i alpha_i y_i x_i`` recomputed in float64 (O(nnz)).
+
+        Also resynchronises the iterate with it (``v = w``, ``a = 1``,
+        ``S_VSQ = ||v||^2``, ``S_ASUMD = sum alpha``), which removes the rounding
+        that the incremental updates accumulate.
+        """
+        w = np.asarray(self.X.T @ (self.alpha * self.y.astype(np.float64)),
+                       dtype=np.float64).ravel() / (lam * self.n)
+        self.v[:] = w
+        v64 = self.v.astype(np.float64)
+        self.s[S_A] = 1.0
+        self.s[S_VSQ] = float(np.dot(v64, v64))
+        self.s[S_ASUMD] = float(self.alpha.sum())
+        return w
+
+    def dual_objective(self, lam: float, w: np.ndarray) -> float:
+        """``D(alpha) = (1/n) sum_i alpha_i - (lam/2) ||w||^2`` with ``w = w(alpha)`` (host float)."""
+        return float(self.alpha.sum()) / self.n - 0.5 * lam * float(np.dot(w, w))

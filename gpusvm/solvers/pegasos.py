@@ -91,12 +91,39 @@ def default_eval_every(n: int, k: int, max_iter: int) -> int:
     return int(max(1, min(max_iter, math.ceil(n / k))))
 
 
+def segment_length(t: int, limit: int, eval_every: int, eval_at: Callable | None = None) -> int:
+    """Iterations ``t + 1 .. t + s`` that a fused backend call may run: up to the next evaluation.
+
+    Parameters
+    ----------
+    t : int
+        Iterations done so far.
+    limit : int
+        At most this many (the rest of the chunk, or of ``max_iter``).
+    eval_every : int
+        Evaluate when ``t % eval_every == 0`` ...
+    eval_at : callable, optional
+        ... or, when given, when ``eval_at(t)`` is True.
+
+    Returns
+    -------
+    int
+        ``s >= 1``: the smallest with an evaluation after iteration ``t + s``, or ``limit``.
+    """
+    if eval_at is None:
+        return int(min(limit, eval_every - t % eval_every))
+    for s in range(1, limit + 1):
+        if eval_at(t + s):
+            return s
+    return limit
+
+
 def pegasos(backend, *, lam: float, k: int, max_iter: int, sampling: str = "without_replacement",
             seed=0, projection: bool = True, averaging: str = "none", schedule: str = "pegasos",
             eta0: float | None = None, norma_p: float = 0.7, bias: str = "none",
             w0=None, b0: float = 0.0, eval_every: int | None = None, max_time: float | None = None,
             target_objective: float | None = None, callback: Callable | None = None,
-            progress=None) -> SolverResult:
+            progress=None, eval_at: Callable[[int], bool] | None = None) -> SolverResult:
     """Run mini-batch Pegasos on a prepared backend.
 
     Parameters
@@ -140,6 +167,10 @@ def pegasos(backend, *, lam: float, k: int, max_iter: int, sampling: str = "with
         ``False`` stops the run.
     progress : callable, optional
         ``progress(iterations_done, objective)`` at each evaluation (progress bars).
+    eval_at : callable, optional
+        ``eval_at(t) -> bool``, called after every iteration ``t``; when given it
+        replaces ``eval_every``: the objective is evaluated exactly at the
+        iterations where it returns True (e.g. geometrically spaced ones).
 
     Returns
     -------
@@ -169,24 +200,33 @@ def pegasos(backend, *, lam: float, k: int, max_iter: int, sampling: str = "with
         ev = backend.evaluate(w, b, lam, reg_bias)
         return w, b, ev
 
+    fused = getattr(backend, "pegasos_iterations", None)    # compiled CPU backend (numba_.py)
     while t < max_iter:
         chunk = backend.upload_batches(sampler.next_chunk())
-        for j in range(chunk.shape[0]):
-            if t >= max_iter:
-                break
-            t += 1
-            rows = chunk[j]                                                   # A_t
-            m = backend.margins(rows)                                         # Fig. 1 step 2
-            if optimal:
-                backend.optimal_bias(rows, m)                                 # Sec. 4, b*
-            eta, shrink = step_size(schedule, t, lam, eta0, norma_p)          # step 3
-            if shrink == 0.0:
-                backend.reset_scale()
-                shrink = 1.0
-            backend.pegasos_step(rows, m, eta, shrink, k, unreg, radius,     # steps 4-5
-                                 averaged and t >= t_avg)
-            backend.renormalize(RENORM_THRESHOLD)                             # keep v in range
-            if t % eval_every == 0 and t < max_iter:
+        j = 0
+        while j < chunk.shape[0] and t < max_iter:
+            if fused is not None:           # the same iterations, up to the next evaluation, in one call
+                steps = segment_length(t, min(chunk.shape[0] - j, max_iter - t), eval_every, eval_at)
+                fused(chunk, j, j + steps, t, lam=lam, k=k, schedule=schedule, eta0=eta0,
+                      norma_p=norma_p, unreg_bias=unreg, optimal=optimal, radius=radius,
+                      averaged=averaged, t_avg=t_avg, renorm_threshold=RENORM_THRESHOLD)
+                t += steps
+                j += steps
+            else:
+                t += 1
+                rows = chunk[j]                                               # A_t
+                j += 1
+                m = backend.margins(rows)                                     # Fig. 1 step 2
+                if optimal:
+                    backend.optimal_bias(rows, m)                             # Sec. 4, b*
+                eta, shrink = step_size(schedule, t, lam, eta0, norma_p)      # step 3
+                if shrink == 0.0:
+                    backend.reset_scale()
+                    shrink = 1.0
+                backend.pegasos_step(rows, m, eta, shrink, k, unreg, radius,  # steps 4-5
+                                     averaged and t >= t_avg)
+                backend.renormalize(RENORM_THRESHOLD)                         # keep v in range
+            if (t % eval_every == 0 if eval_at is None else eval_at(t)) and t < max_iter:
                 _, _, ev = evaluate()
                 elapsed = time.perf_counter() - start
                 history.append((t, ev.objective, elapsed))

@@ -1,0 +1,353 @@
+r"""Mini-batch SDCA with duality-gap certificates, written once against the backend primitives.
+
+Implements the mini-batch stochastic dual coordinate ascent of Takáč, Bijral,
+Richtárik & Srebro, "Mini-Batch Primal and Dual Methods for SVMs" (ICML 2013):
+naive mini-batching (Sec. 4.1), the safe step ``beta = beta_b`` of Theorem 2
+(Sec. 4.2) and the aggressive, adaptive step of Algorithm 2 (Sec. 4.3), for
+
+.. math::
+
+    P(w) = \frac{\lambda}{2}\|w\|^2 + \frac1n \sum_i \max(0, 1 - y_i\langle w, x_i\rangle),
+    \qquad
+    D(\alpha) = \frac1n \sum_i \alpha_i - \frac{\lambda}{2}\|w(\alpha)\|^2,\ \alpha \in [0,1]^n,
+
+with ``w(alpha) = (1/(lam n)) sum_i alpha_i y_i x_i``.  The duality gap
+``P(w(alpha)) - D(alpha) >= P(w(alpha)) - P(w*)`` certifies the primal
+suboptimality, and the solver stops once it is ``<= tol``.
+
+One iteration with the batch ``A`` (``|A| = b``) and step parameter ``beta``
+(eq. 15):
+
+``delta_i = clip_[-alpha_i, 1 - alpha_i](lam n (1 - y_i <w, x_i>) / (beta ||x_i||^2))``,
+``alpha_i += delta_i``, ``w += (1/(lam n)) sum_{i in A} delta_i y_i x_i``.
+
+``naive`` uses ``beta = 1``; ``safe`` uses ``beta = beta_b`` (eq. 11);
+``aggressive`` keeps ``beta`` in ``[1, beta_b]``, adapts it to the measured
+interaction ``rho`` of a tentative step and rejects steps that lower ``D``.
+
+Decisions
+---------
+* **Row norms.** The step divides by ``||x_i||^2``, so its separable surrogate is
+  ``beta sum_i delta_i^2 Q_ii``; Lemma 1 applied to the unit-diagonal
+  ``diag(Q)^{-1/2} Q diag(Q)^{-1/2}`` shows that the safe ``beta_b`` is the one
+  of the row-normalised data, whatever the row norms.  ``sigma^2`` is
+  therefore always computed on rows ``x_i / ||x_i||``
+  (:func:`gpusvm.spectral.sigma_squared` with ``normalize=True``); the data are
+  never rescaled and no assumption ``max ||x_i|| <= 1`` is needed.
+* **Zero rows.** A row with ``x_i = 0`` does not interact with ``w``; its dual
+  term ``alpha_i / n`` is maximal at ``alpha_i = 1``, so it starts there (and its
+  step ``1 - alpha_i`` is 0 afterwards).  Leaving it at 0 would keep the gap
+  above ``(#zero rows)/n`` forever.
+* **Repeated rows in a batch** (``sampling="with_replacement"``, or an
+  ``"epoch"`` batch straddling two permutations): only the first occurrence
+  steps, the others get ``delta_i = 0``, so ``alpha`` stays in the box.
+* **Rejections** (aggressive): a step is rejected when ``Delta D < 0`` beyond
+  the rounding of its computation (``-tau`` below; without that margin an exact
+  coordinate step near convergence could be refused for a rounding error);
+  ``beta`` keeps its adapted value either way (Alg. 2).
+* **Certificates.** At every evaluation ``w(alpha)`` is recomputed from
+  ``alpha`` in float64 (O(nnz), the cost of evaluating ``P``), so the gap is a
+  true certificate for the float32 path too, and the iterate is resynchronised
+  with it.
+
+SDCA part of the backend contract
+---------------------------------
+In addition to ``init_state``, ``margins``, ``add_rows``, ``evaluate``,
+``upload_batches`` and ``to_host`` (see :mod:`gpusvm.backends.base`), a backend
+exposes the data matrix ``X`` (for :func:`gpusvm.spectral.sigma_squared`), the
+dual vector ``alpha`` (float64, shape (n,)) and these primitives.  Scalars live
+in the state vector ``s`` (slots of :mod:`gpusvm.backends._state`); none of the
+per-iteration primitives returns a host value, so a device backend never
+synchronises inside the iteration loop.  ``w = a v`` with ``a = 1`` throughout
+SDCA (``init_state`` sets it; only :meth:`dual_weights` rewrites ``v``).
+
+``init_dual(beta0) -> None``
+    ``alpha_i = 1`` if ``||x_i|| = 0`` else 0; ``s[S_ASUMD] = sum alpha``;
+    ``s[S_BETA] = beta0``; ``s[S_NREJ] = 0``.  Called after ``init_state()``.
+``sdca_deltas(rows, m, lam, first=None) -> delta``
+    device float64 array (b,): eq. (15) with ``beta = s[S_BETA]``, ``m`` the
+    output of ``margins(rows)``; ``delta_i = 1 - alpha_i`` for zero rows;
+    ``delta_i = 0`` where the mask ``first`` is 0/False (``first`` comes from
+    ``upload_batches(first_occurrences(chunk))[j]``, so a device backend sees
+    int32 0/1; None means every row steps).
+``sdca_adapt_beta(rows, delta, beta_b, theta) -> None``
+    ``den = sum_i delta_i^2 ||x_i||^2``; if ``den > 0``:
+    ``rho = clip(||sum_i delta_i y_i x_i||^2 / den, 1, beta_b)``, written to
+    ``s[S_TMP0]``, and ``s[S_BETA] = clip(s[S_BETA]^theta * rho^(1 - theta), 1, beta_b)``
+    (the clip only removes rounding).
+    The numerator is the exact norm change of adding the sum into a zeroed
+    scratch vector (then zeroed again at the touched entries): O(nnz), no O(d).
+``sdca_apply(rows, delta, lam, check) -> None``
+    ``coef_i = delta_i y_i / (lam n a)``; ``v += sum_i coef_i x_i`` with the
+    exact change ``dn`` of ``||v||^2`` (as ``add_rows``; ``s[S_DNORM] = dn``).
+    If ``check`` and ``Delta D = (1/n) sum delta_i - (lam/2) a^2 dn < -tau``
+    with ``tau = 4 eps lam a^2 s[S_VSQ] + 4 eps_64 sum |delta_i| / n`` (the
+    rounding of ``Delta D``; ``eps`` of ``v``'s dtype, ``s[S_VSQ]`` before the
+    step): add ``-coef`` again (``s[S_VSQ] += dn + dn'``), ``s[S_NREJ] += 1``,
+    ``alpha`` untouched.
+    Otherwise ``s[S_VSQ] += dn``, ``alpha[rows] += delta`` (a scatter-add: a
+    repeated row carries ``delta = 0`` at its later occurrences, so a device
+    must skip zero deltas or add atomically, never write ``alpha_i + 0`` back
+    unsynchronised), ``s[S_ASUMD] += sum delta``.
+``dual_weights(lam) -> w``
+    float64 ``w(alpha) = X^T (alpha * y) / (lam n)`` in the backend's array
+    module; also sets ``v = w`` (cast), ``a = 1``, ``s[S_VSQ] = ||v||^2``,
+    ``s[S_ASUMD] = sum alpha``.  Evaluation only.
+``dual_objective(lam, w) -> float``
+    host float ``sum(alpha)/n - (lam/2) ||w||^2``: a synchronisation point.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Callable
+
+import numpy as np
+
+from .. import spectral
+from ..backends._state import S_BETA, S_NREJ
+from ._sampling import SAMPLING_MODES, BatchSampler
+from .pegasos import SolverResult, default_eval_every, segment_length
+
+VARIANTS = ("naive", "safe", "aggressive")
+
+#: the SDCA part of the backend contract (see the module docstring)
+SDCA_PRIMITIVES = ("init_dual", "sdca_deltas", "sdca_adapt_beta", "sdca_apply", "dual_weights",
+                   "dual_objective")
+
+
+def check_sdca_args(n: int, lam: float, b: int, variant: str, theta: float, tol: float) -> None:
+    """Validate the SDCA parameters with errors that say what to change.
+
+    Parameters
+    ----------
+    n : int
+        Number of examples.
+    lam, b, variant, theta, tol
+        As in :func:`sdca`.
+    """
+    if variant not in VARIANTS:
+        raise ValueError(f"variant must be one of {', '.join(VARIANTS)}, got {variant!r}")
+    if not (isinstance(theta, (int, float, np.floating)) and 0.0 < theta < 1.0):
+        raise ValueError(
+            f"theta must lie in the open interval (0, 1), got {theta!r}; it weighs the old beta "
+            "against the measured rho in beta <- beta^theta rho^(1 - theta)")
+    if not 1 <= b <= n:
+        raise ValueError(f"batch size must satisfy 1 <= b <= n={n}, got b={b}")
+    if not lam > 0:
+        raise ValueError(f"lam must be > 0, got {lam!r}")
+    if not tol >= 0:
+        raise ValueError(f"tol must be >= 0, got {tol!r}")
+
+
+def first_occurrences(chunk: np.ndarray) -> np.ndarray:
+    """Mark the first occurrence of every row index inside each batch of a chunk.
+
+    Parameters
+    ----------
+    chunk : ndarray of shape (c, b)
+        Batches from :class:`~gpusvm.solvers._sampling.BatchSampler`.
+
+    Returns
+    -------
+    ndarray of bool, shape (c, b)
+        False exactly at the repeated entries of a batch (later occurrences).
+    """
+    order = np.argsort(chunk, axis=1, kind="stable")
+    srt = np.take_along_axis(chunk, order, axis=1)
+    repeat = np.zeros(srt.shape, dtype=bool)
+    repeat[:, 1:] = srt[:, 1:] == srt[:, :-1]
+    first = np.empty_like(repeat)
+    np.put_along_axis(first, order, ~repeat, axis=1)
+    return first
+
+
+def step_bound(backend, b: int, variant: str, sigma2: float | None):
+    """``(sigma^2, beta_b)`` for the run: ``beta_b`` of eq. (11) on row-normalised data.
+
+    Parameters
+    ----------
+    backend : Backend
+        Exposes ``X`` (used only when ``sigma2`` is None and ``beta_b`` is needed).
+    b : int
+        Mini-batch size.
+    variant : str
+        ``"naive"`` needs no ``beta_b`` (1 is returned); ``b = 1`` has ``beta_1 = 1``.
+    sigma2 : float or None
+        ``sigma^2`` of the row-normalised data, if known.
+
+    Returns
+    -------
+    sigma2 : float or None
+    beta_b : float
+    """
+    n = backend.n
+    if variant == "naive" or b == 1:
+        return sigma2, 1.0
+    if sigma2 is None:
+        sigma2 = spectral.sigma_squared(backend.X, normalize=True)
+    if sigma2 == 0.0:          # every row is zero: no interaction at all
+        return sigma2, 1.0
+    return sigma2, spectral.beta_b(b, n, sigma2)
+
+
+def certificate(backend, lam: float):
+    """Exact ``w(alpha)``, ``P(w)``, ``D(alpha)`` and the gap (a synchronisation point).
+
+    Parameters
+    ----------
+    backend : Backend
+    lam : float
+
+    Returns
+    -------
+    w : array of float64 (backend's array module)
+    primal, dual, gap : float
+    """
+    w = backend.dual_weights(lam)                           # w(alpha), exactly
+    primal = backend.evaluate(w, 0.0, lam).objective        # P(w(alpha))
+    dual = backend.dual_objective(lam, w)                   # D(alpha)
+    return w, primal, dual, primal - dual
+
+
+def sdca(backend, *, lam: float, b: int, max_iter: int, variant: str = "aggressive",
+         theta: float = 0.5, sigma2: float | None = None, tol: float = 1e-3,
+         sampling: str = "without_replacement", seed=0, eval_every: int | None = None,
+         max_time: float | None = None, callback: Callable | None = None,
+         progress=None, eval_at: Callable[[int], bool] | None = None) -> SolverResult:
+    """Run mini-batch SDCA (Takáč et al. 2013) on a prepared backend.
+
+    Parameters
+    ----------
+    backend : Backend
+        Holds ``X`` (with the constant feature appended for an augmented bias)
+        and ``y``; implements the SDCA primitives of this module's docstring.
+    lam : float
+        Regularisation ``lam > 0``.
+    b : int
+        Mini-batch size, ``1 <= b <= n``.
+    max_iter : int
+        Maximum number of iterations ``T``.
+    variant : {"naive", "safe", "aggressive"}, default="aggressive"
+        ``beta = 1`` (Sec. 4.1), ``beta = beta_b`` (Sec. 4.2, Theorem 2), or
+        Algorithm 2 (Sec. 4.3).
+    theta : float, default=0.5
+        Aggressive variant: ``beta <- beta^theta rho^(1 - theta)``, ``0 < theta < 1``.
+    sigma2 : float, optional
+        ``sigma^2`` of the row-normalised data; computed by Lanczos when needed
+        and not given (safe and aggressive with ``b > 1``).
+    tol : float, default=1e-3
+        Stop at the first evaluation with duality gap ``<= tol``.
+    sampling : str
+        See :class:`~gpusvm.solvers._sampling.BatchSampler` (``"without_replacement"``
+        is the paper's Rand(b)).
+    seed : int
+        Seed of the batch stream.
+    eval_every : int, optional
+        Iterations between two certificates; default once per epoch (``ceil(n/b)``).
+    max_time : float, optional
+        Time budget in seconds, checked at evaluations.
+    callback : callable, optional
+        ``callback(iteration, objective, elapsed)`` at each evaluation (the
+        PegasosSVC convention; ``objective`` is ``P(w(alpha))``); returning
+        ``False`` stops the run.
+    progress : callable, optional
+        ``progress(iterations_done, primal, gap)`` at each evaluation.
+    eval_at : callable, optional
+        ``eval_at(t) -> bool``, called after every iteration ``t``; when given it
+        replaces ``eval_every``: certificates are computed exactly at the
+        iterations where it returns True (and at ``max_iter``).
+
+    Returns
+    -------
+    SolverResult
+        ``history`` holds ``(iteration, P, D, gap, elapsed_seconds)`` at every
+        evaluation; ``extra`` holds ``primal``, ``dual``, ``gap``, ``alpha``
+        (host float64), ``beta`` (final), ``beta_b``, ``sigma2`` and
+        ``n_rejected``. ``stop_reason`` is ``"tol"``, ``"max_iter"``,
+        ``"max_time"`` or ``"callback"``.
+    """
+    missing = [name for name in SDCA_PRIMITIVES if not hasattr(backend, name)]
+    if missing:
+        raise NotImplementedError(
+            f"the {getattr(backend, 'name', type(backend).__name__)!r} backend does not implement "
+            f"the SDCA primitives ({', '.join(missing)}); use backend='numpy'")
+    n = backend.n
+    check_sdca_args(n, lam, b, variant, theta, tol)
+    if sampling not in SAMPLING_MODES:
+        raise ValueError(f"sampling must be one of {SAMPLING_MODES}, got {sampling!r}")
+    if eval_every is None:
+        eval_every = default_eval_every(n, b, max_iter)
+    aggressive = variant == "aggressive"
+    start = time.perf_counter()
+    sigma2, beta_b = step_bound(backend, b, variant, sigma2)                  # eq. (11)
+
+    backend.init_state()                                                      # w^(0) = 0
+    backend.init_dual(1.0 if variant == "naive" else beta_b)                  # alpha^(0) = 0, beta^(0)
+    sampler = BatchSampler(n, b, sampling, seed)
+    dedupe = sampling != "without_replacement"
+    history: list = []
+    t = 0
+    stop = "max_iter"
+    last = None
+
+    fused = getattr(backend, "sdca_iterations", None)       # compiled CPU backend (numba_.py)
+    while t < max_iter and stop == "max_iter":
+        host_chunk = sampler.next_chunk()
+        chunk = backend.upload_batches(host_chunk)
+        firsts = backend.upload_batches(first_occurrences(host_chunk)) if dedupe else None
+        j = 0
+        while j < chunk.shape[0] and t < max_iter:
+            if fused is not None:           # the same iterations, up to the next evaluation, in one call
+                steps = segment_length(t, min(chunk.shape[0] - j, max_iter - t), eval_every, eval_at)
+                fused(chunk, firsts, j, j + steps, lam, beta_b, theta, aggressive)
+                t += steps
+                j += steps
+            else:
+                t += 1
+                rows = chunk[j]                                               # A_t in Rand(b)
+                first = None if firsts is None else firsts[j]
+                j += 1
+                m = backend.margins(rows)                                     # y_i <w^(t), x_i>
+                delta = backend.sdca_deltas(rows, m, lam, first)              # eq. (15), beta^(t)
+                if aggressive:
+                    backend.sdca_adapt_beta(rows, delta, beta_b, theta)       # Alg. 2: rho, beta^(t+1)
+                    delta = backend.sdca_deltas(rows, m, lam, first)          # Alg. 2: delta, beta^(t+1)
+                backend.sdca_apply(rows, delta, lam, check=aggressive)        # alpha, w; Alg. 2: keep if D grows
+            if (t % eval_every == 0 if eval_at is None else eval_at(t)) or t == max_iter:
+                _, primal, dual, gap = last = certificate(backend, lam)
+                elapsed = time.perf_counter() - start
+                history.append((t, primal, dual, gap, elapsed))
+                if progress is not None:
+                    progress(t, primal, gap)
+                if gap <= tol:
+                    stop = "tol"
+                elif callback is not None and callback(t, primal, elapsed) is False:
+                    stop = "callback"
+                elif max_time is not None and elapsed >= max_time:
+                    stop = "max_time"
+                if stop != "max_iter":
+                    break
+
+    if not history or history[-1][0] != t:
+        last = certificate(backend, lam)
+        history.append((t, last[1], last[2], last[3], time.perf_counter() - start))
+        if progress is not None:
+            progress(t, last[1], last[3])
+    w, primal, dual, gap = last
+    if stop == "max_iter" and gap <= tol:
+        stop = "tol"
+    s = backend.to_host(backend.s)
+    return SolverResult(
+        w=backend.to_host(w).astype(np.float64), b=0.0, n_iter=t, history=history,
+        stop_reason=stop,
+        extra={"primal": primal, "dual": dual, "gap": gap,
+               "alpha": backend.to_host(backend.alpha).astype(np.float64),
+               "beta": float(s[S_BETA]), "beta_b": beta_b, "sigma2": sigma2,
+               "n_rejected": int(s[S_NREJ])})
+
+
+def default_max_iter(n: int, b: int, epochs: int = 100) -> int:
+    """``ceil(epochs n / b)``: the default iteration cap (SDCA normally stops on ``tol`` first)."""
+    return int(math.ceil(epochs * n / b))
