@@ -1,10 +1,13 @@
 """gpusvm: large mini-batch linear and kernel SVMs on NVIDIA GPUs.
 
-Public estimators: :class:`PegasosSVC`.
+Public estimators: :class:`PegasosSVC` (mini-batch Pegasos), :class:`SDCASVC`
+(mini-batch SDCA with duality-gap certificates) and :class:`KernelPegasosSVC`
+(Pegasos with Mercer kernels).
 """
 
 from ._version import __version__
 from .estimators import PegasosSVC
+from .estimators_sdca import SDCASVC
 from .kernel_estimator import KernelPegasosSVC
 
-__all__ = ["KernelPegasosSVC", "PegasosSVC", "__version__"]
+__all__ = ["KernelPegasosSVC", "PegasosSVC", "SDCASVC", "__version__"]
