@@ -20,7 +20,9 @@ from pathlib import Path
 
 #: kernel files, one ``gpusvm_<op>`` kernel template per file
 KERNEL_FILES = ("margins.cu", "pegasos_step.cu", "renormalize.cu", "reset_scale.cu",
-                "output.cu", "decision.cu", "hinge_sum.cu")
+                "output.cu", "decision.cu", "hinge_sum.cu",
+                "sdca_margins.cu", "sdca_deltas.cu", "sdca_rho.cu", "sdca_apply.cu",
+                "sdca_dual_weights.cu")
 #: lane counts of the row kernels (lanes of a warp that share one CSR row)
 LANE_COUNTS = (4, 8, 16, 32)
 #: C++ value types of the data and of ``v``, by NumPy dtype name
@@ -28,6 +30,10 @@ VALUE_TYPES = {"float32": "float", "float64": "double"}
 #: kernels templated over ``<LANES, T>``; the others are templated over ``<T>``
 ROW_KERNELS = ("gpusvm_margins", "gpusvm_pegasos_step", "gpusvm_decision", "gpusvm_hinge_sum")
 VECTOR_KERNELS = ("gpusvm_renormalize", "gpusvm_reset_scale", "gpusvm_output")
+#: mini-batch SDCA kernels, templated over ``<LANES, T>`` like :data:`ROW_KERNELS` (launched by
+#: the SDCA methods of the device backend; their ThreadSanitizer run is in tests/test_device_sdca.py)
+SDCA_KERNELS = ("gpusvm_sdca_margins", "gpusvm_sdca_deltas", "gpusvm_sdca_rho", "gpusvm_sdca_apply",
+                "gpusvm_sdca_dual_weights")
 #: threads per block of every kernel (``gpusvm::BLOCK`` in ``common.cuh``)
 BLOCK = 256
 
@@ -138,7 +144,7 @@ def name_expressions() -> list[str]:
     """Every template instance the device backend may launch."""
     names = []
     for t in VALUE_TYPES.values():
-        for op in ROW_KERNELS:
+        for op in ROW_KERNELS + SDCA_KERNELS:
             names.extend(row_kernel(op, lanes, t) for lanes in LANE_COUNTS)
         names.extend(vector_kernel(op, t) for op in VECTOR_KERNELS)
     return names

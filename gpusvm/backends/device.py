@@ -1,4 +1,4 @@
-"""Device backend: the Pegasos primitives as CUDA kernels on a CuPy CSR matrix.
+"""Device backend: the Pegasos and SDCA primitives as CUDA kernels on a CuPy CSR matrix.
 
 One class, :class:`DeviceBackend`, drives the kernels of ``kernels/*.cu`` with
 the semantics of :class:`gpusvm.backends.numpy_.NumpyBackend`.  It is written
@@ -15,6 +15,16 @@ optimal bias a handful of CuPy operations.  Every scalar lives in the device
 state vector.  Only :meth:`DeviceBackend.to_host` copies from the device, and
 it records each copy, so that a test can check that nothing is copied between
 two evaluations.
+
+Mini-batch SDCA (Takáč et al. 2013; the contract is in :mod:`gpusvm.solvers.sdca`)
+runs through :meth:`DeviceBackend.sdca_iterations`: per iteration
+``gpusvm_sdca_margins`` (margins and the steps of eq. 15 in one pass) and
+``gpusvm_sdca_apply`` (the step, with the exact change of ``||v||^2``); the
+aggressive variant adds ``gpusvm_sdca_rho`` (Alg. 2's rho and beta, on the
+device), ``gpusvm_sdca_deltas`` (the steps with the new beta, zeroing rho's
+scratch vector) and a second ``gpusvm_sdca_apply`` launch that reads the
+accept/reject decision its first launch's last block made: 2 or 5 launches and
+no synchronisation.  Certificates use ``gpusvm_sdca_dual_weights``.
 """
 
 from __future__ import annotations
@@ -25,7 +35,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from .. import _kernels
-from ._state import N_SLOTS, S_A, S_B, S_VSQ
+from ._state import N_SLOTS, S_A, S_ASUMD, S_B, S_BETA, S_NREJ, S_VSQ
 from .base import Evaluation
 from .numpy_ import optimal_bias_xp
 
@@ -33,6 +43,8 @@ from .numpy_ import optimal_bias_xp
 BLOCKS_PER_SM = 4
 #: blocks of an emulated launch (small: each emulated thread costs a fiber)
 EMULATED_MAX_BLOCKS = 4
+#: slots of the SDCA kernels' accumulator vector (``gpusvm::N_ACC`` in kernels/sdca_common.cuh)
+SDCA_ACC_SLOTS = 5
 
 
 def choose_lanes(mean_row_nnz: float) -> int:
@@ -147,7 +159,8 @@ class _EmulatedRuntime:
 
 
 class DeviceBackend:
-    """Pegasos primitives as CUDA kernels (see :mod:`gpusvm.backends.base`).
+    """Pegasos and SDCA primitives as CUDA kernels (see :mod:`gpusvm.backends.base` and
+    :mod:`gpusvm.solvers.sdca`).
 
     Parameters
     ----------
@@ -435,12 +448,222 @@ class DeviceBackend:
         return Evaluation(0.5 * lam * sq + loss, loss, sq)
 
 
-    # ------------------------------------------------------------ SDCA
+    # ------------------------------------------------------------ SDCA (Takáč et al. 2013)
+    # The contract of these primitives is written out in gpusvm/solvers/sdca.py; the kernels are
+    # kernels/sdca_*.cu.  An iteration launches, with the fused sdca_iterations (what the solver
+    # uses): naive and safe 2 kernels (sdca_margins, sdca_apply), aggressive 5 (sdca_margins,
+    # sdca_rho, sdca_deltas, which also zeroes rho's scratch, and sdca_apply's step and settle);
+    # through the separate primitives one more (margins and sdca_deltas instead of sdca_margins).
+    def _launch_sdca(self, op: str, grid: int, args) -> None:
+        name = _kernels.row_kernel(op, self.lanes, self.value_type)
+        fn = self._functions.get(name)
+        if fn is None:
+            fn = self._functions[name] = self.runtime.module.get_function(name)
+        fn((int(grid),), (_kernels.BLOCK,), tuple(args))
+        self.launches += 1
+
+    def _mask(self, first):
+        """The first-occurrence mask as device int32 0/1 and its flag (a dummy when None)."""
+        if first is None:
+            return self._no_mask, np.int32(0)
+        return self._rows(first), np.int32(1)
+
+    def _clean_scratch(self) -> None:
+        """Zero the whole scratch vector of :meth:`sdca_adapt_beta` if it still holds a sum.
+
+        Only when the rows of the next :meth:`sdca_deltas` are not those of the last
+        :meth:`sdca_adapt_beta` (never in the solver, whose ``sdca_deltas`` zeroes the
+        touched entries in its own launch): one O(d) fill.
+        """
+        if self._dirty is not None:
+            self._scratch[...] = 0.0
+            self._dirty = None
+
     def init_dual(self, beta0: float) -> None:
-        """Not available: the SDCA primitives have no device kernels yet."""
-        raise NotImplementedError(
-            "mini-batch SDCA does not run on the device backend yet (only Pegasos does); "
-            "use backend='numpy'")
+        """Start SDCA at ``alpha = 0`` (``w = 0``; call after :meth:`init_state`).
+
+        Rows with ``||x_i|| = 0`` start at ``alpha_i = 1`` (their optimum); sets
+        ``S_ASUMD = sum alpha``, ``S_BETA = beta0`` and ``S_NREJ = 0``, and allocates
+        the device buffers of the SDCA kernels (``alpha``, rho's scratch vector, the
+        accumulators and the ticket).  No synchronisation.
+        """
+        xp = self.xp
+        self.alpha = (self.row_sq_norms == 0).astype(np.float64)
+        self._scratch = xp.zeros(self.d, dtype=np.float64)
+        self._sdca_acc = xp.zeros(SDCA_ACC_SLOTS, dtype=np.float64)
+        self._sdca_ticket = xp.zeros(1, dtype=np.uint32)
+        self._no_mask = xp.zeros(1, dtype=np.int32)
+        self._dirty = None            # (rows, delta) of a sdca_rho launch not yet cleaned up
+        self._sdca_buffers = None
+        self.s[S_ASUMD] = xp.sum(self.alpha)
+        self.s[S_BETA] = float(beta0)
+        self.s[S_NREJ] = 0.0
+
+    def _margins_deltas_into(self, rows, lam: float, first, m, delta) -> None:
+        k = int(rows.shape[0])
+        mask, has_first = self._mask(first)
+        self._launch_sdca("gpusvm_sdca_margins", self._row_grid(k),
+                          (self._indptr, self._indices, self._data, self.y, self.v, rows,
+                           np.int32(k), self.s, self.alpha, self.row_sq_norms, mask, has_first,
+                           np.float64(lam), np.float64(self.n), m, delta))
+
+    def sdca_margins_deltas(self, rows, lam: float, first=None):
+        """:meth:`margins` and :meth:`sdca_deltas` in one launch: ``(m, delta)``, float64 on the device.
+
+        One group of lanes per row computes ``m_i = y_i (a <v, x_i> + b)`` and then
+        ``delta_i`` of eq. (15) with ``beta = S_BETA`` (``gpusvm_sdca_margins``).
+        """
+        rows = self._rows(rows)
+        k = int(rows.shape[0])
+        m = self.xp.empty(k, dtype=np.float64)
+        delta = self.xp.empty(k, dtype=np.float64)
+        self._margins_deltas_into(rows, lam, first, m, delta)
+        return m, delta
+
+    def _deltas_into(self, rows, m, lam: float, first, out) -> None:
+        k = int(rows.shape[0])
+        old, zero = self._dummy, np.int32(0)
+        if self._dirty is not None:
+            dirty_rows, dirty_delta = self._dirty
+            if dirty_rows is rows and dirty_delta is not out:
+                old, zero = dirty_delta, np.int32(1)       # zero rho's entries in this launch
+                self._dirty = None
+            else:
+                self._clean_scratch()
+        mask, has_first = self._mask(first)
+        self._launch_sdca("gpusvm_sdca_deltas", self._row_grid(k),
+                          (self._indptr, self._indices, rows, np.int32(k), m, self.alpha,
+                           self.row_sq_norms, mask, has_first, self.s, np.float64(lam),
+                           np.float64(self.n), out, self._scratch, old, zero))
+
+    def sdca_deltas(self, rows, m, lam: float, first=None):
+        """Coordinate steps of eq. (15) with ``beta = S_BETA`` (float64, on the device).
+
+        ``delta_i = clip_[-alpha_i, 1 - alpha_i](lam n (1 - m_i) / (beta ||x_i||^2))``;
+        a zero row gets ``1 - alpha_i``; ``delta_i = 0`` where ``first`` is 0/False.
+        After :meth:`sdca_adapt_beta` on the same ``rows`` (the same array object), the
+        launch also zeroes the scratch vector at the columns that call touched.
+        """
+        rows = self._rows(rows)
+        delta = self.xp.empty(int(rows.shape[0]), dtype=np.float64)
+        self._deltas_into(rows, self._vec64(m), lam, first, delta)
+        return delta
+
+    def sdca_adapt_beta(self, rows, delta, beta_b: float, theta: float) -> None:
+        """Alg. 2: ``beta <- beta^theta rho^(1-theta)`` from the tentative step ``delta``, on the device.
+
+        ``rho = ||sum_i delta_i y_i x_i||^2 / sum_i delta_i^2 ||x_i||^2`` clipped to
+        ``[1, beta_b]`` (``S_TMP0``), the numerator the exact norm change of adding the
+        sum into the all-zero scratch vector; ``beta`` stays when the denominator is 0.
+        One launch (``gpusvm_sdca_rho``, whose last block updates beta); the scratch is
+        zeroed again by the next :meth:`sdca_deltas` on the same ``rows`` (``delta`` must
+        not be modified in place until then; the solver never does).
+        """
+        rows = self._rows(rows)
+        delta = self._vec64(delta)
+        self._clean_scratch()
+        k = int(rows.shape[0])
+        self._launch_sdca("gpusvm_sdca_rho", self._row_grid(k),
+                          (self._indptr, self._indices, self._data, self.y, rows, np.int32(k),
+                           delta, self.row_sq_norms, self._scratch, self.s, self._sdca_acc,
+                           self._sdca_ticket, np.float64(beta_b), np.float64(theta)))
+        self._dirty = (rows, delta)
+
+    def sdca_apply(self, rows, delta, lam: float, check: bool) -> None:
+        """``alpha_A += delta``, ``w += (1/(lam n)) sum_i delta_i y_i x_i``, decided on the device.
+
+        ``gpusvm_sdca_apply`` adds the step into ``v`` with the exact change of
+        ``||v||^2`` (``S_DNORM``); its last block updates the scalars.  When ``check``
+        (Alg. 2) that block also decides whether ``D`` drops (``Delta D < -tau``, as
+        :meth:`NumpyBackend.sdca_apply <gpusvm.backends.numpy_.NumpyBackend.sdca_apply>`),
+        and a second launch reads the decision: it updates ``alpha`` on acceptance, or
+        adds the opposite coefficients to ``v`` on rejection (``S_NREJ`` counts it).
+        No synchronisation.
+        """
+        rows = self._rows(rows)
+        delta = self._vec64(delta)
+        k = int(rows.shape[0])
+        grid = self._row_grid(k)
+        for phase in ((0, 1) if check else (0,)):
+            self._launch_sdca("gpusvm_sdca_apply", grid,
+                              (self._indptr, self._indices, self._data, self.y, rows,
+                               np.int32(k), delta, self.v, self.alpha, self.s, self._sdca_acc,
+                               self._sdca_ticket, np.float64(lam), np.float64(self.n),
+                               np.int32(bool(check)), np.int32(phase)))
+
+    def sdca_iterations(self, chunk, firsts, j0: int, j1: int, lam: float, beta_b: float,
+                        theta: float, aggressive: bool) -> None:
+        """Run the SDCA iterations on ``chunk[j0:j1]`` without a synchronisation.
+
+        The per-iteration sequence of :func:`gpusvm.solvers.sdca.sdca` (margins,
+        deltas, Alg. 2's adaptation of beta and deltas again, the (checked) step) with
+        the margins and the first deltas fused into one launch: 2 launches per
+        iteration (naive, safe) or 5 (aggressive).
+
+        Parameters
+        ----------
+        chunk : device array of int32, shape (c, b)
+            Batches from :meth:`upload_batches`.
+        firsts : device array of int32 0/1, shape (c, b), or None
+            First occurrences of the rows in each batch (None: all distinct).
+        j0, j1 : int
+            The batches ``chunk[j0:j1]`` are used, one per iteration.
+        lam, beta_b, theta, aggressive
+            As in the solver.
+        """
+        k = int(chunk.shape[1])
+        if self._sdca_buffers is None or self._sdca_buffers[0].shape[0] != k:
+            self._sdca_buffers = tuple(self.xp.empty(k, dtype=np.float64) for _ in range(3))
+        m, tentative, final = self._sdca_buffers
+        for j in range(j0, j1):
+            rows = chunk[j]                                                   # A_t
+            first = None if firsts is None else firsts[j]
+            self._margins_deltas_into(rows, lam, first, m, tentative)         # eq. (15), beta^(t)
+            delta = tentative
+            if aggressive:
+                self.sdca_adapt_beta(rows, tentative, beta_b, theta)          # Alg. 2: beta^(t+1)
+                self._deltas_into(rows, m, lam, first, final)                 # Alg. 2: delta
+                delta = final
+            self.sdca_apply(rows, delta, lam, aggressive)                     # keep if D grows
+
+    def dual_weights(self, lam: float):
+        """``w(alpha) = X^T (alpha y) / (lam n)`` in float64 on the device (an evaluation).
+
+        A CSR transpose-multiply by rows (``gpusvm_sdca_dual_weights``: double atomics,
+        rows with ``alpha_i = 0`` skipped, a float32 ``X`` read as it is), then the
+        iterate is resynchronised with it: ``v = w`` (cast), ``a = 1``,
+        ``S_VSQ = ||v||^2``, ``S_ASUMD = sum alpha``.  No synchronisation.
+
+        Notes
+        -----
+        A kernel by rows rather than cupyx's sparse transpose-product: it reads only
+        the rows with ``alpha_i != 0`` (the support vectors, a fraction of the rows
+        near the optimum), makes no float64 copy of a float32 ``X``, and is the very
+        code the emulated backend runs, so the certificate's path is verified without
+        a GPU.  Its double atomics make ``w`` repeatable only up to rounding (about
+        1e-16 relative); the NumPy backend is the deterministic path.
+        """
+        xp = self.xp
+        w = xp.zeros(self.d, dtype=np.float64)
+        self._launch_sdca("gpusvm_sdca_dual_weights", self._row_grid(self.n),
+                          (self._indptr, self._indices, self._data, self.y, np.int32(self.n),
+                           self.alpha, np.float64(lam * self.n), w))
+        self.v[...] = w
+        v64 = self.v if self.v.dtype == np.float64 else self.v.astype(np.float64)
+        self.s[S_A] = 1.0
+        self.s[S_VSQ] = xp.dot(v64, v64)
+        self.s[S_ASUMD] = xp.sum(self.alpha)
+        return w
+
+    def dual_objective(self, lam: float, w) -> float:
+        """``D(alpha) = (1/n) sum_i alpha_i - (lam/2) ||w||^2`` with ``w = w(alpha)``.
+
+        One device-to-host copy (a synchronisation point).
+        """
+        xp = self.xp
+        w = self._vec64(w)
+        asum, wsq = (float(x) for x in self.to_host(xp.stack([xp.sum(self.alpha), xp.dot(w, w)])))
+        return asum / self.n - 0.5 * lam * wsq
 
 
 def make_device_backend(name: str, X, y, **options) -> DeviceBackend:

@@ -1,0 +1,119 @@
+// sdca_apply.cu: the step of a mini-batch SDCA iteration (Takáč et al. 2013) in the sparse form
+// w = a v, decided on the device, in one launch (unchecked) or two (checked, Alg. 2):
+//   phase 0 (step): coef_g = delta_g y_r / (lam n a); v_j += coef_g x_rj for every nonzero of the
+//     rows with delta_g != 0 (atomicAdd, rounded to T), with the exact change dn of ||v||^2
+//     (sum over additions of new^2 - old^2 from the atomics' old values); sums of delta and
+//     |delta|.  Unchecked: alpha_r += delta_g at once.  The block that finishes last (ticket)
+//     sets S_DNORM = dn, then, unchecked or when Delta D = sum delta / n - (lam/2) a^2 dn
+//     >= -tau: S_VSQ += dn, S_ASUMD += sum delta; else (checked, rejected): S_NREJ += 1 and
+//     acc[ACC_REJECT] = 1 (S_VSQ waits for the settle).
+//   phase 1 (settle, checked only): every block reads acc[ACC_REJECT]; accepted: alpha_r += delta_g;
+//     rejected: v_j -= coef_g x_rj (the same coefficients negated) with its exact change dn', and
+//     the last block sets S_VSQ += S_DNORM + dn'; it zeroes acc[ACC_REJECT].
+// These are exactly the semantics of NumpyBackend.sdca_apply, with no host synchronisation.
+// grid: min(ceil(k / (BLOCK / LANES)), max_blocks) blocks of BLOCK threads; a group of LANES lanes
+//   owns one row and strides over its nonzeros; groups stride over the rows; block sums and three
+//   double atomics per block into acc; the last block finishes on one thread.
+// in: indptr, indices, data, y, rows[k], k, delta[k] (double), lam, n, check, phase;
+// in/out: v[d] (T), alpha[n] (double), state (double[N_SLOTS]), acc[N_ACC] (double; ACC_NORM,
+//   ACC_DSUM, ACC_DABS zero on entry and exit; ACC_REJECT from phase 0 to phase 1),
+//   ticket[1] (zero on entry and exit).
+// traffic: per row 4 B rows + 8 B delta (+ 16 B indptr + 4 B y + one 8 B atomic on alpha when
+//   delta != 0); per nonzero of a stepping row 4 + sizeof(T) B streamed and one atomic on v; the
+//   settle of an accepted step touches no nonzero.
+// determinism: float atomics on v, alpha and acc -> NOT bitwise repeatable (sums agree up to
+//   rounding in any order; float32 v rounds once per addition); the NumPy backend is the
+//   deterministic path.
+#include "sdca_common.cuh"
+
+template <int LANES, typename T>
+__global__ void __launch_bounds__(gpusvm::BLOCK, gpusvm::MIN_BLOCKS) gpusvm_sdca_apply(
+    const long long* __restrict__ indptr,  // CSR row pointers, n + 1
+    const int* __restrict__ indices,       // CSR column indices, nnz
+    const T* __restrict__ data,            // CSR values, nnz
+    const T* __restrict__ y,               // labels in {-1, +1}, n
+    const int* __restrict__ rows,          // the batch A_t (repeats allowed), k
+    const int k,                           // batch size
+    const double* __restrict__ delta,      // coordinate steps, k
+    T* __restrict__ v,                     // w = a v, d (updated)
+    double* __restrict__ alpha,            // dual variables, n (updated on acceptance)
+    double* __restrict__ state,            // scalar state (updated by the last block)
+    double* __restrict__ acc,              // SDCA accumulators {norm, dsum, dabs, -, reject}
+    unsigned int* __restrict__ ticket,     // last-block ticket
+    const double lam,                      // regularisation lambda
+    const double n,                        // number of examples
+    const int check,                       // 1: Alg. 2, keep the step only if D does not drop
+    const int phase)                       // 0: step; 1: settle a checked step
+{
+    const int lane = threadIdx.x % LANES;
+    const int group = (blockIdx.x * gpusvm::BLOCK + threadIdx.x) / LANES;
+    const int stride = gridDim.x * (gpusvm::BLOCK / LANES);
+
+    // read before this block takes its ticket, hence before the last block writes them
+    const double a = state[gpusvm::S_A];
+    const double vsq = state[gpusvm::S_VSQ];
+    const bool rejected = phase == 1 && acc[gpusvm::ACC_REJECT] != 0.0;
+    const bool move_v = phase == 0 || rejected;
+    const bool move_alpha = phase == 0 ? check == 0 : !rejected;
+    const double scale = (phase == 0 ? 1.0 : -1.0) / (lam * n * a);
+
+    double sums[3] = {0.0, 0.0, 0.0};  // dn, dsum, dabs
+    for (int g = group; g < k; g += stride) {                        // no shuffles: any trip count
+        const double dg = delta[g];
+        if (dg == 0.0) {
+            continue;                                                // nothing to add or count
+        }
+        const int r = rows[g];
+        if (lane == 0) {
+            sums[1] += dg;
+            sums[2] += fabs(dg);
+            if (move_alpha) {
+                atomicAdd(&alpha[r], dg);                            // a repeated row adds twice
+            }
+        }
+        if (!move_v) {
+            continue;
+        }
+        const double coef = dg * static_cast<double>(y[r]) * scale;  // (+-) delta y / (lam n a)
+        const long long end = indptr[r + 1];
+        for (long long p = indptr[r] + lane; p < end; p += LANES) {
+            const T add = static_cast<T>(static_cast<double>(data[p]) * coef);
+            const T old = atomicAdd(&v[indices[p]], add);
+            const T now = old + add;                                 // the value the atomic stored
+            const double o = static_cast<double>(old);
+            const double w = static_cast<double>(now);
+            sums[0] += (w - o) * (w + o);                            // new^2 - old^2
+        }
+    }
+    gpusvm::block_sum<3>(sums);
+    if (threadIdx.x == 0) {
+        for (int i = 0; i < 3; ++i) {
+            atomicAdd(&acc[gpusvm::ACC_NORM + i], sums[i]);
+        }
+    }
+    if (gpusvm::last_block_done(ticket) && threadIdx.x == 0) {
+        double tot[3];
+        for (int i = 0; i < 3; ++i) {
+            tot[i] = gpusvm::load_coherent(&acc[gpusvm::ACC_NORM + i]);
+            acc[gpusvm::ACC_NORM + i] = 0.0;
+        }
+        gpusvm::reset_ticket(ticket);
+        const double dn = tot[0];
+        if (phase == 0) {
+            state[gpusvm::S_DNORM] = dn;
+            if (check && gpusvm::dual_drops(tot[1], tot[2], dn, vsq, a, lam, n, gpusvm::eps_of<T>())) {
+                acc[gpusvm::ACC_REJECT] = 1.0;                       // the settle undoes the step
+                state[gpusvm::S_NREJ] += 1.0;
+            } else {
+                acc[gpusvm::ACC_REJECT] = 0.0;
+                state[gpusvm::S_VSQ] += dn;
+                state[gpusvm::S_ASUMD] += tot[1];
+            }
+        } else {
+            if (rejected) {
+                state[gpusvm::S_VSQ] += state[gpusvm::S_DNORM] + dn;
+            }
+            acc[gpusvm::ACC_REJECT] = 0.0;
+        }
+    }
+}

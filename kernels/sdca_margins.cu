@@ -1,0 +1,73 @@
+// sdca_margins.cu: the margin pass of one mini-batch SDCA iteration with the dual step fused in
+// (Takáč et al. 2013, eq. 15): for the sampled rows r = rows[g], g < k,
+//   m[g] = y_r (a <v, x_r> + b)       (what gpusvm_margins computes, in the same order)
+//   delta[g] = clip_[-alpha_r, 1 - alpha_r](lam n (1 - m[g]) / (beta ||x_r||^2)),
+// beta = state[S_BETA]; a zero row (||x_r|| = 0) gets 1 - alpha_r; delta[g] = 0 where the
+// first-occurrence mask is 0 (a row repeated in the batch steps once).  One launch instead of
+// margins + sdca_deltas.
+// grid: min(ceil(k / (BLOCK / LANES)), max_blocks) blocks of BLOCK threads; a group of LANES
+//   consecutive lanes owns one row, strides over its nonzeros (coalesced reads of indices and
+//   data) and sums with log2(LANES) xor shuffles; lane 0 then computes delta; groups stride over
+//   the rows with a warp-uniform trip count.
+// in: indptr[n+1] (int64), indices[nnz], data[nnz] (T), y[n] (T), v[d] (T), rows[k], k, state,
+//   alpha[n] (double), row_sq[n] = ||x_i||^2 (double), first[k] (int 0/1, read when has_first),
+//   lam, n; out: m[k], delta[k] (double).  Products and sums in double.
+// traffic: per row 4 B rows + 16 B indptr + 4 B y + 8 B alpha + 8 B row_sq (+ 4 B first) + 16 B
+//   written; per nonzero 4 + sizeof(T) B streamed plus one random gather of v.
+// determinism: no atomics, fixed reduction order -> bitwise repeatable for a given LANES.
+#include "sdca_common.cuh"
+
+template <int LANES, typename T>
+__global__ void __launch_bounds__(gpusvm::BLOCK, gpusvm::MIN_BLOCKS) gpusvm_sdca_margins(
+    const long long* __restrict__ indptr,  // CSR row pointers, n + 1
+    const int* __restrict__ indices,       // CSR column indices, nnz
+    const T* __restrict__ data,            // CSR values, nnz
+    const T* __restrict__ y,               // labels in {-1, +1}, n
+    const T* __restrict__ v,               // w = a v, d
+    const int* __restrict__ rows,          // the batch A_t (repeats allowed), k
+    const int k,                           // batch size
+    const double* __restrict__ state,      // scalar state (a, b, beta)
+    const double* __restrict__ alpha,      // dual variables, n
+    const double* __restrict__ row_sq,     // squared row norms, n
+    const int* __restrict__ first,         // 1 at the first occurrence of a row in the batch, k
+    const int has_first,                   // 0: every row steps (first is not read)
+    const double lam,                      // regularisation lambda
+    const double n,                        // number of examples
+    double* __restrict__ m,                // output margins y_i <w, x_i>, k
+    double* __restrict__ delta)            // output coordinate steps, k
+{
+    constexpr int GROUPS_PER_WARP = gpusvm::WARP / LANES;
+    const int tid = blockIdx.x * gpusvm::BLOCK + threadIdx.x;
+    const int lane = threadIdx.x % LANES;
+    const int warp_first = (tid / gpusvm::WARP) * GROUPS_PER_WARP;  // first group of this warp
+    const int group_in_warp = (threadIdx.x % gpusvm::WARP) / LANES;
+    const int stride = gridDim.x * (gpusvm::BLOCK / LANES);          // groups in the grid
+    if (warp_first >= k) {
+        return;                                                      // whole warp past the end
+    }
+    const double a = state[gpusvm::S_A];
+    const double b = state[gpusvm::S_B];
+    const double c = lam * n / state[gpusvm::S_BETA];               // lam n / beta
+    for (int base = warp_first; base < k; base += stride) {          // warp-uniform trip count
+        const int g = base + group_in_warp;
+        long long p = 0;
+        long long end = 0;
+        int r = 0;
+        if (g < k) {
+            r = rows[g];
+            p = indptr[r] + lane;
+            end = indptr[r + 1];
+        }
+        double z = 0.0;
+        for (; p < end; p += LANES) {
+            z += static_cast<double>(data[p]) * static_cast<double>(v[indices[p]]);
+        }
+        z = gpusvm::group_sum<LANES>(z);
+        if (g < k && lane == 0) {
+            const double mg = static_cast<double>(y[r]) * (a * z + b);
+            m[g] = mg;
+            delta[g] = (has_first && first[g] == 0) ? 0.0
+                                                    : gpusvm::sdca_delta(alpha[r], c, mg, row_sq[r]);
+        }
+    }
+}

@@ -1,0 +1,83 @@
+// sdca_rho.cu: Alg. 2 of Takáč et al. (2013), the adaptation of beta from a tentative step, in one
+// launch: with u = sum_g delta_g y_r x_r over the batch (r = rows[g]),
+//   num = ||u||^2 (the exact norm change of adding u into the all-zero scratch vector: sum over
+//         additions of new^2 - old^2, old returned by the atomic, in double),
+//   den = sum_g delta_g^2 ||x_r||^2,
+// and the block that finishes last (ticket), if den > 0:
+//   rho = clip(num / den, 1, beta_b) -> state[S_TMP0];
+//   beta = clip(beta^theta rho^(1 - theta), 1, beta_b) -> state[S_BETA]
+// (the scalar part of NumpyBackend.sdca_adapt_beta).  Rows with delta_g = 0 add nothing and are
+// skipped.  The scratch is left holding u at the columns of the rows with delta_g != 0:
+// gpusvm_sdca_deltas (zero = 1, old = this delta) zeroes exactly those entries again.
+// grid: min(ceil(k / (BLOCK / LANES)), max_blocks) blocks of BLOCK threads; a group of LANES lanes
+//   owns one row and strides over its nonzeros; groups stride over the rows; block sums
+//   (shuffles + shared memory) and two double atomics per block into acc.
+// in: indptr, indices, data, y, rows[k], k, delta[k] (double), row_sq[n] (double), beta_b, theta;
+// in/out: scratch[d] (double, all zero on entry), state (double[N_SLOTS]),
+//   acc[N_ACC] (double, ACC_NORM and ACC_DEN zero on entry and exit), ticket[1] (zero on entry
+//   and exit).
+// traffic: per row 4 B rows + 8 B delta (+ 16 B indptr + 4 B y + 8 B row_sq when delta != 0);
+//   per nonzero of a stepping row 4 + sizeof(T) B streamed and one double atomic on scratch.
+// determinism: double atomics on scratch and acc -> NOT bitwise repeatable (num and den agree up
+//   to rounding in any order); the NumPy backend is the deterministic path.
+#include "sdca_common.cuh"
+
+template <int LANES, typename T>
+__global__ void __launch_bounds__(gpusvm::BLOCK, gpusvm::MIN_BLOCKS) gpusvm_sdca_rho(
+    const long long* __restrict__ indptr,  // CSR row pointers, n + 1
+    const int* __restrict__ indices,       // CSR column indices, nnz
+    const T* __restrict__ data,            // CSR values, nnz
+    const T* __restrict__ y,               // labels in {-1, +1}, n
+    const int* __restrict__ rows,          // the batch A_t (repeats allowed), k
+    const int k,                           // batch size
+    const double* __restrict__ delta,      // tentative coordinate steps, k
+    const double* __restrict__ row_sq,     // squared row norms, n
+    double* __restrict__ scratch,          // all-zero vector of length d (left holding u)
+    double* __restrict__ state,            // scalar state (beta, rho; written by the last block)
+    double* __restrict__ acc,              // SDCA accumulators (ACC_NORM, ACC_DEN used)
+    unsigned int* __restrict__ ticket,     // last-block ticket
+    const double beta_b,                   // upper end of beta's range (eq. 11)
+    const double theta)                    // beta <- beta^theta rho^(1 - theta)
+{
+    const int lane = threadIdx.x % LANES;
+    const int group = (blockIdx.x * gpusvm::BLOCK + threadIdx.x) / LANES;
+    const int stride = gridDim.x * (gpusvm::BLOCK / LANES);
+
+    double sums[2] = {0.0, 0.0};  // num, den
+    for (int g = group; g < k; g += stride) {                        // no shuffles: any trip count
+        const double dg = delta[g];
+        if (dg == 0.0) {
+            continue;                                                // adds nothing
+        }
+        const int r = rows[g];
+        if (lane == 0) {
+            sums[1] += dg * dg * row_sq[r];
+        }
+        const double coef = dg * static_cast<double>(y[r]);          // delta_i y_i
+        const long long end = indptr[r + 1];
+        for (long long p = indptr[r] + lane; p < end; p += LANES) {
+            const double add = static_cast<double>(data[p]) * coef;
+            const double o = atomicAdd(&scratch[indices[p]], add);
+            const double now = o + add;                              // the value the atomic stored
+            sums[0] += (now - o) * (now + o);                        // new^2 - old^2
+        }
+    }
+    gpusvm::block_sum<2>(sums);
+    if (threadIdx.x == 0) {
+        atomicAdd(&acc[gpusvm::ACC_NORM], sums[0]);
+        atomicAdd(&acc[gpusvm::ACC_DEN], sums[1]);
+    }
+    if (gpusvm::last_block_done(ticket) && threadIdx.x == 0) {
+        const double num = gpusvm::load_coherent(&acc[gpusvm::ACC_NORM]);
+        const double den = gpusvm::load_coherent(&acc[gpusvm::ACC_DEN]);
+        acc[gpusvm::ACC_NORM] = 0.0;
+        acc[gpusvm::ACC_DEN] = 0.0;
+        gpusvm::reset_ticket(ticket);
+        if (den > 0.0) {                                             // else a null tentative step
+            const double rho = fmin(fmax(num / den, 1.0), beta_b);
+            state[gpusvm::S_TMP0] = rho;
+            const double beta = pow(state[gpusvm::S_BETA], theta) * pow(rho, 1.0 - theta);
+            state[gpusvm::S_BETA] = fmin(fmax(beta, 1.0), beta_b);  // [1, beta_b] despite rounding
+        }
+    }
+}
