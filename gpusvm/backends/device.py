@@ -95,8 +95,8 @@ def estimate_device_bytes(n: int, d: int, nnz: int, itemsize: int, *, csr_reside
         ``{"csr", "vectors", "buffers", "total"}`` in bytes.
     """
     csr = 0 if csr_resident else nnz * (itemsize + 4) + (n + 1) * 8
-    # y, row norms; v, u (averaging), dense float64 w of an evaluation
-    vectors = n * (itemsize + 8) + d * (itemsize + 8 + 8)
+    # y, row norms, SDCA's alpha; v, u (averaging) or SDCA's float64 scratch, dense float64 w
+    vectors = n * (itemsize + 8 + 8) + d * (itemsize + 8 + 8)
     # batch chunk, margins, decision values of an evaluation, state and small scratch
     buffers = batch_rows * 4 + n * 8 + n * 8 + 4096
     return {"csr": csr, "vectors": vectors, "buffers": buffers, "total": csr + vectors + buffers}

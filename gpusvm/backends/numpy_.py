@@ -263,7 +263,9 @@ class NumpyBackend:
         """
         a_b = self.alpha[rows]
         raw = (lam * self.n / self.s[S_BETA]) * (1.0 - m) * self._inv_q[rows]
-        delta = np.minimum(np.maximum(raw, -a_b), 1.0 - a_b)        # clip to the box
+        with np.errstate(invalid="ignore"):
+            delta = np.minimum(np.maximum(raw, -a_b), 1.0 - a_b)    # clip to the box
+        delta = np.where(self.row_sq_norms[rows] == 0.0, 1.0 - a_b, delta)   # zero rows, any m
         if first is not None:
             delta = np.where(first, delta, 0.0)
         return delta
