@@ -245,13 +245,17 @@ def pegasos(backend, *, lam: float, k: int, max_iter: int, sampling: str = "with
 
     w, b, ev = evaluate()
     if not history or history[-1][0] != t:
-        history.append((t, ev.objective, time.perf_counter() - start))
+        elapsed = time.perf_counter() - start
+        history.append((t, ev.objective, elapsed))
         if progress is not None:
             progress(t, ev.objective)
+        if callback is not None:
+            callback(t, ev.objective, elapsed)        # the run ends here whatever it returns
     if stop == "max_iter" and target_objective is not None and ev.objective <= target_objective:
         stop = "target_objective"
     w = backend.to_host(w).astype(np.float64)
-    return SolverResult(w=w, b=float(b), n_iter=t, history=history, stop_reason=stop,
+    b = float(backend.to_host(b))                       # a 0-d device array on a device backend
+    return SolverResult(w=w, b=b, n_iter=t, history=history, stop_reason=stop,
                         extra={"objective": ev.objective})
 
 
