@@ -151,8 +151,8 @@ def test_no_transfer_between_evaluations(a9a_slice, backend, bias):
         if "H" in segment:
             assert "E" in segment, trace
     assert len(be.transfers) == trace.count("H")
-    # evaluate copies once, plus the optimal bias over all rows before it
-    assert trace.count("H") == 3 * (2 if bias == "optimal" else 1) + 1
+    # evaluate copies once, plus the optimal bias over all rows before it; at the end w and b
+    assert trace.count("H") == 3 * (2 if bias == "optimal" else 1) + 2
     steps = np.diff(launches_at_margins)
     if bias == "unregularized":
         # margins, pegasos_step, renormalize; plus reset_scale at t = 1, 2 at each evaluation
