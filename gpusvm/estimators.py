@@ -207,8 +207,9 @@ class PegasosSVC(_LinearSVCBase):
     callback : callable or None, default=None
         ``callback(iteration, objective, elapsed)`` at each evaluation; return
         ``False`` to stop.
-    backend : {"auto", "numpy", "cupy", "emulated"}, default="auto"
-        Where to run: CuPy when a CUDA device exists, else NumPy/SciPy.
+    backend : {"auto", "numpy", "numba", "cupy", "emulated"}, default="auto"
+        Where to run: CuPy when a CUDA device exists, else the compiled CPU
+        backend when numba is installed (``pip install gpusvm[fast]``), else NumPy/SciPy.
     dtype : {"float32", "float64"}, default="float32"
         Precision of the data and of ``v``; scalars and reductions are float64.
     random_state : int, RandomState, Generator or None, default=None

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from .numpy_ import NumpyBackend
 
-BACKENDS = ("auto", "numpy", "cupy", "emulated")
+BACKENDS = ("auto", "numpy", "numba", "cupy", "emulated")
 
 
 def cuda_available() -> bool:
@@ -19,12 +19,24 @@ def cuda_available() -> bool:
         return False
 
 
+def numba_available() -> bool:
+    """True when numba imports (the optional ``fast`` extra, for the compiled CPU backend)."""
+    try:
+        import numba  # noqa: F401, PLC0415
+        return True
+    except ImportError:
+        return False
+
+
 def resolve_backend_name(name: str) -> str:
-    """Map ``"auto"`` to ``"cupy"`` when a device exists, else ``"numpy"``; check the name."""
+    """Map ``"auto"`` to ``"cupy"`` when a device exists, else ``"numba"`` when numba
+    imports, else ``"numpy"``; check the name."""
     if name not in BACKENDS:
         raise ValueError(f"unknown backend {name!r}; choose one of {', '.join(BACKENDS)}")
     if name == "auto":
-        return "cupy" if cuda_available() else "numpy"
+        if cuda_available():
+            return "cupy"
+        return "numba" if numba_available() else "numpy"
     if name == "cupy" and not cuda_available():
         raise RuntimeError(
             "backend='cupy' needs CuPy and a CUDA device, and none was found; install "
@@ -38,7 +50,8 @@ def make_backend(name: str, X, y):
 
     Parameters
     ----------
-    name : {"auto", "numpy", "cupy", "emulated"}
+    name : {"auto", "numpy", "numba", "cupy", "emulated"}
+        ``"numba"`` is the compiled CPU backend (needs the ``fast`` extra);
         ``"emulated"`` runs the device backend's orchestration with NumPy arrays
         and the CUDA kernels on the CPU kernel emulator (slow; for verification).
     X : scipy.sparse.csr_matrix (or a CuPy CSR matrix for ``"cupy"``)
@@ -51,5 +64,8 @@ def make_backend(name: str, X, y):
     name = resolve_backend_name(name)
     if name == "numpy":
         return NumpyBackend(X, y)
+    if name == "numba":
+        from .numba_ import NumbaBackend  # noqa: PLC0415  (optional: numba)
+        return NumbaBackend(X, y)
     from .device import make_device_backend  # noqa: PLC0415  (optional, heavy)
     return make_device_backend(name, X, y)

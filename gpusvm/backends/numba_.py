@@ -1,0 +1,952 @@
+"""Compiled CPU backend: the NumPy reference primitives as numba loops, plus fused iterations.
+
+:class:`NumbaBackend` subclasses :class:`~gpusvm.backends.numpy_.NumpyBackend`
+and replaces its hot primitives with ``@njit(cache=True)`` loops that follow the
+reference line by line (same formulas, same order of the floating-point
+operations wherever it matters for the iterates).  It adds two fused
+primitives that run every iteration between two evaluations in one compiled
+call:
+
+``pegasos_iterations(chunk, j0, j1, t0, ...)``
+    Iterations ``t0 + 1 .. t0 + (j1 - j0)`` of :func:`gpusvm.solvers.pegasos.pegasos`
+    on the batches ``chunk[j0:j1]``: margins, optimal bias, step size, reset,
+    step, projection, averaging and renormalisation, exactly as the loop calls
+    the primitives.
+``sdca_iterations(chunk, firsts, j0, j1, lam, beta_b, theta, aggressive)``
+    The same for :func:`gpusvm.solvers.sdca.sdca`: margins, deltas, Alg. 2's
+    adaptation of beta, and the (checked) step.
+
+The per-primitive methods call the very functions the fused loops call, so the
+two paths give bitwise the same iterates; against the NumPy backend they agree
+to rounding (sums are accumulated in another order: ``np.dot`` and ``np.sum``
+use blocked summation, the loops here a running sum).
+
+Why compiled loops: an iteration of the NumPy backend pays about 80 µs of
+interpreter and temporary-array overhead whatever the batch size, while one
+row of a text data set holds ~100-400 nonzeros (well under a microsecond of
+work).  At the batch sizes that are fastest on a CPU (``b = 1`` for SDCA, see
+the solvers' Notes) only compiled loops can compete with LIBLINEAR.
+
+Row gathers and scatters go straight through ``indptr``/``indices``/``data``
+of the CSR matrix; nothing of ``X`` is copied (the row norms, the
+certificate's ``X^T (alpha y)`` and the evaluation's ``X w`` are loops too, so
+a float32 ``X`` is never upcast to a float64 copy as SciPy's mixed-type
+products would do).  A batch of several rows aggregates its additions per
+column in a float64 scratch vector (``acc``, with the list of touched columns)
+exactly like the reference's ``np.unique`` + ``np.bincount``, so ``v`` is
+written once per column per step.
+
+numba is an optional dependency (``pip install gpusvm[fast]``); without it,
+building this backend raises an ImportError that names the extra.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+
+from ._state import (N_SLOTS, S_A, S_ASUM, S_ASUMD, S_B, S_BETA, S_BSUM, S_DNORM, S_LOSS, S_NACT,
+                     S_NAVG, S_NREJ, S_TMP0, S_VSQ, S_YACT)
+from . import numba_available
+from .base import Evaluation
+from .numpy_ import NumpyBackend
+
+try:
+    import numba
+    from numba import njit
+except ImportError:  # pragma: no cover - exercised through a monkeypatched import in the tests
+    numba = None
+
+NUMBA_MISSING = ("backend='numba' needs numba, which is not installed; install the optional "
+                 "extra with `pip install gpusvm[fast]` (numba>=0.59), or use backend='numpy'")
+
+#: step-size schedules as the int codes the compiled loop takes (order of pegasos.SCHEDULES)
+SCHEDULE_CODES = {"pegasos": 0, "norma": 1, "constant": 2}
+
+
+_EPS64 = float(np.finfo(np.float64).eps)
+
+#: batches ahead whose rows are prefetched (rows of a shuffled epoch are cold in the cache)
+PREFETCH_DISTANCE = 2
+
+if numba is not None:
+    from llvmlite import ir
+    from numba import types
+    from numba.core import cgutils
+    from numba.extending import intrinsic
+
+    @intrinsic
+    def _prefetch(typingctx, arr, idx):
+        """``llvm.prefetch`` (read, high locality) of ``&arr[idx]``: a hint, no effect on values."""
+        sig = types.void(arr, idx)
+
+        def codegen(context, builder, signature, args):
+            aryty = signature.args[0]
+            ary = context.make_array(aryty)(context, builder, args[0])
+            ptr = cgutils.get_item_pointer(context, builder, aryty, ary, [args[1]],
+                                           wraparound=False)
+            i8p = ir.IntType(8).as_pointer()
+            i32 = ir.IntType(32)
+            fnty = ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32])
+            fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0")
+            builder.call(fn, [builder.bitcast(ptr, i8p), i32(0), i32(3), i32(1)])
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    @njit(cache=True, inline="always")
+    def _prefetch_row(indptr, indices, data, r):
+        """Ask for the cache lines of row ``r`` of ``X`` (8 values / 16 indices per 64-byte line)."""
+        lo = indptr[r]
+        hi = indptr[r + 1]
+        for p in range(lo, hi, 8):
+            _prefetch(data, p)
+        for p in range(lo, hi, 16):
+            _prefetch(indices, p)
+
+    @njit(cache=True, inline="always")
+    def _prefetch_ahead(indptr, indices, data, v, chunk, j, prefetch_v):
+        """Before iteration ``j``: ask for the rows of batch ``j + PREFETCH_DISTANCE`` and,
+        when ``prefetch_v``, for the entries of ``v`` that batch ``j + PREFETCH_DISTANCE - 1``
+        will touch (its indices were asked for at the previous iteration).
+
+        Rows of a shuffled epoch are cold, and so is a ``v`` larger than the L2
+        cache: without these hints an iteration waits on one memory access
+        after another (3-4x slower on news20).
+        """
+        if j + PREFETCH_DISTANCE < chunk.shape[0]:
+            for i in range(chunk.shape[1]):
+                _prefetch_row(indptr, indices, data, chunk[j + PREFETCH_DISTANCE, i])
+        if prefetch_v and j + PREFETCH_DISTANCE - 1 < chunk.shape[0]:
+            for i in range(chunk.shape[1]):
+                r = chunk[j + PREFETCH_DISTANCE - 1, i]
+                for p in range(indptr[r], indptr[r + 1]):
+                    _prefetch(v, indices[p])
+
+    # ------------------------------------------------------------------ data, evaluation
+    @njit(cache=True)
+    def _row_sq_norms(indptr, data, out):
+        """``out_i = ||x_i||^2`` in float64, without a copy of ``X``."""
+        for i in range(indptr.size - 1):
+            acc = 0.0
+            for p in range(indptr[i], indptr[i + 1]):
+                x = np.float64(data[p])
+                acc += x * x
+            out[i] = acc
+
+    @njit(cache=True, inline="always")
+    def _row_dot(indptr, indices, data, x, r):
+        """``<x_r, x>`` as four interleaved float64 partial sums.
+
+        The products are formed in the operands' own type (float32 x float32
+        stays float32, as in the reference's ``vals * v[cols]``); four sums
+        instead of one running sum break the chain of dependent additions
+        (~20% faster on imdb), a reassociation that changes the result only at
+        the rounding level.
+        """
+        lo = indptr[r]
+        hi = indptr[r + 1]
+        z0 = 0.0
+        z1 = 0.0
+        z2 = 0.0
+        z3 = 0.0
+        p = lo
+        while p + 4 <= hi:
+            z0 += data[p] * x[indices[p]]
+            z1 += data[p + 1] * x[indices[p + 1]]
+            z2 += data[p + 2] * x[indices[p + 2]]
+            z3 += data[p + 3] * x[indices[p + 3]]
+            p += 4
+        while p < hi:
+            z0 += data[p] * x[indices[p]]
+            p += 1
+        return (z0 + z1) + (z2 + z3)
+
+    @njit(cache=True)
+    def _prefetch_columns(indptr, indices, x, i):
+        """Prefetch ``x[indices of row i]`` (row ``i`` must exist)."""
+        for p in range(indptr[i], indptr[i + 1]):
+            _prefetch(x, indices[p])
+
+    @njit(cache=True)
+    def _csr_matvec(indptr, indices, data, w, b, out, prefetch_w):
+        """``out_i = <x_i, w> + b`` in float64 (``w`` is float64, so are the products)."""
+        n = indptr.size - 1
+        for i in range(n):
+            if prefetch_w and i + 1 < n:
+                _prefetch_columns(indptr, indices, w, i + 1)
+            out[i] = _row_dot(indptr, indices, data, w, i) + b
+
+    @njit(cache=True)
+    def _csr_rmatvec(indptr, indices, data, alpha, y64, out, prefetch_out):
+        """``out += X^T (alpha y)`` (float64; SciPy's ``csc_matvec`` order on ``X.T``)."""
+        n = indptr.size - 1
+        for i in range(n):
+            if prefetch_out and i + 1 < n and alpha[i + 1] != 0.0:
+                _prefetch_columns(indptr, indices, out, i + 1)
+            c = alpha[i] * y64[i]
+            if c == 0.0:                  # alpha_i = 0 (every non-support vector): adds nothing
+                continue
+            for p in range(indptr[i], indptr[i + 1]):
+                out[indices[p]] += np.float64(data[p]) * c
+
+    @njit(cache=True)
+    def _scale_copy_sq(w, div, v):
+        """``w /= div``, ``v[:] = w`` (in ``v``'s dtype) and return ``||v||^2`` (float64)."""
+        acc = 0.0
+        for c in range(w.size):
+            x = w[c] / div
+            w[c] = x
+            v[c] = x
+            vc = np.float64(v[c])
+            acc += vc * vc
+        return acc
+
+    @njit(cache=True)
+    def _dot_f(a, b):
+        acc = 0.0
+        for c in range(a.size):
+            acc += np.float64(a[c]) * np.float64(b[c])
+        return acc
+
+    @njit(cache=True)
+    def _hinge_sum(y, z):
+        acc = 0.0
+        for i in range(z.size):
+            acc += max(0.0, 1.0 - np.float64(y[i]) * z[i])
+        return acc
+
+    # ------------------------------------------------------------------ shared pieces
+    @njit(cache=True, inline="always")
+    def _margins(indptr, indices, data, y, v, a, b, rows, m):
+        """``m_i = y_i (a <v, x_i> + b)``; products in the data's dtype, sums in float64.
+
+        ``a * z + b`` and the product by ``y_i`` in the reference's order; ``z``
+        from :func:`_row_dot`.
+        """
+        for i in range(rows.size):
+            r = rows[i]
+            m[i] = np.float64(y[r]) * (a * _row_dot(indptr, indices, data, v, r) + b)
+
+    @njit(cache=True, inline="always")
+    def _add_row(indptr, indices, data, v, u, u_scale, use_u, r, ci):
+        """``v += ci x_r`` for one row of a canonical CSR (distinct columns), in place.
+
+        Returns the exact change of ``||v||^2``, summed per column as
+        ``(new - old) (new + old)`` (the reference's per-column form, whose
+        rounding is relative to the change, not to ``||v||^2``).  Zero contributions
+        are skipped, as the reference drops them.
+        """
+        dn = 0.0
+        if ci == 0.0:
+            return dn
+        for p in range(indptr[r], indptr[r + 1]):
+            x = data[p] * ci
+            if x == 0.0:
+                continue
+            c = indices[p]
+            old = np.float64(v[c])
+            v[c] = old + x
+            new = np.float64(v[c])
+            if use_u:
+                u[c] += u_scale * x
+            dn += (new - old) * (new + old)
+        return dn
+
+    @njit(cache=True, inline="always")
+    def _add_rows(indptr, indices, data, v, u, u_scale, use_u, rows, coef, single,
+                  acc, mark, touched):
+        """``v += sum_i coef_i x_{rows_i}`` (``u += u_scale *`` the same); exact ``d||v||^2``.
+
+        ``single``: one row of a canonical CSR is added by :func:`_add_row`.  Otherwise the contributions are summed per column in
+        the float64 scratch ``acc`` (first-touch order is row order, the order
+        of ``np.bincount``) and ``v`` is written once per column.  Zero
+        contributions are skipped, as the reference drops them.
+        """
+        if single:
+            return _add_row(indptr, indices, data, v, u, u_scale, use_u, rows[0], coef[0])
+        dn = 0.0
+        nt = 0
+        for i in range(rows.size):
+            ci = coef[i]
+            if ci == 0.0:
+                continue
+            r = rows[i]
+            for p in range(indptr[r], indptr[r + 1]):
+                x = data[p] * ci
+                if x == 0.0:
+                    continue
+                c = indices[p]
+                if mark[c]:
+                    acc[c] += x
+                else:
+                    mark[c] = True
+                    acc[c] = x
+                    touched[nt] = c
+                    nt += 1
+        for q in range(nt):
+            c = touched[q]
+            g = acc[c]
+            old = np.float64(v[c])
+            v[c] = old + g
+            new = np.float64(v[c])
+            if use_u:
+                u[c] += u_scale * g
+            dn += (new - old) * (new + old)
+            acc[c] = 0.0
+            mark[c] = False
+        return dn
+
+    @njit(cache=True, inline="always")
+    def _sum_sq_norm(indptr, indices, data, rows, coef, acc, mark, touched):
+        """``||sum_i coef_i x_{rows_i}||^2`` (``v`` untouched; scratch left clean)."""
+        nt = 0
+        for i in range(rows.size):
+            ci = coef[i]
+            r = rows[i]
+            for p in range(indptr[r], indptr[r + 1]):
+                x = data[p] * ci
+                c = indices[p]
+                if mark[c]:
+                    acc[c] += x
+                else:
+                    mark[c] = True
+                    acc[c] = x
+                    touched[nt] = c
+                    nt += 1
+        out = 0.0
+        for q in range(nt):
+            c = touched[q]
+            out += acc[c] * acc[c]
+            acc[c] = 0.0
+            mark[c] = False
+        return out
+
+    # ------------------------------------------------------------------ Pegasos
+    @njit(cache=True, inline="always")
+    def _optimal_bias(y, rows, m, s):
+        """Batch-optimal bias (``optimal_bias_xp``) and the shifted margins, in place."""
+        k = rows.size
+        y_b = np.empty(k, dtype=np.float64)
+        sc = np.empty(k, dtype=np.float64)
+        bp = np.empty(k, dtype=np.float64)
+        for i in range(k):
+            y_b[i] = y[rows[i]]
+            sc[i] = y_b[i] * m[i] - s[S_B]
+            bp[i] = y_b[i] - sc[i]
+        order = np.argsort(bp, kind="mergesort")
+        n_pos = 0
+        for i in range(k):
+            if y_b[i] > 0:
+                n_pos += 1
+        neg_le = 0
+        pos_le = 0
+        b = bp[order[0]]                          # argmax of an all-False mask is 0
+        for jj in range(k):
+            yo = y_b[order[jj]]
+            if yo < 0:
+                neg_le += 1
+            if yo > 0:
+                pos_le += 1
+            if neg_le - (n_pos - pos_le) >= 0:
+                b = bp[order[jj]]
+                break
+        for i in range(k):
+            m[i] = 1.0 + y_b[i] * (b - (y_b[i] - sc[i]))
+        s[S_B] = b
+
+    @njit(cache=True, inline="always")
+    def _step_size(schedule, t, lam, eta0, norma_p):
+        """``(eta_t, 1 - eta_t lam)`` exactly as :func:`gpusvm.solvers.pegasos.step_size`."""
+        if schedule == 0:
+            return 1.0 / (lam * t), 1.0 - 1.0 / t
+        if schedule == 1:
+            return norma_p / (lam * math.sqrt(t)), 1.0 - norma_p / math.sqrt(t)
+        return eta0, 1.0 - eta0 * lam
+
+    @njit(cache=True, inline="always")
+    def _reset_scale(v, u, use_u, s):
+        if use_u:
+            asum = s[S_ASUM]
+            for c in range(v.size):
+                u[c] -= asum * v[c]
+        v[:] = 0
+        s[S_VSQ] = 0.0
+        s[S_A] = 1.0
+
+    @njit(cache=True, inline="always")
+    def _pegasos_step(indptr, indices, data, y, v, u, use_u, s, rows, m, coef, eta, shrink, k,
+                      unreg_bias, radius, average, single, acc, mark, touched):
+        """Steps 4-5 of Fig. 1 (``NumpyBackend.pegasos_step``)."""
+        nact = 0
+        loss = 0.0
+        a = s[S_A] * shrink
+        g = eta / (k * a)
+        yact = 0.0
+        for i in range(rows.size):
+            yi = np.float64(y[rows[i]])
+            loss += max(0.0, 1.0 - m[i])
+            if m[i] < 1.0:
+                nact += 1
+                coef[i] = yi * g
+                yact += yi
+            else:
+                coef[i] = 0.0
+        s[S_NACT] = nact
+        s[S_LOSS] = loss
+        dn = _add_rows(indptr, indices, data, v, u, s[S_ASUM], use_u, rows, coef, single,
+                       acc, mark, touched)
+        s[S_DNORM] = dn
+        s[S_VSQ] += dn
+        s[S_A] = a
+        if unreg_bias:
+            s[S_YACT] = yact
+            s[S_B] += eta * s[S_YACT] / k
+        if radius > 0.0:
+            wsq = a * a * s[S_VSQ]
+            if wsq > radius * radius:
+                s[S_A] = a * (radius / np.sqrt(wsq))
+        if average:
+            s[S_ASUM] += s[S_A]
+            s[S_NAVG] += 1.0
+            s[S_BSUM] += s[S_B]
+
+    @njit(cache=True, inline="always")
+    def _renormalize(v, u, use_u, s, threshold):
+        """Fold ``a`` into ``v`` when ``|a| < threshold``; the running sum moves into ``u``
+        (``u -= A v``, ``A = 0``), as ``NumpyBackend.renormalize``."""
+        a = s[S_A]
+        if abs(a) < threshold:
+            if use_u:
+                asum = s[S_ASUM]
+                for c in range(v.size):
+                    u[c] -= asum * np.float64(v[c])
+            tmp = np.empty(1, dtype=v.dtype)                  # a rounded to v's dtype first,
+            tmp[0] = a                                        # as the reference's dtype.type(a)
+            af = tmp[0]
+            for c in range(v.size):
+                v[c] *= af
+            s[S_VSQ] *= a * a
+            s[S_ASUM] = 0.0
+            s[S_A] = 1.0
+
+    @njit(cache=True)
+    def _pegasos_loop_single(indptr, indices, data, y, v, u, use_u, s, chunk, j0, j1, t0, lam,
+                             k, schedule, eta0, norma_p, unreg_bias, radius, averaged, t_avg,
+                             renorm, prefetch_v):
+        """:func:`_pegasos_loop` for batches of one row of a canonical CSR (no optimal bias).
+
+        The operations of :func:`_margins`, :func:`_pegasos_step` and
+        :func:`_renormalize` with ``rows.size == 1``, in the same order (so
+        bitwise the same iterates), with scalars instead of one-element arrays.
+        """
+        t = t0
+        for j in range(j0, j1):
+            _prefetch_ahead(indptr, indices, data, v, chunk, j, prefetch_v)
+            t += 1
+            r = chunk[j, 0]                                                   # A_t = {r}
+            yi = np.float64(y[r])
+            m = yi * (s[S_A] * _row_dot(indptr, indices, data, v, r) + s[S_B])   # step 2
+            eta, shrink = _step_size(schedule, t, lam, eta0, norma_p)         # step 3
+            if shrink == 0.0:
+                _reset_scale(v, u, use_u, s)
+                shrink = 1.0
+            a = s[S_A] * shrink                                               # step 4
+            active = m < 1.0
+            s[S_NACT] = 1.0 if active else 0.0
+            s[S_LOSS] = 0.0 + max(0.0, 1.0 - m)
+            ci = yi * (eta / (k * a)) if active else 0.0
+            dn = _add_row(indptr, indices, data, v, u, s[S_ASUM], use_u, r, ci)
+            s[S_DNORM] = dn
+            s[S_VSQ] += dn
+            s[S_A] = a
+            if unreg_bias:
+                s[S_YACT] = (0.0 + yi) if active else 0.0
+                s[S_B] += eta * s[S_YACT] / k
+            if radius > 0.0:                                                  # step 5
+                wsq = a * a * s[S_VSQ]
+                if wsq > radius * radius:
+                    s[S_A] = a * (radius / np.sqrt(wsq))
+            if averaged and t >= t_avg:
+                s[S_ASUM] += s[S_A]
+                s[S_NAVG] += 1.0
+                s[S_BSUM] += s[S_B]
+            _renormalize(v, u, use_u, s, renorm)
+
+    @njit(cache=True)
+    def _pegasos_loop(indptr, indices, data, y, v, u, use_u, s, chunk, j0, j1, t0, lam, k,
+                      schedule, eta0, norma_p, unreg_bias, optimal, radius, averaged, t_avg,
+                      renorm, canonical, prefetch_v, m, coef, acc, mark, touched):
+        """Iterations ``t0+1 ..`` on ``chunk[j0:j1]``: the loop of the Pegasos solver."""
+        single = canonical and chunk.shape[1] == 1
+        if single and not optimal:
+            _pegasos_loop_single(indptr, indices, data, y, v, u, use_u, s, chunk, j0, j1, t0,
+                                 lam, k, schedule, eta0, norma_p, unreg_bias, radius, averaged,
+                                 t_avg, renorm, prefetch_v)
+            return
+        t = t0
+        for j in range(j0, j1):
+            _prefetch_ahead(indptr, indices, data, v, chunk, j, prefetch_v)
+            t += 1
+            rows = chunk[j]                                                   # A_t
+            _margins(indptr, indices, data, y, v, s[S_A], s[S_B], rows, m)    # step 2
+            if optimal:
+                _optimal_bias(y, rows, m, s)                                  # Sec. 4, b*
+            eta, shrink = _step_size(schedule, t, lam, eta0, norma_p)         # step 3
+            if shrink == 0.0:
+                _reset_scale(v, u, use_u, s)
+                shrink = 1.0
+            _pegasos_step(indptr, indices, data, y, v, u, use_u, s, rows, m, coef, eta,   # 4-5
+                          shrink, k, unreg_bias, radius, averaged and t >= t_avg, single,
+                          acc, mark, touched)
+            _renormalize(v, u, use_u, s, renorm)
+
+    # ------------------------------------------------------------------ SDCA
+    @njit(cache=True, inline="always")
+    def _clipped_step(a_i, c, m_i, inv_q_i):
+        """``clip_[-a_i, 1 - a_i](c (1 - m_i) / ||x_i||^2)`` with ``c = lam n / beta`` (eq. 15)."""
+        raw = c * (1.0 - m_i) * inv_q_i
+        lo = -a_i
+        hi = 1.0 - a_i
+        x = raw if raw > lo else lo
+        return x if x < hi else hi
+
+    @njit(cache=True, inline="always")
+    def _sdca_deltas(alpha, inv_q, s, rows, m, lam, n, first, has_first, delta):
+        """Eq. (15) with ``beta = s[S_BETA]`` (``NumpyBackend.sdca_deltas``)."""
+        c = lam * n / s[S_BETA]
+        for i in range(rows.size):
+            r = rows[i]
+            if has_first and not first[i]:
+                delta[i] = 0.0
+                continue
+            delta[i] = _clipped_step(alpha[r], c, m[i], inv_q[r])
+
+    @njit(cache=True, inline="always")
+    def _sdca_adapt_beta(indptr, indices, data, y64, row_sq, s, rows, delta, coef, beta_b,
+                         theta, acc, mark, touched):
+        """Alg. 2: ``rho``, then ``beta <- beta^theta rho^(1 - theta)`` (``NumpyBackend``)."""
+        den = 0.0
+        for i in range(rows.size):
+            den += delta[i] * delta[i] * row_sq[rows[i]]
+        if den <= 0.0:
+            return
+        for i in range(rows.size):
+            coef[i] = delta[i] * y64[rows[i]]
+        num = _sum_sq_norm(indptr, indices, data, rows, coef, acc, mark, touched)
+        rho = min(max(num / den, 1.0), beta_b)
+        s[S_TMP0] = rho
+        beta = s[S_BETA] ** theta * rho ** (1.0 - theta)
+        s[S_BETA] = min(max(beta, 1.0), beta_b)
+
+    @njit(cache=True, inline="always")
+    def _dual_drops(dsum, dabs, dn, vsq, a, lam, n, eps):
+        """Alg. 2's test: ``Delta D < -tau``, ``tau`` the rounding of ``Delta D`` (reference)."""
+        return (dsum / n - 0.5 * lam * a * a * dn
+                < -4.0 * (eps * lam * a * a * vsq + _EPS64 * dabs / n))
+
+    @njit(cache=True, inline="always")
+    def _sdca_apply(indptr, indices, data, y64, v, s, alpha, rows, delta, coef, lam, n, check,
+                    single, eps, empty, acc, mark, touched):
+        """Alpha and ``w`` step, kept only if ``D`` grows when ``check`` (``NumpyBackend``)."""
+        a = s[S_A]
+        g = 1.0 / (lam * n * a)
+        dsum = 0.0
+        dabs = 0.0
+        for i in range(rows.size):
+            coef[i] = delta[i] * y64[rows[i]] * g
+            dsum += delta[i]
+            dabs += abs(delta[i])
+        vsq = s[S_VSQ]
+        dn = _add_rows(indptr, indices, data, v, empty, 0.0, False, rows, coef, single,
+                       acc, mark, touched)
+        s[S_DNORM] = dn
+        if check and _dual_drops(dsum, dabs, dn, vsq, a, lam, n, eps):
+            for i in range(rows.size):
+                coef[i] = -coef[i]
+            dn2 = _add_rows(indptr, indices, data, v, empty, 0.0, False, rows, coef, single,
+                            acc, mark, touched)
+            s[S_VSQ] += dn + dn2
+            s[S_NREJ] += 1.0
+            return
+        s[S_VSQ] += dn
+        for i in range(rows.size):
+            alpha[rows[i]] += delta[i]
+        s[S_ASUMD] += dsum
+
+    @njit(cache=True)
+    def _sdca_loop_single(indptr, indices, data, y, y64, v, s, alpha, inv_q, row_sq, chunk,
+                          firsts, has_first, j0, j1, lam, n, beta_b, theta, aggressive, eps,
+                          prefetch_v, no_u):
+        """:func:`_sdca_loop` for batches of one row of a canonical CSR, with scalars for arrays.
+
+        The same operations in the same order as :func:`_margins`,
+        :func:`_sdca_deltas`, :func:`_sdca_adapt_beta` and :func:`_sdca_apply`
+        with ``rows.size == 1`` (so bitwise the same iterates), without their
+        per-iteration array bookkeeping, which costs more than the arithmetic
+        of a 100-400-nonzero row.
+        """
+        # the scalars of s live in registers for the whole segment: a and b never change
+        # inside it, beta only in Alg. 2's branch; the sums run in the same order as s[...] += ...
+        a = s[S_A]
+        b = s[S_B]
+        c = lam * n / s[S_BETA]                                               # eq. (15) factor
+        g = 1.0 / (lam * n * a)                                               # w step factor
+        vsq = s[S_VSQ]
+        asumd = s[S_ASUMD]
+        nrej = s[S_NREJ]
+        for j in range(j0, j1):
+            _prefetch_ahead(indptr, indices, data, v, chunk, j, prefetch_v)
+            r = chunk[j, 0]                                                   # A_t = {r}
+            z = _row_dot(indptr, indices, data, v, r)                         # y_r <w, x_r>
+            m = np.float64(y[r]) * (a * z + b)
+            skip = has_first and not firsts[j, 0]
+            delta = 0.0 if skip else _clipped_step(alpha[r], c, m, inv_q[r])
+            if aggressive:                                                    # Alg. 2
+                den = 0.0 + delta * delta * row_sq[r]
+                if den > 0.0:
+                    ci = delta * y64[r]
+                    num = 0.0
+                    for p in range(indptr[r], indptr[r + 1]):
+                        x = data[p] * ci
+                        num += x * x
+                    rho = min(max(num / den, 1.0), beta_b)
+                    s[S_TMP0] = rho
+                    beta = s[S_BETA] ** theta * rho ** (1.0 - theta)
+                    s[S_BETA] = min(max(beta, 1.0), beta_b)
+                    c = lam * n / s[S_BETA]
+                delta = 0.0 if skip else _clipped_step(alpha[r], c, m, inv_q[r])
+            ci = delta * y64[r] * g                                           # alpha, w step
+            dsum = 0.0 + delta
+            dn = _add_row(indptr, indices, data, v, no_u, 0.0, False, r, ci)
+            s[S_DNORM] = dn
+            if aggressive and _dual_drops(dsum, 0.0 + abs(delta), dn, vsq, a, lam, n, eps):
+                dn2 = _add_row(indptr, indices, data, v, no_u, 0.0, False, r, -ci)   # undo
+                vsq += dn + dn2
+                nrej += 1.0
+                continue
+            vsq += dn
+            alpha[r] += delta
+            asumd += dsum
+        s[S_VSQ] = vsq
+        s[S_ASUMD] = asumd
+        s[S_NREJ] = nrej
+
+    @njit(cache=True)
+    def _sdca_loop(indptr, indices, data, y, y64, v, s, alpha, inv_q, row_sq, chunk, firsts,
+                   has_first, j0, j1, lam, n, beta_b, theta, aggressive, canonical, eps,
+                   prefetch_v, m, delta, coef, no_u, acc, mark, touched):
+        """Iterations on ``chunk[j0:j1]``: the loop of the SDCA solver."""
+        single = canonical and chunk.shape[1] == 1
+        if single:
+            _sdca_loop_single(indptr, indices, data, y, y64, v, s, alpha, inv_q, row_sq, chunk,
+                              firsts, has_first, j0, j1, lam, n, beta_b, theta, aggressive, eps,
+                              prefetch_v, no_u)
+            return
+        for j in range(j0, j1):
+            _prefetch_ahead(indptr, indices, data, v, chunk, j, prefetch_v)
+            rows = chunk[j]                                                   # A_t
+            first = firsts[j] if has_first else firsts[0]
+            _margins(indptr, indices, data, y, v, s[S_A], s[S_B], rows, m)    # y_i <w, x_i>
+            _sdca_deltas(alpha, inv_q, s, rows, m, lam, n, first, has_first, delta)   # eq. (15)
+            if aggressive:                                                    # Alg. 2
+                _sdca_adapt_beta(indptr, indices, data, y64, row_sq, s, rows, delta, coef,
+                                 beta_b, theta, acc, mark, touched)
+                _sdca_deltas(alpha, inv_q, s, rows, m, lam, n, first, has_first, delta)
+            _sdca_apply(indptr, indices, data, y64, v, s, alpha, rows, delta, coef, lam, n,
+                        aggressive, single, eps, no_u, acc, mark, touched)
+
+
+class NumbaBackend(NumpyBackend):
+    """The NumPy reference backend with its hot primitives compiled by numba.
+
+    Parameters
+    ----------
+    X : scipy.sparse.csr_matrix
+        Training data, CSR (canonical: sorted, duplicate-free indices, as the
+        estimators prepare it), dtype float32 or float64.  Never copied.
+    y : ndarray of shape (n,)
+        Labels in {-1, +1}, same dtype as ``X``.
+
+    Raises
+    ------
+    ImportError
+        When numba is not installed (the message names the ``fast`` extra).
+
+    Notes
+    -----
+    Same primitives, state and dtypes as :class:`~gpusvm.backends.numpy_.NumpyBackend`
+    (``v`` in the data's dtype, scalars and reductions in float64), and the
+    same iterates on the same batches up to the order of floating-point sums.
+    Deterministic: single-threaded loops, no atomics, and no BLAS call (whose
+    thread pool would wake up at every evaluation).  The first use in a
+    process loads the compiled code from numba's cache (``__pycache__``),
+    compiling it once per type signature when the cache is cold (see
+    BENCHMARKS.md for the one-off cost).
+
+    The fused primitives :meth:`pegasos_iterations` and :meth:`sdca_iterations`
+    are what the solvers use when a backend provides them; they run all the
+    iterations between two evaluations without returning to Python.
+
+    Memory: besides the state of the reference (``v``, ``alpha``, ...), a
+    float64 scratch vector, a mask and an index list of length ``d`` for
+    batches of more than one row (allocated on first use).
+    """
+
+    name = "numba"
+
+    def __init__(self, X, y) -> None:
+        if numba is None or not numba_available():
+            raise ImportError(NUMBA_MISSING)
+        super().__init__(X, y)
+        self._nb_canonical = bool(X.has_canonical_format)
+        self._nb_eps = float(np.finfo(self.dtype).eps)
+        # v (and w of an evaluation) larger than the L2 cache: prefetch its entries too
+        self._nb_prefetch_v = self.d * self.dtype.itemsize > l2_cache_bytes()
+        self._nb_no_u = np.empty(0, dtype=np.float64)
+        self._nb_big = None
+        self._nb_k = -1
+
+    def _row_sq_norms(self) -> np.ndarray:
+        """``||x_i||^2`` in float64 straight from ``X.data`` (no squared copy of ``X``)."""
+        out = np.empty(self.n, dtype=np.float64)
+        _row_sq_norms(self.X.indptr, self.X.data, out)
+        return out
+
+    # ------------------------------------------------------------ helpers
+    def _nb_csr(self):
+        X = self.X
+        return X.indptr, X.indices, X.data
+
+    def _nb_u(self):
+        return (self.u, True) if self.u is not None else (self._nb_no_u, False)
+
+    def _nb_work(self, k: int):
+        """Per-batch float64 work vectors, allocated once per batch size."""
+        if self._nb_k != k:
+            self._nb_k = k
+            self._nb_m = np.empty(k, dtype=np.float64)
+            self._nb_coef = np.empty(k, dtype=np.float64)
+            self._nb_delta = np.empty(k, dtype=np.float64)
+        return self._nb_m, self._nb_coef, self._nb_delta
+
+    def _nb_scratch(self, k: int):
+        """``(acc, mark, touched)`` for aggregating a batch per column; tiny when unused.
+
+        One row of a canonical CSR is added in place and needs none of them.
+        """
+        if k == 1 and self._nb_canonical:
+            return self._nb_no_u, np.zeros(0, dtype=np.bool_), np.zeros(0, dtype=np.int32)
+        if self._nb_big is None:
+            self._nb_big = (np.zeros(self.d, dtype=np.float64), np.zeros(self.d, dtype=np.bool_),
+                            np.empty(self.d, dtype=np.int32))
+        return self._nb_big
+
+    # ------------------------------------------------------------ state
+    def init_state(self, w0=None, b0: float = 0.0, averaging: bool = False) -> None:
+        """Allocate ``v`` (= ``w0``), the scalars (``a = 1``) and, if needed, ``u``."""
+        self.v = np.zeros(self.d, dtype=self.dtype) if w0 is None else np.array(w0, dtype=self.dtype)
+        self.s = np.zeros(N_SLOTS, dtype=np.float64)
+        self.s[S_A] = 1.0
+        self.s[S_VSQ] = 0.0 if w0 is None else _dot(self.v, self.v)
+        self.s[S_B] = b0
+        self.u = np.zeros(self.d, dtype=np.float64) if averaging else None
+
+    # ------------------------------------------------------------ Pegasos primitives
+    def margins(self, rows: np.ndarray) -> np.ndarray:
+        """``m_i = y_i (a <v, x_i> + b)`` for ``i`` in ``rows`` (float64)."""
+        m = np.empty(rows.size, dtype=np.float64)
+        _margins(*self._nb_csr(), self.y, self.v, self.s[S_A], self.s[S_B], rows, m)
+        return m
+
+    def optimal_bias(self, rows: np.ndarray, m: np.ndarray) -> None:
+        """Set ``b`` to the batch-optimal bias and shift ``m`` to it, in place."""
+        _optimal_bias(self.y, rows, m, self.s)
+
+    def reset_scale(self) -> None:
+        """Set ``w = 0`` keeping the running average consistent (``u -= A v``)."""
+        u, use_u = self._nb_u()
+        _reset_scale(self.v, u, use_u, self.s)
+
+    def add_rows(self, rows: np.ndarray, coef: np.ndarray, u_scale: float | None = None) -> float:
+        """``v += sum_i coef_i x_{rows_i}``; return the exact change of ``||v||^2``."""
+        u, use_u = self._nb_u()
+        use_u = use_u and u_scale is not None
+        single = self._nb_canonical and rows.size == 1
+        return float(_add_rows(*self._nb_csr(), self.v, u, 0.0 if u_scale is None else u_scale,
+                               use_u, rows, np.asarray(coef, dtype=np.float64), single,
+                               *self._nb_scratch(rows.size)))
+
+    def pegasos_step(self, rows, m, eta: float, shrink: float, k: int,
+                     unreg_bias: bool, radius: float, average: bool) -> None:
+        """Steps 4-5 of Pegasos Fig. 1 in the sparse form (see :mod:`.base`)."""
+        u, use_u = self._nb_u()
+        coef = np.empty(rows.size, dtype=np.float64)
+        _pegasos_step(*self._nb_csr(), self.y, self.v, u, use_u, self.s, rows, m, coef,
+                      float(eta), float(shrink), int(k), bool(unreg_bias), float(radius),
+                      bool(average), self._nb_canonical and rows.size == 1,
+                      *self._nb_scratch(rows.size))
+
+    def renormalize(self, threshold: float) -> None:
+        """Fold ``a`` into ``v`` when ``|a| < threshold`` (the running sum moves into ``u``)."""
+        u, use_u = self._nb_u()
+        _renormalize(self.v, u, use_u, self.s, float(threshold))
+
+    def pegasos_iterations(self, chunk: np.ndarray, j0: int, j1: int, t0: int, *, lam: float,
+                           k: int, schedule: str, eta0: float | None, norma_p: float,
+                           unreg_bias: bool, optimal: bool, radius: float, averaged: bool,
+                           t_avg: int, renorm_threshold: float) -> None:
+        """Run Pegasos iterations ``t0 + 1 .. t0 + j1 - j0`` on ``chunk[j0:j1]`` in one call.
+
+        Exactly the per-iteration sequence of :func:`gpusvm.solvers.pegasos.pegasos`:
+        :meth:`margins`, :meth:`optimal_bias` (when ``optimal``), the step size
+        of ``schedule``, :meth:`reset_scale` when ``1 - eta_t lam == 0``,
+        :meth:`pegasos_step` (averaging from iteration ``t_avg`` on when
+        ``averaged``) and :meth:`renormalize`.
+
+        Parameters
+        ----------
+        chunk : ndarray of int32, shape (c, k)
+            Batches from :meth:`upload_batches`.
+        j0, j1 : int
+            The batches ``chunk[j0:j1]`` are used, one per iteration.
+        t0 : int
+            Iterations done before the first of these.
+        lam, k, schedule, eta0, norma_p
+            As in the solver (``eta0`` is only read by ``schedule="constant"``).
+        unreg_bias, optimal : bool
+            ``bias="unregularized"`` / ``bias="optimal"``.
+        radius : float
+            Projection radius, 0 for none.
+        averaged : bool
+            Whether the output is an average.
+        t_avg : int
+            First iteration whose iterate enters the average.
+        renorm_threshold : float
+            :meth:`renormalize`'s threshold.
+        """
+        u, use_u = self._nb_u()
+        m, coef, _ = self._nb_work(chunk.shape[1])
+        _pegasos_loop(*self._nb_csr(), self.y, self.v, u, use_u, self.s, chunk, int(j0), int(j1),
+                      int(t0), float(lam), int(k), SCHEDULE_CODES[schedule],
+                      0.0 if eta0 is None else float(eta0), float(norma_p), bool(unreg_bias),
+                      bool(optimal), float(radius), bool(averaged), int(t_avg),
+                      float(renorm_threshold), self._nb_canonical, self._nb_prefetch_v, m, coef,
+                      *self._nb_scratch(chunk.shape[1]))
+
+    # ------------------------------------------------------------ evaluation
+    def decision_function(self, w, b) -> np.ndarray:
+        """``<w, x_i> + b`` on all rows (float64, no upcast copy of ``X``)."""
+        out = np.empty(self.n, dtype=np.float64)
+        _csr_matvec(*self._nb_csr(), np.asarray(w, dtype=np.float64), float(b), out,
+                    self._nb_prefetch_v)
+        return out
+
+    def evaluate(self, w, b, lam: float, reg_bias: bool = False) -> Evaluation:
+        """Primal objective ``P(w)`` on all rows (ALGORITHMS.md, Notation)."""
+        z = self.decision_function(w, b)
+        loss = _mean_hinge(self.y, z)
+        sq = _dot(w, w) + (b * b if reg_bias else 0.0)
+        return Evaluation(0.5 * lam * sq + loss, loss, sq)
+
+    # ------------------------------------------------------------ SDCA primitives
+    def sdca_deltas(self, rows: np.ndarray, m: np.ndarray, lam: float,
+                    first: np.ndarray | None = None) -> np.ndarray:
+        """Coordinate steps of eq. (15) with ``beta = S_BETA`` (float64, shape (b,))."""
+        delta = np.empty(rows.size, dtype=np.float64)
+        has_first = first is not None
+        f = first if has_first else np.ones(1, dtype=np.bool_)
+        _sdca_deltas(self.alpha, self._inv_q, self.s, rows, m, float(lam), self.n, f,
+                     has_first, delta)
+        return delta
+
+    def sdca_adapt_beta(self, rows: np.ndarray, delta: np.ndarray, beta_b: float,
+                        theta: float) -> None:
+        """Alg. 2: ``beta <- beta^theta rho^(1-theta)`` from the tentative step ``delta``."""
+        coef = np.empty(rows.size, dtype=np.float64)
+        acc, mark, touched = self._nb_scratch(2)          # _sum_sq_norm aggregates always
+        _sdca_adapt_beta(*self._nb_csr(), self._y64, self.row_sq_norms, self.s, rows,
+                         np.asarray(delta, dtype=np.float64), coef, float(beta_b), float(theta),
+                         acc, mark, touched)
+
+    def sdca_apply(self, rows: np.ndarray, delta: np.ndarray, lam: float, check: bool) -> None:
+        """``alpha_A += delta``, ``w += (1/(lam n)) sum_i delta_i y_i x_i``, checked if asked."""
+        coef = np.empty(rows.size, dtype=np.float64)
+        single = self._nb_canonical and rows.size == 1
+        _sdca_apply(*self._nb_csr(), self._y64, self.v, self.s, self.alpha, rows,
+                    np.asarray(delta, dtype=np.float64), coef, float(lam), self.n, bool(check),
+                    single, self._nb_eps, self._nb_no_u, *self._nb_scratch(rows.size))
+
+    def sdca_iterations(self, chunk: np.ndarray, firsts: np.ndarray | None, j0: int, j1: int,
+                        lam: float, beta_b: float, theta: float, aggressive: bool) -> None:
+        """Run the SDCA iterations on ``chunk[j0:j1]`` in one call.
+
+        Exactly the per-iteration sequence of :func:`gpusvm.solvers.sdca.sdca`:
+        :meth:`margins`, :meth:`sdca_deltas`, then for ``aggressive``
+        :meth:`sdca_adapt_beta` and :meth:`sdca_deltas` again, and
+        :meth:`sdca_apply` (checked when ``aggressive``).
+
+        Parameters
+        ----------
+        chunk : ndarray of int32, shape (c, b)
+            Batches from :meth:`upload_batches`.
+        firsts : ndarray of bool, shape (c, b), or None
+            First occurrences of the rows in each batch (None: all distinct).
+        j0, j1 : int
+            The batches ``chunk[j0:j1]`` are used, one per iteration.
+        lam, beta_b, theta, aggressive
+            As in the solver.
+        """
+        b = chunk.shape[1]
+        m, coef, delta = self._nb_work(b)
+        has_first = firsts is not None
+        f = firsts if has_first else np.ones((1, b), dtype=np.bool_)
+        # Alg. 2 measures rho by aggregating even a single row: it needs the scratch for b = 1
+        acc, mark, touched = self._nb_scratch(2 if aggressive and b > 1 else b)
+        _sdca_loop(*self._nb_csr(), self.y, self._y64, self.v, self.s, self.alpha, self._inv_q,
+                   self.row_sq_norms, chunk, f, has_first, int(j0), int(j1), float(lam), self.n,
+                   float(beta_b), float(theta), bool(aggressive), self._nb_canonical,
+                   self._nb_eps, self._nb_prefetch_v, m, delta, coef, self._nb_no_u,
+                   acc, mark, touched)
+
+    def dual_weights(self, lam: float) -> np.ndarray:
+        """``w(alpha) = X^T (alpha y) / (lam n)`` in float64, resynchronising ``v`` (O(nnz)).
+
+        Rows with ``alpha_i = 0`` add nothing and are skipped; the division by
+        ``lam n``, the copy into ``v`` and ``||v||^2`` share one pass over ``w``.
+        """
+        w = np.zeros(self.d, dtype=np.float64)
+        _csr_rmatvec(*self._nb_csr(), self.alpha, self._y64, w, self._nb_prefetch_v)
+        self.s[S_VSQ] = _scale_copy_sq(w, lam * self.n, self.v)
+        self.s[S_A] = 1.0
+        self.s[S_ASUMD] = float(self.alpha.sum())
+        return w
+
+    def dual_objective(self, lam: float, w: np.ndarray) -> float:
+        """``D(alpha) = (1/n) sum_i alpha_i - (lam/2) ||w||^2`` with ``w = w(alpha)`` (host float)."""
+        return float(self.alpha.sum()) / self.n - 0.5 * lam * _dot(w, w)
+
+
+def l2_cache_bytes() -> int:
+    """Size of the L2 cache of CPU 0 from sysfs (512 KiB when it cannot be read)."""
+    try:
+        for index in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*"):
+            if (index / "level").read_text().strip() == "2":
+                text = (index / "size").read_text().strip().upper()
+                scale = {"K": 1024, "M": 1024 ** 2}.get(text[-1], 1)
+                return int(text.rstrip("KM")) * scale
+    except (OSError, ValueError):
+        pass
+    return 512 * 1024
+
+
+def _dot(a: np.ndarray, b: np.ndarray) -> float:
+    """``<a, b>`` accumulated in float64 by a compiled loop (no BLAS, no float64 copies)."""
+    return float(_dot_f(a, b))
+
+
+def _mean_hinge(y: np.ndarray, z: np.ndarray) -> float:
+    """``(1/n) sum_i max(0, 1 - y_i z_i)`` in float64."""
+    return float(_hinge_sum(y, z)) / y.size

@@ -1,0 +1,324 @@
+"""The compiled CPU backend: same iterates as the NumPy reference, fused = per-primitive, fallbacks."""
+
+from __future__ import annotations
+
+import sys
+import warnings
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+import numba  # noqa: F401  (a test dependency: without it this module fails, it never skips)
+
+from gpusvm import PegasosSVC  # noqa: E402
+from gpusvm import backends  # noqa: E402
+from gpusvm.backends import make_backend, resolve_backend_name  # noqa: E402
+from gpusvm.backends._state import S_NREJ  # noqa: E402
+from gpusvm.backends.numba_ import NUMBA_MISSING, NumbaBackend  # noqa: E402
+from gpusvm.backends.numpy_ import NumpyBackend  # noqa: E402
+from gpusvm.estimators_sdca import SDCASVC  # noqa: E402
+from gpusvm.solvers.pegasos import pegasos, segment_length  # noqa: E402
+from gpusvm.solvers.sdca import sdca  # noqa: E402
+
+LAM = 1e-3
+
+
+def as64(ds, rows=None):
+    """float64 int32 CSR copy of a conftest data set (optionally its first ``rows`` rows)."""
+    X = sp.csr_matrix(ds.X, dtype=np.float64)
+    y = np.where(ds.y > 0, 1.0, -1.0)
+    if rows is not None:
+        X, y = X[:rows], y[:rows]
+    X = sp.csr_matrix((X.data, X.indices.astype(np.int32), X.indptr.astype(np.int32)),
+                      shape=X.shape)
+    return X, y
+
+
+@pytest.fixture(scope="module")
+def rcv1_64(rcv1_small):
+    """The RCV1 slice (1,000 unit rows, 47,236 features) in float64."""
+    return as64(rcv1_small)
+
+
+@pytest.fixture(scope="module")
+def a9a_64(a9a):
+    """The first 3,000 rows of a9a (binary features, norm ~3.7), float64."""
+    return as64(a9a, rows=3000)
+
+
+@pytest.fixture(scope="module")
+def odd_matrix():
+    """A CSR with duplicate entries in rows (not canonical), all-zero rows and explicit zeros."""
+    rng = np.random.default_rng(7)
+    n, d = 240, 40
+    rows, cols, vals = [], [], []
+    for i in range(n):
+        if i % 17 == 0:
+            continue                                        # an all-zero row
+        k = rng.integers(1, 9)
+        c = rng.integers(0, d, size=k)
+        c = np.concatenate([c, c[:1]])                      # a duplicated column
+        rows += [i] * c.size
+        cols += c.tolist()
+        vals += rng.normal(size=c.size).tolist()
+    vals[3] = 0.0                                           # an explicit zero
+    X = sp.csr_matrix((np.array(vals), (np.array(rows), np.array(cols))), shape=(n, d))
+    X = sp.csr_matrix((X.data, X.indices.astype(np.int32), X.indptr.astype(np.int32)),
+                      shape=X.shape)
+    X.has_canonical_format = False
+    y = np.where(rng.random(n) < 0.4, 1.0, -1.0)
+    return X, y
+
+
+def per_primitive(be):
+    """Hide the fused primitives so that the solvers call one primitive at a time."""
+    be.pegasos_iterations = None
+    be.sdca_iterations = None
+    return be
+
+
+def assert_same_run(r1, r2, rtol=1e-9, atol=1e-12):
+    """Same iterates: ``w`` to ``rtol`` of its largest entry (an averaged ``w`` is a difference
+    ``A v - u`` whose small entries carry the rounding of the large ones), same history."""
+    np.testing.assert_allclose(r2.w, r1.w, rtol=rtol, atol=max(atol, rtol * np.abs(r1.w).max()))
+    assert r2.b == pytest.approx(r1.b, rel=rtol, abs=atol)
+    assert r2.n_iter == r1.n_iter
+    assert [h[0] for h in r2.history] == [h[0] for h in r1.history]
+    np.testing.assert_allclose([h[1] for h in r2.history], [h[1] for h in r1.history],
+                               rtol=rtol, atol=atol)
+    assert r2.stop_reason == r1.stop_reason
+
+
+# every option value of the Pegasos solver appears at least once, with k = 1 and k > 1
+PEGASOS_CASES = [
+    dict(k=1),
+    dict(k=1, averaging="tail", sampling="epoch"),
+    dict(k=2, bias="optimal", schedule="norma"),
+    dict(k=8),
+    dict(k=8, averaging="all", sampling="with_replacement"),
+    dict(k=8, averaging="tail", bias="unregularized"),
+    dict(k=8, bias="optimal", averaging="all"),
+    dict(k=16, schedule="norma", projection=False, sampling="epoch"),
+    dict(k=5, schedule="constant", eta0=0.05, projection=False),
+    dict(k=5, schedule="constant", eta0=0.05, bias="unregularized", averaging="tail"),
+    dict(k=64, sampling="with_replacement", bias="optimal"),
+    dict(k=3, projection=True, averaging="all", schedule="norma", norma_p=0.71),
+]
+
+
+@pytest.mark.parametrize("case", PEGASOS_CASES, ids=lambda c: "-".join(f"{k}={v}" for k, v in c.items()))
+def test_pegasos_same_iterates_as_numpy(rcv1_64, case):
+    X, y = rcv1_64
+    kw = dict(lam=LAM, max_iter=700, seed=3, eval_every=97, **case)
+    ref = pegasos(NumpyBackend(X, y), **kw)
+    be = NumbaBackend(X, y)
+    got = pegasos(be, **kw)
+    assert_same_run(ref, got)
+    assert np.abs(got.w).max() > 0                          # a real run, not a zero vector
+
+
+@pytest.mark.parametrize("case", PEGASOS_CASES[:6], ids=lambda c: "-".join(f"{k}={v}" for k, v in c.items()))
+def test_pegasos_same_iterates_on_a_non_canonical_matrix(odd_matrix, case):
+    X, y = odd_matrix
+    kw = dict(lam=0.05, max_iter=300, seed=5, eval_every=41, **case)
+    assert_same_run(pegasos(NumpyBackend(X, y), **kw), pegasos(NumbaBackend(X, y), **kw))
+
+
+@pytest.mark.parametrize("variant", ["naive", "safe", "aggressive"])
+@pytest.mark.parametrize("b", [1, 8, 128])
+@pytest.mark.parametrize("sampling", ["without_replacement", "epoch", "with_replacement"])
+def test_sdca_same_iterates_as_numpy(rcv1_64, variant, b, sampling):
+    X, y = rcv1_64
+    kw = dict(lam=LAM, b=b, max_iter=max(40, 3000 // b), variant=variant, sampling=sampling,
+              tol=0.0, seed=11, eval_every=max(1, 700 // b), sigma2=0.05)
+    ref = sdca(NumpyBackend(X, y), **kw)
+    got = sdca(NumbaBackend(X, y), **kw)
+    np.testing.assert_allclose(got.w, ref.w, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(got.extra["alpha"], ref.extra["alpha"], rtol=1e-9, atol=1e-12)
+    assert got.extra["n_rejected"] == ref.extra["n_rejected"]
+    assert got.extra["beta"] == pytest.approx(ref.extra["beta"], rel=1e-9)
+    np.testing.assert_allclose([h[3] for h in got.history], [h[3] for h in ref.history],
+                               rtol=1e-7, atol=1e-12)       # the duality gaps
+    assert got.extra["alpha"].max() > 0
+
+
+@pytest.mark.parametrize("variant", ["naive", "safe", "aggressive"])
+@pytest.mark.parametrize("b", [1, 6])
+def test_sdca_same_iterates_on_rows_with_other_norms(a9a_64, odd_matrix, variant, b):
+    """a9a (norms ~3.7) and a non-canonical matrix with zero rows and explicit zeros."""
+    for X, y, lam in (a9a_64 + (1e-4,), odd_matrix + (0.05,)):
+        kw = dict(lam=lam, b=b, max_iter=1500 // b, variant=variant, sampling="epoch",
+                  tol=0.0, seed=2, eval_every=251 // b, sigma2=0.3)
+        ref = sdca(NumpyBackend(X, y), **kw)
+        got = sdca(NumbaBackend(X, y), **kw)
+        np.testing.assert_allclose(got.w, ref.w, rtol=1e-9, atol=1e-12)
+        np.testing.assert_allclose(got.extra["alpha"], ref.extra["alpha"], rtol=1e-9, atol=1e-12)
+        assert got.extra["n_rejected"] == ref.extra["n_rejected"]
+
+
+def test_the_aggressive_rejection_is_exercised_and_agrees(rcv1_64):
+    """A large batch with a too-small beta (sigma2 understated as 1/n) forces rejected steps."""
+    X, y = rcv1_64
+    kw = dict(lam=LAM, b=256, max_iter=60, variant="aggressive", sampling="without_replacement",
+              tol=0.0, seed=1, sigma2=1.0 / X.shape[0])
+    ref = sdca(NumpyBackend(X, y), **kw)
+    got = sdca(NumbaBackend(X, y), **kw)
+    assert ref.extra["n_rejected"] > 0
+    assert got.extra["n_rejected"] == ref.extra["n_rejected"]
+    np.testing.assert_allclose(got.w, ref.w, rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("case", PEGASOS_CASES, ids=lambda c: "-".join(f"{k}={v}" for k, v in c.items()))
+def test_pegasos_fused_equals_per_primitive_bitwise(rcv1_64, case):
+    X, y = rcv1_64
+    kw = dict(lam=LAM, max_iter=500, seed=4, eval_every=61, **case)
+    fused, prim = NumbaBackend(X, y), per_primitive(NumbaBackend(X, y))
+    a = pegasos(fused, **kw)
+    b = pegasos(prim, **kw)
+    np.testing.assert_array_equal(a.w, b.w)
+    assert a.b == b.b
+    assert [h[:2] for h in a.history] == [h[:2] for h in b.history]
+    np.testing.assert_array_equal(fused.s, prim.s)
+    np.testing.assert_array_equal(fused.v, prim.v)
+
+
+@pytest.mark.parametrize("variant", ["naive", "safe", "aggressive"])
+@pytest.mark.parametrize("b", [1, 8])
+@pytest.mark.parametrize("sampling", ["without_replacement", "epoch", "with_replacement"])
+def test_sdca_fused_equals_per_primitive_bitwise(rcv1_64, variant, b, sampling):
+    X, y = rcv1_64
+    kw = dict(lam=LAM, b=b, max_iter=2000 // b, variant=variant, sampling=sampling, tol=0.0,
+              seed=9, eval_every=333 // b, sigma2=0.05)
+    fused, prim = NumbaBackend(X, y), per_primitive(NumbaBackend(X, y))
+    a = sdca(fused, **kw)
+    c = sdca(prim, **kw)
+    np.testing.assert_array_equal(a.w, c.w)
+    np.testing.assert_array_equal(a.extra["alpha"], c.extra["alpha"])
+    np.testing.assert_array_equal(fused.s, prim.s)
+    assert [h[:4] for h in a.history] == [h[:4] for h in c.history]
+
+
+def test_fused_path_respects_eval_at_and_odd_eval_every(rcv1_64):
+    """Evaluations at arbitrary iterations (eval_at) and an eval_every not dividing the chunk."""
+    X, y = rcv1_64
+    marks = {3, 4, 50, 333, 334, 1000}
+    kw = dict(lam=LAM, k=2, max_iter=1200, seed=0, averaging="tail")
+    a = pegasos(NumbaBackend(X, y), eval_at=lambda t: t in marks, **kw)
+    b = pegasos(per_primitive(NumbaBackend(X, y)), eval_at=lambda t: t in marks, **kw)
+    assert [h[0] for h in a.history] == sorted(marks) + [1200]
+    assert [h[1] for h in a.history] == [h[1] for h in b.history]
+    c = sdca(NumbaBackend(X, y), lam=LAM, b=1, max_iter=2500, tol=0.0, eval_every=777, seed=0)
+    assert [h[0] for h in c.history] == [777, 1554, 2331, 2500]
+
+
+def test_segment_length():
+    assert segment_length(0, 100, 10) == 10
+    assert segment_length(7, 100, 10) == 3
+    assert segment_length(7, 2, 10) == 2
+    assert segment_length(5, 100, 10, eval_at=lambda t: t == 9) == 4
+    assert segment_length(5, 3, 10, eval_at=lambda t: t == 9) == 3
+
+
+def test_prefetching_v_changes_nothing(rcv1_64):
+    """The prefetch of v's entries (on when v exceeds the L2 cache) is a pure hint."""
+    X, y = rcv1_64
+    kw = dict(lam=LAM, b=1, max_iter=3000, variant="safe", sampling="epoch", tol=0.0, seed=3)
+    off, on = NumbaBackend(X, y), NumbaBackend(X, y)
+    off._nb_prefetch_v, on._nb_prefetch_v = False, True
+    a, b = sdca(off, **kw), sdca(on, **kw)
+    np.testing.assert_array_equal(a.w, b.w)
+    p_off = pegasos(off, lam=LAM, k=4, max_iter=400, seed=1)
+    p_on = pegasos(on, lam=LAM, k=4, max_iter=400, seed=1)
+    np.testing.assert_array_equal(p_off.w, p_on.w)
+
+
+def test_evaluation_primitives_match_numpy(rcv1_64):
+    X, y = rcv1_64
+    ref, be = NumpyBackend(X, y), NumbaBackend(X, y)
+    np.testing.assert_allclose(be.row_sq_norms, ref.row_sq_norms, rtol=1e-14)
+    w = np.random.default_rng(0).normal(size=X.shape[1])
+    np.testing.assert_allclose(be.decision_function(w, 0.25), ref.decision_function(w, 0.25),
+                               rtol=1e-12, atol=1e-12)
+    e1, e2 = ref.evaluate(w, 0.5, LAM, True), be.evaluate(w, 0.5, LAM, True)
+    assert e2.objective == pytest.approx(e1.objective, rel=1e-12)
+    assert e2.loss == pytest.approx(e1.loss, rel=1e-12)
+    for b_ in (ref, be):
+        b_.init_state()
+        b_.init_dual(1.0)
+        b_.alpha[:] = np.random.default_rng(1).random(X.shape[0])
+    w1, w2 = ref.dual_weights(LAM), be.dual_weights(LAM)
+    np.testing.assert_allclose(w2, w1, rtol=1e-12, atol=1e-15)
+    assert be.s[1] == pytest.approx(ref.s[1], rel=1e-12)     # S_VSQ resynchronised
+    assert be.dual_objective(LAM, w2) == pytest.approx(ref.dual_objective(LAM, w1), rel=1e-12)
+
+
+def test_float32_agrees_with_the_reference_to_float32_rounding(rcv1_small):
+    X = sp.csr_matrix(rcv1_small.X, dtype=np.float32)
+    y = np.where(rcv1_small.y > 0, 1.0, -1.0).astype(np.float32)
+    kw = dict(lam=LAM, b=1, max_iter=3000, variant="aggressive", sampling="epoch", tol=0.0, seed=2)
+    ref, got = sdca(NumpyBackend(X, y), **kw), sdca(NumbaBackend(X, y), **kw)
+    np.testing.assert_allclose(got.w, ref.w, rtol=1e-4, atol=1e-6)
+    assert got.extra["gap"] == pytest.approx(ref.extra["gap"], rel=1e-3)
+    p1 = pegasos(NumpyBackend(X, y), lam=LAM, k=4, max_iter=500, seed=2, averaging="tail")
+    p2 = pegasos(NumbaBackend(X, y), lam=LAM, k=4, max_iter=500, seed=2, averaging="tail")
+    np.testing.assert_allclose(p2.w, p1.w, rtol=1e-4, atol=1e-6)
+
+
+def test_data_is_not_copied(rcv1_64):
+    X, y = rcv1_64
+    be = NumbaBackend(X, y)
+    assert be.X is X
+    assert np.shares_memory(be.X.data, X.data) and np.shares_memory(be.X.indices, X.indices)
+    sdca(be, lam=LAM, b=1, max_iter=500, tol=0.0)
+    assert be._nb_big is None                 # b = 1 on a canonical CSR needs no d-sized scratch
+
+
+def test_estimators_on_numba_match_numpy_and_certify(a9a):
+    X = sp.csr_matrix(a9a.X, dtype=np.float64)
+    y = a9a.y
+    kw = dict(lam=1e-4, batch_size=1, variant="safe", sampling="epoch", tol=1e-3, dtype="float64",
+              random_state=0)
+    a = SDCASVC(backend="numpy", **kw).fit(X, y)
+    b = SDCASVC(backend="numba", **kw).fit(X, y)
+    assert b.backend_ == "numba"
+    assert b.duality_gap_ <= 1e-3
+    assert b.n_iter_ == a.n_iter_
+    np.testing.assert_allclose(b.coef_, a.coef_, rtol=1e-8, atol=1e-10)
+    np.testing.assert_allclose(b.intercept_, a.intercept_, rtol=1e-8, atol=1e-10)
+    kw = dict(lam=1e-4, batch_size=32, max_iter=2000, averaging="tail", bias="augmented",
+              dtype="float64", random_state=0)
+    c = PegasosSVC(backend="numpy", **kw).fit(X, y)
+    d = PegasosSVC(backend="numba", **kw).fit(X, y)
+    np.testing.assert_allclose(d.coef_, c.coef_, rtol=1e-8, atol=1e-10)
+    assert d.score(X, y) == c.score(X, y) > 0.8
+
+
+def test_auto_picks_numba_without_a_device(monkeypatch):
+    monkeypatch.setattr(backends, "cuda_available", lambda: False)
+    assert resolve_backend_name("auto") == "numba"
+    assert "numba" in backends.BACKENDS
+
+
+def test_without_numba_the_backend_names_the_extra_and_auto_falls_back(monkeypatch, rcv1_64):
+    X, y = rcv1_64
+    monkeypatch.setattr(backends, "cuda_available", lambda: False)
+    monkeypatch.setitem(sys.modules, "numba", None)          # `import numba` now raises ImportError
+    assert not backends.numba_available()
+    assert resolve_backend_name("auto") == "numpy"
+    with pytest.raises(ImportError, match=r"gpusvm\[fast\]") as err:
+        make_backend("numba", X, y)
+    assert str(err.value) == NUMBA_MISSING
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        est = SDCASVC(lam=1e-2, tol=1e-2, random_state=0).fit(X, y)
+    assert est.backend_ == "numpy"
+
+
+def test_rejections_slot_is_kept_in_the_state(rcv1_64):
+    """The state vector carries S_NREJ like the reference (read by the solver's result)."""
+    X, y = rcv1_64
+    be = NumbaBackend(X, y)
+    res = sdca(be, lam=LAM, b=256, max_iter=40, variant="aggressive", tol=0.0, seed=1,
+               sigma2=1.0 / X.shape[0])
+    assert res.extra["n_rejected"] == int(be.s[S_NREJ]) > 0
