@@ -1,0 +1,346 @@
+"""The ``gpusvm study`` subcommand (also ``python -m gpusvm.study``).
+
+``add_cli(subparsers)`` registers it on the ``gpusvm`` parser and
+``run_cli(args)`` runs it; both are called from :mod:`gpusvm.cli`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import signal
+import sys
+
+__all__ = ["add_cli", "run_cli", "parse_int_list", "parse_float_list", "main"]
+
+EXPERIMENTS = ("scaling", "pegasos-k", "schedules")
+EXIT_INTERRUPTED = 130
+
+
+def parse_int_list(text: str, option: str = "--batch-sizes") -> list[int]:
+    """Parse ``"1,2,4,...,1024"`` or ``"1,10,100"`` into a list of integers.
+
+    ``a,b,...,z`` continues the series of ``a, b`` up to ``z`` (included):
+    geometric when ``z`` is a term of the geometric series (so ``1,2,...,16``
+    means powers of two), else arithmetic (``10,20,...,50``).
+
+    Parameters
+    ----------
+    text : str
+    option : str
+        Option name for the error messages.
+
+    Returns
+    -------
+    list of int
+
+    Raises
+    ------
+    ValueError
+        On a token that is not an integer, or a ``...`` that cannot be continued.
+    """
+    tokens = [t.strip() for t in text.split(",") if t.strip()]
+    out: list[int] = []
+    i = 0
+    while i < len(tokens):
+        tok = tokens[i]
+        if tok in ("...", "…"):
+            if len(out) < 2 or i + 1 >= len(tokens):
+                raise ValueError(f"{option}: '...' needs two values before it and one after it, "
+                                 "e.g. 1,2,4,...,1024")
+            end = _int(tokens[i + 1], option)
+            out.extend(_continue_series(out, end, option))
+            out.append(end)
+            i += 2
+            continue
+        out.append(_int(tok, option))
+        i += 1
+    return out
+
+
+def _continue_series(head: list, end: int, option: str) -> list:
+    """Terms after ``head`` up to ``end`` (excluded): geometric if ``end`` is in the geometric
+    series of the last two terms, else arithmetic if it is in the arithmetic one."""
+    a, b = head[-2], head[-1]
+    if b <= a:
+        raise ValueError(f"{option}: the values before '...' must increase, got {a},{b}")
+    if end <= b:
+        raise ValueError(f"{option}: the value after '...' must exceed {b}, got {end}")
+    if a > 0 and b % a == 0:
+        r, terms, nxt = b // a, [], b * (b // a)
+        while nxt < end:
+            terms.append(nxt)
+            nxt *= r
+        if nxt == end:
+            return terms
+    if (end - b) % (b - a) == 0:
+        return list(range(b + (b - a), end, b - a))
+    raise ValueError(f"{option}: {end} does not continue the series {a},{b},... "
+                     "(geometric or arithmetic)")
+
+
+def _int(tok: str, option: str) -> int:
+    try:
+        value = float(tok)
+    except ValueError:
+        raise ValueError(f"{option}: {tok!r} is not an integer") from None
+    if not value.is_integer():
+        raise ValueError(f"{option}: {tok!r} is not an integer")
+    return int(value)
+
+
+def parse_float_list(text: str, option: str) -> list[float]:
+    """Parse ``"0.001,0.01,0.1"`` into floats.
+
+    Parameters
+    ----------
+    text : str
+    option : str
+
+    Returns
+    -------
+    list of float
+    """
+    out = []
+    for tok in (t.strip() for t in text.split(",")):
+        if not tok:
+            continue
+        try:
+            out.append(float(tok))
+        except ValueError:
+            raise ValueError(f"{option}: {tok!r} is not a number") from None
+    return out
+
+
+def add_cli(subparsers) -> None:
+    """Register the ``study`` subcommand on an ``argparse`` subparsers object.
+
+    Parameters
+    ----------
+    subparsers : argparse._SubParsersAction
+        From ``parser.add_subparsers()``; the subcommand sets ``func=run_cli``.
+    """
+    p = subparsers.add_parser(
+        "study", help="batch-size scaling study (Takáč et al. 2013, Fig. 1) and the Pegasos "
+                      "paper's experiments, with tables, plots and resumable runs",
+        description="Measure, for each method, batch size b and seed, the first iteration T at "
+                    "which P(w_T) - P* <= eps (Takáč, Bijral, Richtárik & Srebro 2013, Fig. 1), "
+                    "beside the theory (sigma^2, beta_b/b, predicted speedup b/beta_b); or run "
+                    "the Pegasos paper's experiments (--experiment pegasos-k: Fig. 3; "
+                    "--experiment schedules: Fig. 2).  Writes results.csv, results.json, "
+                    "results.md and PNG plots to --out; finished cells are kept in OUT/cells and "
+                    "a rerun of the same command resumes.  Rows are scaled to unit norm unless "
+                    "--no-normalize (the theory assumes max ||x_i|| <= 1).")
+    p.add_argument("data", metavar="DATA", help="training data, svmlight/LIBSVM (.gz/.bz2 too)")
+    p.add_argument("--experiment", choices=EXPERIMENTS, default="scaling",
+                   help="scaling (default), pegasos-k or schedules")
+    p.add_argument("--lam", type=float, required=True, help="regularisation lambda > 0")
+    p.add_argument("--out", required=True, metavar="DIR", help="output directory")
+    p.add_argument("--eps", type=float, default=1e-3,
+                   help="scaling: target suboptimality P - P* (default 1e-3)")
+    p.add_argument("--batch-sizes", default=None, metavar="LIST",
+                   help="e.g. 1,2,4,...,16384 (default: powers of 2 up to min(16384, n); "
+                        "pegasos-k: up to 1024)")
+    p.add_argument("--methods", default=",".join(("pegasos", "sdca-naive", "sdca-safe",
+                                                   "sdca-aggressive")),
+                   help="scaling: comma-separated subset of pegasos, sdca-naive, sdca-safe, "
+                        "sdca-aggressive (default: all)")
+    p.add_argument("--seeds", default=None,
+                   help="number of seeds (0..k-1) or a comma-separated list (default 3; "
+                        "schedules: 1)")
+    p.add_argument("--backend", default="numpy", help="numpy (default), cupy, emulated or auto")
+    p.add_argument("--n-features", type=int, default=None,
+                   help="number of features (default: from the file)")
+    p.add_argument("--normalize", action=argparse.BooleanOptionalAction, default=True,
+                   help="scale rows to unit L2 norm (default: yes)")
+    p.add_argument("--name", default=None, help="data set name in the outputs")
+    p.add_argument("--max-epochs", type=float, default=100.0,
+                   help="scaling: cap on the data accesses b*T per cell, in passes (default 100)")
+    p.add_argument("--max-iter", type=int, default=None, help="scaling: cap on T per cell")
+    p.add_argument("--max-seconds", type=float, default=None,
+                   help="scaling: wall-clock cap per cell (machine dependent; default none)")
+    p.add_argument("--pegasos-output", choices=("tail", "last"), default="tail",
+                   help="scaling: Pegasos iterate evaluated, the tail average of Takáč et al.'s "
+                        "Theorem 1 (default) or the last one")
+    p.add_argument("--pstar-gap", type=float, default=1e-8,
+                   help="duality gap to which P* is certified (default 1e-8)")
+    p.add_argument("--jobs", type=int, default=1, help="worker processes (default 1)")
+    p.add_argument("--T-values", default=None, dest="T_values",
+                   help="pegasos-k: fixed T values (default 1250,31250)")
+    p.add_argument("--kT-values", default=None, dest="kT_values",
+                   help="pegasos-k: fixed kT values (default 10000,100000,1000000)")
+    p.add_argument("--T-max", type=int, default=1_000_000, dest="T_max",
+                   help="schedules: iterations per run (default 1000000)")
+    p.add_argument("--etas", default=None,
+                   help="schedules: fixed step sizes (default 0.001,0.01,0.1,1,10)")
+    p.add_argument("--norma-p", type=float, default=None,
+                   help="schedules: NORMA's p (default 0.5 (2 + 0.5/sqrt(T_max))^(1/2))")
+    p.add_argument("--test", default=None, metavar="FILE",
+                   help="schedules: test data for the test hinge loss")
+    p.add_argument("--plots", action=argparse.BooleanOptionalAction, default=True,
+                   help="write the PNG plots (needs matplotlib; default: yes)")
+    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                   help="progress bar over the cells on stderr (default: when stderr is a "
+                        "terminal)")
+    p.set_defaults(func=run_cli)
+
+
+def _seeds(text, default):
+    if text is None:
+        return default
+    vals = parse_int_list(text, "--seeds")
+    if len(vals) == 1 and "," not in text:
+        return vals[0]
+    return vals
+
+
+def command_line(args) -> str:
+    """The ``gpusvm study ...`` command equivalent to ``args`` (recorded in the outputs).
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+
+    Returns
+    -------
+    str
+    """
+    parts = ["gpusvm", "study", args.data, "--experiment", args.experiment, "--lam",
+             repr(args.lam), "--out", args.out]
+    opts = [("--eps", args.eps if args.experiment == "scaling" else None),
+            ("--batch-sizes", args.batch_sizes), ("--seeds", args.seeds),
+            ("--backend", args.backend), ("--n-features", args.n_features),
+            ("--name", args.name), ("--pstar-gap", args.pstar_gap), ("--jobs", args.jobs)]
+    if args.experiment == "scaling":
+        opts += [("--methods", args.methods), ("--max-epochs", args.max_epochs),
+                 ("--max-iter", args.max_iter), ("--max-seconds", args.max_seconds),
+                 ("--pegasos-output", args.pegasos_output)]
+    elif args.experiment == "pegasos-k":
+        opts += [("--T-values", args.T_values), ("--kT-values", args.kT_values)]
+    else:
+        opts += [("--T-max", args.T_max), ("--etas", args.etas), ("--norma-p", args.norma_p),
+                 ("--test", args.test)]
+    for flag, value in opts:
+        if value is not None:
+            parts += [flag, str(value)]
+    if not args.normalize:
+        parts.append("--no-normalize")
+    if not args.plots:
+        parts.append("--no-plots")
+    return shlex.join(parts)
+
+
+def run_cli(args) -> int:
+    """Run ``gpusvm study``.
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+        From the parser built by :func:`add_cli`.
+
+    Returns
+    -------
+    int
+        0 on success, 130 when interrupted (finished cells are kept).  Bad input
+        raises ValueError (or OSError for files), which :func:`gpusvm.cli.main`
+        turns into one line on stderr and status 2.
+    """
+    from .experiments import pegasos_k_study, schedules_study  # noqa: PLC0415
+    from .problem import load_problem  # noqa: PLC0415
+    from .scaling import check_methods, scaling_study  # noqa: PLC0415
+
+    progress = sys.stderr.isatty() if args.progress is None else bool(args.progress)
+    sizes = parse_int_list(args.batch_sizes) if args.batch_sizes is not None else None
+    if args.experiment == "scaling":
+        methods = check_methods(args.methods)        # fail before loading the data
+    problem = load_problem(args.data, n_features=args.n_features, normalize=args.normalize,
+                           name=args.name)
+    command = command_line(args)
+    common = dict(backend=args.backend, out_dir=args.out, pstar_gap=args.pstar_gap,
+                  jobs=args.jobs, plots=args.plots, progress=progress, command=command)
+    print(f"gpusvm study ({args.experiment}): {args.data}: n={problem.n} d={problem.d} "
+          f"nnz={problem.nnz}; rows "
+          + ("scaled to unit L2 norm (the theory assumes max ||x_i|| <= 1)" if problem.normalized
+             else f"used as given (max row norm {problem.max_row_norm:.4g})"))
+    previous = _sigterm_as_interrupt()
+    try:
+        if args.experiment == "scaling":
+            res = scaling_study(problem, lam=args.lam, eps=args.eps, batch_sizes=sizes,
+                                methods=methods, seeds=_seeds(args.seeds, 3),
+                                max_epochs=args.max_epochs, max_iter=args.max_iter,
+                                max_seconds=args.max_seconds, pegasos_output=args.pegasos_output,
+                                **common)
+        elif args.experiment == "pegasos-k":
+            from .experiments import PAPER_KT_VALUES, PAPER_T_VALUES  # noqa: PLC0415
+            res = pegasos_k_study(
+                problem, lam=args.lam, batch_sizes=sizes, seeds=_seeds(args.seeds, 3),
+                T_values=(parse_int_list(args.T_values, "--T-values") if args.T_values is not None
+                          else PAPER_T_VALUES),
+                kT_values=(parse_int_list(args.kT_values, "--kT-values")
+                           if args.kT_values is not None else PAPER_KT_VALUES), **common)
+        else:
+            from .experiments import PAPER_ETAS  # noqa: PLC0415
+            X_test = y_test = None
+            if args.test is not None:
+                from ..datasets import load_svmlight  # noqa: PLC0415
+                X_test, y_test = load_svmlight(args.test, n_features=problem.d)
+            res = schedules_study(
+                problem, lam=args.lam, T_max=args.T_max, seeds=_seeds(args.seeds, 1),
+                etas=(parse_float_list(args.etas, "--etas") if args.etas is not None
+                      else PAPER_ETAS), p=args.norma_p, X_test=X_test, y_test=y_test, **common)
+    except KeyboardInterrupt:
+        print(f"gpusvm study: interrupted; the finished cells are kept in {args.out}/cells: rerun "
+              "the same command to resume", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+    md = res.out_dir / "results.md"
+    print(f"P* = {res.metadata['p_star']:.10f} (duality gap {res.metadata['optimum']['gap']:.2e})")
+    print(f"cells: {res.computed} computed, {res.reused} reused; {res.metadata['seconds']:.1f} s")
+    if args.experiment == "scaling":
+        _print_table(res)
+    print("written: " + ", ".join(str(f) for f in res.files))
+    print(f"report: {md}")
+    return 0
+
+
+def _raise_interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+def _sigterm_as_interrupt():
+    """Treat SIGTERM like Ctrl-C while a study runs (returns the previous handler, or None)."""
+    try:
+        return signal.signal(signal.SIGTERM, _raise_interrupt)
+    except ValueError:          # not in the main thread: leave the handler alone
+        return None
+
+
+def _print_table(res) -> None:
+    from .report import _t_cell  # noqa: PLC0415
+    methods = res.metadata["methods"]
+    by = {(r["method"], r["b"]): r for r in res.summary}
+    head = f"{'b':>7} {'beta_b/b':>9} {'pred':>7} " + " ".join(f"{m:>16}" for m in methods)
+    print(f"median T to P - P* <= {res.metadata['eps']:g} (pred = predicted speedup b/beta_b):")
+    print(head)
+    for b in res.metadata["batch_sizes"]:
+        r0 = by[(methods[0], b)]
+        print(f"{b:>7} {r0['beta_b_over_b']:>9.4g} {r0['predicted_speedup']:>7.3g} "
+              + " ".join(f"{_t_cell(by[(m, b)]):>16}" for m in methods))
+
+
+def main(argv=None) -> int:
+    """``python -m gpusvm.study``: the same as ``gpusvm study``.
+
+    Parameters
+    ----------
+    argv : list of str, optional
+
+    Returns
+    -------
+    int
+    """
+    from ..cli import main as gpusvm_main  # noqa: PLC0415
+    argv = list(sys.argv[1:] if argv is None else argv)
+    return gpusvm_main(["study", *argv])

@@ -1,0 +1,518 @@
+r"""Batch-size scaling study: Takáč, Bijral, Richtárik & Srebro (2013), Figure 1, on given data.
+
+For every method (mini-batch Pegasos without projection, naive, safe and
+aggressive mini-batch SDCA), batch size ``b`` and seed, the study measures the
+first iteration ``T`` at which ``P(w_T) - P* <= eps`` (see
+:mod:`gpusvm.study.search` for how, and for what the guarantee is), the data
+accesses ``b T`` and the training time, and sets them beside the theory:
+``sigma^2 = ||X||^2 / n``, ``beta_b`` (eq. 11), ``beta_b / b`` (the leading
+term of Theorems 1-2, the right axis of Figure 1) and the predicted speedup
+``b / beta_b``.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .problem import Problem, prepare_problem
+from .search import METHODS, PEGASOS_OUTPUTS, RunSpec, SearchSettings, find_crossing
+from .store import CellStore, cell_key
+
+__all__ = ["scaling_study", "StudyResult", "default_batch_sizes", "check_methods",
+           "check_batch_sizes", "check_seeds", "iteration_cap", "median_with_inf"]
+
+#: the largest batch size of the default list (the paper's Figure 1 goes to about 10^4)
+DEFAULT_MAX_B = 16384
+
+
+@dataclass
+class StudyResult:
+    """What a study returns.
+
+    Attributes
+    ----------
+    out_dir : pathlib.Path
+        Where the outputs are.
+    cells : list of dict
+        One per cell, as stored in ``out_dir/cells``.
+    summary : list of dict
+        Aggregated rows (e.g. per method and batch size, medians over seeds).
+    metadata : dict
+        Data set, parameters, ``P*`` certificate, versions, command line, timing.
+    computed : int
+        Cells computed by this call (the others were reused from ``out_dir/cells``).
+    reused : int
+        Cells found finished and not recomputed.
+    files : list of pathlib.Path
+        Output files written.
+    """
+
+    out_dir: Path
+    cells: list
+    summary: list
+    metadata: dict
+    computed: int = 0
+    reused: int = 0
+    files: list = field(default_factory=list)
+
+
+# ------------------------------------------------------------------ validation
+def default_batch_sizes(n: int, max_b: int = DEFAULT_MAX_B) -> list[int]:
+    """``1, 2, 4, ...`` up to ``min(max_b, n)``.
+
+    Parameters
+    ----------
+    n : int
+        Number of examples.
+    max_b : int, default=16384
+
+    Returns
+    -------
+    list of int
+    """
+    top = min(max_b, n)
+    return [1 << k for k in range(int(math.floor(math.log2(top))) + 1)]
+
+
+def check_methods(methods) -> list[str]:
+    """Validate a list of method names (unique, order kept).
+
+    Parameters
+    ----------
+    methods : iterable of str
+
+    Returns
+    -------
+    list of str
+
+    Raises
+    ------
+    ValueError
+        ``"methods is empty; ..."`` or ``"unknown method 'x'; choose from ..."``.
+    """
+    if isinstance(methods, str):
+        methods = [m for m in methods.split(",") if m.strip()]
+    methods = [str(m).strip() for m in methods]
+    if not methods:
+        raise ValueError(f"methods is empty; choose from {', '.join(METHODS)}")
+    out = []
+    for m in methods:
+        if m not in METHODS:
+            raise ValueError(f"unknown method {m!r}; choose from {', '.join(METHODS)}")
+        if m not in out:
+            out.append(m)
+    return out
+
+
+def check_batch_sizes(batch_sizes, n: int) -> list[int]:
+    """Validate batch sizes against ``n`` (sorted, duplicates removed).
+
+    Parameters
+    ----------
+    batch_sizes : iterable of int
+    n : int
+
+    Returns
+    -------
+    list of int
+
+    Raises
+    ------
+    ValueError
+        ``"batch_sizes is empty; ..."``, ``"batch sizes must be positive
+        integers, got ..."`` or ``"batch size B exceeds the number of examples
+        n=N; use batch sizes <= N"``.
+    """
+    sizes = list(batch_sizes)
+    if not sizes:
+        raise ValueError("batch_sizes is empty; give at least one batch size, e.g. 1,2,4,...,1024")
+    out = set()
+    for b in sizes:
+        if isinstance(b, bool) or not float(b).is_integer() or int(b) < 1:
+            raise ValueError(f"batch sizes must be positive integers, got {b!r}")
+        b = int(b)
+        if b > n:
+            raise ValueError(f"batch size {b} exceeds the number of examples n={n}; "
+                             f"use batch sizes <= {n}")
+        out.add(b)
+    return sorted(out)
+
+
+def check_seeds(seeds) -> list[int]:
+    """``seeds`` as a list: an int ``k`` means ``0..k-1``.
+
+    Parameters
+    ----------
+    seeds : int or iterable of int
+
+    Returns
+    -------
+    list of int
+    """
+    if isinstance(seeds, bool):
+        raise ValueError(f"seeds must be a positive integer or a list of integers, got {seeds!r}")
+    if isinstance(seeds, int):
+        if seeds < 1:
+            raise ValueError(f"seeds must be >= 1, got {seeds}")
+        return list(range(seeds))
+    out = []
+    for s in seeds:
+        if isinstance(s, bool) or not float(s).is_integer() or int(s) < 0:
+            raise ValueError(f"seeds must be non-negative integers, got {s!r}")
+        if int(s) not in out:
+            out.append(int(s))
+    if not out:
+        raise ValueError("seeds is empty; give a number of seeds or a list of seeds")
+    return out
+
+
+def iteration_cap(n: int, b: int, max_epochs: float | None, max_iter: int | None) -> int:
+    """Iteration cap of a cell: ``min(max_iter, ceil(max_epochs n / b))``.
+
+    Parameters
+    ----------
+    n, b : int
+    max_epochs : float or None
+        Cap on the data accesses ``b T`` in passes over the data.
+    max_iter : int or None
+        Cap on ``T``.
+
+    Returns
+    -------
+    int
+    """
+    caps = []
+    if max_epochs is not None:
+        caps.append(max(1, int(math.ceil(max_epochs * n / b))))
+    if max_iter is not None:
+        caps.append(int(max_iter))
+    if not caps:
+        raise ValueError("give max_epochs or max_iter: every cell needs an iteration cap")
+    return min(caps)
+
+
+def _check_positive(name, value, *, allow_none=False):
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+            or value <= 0:
+        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+    return value
+
+
+def median_with_inf(values) -> float:
+    """Median where None (not reached) counts as +infinity.
+
+    Parameters
+    ----------
+    values : iterable of float or None
+
+    Returns
+    -------
+    float
+        ``inf`` when at least half of the values are missing.
+    """
+    vals = sorted(math.inf if v is None else float(v) for v in values)
+    if not vals:
+        return math.inf
+    m = len(vals) // 2
+    if len(vals) % 2:
+        return vals[m]
+    lo, hi = vals[m - 1], vals[m]
+    return math.inf if math.isinf(hi) else 0.5 * (lo + hi)
+
+
+def versions() -> dict:
+    """Versions of gpusvm, Python and the libraries a study depends on."""
+    import platform  # noqa: PLC0415
+
+    import numpy  # noqa: PLC0415
+    import scipy  # noqa: PLC0415
+    import sklearn  # noqa: PLC0415
+
+    from .._version import __version__  # noqa: PLC0415
+    out = {"gpusvm": __version__, "python": platform.python_version(), "numpy": numpy.__version__,
+           "scipy": scipy.__version__, "scikit-learn": sklearn.__version__}
+    try:
+        import matplotlib  # noqa: PLC0415
+        out["matplotlib"] = matplotlib.__version__
+    except ImportError:
+        out["matplotlib"] = None
+    return out
+
+
+def machine() -> dict:
+    """Platform and CPU count (timings depend on them)."""
+    import os  # noqa: PLC0415
+    import platform  # noqa: PLC0415
+    return {"platform": platform.platform(), "processor": platform.processor() or None,
+            "cpus": os.cpu_count()}
+
+
+# ------------------------------------------------------------------ shared pieces
+def ensure_problem(X, y, *, normalize: bool, name: str | None) -> Problem:
+    """``X`` if it is already a :class:`Problem`, else :func:`prepare_problem`."""
+    if isinstance(X, Problem):
+        if y is not None:
+            raise ValueError("pass y=None when X is a Problem (it holds the labels)")
+        return X
+    if y is None:
+        raise ValueError("y is required when X is a matrix")
+    return prepare_problem(X, y, normalize=normalize, name=name)
+
+
+def spectral_sigma2(problem: Problem, out_dir: Path) -> dict:
+    """``sigma^2`` of the row-normalised data (cached in ``out_dir/cells``)."""
+    from .. import spectral  # noqa: PLC0415
+    store = CellStore(out_dir)
+    key = cell_key("sigma2", {"data": problem.fingerprint})
+    cell = store.load(key)
+    if cell is None:
+        t0 = time.perf_counter()
+        s2 = float(spectral.sigma_squared(problem.X, normalize=True))
+        cell = {"key": key, "sigma2": s2, "method": "gpusvm.spectral.sigma_squared (Lanczos, "
+                "scipy svds) on the row-normalised data", "seconds": time.perf_counter() - t0}
+        store.save(cell)
+    return cell
+
+
+def certified_optimum(problem: Problem, lam: float, out_dir: Path, *, gap_tol: float,
+                      sigma2: float, backend: str) -> dict:
+    """:func:`gpusvm.study.optimum.certify_optimum`, cached in ``out_dir/cells``."""
+    from .optimum import certify_optimum  # noqa: PLC0415
+    store = CellStore(out_dir)
+    key = cell_key("optimum", {"data": problem.fingerprint, "lam": lam, "gap_tol": gap_tol,
+                               "backend": backend})
+    cell = store.load(key)
+    if cell is None:
+        cell = {"key": key, **certify_optimum(problem, lam, gap_tol=gap_tol, sigma2=sigma2,
+                                              backend=backend)}
+        store.save(cell)
+    return cell
+
+
+# ------------------------------------------------------------------ cells
+def _compute_scaling_cell(problem: Problem, task: dict) -> dict:
+    spec = RunSpec(**task["spec"])
+    res = find_crossing(problem, spec, p_star=task["p_star"], eps=task["eps"], cap=task["cap"],
+                        settings=SearchSettings(**task["search"]),
+                        max_seconds=task["max_seconds"])
+    T = res["T"]
+    return {"kind": "scaling", "method": spec.method, "b": spec.b, "seed": spec.seed,
+            "cap": task["cap"], "accesses": (spec.b * T) if T is not None else None,
+            "failed": res["status"] in ("diverged", "stalled"), **res}
+
+
+def scaling_study(X, y=None, *, lam: float, eps: float = 1e-3, batch_sizes=None,
+                  methods=METHODS, seeds=3, backend: str = "numpy", out_dir,
+                  max_epochs: float | None = 100.0, max_iter: int | None = None,
+                  max_seconds: float | None = None, pegasos_output: str = "tail",
+                  normalize: bool = True, name: str | None = None,
+                  search: SearchSettings | None = None, pstar_gap: float = 1e-8,
+                  jobs: int = 1, plots: bool = True, progress: bool = True, on_cell=None,
+                  command: str | None = None) -> StudyResult:
+    r"""Iterations to reach ``P(w) - P* <= eps`` against the batch size (Takáč et al. 2013, Fig. 1).
+
+    Parameters
+    ----------
+    X : {sparse matrix, array-like} of shape (n, d), or Problem
+        Training data (or a :class:`~gpusvm.study.problem.Problem` from
+        :func:`~gpusvm.study.problem.load_problem`, then ``y=None``).
+    y : array-like of shape (n,), optional
+        Two class labels.
+    lam : float
+        Regularisation of ``P(w) = lam/2 ||w||^2 + (1/n) sum_i max(0, 1 - y_i <w, x_i>)``.
+    eps : float, default=1e-3
+        Target primal suboptimality (absolute, as in the paper).
+    batch_sizes : iterable of int, optional
+        Default ``1, 2, 4, ...`` up to ``min(16384, n)``.
+    methods : iterable of str, default=all four
+        Among ``"pegasos"``, ``"sdca-naive"``, ``"sdca-safe"``, ``"sdca-aggressive"``.
+    seeds : int or iterable of int, default=3
+        Number of seeds (``0..seeds-1``) or the seeds themselves.
+    backend : str, default="numpy"
+        Backend name (see :func:`gpusvm.backends.make_backend`).  The ``T``
+        guarantee needs a deterministic backend; ``replay_consistent`` records it.
+    out_dir : str or os.PathLike
+        Output directory (created); finished cells go to ``out_dir/cells``.
+    max_epochs : float or None, default=100
+        Cap on the data accesses ``b T`` of a cell, in passes over the data.
+    max_iter : int or None, default=None
+        Cap on ``T``.  At least one cap is required; a cell that hits it is
+        ``"not_reached"`` with ``T = None``.
+    max_seconds : float, optional
+        Wall-clock cap of a cell (status ``"time_cap"``; machine dependent).
+    pegasos_output : {"tail", "last"}, default="tail"
+        Pegasos iterate evaluated: the tail average of Theorem 1 or ``w_{T+1}``.
+    normalize : bool, default=True
+        Scale the rows to unit norm (the theory assumes ``max ||x_i|| <= 1``).
+    name : str, optional
+        Data set name in the outputs.
+    search : SearchSettings, optional
+        Crossing-search settings.
+    pstar_gap : float, default=1e-8
+        Duality gap to which ``P*`` is certified; must be ``<= eps / 100``.
+    jobs : int, default=1
+        Worker processes.
+    plots : bool, default=True
+        Write the PNG plots (needs matplotlib, the ``plot`` extra).
+    progress : bool, default=True
+        tqdm progress bar over the cells.
+    on_cell : callable, optional
+        ``on_cell(cell)`` after each newly computed cell is saved.
+    command : str, optional
+        Command line to record (the CLI passes it).
+
+    Returns
+    -------
+    StudyResult
+
+    Notes
+    -----
+    Mini-batch Pegasos runs as in Takáč et al. (2013, Algorithm 1): ``w_1 = 0``,
+    ``eta_t = 1/(lam t)``, no projection, ``A_t`` a uniformly random b-subset.
+    SDCA starts at ``alpha = 0``; safe uses ``beta = beta_b``; aggressive uses
+    ``theta = 0.5``.  A rerun with the same arguments and ``out_dir`` skips the
+    finished cells; any change of data, ``lam``, ``eps``, caps or settings
+    makes new cells.
+
+    References
+    ----------
+    M. Takáč, A. Bijral, P. Richtárik, N. Srebro. Mini-Batch Primal and Dual
+    Methods for SVMs. ICML 2013.
+    """
+    started = time.perf_counter()
+    started_at = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    lam = _check_positive("lam", lam)
+    eps = _check_positive("eps", eps)
+    pstar_gap = _check_positive("pstar_gap", pstar_gap)
+    methods = check_methods(methods)
+    seeds = check_seeds(seeds)
+    if pegasos_output not in PEGASOS_OUTPUTS:
+        raise ValueError(f"pegasos_output must be one of {', '.join(PEGASOS_OUTPUTS)}, "
+                         f"got {pegasos_output!r}")
+    _check_positive("max_epochs", max_epochs, allow_none=True)
+    _check_positive("max_seconds", max_seconds, allow_none=True)
+    if max_iter is not None and (isinstance(max_iter, bool) or int(max_iter) != max_iter
+                                 or max_iter < 1):
+        raise ValueError(f"max_iter must be a positive integer or None, got {max_iter!r}")
+    if max_epochs is None and max_iter is None:
+        raise ValueError("give max_epochs or max_iter: every cell needs an iteration cap")
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+        raise ValueError(f"jobs must be a positive integer, got {jobs!r}")
+    if pstar_gap > eps / 100:
+        raise ValueError(f"pstar_gap={pstar_gap:g} is too loose for eps={eps:g}: P* must be "
+                         f"certified to eps/100 = {eps / 100:g} or better")
+    from ..backends import resolve_backend_name  # noqa: PLC0415
+    backend = resolve_backend_name(backend)
+    if out_dir is None:
+        raise ValueError("out_dir is required: the study writes its cells and results there")
+    problem = ensure_problem(X, y, normalize=normalize, name=name)
+    n = problem.n
+    batch_sizes = check_batch_sizes(default_batch_sizes(n) if batch_sizes is None
+                                    else batch_sizes, n)
+    search = search or SearchSettings()
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+
+    sig = spectral_sigma2(problem, out)
+    sigma2 = sig["sigma2"]
+    opt = certified_optimum(problem, lam, out, gap_tol=pstar_gap, sigma2=sigma2, backend=backend)
+    if opt["gap"] > eps / 100:
+        raise RuntimeError(f"could not certify P* to eps/100 = {eps / 100:g}: the best duality "
+                           f"gap is {opt['gap']:.3g}; see {out / 'cells'}")
+    p_star = opt["p_star"]
+
+    tasks = []
+    for b in batch_sizes:
+        for method in methods:
+            for seed in seeds:
+                spec = RunSpec(method=method, b=b, seed=seed, lam=lam, backend=backend,
+                               pegasos_output=pegasos_output if method == "pegasos" else "tail",
+                               sigma2=sigma2 if method in ("sdca-safe", "sdca-aggressive")
+                               else None)
+                cap = iteration_cap(n, b, max_epochs, max_iter)
+                params = {"kind": "scaling", "data": problem.fingerprint, "lam": lam, "eps": eps,
+                          "p_star": p_star, "spec": spec.__dict__, "cap": cap,
+                          "max_seconds": max_seconds, "search": search.as_dict()}
+                tasks.append({"key": cell_key(f"{method}-b{b}-s{seed}", params), "params": params,
+                              "spec": dict(spec.__dict__), "cap": cap, "p_star": p_star,
+                              "eps": eps, "search": search.as_dict(), "max_seconds": max_seconds,
+                              "label": f"{method} b={b} seed={seed}"})
+    from .runner import run_cells  # noqa: PLC0415
+    cells, counts = run_cells(problem, tasks, _compute_scaling_cell, out_dir=out, jobs=jobs,
+                              progress=progress, on_cell=on_cell, desc=f"study {problem.name}")
+
+    from . import report  # noqa: PLC0415
+    summary = report.summarize_scaling(cells, methods=methods, batch_sizes=batch_sizes, n=n,
+                                       sigma2=sigma2)
+    metadata = {
+        "study": "scaling",
+        "reproduces": "Takáč, Bijral, Richtárik & Srebro (ICML 2013), Figure 1",
+        "dataset": problem.describe(),
+        "normalization": ("rows scaled to unit L2 norm (the theory assumes max ||x_i|| <= 1)"
+                          if problem.normalized else
+                          f"rows used as given (max row norm {problem.max_row_norm:.4g}); the "
+                          "theory columns use sigma^2 of the row-normalised data"),
+        "objective": "P(w) = lam/2 ||w||^2 + (1/n) sum_i max(0, 1 - y_i <w, x_i>), no bias",
+        "lam": lam, "eps": eps,
+        "optimum": opt, "p_star": p_star,
+        "sigma2": sigma2, "one_over_sigma2": 1.0 / sigma2 if sigma2 > 0 else None,
+        "sigma2_method": sig["method"],
+        "batch_sizes": batch_sizes, "methods": methods, "seeds": seeds,
+        "caps": {"max_epochs": max_epochs, "max_iter": max_iter, "max_seconds": max_seconds},
+        "search": {**search.as_dict(), "guarantee": (
+            f"T is a verified crossing (P(w_T) - P* <= eps); from the last evaluation above "
+            f"{search.dense_below:g} eps up to T the evaluations are at most {search.rel_step:.1%} "
+            f"of t apart and all above eps, so T is within {search.rel_step:.1%} of the first "
+            f"crossing unless P - P* dips below eps for less than {search.rel_step:.1%} of the "
+            f"iterations, or falls from above {search.dense_below:g} eps to below eps and back "
+            "between two probe evaluations (see gpusvm.study.search)")},
+        "pegasos": {"algorithm": "Takáč et al. 2013, Algorithm 1: w_1 = 0, eta_t = 1/(lam t), "
+                                 "no projection, A_t uniform b-subset (Rand(b))",
+                    "iterate": ("tail average of the last half of the iterates (Theorem 1; the "
+                                "last 50-52.5% with the snapshot grid)" if pegasos_output == "tail"
+                                else "last iterate w_{T+1}"),
+                    "output": pegasos_output},
+        "sdca": {"start": "alpha = 0", "safe_beta": "beta_b (eq. 11)",
+                 "aggressive_theta": 0.5, "iterate": "w(alpha_T)",
+                 "sampling": "A_t uniform b-subset (Rand(b))"},
+        "backend": backend,
+        "versions": versions(), "machine": machine(),
+        "command": command or "python: gpusvm.study.scaling_study(...)",
+        "started": started_at,
+        "finished": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "seconds": time.perf_counter() - started,
+        "cells_total": counts["total"], "cells_computed": counts["computed"],
+        "cells_reused": counts["reused"], "jobs": jobs,
+        "cells_seconds": sum(c.get("cell_seconds") or 0.0 for c in cells),
+    }
+    files = report.write_scaling_outputs(out, metadata, cells, summary, plots=plots)
+    return StudyResult(out_dir=out, cells=cells, summary=summary, metadata=metadata,
+                       computed=counts["computed"], reused=counts["reused"], files=files)
+
+
+def load_results(path) -> dict:
+    """Read a ``results.json`` written by a study.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The file, or the study directory holding it.
+
+    Returns
+    -------
+    dict
+        With ``metadata``, ``summary`` and ``cells``.
+    """
+    import json  # noqa: PLC0415
+    p = Path(path)
+    if p.is_dir():
+        p = p / "results.json"
+    with open(p, encoding="utf-8") as f:
+        return json.load(f)
+
