@@ -16,16 +16,23 @@ call:
     The same for :func:`gpusvm.solvers.sdca.sdca`: margins, deltas, Alg. 2's
     adaptation of beta, and the (checked) step.
 
-The per-primitive methods call the very functions the fused loops call, so the
-two paths give bitwise the same iterates; against the NumPy backend they agree
-to rounding (sums are accumulated in another order: ``np.dot`` and ``np.sum``
-use blocked summation, the loops here a running sum).
+The per-primitive methods call the same compiled pieces as the fused loops
+(batches of one row of a canonical CSR take a specialised loop that performs
+the same operations in the same order with scalars instead of one-element
+arrays), so the two paths give bitwise the same iterates; a test checks it.
+Against the NumPy backend they agree to rounding: sums are accumulated in
+another order (``np.dot``/``np.sum``/``np.bincount`` against running sums, and
+four interleaved partial sums for a row's dot product).  Nothing else differs:
+the iterates are those of the algorithms.
 
-Why compiled loops: an iteration of the NumPy backend pays about 80 µs of
+Why compiled loops: an iteration of the NumPy backend pays 80-160 us of
 interpreter and temporary-array overhead whatever the batch size, while one
 row of a text data set holds ~100-400 nonzeros (well under a microsecond of
 work).  At the batch sizes that are fastest on a CPU (``b = 1`` for SDCA, see
-the solvers' Notes) only compiled loops can compete with LIBLINEAR.
+the solvers' Notes) only compiled loops can compete with LIBLINEAR.  The
+loops are memory-bound; they prefetch the rows of the batches two iterations
+ahead (a shuffled epoch visits cold rows) and, when ``v`` exceeds the L2
+cache, the entries of ``v`` the next batch will read (BENCHMARKS.md).
 
 Row gathers and scatters go straight through ``indptr``/``indices``/``data``
 of the CSR matrix; nothing of ``X`` is copied (the row norms, the
@@ -47,9 +54,9 @@ from pathlib import Path
 
 import numpy as np
 
+from . import numba_available
 from ._state import (N_SLOTS, S_A, S_ASUM, S_ASUMD, S_B, S_BETA, S_BSUM, S_DNORM, S_LOSS, S_NACT,
                      S_NAVG, S_NREJ, S_TMP0, S_VSQ, S_YACT)
-from . import numba_available
 from .base import Evaluation
 from .numpy_ import NumpyBackend
 
@@ -64,7 +71,6 @@ NUMBA_MISSING = ("backend='numba' needs numba, which is not installed; install t
 
 #: step-size schedules as the int codes the compiled loop takes (order of pegasos.SCHEDULES)
 SCHEDULE_CODES = {"pegasos": 0, "norma": 1, "constant": 2}
-
 
 _EPS64 = float(np.finfo(np.float64).eps)
 
@@ -90,7 +96,8 @@ if numba is not None:
             i8p = ir.IntType(8).as_pointer()
             i32 = ir.IntType(32)
             fnty = ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32])
-            fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0")
+            fn = builder.module.declare_intrinsic("llvm.prefetch", [i8p], fnty)   # name mangled
+            # for the LLVM at hand (p0i8 with typed pointers, p0 with opaque ones)
             builder.call(fn, [builder.bitcast(ptr, i8p), i32(0), i32(3), i32(1)])
             return context.get_dummy_value()
 
@@ -206,6 +213,7 @@ if numba is not None:
 
     @njit(cache=True)
     def _dot_f(a, b):
+        """``<a, b>`` as a float64 running sum."""
         acc = 0.0
         for c in range(a.size):
             acc += np.float64(a[c]) * np.float64(b[c])
@@ -213,6 +221,7 @@ if numba is not None:
 
     @njit(cache=True)
     def _hinge_sum(y, z):
+        """``sum_i max(0, 1 - y_i z_i)`` as a float64 running sum."""
         acc = 0.0
         for i in range(z.size):
             acc += max(0.0, 1.0 - np.float64(y[i]) * z[i])
@@ -260,9 +269,10 @@ if numba is not None:
                   acc, mark, touched):
         """``v += sum_i coef_i x_{rows_i}`` (``u += u_scale *`` the same); exact ``d||v||^2``.
 
-        ``single``: one row of a canonical CSR is added by :func:`_add_row`.  Otherwise the contributions are summed per column in
-        the float64 scratch ``acc`` (first-touch order is row order, the order
-        of ``np.bincount``) and ``v`` is written once per column.  Zero
+        ``single``: one row of a canonical CSR is added by :func:`_add_row`.
+        Otherwise the contributions are summed per column in the float64
+        scratch ``acc`` (first-touch order is row order, the order of
+        ``np.bincount``) and ``v`` is written once per column.  Zero
         contributions are skipped, as the reference drops them.
         """
         if single:
@@ -368,6 +378,7 @@ if numba is not None:
 
     @njit(cache=True, inline="always")
     def _reset_scale(v, u, use_u, s):
+        """``w = 0``: ``u -= A v`` (the running sum stays), ``v = 0``, ``a = 1``."""
         if use_u:
             asum = s[S_ASUM]
             for c in range(v.size):

@@ -234,7 +234,8 @@ def _positive_ints(name, values) -> list[int]:
 
 def _write_k_outputs(out, metadata, cells, summary, plots):
     name = metadata["dataset"]["name"]
-    cols = ["dataset", "setting", "value", "k", "T", "seed", "objective", "subopt", "seconds", "key"]
+    cols = ["dataset", "setting", "value", "k", "T", "seed", "objective", "subopt", "seconds",
+            "key"]
     write_csv(out / "results.csv", cols, [{**c, "dataset": name} for c in cells])
     scols = ["dataset", "setting", "value", "k", "T", "seeds", "objective_median", "objective_min",
              "objective_max", "subopt_median", "seconds_median"]
@@ -487,7 +488,8 @@ def _write_schedule_outputs(out, metadata, cells, summary, plots):
              f"- data: `{ds['source'] or name}`: n = {ds['n']}, d = {ds['d']}; "
              f"{metadata['normalization']}",
              f"- lam = {metadata['lam']:g}; P* = {metadata['p_star']:.8f}",
-             f"- runs: Pegasos ({metadata['runs']['pegasos']}); NORMA ({metadata['runs']['norma']}, "
+             f"- runs: Pegasos ({metadata['runs']['pegasos']}); "
+             f"NORMA ({metadata['runs']['norma']}, "
              f"p = {metadata['norma_p']:.4f}); fixed eta ({metadata['runs']['constant']}); "
              f"sampling {metadata['runs']['sampling']}",
              f"- seeds: {', '.join(map(str, metadata['seeds']))} (median shown)",

@@ -49,7 +49,8 @@ def _liblinear(problem, lam, tol):
         model.fit(problem.X, problem.y)
         converged = not any(issubclass(w.category, ConvergenceWarning) for w in caught)
     w = model.coef_.ravel().astype(np.float64)
-    primal = 0.5 * lam * float(w @ w) + float(np.mean(np.maximum(0.0, 1.0 - problem.y * (problem.X @ w))))
+    margins = problem.y * (problem.X @ w)
+    primal = 0.5 * lam * float(w @ w) + float(np.mean(np.maximum(0.0, 1.0 - margins)))
     return {"method": "sklearn LinearSVC (liblinear dual CD, hinge, no intercept)",
             "C": 1.0 / (lam * n), "tol": tol, "primal": primal,
             "n_iter": int(np.max(model.n_iter_)), "converged": converged,

@@ -68,20 +68,30 @@ def _cap(metadata, b):
     return iteration_cap(metadata["dataset"]["n"], b, c["max_epochs"], c["max_iter"])
 
 
+def _no_t_kind(row) -> str:
+    """``"fail"`` when most seeds without T diverged or stalled, else ``"cap"``."""
+    st = row.get("statuses") or {}
+    failed = st.get("diverged", 0) + st.get("stalled", 0)
+    capped = st.get("not_reached", 0) + st.get("time_cap", 0)
+    return "fail" if failed > capped else "cap"
+
+
 def _draw_iterations(ax, metadata, summary, *, legend=True):
     methods, sizes = metadata["methods"], metadata["batch_sizes"]
-    shown_nr = False
+    shown = set()
     for m in methods:
         rows = [r for r in summary if r["method"] == m]
         xs = [r["b"] for r in rows if r["T_median"] is not None]
         ys = [r["T_median"] for r in rows if r["T_median"] is not None]
         ax.plot(xs, ys, marker=MARKERS.get(m, "o"), color=COLORS.get(m), label=m, ms=5, lw=1.5)
-        nr = [r["b"] for r in rows if r["T_median"] is None]
-        if nr:
-            ax.plot(nr, [_cap(metadata, b) for b in nr], ls="none", marker="^", mfc="none",
-                    color=COLORS.get(m), ms=7,
-                    label=None if shown_nr else "not reached (drawn at the cap)")
-            shown_nr = True
+        for kind, marker, label in (("cap", "^", "not reached within the cap (drawn at it)"),
+                                    ("fail", "X", "diverged or stalled (drawn at the cap)")):
+            bs = [r["b"] for r in rows if r["T_median"] is None and _no_t_kind(r) == kind]
+            if bs:
+                ax.plot(bs, [_cap(metadata, b) for b in bs], ls="none", marker=marker,
+                        mfc="none", color=COLORS.get(m), ms=7,
+                        label=None if kind in shown else label)
+                shown.add(kind)
     _log_axes(ax)
     ax.set_xlabel("mini-batch size b")
     ax.set_ylabel(f"iterations T to P - P* <= {metadata['eps']:g}")
@@ -213,11 +223,17 @@ def plot_figure1(results, path, *, ncols: int = 2) -> Path:
         raise ValueError("plot_figure1 needs at least one study")
     rows = int(math.ceil(k / ncols))
     cols = min(ncols, k)
-    fig = Figure(figsize=(5.6 * cols, 4.2 * rows))
+    fig = Figure(figsize=(5.6 * cols, 4.2 * rows + 0.6))
+    handles: dict = {}
     for i, res in enumerate(results):
         ax = fig.add_subplot(rows, cols, i + 1)
-        _draw_iterations(ax, res["metadata"], res["summary"], legend=(i == 0))
-    fig.tight_layout()
+        ax2 = _draw_iterations(ax, res["metadata"], res["summary"], legend=False)
+        for a in (ax, ax2):
+            for h, label in zip(*a.get_legend_handles_labels()):
+                handles.setdefault(label, h)
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
+    fig.legend(list(handles.values()), list(handles), loc="lower center", ncol=4, fontsize=8,
+               frameon=False)
     return _save(fig, path)
 
 
@@ -256,6 +272,7 @@ def plot_pegasos_k(metadata, summary, path) -> Path:
         if p_star is not None:
             ax.axhline(p_star, color="k", ls=":", lw=1, label="P*")
         ax.set_xscale("log")
+        ax.set_yscale("log")
         ax.set_xlabel("k (mini-batch size)")
         ax.set_ylabel("objective P(w_{T+1})")
         ax.set_title(f"{metadata['dataset']['name']}: {title}", fontsize=9)

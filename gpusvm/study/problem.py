@@ -198,7 +198,7 @@ def load_problem(path, *, n_features: int | None = None, normalize: bool = True,
 
 
 def dataset_name(path) -> str:
-    """Short name of a data file: ``imdb_tfidf_unigram.train.svm.gz`` -> ``imdb_tfidf_unigram.train``.
+    """Short name of a data file (``a9a.t.gz`` -> ``a9a.t``, ``x.train.svm`` -> ``x.train``).
 
     Parameters
     ----------

@@ -1,4 +1,4 @@
-r"""Finding the first iteration ``T`` with ``P(w_T) - P* <= eps`` without evaluating ``P`` every iteration.
+r"""The first iteration ``T`` with ``P(w_T) - P* <= eps``, without evaluating ``P`` every iteration.
 
 The method
 ----------

@@ -54,7 +54,8 @@ def cell_key(prefix: str, params: dict) -> str:
     str
     """
     if not prefix or any(not (c.isalnum() or c in "._-") for c in prefix):
-        raise ValueError(f"a cell prefix may hold only letters, digits, '.', '_' and '-': {prefix!r}")
+        raise ValueError("a cell prefix may hold only letters, digits, '.', '_' and '-', "
+                         f"got {prefix!r}")
     digest = hashlib.sha256(_canonical({"format": CELL_FORMAT, **params}).encode()).hexdigest()
     return f"{prefix}-{digest[:16]}"
 
