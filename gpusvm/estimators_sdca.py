@@ -158,7 +158,7 @@ class SDCASVC(_LinearSVCBase):
     same for ``b = 1024`` as for ``b = 1``, so the trade-off moves to large
     batches.  The compiled CPU backend (``backend="numba"``) has no such
     overhead: there ``batch_size=1``, ``variant="safe"``, ``sampling="epoch"``
-    is fastest (5 epochs, ~0.07 s on imdb; see :func:`gpusvm.solvers.sdca.sdca`).
+    is fastest (5 epochs, ~0.06 s on imdb; see :func:`gpusvm.solvers.sdca.sdca`).
 
     *Badly scaled data.*  Like every dual coordinate method, SDCA converges
     slowly when the features have very different scales (e.g. raw features of

@@ -180,13 +180,13 @@ def pegasos(backend, *, lam: float, k: int, max_iter: int, sampling: str = "with
     -----
     *Fastest settings on a CPU* (the compiled backend, ``backend="numba"``;
     measurements in BENCHMARKS.md, ``lam = 1e-4``, eps = 1e-3): ``k`` from 1 to
-    16, ``averaging="tail"``, ``sampling="epoch"``; k = 16 was fastest on a9a,
-    w8a and imdb, k = 1 on news20.  One core does the same work per epoch
+    16, ``averaging="tail"``, ``sampling="epoch"``; k = 16 was fastest on a9a
+    and w8a, k = 1 on imdb and news20.  One core does the same work per epoch
     for every ``k`` (a margin per row, an update per active row), so what
     matters is the number of epochs, which grows once ``k`` exceeds about
     ``1/sigma^2`` (8 on imdb, 11 on news20; Takáč et al. 2013, Theorem 1:
     the speedup per iteration is ``k / beta_k``), and the constant cost of an
-    iteration, which ``k = 16`` amortises on short rows (a9a, w8a).  The
+    iteration, which ``k = 16`` amortises on short rows (12-14 nonzeros).  The
     tail average removes most of the last iterate's noise.  Pegasos still
     needs 3-6 times the epochs of SDCA at this ``lam`` (16 on imdb, 48 on
     news20), so on a CPU mini-batch SDCA is the faster solver of this
