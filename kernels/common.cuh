@@ -55,6 +55,29 @@ __device__ __forceinline__ double group_sum(double x) {
     return x;
 }
 
+// <x_r, w> of CSR row r by this thread's lane group of LANES lanes, in double: lane l reads
+// nonzeros l, l + LANES, ... (coalesced within the group), then the group sums. Every lane of the
+// warp must call it (group_sum shuffles with the full mask); valid = false (a group past the end)
+// contributes an empty row. Every lane of the group gets the dot product.
+template <int LANES, typename I, typename T, typename W>
+__device__ __forceinline__ double group_row_dot(const I* __restrict__ indptr,
+                                                const int* __restrict__ indices,
+                                                const T* __restrict__ data,
+                                                const W* __restrict__ w, int r, bool valid,
+                                                int lane) {
+    long long p = 0;
+    long long end = 0;
+    if (valid) {
+        p = indptr[r] + lane;
+        end = indptr[r + 1];
+    }
+    double z = 0.0;
+    for (; p < end; p += LANES) {
+        z += static_cast<double>(data[p]) * static_cast<double>(w[indices[p]]);
+    }
+    return group_sum<LANES>(z);
+}
+
 // Sum of NV values over the whole block; the result is valid in thread 0 only.
 // Every thread of the block must call it (it contains __syncthreads).
 template <int NV>

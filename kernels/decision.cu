@@ -30,17 +30,7 @@ __global__ void __launch_bounds__(gpusvm::BLOCK, gpusvm::MIN_BLOCKS) gpusvm_deci
     const double bias = b[0];
     for (int base = warp_first; base < n; base += stride) {          // warp-uniform trip count
         const int r = base + group_in_warp;
-        long long p = 0;
-        long long end = 0;
-        if (r < n) {
-            p = indptr[r] + lane;
-            end = indptr[r + 1];
-        }
-        double s = 0.0;
-        for (; p < end; p += LANES) {
-            s += static_cast<double>(data[p]) * w[indices[p]];
-        }
-        s = gpusvm::group_sum<LANES>(s);
+        const double s = gpusvm::group_row_dot<LANES>(indptr, indices, data, w, r, r < n, lane);
         if (r < n && lane == 0) {
             z[r] = s + bias;
         }

@@ -50,19 +50,8 @@ __global__ void __launch_bounds__(gpusvm::BLOCK, gpusvm::MIN_BLOCKS) gpusvm_sdca
     const double c = lam * n / state[gpusvm::S_BETA];               // lam n / beta
     for (int base = warp_first; base < k; base += stride) {          // warp-uniform trip count
         const int g = base + group_in_warp;
-        long long p = 0;
-        long long end = 0;
-        int r = 0;
-        if (g < k) {
-            r = rows[g];
-            p = indptr[r] + lane;
-            end = indptr[r + 1];
-        }
-        double z = 0.0;
-        for (; p < end; p += LANES) {
-            z += static_cast<double>(data[p]) * static_cast<double>(v[indices[p]]);
-        }
-        z = gpusvm::group_sum<LANES>(z);
+        const int r = g < k ? rows[g] : 0;
+        const double z = gpusvm::group_row_dot<LANES>(indptr, indices, data, v, r, g < k, lane);
         if (g < k && lane == 0) {
             const double mg = static_cast<double>(y[r]) * (a * z + b);
             m[g] = mg;
