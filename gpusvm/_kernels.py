@@ -22,7 +22,7 @@ from pathlib import Path
 KERNEL_FILES = ("margins.cu", "pegasos_step.cu", "renormalize.cu", "reset_scale.cu",
                 "output.cu", "decision.cu", "hinge_sum.cu",
                 "sdca_margins.cu", "sdca_deltas.cu", "sdca_rho.cu", "sdca_apply.cu",
-                "sdca_dual_weights.cu")
+                "sdca_dual_weights.cu", "sample.cu", "sample_firsts.cu")
 #: lane counts of the row kernels (lanes of a warp that share one CSR row)
 LANE_COUNTS = (4, 8, 16, 32)
 #: C++ value types of the data and of ``v``, by NumPy dtype name
@@ -34,6 +34,10 @@ VECTOR_KERNELS = ("gpusvm_renormalize", "gpusvm_reset_scale", "gpusvm_output")
 #: the SDCA methods of the device backend; their ThreadSanitizer run is in tests/test_device_sdca.py)
 SDCA_KERNELS = ("gpusvm_sdca_margins", "gpusvm_sdca_deltas", "gpusvm_sdca_rho", "gpusvm_sdca_apply",
                 "gpusvm_sdca_dual_weights")
+#: the counter-based sampler (kernels/sample.cu, templated over the sampling mode code of
+#: gpusvm.solvers._sampling.MODE_CODES) and the first-occurrence mask of i.i.d. batches
+SAMPLER_KERNELS = ("gpusvm_sample<0>", "gpusvm_sample<1>", "gpusvm_sample<2>",
+                   "gpusvm_sample_firsts")
 #: threads per block of every kernel (``gpusvm::BLOCK`` in ``common.cuh``)
 BLOCK = 256
 
@@ -147,6 +151,7 @@ def name_expressions() -> list[str]:
         for op in ROW_KERNELS + SDCA_KERNELS:
             names.extend(row_kernel(op, lanes, t) for lanes in LANE_COUNTS)
         names.extend(vector_kernel(op, t) for op in VECTOR_KERNELS)
+    names.extend(SAMPLER_KERNELS)
     return names
 
 
@@ -154,6 +159,11 @@ def file_name_expressions(name: str) -> list[str]:
     """The template instances defined in one kernel file (``gpusvm_<op>`` in ``<op>.cu``)."""
     op = "gpusvm_" + name[:-3]
     return [e for e in name_expressions() if e.split("<")[0] == op]
+
+
+def sampler_kernel(code: int) -> str:
+    """Name expression of the sampler kernel for a sampling mode code."""
+    return SAMPLER_KERNELS[int(code)]
 
 
 _lock = threading.Lock()

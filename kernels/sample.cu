@@ -1,0 +1,68 @@
+// sample.cu: draw the rows of A_t (0-based batch t) on the device, from (seed, t, j) alone
+// (gpusvm/solvers/_sampling.py; the functions are in sampler.cuh).  MODE 0: without replacement,
+// rows[j] = pi_{key(seed, t)}(j); MODE 1: with replacement, rows[j] = uniform_row(key(seed, t), j),
+// and stamp[r] = max over the batch's occurrences of r of ((t + 1) << 32 | ~j) (the first
+// occurrence wins; sample_firsts.cu reads it back); MODE 2: epochs, position p = t k + j,
+// rows[j] = pi_{key(seed, p div n)}(p mod n), and first[j] = 0 for a row of the next epoch that
+// repeats one of this batch's tail of the previous epoch (pi_e^{-1}(row) >= q0), else 1.
+// grid: grid-stride over j < k with BLOCK threads per block; each thread derives the keys it needs
+//   (a few 64-bit multiplications) and writes its own entries: no shared memory, no ordering.
+// in: seed, n, k, half, mask, t; out: rows[k] (int), first[k] (int, MODE 2), stamp[n] (MODE 1,
+//   unsigned long long, atomicMax).
+// traffic: 4 B (rows) per j, + 4 B (first, MODE 2) or one 8 B atomic (MODE 1); about 20-40 integer
+//   multiplications per j (fewer than 4 Feistel walks on average).
+// determinism: the rows and the mask are pure functions of (seed, t, j) -> bitwise repeatable.
+#include "common.cuh"
+#include "sampler.cuh"
+
+template <int MODE>
+__global__ void __launch_bounds__(gpusvm::BLOCK, gpusvm::MIN_BLOCKS) gpusvm_sample(
+    const unsigned long long seed,         // 64-bit seed of the stream
+    const int n,                           // rows of X
+    const int k,                           // batch size
+    const int half,                        // Feistel half width (bits)
+    const unsigned int mask,               // 2^half - 1
+    const long long t,                     // 0-based batch index
+    int* __restrict__ rows,                // out: A_t, k
+    int* __restrict__ first,               // out (MODE 2): first-occurrence mask, k
+    unsigned long long* __restrict__ stamp)  // in/out (MODE 1): first-occurrence stamps, n
+{
+    const int stride = gridDim.x * gpusvm::BLOCK;
+    unsigned int rk[gpusvm::ROUNDS];
+    if (MODE == 0 || MODE == 1) {
+        const unsigned long long key = gpusvm::stream_key(seed, static_cast<unsigned long long>(t));
+        if (MODE == 0) {
+            gpusvm::round_keys(key, rk);
+        }
+        for (int j = blockIdx.x * gpusvm::BLOCK + threadIdx.x; j < k; j += stride) {
+            if (MODE == 0) {
+                rows[j] = static_cast<int>(gpusvm::permute<false>(j, n, rk, half, mask));
+            } else {
+                const long long r = gpusvm::uniform_row(n, key, static_cast<unsigned long long>(j));
+                rows[j] = static_cast<int>(r);
+                atomicMax(stamp + r, (static_cast<unsigned long long>(t + 1) << 32)
+                                     | (0xFFFFFFFFull - static_cast<unsigned long long>(j)));
+            }
+        }
+        return;
+    }
+    const long long p0 = t * static_cast<long long>(k);
+    const long long e0 = p0 / n;
+    const long long q0 = p0 - e0 * n;
+    const long long tail = n - q0;                      // positions left in epoch e0
+    gpusvm::round_keys(gpusvm::stream_key(seed, static_cast<unsigned long long>(e0)), rk);
+    unsigned int rk1[gpusvm::ROUNDS];
+    if (q0 + k > n) {
+        gpusvm::round_keys(gpusvm::stream_key(seed, static_cast<unsigned long long>(e0 + 1)), rk1);
+    }
+    for (int j = blockIdx.x * gpusvm::BLOCK + threadIdx.x; j < k; j += stride) {
+        if (j < tail) {
+            rows[j] = static_cast<int>(gpusvm::permute<false>(q0 + j, n, rk, half, mask));
+            first[j] = 1;
+        } else {
+            const long long r = gpusvm::permute<false>(j - tail, n, rk1, half, mask);
+            rows[j] = static_cast<int>(r);
+            first[j] = gpusvm::permute<true>(r, n, rk, half, mask) < q0 ? 1 : 0;
+        }
+    }
+}
