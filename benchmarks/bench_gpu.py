@@ -139,7 +139,7 @@ def kernel_timings(backend: str, X, y, k: int, lam: float, repeat: int):
     be = make_backend(backend, X, y)
     be.init_state(averaging=True)
     rng = np.random.default_rng(0)
-    rows = be.upload_batches(rng.choice(X.shape[0], size=(1, k), replace=False).astype(np.int32))[0]
+    rows = be._rows(rng.choice(X.shape[0], size=k, replace=False).astype(np.int32))
     rows_h = be.to_host(rows)
     nnz_b = int((X.indptr[rows_h + 1] - X.indptr[rows_h]).sum())
     item = X.dtype.itemsize

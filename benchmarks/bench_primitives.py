@@ -40,7 +40,7 @@ from bench_peers import DATA, FILES
 from gpusvm.backends import cuda_available, make_backend
 from gpusvm.backends.numpy_ import NumpyBackend
 from gpusvm.datasets import load_svmlight
-from gpusvm.solvers._sampling import BatchSampler
+from gpusvm.solvers._sampling import CounterSampler
 from gpusvm.solvers.pegasos import pegasos
 from gpusvm.solvers.sdca import sdca
 
@@ -77,8 +77,8 @@ def prepared(name, X, y, k, seed=0):
     be = backend_for(name, X, y)
     be.init_state(averaging=True)
     be.init_dual(1.0)
-    rows = BatchSampler(X.shape[0], k, "without_replacement", seed).next_chunk()
-    return be, be.upload_batches(rows)[0]
+    rows = CounterSampler(X.shape[0], k, "without_replacement", seed).batch(0)[0]
+    return be, (be._rows(rows) if hasattr(be, "_rows") else rows)
 
 
 @pytest.mark.parametrize("k", PRIMITIVE_K)

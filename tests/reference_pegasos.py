@@ -7,7 +7,7 @@ outputs of its Corollary 1 and of Takáč et al. (2013, Theorem 1).  ``w`` is a
 plain dense vector updated literally; there is no scaled representation, no
 renormalisation, no sparse bookkeeping and nothing shared with
 :mod:`gpusvm.solvers.pegasos` or the backends except the batch stream
-(:class:`gpusvm.solvers._sampling.BatchSampler`), so that both consume exactly
+(:class:`gpusvm.solvers._sampling.CounterSampler`), so that both consume exactly
 the same ``A_t``.
 
 Conventions checked against the solver's docstring:
@@ -30,7 +30,7 @@ import math
 
 import numpy as np
 
-from gpusvm.solvers._sampling import BatchSampler
+from gpusvm.solvers._sampling import CounterSampler
 
 
 def primal_objective(X, y, w, b, lam):
@@ -65,12 +65,8 @@ def learning_rate(schedule, t, lam, eta0, norma_p):
 
 
 def draw_batches(n, k, max_iter, sampling, seed):
-    """The first ``max_iter`` batches of the stream, drawn chunk by chunk as the solver does."""
-    sampler = BatchSampler(n, k, sampling, seed)
-    batches = []
-    while len(batches) < max_iter:
-        batches.extend(sampler.next_chunk())
-    return batches[:max_iter]
+    """The first ``max_iter`` batches of the counter-based stream every backend draws."""
+    return list(CounterSampler(n, k, sampling, seed).batches(0, max_iter)[0])
 
 
 def reference_pegasos(X, y, *, lam, k, max_iter, sampling="without_replacement", seed=0,
@@ -94,7 +90,7 @@ def reference_pegasos(X, y, *, lam, k, max_iter, sampling="without_replacement",
         Record the objective of the output at steps ``t`` with
         ``t % eval_every == 0`` and ``t < T``, and at the last step ``T``.
     batches : list of int arrays, optional
-        The ``A_t``; drawn from ``BatchSampler(n, k, sampling, seed)`` when omitted.
+        The ``A_t``; drawn from ``CounterSampler(n, k, sampling, seed)`` when omitted.
 
     Returns
     -------

@@ -22,8 +22,10 @@ import scipy.sparse as sp
 from gpusvm import PegasosSVC
 from gpusvm.backends import cuda_available, make_backend
 from gpusvm.backends._state import S_A
+from gpusvm.backends.base import PegasosPlan
 from gpusvm.backends.device import DeviceBackend, estimate_device_bytes, make_device_backend
 from gpusvm.solvers import pegasos as pegasos_module
+from gpusvm.solvers._sampling import CounterSampler
 from gpusvm.solvers.pegasos import pegasos
 
 REPO = Path(__file__).resolve().parents[1]
@@ -122,17 +124,18 @@ def test_solver_matches_numpy_float32(a9a_slice, backend, config, k):
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("bias", ["unregularized", "optimal"])
 def test_no_transfer_between_evaluations(a9a_slice, backend, bias):
-    """Device-to-host copies happen only inside evaluations; 3 launches per iteration."""
+    """Device-to-host copies happen only inside evaluations; a segment only launches kernels:
+    4 per iteration (sample, margins, step, renormalize), plus reset_scale at t = 1."""
     X, y, _ = a9a_slice
     be = make_backend(backend, X, y)
-    events = []
-    launches_at_margins = []
-    orig_margins, orig_evaluate, orig_to_host = be.margins, be.evaluate, be.to_host
+    events, launches = [], []
+    orig_segment, orig_evaluate, orig_to_host = be.pegasos_segment, be.evaluate, be.to_host
 
-    def margins(rows):
-        events.append("M")
-        launches_at_margins.append(be.launches)
-        return orig_margins(rows)
+    def segment(sampler, t0, t1, plan):
+        events.append("S")
+        before = be.launches
+        orig_segment(sampler, t0, t1, plan)
+        launches.append((t1 - t0, be.launches - before))
 
     def evaluate(*args, **kwargs):
         events.append("E")
@@ -142,24 +145,18 @@ def test_no_transfer_between_evaluations(a9a_slice, backend, bias):
         events.append("H")
         return orig_to_host(a)
 
-    be.margins, be.evaluate, be.to_host = margins, evaluate, to_host
+    be.pegasos_segment, be.evaluate, be.to_host = segment, evaluate, to_host
     pegasos(be, lam=1e-2, k=256, max_iter=60, seed=1, eval_every=20, averaging="tail", bias=bias)
     trace = "".join(events)
-    assert trace.count("M") == 60 and trace.count("E") == 3
-    # between two margins calls (one iteration) a copy happens only where an evaluation runs
-    for segment in trace.split("M"):
-        if "H" in segment:
-            assert "E" in segment, trace
+    assert trace.count("S") == 3 and trace.count("E") == 3
+    # a copy happens only where an evaluation runs, never inside a segment
+    for part in trace.split("S"):
+        if "H" in part:
+            assert "E" in part, trace
     assert len(be.transfers) == trace.count("H")
     # evaluate copies once, plus the optimal bias over all rows before it; at the end w and b
     assert trace.count("H") == 3 * (2 if bias == "optimal" else 1) + 2
-    steps = np.diff(launches_at_margins)
-    if bias == "unregularized":
-        # margins, pegasos_step, renormalize; plus reset_scale at t = 1, 2 at each evaluation
-        assert steps[0] == 4
-        assert set(steps[1:]) <= {3, 5} and (steps == 3).sum() == len(steps) - 3
-    else:
-        assert steps.min() == 3
+    assert launches == [(20, 4 * 20 + 1), (20, 4 * 20), (20, 4 * 20)]
 
 
 # ------------------------------------------------------------------ inputs and errors
@@ -239,24 +236,16 @@ def test_cupy_iterations_never_synchronize(a9a_slice):
     X, y, _ = a9a_slice
     be = make_backend("cupy", X, y)
     be.init_state(averaging=True)
-    chunk = be.upload_batches(np.random.default_rng(0).integers(0, N_ROWS, (20, 512),
-                                                                dtype=np.int32))
+    sampler = CounterSampler(N_ROWS, 512, "with_replacement", 0)
+    plan = PegasosPlan(lam=1e-2, k=512, optimal=True, radius=10.0, averaged=True, t_avg=1,
+                       renorm_threshold=pegasos_module.RENORM_THRESHOLD)
     guard = getattr(cupyx, "allow_synchronize", None)    # deprecated in CuPy 10, may go
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         ctx = guard(False) if guard is not None else contextlib.nullcontext()
     with ctx:
-        for t in range(1, 21):
-            rows = chunk[t - 1]
-            m = be.margins(rows)
-            be.optimal_bias(rows, m)
-            eta, shrink = pegasos_module.step_size("pegasos", t, 1e-2, None, 0.7)
-            if shrink == 0.0:
-                be.reset_scale()
-                shrink = 1.0
-            be.pegasos_step(rows, m, eta, shrink, 512, False, 10.0, True)
-            be.renormalize(pegasos_module.RENORM_THRESHOLD)
-            be.output(True)
+        be.pegasos_segment(sampler, 0, 20, plan)
+        be.output(True)
     assert be.transfers == []
     assert be.to_host(be.s)[S_A] > 0
 

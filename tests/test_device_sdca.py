@@ -14,6 +14,7 @@ growth against the NumPy one).
 from __future__ import annotations
 
 import contextlib
+import types
 import warnings
 
 import numpy as np
@@ -23,9 +24,11 @@ import scipy.sparse as sp
 from gpusvm import _kernels, spectral
 from gpusvm.backends import cuda_available, make_backend
 from gpusvm.backends._state import (S_A, S_ASUMD, S_B, S_BETA, S_DNORM, S_NREJ, S_TMP0, S_VSQ)
+from gpusvm.backends.base import SDCAPlan
 from gpusvm.backends.device import SDCA_ACC_SLOTS, DeviceBackend, _EmulatedRuntime
 from gpusvm.backends.numpy_ import NumpyBackend
 from gpusvm.estimators_sdca import SDCASVC
+from gpusvm.solvers._sampling import CounterSampler
 from gpusvm.solvers.sdca import first_occurrences, sdca
 
 BACKENDS = [
@@ -208,7 +211,7 @@ def test_adapt_beta(backend, dtype, lanes, kind):
     the following deltas launch, which zeroes it in the same launch."""
     beta_b, theta, lam = 40.0, 0.3, 0.05
     X, y, _, alpha, dev, ref = twins(backend, dtype, lanes, beta=12.0, blocks=4)
-    rows = dev.upload_batches(batch(kind)[None, :])[0]
+    rows = dev._rows(batch(kind))
     rows_h = batch(kind)
     first = mask_of(kind, rows_h)
     m, tentative = dev.sdca_margins_deltas(rows, lam, first)
@@ -361,8 +364,8 @@ def a9a_unit(a9a):
 
 def run(name, X, y, sigma2, variant, b, *, fused=True, **opts):
     be = make_backend(name, X, y)
-    if not fused:
-        be.sdca_iterations = None          # the solver then calls the separate primitives
+    if not fused:                          # the reference segment calls the separate primitives
+        be.sdca_segment = types.MethodType(NumpyBackend.sdca_segment, be)
     opts = {"max_iter": T, "eval_every": T // 3, "seed": 3, "tol": 0.0, **opts}
     return be, sdca(be, lam=LAM, b=b, variant=variant, sigma2=sigma2, **opts)
 
@@ -444,16 +447,16 @@ def test_no_transfer_between_evaluations(a9a_unit, backend, variant, per_iterati
         return orig_to_host(a)
 
     if fused:
-        orig_iter = be.sdca_iterations
+        orig_segment = be.sdca_segment
 
-        def iterations(chunk, firsts, j0, j1, *args):
+        def segment(sampler, t0, t1, plan):
             events.append("I")
             before = be.launches
-            orig_iter(chunk, firsts, j0, j1, *args)
-            per_call.append((be.launches - before) / (j1 - j0))
-        be.sdca_iterations = iterations
+            orig_segment(sampler, t0, t1, plan)
+            per_call.append((be.launches - before) / (t1 - t0))
+        be.sdca_segment = segment
     else:
-        be.sdca_iterations = None
+        be.sdca_segment = types.MethodType(NumpyBackend.sdca_segment, be)
         orig_margins = be.margins
 
         def margins(rows):
@@ -472,8 +475,8 @@ def test_no_transfer_between_evaluations(a9a_unit, backend, variant, per_iterati
             assert segment.startswith("W"), trace
     # each certificate copies twice (P, D); the end of the run copies s, w and alpha
     assert trace.count("H") == len(be.transfers) == 3 * 2 + 3
-    if fused:
-        assert per_call == [per_iteration] * 3
+    if fused:                                  # + the sampler and the i.i.d. first mask
+        assert per_call == [per_iteration + 2] * 3
     else:
         steps = np.diff(per_call)
         # one iteration, plus the 2 launches of a certificate after iterations 20 and 40
@@ -489,16 +492,15 @@ def test_cupy_sdca_iterations_never_synchronize(a9a_unit):
     be = make_backend("cupy", X, y)
     be.init_state()
     be.init_dual(spectral.beta_b(512, N_ROWS, sigma2))
-    host_chunk = np.random.default_rng(0).integers(0, N_ROWS, (20, 512), dtype=np.int32)
-    chunk = be.upload_batches(host_chunk)
-    firsts = be.upload_batches(first_occurrences(host_chunk))
+    sampler = CounterSampler(N_ROWS, 512, "with_replacement", 0)
+    plan = SDCAPlan(lam=LAM, beta_b=spectral.beta_b(512, N_ROWS, sigma2), theta=0.5,
+                    aggressive=True)
     guard = getattr(cupyx, "allow_synchronize", None)    # deprecated in CuPy 10, may go
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         ctx = guard(False) if guard is not None else contextlib.nullcontext()
     with ctx:
-        be.sdca_iterations(chunk, firsts, 0, 20, LAM, spectral.beta_b(512, N_ROWS, sigma2), 0.5,
-                           True)
+        be.sdca_segment(sampler, 0, 20, plan)
     assert be.transfers == []
     assert be.to_host(be.s)[S_ASUMD] > 0
 

@@ -15,7 +15,7 @@ from sklearn.utils._param_validation import InvalidParameterError
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from gpusvm import KernelPegasosSVC, PegasosSVC
-from gpusvm.solvers._sampling import BatchSampler
+from gpusvm.solvers._sampling import CounterSampler
 from gpusvm.solvers.kernel_pegasos import kernel_pegasos, make_kernel, resolve_gamma
 
 
@@ -37,10 +37,7 @@ def gram(kernel, A, B, gamma=0.5, degree=3, coef0=1.0):
 
 def batches(n, k, sampling, seed, T):
     """The first T batches of the seeded stream every solver uses."""
-    sampler, out = BatchSampler(n, k, sampling, seed), []
-    while len(out) < T:
-        out.extend(sampler.next_chunk())
-    return out[:T]
+    return list(CounterSampler(n, k, sampling, seed).batches(0, T)[0])
 
 
 def textbook_pegasos(K, y, lam, k, A, projection=False, tail_from=None):

@@ -211,7 +211,7 @@ def test_initial_point_matches_reference(problems, pname, schedule, extra, bias)
     w0 = w0 / np.linalg.norm(w0) + 0.3 * noise / np.linalg.norm(noise)
     w0 *= 0.6 / math.sqrt(p.lam) / np.linalg.norm(w0)
     b0 = 0.25 if bias != "none" else 0.0
-    opts = dict(lam=p.lam, k=7, max_iter=40, seed=1, averaging="all", schedule=schedule,
+    opts = dict(lam=p.lam, k=7, max_iter=40, seed=2, averaging="all", schedule=schedule,
                 bias=bias, w0=w0, b0=b0, eval_every=9, **extra)
     res, _ = solve(p, **opts)
     ref = reference_pegasos(p.Xd, p.y, **opts)

@@ -16,7 +16,7 @@ from sklearn.utils._param_validation import InvalidParameterError
 
 from gpusvm.backends.numpy_ import NumpyBackend
 from gpusvm.estimators_sdca import SDCASVC
-from gpusvm.solvers._sampling import BatchSampler
+from gpusvm.solvers._sampling import CounterSampler
 from gpusvm.solvers.sdca import first_occurrences, sdca
 
 EPS = np.finfo(np.float64).eps
@@ -184,51 +184,47 @@ def textbook_sdca(X, y, lam, b, variant, theta, beta_b, max_iter, sampling, seed
 
     beta = 1.0 if variant == "naive" else beta_b
     rejected = 0
-    sampler = BatchSampler(n, b, sampling, seed)
-    t = 0
-    while t < max_iter:
-        for A in sampler.next_chunk():
-            if t >= max_iter:
-                break
-            t += 1
-            w = w_of(alpha)
-            seen: set = set()
-            steps = [i not in seen and not seen.add(i) for i in A]      # a repeated row steps once
+    sampler = CounterSampler(n, b, sampling, seed)
+    for t in range(1, max_iter + 1):
+        A = sampler.batch(t - 1)[0]                                  # A_t
+        w = w_of(alpha)
+        seen: set = set()
+        steps = [i not in seen and not seen.add(i) for i in A]      # a repeated row steps once
 
-            def deltas(beta):
-                out = np.zeros(len(A))
-                for k, i in enumerate(A):
-                    if not steps[k]:
-                        continue
-                    if q[i] == 0:
-                        out[k] = 1.0 - alpha[i]
-                    else:
-                        g = lam * n * (1.0 - y[i] * (X[i] @ w)) / (beta * q[i])
-                        out[k] = min(max(g, -alpha[i]), 1.0 - alpha[i])
-                return out
-
-            delta = deltas(beta)
-            if variant == "aggressive":
-                den = sum(delta[k] ** 2 * q[i] for k, i in enumerate(A))
-                if den > 0:
-                    s = sum(delta[k] * y[i] * X[i] for k, i in enumerate(A))
-                    rho = min(max(s @ s / den, 1.0), beta_b)
-                    beta = min(max(beta ** theta * rho ** (1 - theta), 1.0), beta_b)
-                delta = deltas(beta)
-            new = alpha.copy()
+        def deltas(beta):
+            out = np.zeros(len(A))
             for k, i in enumerate(A):
-                new[i] += delta[k]
-            if variant == "aggressive":
-                # Delta D = (1/n) sum delta - (lam/2)(2 <w, u> + ||u||^2), u = w(new) - w(alpha);
-                # rejected when negative beyond the rounding of its computation (tau)
-                u = w_of(new) - w
-                dD = delta.sum() / n - 0.5 * lam * (2 * w @ u + u @ u)
-                tau = 4 * EPS * (lam * w @ w + np.abs(delta).sum() / n)
-                assert dD == pytest.approx(D(new) - D(alpha), abs=1e-12)
-                if dD < -tau:
-                    rejected += 1
+                if not steps[k]:
                     continue
-            alpha = new
+                if q[i] == 0:
+                    out[k] = 1.0 - alpha[i]
+                else:
+                    g = lam * n * (1.0 - y[i] * (X[i] @ w)) / (beta * q[i])
+                    out[k] = min(max(g, -alpha[i]), 1.0 - alpha[i])
+            return out
+
+        delta = deltas(beta)
+        if variant == "aggressive":
+            den = sum(delta[k] ** 2 * q[i] for k, i in enumerate(A))
+            if den > 0:
+                s = sum(delta[k] * y[i] * X[i] for k, i in enumerate(A))
+                rho = min(max(s @ s / den, 1.0), beta_b)
+                beta = min(max(beta ** theta * rho ** (1 - theta), 1.0), beta_b)
+            delta = deltas(beta)
+        new = alpha.copy()
+        for k, i in enumerate(A):
+            new[i] += delta[k]
+        if variant == "aggressive":
+            # Delta D = (1/n) sum delta - (lam/2)(2 <w, u> + ||u||^2), u = w(new) - w(alpha);
+            # rejected when negative beyond the rounding of its computation (tau)
+            u = w_of(new) - w
+            dD = delta.sum() / n - 0.5 * lam * (2 * w @ u + u @ u)
+            tau = 4 * EPS * (lam * w @ w + np.abs(delta).sum() / n)
+            assert dD == pytest.approx(D(new) - D(alpha), abs=1e-12)
+            if dD < -tau:
+                rejected += 1
+                continue
+        alpha = new
     return alpha, w_of(alpha), beta, rejected
 
 
@@ -387,7 +383,7 @@ def test_backend_without_sdca_primitives_is_refused():
 
     with pytest.raises(NotImplementedError, match=re.escape(
             "the 'pegasos-only' backend does not implement the SDCA primitives (sdca_deltas, "
-            "sdca_adapt_beta, sdca_apply, dual_weights, dual_objective); use backend='numpy'")):
+            "sdca_adapt_beta, sdca_apply, dual_weights, dual_objective, sdca_segment); use backend='numpy'")):
         sdca(PegasosOnly(), lam=1e-3, b=2, max_iter=1)
 
 

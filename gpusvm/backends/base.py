@@ -28,10 +28,24 @@ Primitives (Pegasos, Shalev-Shwartz et al. 2007, Fig. 1, in the sparse form
     primal objective on all rows (a host float: a synchronisation point).
 
 SDCA primitives (Takáč et al. 2013) are documented in :mod:`gpusvm.solvers.sdca`.
+
+Segments: every backend runs the iterations between two evaluations in one call,
+the only way the solvers drive it:
+
+``pegasos_segment(sampler, t0, t1, plan)``
+    iterations ``t0 + 1 .. t1`` of Pegasos on the batches ``t0 .. t1 - 1`` of the
+    :class:`~gpusvm.solvers._sampling.CounterSampler` (``plan``: :class:`PegasosPlan`).
+``sdca_segment(sampler, t0, t1, plan)``
+    the same for mini-batch SDCA (``plan``: :class:`SDCAPlan`).
+
+The NumPy reference spells the iteration out over the primitives above (the one
+place where the papers' steps are written step by step); the compiled CPU backend
+runs one compiled loop; the device backend issues its kernel launches alone.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 
@@ -52,3 +66,124 @@ class Evaluation:
     objective: float
     loss: float
     sq_norm: float
+
+
+#: step-size schedules (Pegasos Fig. 1 step 3, and the Fig. 2 comparisons), by int code
+SCHEDULES = ("pegasos", "norma", "constant")
+
+
+def step_size(schedule: str, t: int, lam: float, eta0: float | None, norma_p: float):
+    """Step size ``eta_t`` and the shrink factor ``1 - eta_t lam`` of iteration ``t``.
+
+    Parameters
+    ----------
+    schedule : {"pegasos", "norma", "constant"}
+        ``"pegasos"``: ``eta_t = 1/(lam t)`` (Fig. 1, step 3);
+        ``"norma"``: ``eta_t = p/(lam sqrt(t))`` (Kivinen et al., as in Fig. 2);
+        ``"constant"``: ``eta_t = eta0`` (Zhang 2004, as in Fig. 2).
+    t : int
+        Iteration, starting at 1.
+    lam : float
+        Regularisation parameter.
+    eta0 : float or None
+        The constant step size.
+    norma_p : float
+        NORMA's ``p``.
+
+    Returns
+    -------
+    eta : float
+    shrink : float
+        ``1 - eta lam`` computed without cancellation (exactly 0 at ``t = 1`` of Pegasos).
+    """
+    if schedule == "pegasos":
+        return 1.0 / (lam * t), 1.0 - 1.0 / t
+    if schedule == "norma":
+        return norma_p / (lam * math.sqrt(t)), 1.0 - norma_p / math.sqrt(t)
+    return eta0, 1.0 - eta0 * lam
+
+
+def step_sizes(schedule: str, t0: int, t1: int, lam: float, eta0: float | None, norma_p: float):
+    """:func:`step_size` for the iterations ``t0 .. t1 - 1`` at once, as float64 arrays.
+
+    The same IEEE operations as :func:`step_size`, elementwise, so the values are
+    bitwise those of the scalar function (a device segment computes them once).
+
+    Returns
+    -------
+    etas, shrinks : ndarray of float64, shape (t1 - t0,)
+    """
+    import numpy as np  # noqa: PLC0415  (this module otherwise needs no NumPy)
+
+    t = np.arange(t0, t1, dtype=np.float64)
+    if schedule == "pegasos":
+        return 1.0 / (lam * t), 1.0 - 1.0 / t
+    if schedule == "norma":
+        root = np.sqrt(t)
+        return norma_p / (lam * root), 1.0 - norma_p / root
+    return np.full(t.size, eta0, dtype=np.float64), np.full(t.size, 1.0 - eta0 * lam)
+
+
+@dataclass(frozen=True)
+class PegasosPlan:
+    """What every Pegasos iteration of a run needs, fixed for the whole run.
+
+    Attributes
+    ----------
+    lam : float
+        Regularisation.
+    k : int
+        Mini-batch size.
+    schedule : str
+        One of :data:`SCHEDULES` (see :func:`step_size`), with ``eta0`` and ``norma_p``.
+    eta0, norma_p : float
+    unreg_bias, optimal : bool
+        ``bias="unregularized"`` / ``bias="optimal"`` (Pegasos Sec. 4).
+    radius : float
+        Projection radius (Fig. 1 step 5), 0 for none.
+    averaged : bool
+        Whether the output is an average; iterates from ``t_avg`` on enter it.
+    t_avg : int
+    renorm_threshold : float
+        Fold ``a`` into ``v`` when ``|a|`` falls below it.
+    """
+
+    lam: float
+    k: int
+    schedule: str = "pegasos"
+    eta0: float = 0.0
+    norma_p: float = 0.7
+    unreg_bias: bool = False
+    optimal: bool = False
+    radius: float = 0.0
+    averaged: bool = False
+    t_avg: int = 1
+    renorm_threshold: float = 1e-6
+
+
+@dataclass(frozen=True)
+class SDCAPlan:
+    """What every mini-batch SDCA iteration of a run needs (Takáč et al. 2013).
+
+    Attributes
+    ----------
+    lam : float
+        Regularisation.
+    beta_b : float
+        eq. (11): the safe step's beta, the upper bound of the aggressive one.
+    theta : float
+        Alg. 2's ``beta <- beta^theta rho^(1 - theta)``.
+    aggressive : bool
+        Alg. 2 (adapt beta, reject steps that lower ``D``).
+    shrinking : bool
+        Batches of one row only: skip the rows that LIBLINEAR's shrinking test
+        (Hsieh et al. 2008, Sec. 3.2) takes out of the active set (see
+        :meth:`gpusvm.backends.numpy_.NumpyBackend.sdca_segment`).  The certificate
+        is computed on every row whatever the active set, so it stays exact.
+    """
+
+    lam: float
+    beta_b: float = 1.0
+    theta: float = 0.5
+    aggressive: bool = False
+    shrinking: bool = False

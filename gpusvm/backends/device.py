@@ -35,8 +35,8 @@ import numpy as np
 import scipy.sparse as sp
 
 from .. import _kernels
-from ._state import N_SLOTS, S_A, S_ASUMD, S_B, S_BETA, S_NREJ, S_VSQ
-from .base import Evaluation
+from ._state import N_SLOTS, S_A, S_ASUM, S_ASUMD, S_B, S_BETA, S_BSUM, S_NAVG, S_NREJ, S_VSQ
+from .base import Evaluation, step_sizes
 from .numpy_ import optimal_bias_xp
 
 #: grid-stride kernels launch at most this many blocks per streaming multiprocessor
@@ -256,6 +256,8 @@ class DeviceBackend:
         self.v = None
         self.u = None
         self.s = None
+        self._smp = None
+        self._m = None
 
     # ------------------------------------------------------------ input
     def _as_csr(self, X):
@@ -303,21 +305,57 @@ class DeviceBackend:
         self.transfers.append(int(out.nbytes))
         return out
 
-    def upload_batches(self, chunk):
-        """Copy a chunk of batches (``int32``, shape ``(c, k)``) to the device, once."""
-        if self.runtime.is_device(chunk) and chunk.dtype == np.int32:
-            return chunk
-        return self.runtime.upload(chunk, np.int32)
+    # ------------------------------------------------------------ batches from the counter
+    def _sampler_buffers(self, sampler):
+        """Device buffers of the batches of ``sampler`` and the sampler's launch arguments.
+
+        Made once per sampler (a run): ``rows`` and ``first`` (int32, ``k``), the
+        stamps of i.i.d. batches (uint64, ``n``, zero), and the argument tuple of
+        ``gpusvm_sample<MODE>`` without ``t``.
+        """
+        if self._smp is None or self._smp[0] is not sampler:
+            xp = self.xp
+            k = int(sampler.k)
+            rows = xp.zeros(k, dtype=np.int32)
+            first = xp.ones(k, dtype=np.int32)
+            stamp = xp.zeros(self.n if sampler.code == 1 else 1, dtype=np.uint64)
+            head = (np.uint64(sampler.seed), np.int32(sampler.n), np.int32(k),
+                    np.int32(sampler.half), np.uint32(sampler.mask))
+            grid = max(1, min(math.ceil(k / _kernels.BLOCK), self.runtime.max_blocks))
+            fn = self._function(_kernels.sampler_kernel(sampler.code))
+            firsts = self._function("gpusvm_sample_firsts") if sampler.code == 1 else None
+            self._smp = (sampler, (rows, first, stamp, head, grid, fn, firsts))
+        return self._smp[1]
+
+    def _draw(self, buffers, code: int, t: int) -> None:
+        """Launch the sampler for batch ``t`` (and, for i.i.d. batches, its first-occurrence mask)."""
+        rows, first, stamp, head, grid, fn, firsts = buffers
+        self._call(fn, grid, head + (np.int64(t), rows, first, stamp))
+        if firsts is not None:
+            self._call(firsts, grid, (rows, stamp, head[2], np.int64(t), first))
 
     # ------------------------------------------------------------ launches
-    def _launch(self, op: str, grid: int, args) -> None:
-        name = (_kernels.row_kernel(op, self.lanes, self.value_type) if op in _kernels.ROW_KERNELS
-                else _kernels.vector_kernel(op, self.value_type))
+    def _function(self, name: str):
+        """The compiled kernel ``name`` (a name expression), looked up once."""
         fn = self._functions.get(name)
         if fn is None:
             fn = self._functions[name] = self.runtime.module.get_function(name)
-        fn((int(grid),), (_kernels.BLOCK,), tuple(args))
+        return fn
+
+    def _call(self, fn, grid: int, args) -> None:
+        """Launch a looked-up kernel: the only thing a segment does per iteration."""
+        fn((grid,), (_kernels.BLOCK,), args)
         self.launches += 1
+
+    def _kernel(self, op: str):
+        """The instance of ``op`` for this backend's lanes and value type."""
+        name = (_kernels.row_kernel(op, self.lanes, self.value_type)
+                if op in _kernels.ROW_KERNELS or op in _kernels.SDCA_KERNELS
+                else _kernels.vector_kernel(op, self.value_type))
+        return self._function(name)
+
+    def _launch(self, op: str, grid: int, args) -> None:
+        self._call(self._kernel(op), int(grid), tuple(args))
 
     def _row_grid(self, rows: int) -> int:
         groups_per_block = _kernels.BLOCK // self.lanes
@@ -411,6 +449,67 @@ class DeviceBackend:
                      (self.v, u, u_on, np.int64(self.d), self.s, self._ticket[1:2],
                       np.float64(threshold)))
 
+    def pegasos_segment(self, sampler, t0: int, t1: int, plan) -> None:
+        """Pegasos iterations ``t0 + 1 .. t1`` as kernel launches alone (no sync, no upload).
+
+        Per iteration: ``gpusvm_sample`` draws ``A_t`` into a device buffer,
+        ``gpusvm_margins``, (``reset_scale`` when ``1 - eta_t lam = 0``),
+        ``gpusvm_pegasos_step`` and ``gpusvm_renormalize``: 4 launches.  The step
+        sizes of the segment are computed at its start, on the host, as arrays.
+        ``bias="optimal"`` adds the CuPy operations of :meth:`optimal_bias`.
+
+        Parameters
+        ----------
+        sampler : gpusvm.solvers._sampling.CounterSampler
+        t0, t1 : int
+            Iterations done before and after the segment.
+        plan : gpusvm.backends.base.PegasosPlan
+        """
+        p = plan
+        buffers = self._sampler_buffers(sampler)
+        rows = buffers[0]
+        k = int(sampler.k)
+        if self._m is None or self._m.shape[0] != k:
+            self._m = self.xp.empty(k, dtype=np.float64)
+        m = self._m
+        etas, shrinks = step_sizes(p.schedule, t0 + 1, t1 + 1, p.lam, p.eta0, p.norma_p)
+        u, u_on = self._u_args()
+        row_grid = int(self._row_grid(k))
+        vec_grid = int(self._vector_grid())
+        margins = self._kernel("gpusvm_margins")
+        step = self._kernel("gpusvm_pegasos_step")
+        renorm = self._kernel("gpusvm_renormalize")
+        reset = self._kernel("gpusvm_reset_scale")
+        margin_args = (self._indptr, self._indices, self._data, self.y, self.v, rows,
+                       np.int32(k), self.s, m)
+        step_head = (self._indptr, self._indices, self._data, self.y, rows, np.int32(k),
+                     np.float64(p.k), m, self.v, u, u_on, self.s, self._acc, self._ticket[0:1])
+        step_tail = (np.int32(bool(p.unreg_bias)), np.float64(p.radius))
+        renorm_args = (self.v, u, u_on, np.int64(self.d), self.s, self._ticket[1:2],
+                       np.float64(p.renorm_threshold))
+        reset_args = (self.v, u, u_on, np.int64(self.d), self.s)
+        avg_on, avg_off = np.int32(1), np.int32(0)
+        for i, t in enumerate(range(t0 + 1, t1 + 1)):
+            self._draw(buffers, sampler.code, t - 1)                          # step 1: A_t
+            self._call(margins, row_grid, margin_args)                        # step 2
+            if p.optimal:
+                self.optimal_bias(rows, m)                                    # Sec. 4 (CuPy)
+            shrink = shrinks[i]                                               # step 3
+            if shrink == 0.0:
+                self._call(reset, vec_grid, reset_args)
+                shrink = 1.0
+            self._call(step, row_grid, step_head + (etas[i], np.float64(shrink)) + step_tail
+                       + (avg_on if p.averaged and t >= p.t_avg else avg_off,))   # steps 4-5
+            self._call(renorm, vec_grid, renorm_args)                         # keep v in range
+
+    def reset_average(self) -> None:
+        """Empty the running average (``u = 0``, ``A = 0``, no iterate, no bias summed); no sync."""
+        if self.u is not None:
+            self.u[...] = 0.0
+        self.s[S_ASUM] = 0.0
+        self.s[S_NAVG] = 0.0
+        self.s[S_BSUM] = 0.0
+
     def output(self, averaged: bool):
         """Dense float64 ``w`` and the bias (a 0-d device array) of the last iterate or the average."""
         xp = self.xp
@@ -454,14 +553,6 @@ class DeviceBackend:
     # uses): naive and safe 2 kernels (sdca_margins, sdca_apply), aggressive 5 (sdca_margins,
     # sdca_rho, sdca_deltas, which also zeroes rho's scratch, and sdca_apply's step and settle);
     # through the separate primitives one more (margins and sdca_deltas instead of sdca_margins).
-    def _launch_sdca(self, op: str, grid: int, args) -> None:
-        name = _kernels.row_kernel(op, self.lanes, self.value_type)
-        fn = self._functions.get(name)
-        if fn is None:
-            fn = self._functions[name] = self.runtime.module.get_function(name)
-        fn((int(grid),), (_kernels.BLOCK,), tuple(args))
-        self.launches += 1
-
     def _mask(self, first):
         """The first-occurrence mask as device int32 0/1 and its flag (a dummy when None)."""
         if first is None:
@@ -502,7 +593,7 @@ class DeviceBackend:
     def _margins_deltas_into(self, rows, lam: float, first, m, delta) -> None:
         k = int(rows.shape[0])
         mask, has_first = self._mask(first)
-        self._launch_sdca("gpusvm_sdca_margins", self._row_grid(k),
+        self._launch("gpusvm_sdca_margins", self._row_grid(k),
                           (self._indptr, self._indices, self._data, self.y, self.v, rows,
                            np.int32(k), self.s, self.alpha, self.row_sq_norms, mask, has_first,
                            np.float64(lam), np.float64(self.n), m, delta))
@@ -531,7 +622,7 @@ class DeviceBackend:
             else:
                 self._clean_scratch()
         mask, has_first = self._mask(first)
-        self._launch_sdca("gpusvm_sdca_deltas", self._row_grid(k),
+        self._launch("gpusvm_sdca_deltas", self._row_grid(k),
                           (self._indptr, self._indices, rows, np.int32(k), m, self.alpha,
                            self.row_sq_norms, mask, has_first, self.s, np.float64(lam),
                            np.float64(self.n), out, self._scratch, old, zero))
@@ -563,7 +654,7 @@ class DeviceBackend:
         delta = self._vec64(delta)
         self._clean_scratch()
         k = int(rows.shape[0])
-        self._launch_sdca("gpusvm_sdca_rho", self._row_grid(k),
+        self._launch("gpusvm_sdca_rho", self._row_grid(k),
                           (self._indptr, self._indices, self._data, self.y, rows, np.int32(k),
                            delta, self.row_sq_norms, self._scratch, self.s, self._sdca_acc,
                            self._sdca_ticket, np.float64(beta_b), np.float64(theta)))
@@ -585,46 +676,68 @@ class DeviceBackend:
         k = int(rows.shape[0])
         grid = self._row_grid(k)
         for phase in ((0, 1) if check else (0,)):
-            self._launch_sdca("gpusvm_sdca_apply", grid,
+            self._launch("gpusvm_sdca_apply", grid,
                               (self._indptr, self._indices, self._data, self.y, rows,
                                np.int32(k), delta, self.v, self.alpha, self.s, self._sdca_acc,
                                self._sdca_ticket, np.float64(lam), np.float64(self.n),
                                np.int32(bool(check)), np.int32(phase)))
 
-    def sdca_iterations(self, chunk, firsts, j0: int, j1: int, lam: float, beta_b: float,
-                        theta: float, aggressive: bool) -> None:
-        """Run the SDCA iterations on ``chunk[j0:j1]`` without a synchronisation.
+    def sdca_segment(self, sampler, t0: int, t1: int, plan) -> None:
+        """SDCA iterations ``t0 + 1 .. t1`` as kernel launches alone (no sync, no upload).
 
-        The per-iteration sequence of :func:`gpusvm.solvers.sdca.sdca` (margins,
-        deltas, Alg. 2's adaptation of beta and deltas again, the (checked) step) with
-        the margins and the first deltas fused into one launch: 2 launches per
-        iteration (naive, safe) or 5 (aggressive).
+        The per-iteration sequence of the reference segment with the margins and
+        the first deltas fused into one launch: ``gpusvm_sample`` (plus
+        ``gpusvm_sample_firsts`` for i.i.d. batches), ``gpusvm_sdca_margins`` and
+        ``gpusvm_sdca_apply`` (naive, safe: 3 launches), or for the aggressive
+        variant ``gpusvm_sdca_rho``, ``gpusvm_sdca_deltas`` (which also zeroes rho's
+        scratch) and two ``gpusvm_sdca_apply`` launches (step, then settle): 6.
 
         Parameters
         ----------
-        chunk : device array of int32, shape (c, b)
-            Batches from :meth:`upload_batches`.
-        firsts : device array of int32 0/1, shape (c, b), or None
-            First occurrences of the rows in each batch (None: all distinct).
-        j0, j1 : int
-            The batches ``chunk[j0:j1]`` are used, one per iteration.
-        lam, beta_b, theta, aggressive
-            As in the solver.
+        sampler : gpusvm.solvers._sampling.CounterSampler
+        t0, t1 : int
+            Iterations done before and after the segment.
+        plan : gpusvm.backends.base.SDCAPlan
         """
-        k = int(chunk.shape[1])
+        p = plan
+        buffers = self._sampler_buffers(sampler)
+        rows, first = buffers[0], buffers[1]
+        k = int(sampler.k)
         if self._sdca_buffers is None or self._sdca_buffers[0].shape[0] != k:
             self._sdca_buffers = tuple(self.xp.empty(k, dtype=np.float64) for _ in range(3))
         m, tentative, final = self._sdca_buffers
-        for j in range(j0, j1):
-            rows = chunk[j]                                                   # A_t
-            first = None if firsts is None else firsts[j]
-            self._margins_deltas_into(rows, lam, first, m, tentative)         # eq. (15), beta^(t)
-            delta = tentative
-            if aggressive:
-                self.sdca_adapt_beta(rows, tentative, beta_b, theta)          # Alg. 2: beta^(t+1)
-                self._deltas_into(rows, m, lam, first, final)                 # Alg. 2: delta
-                delta = final
-            self.sdca_apply(rows, delta, lam, aggressive)                     # keep if D grows
+        self._clean_scratch()
+        has_first = np.int32(sampler.code != 0)
+        lam, n = np.float64(p.lam), np.float64(self.n)
+        grid = int(self._row_grid(k))
+        margins = self._kernel("gpusvm_sdca_margins")
+        rho = self._kernel("gpusvm_sdca_rho")
+        deltas = self._kernel("gpusvm_sdca_deltas")
+        apply = self._kernel("gpusvm_sdca_apply")
+        margin_args = (self._indptr, self._indices, self._data, self.y, self.v, rows, np.int32(k),
+                       self.s, self.alpha, self.row_sq_norms, first, has_first, lam, n, m,
+                       tentative)
+        rho_args = (self._indptr, self._indices, self._data, self.y, rows, np.int32(k),
+                    tentative, self.row_sq_norms, self._scratch, self.s, self._sdca_acc,
+                    self._sdca_ticket, np.float64(p.beta_b), np.float64(p.theta))
+        delta_args = (self._indptr, self._indices, rows, np.int32(k), m, self.alpha,
+                      self.row_sq_norms, first, has_first, self.s, lam, n, final, self._scratch,
+                      tentative, np.int32(1))
+        delta = final if p.aggressive else tentative
+        apply_head = (self._indptr, self._indices, self._data, self.y, rows, np.int32(k), delta,
+                      self.v, self.alpha, self.s, self._sdca_acc, self._sdca_ticket, lam, n,
+                      np.int32(bool(p.aggressive)))
+        phases = (apply_head + (np.int32(0),), apply_head + (np.int32(1),))
+        for t in range(t0, t1):
+            self._draw(buffers, sampler.code, t)                              # A_t
+            self._call(margins, grid, margin_args)                            # eq. (15), beta^(t)
+            if p.aggressive:
+                self._call(rho, grid, rho_args)                               # Alg. 2: beta^(t+1)
+                self._call(deltas, grid, delta_args)                          # Alg. 2: delta
+                self._call(apply, grid, phases[0])                            # step, then keep
+                self._call(apply, grid, phases[1])                            # if D grows
+            else:
+                self._call(apply, grid, phases[0])
 
     def dual_weights(self, lam: float):
         """``w(alpha) = X^T (alpha y) / (lam n)`` in float64 on the device (an evaluation).
@@ -645,7 +758,7 @@ class DeviceBackend:
         """
         xp = self.xp
         w = xp.zeros(self.d, dtype=np.float64)
-        self._launch_sdca("gpusvm_sdca_dual_weights", self._row_grid(self.n),
+        self._launch("gpusvm_sdca_dual_weights", self._row_grid(self.n),
                           (self._indptr, self._indices, self._data, self.y, np.int32(self.n),
                            self.alpha, np.float64(lam * self.n), w))
         self.v[...] = w

@@ -1,22 +1,26 @@
-"""Compiled CPU backend: the NumPy reference primitives as numba loops, plus fused iterations.
+"""Compiled CPU backend: the NumPy reference primitives as numba loops, plus segment loops.
 
 :class:`NumbaBackend` subclasses :class:`~gpusvm.backends.numpy_.NumpyBackend`
 and replaces its hot primitives with ``@njit(cache=True)`` loops that follow the
 reference line by line (same formulas, same order of the floating-point
-operations wherever it matters for the iterates).  It adds two fused
+operations wherever it matters for the iterates).  It adds two segment
 primitives that run every iteration between two evaluations in one compiled
 call:
 
-``pegasos_iterations(chunk, j0, j1, t0, ...)``
-    Iterations ``t0 + 1 .. t0 + (j1 - j0)`` of :func:`gpusvm.solvers.pegasos.pegasos`
-    on the batches ``chunk[j0:j1]``: margins, optimal bias, step size, reset,
-    step, projection, averaging and renormalisation, exactly as the loop calls
-    the primitives.
-``sdca_iterations(chunk, firsts, j0, j1, lam, beta_b, theta, aggressive)``
-    The same for :func:`gpusvm.solvers.sdca.sdca`: margins, deltas, Alg. 2's
-    adaptation of beta, and the (checked) step.
+``pegasos_segment(sampler, t0, t1, plan)``
+    Iterations ``t0 + 1 .. t1`` of :func:`gpusvm.solvers.pegasos.pegasos`: the
+    batch drawn from the counter (:mod:`gpusvm.backends._counter_nb`), margins,
+    optimal bias, step size, reset, step, projection, averaging and
+    renormalisation, exactly as the reference segment calls the primitives.
+``sdca_segment(sampler, t0, t1, plan)``
+    The same for :func:`gpusvm.solvers.sdca.sdca`: batch and first-occurrence
+    mask, margins, deltas, Alg. 2's adaptation of beta, and the (checked) step.
 
-The per-primitive methods call the same compiled pieces as the fused loops
+No Python runs inside a segment: the batches are drawn two iterations ahead
+(into a small ring) by the compiled sampler, so that their rows can be
+prefetched.
+
+The per-primitive methods call the same compiled pieces as the segment loops
 (batches of one row of a canonical CSR take a specialised loop that performs
 the same operations in the same order with scalars instead of one-element
 arrays), so the two paths give bitwise the same iterates; a test checks it.
@@ -43,13 +47,15 @@ column in a float64 scratch vector (``acc``, with the list of touched columns)
 exactly like the reference's ``np.unique`` + ``np.bincount``, so ``v`` is
 written once per column per step.
 
-numba is an optional dependency (``pip install gpusvm[fast]``); without it,
-building this backend raises an ImportError that names the extra.
+numba is a dependency of every install (``backend="auto"`` picks this backend
+when no GPU is present); where it cannot be imported, building this backend
+raises an ImportError that says what to install.
 """
 
 from __future__ import annotations
 
 import math
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -66,13 +72,17 @@ try:
 except ImportError:  # pragma: no cover - exercised through a monkeypatched import in the tests
     numba = None
 
-NUMBA_MISSING = ("backend='numba' needs numba, which is not installed; install the optional "
-                 "extra with `pip install gpusvm[fast]` (numba>=0.59), or use backend='numpy'")
+NUMBA_MISSING = ("backend='numba' needs numba, which cannot be imported; install it with "
+                 "`pip install \"numba>=0.59\"` (a dependency of gpusvm), or use backend='numpy'")
 
 #: step-size schedules as the int codes the compiled loop takes (order of pegasos.SCHEDULES)
 SCHEDULE_CODES = {"pegasos": 0, "norma": 1, "constant": 2}
 
 _EPS64 = float(np.finfo(np.float64).eps)
+# shrinking's constants, spelled out (numba caches by file; a test checks they are
+# gpusvm.backends.numpy_.SHRINK_EPS and UPPER_SLACK)
+_SHRINK_EPS = 0.1
+_UPPER_SLACK = 4 * _EPS64
 
 #: batches ahead whose rows are prefetched (rows of a shuffled epoch are cold in the cache)
 PREFETCH_DISTANCE = 2
@@ -82,6 +92,9 @@ if numba is not None:
     from numba import types
     from numba.core import cgutils
     from numba.extending import intrinsic
+
+    from ._counter_nb import batch as _nb_batch
+    from ._counter_nb import sampler_state
 
     @intrinsic
     def _prefetch(typingctx, arr, idx):
@@ -114,23 +127,37 @@ if numba is not None:
             _prefetch(indices, p)
 
     @njit(cache=True, inline="always")
-    def _prefetch_ahead(indptr, indices, data, v, chunk, j, prefetch_v):
-        """Before iteration ``j``: ask for the rows of batch ``j + PREFETCH_DISTANCE`` and,
-        when ``prefetch_v``, for the entries of ``v`` that batch ``j + PREFETCH_DISTANCE - 1``
-        will touch (its indices were asked for at the previous iteration).
+    def _draw_ahead(indptr, indices, data, v, smp, bt, ring, ringf, ringh, rk, ecache, stamp,
+                    prefetch_v):
+        """Before the iteration on batch ``bt``: draw batch ``bt + PREFETCH_DISTANCE`` into the
+        ring, ask for the cache lines of its rows and, when ``prefetch_v``, for the entries of
+        ``v`` that batch ``bt + PREFETCH_DISTANCE - 1`` will touch.
 
-        Rows of a shuffled epoch are cold, and so is a ``v`` larger than the L2
-        cache: without these hints an iteration waits on one memory access
-        after another (3-4x slower on news20).
+        ``smp = (code, n, k, seed, half, mask)`` of the counter-based sampler.  Rows of a
+        shuffled epoch are cold, and so is a ``v`` larger than the L2 cache: without these
+        hints an iteration waits on one memory access after another (3-4x slower on news20).
         """
-        if j + PREFETCH_DISTANCE < chunk.shape[0]:
-            for i in range(chunk.shape[1]):
-                _prefetch_row(indptr, indices, data, chunk[j + PREFETCH_DISTANCE, i])
-        if prefetch_v and j + PREFETCH_DISTANCE - 1 < chunk.shape[0]:
-            for i in range(chunk.shape[1]):
-                r = chunk[j + PREFETCH_DISTANCE - 1, i]
+        nxt = bt + PREFETCH_DISTANCE
+        sl = nxt % (PREFETCH_DISTANCE + 1)
+        ringh[sl] = _nb_batch(smp[0], smp[1], smp[2], smp[3], smp[4], smp[5], nxt, ring[sl],
+                              ringf[sl], rk, ecache, stamp)
+        rows = ring[sl]
+        for i in range(rows.size):
+            _prefetch_row(indptr, indices, data, rows[i])
+        if prefetch_v:
+            rows = ring[(nxt - 1) % (PREFETCH_DISTANCE + 1)]
+            for i in range(rows.size):
+                r = rows[i]
                 for p in range(indptr[r], indptr[r + 1]):
                     _prefetch(v, indices[p])
+
+    @njit(cache=True)
+    def _fill_ring(smp, bt0, ring, ringf, ringh, rk, ecache, stamp):
+        """Draw the batches ``bt0 .. bt0 + PREFETCH_DISTANCE - 1`` into the ring."""
+        for bt in range(bt0, bt0 + PREFETCH_DISTANCE):
+            sl = bt % (PREFETCH_DISTANCE + 1)
+            ringh[sl] = _nb_batch(smp[0], smp[1], smp[2], smp[3], smp[4], smp[5], bt, ring[sl],
+                                  ringf[sl], rk, ecache, stamp)
 
     # ------------------------------------------------------------------ data, evaluation
     @njit(cache=True)
@@ -444,20 +471,20 @@ if numba is not None:
             s[S_A] = 1.0
 
     @njit(cache=True)
-    def _pegasos_loop_single(indptr, indices, data, y, v, u, use_u, s, chunk, j0, j1, t0, lam,
-                             k, schedule, eta0, norma_p, unreg_bias, radius, averaged, t_avg,
-                             renorm, prefetch_v):
+    def _pegasos_loop_single(indptr, indices, data, y, v, u, use_u, s, smp, ring, ringf, ringh,
+                             rk, ecache, stamp, t0, t1, lam, k, schedule, eta0, norma_p,
+                             unreg_bias, radius, averaged, t_avg, renorm, prefetch_v):
         """:func:`_pegasos_loop` for batches of one row of a canonical CSR (no optimal bias).
 
         The operations of :func:`_margins`, :func:`_pegasos_step` and
         :func:`_renormalize` with ``rows.size == 1``, in the same order (so
         bitwise the same iterates), with scalars instead of one-element arrays.
         """
-        t = t0
-        for j in range(j0, j1):
-            _prefetch_ahead(indptr, indices, data, v, chunk, j, prefetch_v)
-            t += 1
-            r = chunk[j, 0]                                                   # A_t = {r}
+        _fill_ring(smp, t0, ring, ringf, ringh, rk, ecache, stamp)
+        for t in range(t0 + 1, t1 + 1):
+            _draw_ahead(indptr, indices, data, v, smp, t - 1, ring, ringf, ringh, rk, ecache,
+                        stamp, prefetch_v)
+            r = ring[(t - 1) % (PREFETCH_DISTANCE + 1), 0]                    # A_t = {r}
             yi = np.float64(y[r])
             m = yi * (s[S_A] * _row_dot(indptr, indices, data, v, r) + s[S_B])   # step 2
             eta, shrink = _step_size(schedule, t, lam, eta0, norma_p)         # step 3
@@ -487,21 +514,22 @@ if numba is not None:
             _renormalize(v, u, use_u, s, renorm)
 
     @njit(cache=True)
-    def _pegasos_loop(indptr, indices, data, y, v, u, use_u, s, chunk, j0, j1, t0, lam, k,
-                      schedule, eta0, norma_p, unreg_bias, optimal, radius, averaged, t_avg,
-                      renorm, canonical, prefetch_v, m, coef, acc, mark, touched):
-        """Iterations ``t0+1 ..`` on ``chunk[j0:j1]``: the loop of the Pegasos solver."""
-        single = canonical and chunk.shape[1] == 1
+    def _pegasos_loop(indptr, indices, data, y, v, u, use_u, s, smp, ring, ringf, ringh, rk,
+                      ecache, stamp, t0, t1, lam, k, schedule, eta0, norma_p, unreg_bias,
+                      optimal, radius, averaged, t_avg, renorm, canonical, prefetch_v, m, coef,
+                      acc, mark, touched):
+        """Iterations ``t0 + 1 .. t1``: the loop of the Pegasos solver, batches drawn in place."""
+        single = canonical and k == 1
         if single and not optimal:
-            _pegasos_loop_single(indptr, indices, data, y, v, u, use_u, s, chunk, j0, j1, t0,
-                                 lam, k, schedule, eta0, norma_p, unreg_bias, radius, averaged,
-                                 t_avg, renorm, prefetch_v)
+            _pegasos_loop_single(indptr, indices, data, y, v, u, use_u, s, smp, ring, ringf,
+                                 ringh, rk, ecache, stamp, t0, t1, lam, k, schedule, eta0,
+                                 norma_p, unreg_bias, radius, averaged, t_avg, renorm, prefetch_v)
             return
-        t = t0
-        for j in range(j0, j1):
-            _prefetch_ahead(indptr, indices, data, v, chunk, j, prefetch_v)
-            t += 1
-            rows = chunk[j]                                                   # A_t
+        _fill_ring(smp, t0, ring, ringf, ringh, rk, ecache, stamp)
+        for t in range(t0 + 1, t1 + 1):
+            _draw_ahead(indptr, indices, data, v, smp, t - 1, ring, ringf, ringh, rk, ecache,
+                        stamp, prefetch_v)
+            rows = ring[(t - 1) % (PREFETCH_DISTANCE + 1)]                    # A_t
             _margins(indptr, indices, data, y, v, s[S_A], s[S_B], rows, m)    # step 2
             if optimal:
                 _optimal_bias(y, rows, m, s)                                  # Sec. 4, b*
@@ -587,17 +615,55 @@ if numba is not None:
             alpha[rows[i]] += delta[i]
         s[S_ASUMD] += dsum
 
+    @njit(cache=True, inline="always")
+    def _shrink_test(alpha, active, shr, r, m):
+        """``NumpyBackend._shrink_test``: True when row ``r`` leaves the active set."""
+        g = m - 1.0
+        a = alpha[r]
+        if a <= 0.0:
+            if g > shr[0]:
+                active[r] = False
+                return True
+            pg = min(g, 0.0)
+        elif a >= 1.0 - _UPPER_SLACK:
+            if g < shr[1]:
+                active[r] = False
+                return True
+            pg = max(g, 0.0)
+        else:
+            pg = g
+        shr[2] = max(shr[2], pg)
+        shr[3] = min(shr[3], pg)
+        return False
+
+    @njit(cache=True, inline="always")
+    def _shrink_epoch(active, shr):
+        """``NumpyBackend._shrink_epoch``: roll the bounds over, or unshrink every row."""
+        if shr[2] - shr[3] <= _SHRINK_EPS:
+            active[:] = True
+            shr[0] = np.inf
+            shr[1] = -np.inf
+            shr[2] = -np.inf
+            shr[3] = np.inf
+            return
+        shr[0] = shr[2] if shr[2] > 0.0 else np.inf
+        shr[1] = shr[3] if shr[3] < 0.0 else -np.inf
+        shr[2] = -np.inf
+        shr[3] = np.inf
+
     @njit(cache=True)
-    def _sdca_loop_single(indptr, indices, data, y, y64, v, s, alpha, inv_q, row_sq, chunk,
-                          firsts, has_first, j0, j1, lam, n, beta_b, theta, aggressive, eps,
-                          prefetch_v, no_u):
+    def _sdca_loop_single(indptr, indices, data, y, y64, v, s, alpha, inv_q, row_sq, smp, ring,
+                          ringf, ringh, rk, ecache, stamp, t0, t1, lam, n, beta_b, theta,
+                          aggressive, eps, prefetch_v, no_u, shrinking, active, shr):
         """:func:`_sdca_loop` for batches of one row of a canonical CSR, with scalars for arrays.
 
         The same operations in the same order as :func:`_margins`,
         :func:`_sdca_deltas`, :func:`_sdca_adapt_beta` and :func:`_sdca_apply`
         with ``rows.size == 1`` (so bitwise the same iterates), without their
         per-iteration array bookkeeping, which costs more than the arithmetic
-        of a 100-400-nonzero row.
+        of a 100-400-nonzero row.  A batch of one row never repeats a row.
+        With ``shrinking``, LIBLINEAR's active set as in
+        ``NumpyBackend._sdca_segment_shrinking``.
         """
         # the scalars of s live in registers for the whole segment: a and b never change
         # inside it, beta only in Alg. 2's branch; the sums run in the same order as s[...] += ...
@@ -608,58 +674,73 @@ if numba is not None:
         vsq = s[S_VSQ]
         asumd = s[S_ASUMD]
         nrej = s[S_NREJ]
-        for j in range(j0, j1):
-            _prefetch_ahead(indptr, indices, data, v, chunk, j, prefetch_v)
-            r = chunk[j, 0]                                                   # A_t = {r}
-            z = _row_dot(indptr, indices, data, v, r)                         # y_r <w, x_r>
-            m = np.float64(y[r]) * (a * z + b)
-            skip = has_first and not firsts[j, 0]
-            delta = 0.0 if skip else _clipped_step(alpha[r], c, m, inv_q[r])
-            if aggressive:                                                    # Alg. 2
-                den = 0.0 + delta * delta * row_sq[r]
-                if den > 0.0:
-                    ci = delta * y64[r]
-                    num = 0.0
-                    for p in range(indptr[r], indptr[r + 1]):
-                        x = data[p] * ci
-                        num += x * x
-                    rho = min(max(num / den, 1.0), beta_b)
-                    s[S_TMP0] = rho
-                    beta = s[S_BETA] ** theta * rho ** (1.0 - theta)
-                    s[S_BETA] = min(max(beta, 1.0), beta_b)
-                    c = lam * n / s[S_BETA]
-                delta = 0.0 if skip else _clipped_step(alpha[r], c, m, inv_q[r])
-            ci = delta * y64[r] * g                                           # alpha, w step
-            dsum = 0.0 + delta
-            dn = _add_row(indptr, indices, data, v, no_u, 0.0, False, r, ci)
-            s[S_DNORM] = dn
-            if aggressive and _dual_drops(dsum, 0.0 + abs(delta), dn, vsq, a, lam, n, eps):
-                dn2 = _add_row(indptr, indices, data, v, no_u, 0.0, False, r, -ci)   # undo
-                vsq += dn + dn2
-                nrej += 1.0
-                continue
-            vsq += dn
-            alpha[r] += delta
-            asumd += dsum
+        _fill_ring(smp, t0, ring, ringf, ringh, rk, ecache, stamp)
+        for bt in range(t0, t1):
+            _draw_ahead(indptr, indices, data, v, smp, bt, ring, ringf, ringh, rk, ecache,
+                        stamp, prefetch_v)
+            r = ring[bt % (PREFETCH_DISTANCE + 1), 0]                         # A_t = {r}
+            step = True
+            if shrinking and not active[r]:
+                step = False
+            if step:
+                z = _row_dot(indptr, indices, data, v, r)                     # y_r <w, x_r>
+                m = np.float64(y[r]) * (a * z + b)
+                if shrinking and _shrink_test(alpha, active, shr, r, m):
+                    step = False
+            if step:
+                delta = _clipped_step(alpha[r], c, m, inv_q[r])
+                if aggressive:                                                # Alg. 2
+                    den = 0.0 + delta * delta * row_sq[r]
+                    if den > 0.0:
+                        ci = delta * y64[r]
+                        num = 0.0
+                        for p in range(indptr[r], indptr[r + 1]):
+                            x = data[p] * ci
+                            num += x * x
+                        rho = min(max(num / den, 1.0), beta_b)
+                        s[S_TMP0] = rho
+                        beta = s[S_BETA] ** theta * rho ** (1.0 - theta)
+                        s[S_BETA] = min(max(beta, 1.0), beta_b)
+                        c = lam * n / s[S_BETA]
+                    delta = _clipped_step(alpha[r], c, m, inv_q[r])
+                ci = delta * y64[r] * g                                       # alpha, w step
+                dsum = 0.0 + delta
+                dn = _add_row(indptr, indices, data, v, no_u, 0.0, False, r, ci)
+                s[S_DNORM] = dn
+                if aggressive and _dual_drops(dsum, 0.0 + abs(delta), dn, vsq, a, lam, n, eps):
+                    dn2 = _add_row(indptr, indices, data, v, no_u, 0.0, False, r, -ci)   # undo
+                    vsq += dn + dn2
+                    nrej += 1.0
+                else:
+                    vsq += dn
+                    alpha[r] += delta
+                    asumd += dsum
+            if shrinking and (bt + 1) % n == 0:                               # an epoch ends
+                _shrink_epoch(active, shr)
         s[S_VSQ] = vsq
         s[S_ASUMD] = asumd
         s[S_NREJ] = nrej
 
     @njit(cache=True)
-    def _sdca_loop(indptr, indices, data, y, y64, v, s, alpha, inv_q, row_sq, chunk, firsts,
-                   has_first, j0, j1, lam, n, beta_b, theta, aggressive, canonical, eps,
-                   prefetch_v, m, delta, coef, no_u, acc, mark, touched):
-        """Iterations on ``chunk[j0:j1]``: the loop of the SDCA solver."""
-        single = canonical and chunk.shape[1] == 1
+    def _sdca_loop(indptr, indices, data, y, y64, v, s, alpha, inv_q, row_sq, smp, ring, ringf,
+                   ringh, rk, ecache, stamp, t0, t1, lam, n, beta_b, theta, aggressive,
+                   canonical, eps, prefetch_v, m, delta, coef, no_u, acc, mark, touched,
+                   shrinking, active, shr):
+        """Iterations ``t0 + 1 .. t1``: the loop of the SDCA solver, batches drawn in place."""
+        single = canonical and smp[2] == 1
         if single:
-            _sdca_loop_single(indptr, indices, data, y, y64, v, s, alpha, inv_q, row_sq, chunk,
-                              firsts, has_first, j0, j1, lam, n, beta_b, theta, aggressive, eps,
-                              prefetch_v, no_u)
+            _sdca_loop_single(indptr, indices, data, y, y64, v, s, alpha, inv_q, row_sq, smp,
+                              ring, ringf, ringh, rk, ecache, stamp, t0, t1, lam, n, beta_b,
+                              theta, aggressive, eps, prefetch_v, no_u, shrinking, active, shr)
             return
-        for j in range(j0, j1):
-            _prefetch_ahead(indptr, indices, data, v, chunk, j, prefetch_v)
-            rows = chunk[j]                                                   # A_t
-            first = firsts[j] if has_first else firsts[0]
+        _fill_ring(smp, t0, ring, ringf, ringh, rk, ecache, stamp)
+        for bt in range(t0, t1):
+            _draw_ahead(indptr, indices, data, v, smp, bt, ring, ringf, ringh, rk, ecache,
+                        stamp, prefetch_v)
+            sl = bt % (PREFETCH_DISTANCE + 1)
+            rows = ring[sl]                                                   # A_t
+            first = ringf[sl]
+            has_first = ringh[sl]
             _margins(indptr, indices, data, y, v, s[S_A], s[S_B], rows, m)    # y_i <w, x_i>
             _sdca_deltas(alpha, inv_q, s, rows, m, lam, n, first, has_first, delta)   # eq. (15)
             if aggressive:                                                    # Alg. 2
@@ -697,9 +778,9 @@ class NumbaBackend(NumpyBackend):
     compiling it once per type signature when the cache is cold (see
     BENCHMARKS.md for the one-off cost).
 
-    The fused primitives :meth:`pegasos_iterations` and :meth:`sdca_iterations`
-    are what the solvers use when a backend provides them; they run all the
-    iterations between two evaluations without returning to Python.
+    The segment primitives :meth:`pegasos_segment` and :meth:`sdca_segment`
+    run all the iterations between two evaluations without returning to Python,
+    drawing the batches themselves.
 
     Memory: besides the state of the reference (``v``, ``alpha``, ...), a
     float64 scratch vector, a mask and an index list of length ``d`` for
@@ -719,6 +800,7 @@ class NumbaBackend(NumpyBackend):
         self._nb_no_u = np.empty(0, dtype=np.float64)
         self._nb_big = None
         self._nb_k = -1
+        self._nb_smp = None
 
     def _row_sq_norms(self) -> np.ndarray:
         """``||x_i||^2`` in float64 straight from ``X.data`` (no squared copy of ``X``)."""
@@ -805,47 +887,51 @@ class NumbaBackend(NumpyBackend):
         u, use_u = self._nb_u()
         _renormalize(self.v, u, use_u, self.s, float(threshold))
 
-    def pegasos_iterations(self, chunk: np.ndarray, j0: int, j1: int, t0: int, *, lam: float,
-                           k: int, schedule: str, eta0: float | None, norma_p: float,
-                           unreg_bias: bool, optimal: bool, radius: float, averaged: bool,
-                           t_avg: int, renorm_threshold: float) -> None:
-        """Run Pegasos iterations ``t0 + 1 .. t0 + j1 - j0`` on ``chunk[j0:j1]`` in one call.
+    def _nb_sampler(self, sampler):
+        """The compiled sampler's arguments and its per-run state, made once per sampler.
 
-        Exactly the per-iteration sequence of :func:`gpusvm.solvers.pegasos.pegasos`:
-        :meth:`margins`, :meth:`optimal_bias` (when ``optimal``), the step size
-        of ``schedule``, :meth:`reset_scale` when ``1 - eta_t lam == 0``,
-        :meth:`pegasos_step` (averaging from iteration ``t_avg`` on when
-        ``averaged``) and :meth:`renormalize`.
+        Returns ``(smp, ring, ringf, ringh, rk, ecache, stamp)``: the sampler's
+        ``(code, n, k, seed, half, mask)``, the ring of the batches drawn ahead
+        (``PREFETCH_DISTANCE + 1`` of them) with their first-occurrence masks,
+        and the state of :func:`gpusvm.backends._counter_nb.batch`.
+        """
+        if self._nb_smp is None or self._nb_smp[0] is not sampler:
+            k = sampler.k
+            smp = (int(sampler.code), int(sampler.n), int(k), np.uint64(sampler.seed),
+                   int(sampler.half), int(sampler.mask))
+            ring = np.zeros((PREFETCH_DISTANCE + 1, k), dtype=np.int32)
+            ringf = np.ones((PREFETCH_DISTANCE + 1, k), dtype=np.bool_)
+            ringh = np.zeros(PREFETCH_DISTANCE + 1, dtype=np.bool_)
+            rk, ecache, stamp = sampler_state(sampler.n if sampler.code == 1 else 1)
+            self._nb_smp = (sampler, (smp, ring, ringf, ringh, rk, ecache, stamp))
+        return self._nb_smp[1]
+
+    def pegasos_segment(self, sampler, t0: int, t1: int, plan) -> None:
+        """Pegasos iterations ``t0 + 1 .. t1`` in one compiled call, batches drawn in place.
+
+        Exactly the per-iteration sequence of
+        :meth:`NumpyBackend.pegasos_segment <gpusvm.backends.numpy_.NumpyBackend.pegasos_segment>`:
+        the batch from the counter (:mod:`gpusvm.backends._counter_nb`), :meth:`margins`,
+        :meth:`optimal_bias` (when ``plan.optimal``), the step size, :meth:`reset_scale`
+        when ``1 - eta_t lam == 0``, :meth:`pegasos_step` and :meth:`renormalize`.
 
         Parameters
         ----------
-        chunk : ndarray of int32, shape (c, k)
-            Batches from :meth:`upload_batches`.
-        j0, j1 : int
-            The batches ``chunk[j0:j1]`` are used, one per iteration.
-        t0 : int
-            Iterations done before the first of these.
-        lam, k, schedule, eta0, norma_p
-            As in the solver (``eta0`` is only read by ``schedule="constant"``).
-        unreg_bias, optimal : bool
-            ``bias="unregularized"`` / ``bias="optimal"``.
-        radius : float
-            Projection radius, 0 for none.
-        averaged : bool
-            Whether the output is an average.
-        t_avg : int
-            First iteration whose iterate enters the average.
-        renorm_threshold : float
-            :meth:`renormalize`'s threshold.
+        sampler : gpusvm.solvers._sampling.CounterSampler
+        t0, t1 : int
+            Iterations done before and after the segment.
+        plan : gpusvm.backends.base.PegasosPlan
         """
+        p = plan
         u, use_u = self._nb_u()
-        m, coef, _ = self._nb_work(chunk.shape[1])
-        _pegasos_loop(*self._nb_csr(), self.y, self.v, u, use_u, self.s, chunk, int(j0), int(j1),
-                      int(t0), float(lam), int(k), SCHEDULE_CODES[schedule],
-                      0.0 if eta0 is None else float(eta0), float(norma_p), bool(unreg_bias),
-                      bool(optimal), float(radius), bool(averaged), int(t_avg),
-                      float(renorm_threshold), self._nb_canonical, self._nb_prefetch_v, m, coef,
-                      *self._nb_scratch(chunk.shape[1]))
+        m, coef, _ = self._nb_work(p.k)
+        _announce_compilation(_pegasos_loop)
+        _pegasos_loop(*self._nb_csr(), self.y, self.v, u, use_u, self.s,
+                      *self._nb_sampler(sampler), int(t0), int(t1), float(p.lam), int(p.k),
+                      SCHEDULE_CODES[p.schedule], float(p.eta0 or 0.0), float(p.norma_p),
+                      bool(p.unreg_bias), bool(p.optimal), float(p.radius), bool(p.averaged),
+                      int(p.t_avg), float(p.renorm_threshold), self._nb_canonical,
+                      self._nb_prefetch_v, m, coef, *self._nb_scratch(p.k))
 
     # ------------------------------------------------------------ evaluation
     def decision_function(self, w, b) -> np.ndarray:
@@ -890,37 +976,33 @@ class NumbaBackend(NumpyBackend):
                     np.asarray(delta, dtype=np.float64), coef, float(lam), self.n, bool(check),
                     single, self._nb_eps, self._nb_no_u, *self._nb_scratch(rows.size))
 
-    def sdca_iterations(self, chunk: np.ndarray, firsts: np.ndarray | None, j0: int, j1: int,
-                        lam: float, beta_b: float, theta: float, aggressive: bool) -> None:
-        """Run the SDCA iterations on ``chunk[j0:j1]`` in one call.
+    def sdca_segment(self, sampler, t0: int, t1: int, plan) -> None:
+        """SDCA iterations ``t0 + 1 .. t1`` in one compiled call, batches drawn in place.
 
-        Exactly the per-iteration sequence of :func:`gpusvm.solvers.sdca.sdca`:
-        :meth:`margins`, :meth:`sdca_deltas`, then for ``aggressive``
-        :meth:`sdca_adapt_beta` and :meth:`sdca_deltas` again, and
-        :meth:`sdca_apply` (checked when ``aggressive``).
+        Exactly the per-iteration sequence of
+        :meth:`NumpyBackend.sdca_segment <gpusvm.backends.numpy_.NumpyBackend.sdca_segment>`:
+        the batch and its first-occurrence mask from the counter, :meth:`margins`,
+        :meth:`sdca_deltas`, then for ``plan.aggressive`` :meth:`sdca_adapt_beta` and
+        :meth:`sdca_deltas` again, and :meth:`sdca_apply` (checked when aggressive).
 
         Parameters
         ----------
-        chunk : ndarray of int32, shape (c, b)
-            Batches from :meth:`upload_batches`.
-        firsts : ndarray of bool, shape (c, b), or None
-            First occurrences of the rows in each batch (None: all distinct).
-        j0, j1 : int
-            The batches ``chunk[j0:j1]`` are used, one per iteration.
-        lam, beta_b, theta, aggressive
-            As in the solver.
+        sampler : gpusvm.solvers._sampling.CounterSampler
+        t0, t1 : int
+            Iterations done before and after the segment.
+        plan : gpusvm.backends.base.SDCAPlan
         """
-        b = chunk.shape[1]
+        p = plan
+        b = sampler.k
         m, coef, delta = self._nb_work(b)
-        has_first = firsts is not None
-        f = firsts if has_first else np.ones((1, b), dtype=np.bool_)
         # Alg. 2 measures rho by aggregating even a single row: it needs the scratch for b = 1
-        acc, mark, touched = self._nb_scratch(2 if aggressive and b > 1 else b)
+        acc, mark, touched = self._nb_scratch(2 if p.aggressive and b > 1 else b)
+        _announce_compilation(_sdca_loop)
         _sdca_loop(*self._nb_csr(), self.y, self._y64, self.v, self.s, self.alpha, self._inv_q,
-                   self.row_sq_norms, chunk, f, has_first, int(j0), int(j1), float(lam), self.n,
-                   float(beta_b), float(theta), bool(aggressive), self._nb_canonical,
-                   self._nb_eps, self._nb_prefetch_v, m, delta, coef, self._nb_no_u,
-                   acc, mark, touched)
+                   self.row_sq_norms, *self._nb_sampler(sampler), int(t0), int(t1),
+                   float(p.lam), self.n, float(p.beta_b), float(p.theta), bool(p.aggressive),
+                   self._nb_canonical, self._nb_eps, self._nb_prefetch_v, m, delta, coef,
+                   self._nb_no_u, acc, mark, touched, bool(p.shrinking), self._active, self._shr)
 
     def dual_weights(self, lam: float) -> np.ndarray:
         """``w(alpha) = X^T (alpha y) / (lam n)`` in float64, resynchronising ``v`` (O(nnz)).
@@ -938,6 +1020,34 @@ class NumbaBackend(NumpyBackend):
     def dual_objective(self, lam: float, w: np.ndarray) -> float:
         """``D(alpha) = (1/n) sum_i alpha_i - (lam/2) ||w||^2`` with ``w = w(alpha)`` (host float)."""
         return float(self.alpha.sum()) / self.n - 0.5 * lam * _dot(w, w)
+
+
+class CompilationNotice(UserWarning):
+    """The compiled CPU loops are being compiled (once; numba caches them on disk)."""
+
+
+_announced: set = set()
+
+
+def _announce_compilation(dispatcher) -> None:
+    """Say once per process when a loop is about to be compiled rather than loaded.
+
+    numba compiles a loop for the argument types of the first call and keeps
+    it in its on-disk cache (``__pycache__`` beside this module, or
+    ``NUMBA_CACHE_DIR``); only a loop with no cache index yet is announced.
+    """
+    name = getattr(dispatcher, "__name__", "loop")
+    if name in _announced or getattr(dispatcher, "signatures", None):
+        return
+    _announced.add(name)
+    try:
+        index = Path(dispatcher._cache._cache_file._index_path)
+    except AttributeError:           # another numba: say nothing rather than guess
+        return
+    if not index.exists():
+        warnings.warn(f"gpusvm: compiling the CPU loop {name} for this data type, once (about "
+                      "10 s); numba caches it on disk for later runs", CompilationNotice,
+                      stacklevel=4)
 
 
 def l2_cache_bytes() -> int:

@@ -8,9 +8,14 @@ import scipy.sparse as sp
 from ._state import (N_SLOTS, S_A, S_ASUM, S_B, S_BSUM, S_DNORM, S_LOSS, S_NACT,
                      S_NAVG, S_VSQ, S_YACT)
 from ._state import S_ASUMD, S_BETA, S_NREJ, S_TMP0
-from .base import Evaluation
+from .base import Evaluation, step_size
 
 _EPS64 = float(np.finfo(np.float64).eps)
+#: shrinking: unshrink every row once the projected gradients of the active set span at most
+#: this (LIBLINEAR's default stopping tolerance of its dual solvers)
+SHRINK_EPS = 0.1
+#: shrinking: alpha_i counts as at its upper bound 1 within this (alpha_i += 1 - alpha_i rounds)
+UPPER_SLACK = 4 * _EPS64
 
 
 def _csr_rows_nnz(X: sp.csr_matrix, rows: np.ndarray):
@@ -104,10 +109,6 @@ class NumpyBackend:
     def to_host(self, a):
         """Return ``a`` as a host NumPy array (a no-op here)."""
         return np.asarray(a)
-
-    def upload_batches(self, chunk: np.ndarray) -> np.ndarray:
-        """Make a chunk of batch indices available to the backend."""
-        return chunk
 
     # ------------------------------------------------------------ state
     def init_state(self, w0=None, b0: float = 0.0, averaging: bool = False) -> None:
@@ -213,6 +214,42 @@ class NumpyBackend:
             self.s[S_ASUM] = 0.0
             self.s[S_A] = 1.0
 
+    def pegasos_segment(self, sampler, t0: int, t1: int, plan) -> None:
+        """Pegasos iterations ``t0 + 1 .. t1`` (Shalev-Shwartz et al. 2007, Fig. 1), step by step.
+
+        The reference of every backend's segment: the mini-batch Pegasos
+        iteration spelled out over the primitives of :mod:`gpusvm.backends.base`.
+
+        Parameters
+        ----------
+        sampler : gpusvm.solvers._sampling.CounterSampler
+            ``A_t`` is ``sampler.batch(t - 1)``.
+        t0, t1 : int
+            Iterations done before and after the segment.
+        plan : gpusvm.backends.base.PegasosPlan
+        """
+        p = plan
+        for t in range(t0 + 1, t1 + 1):
+            rows, _ = sampler.batch(t - 1)                                    # step 1: A_t
+            m = self.margins(rows)                                            # step 2: margins
+            if p.optimal:
+                self.optimal_bias(rows, m)                                    # Sec. 4: b* of A_t
+            eta, shrink = step_size(p.schedule, t, p.lam, p.eta0, p.norma_p)  # step 3
+            if shrink == 0.0:
+                self.reset_scale()
+                shrink = 1.0
+            self.pegasos_step(rows, m, eta, shrink, p.k, p.unreg_bias,        # steps 4-5
+                              p.radius, p.averaged and t >= p.t_avg)
+            self.renormalize(p.renorm_threshold)                              # keep v in range
+
+    def reset_average(self) -> None:
+        """Empty the running average (``u = 0``, ``A = 0``, no iterate, no bias summed)."""
+        if self.u is not None:
+            self.u[...] = 0.0
+        self.s[S_ASUM] = 0.0
+        self.s[S_NAVG] = 0.0
+        self.s[S_BSUM] = 0.0
+
     def output(self, averaged: bool):
         """Dense float64 ``w`` and float ``b`` of the last iterate or of the average."""
         s = self.s
@@ -242,6 +279,8 @@ class NumpyBackend:
         ``S_ASUMD = sum alpha``, ``S_BETA = beta0`` and ``S_NREJ = 0``.
         """
         self.alpha = (self.row_sq_norms == 0).astype(np.float64)
+        self._active = np.ones(self.n, dtype=np.bool_)
+        self._shr = np.array([np.inf, -np.inf, -np.inf, np.inf])
         with np.errstate(divide="ignore"):
             self._inv_q = 1.0 / self.row_sq_norms     # inf on zero rows: their step is 1 - alpha_i
         self._y64 = self.y.astype(np.float64)
@@ -361,6 +400,95 @@ class NumpyBackend:
         s[S_VSQ] += dn
         np.add.at(self.alpha, rows, delta)
         s[S_ASUMD] += float(delta.sum())
+
+    def sdca_segment(self, sampler, t0: int, t1: int, plan) -> None:
+        """Mini-batch SDCA iterations ``t0 + 1 .. t1`` (Takáč et al. 2013), step by step.
+
+        The reference of every backend's segment: eq. (15) with ``beta = beta_b``
+        (safe, Theorem 2) or 1 (naive), or Algorithm 2 (aggressive), over the
+        SDCA primitives of :mod:`gpusvm.solvers.sdca`.
+
+        Parameters
+        ----------
+        sampler : gpusvm.solvers._sampling.CounterSampler
+            ``A_t`` is ``sampler.batch(t - 1)``; its first-occurrence mask keeps a
+            repeated row from stepping twice.
+        t0, t1 : int
+            Iterations done before and after the segment.
+        plan : gpusvm.backends.base.SDCAPlan
+        """
+        p = plan
+        if p.shrinking:
+            self._sdca_segment_shrinking(sampler, t0, t1, p)
+            return
+        for t in range(t0, t1):
+            rows, first = sampler.batch(t)                                    # A_t, Rand(b)
+            m = self.margins(rows)                                            # y_i <w, x_i>
+            delta = self.sdca_deltas(rows, m, p.lam, first)                   # eq. (15), beta^(t)
+            if p.aggressive:
+                self.sdca_adapt_beta(rows, delta, p.beta_b, p.theta)          # Alg. 2: beta^(t+1)
+                delta = self.sdca_deltas(rows, m, p.lam, first)               # Alg. 2: delta
+            self.sdca_apply(rows, delta, p.lam, check=p.aggressive)           # keep if D grows
+
+    def _sdca_segment_shrinking(self, sampler, t0: int, t1: int, p) -> None:
+        """:meth:`sdca_segment` for one-row batches with LIBLINEAR's shrinking.
+
+        A row whose dual coordinate sits at a bound while its gradient
+        ``G_i = y_i <w, x_i> - 1`` pushes it further out, by more than the
+        largest projected gradient of the previous epoch, leaves the active set
+        (Hsieh et al. 2008, Sec. 3.2): its margin is no longer computed.  Every
+        ``n`` iterations (an epoch) the bounds roll over; once the projected
+        gradients of the active set span at most :data:`SHRINK_EPS`, every row
+        comes back (:meth:`sdca_unshrink`).
+        """
+        n = self.n
+        for t in range(t0, t1):
+            rows, _ = sampler.batch(t)                                        # A_t = {r}
+            r = rows[0]
+            if self._active[r]:
+                m = self.margins(rows)                                        # y_r <w, x_r>
+                if not self._shrink_test(r, float(m[0])):
+                    delta = self.sdca_deltas(rows, m, p.lam)                  # eq. (15)
+                    self.sdca_apply(rows, delta, p.lam, check=p.aggressive)
+            if (t + 1) % n == 0:                                              # an epoch ends
+                self._shrink_epoch()
+
+    def _shrink_test(self, r: int, m_r: float) -> bool:
+        """LIBLINEAR's shrinking test of row ``r`` (True: it leaves the active set)."""
+        sh = self._shr
+        g = m_r - 1.0
+        a = self.alpha[r]
+        if a <= 0.0:
+            if g > sh[0]:
+                self._active[r] = False
+                return True
+            pg = min(g, 0.0)
+        elif a >= 1.0 - UPPER_SLACK:
+            if g < sh[1]:
+                self._active[r] = False
+                return True
+            pg = max(g, 0.0)
+        else:
+            pg = g
+        sh[2] = max(sh[2], pg)
+        sh[3] = min(sh[3], pg)
+        return False
+
+    def _shrink_epoch(self) -> None:
+        """Roll the bounds of the shrinking test over at the end of an epoch."""
+        sh = self._shr
+        if sh[2] - sh[3] <= SHRINK_EPS:
+            self.sdca_unshrink()
+            return
+        sh[0] = sh[2] if sh[2] > 0.0 else np.inf
+        sh[1] = sh[3] if sh[3] < 0.0 else -np.inf
+        sh[2] = -np.inf
+        sh[3] = np.inf
+
+    def sdca_unshrink(self) -> None:
+        """Bring every row back into the active set of shrinking and forget the bounds."""
+        self._active[:] = True
+        self._shr[:] = (np.inf, -np.inf, -np.inf, np.inf)
 
     def dual_weights(self, lam: float) -> np.ndarray:
         """``w(alpha) = (1/(lam n)) sum_i alpha_i y_i x_i`` recomputed in float64 (O(nnz)).

@@ -39,7 +39,7 @@ import numpy as np
 import scipy.sparse as sp
 from sklearn.metrics.pairwise import pairwise_kernels
 
-from ._sampling import BatchSampler
+from ._sampling import CounterSampler
 from .pegasos import AVERAGING
 
 #: kernels known by name; any callable ``kernel(A, B) -> (len(A), len(B))`` works too
@@ -275,7 +275,7 @@ def kernel_pegasos(X, y, *, lam: float, k: int, max_iter: int, kernel="rbf", gam
         See :func:`make_kernel`; ``gamma`` may be ``"scale"`` or ``"auto"``
         (:func:`resolve_gamma`).
     sampling : str
-        See :class:`gpusvm.solvers._sampling.BatchSampler`.
+        See :class:`gpusvm.solvers._sampling.CounterSampler`.
     seed : int
         Seed of the batch stream; the linear solver draws the same batches
         from the same seed.
@@ -322,7 +322,7 @@ def kernel_pegasos(X, y, *, lam: float, k: int, max_iter: int, kernel="rbf", gam
     gram = make_kernel(kernel, gamma=resolve_gamma(gamma, X) if not callable(kernel) else 1.0,
                        degree=degree, coef0=coef0)
     columns = KernelColumns(X, gram, cache_size)
-    sampler = BatchSampler(n, k, sampling, seed)
+    sampler = CounterSampler(n, k, sampling, seed)
     eval_every = max_iter if eval_every is None else int(eval_every)
     averaged = averaging != "none"
     t_avg = 1 if averaging == "all" else max_iter // 2 + 1
@@ -354,53 +354,48 @@ def kernel_pegasos(X, y, *, lam: float, k: int, max_iter: int, kernel="rbf", gam
     t = 0
     stop = "max_iter"
     while t < max_iter:
-        chunk = sampler.next_chunk()
-        for rows in chunk:
-            if t >= max_iter:
+        rows = sampler.batch(t)[0]
+        t += 1                                                    # rows = A_t
+        m = y[rows] * (scale * g[rows] + b)                       # Fig. 1 step 2: margins
+        act = rows[m < 1.0]                                       # A_t^+ (a multiset)
+        eta = 1.0 / (lam * t)                                     # step 3
+        if act.size:                                              # step 4, in (rho, alpha):
+            cols, counts = np.unique(act, return_counts=True)     # (1 - 1/t) w_t keeps alpha,
+            inc = counts / rho                                    # (eta/k) y_i phi(x_i) adds
+            alpha[cols] += inc                                    # 1/rho to alpha_i
+            g += columns.matvec(cols, y[cols] * inc)
+        scale = rho / (lam * t * k)                               # w_{t+1/2} = scale * u
+        if bias == "unregularized":                               # Sec. 4, unregularised b
+            b += eta * float(np.sum(y[act])) / k
+        if projection:                                            # step 5: projection
+            wsq = scale * scale * max(0.0, float(np.dot(alpha * y, g)))
+            if wsq > radius_sq:
+                shrink = math.sqrt(radius_sq / wsq)
+                rho *= shrink
+                scale *= shrink
+            if rho < RENORM_THRESHOLD:                            # fold rho into alpha
+                alpha *= rho
+                g *= rho
+                rho = 1.0
+        if averaged and t >= t_avg:                               # sum of iterates w_{t+1}
+            avg["coef"] += scale * alpha
+            avg["g"] += scale * g
+            avg["b"] += b
+            avg["count"] += 1
+        if t % eval_every == 0 and t < max_iter:
+            objective = evaluate()[-1]
+            elapsed = time.perf_counter() - start
+            history.append((t, objective, elapsed))
+            if progress is not None:
+                progress(t, objective)
+            if callback is not None and callback(t, objective, elapsed) is False:
+                stop = "callback"
+            elif target_objective is not None and objective <= target_objective:
+                stop = "target_objective"
+            elif max_time is not None and elapsed >= max_time:
+                stop = "max_time"
+            if stop != "max_iter":
                 break
-            t += 1                                                    # rows = A_t
-            m = y[rows] * (scale * g[rows] + b)                       # Fig. 1 step 2: margins
-            act = rows[m < 1.0]                                       # A_t^+ (a multiset)
-            eta = 1.0 / (lam * t)                                     # step 3
-            if act.size:                                              # step 4, in (rho, alpha):
-                cols, counts = np.unique(act, return_counts=True)     # (1 - 1/t) w_t keeps alpha,
-                inc = counts / rho                                    # (eta/k) y_i phi(x_i) adds
-                alpha[cols] += inc                                    # 1/rho to alpha_i
-                g += columns.matvec(cols, y[cols] * inc)
-            scale = rho / (lam * t * k)                               # w_{t+1/2} = scale * u
-            if bias == "unregularized":                               # Sec. 4, unregularised b
-                b += eta * float(np.sum(y[act])) / k
-            if projection:                                            # step 5: projection
-                wsq = scale * scale * max(0.0, float(np.dot(alpha * y, g)))
-                if wsq > radius_sq:
-                    shrink = math.sqrt(radius_sq / wsq)
-                    rho *= shrink
-                    scale *= shrink
-                if rho < RENORM_THRESHOLD:                            # fold rho into alpha
-                    alpha *= rho
-                    g *= rho
-                    rho = 1.0
-            if averaged and t >= t_avg:                               # sum of iterates w_{t+1}
-                avg["coef"] += scale * alpha
-                avg["g"] += scale * g
-                avg["b"] += b
-                avg["count"] += 1
-            if t % eval_every == 0 and t < max_iter:
-                objective = evaluate()[-1]
-                elapsed = time.perf_counter() - start
-                history.append((t, objective, elapsed))
-                if progress is not None:
-                    progress(t, objective)
-                if callback is not None and callback(t, objective, elapsed) is False:
-                    stop = "callback"
-                elif target_objective is not None and objective <= target_objective:
-                    stop = "target_objective"
-                elif max_time is not None and elapsed >= max_time:
-                    stop = "max_time"
-                if stop != "max_iter":
-                    break
-        if stop != "max_iter":
-            break
 
     coef, decision, bb, sq, loss, objective = evaluate()
     if not history or history[-1][0] != t:

@@ -16,10 +16,9 @@ from typing import Callable
 
 import numpy as np
 
-from ._sampling import BatchSampler
-
-SCHEDULES = ("pegasos", "norma", "constant")
-AVERAGING = ("none", "all", "tail")
+from ..backends.base import SCHEDULES, PegasosPlan, step_size  # noqa: F401  (step_size: re-export)
+from ._sampling import CounterSampler
+AVERAGING = ("none", "all", "tail", "doubling")
 BIAS_MODES = ("none", "augmented", "unregularized", "optimal")
 
 #: fold ``a`` back into ``v`` when ``|a|`` falls below this (checked after every step;
@@ -55,55 +54,25 @@ class SolverResult:
     extra: dict = field(default_factory=dict)
 
 
-def step_size(schedule: str, t: int, lam: float, eta0: float | None, norma_p: float):
-    """Step size ``eta_t`` and the shrink factor ``1 - eta_t lam`` of iteration ``t``.
-
-    Parameters
-    ----------
-    schedule : {"pegasos", "norma", "constant"}
-        ``"pegasos"``: ``eta_t = 1/(lam t)`` (Fig. 1, step 3);
-        ``"norma"``: ``eta_t = p/(lam sqrt(t))`` (Kivinen et al., as in Fig. 2);
-        ``"constant"``: ``eta_t = eta0`` (Zhang 2004, as in Fig. 2).
-    t : int
-        Iteration, starting at 1.
-    lam : float
-        Regularisation parameter.
-    eta0 : float or None
-        The constant step size.
-    norma_p : float
-        NORMA's ``p``.
-
-    Returns
-    -------
-    eta : float
-    shrink : float
-        ``1 - eta lam`` computed without cancellation (exactly 0 at ``t = 1`` of Pegasos).
-    """
-    if schedule == "pegasos":
-        return 1.0 / (lam * t), 1.0 - 1.0 / t
-    if schedule == "norma":
-        return norma_p / (lam * math.sqrt(t)), 1.0 - norma_p / math.sqrt(t)
-    return eta0, 1.0 - eta0 * lam
-
-
 def default_eval_every(n: int, k: int, max_iter: int) -> int:
     """Evaluate the objective about once per epoch (a full pass costs one epoch)."""
     return int(max(1, min(max_iter, math.ceil(n / k))))
 
 
 def segment_length(t: int, limit: int, eval_every: int, eval_at: Callable | None = None) -> int:
-    """Iterations ``t + 1 .. t + s`` that a fused backend call may run: up to the next evaluation.
+    """Iterations ``t + 1 .. t + s`` that one segment runs: up to the next evaluation.
 
     Parameters
     ----------
     t : int
         Iterations done so far.
     limit : int
-        At most this many (the rest of the chunk, or of ``max_iter``).
+        At most this many (the rest of ``max_iter``).
     eval_every : int
         Evaluate when ``t % eval_every == 0`` ...
     eval_at : callable, optional
-        ... or, when given, when ``eval_at(t)`` is True.
+        ... or, when given, when ``eval_at(t)`` is True.  ``eval_at`` must be a pure
+        predicate of ``t``: it is asked about iterations ahead of the run.
 
     Returns
     -------
@@ -118,12 +87,48 @@ def segment_length(t: int, limit: int, eval_every: int, eval_at: Callable | None
     return limit
 
 
+def doubling_estimate(levels: list) -> float:
+    """Suboptimality left at the last of the objectives ``P_j`` at ``T_j = 2^j`` epochs.
+
+    With the decreases ``d_j = P_{j-1} - P_j``, an error that shrinks by a
+    factor ``r`` per doubling gives ``d_j = e_j (1/r - 1)``, so
+    ``e_j = d_j r / (1 - r)``; ``r`` is estimated as ``d_j / d_{j-1}``.  The
+    ``O(1/T)`` rate of the tail average (Takáč et al. 2013, Theorem 1) is
+    ``r = 1/2``, ``e_j = d_j``, which is also the estimate while only one
+    decrease is known; ``r`` is taken at least 1/3 (the first doublings fall
+    fastest, and would understate the error), and a decrease that does not
+    shrink gives ``inf``.
+
+    Parameters
+    ----------
+    levels : list of float
+        ``P_0, P_1, ..., P_j``.
+
+    Returns
+    -------
+    float
+    """
+    if len(levels) < 2:
+        return math.inf
+    d = levels[-2] - levels[-1]
+    if len(levels) < 3:
+        return max(d, 0.0)
+    d_prev = levels[-3] - levels[-2]
+    if d <= 0.0:
+        return 0.0 if d_prev > 0.0 else math.inf
+    if not d < d_prev:
+        return math.inf
+    r = max(d / d_prev, 1.0 / 3.0)    # early decreases overstate the rate: never below d/2
+    return d * r / (1.0 - r)
+
+
 def pegasos(backend, *, lam: float, k: int, max_iter: int, sampling: str = "without_replacement",
             seed=0, projection: bool = True, averaging: str = "none", schedule: str = "pegasos",
             eta0: float | None = None, norma_p: float = 0.7, bias: str = "none",
             w0=None, b0: float = 0.0, eval_every: int | None = None, max_time: float | None = None,
             target_objective: float | None = None, callback: Callable | None = None,
-            progress=None, eval_at: Callable[[int], bool] | None = None) -> SolverResult:
+            progress=None, eval_at: Callable[[int], bool] | None = None,
+            tol: float | None = None) -> SolverResult:
     """Run mini-batch Pegasos on a prepared backend.
 
     Parameters
@@ -137,15 +142,23 @@ def pegasos(backend, *, lam: float, k: int, max_iter: int, sampling: str = "with
     max_iter : int
         Number of iterations ``T``.
     sampling : str
-        See :class:`gpusvm.solvers._sampling.BatchSampler`.
-    seed : int
-        Seed of the batch stream.
+        See :class:`gpusvm.solvers._sampling.CounterSampler`.
+    seed : int or numpy.random.Generator
+        Seed of the counter-based batch stream (:func:`gpusvm.solvers._sampling.seed_u64`).
     projection : bool
         Project onto the ball of radius ``1/sqrt(lam)`` (Fig. 1, step 5).
-    averaging : {"none", "all", "tail"}
+    averaging : {"none", "all", "tail", "doubling"}
         Output the last iterate, the average of all iterates ``w_2..w_{T+1}``
         (Corollary 1), or the average of the iterates after steps
         ``t > T/2`` (Takáč et al. 2013, Theorem 1), with ``T = max_iter``.
+        ``"doubling"``: the tail average for ``T = 1, 2, 4, 8, ...`` epochs
+        (``ceil(n/k)`` iterations each) in turn: the average restarts at every
+        ``T_j``, so that at ``T_{j+1} = 2 T_j`` it is the tail average of the
+        iterates after ``T_{j+1}/2``; the objective is evaluated at each ``T_j``
+        only (``eval_every`` and ``eval_at`` are ignored) and the run stops there
+        once :func:`doubling_estimate` of the suboptimality left is ``<= tol``
+        (from the decreases of the objective between doublings; a stopping rule,
+        not a certificate).
     schedule, eta0, norma_p
         See :func:`step_size`.
     bias : {"none", "augmented", "unregularized", "optimal"}
@@ -171,6 +184,10 @@ def pegasos(backend, *, lam: float, k: int, max_iter: int, sampling: str = "with
         ``eval_at(t) -> bool``, called after every iteration ``t``; when given it
         replaces ``eval_every``: the objective is evaluated exactly at the
         iterations where it returns True (e.g. geometrically spaced ones).
+    tol : float, optional
+        ``averaging="doubling"``: stop once the objective of the tail average
+        decreases by at most ``tol`` from one doubling to the next
+        (``stop_reason="tol"``).
 
     Returns
     -------
@@ -193,17 +210,25 @@ def pegasos(backend, *, lam: float, k: int, max_iter: int, sampling: str = "with
     objective; Pegasos' large ``k`` pays off on a GPU.
     """
     n = backend.n
-    if eval_every is None:
+    doubling = averaging == "doubling"
+    if doubling:                      # evaluations at T_j = 2^j epochs only
+        epoch = math.ceil(n / k)
+        eval_every, eval_at = None, (lambda t: t % epoch == 0 and (t // epoch) & (t // epoch - 1) == 0)
+    elif eval_every is None:
         eval_every = default_eval_every(n, k, max_iter)
     reg_bias = False  # an augmented bias is part of w; the others are not regularised
     averaged = averaging != "none"
-    t_avg = 1 if averaging == "all" else max_iter // 2 + 1
+    t_avg = 1 if averaging in ("all", "doubling") else max_iter // 2 + 1
+    levels: list = []                 # doubling: the objectives at the previous T_j
     radius = 1.0 / math.sqrt(lam) if projection else 0.0
     unreg = bias == "unregularized"
     optimal = bias == "optimal"
 
     backend.init_state(w0, b0, averaging=averaged)
-    sampler = BatchSampler(n, k, sampling, seed)
+    sampler = CounterSampler(n, k, sampling, seed)                            # A_t from (seed, t)
+    plan = PegasosPlan(lam=lam, k=k, schedule=schedule, eta0=0.0 if eta0 is None else eta0,
+                       norma_p=norma_p, unreg_bias=unreg, optimal=optimal, radius=radius,
+                       averaged=averaged, t_avg=t_avg, renorm_threshold=RENORM_THRESHOLD)
     history: list = []
     start = time.perf_counter()
     t = 0
@@ -216,48 +241,29 @@ def pegasos(backend, *, lam: float, k: int, max_iter: int, sampling: str = "with
         ev = backend.evaluate(w, b, lam, reg_bias)
         return w, b, ev
 
-    fused = getattr(backend, "pegasos_iterations", None)    # compiled CPU backend (numba_.py)
     while t < max_iter:
-        chunk = backend.upload_batches(sampler.next_chunk())
-        j = 0
-        while j < chunk.shape[0] and t < max_iter:
-            if fused is not None:           # the same iterations, up to the next evaluation, in one call
-                steps = segment_length(t, min(chunk.shape[0] - j, max_iter - t), eval_every, eval_at)
-                fused(chunk, j, j + steps, t, lam=lam, k=k, schedule=schedule, eta0=eta0,
-                      norma_p=norma_p, unreg_bias=unreg, optimal=optimal, radius=radius,
-                      averaged=averaged, t_avg=t_avg, renorm_threshold=RENORM_THRESHOLD)
-                t += steps
-                j += steps
-            else:
-                t += 1
-                rows = chunk[j]                                               # A_t
-                j += 1
-                m = backend.margins(rows)                                     # Fig. 1 step 2
-                if optimal:
-                    backend.optimal_bias(rows, m)                             # Sec. 4, b*
-                eta, shrink = step_size(schedule, t, lam, eta0, norma_p)      # step 3
-                if shrink == 0.0:
-                    backend.reset_scale()
-                    shrink = 1.0
-                backend.pegasos_step(rows, m, eta, shrink, k, unreg, radius,  # steps 4-5
-                                     averaged and t >= t_avg)
-                backend.renormalize(RENORM_THRESHOLD)                         # keep v in range
-            if (t % eval_every == 0 if eval_at is None else eval_at(t)) and t < max_iter:
-                _, _, ev = evaluate()
-                elapsed = time.perf_counter() - start
-                history.append((t, ev.objective, elapsed))
-                if progress is not None:
-                    progress(t, ev.objective)
-                if callback is not None and callback(t, ev.objective, elapsed) is False:
-                    stop = "callback"
-                elif target_objective is not None and ev.objective <= target_objective:
-                    stop = "target_objective"
-                elif max_time is not None and elapsed >= max_time:
-                    stop = "max_time"
-                if stop != "max_iter":
-                    break
-        if stop != "max_iter":
-            break
+        steps = segment_length(t, max_iter - t, eval_every, eval_at)
+        backend.pegasos_segment(sampler, t, t + steps, plan)                  # Fig. 1, steps 1-5
+        t += steps
+        if t < max_iter:
+            _, _, ev = evaluate()
+            elapsed = time.perf_counter() - start
+            history.append((t, ev.objective, elapsed))
+            if progress is not None:
+                progress(t, ev.objective)
+            if callback is not None and callback(t, ev.objective, elapsed) is False:
+                stop = "callback"
+            elif target_objective is not None and ev.objective <= target_objective:
+                stop = "target_objective"
+            elif doubling and tol is not None and doubling_estimate(levels + [ev.objective]) <= tol:
+                stop = "tol"
+            elif max_time is not None and elapsed >= max_time:
+                stop = "max_time"
+            if stop != "max_iter":
+                break
+            if doubling:              # the next tail average starts here
+                levels.append(ev.objective)
+                backend.reset_average()
 
     w, b, ev = evaluate()
     if not history or history[-1][0] != t:

@@ -53,7 +53,7 @@ Decisions
 SDCA part of the backend contract
 ---------------------------------
 In addition to ``init_state``, ``margins``, ``add_rows``, ``evaluate``,
-``upload_batches`` and ``to_host`` (see :mod:`gpusvm.backends.base`), a backend
+``sdca_segment`` and ``to_host`` (see :mod:`gpusvm.backends.base`), a backend
 exposes the data matrix ``X`` (for :func:`gpusvm.spectral.sigma_squared`), the
 dual vector ``alpha`` (float64, shape (n,)) and these primitives.  Scalars live
 in the state vector ``s`` (slots of :mod:`gpusvm.backends._state`); none of the
@@ -67,8 +67,8 @@ SDCA (``init_state`` sets it; only :meth:`dual_weights` rewrites ``v``).
 ``sdca_deltas(rows, m, lam, first=None) -> delta``
     device float64 array (b,): eq. (15) with ``beta = s[S_BETA]``, ``m`` the
     output of ``margins(rows)``; ``delta_i = 1 - alpha_i`` for zero rows;
-    ``delta_i = 0`` where the mask ``first`` is 0/False (``first`` comes from
-    ``upload_batches(first_occurrences(chunk))[j]``, so a device backend sees
+    ``delta_i = 0`` where the mask ``first`` is 0/False (the batch's
+    first-occurrence mask from the counter-based sampler; a device backend sees
     int32 0/1; None means every row steps).
 ``sdca_adapt_beta(rows, delta, beta_b, theta) -> None``
     ``den = sum_i delta_i^2 ||x_i||^2``; if ``den > 0``:
@@ -107,14 +107,15 @@ import numpy as np
 
 from .. import spectral
 from ..backends._state import S_BETA, S_NREJ
-from ._sampling import SAMPLING_MODES, BatchSampler
+from ..backends.base import SDCAPlan
+from ._sampling import SAMPLING_MODES, CounterSampler, first_occurrences  # noqa: F401
 from .pegasos import SolverResult, default_eval_every, segment_length
 
 VARIANTS = ("naive", "safe", "aggressive")
 
 #: the SDCA part of the backend contract (see the module docstring)
 SDCA_PRIMITIVES = ("init_dual", "sdca_deltas", "sdca_adapt_beta", "sdca_apply", "dual_weights",
-                   "dual_objective")
+                   "dual_objective", "sdca_segment")
 
 
 def check_sdca_args(n: int, lam: float, b: int, variant: str, theta: float, tol: float) -> None:
@@ -139,28 +140,6 @@ def check_sdca_args(n: int, lam: float, b: int, variant: str, theta: float, tol:
         raise ValueError(f"lam must be > 0, got {lam!r}")
     if not tol >= 0:
         raise ValueError(f"tol must be >= 0, got {tol!r}")
-
-
-def first_occurrences(chunk: np.ndarray) -> np.ndarray:
-    """Mark the first occurrence of every row index inside each batch of a chunk.
-
-    Parameters
-    ----------
-    chunk : ndarray of shape (c, b)
-        Batches from :class:`~gpusvm.solvers._sampling.BatchSampler`.
-
-    Returns
-    -------
-    ndarray of bool, shape (c, b)
-        False exactly at the repeated entries of a batch (later occurrences).
-    """
-    order = np.argsort(chunk, axis=1, kind="stable")
-    srt = np.take_along_axis(chunk, order, axis=1)
-    repeat = np.zeros(srt.shape, dtype=bool)
-    repeat[:, 1:] = srt[:, 1:] == srt[:, :-1]
-    first = np.empty_like(repeat)
-    np.put_along_axis(first, order, ~repeat, axis=1)
-    return first
 
 
 def step_bound(backend, b: int, variant: str, sigma2: float | None):
@@ -215,7 +194,8 @@ def sdca(backend, *, lam: float, b: int, max_iter: int, variant: str = "aggressi
          theta: float = 0.5, sigma2: float | None = None, tol: float = 1e-3,
          sampling: str = "without_replacement", seed=0, eval_every: int | None = None,
          max_time: float | None = None, callback: Callable | None = None,
-         progress=None, eval_at: Callable[[int], bool] | None = None) -> SolverResult:
+         progress=None, eval_at: Callable[[int], bool] | None = None,
+         shrinking: bool = False) -> SolverResult:
     """Run mini-batch SDCA (Takáč et al. 2013) on a prepared backend.
 
     Parameters
@@ -240,12 +220,13 @@ def sdca(backend, *, lam: float, b: int, max_iter: int, variant: str = "aggressi
     tol : float, default=1e-3
         Stop at the first evaluation with duality gap ``<= tol``.
     sampling : str
-        See :class:`~gpusvm.solvers._sampling.BatchSampler` (``"without_replacement"``
+        See :class:`~gpusvm.solvers._sampling.CounterSampler` (``"without_replacement"``
         is the paper's Rand(b)).
     seed : int
         Seed of the batch stream.
     eval_every : int, optional
-        Iterations between two certificates; default once per epoch (``ceil(n/b)``).
+        Iterations between two certificates; default: adapted to the gap by
+        :func:`next_certificate` (unless ``eval_at`` is given).
     max_time : float, optional
         Time budget in seconds, checked at evaluations.
     callback : callable, optional
@@ -258,6 +239,11 @@ def sdca(backend, *, lam: float, b: int, max_iter: int, variant: str = "aggressi
         ``eval_at(t) -> bool``, called after every iteration ``t``; when given it
         replaces ``eval_every``: certificates are computed exactly at the
         iterations where it returns True (and at ``max_iter``).
+    shrinking : bool, default=False
+        With ``b = 1`` (ignored otherwise): LIBLINEAR's shrinking (Hsieh et al.
+        2008, Sec. 3.2; :class:`~gpusvm.backends.base.SDCAPlan`), on the CPU
+        backends.  The certificates are computed on every row, so they stay
+        exact; a certificate whose gap did not fall brings every row back.
 
     Returns
     -------
@@ -297,58 +283,50 @@ def sdca(backend, *, lam: float, b: int, max_iter: int, variant: str = "aggressi
     check_sdca_args(n, lam, b, variant, theta, tol)
     if sampling not in SAMPLING_MODES:
         raise ValueError(f"sampling must be one of {SAMPLING_MODES}, got {sampling!r}")
+    adaptive = eval_every is None and eval_at is None
+    epoch = default_eval_every(n, b, max_iter)
     if eval_every is None:
-        eval_every = default_eval_every(n, b, max_iter)
+        eval_every = epoch
     aggressive = variant == "aggressive"
     start = time.perf_counter()
     sigma2, beta_b = step_bound(backend, b, variant, sigma2)                  # eq. (11)
 
     backend.init_state()                                                      # w^(0) = 0
     backend.init_dual(1.0 if variant == "naive" else beta_b)                  # alpha^(0) = 0, beta^(0)
-    sampler = BatchSampler(n, b, sampling, seed)
-    dedupe = sampling != "without_replacement"
+    sampler = CounterSampler(n, b, sampling, seed)                            # A_t from (seed, t)
+    shrinking = bool(shrinking) and b == 1
+    if shrinking and not hasattr(backend, "sdca_unshrink"):
+        raise ValueError(f"shrinking is not available on the {backend.name!r} backend; use "
+                         "shrinking=False or backend='numba'")
+    plan = SDCAPlan(lam=lam, beta_b=beta_b, theta=theta, aggressive=aggressive,
+                    shrinking=shrinking)
     history: list = []
     t = 0
     stop = "max_iter"
     last = None
 
-    fused = getattr(backend, "sdca_iterations", None)       # compiled CPU backend (numba_.py)
-    while t < max_iter and stop == "max_iter":
-        host_chunk = sampler.next_chunk()
-        chunk = backend.upload_batches(host_chunk)
-        firsts = backend.upload_batches(first_occurrences(host_chunk)) if dedupe else None
-        j = 0
-        while j < chunk.shape[0] and t < max_iter:
-            if fused is not None:           # the same iterations, up to the next evaluation, in one call
-                steps = segment_length(t, min(chunk.shape[0] - j, max_iter - t), eval_every, eval_at)
-                fused(chunk, firsts, j, j + steps, lam, beta_b, theta, aggressive)
-                t += steps
-                j += steps
-            else:
-                t += 1
-                rows = chunk[j]                                               # A_t in Rand(b)
-                first = None if firsts is None else firsts[j]
-                j += 1
-                m = backend.margins(rows)                                     # y_i <w^(t), x_i>
-                delta = backend.sdca_deltas(rows, m, lam, first)              # eq. (15), beta^(t)
-                if aggressive:
-                    backend.sdca_adapt_beta(rows, delta, beta_b, theta)       # Alg. 2: rho, beta^(t+1)
-                    delta = backend.sdca_deltas(rows, m, lam, first)          # Alg. 2: delta, beta^(t+1)
-                backend.sdca_apply(rows, delta, lam, check=aggressive)        # alpha, w; Alg. 2: keep if D grows
-            if (t % eval_every == 0 if eval_at is None else eval_at(t)) or t == max_iter:
-                _, primal, dual, gap = last = certificate(backend, lam)
-                elapsed = time.perf_counter() - start
-                history.append((t, primal, dual, gap, elapsed))
-                if progress is not None:
-                    progress(t, primal, gap)
-                if gap <= tol:
-                    stop = "tol"
-                elif callback is not None and callback(t, primal, elapsed) is False:
-                    stop = "callback"
-                elif max_time is not None and elapsed >= max_time:
-                    stop = "max_time"
-                if stop != "max_iter":
-                    break
+    while t < max_iter:
+        if adaptive:
+            steps = min(max_iter - t, next_certificate(history, tol, epoch))
+        else:
+            steps = segment_length(t, max_iter - t, eval_every, eval_at)
+        backend.sdca_segment(sampler, t, t + steps, plan)                     # eq. (15) / Alg. 2
+        t += steps
+        _, primal, dual, gap = last = certificate(backend, lam)
+        elapsed = time.perf_counter() - start
+        history.append((t, primal, dual, gap, elapsed))
+        if progress is not None:
+            progress(t, primal, gap)
+        if shrinking and len(history) > 1 and gap >= history[-2][3]:
+            backend.sdca_unshrink()                       # the active set stalled: every row
+        if gap <= tol:
+            stop = "tol"
+        elif callback is not None and callback(t, primal, elapsed) is False:
+            stop = "callback"
+        elif max_time is not None and elapsed >= max_time:
+            stop = "max_time"
+        if stop != "max_iter":
+            break
 
     if not history or history[-1][0] != t:
         last = certificate(backend, lam)
@@ -366,6 +344,40 @@ def sdca(backend, *, lam: float, b: int, max_iter: int, variant: str = "aggressi
                "alpha": backend.to_host(backend.alpha).astype(np.float64),
                "beta": float(s[S_BETA]), "beta_b": beta_b, "sigma2": sigma2,
                "n_rejected": int(s[S_NREJ])})
+
+
+def next_certificate(history: list, tol: float, epoch: int) -> int:
+    """Iterations until the next certificate when the cadence adapts to the gap.
+
+    The first two certificates come one epoch apart; then the gap's rate of
+    decrease per iteration, ``r = log(G_prev / G) / (t - t_prev)``, predicts the
+    iterations left to ``tol``, ``log(G / tol) / r``; the next certificate comes
+    after 0.9 of that (so as not to overshoot), at least a quarter epoch and at
+    most 4 times the last interval.  Far from ``tol`` few certificates are
+    computed (each costs about one pass over the data), near it they come often.
+
+    Parameters
+    ----------
+    history : list of tuple
+        ``(t, P, D, gap, elapsed)`` of the certificates so far.
+    tol : float
+    epoch : int
+        Iterations of one epoch, ``ceil(n / b)``.
+
+    Returns
+    -------
+    int
+        At least 1.
+    """
+    if len(history) < 2:
+        return epoch
+    (t0, *_, g0, _), (t1, *_, g1, _) = history[-2], history[-1]
+    last = t1 - t0
+    if not (g1 > 0 and g0 > g1 and tol > 0):
+        return max(1, last)
+    rate = math.log(g0 / g1) / last
+    left = math.log(g1 / tol) / rate
+    return int(max(1, max(epoch // 4, 1), min(4 * last, 0.9 * left)))
 
 
 def default_max_iter(n: int, b: int, epochs: int = 100) -> int:

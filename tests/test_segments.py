@@ -1,0 +1,106 @@
+"""Inside a segment no Python of the package runs per iteration.
+
+The solvers drive every backend through one segment call between two
+evaluations (``pegasos_segment``, ``sdca_segment``).  On the compiled CPU
+backend a segment is one compiled call: the number of package functions
+called during it must not grow with its length.  On the emulated device backend
+the only package calls made per iteration are kernel launches (``_call``);
+what a launch does inside the emulator is the launch's own business.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+import gpusvm
+from gpusvm.backends import make_backend
+from gpusvm.backends.base import PegasosPlan, SDCAPlan
+from gpusvm.solvers._sampling import SAMPLING_MODES, CounterSampler
+
+PACKAGE = str(Path(gpusvm.__file__).resolve().parent)
+
+
+def problem(n=300, d=40, seed=0):
+    rng = np.random.default_rng(seed)
+    X = sp.random(n, d, density=0.2, random_state=rng, format="csr", dtype=np.float64)
+    X.sort_indices()
+    y = np.where(rng.random(n) < 0.5, 1.0, -1.0)
+    return X, y
+
+
+def package_calls(fn):
+    """Run ``fn()``; return the package functions called, as (caller, callee) name pairs."""
+    calls = []
+
+    def prof(frame, event, arg):
+        if event == "call" and frame.f_code.co_filename.startswith(PACKAGE):
+            back = frame.f_back
+            calls.append((back.f_code.co_name if back else "", frame.f_code.co_name))
+
+    sys.setprofile(prof)
+    try:
+        fn()
+    finally:
+        sys.setprofile(None)
+    return calls
+
+
+def segment_calls(be, kind, sampler, plan, t0, t1):
+    run = be.pegasos_segment if kind == "pegasos" else be.sdca_segment
+    return package_calls(lambda: run(sampler, t0, t1, plan))
+
+
+def setup(backend, kind, mode, k, **plan):
+    X, y = problem()
+    be = make_backend(backend, X, y)
+    if kind == "pegasos":
+        be.init_state(averaging=plan.get("averaged", False))
+        p = PegasosPlan(lam=1e-2, k=k, **plan)
+    else:
+        be.init_state()
+        be.init_dual(plan.get("beta_b", 1.0))
+        p = SDCAPlan(lam=1e-2, **plan)
+    return be, CounterSampler(X.shape[0], k, mode, 1), p
+
+
+PEGASOS_PLANS = [dict(), dict(averaged=True, t_avg=3, radius=10.0), dict(unreg_bias=True),
+                 dict(optimal=True), dict(schedule="norma"), dict(schedule="constant", eta0=0.1)]
+SDCA_PLANS = [dict(), dict(aggressive=True, beta_b=3.0)]
+
+
+@pytest.mark.parametrize("mode", SAMPLING_MODES)
+@pytest.mark.parametrize("k", [1, 8])
+@pytest.mark.parametrize("kind, plan", [("pegasos", p) for p in PEGASOS_PLANS]
+                         + [("sdca", p) for p in SDCA_PLANS])
+def test_numba_segment_runs_no_python_per_iteration(kind, plan, k, mode):
+    be, sampler, p = setup("numba", kind, mode, k, **plan)
+    segment_calls(be, kind, sampler, p, 0, 5)                 # first call: buffers, compilation
+    short = segment_calls(be, kind, sampler, p, 5, 15)         # 10 iterations
+    long = segment_calls(be, kind, sampler, p, 15, 215)        # 200 iterations
+    assert len(long) == len(short), (short, long)
+    assert len(long) <= 12, long                               # a handful per call, not per step
+
+
+@pytest.mark.parametrize("mode", SAMPLING_MODES)
+@pytest.mark.parametrize("kind, plan", [("pegasos", p) for p in PEGASOS_PLANS if not p.get("optimal")]
+                         + [("sdca", p) for p in SDCA_PLANS])
+def test_emulated_segment_only_launches_per_iteration(kind, plan, mode):
+    be, sampler, p = setup("emulated", kind, mode, 8, **plan)
+    segment_calls(be, kind, sampler, p, 0, 2)
+    runs = {}
+    for t0, t1 in ((2, 4), (4, 10)):
+        calls = segment_calls(be, kind, sampler, p, t0, t1)
+        own = [c for c in calls if c[0] in ("pegasos_segment", "sdca_segment", "_draw")]
+        runs[t1 - t0] = own
+        assert {callee for _, callee in own} <= {"_sampler_buffers", "_kernel", "_function",
+                                                   "_u_args", "_row_grid", "_vector_grid",
+                                                   "step_sizes", "_draw", "_call",
+                                                   "_clean_scratch", "row_sq_norms"}, own
+    per_iteration = {name for name in {c for _, c in runs[6]}
+                     if sum(c == name for _, c in runs[6]) > sum(c == name for _, c in runs[2])}
+    assert per_iteration <= {"_draw", "_call"}, per_iteration
