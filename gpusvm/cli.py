@@ -68,11 +68,17 @@ def build_parser() -> argparse.ArgumentParser:
     fit.add_argument("--solver", choices=SOLVERS, default="pegasos",
                      help="pegasos (PegasosSVC, default) or sdca (SDCASVC)")
     fit.add_argument("--lam", type=float, help="regularisation lambda > 0 (default 1e-4)")
-    fit.add_argument("--batch-size", type=int, help="mini-batch size k, 1 <= k <= n")
-    fit.add_argument("--max-iter", type=int, help="iterations (default: 10 epochs)")
+    fit.add_argument("--batch-size", type=_batch_size, help="mini-batch size k, 1 <= k <= n, "
+                                                           "or auto (default: 1 on a CPU)")
+    fit.add_argument("--max-iter", type=int, help="iteration cap (default: the estimator's, in "
+                                                  "epochs)")
+    fit.add_argument("--sampling", choices=("epoch", "without_replacement", "with_replacement"),
+                     help="how batches are drawn (default epoch)")
+    fit.add_argument("--tol", type=float, help="stop at this duality gap (sdca) or objective "
+                                               "decrease per doubling (pegasos); default 1e-3")
     fit.add_argument("--bias", help="intercept handling, e.g. none or augmented "
                                     "(see the estimator's documentation)")
-    fit.add_argument("--averaging", help="pegasos: none, all or tail")
+    fit.add_argument("--averaging", help="pegasos: auto, none, all, tail or doubling")
     fit.add_argument("--eval-every", type=int, help="iterations between objective evaluations "
                                                     "(default: once per epoch)")
     fit.add_argument("--max-time", type=float, help="time budget in seconds")
@@ -229,6 +235,16 @@ def default_model_path(data) -> str:
     return Path(name).stem + ".npz"
 
 
+def _batch_size(text: str):
+    """``--batch-size``: a positive int or ``auto``."""
+    if text == "auto":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer or auto, got {text!r}")
+
+
 def cmd_fit(args) -> int:
     """``gpusvm fit DATA``: train, report the objective trace and accuracy, save the model."""
     from .datasets import load_svmlight, normalize_rows
@@ -236,6 +252,7 @@ def cmd_fit(args) -> int:
 
     cls = _estimator_class(args.solver)
     options = {"lam": args.lam, "batch_size": args.batch_size, "max_iter": args.max_iter,
+               "sampling": args.sampling, "tol": args.tol,
                "bias": args.bias, "averaging": args.averaging, "eval_every": args.eval_every,
                "max_time": args.max_time, "backend": args.backend, "dtype": args.dtype}
     accepted = cls().get_params(deep=False)

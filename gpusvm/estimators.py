@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import math
+import warnings
 from numbers import Integral, Real
 
 import numpy as np
 import scipy.sparse as sp
 from sklearn.base import BaseEstimator, ClassifierMixin, _fit_context
+from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.multiclass import type_of_target
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from .backends import BACKENDS, make_backend
+from .backends import BACKENDS, make_backend, resolve_backend_name
 from .solvers._sampling import SAMPLING_MODES
 from .solvers.pegasos import AVERAGING, BIAS_MODES, SCHEDULES, pegasos
 
@@ -57,12 +59,63 @@ def binary_labels(y, estimator_name: str):
     return classes, np.where(inv == 1, 1.0, -1.0)
 
 
+#: Pegasos' default cap with the doubling tail average: 2^6 epochs
+MAX_EPOCHS_DOUBLING = 64
+#: rows longer than this (Euclidean norm) are "far above 1": the estimators warn
+ROW_NORM_WARNING = 100.0
+#: batch_size="auto" on a device backend (an iteration costs about as much for 4096 rows as for 1)
+DEVICE_AUTO_BATCH = 4096
+
+
+def warn_if_rows_unscaled(X: sp.csr_matrix, bias_column: bool = False) -> float:
+    """Warn when the largest row norm of ``X`` is far above 1, naming the fixes.
+
+    The step sizes of Pegasos and the mini-batch theory of both papers assume
+    ``max_i ||x_i|| <= 1`` (Pegasos Theorem 1's ``R``; Takáč et al. Sec. 2);
+    rows of norm in the thousands (raw measurements) leave Pegasos at the
+    majority class for any practical number of epochs.
+
+    Parameters
+    ----------
+    X : scipy.sparse.csr_matrix
+    bias_column : bool
+        ``X`` ends with the constant bias feature (not counted).
+
+    Returns
+    -------
+    float
+        The largest row norm.
+    """
+    data = X.data.astype(np.float64, copy=False)
+    if bias_column:
+        keep = X.indices != X.shape[1] - 1
+        sq = np.bincount(np.repeat(np.arange(X.shape[0]), np.diff(X.indptr))[keep],
+                         weights=data[keep] ** 2, minlength=X.shape[0])
+    else:
+        sq = np.add.reduceat(data ** 2, X.indptr[:-1]) if X.nnz else np.zeros(X.shape[0])
+        sq[np.diff(X.indptr) == 0] = 0.0
+    top = float(np.sqrt(sq.max())) if sq.size else 0.0
+    if top > ROW_NORM_WARNING:
+        warnings.warn(
+            f"the largest row norm of X is {top:.3g}, far above 1, which the step sizes and "
+            "the mini-batch theory assume (max ||x_i|| <= 1): the fit may stay near the "
+            "majority class or need many more epochs; scale the rows with "
+            "gpusvm.datasets.normalize_rows(X) or the features with "
+            "sklearn.preprocessing.StandardScaler (or MaxAbsScaler for sparse X) in a Pipeline",
+            DataScaleWarning, stacklevel=3)
+    return top
+
+
+class DataScaleWarning(UserWarning):
+    """The training rows are far longer than the unit norm the solvers assume."""
+
+
 class _LinearSVCBase(ClassifierMixin, BaseEstimator):
     """Shared validation, data preparation and prediction of the linear estimators."""
 
     _parameter_constraints: dict = {
         "lam": [Interval(Real, 0, None, closed="neither")],
-        "batch_size": [Interval(Integral, 1, None, closed="left")],
+        "batch_size": [Interval(Integral, 1, None, closed="left"), StrOptions({"auto"})],
         "max_iter": [Interval(Integral, 1, None, closed="left"), None],
         "sampling": [StrOptions(set(SAMPLING_MODES))],
         "bias": [StrOptions(set(BIAS_MODES))],
@@ -97,7 +150,7 @@ class _LinearSVCBase(ClassifierMixin, BaseEstimator):
         Xc.sort_indices()
         n = Xc.shape[0]
         k = self.batch_size
-        if k > n:
+        if k != "auto" and k > n:
             raise ValueError(
                 f"batch_size={k} exceeds the number of samples n={n}; choose 1 <= batch_size <= {n}")
         if self.bias == "augmented":
@@ -107,6 +160,20 @@ class _LinearSVCBase(ClassifierMixin, BaseEstimator):
             Xc.indptr = Xc.indptr.astype(np.int32)
         self.classes_ = classes
         return Xc, y_pm.astype(dtype)
+
+    def _resolve(self, n: int):
+        """The backend name and the batch size the fit runs with (``"auto"`` resolved).
+
+        ``batch_size="auto"``: 1 on a CPU backend, where every row costs the same
+        whatever the batch and the fewest epochs win (BENCHMARKS.md), and
+        ``min(n, DEVICE_AUTO_BATCH)`` on a device, where an iteration costs about as
+        much for thousands of rows as for one.
+        """
+        backend = resolve_backend_name(self.backend)
+        k = self.batch_size
+        if k == "auto":
+            k = 1 if backend in ("numpy", "numba") else min(n, DEVICE_AUTO_BATCH)
+        return backend, int(k)
 
     def _seed(self):
         rs = self.random_state
@@ -171,19 +238,32 @@ class PegasosSVC(_LinearSVCBase):
     ----------
     lam : float, default=1e-4
         Regularisation parameter ``lambda > 0`` (LinearSVC's ``C = 1/(lam n)``).
-    batch_size : int, default=1
+    batch_size : int or "auto", default="auto"
         Mini-batch size ``k``, from 1 to ``n``; ``k = n`` without replacement is the
-        deterministic subgradient method.
+        deterministic subgradient method.  ``"auto"``: 1 on a CPU backend (one core
+        does the same work per epoch for any ``k``, and the fewest epochs win),
+        ``min(n, 4096)`` on a GPU (``batch_size_`` tells which).
     max_iter : int or None, default=None
-        Number of iterations ``T``; ``None`` means ten epochs, ``ceil(10 n / k)``.
-    sampling : {"without_replacement", "with_replacement", "epoch"}, default="without_replacement"
+        Number of iterations ``T``; ``None`` means up to 64 epochs with the doubling
+        average and its stopping rule (see ``averaging``), ten epochs otherwise.
+    sampling : {"without_replacement", "with_replacement", "epoch"}, default="epoch"
         How each ``A_t`` is drawn: a uniform k-subset (Takáč et al. 2013), k i.i.d.
-        indices (Pegasos Sec. 2.3), or consecutive slices of a per-epoch permutation.
+        indices (Pegasos Sec. 2.3), or consecutive slices of a per-epoch permutation
+        (every example once per epoch: fewer epochs to a given accuracy).
     projection : bool, default=True
         Project onto the ball of radius ``1/sqrt(lam)`` (Fig. 1, step 5).
-    averaging : {"none", "all", "tail"}, default="none"
-        Return the last iterate, the average of all iterates, or the average of the
-        last half (``t > T/2``).
+    averaging : {"auto", "none", "all", "tail", "doubling"}, default="auto"
+        Return the last iterate, the average of all iterates, the average of the
+        last half (``t > T/2``, Takáč et al. Theorem 1), or that tail average for
+        ``T = 1, 2, 4, ...`` epochs in turn, stopping once the decreases of the objective
+        between doublings put the suboptimality left at most ``tol`` (``"doubling"``,
+        :func:`gpusvm.solvers.pegasos.doubling_estimate`).  ``"auto"``:
+        ``"doubling"`` when ``max_iter`` is None, else ``"tail"`` (``averaging_``).
+    tol : float or None, default=1e-3
+        The doubling average's stopping rule: stop when the suboptimality left,
+        estimated from how the objective falls from one doubling of ``T`` to the
+        next (the error of the tail average shrinks by a steady factor), is at most
+        ``tol``.  An estimate, not a certificate: SDCASVC certifies its result.
     schedule : {"pegasos", "norma", "constant"}, default="pegasos"
         ``eta_t = 1/(lam t)``; NORMA's ``p/(lam sqrt t)``; a constant ``eta0``.
     eta0 : float or None, default=None
@@ -209,7 +289,7 @@ class PegasosSVC(_LinearSVCBase):
         ``False`` to stop.
     backend : {"auto", "numpy", "numba", "cupy", "emulated"}, default="auto"
         Where to run: CuPy when a CUDA device exists, else the compiled CPU
-        backend when numba is installed (``pip install gpusvm[fast]``), else NumPy/SciPy.
+        backend (numba, installed with gpusvm), else NumPy/SciPy if numba cannot load.
     dtype : {"float32", "float64"}, default="float32"
         Precision of the data and of ``v``; scalars and reductions are float64.
     random_state : int, RandomState, Generator or None, default=None
@@ -227,7 +307,11 @@ class PegasosSVC(_LinearSVCBase):
     history_ : list of (int, float, float)
         ``(iteration, objective, elapsed seconds)`` at every evaluation.
     stop_reason_ : str
-        Why the run ended.
+        Why the run ended (``"tol"``: the doubling average's stopping rule).
+    batch_size_ : int
+        The batch size used (``batch_size="auto"`` resolved).
+    averaging_ : str
+        The averaging used (``averaging="auto"`` resolved).
     n_features_in_ : int
 
     Notes
@@ -257,19 +341,21 @@ class PegasosSVC(_LinearSVCBase):
     _parameter_constraints: dict = {
         **_LinearSVCBase._parameter_constraints,
         "projection": ["boolean"],
-        "averaging": [StrOptions(set(AVERAGING))],
+        "averaging": [StrOptions(set(AVERAGING) | {"auto"})],
+        "tol": [Interval(Real, 0, None, closed="left"), None],
         "schedule": [StrOptions(set(SCHEDULES))],
         "eta0": [Interval(Real, 0, None, closed="neither"), None],
         "norma_p": [Interval(Real, 0, None, closed="neither")],
         "target_objective": [Real, None],
     }
 
-    def __init__(self, *, lam=1e-4, batch_size=1, max_iter=None, sampling="without_replacement",
-                 projection=True, averaging="none", schedule="pegasos", eta0=None, norma_p=0.7,
-                 bias="augmented", intercept_scaling=1.0, eval_every=None, max_time=None,
-                 target_objective=None, callback=None, backend="auto", dtype="float32",
-                 random_state=None, verbose=0):
+    def __init__(self, *, lam=1e-4, batch_size="auto", max_iter=None, sampling="epoch",
+                 projection=True, averaging="auto", tol=1e-3, schedule="pegasos", eta0=None,
+                 norma_p=0.7, bias="augmented", intercept_scaling=1.0, eval_every=None,
+                 max_time=None, target_objective=None, callback=None, backend="auto",
+                 dtype="float32", random_state=None, verbose=0):
         self.lam = lam
+        self.tol = tol
         self.batch_size = batch_size
         self.max_iter = max_iter
         self.sampling = sampling
@@ -340,20 +426,25 @@ class PegasosSVC(_LinearSVCBase):
         if self.schedule == "constant" and self.eta0 is None:
             raise ValueError("schedule='constant' needs eta0, the fixed step size")
         Xc, y_pm = self._prepare(X, y)
+        warn_if_rows_unscaled(Xc, bias_column=self.bias == "augmented")
         n = Xc.shape[0]
-        k = self.batch_size
-        max_iter = self.max_iter if self.max_iter is not None else math.ceil(10 * n / k)
+        backend, k = self._resolve(n)
+        averaging = self.averaging
+        if averaging == "auto":
+            averaging = "doubling" if self.max_iter is None else "tail"
+        epochs = MAX_EPOCHS_DOUBLING if averaging == "doubling" else 10
+        max_iter = self.max_iter if self.max_iter is not None else math.ceil(epochs * n / k)
         w0, b0 = self._initial_point(coef_init, intercept_init, Xc.shape[1])
-        be = make_backend(self.backend, Xc, y_pm)
+        be = make_backend(backend, Xc, y_pm)
         progress, close = _progress_bar(self.verbose, max_iter)
         try:
             res = pegasos(be, lam=float(self.lam), k=k, max_iter=max_iter, sampling=self.sampling,
                           seed=self._seed(), projection=bool(self.projection),
-                          averaging=self.averaging, schedule=self.schedule, eta0=self.eta0,
+                          averaging=averaging, schedule=self.schedule, eta0=self.eta0,
                           norma_p=float(self.norma_p), bias=self.bias, w0=w0, b0=b0,
                           eval_every=self.eval_every, max_time=self.max_time,
                           target_objective=self.target_objective, callback=self.callback,
-                          progress=progress)
+                          progress=progress, tol=self.tol)
         finally:
             close()
         if not np.all(np.isfinite(res.w)) or not math.isfinite(res.b):
@@ -365,6 +456,14 @@ class PegasosSVC(_LinearSVCBase):
         self.history_ = res.history
         self.stop_reason_ = res.stop_reason
         self.backend_ = be.name
+        self.batch_size_ = k
+        self.averaging_ = averaging
+        if averaging == "doubling" and res.stop_reason == "max_iter" and self.tol is not None:
+            warnings.warn(
+                f"Pegasos stopped after max_iter={max_iter} iterations ({max_iter * k / n:.3g} "
+                f"epochs) with the objective still falling by more than tol={self.tol} per "
+                "doubling; increase max_iter, scale the data (gpusvm.datasets.normalize_rows), "
+                "or use SDCASVC, which certifies its result", ConvergenceWarning, stacklevel=2)
         return self
 
 

@@ -10,7 +10,7 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils._param_validation import Interval, StrOptions
 
 from .backends import make_backend
-from .estimators import _LinearSVCBase
+from .estimators import _LinearSVCBase, warn_if_rows_unscaled
 from .solvers.sdca import VARIANTS, default_max_iter, sdca
 
 #: bias modes SDCA supports (the others have no box-constrained dual)
@@ -37,13 +37,17 @@ class SDCASVC(_LinearSVCBase):
     ----------
     lam : float, default=1e-4
         Regularisation parameter ``lambda > 0`` (LinearSVC's ``C = 1/(lam n)``).
-    batch_size : int, default=1
-        Mini-batch size ``b``, from 1 to ``n``; ``b = 1`` is plain SDCA.
-    variant : {"naive", "safe", "aggressive"}, default="aggressive"
+    batch_size : int or "auto", default="auto"
+        Mini-batch size ``b``, from 1 to ``n``; ``b = 1`` is plain SDCA.  ``"auto"``:
+        1 on a CPU backend (the fewest epochs; BENCHMARKS.md), ``min(n, 4096)`` on a
+        GPU (``batch_size_`` tells which).
+    variant : {"auto", "naive", "safe", "aggressive"}, default="auto"
         Step parameter ``beta`` of eq. (15): ``1`` (naive, Sec. 4.1; may oscillate
         for large ``b``), ``beta_b`` of eq. (11) (safe, Theorem 2), or adapted in
         ``[1, beta_b]`` to the measured interaction of the batch, rejecting steps
-        that lower ``D`` (aggressive, Algorithm 2).
+        that lower ``D`` (aggressive, Algorithm 2).  ``"auto"``: ``"safe"`` at
+        ``b = 1`` (where all three take the same step, and the aggressive test only
+        adds work), ``"aggressive"`` otherwise (``variant_``).
     theta : float, default=0.5
         Aggressive variant: ``beta <- beta^theta rho^(1 - theta)``, in ``(0, 1)``.
     tol : float, default=1e-3
@@ -58,10 +62,11 @@ class SDCASVC(_LinearSVCBase):
         Iteration cap; ``None`` means 100 epochs, ``ceil(100 n / b)``, enough for
         the aggressive variant; the safe variant with large batches may need more
         (IMDB, ``b = 1024``, ``lam = 1e-4``: 277 epochs to a gap of 1e-3).
-    sampling : {"without_replacement", "with_replacement", "epoch"}, default="without_replacement"
+    sampling : {"without_replacement", "with_replacement", "epoch"}, default="epoch"
         How each batch is drawn: a uniform b-subset (Rand(b) of the paper), b
         i.i.d. indices, or consecutive slices of a per-epoch permutation (every
-        example visited once per epoch: noticeably faster for small ``b``).
+        example visited once per epoch: noticeably faster for small ``b``, 5
+        epochs against 8 on IMDB).
         A row repeated inside a batch steps once.
     bias : {"none", "augmented"}, default="augmented"
         No intercept, or a constant feature ``intercept_scaling`` appended to
@@ -70,8 +75,11 @@ class SDCASVC(_LinearSVCBase):
         Value of the appended constant feature for ``bias="augmented"``.
     eval_every : int or None, default=None
         Iterations between two certificates (``history_``, stopping rules,
-        callback); ``None`` means once per epoch. A certificate costs about one
-        pass over the data and is the only host synchronisation of a GPU run.
+        callback); ``None`` adapts the cadence to the gap: one epoch, then as many
+        epochs as the gap's rate of decrease says are left (at most 4 times the
+        last interval), so that far from ``tol`` few certificates are computed. A
+        certificate costs about one pass over the data and is the only host
+        synchronisation of a GPU run.
     max_time : float or None, default=None
         Time budget in seconds (checked at evaluations).
     callback : callable or None, default=None
@@ -80,7 +88,7 @@ class SDCASVC(_LinearSVCBase):
         to stop.  The gap of every evaluation is in ``history_``.
     backend : {"auto", "numpy", "numba", "cupy", "emulated"}, default="auto"
         Where to run: CuPy when a CUDA device exists, else the compiled CPU
-        backend when numba is installed (``pip install gpusvm[fast]``), else NumPy/SciPy.
+        backend (numba, installed with gpusvm), else NumPy/SciPy if numba cannot load.
     dtype : {"float32", "float64"}, default="float32"
         Precision of the data and of ``w``; ``alpha``, scalars, reductions and
         certificates are float64.
@@ -88,6 +96,11 @@ class SDCASVC(_LinearSVCBase):
         Seed of the batch stream; the same seed gives every backend the same batches.
     verbose : int, default=0
         Progress bar with the live duality gap when > 0.
+    shrinking : bool, default=True
+        With ``batch_size=1`` on a CPU backend: LIBLINEAR's shrinking (Hsieh et al.
+        2008, Sec. 3.2): rows whose dual coordinate sits at a bound and is pushed
+        further out stop being visited until the active set converges.  It changes
+        the iterates, not the certificate, which is computed on every row.
 
     Attributes
     ----------
@@ -112,6 +125,10 @@ class SDCASVC(_LinearSVCBase):
         Steps rejected by the aggressive variant.
     stop_reason_ : str
         ``"tol"``, ``"max_iter"``, ``"max_time"`` or ``"callback"``.
+    batch_size_ : int
+        The batch size used (``batch_size="auto"`` resolved).
+    variant_ : str
+        The variant used (``variant="auto"`` resolved).
     n_features_in_ : int
 
     Notes
@@ -187,16 +204,18 @@ class SDCASVC(_LinearSVCBase):
 
     _parameter_constraints: dict = {
         **_LinearSVCBase._parameter_constraints,
-        "variant": [StrOptions(set(VARIANTS))],
+        "variant": [StrOptions(set(VARIANTS) | {"auto"})],
         "theta": [Interval(Real, 0, 1, closed="neither")],
         "tol": [Interval(Real, 0, None, closed="left")],
+        "shrinking": ["boolean"],
         "sigma2": [Interval(Real, 0, 1, closed="right"), None],
     }
 
-    def __init__(self, *, lam=1e-4, batch_size=1, variant="aggressive", theta=0.5, tol=1e-3,
-                 sigma2=None, max_iter=None, sampling="without_replacement", bias="augmented",
+    def __init__(self, *, lam=1e-4, batch_size="auto", variant="auto", theta=0.5, tol=1e-3,
+                 sigma2=None, max_iter=None, sampling="epoch", bias="augmented",
                  intercept_scaling=1.0, eval_every=None, max_time=None, callback=None,
-                 backend="auto", dtype="float32", random_state=None, verbose=0):
+                 backend="auto", dtype="float32", random_state=None, verbose=0, shrinking=True):
+        self.shrinking = shrinking
         self.lam = lam
         self.batch_size = batch_size
         self.variant = variant
@@ -237,16 +256,21 @@ class SDCASVC(_LinearSVCBase):
                 "which coordinate steps cannot keep; use bias='augmented' (a regularised "
                 "intercept), or PegasosSVC for the other bias modes")
         Xc, y_pm = self._prepare(X, y)
+        warn_if_rows_unscaled(Xc, bias_column=self.bias == "augmented")
         n = Xc.shape[0]
-        b = self.batch_size
+        backend, b = self._resolve(n)
+        variant = self.variant
+        if variant == "auto":                 # at b = 1 every variant takes the same step
+            variant = "safe" if b == 1 else "aggressive"
         max_iter = self.max_iter if self.max_iter is not None else default_max_iter(n, b)
-        be = make_backend(self.backend, Xc, y_pm)
+        be = make_backend(backend, Xc, y_pm)
         progress, close = _gap_progress_bar(self.verbose, max_iter)
         try:
-            res = sdca(be, lam=float(self.lam), b=b, max_iter=max_iter, variant=self.variant,
+            res = sdca(be, lam=float(self.lam), b=b, max_iter=max_iter, variant=variant,
                        theta=float(self.theta), sigma2=self.sigma2, tol=float(self.tol),
                        sampling=self.sampling, seed=self._seed(), eval_every=self.eval_every,
-                       max_time=self.max_time, callback=self.callback, progress=progress)
+                       max_time=self.max_time, callback=self.callback, progress=progress,
+                       shrinking=bool(self.shrinking) and backend in ("numpy", "numba"))
         finally:
             close()
         self._set_solution(res.w, 0.0)
@@ -263,6 +287,8 @@ class SDCASVC(_LinearSVCBase):
         self.beta_ = ex["beta"]
         self.n_rejected_ = ex["n_rejected"]
         self.backend_ = be.name
+        self.batch_size_ = b
+        self.variant_ = variant
         if res.stop_reason == "max_iter":
             warnings.warn(
                 f"SDCA stopped after max_iter={max_iter} iterations with duality gap "

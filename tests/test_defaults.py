@@ -1,0 +1,155 @@
+"""What a user who sets nothing gets: resolved defaults, stopping rules, shrinking, warnings."""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from sklearn.datasets import load_breast_cancer
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.svm import LinearSVC
+
+from gpusvm import PegasosSVC
+from gpusvm.backends import numba_, numpy_
+from gpusvm.backends.numba_ import NumbaBackend
+from gpusvm.backends.numpy_ import NumpyBackend
+from gpusvm.datasets import normalize_rows
+from gpusvm.estimators import DataScaleWarning
+from gpusvm.estimators_sdca import SDCASVC
+from gpusvm.solvers.pegasos import doubling_estimate, pegasos
+from gpusvm.solvers.sdca import next_certificate, sdca
+
+LAM = 1e-4
+
+
+def primal(X, y, w, lam):
+    return 0.5 * lam * float(w @ w) + float(np.mean(np.maximum(0.0, 1.0 - y * (X @ w))))
+
+
+@pytest.fixture(scope="module")
+def a9a_part(a9a):
+    X = sp.csr_matrix(a9a.X[:8000], dtype=np.float64)
+    y = a9a.y[:8000].astype(np.float64)
+    lin = LinearSVC(C=1.0 / (LAM * X.shape[0]), loss="hinge", dual=True, fit_intercept=False,
+                    tol=1e-10, max_iter=200_000).fit(X, y)
+    return X, y, primal(X, y, lin.coef_.ravel(), LAM)
+
+
+def test_defaults_resolve_to_the_documented_settings(a9a_part):
+    X, y, p_star = a9a_part
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        sd = SDCASVC(lam=LAM, bias="none", random_state=0, backend="numba").fit(X, y)
+    assert (sd.batch_size_, sd.variant_, sd.stop_reason_) == (1, "safe", "tol")
+    assert sd.duality_gap_ <= 1e-3
+    assert primal(X, y, sd.coef_.ravel(), LAM) - p_star <= sd.duality_gap_ + 1e-12
+    # Pegasos on unit rows (its theory's setting; a9a's rows have norm 3.7, which slows it down
+    # by R^2 = 14 and ends in a ConvergenceWarning after 64 epochs)
+    Xn = normalize_rows(X)
+    lam = 1e-3
+    lin = LinearSVC(C=1.0 / (lam * Xn.shape[0]), loss="hinge", dual=True, fit_intercept=False,
+                    tol=1e-10, max_iter=200_000).fit(Xn, y)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        pg = PegasosSVC(lam=lam, bias="none", random_state=0, backend="numba").fit(Xn, y)
+    assert (pg.batch_size_, pg.averaging_, pg.stop_reason_) == (1, "doubling", "tol")
+    # the doubling rule evaluates at T = 1, 2, 4, ... epochs only, and stopped on a decrease <= tol
+    epochs = [t / Xn.shape[0] for t, *_ in pg.history_]
+    assert all(math.log2(e).is_integer() for e in epochs), epochs
+    p = [h[1] for h in pg.history_]
+    assert doubling_estimate(p) <= 1e-3 < doubling_estimate(p[:-1])
+    assert primal(Xn, y, pg.coef_.ravel(), lam) - primal(Xn, y, lin.coef_.ravel(), lam) <= 2e-3
+
+
+def test_pegasos_that_does_not_settle_warns(a9a_part):
+    X, y, _ = a9a_part
+    with pytest.warns(ConvergenceWarning, match="objective still falling by more than tol"):
+        PegasosSVC(lam=LAM, bias="none", random_state=0, backend="numba", tol=1e-6,
+                   max_iter=8 * X.shape[0], averaging="doubling").fit(X, y)
+
+
+def test_device_auto_batch_is_large():
+    X = sp.random(50, 8, density=0.5, random_state=0, format="csr")
+    y = np.where(np.arange(50) % 2 == 0, 1, -1)
+    est = SDCASVC(lam=1e-2, backend="emulated", max_iter=3, eval_every=1, tol=0.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        est.fit(X, y)
+    assert est.batch_size_ == 50 and est.variant_ == "aggressive"
+
+
+def test_unscaled_rows_warn_and_name_the_fix():
+    X, y = load_breast_cancer(return_X_y=True)
+    with pytest.warns(DataScaleWarning, match=r"largest row norm of X is .*normalize_rows.*"
+                                               r"StandardScaler"):
+        PegasosSVC(lam=1e-3, random_state=0, max_iter=200).fit(X, y)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DataScaleWarning)
+        PegasosSVC(lam=1e-3, random_state=0, max_iter=200).fit(X / 4000.0, y)
+
+
+def test_pegasos_doubling_is_the_tail_average_of_each_doubling(a9a_part):
+    """At T_j = 2^j epochs the output is the tail average of the iterates after T_j / 2:
+    the same w as averaging="tail" run with max_iter = T_j."""
+    X, y, _ = a9a_part
+    X, y = X[:2000], y[:2000]
+    n = X.shape[0]
+    d = pegasos(NumpyBackend(X, y), lam=1e-3, k=4, max_iter=4 * n // 4, sampling="epoch",
+                seed=2, averaging="doubling", tol=None)
+    t = pegasos(NumpyBackend(X, y), lam=1e-3, k=4, max_iter=4 * n // 4, sampling="epoch",
+                seed=2, averaging="tail")
+    np.testing.assert_allclose(d.w, t.w, rtol=1e-10, atol=1e-12)
+    assert [h[0] for h in d.history] == [n // 4, 2 * n // 4, 4 * n // 4]
+
+
+def test_shrinking_compiled_equals_reference_and_certifies(a9a_part):
+    X, y, p_star = a9a_part
+    X, y = X[:3000], y[:3000]
+    kw = dict(lam=1e-3, b=1, max_iter=200 * 3000, variant="safe", sampling="epoch", seed=1,
+              tol=1e-3, shrinking=True)
+    ref_be, be = NumpyBackend(X, y), NumbaBackend(X, y)
+    ref, got = sdca(ref_be, **kw), sdca(be, **kw)
+    assert got.n_iter == ref.n_iter and got.stop_reason == "tol"
+    np.testing.assert_allclose(got.w, ref.w, rtol=1e-12, atol=1e-14)
+    assert [h[0] for h in got.history] == [h[0] for h in ref.history]
+    # rows were really skipped: the run differs from the one without shrinking
+    plain = sdca(NumbaBackend(X, y), **{**kw, "shrinking": False})
+    assert not np.array_equal(plain.w, got.w)
+    lin = LinearSVC(C=1.0 / (1e-3 * 3000), loss="hinge", dual=True, fit_intercept=False,
+                    tol=1e-10, max_iter=200_000).fit(X, y)
+    assert primal(X, y, got.w, 1e-3) - primal(X, y, lin.coef_.ravel(), 1e-3) <= got.extra["gap"]
+
+
+def test_shrinking_constants_of_the_compiled_loop_are_the_reference_ones():
+    assert numba_._SHRINK_EPS == numpy_.SHRINK_EPS
+    assert numba_._UPPER_SLACK == numpy_.UPPER_SLACK
+
+
+def test_certificate_cadence_adapts_to_the_gap():
+    epoch = 100
+    assert next_certificate([], 1e-3, epoch) == epoch
+    assert next_certificate([(100, 1, 0, 0.5, 0)], 1e-3, epoch) == epoch
+    # the gap halves per epoch: 0.1 -> 1e-3 is log2(100) = 6.6 epochs away: 0.9 of it, at most 4x
+    far = next_certificate([(100, 1, 0, 0.2, 0), (200, 1, 0, 0.1, 0)], 1e-3, epoch)
+    assert far == 400
+    near = next_certificate([(100, 1, 0, 0.004, 0), (200, 1, 0, 0.002, 0)], 1e-3, epoch)
+    assert near == 90
+    # never below a quarter epoch; a gap that rose keeps the last interval
+    assert next_certificate([(100, 1, 0, 0.0011, 0), (200, 1, 0, 0.00105, 0)], 1e-3, epoch) >= 25
+    assert next_certificate([(100, 1, 0, 0.1, 0), (300, 1, 0, 0.2, 0)], 1e-3, epoch) == 200
+
+
+def test_doubling_estimate_reads_the_rate_from_the_decreases():
+    assert doubling_estimate([1.0]) == math.inf
+    assert doubling_estimate([1.0, 0.9]) == pytest.approx(0.1)
+    # errors 0.4, 0.2, 0.1 above P* = 0 (rate 1/2): the estimate is the last decrease, 0.1
+    assert doubling_estimate([0.4, 0.2, 0.1]) == pytest.approx(0.1)
+    # errors 0.9, 0.3, 0.1 (rate 1/3): d = 0.2, r = 1/3: 0.2 * (1/3) / (2/3) = 0.1, exact
+    assert doubling_estimate([0.9, 0.3, 0.1]) == pytest.approx(0.1)
+    # faster than 1/3 per doubling is not believed: the estimate stays at d / 2
+    assert doubling_estimate([1.0, 0.1, 0.01]) == pytest.approx(0.045)
+    # a decrease that grows: no estimate
+    assert doubling_estimate([0.3, 0.29, 0.2]) == math.inf
