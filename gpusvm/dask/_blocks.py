@@ -16,6 +16,8 @@ its worker was lost) can never contribute to a wrong model.
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import scipy.sparse as sp
 
@@ -132,11 +134,13 @@ class SDCABlock:
         -------
         dict
             ``hinge``, ``asum`` (when ``certify``), ``dalpha`` (float64,
-            shape (n_k,)), and ``u`` (``(v - w)/K``) or ``xty``.
+            shape (n_k,)), ``u`` (``(v - w)/K``) or ``xty``, and ``seconds``
+            (the block's compute time in this call).
         """
         if round_ != self.round:
             raise StaleBlockError(
                 f"block {self.block} holds round {self.round}, the driver expects {round_}")
+        start = time.perf_counter()
         out = {}
         w = np.asarray(w, dtype=np.float64)
         if certify:
@@ -162,6 +166,7 @@ class SDCABlock:
             v -= w
             v /= self.K
             out["u"] = v
+        out["seconds"] = time.perf_counter() - start
         return out
 
     def alpha_copy(self):
@@ -252,6 +257,40 @@ class PegasosBlock:
         """
         return _local.hinge_sum(self.indptr, self.indices, self.data, self.y,
                                 np.asarray(w, dtype=np.float64), 1.0)
+
+    def local_round(self, w, t0, local_steps, lam, radius, project):
+        """Local-steps variant: ``local_steps`` Pegasos iterations from ``w`` on this block's rows.
+
+        Parameters
+        ----------
+        w : ndarray of float64, shape (d,)
+            The broadcast (averaged) ``w``.
+        t0 : int
+            Global number of the first iteration (the block must be at it).
+        local_steps : int
+        lam, radius : float
+        project : bool
+
+        Returns
+        -------
+        dict with ``w`` (the block's ``w`` after the steps) and ``seconds``
+        """
+        if t0 != self.t:
+            raise StaleBlockError(
+                f"block {self.block} is at iteration {self.t}, the driver expects {t0}")
+        start = time.perf_counter()
+        self.v[:] = w
+        self.s[0], self.s[1] = 1.0, float(self.v @ self.v)
+        n_k = self.y.shape[0]
+        batches = np.empty((local_steps, self.share), dtype=np.int64)
+        for h in range(local_steps):
+            batches[h] = philox(self.seed, self.block, t0 + h).choice(n_k, self.share,
+                                                                      replace=False)
+        _local.local_pegasos_steps(self.indptr, self.indices, self.data, self.y, self.v, self.s,
+                                   batches, t0, lam, radius, project,
+                                   np.empty(self.share, dtype=np.int64))
+        self.t = t0 + local_steps
+        return {"w": self.s[0] * self.v, "seconds": time.perf_counter() - start}
 
     def iterate(self, t, update, lam, radius, project, evaluate, sample=True):
         """Apply iteration ``t - 1``'s all-reduced step, then return this block's part of step ``t``.

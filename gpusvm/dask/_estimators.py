@@ -56,6 +56,7 @@ class _DaskLinearBase(_LinearSVCBase):
         "client": "no_validation",
         "timeout": [Interval(Real, 0, None, closed="neither")],
         "max_recoveries": [Interval(Integral, 0, None, closed="left")],
+        "direct": ["boolean"],
         "callback": [callable, None],
         "random_state": ["random_state"],
         "verbose": ["verbose"],
@@ -162,6 +163,12 @@ class _DaskLinearBase(_LinearSVCBase):
         for fut in futures:
             actors.append(fut.result(timeout=self.timeout))
         self._actor_futures = futures
+        if self.direct:
+            for actor in actors:
+                bound = getattr(actor, "_client", None)
+                if bound is not None and not bound.direct_to_workers:
+                    self._direct_restore.append((bound, bound.direct_to_workers))
+                    bound.direct_to_workers = True
         return actors
 
     def _gather(self, calls):
@@ -199,6 +206,11 @@ class _DaskLinearBase(_LinearSVCBase):
         for f in getattr(self, "_actor_futures", []):
             f.release()
         self._actor_futures = []
+
+    def _restore_client(self):
+        for bound, value in reversed(getattr(self, "_direct_restore", [])):
+            bound.direct_to_workers = value
+        self._direct_restore = []
 
     def _seed_int(self):
         seed = self._seed()
@@ -343,6 +355,12 @@ class SDCASVC(_DaskLinearBase):
         Seconds a block may take to answer one call before the fit fails.
     max_recoveries : int, default=3
         Lost workers survived per fit; then :class:`DistributedFitError`.
+    direct : bool, default=True
+        Send the actor calls straight to the workers (the client's
+        ``direct_to_workers`` is switched on for the duration of the fit, then
+        restored).  Through the scheduler (``False``) every payload is relayed
+        and pickled twice: measured 3.5x slower for a 1.6 MB call on a
+        LocalCluster.  Use ``False`` only when the driver cannot reach the workers.
     callback : callable or None, default=None
         ``callback(round, gap, elapsed)`` after each certificate; return ``False``
         to stop.
@@ -373,6 +391,9 @@ class SDCASVC(_DaskLinearBase):
         (``2 K d 8``, computed) plus the ``dalpha`` returned (``8 n``).
     n_recoveries_ : int
         Workers lost and survived.
+    worker_seconds_ : float
+        Sum over rounds of the slowest block's compute time (the rest of the
+        wall time is communication and driver work).
     stop_reason_ : str
         ``"tol"``, ``"max_iter"`` or ``"callback"``.
     n_features_in_ : int
@@ -419,7 +440,8 @@ class SDCASVC(_DaskLinearBase):
 
     def __init__(self, *, lam=1e-4, tol=1e-3, max_iter=None, local_epochs=1.0, eval_every=1,
                  bias="augmented", intercept_scaling=1.0, n_partitions=None, client=None,
-                 timeout=600.0, max_recoveries=3, callback=None, random_state=None, verbose=0):
+                 timeout=600.0, max_recoveries=3, direct=True, callback=None, random_state=None,
+                 verbose=0):
         self.lam = lam
         self.tol = tol
         self.max_iter = max_iter
@@ -431,6 +453,7 @@ class SDCASVC(_DaskLinearBase):
         self.client = client
         self.timeout = timeout
         self.max_recoveries = max_recoveries
+        self.direct = direct
         self.callback = callback
         self.random_state = random_state
         self.verbose = verbose
@@ -462,6 +485,8 @@ class SDCASVC(_DaskLinearBase):
         every = int(self.eval_every)
         self.n_recoveries_ = 0
         self.n_blocks_ = K
+        self._direct_restore = []
+        self.worker_seconds_ = 0.0
         steps = [max(1, int(round(self.local_epochs * s["rows"].size))) for s in sources]
         committed = [None] * K  # driver copy of each block's committed alpha
 
@@ -509,6 +534,7 @@ class SDCASVC(_DaskLinearBase):
                     if self.callback is not None and self.callback(r, gap, elapsed) is False:
                         stop = "callback"
                         break
+                self.worker_seconds_ += max(x["seconds"] for x in res)
                 for b in range(K):
                     committed[b] = np.clip(committed[b] + res[b]["dalpha"], 0.0, 1.0)
                 if recompute:
@@ -535,6 +561,7 @@ class SDCASVC(_DaskLinearBase):
                     stop = "tol"
         finally:
             self._release()
+            self._restore_client()
             if bar is not None:
                 bar.close()
         alpha = np.empty(n)
@@ -609,6 +636,16 @@ class PegasosSVC(_DaskLinearBase):
         Total mini-batch size ``k`` per iteration, split over the blocks.
     max_iter : int or None, default=None
         Iterations ``T``; ``None`` means ten epochs, ``ceil(10 n / k)``.
+    local_steps : int, default=1
+        ``1``: the synchronous algorithm above (exact mini-batch Pegasos).
+        ``H > 1``: the local-steps variant ("local SGD" / iterate averaging):
+        every block runs ``H`` Pegasos iterations on its own rows (batch
+        ``k_k``, the global step ``eta_t``) from the broadcast ``w``, then the
+        driver averages the blocks' ``w_k`` with weights ``n_k / n``.  One round
+        trip per ``H`` iterations instead of one per iteration, at the price of
+        dense ``w`` messages (``8 d`` bytes per block and direction) and of an
+        approximation of the synchronous iteration (blocks drift apart between
+        averages); see BENCHMARKS.md for the measured trade-off.
     projection : bool, default=True
         Project onto the ball of radius ``1/sqrt(lam)`` (Fig. 1, step 5).
     averaging : {"none", "tail"}, default="tail"
@@ -623,6 +660,8 @@ class PegasosSVC(_DaskLinearBase):
     client : distributed.Client or None, default=None
     timeout : float, default=600
     max_recoveries : int, default=3
+    direct : bool, default=True
+        As for :class:`SDCASVC`.
     callback : callable or None, default=None
         ``callback(iteration, objective, elapsed)`` at each evaluation; return
         ``False`` to stop.
@@ -674,16 +713,18 @@ class PegasosSVC(_DaskLinearBase):
         "batch_size": [Interval(Integral, 1, None, closed="left")],
         "projection": ["boolean"],
         "averaging": [StrOptions({"none", "tail"})],
+        "local_steps": [Interval(Integral, 1, None, closed="left")],
         "eval_every": [Interval(Integral, 1, None, closed="left"), None],
     }
 
-    def __init__(self, *, lam=1e-4, batch_size=1024, max_iter=None, projection=True,
-                 averaging="tail", eval_every=None, bias="augmented", intercept_scaling=1.0,
-                 n_partitions=None, client=None, timeout=600.0, max_recoveries=3, callback=None,
-                 random_state=None, verbose=0):
+    def __init__(self, *, lam=1e-4, batch_size=1024, max_iter=None, local_steps=1,
+                 projection=True, averaging="tail", eval_every=None, bias="augmented", intercept_scaling=1.0,
+                 n_partitions=None, client=None, timeout=600.0, max_recoveries=3, direct=True,
+                 callback=None, random_state=None, verbose=0):
         self.lam = lam
         self.batch_size = batch_size
         self.max_iter = max_iter
+        self.local_steps = local_steps
         self.projection = projection
         self.averaging = averaging
         self.eval_every = eval_every
@@ -693,6 +734,7 @@ class PegasosSVC(_DaskLinearBase):
         self.client = client
         self.timeout = timeout
         self.max_recoveries = max_recoveries
+        self.direct = direct
         self.callback = callback
         self.random_state = random_state
         self.verbose = verbose
@@ -731,6 +773,7 @@ class PegasosSVC(_DaskLinearBase):
         tail_from = T // 2 + 1 if self.averaging == "tail" else None
         self.n_recoveries_ = 0
         self.n_blocks_ = K
+        self._direct_restore = []
         state = {"v": None, "s": None}
 
         def make(t):
@@ -749,41 +792,19 @@ class PegasosSVC(_DaskLinearBase):
             d = self._gather([blk.info() for blk in blocks])[0][1]
             v, s = np.zeros(d), np.array([1.0, 0.0])
             w_sum, n_sum = np.zeros(d), 0
-            update = None
+            allreduce = _AllReduce(d)
             t = 1
-            while t <= T:
-                evaluate = t > 1 and (t - 1) % every == 0
-                try:
-                    res = self._gather([blk.iterate(t, update, lam, radius, project, evaluate)
-                                        for blk in blocks])
-                except Exception as exc:
-                    if not _lost_error(exc):
-                        raise
-                    self._recover(exc, f"iteration {t}")
-                    state["v"], state["s"] = v, s
-                    blocks = self._place(client, sources, make(t))
-                    update = None
-                    continue
-                if evaluate:
-                    objective = 0.5 * lam * s[0] ** 2 * float(v @ v) + \
-                        math.fsum(x["hinge"] for x in res) / n
-                    elapsed = time.perf_counter() - t0
-                    history.append((t - 1, objective, elapsed))
-                    if bar is not None:
-                        bar.set_postfix(objective=f"{objective:.6g}")
-                    if self.callback is not None and \
-                            self.callback(t - 1, objective, elapsed) is False:
-                        stop = "callback"
-                        break
-                update = _allreduce(res, d)
-                pegasos_apply(v, s, update[0], update[1], 1.0 / (lam * t), lam, radius, project)
-                if tail_from is not None and t + 1 >= tail_from:
-                    w_sum += s[0] * v  # w_{t+1}
-                    n_sum += 1
-                t += 1
-                if bar is not None:
-                    bar.update(1)
-            w = w_sum / n_sum if n_sum else s[0] * v
+            if self.local_steps == 1:
+                t, stop, w_sum, n_sum = self._sync_loop(
+                    blocks, make, state, client, sources, v, s, w_sum, n_sum, allreduce, T,
+                    every, tail_from, lam, radius, project, n, bar, t0, history)
+                w_last = s[0] * v
+            else:
+                t, stop, w_sum, n_sum, w_last = self._local_loop(
+                    blocks, make, state, client, sources, d, w_sum, n_sum, T, every, tail_from,
+                    lam, radius, project, n, bar, t0, history)
+            blocks = self._blocks
+            w = w_sum / n_sum if n_sum else w_last
             while True:
                 try:
                     res = self._gather([blk.hinge(w) for blk in blocks])
@@ -796,6 +817,7 @@ class PegasosSVC(_DaskLinearBase):
                     blocks = self._place(client, sources, make(t))
         finally:
             self._release()
+            self._restore_client()
             if bar is not None:
                 bar.close()
         objective = 0.5 * lam * float(w @ w) + math.fsum(res) / n
@@ -806,6 +828,97 @@ class PegasosSVC(_DaskLinearBase):
         self.history_ = history
         self.stop_reason_ = stop
         return self
+
+    def _sync_loop(self, blocks, make, state, client, sources, v, s, w_sum, n_sum, allreduce, T,
+                   every, tail_from, lam, radius, project, n, bar, t0, history):
+        """Synchronous all-reduce iterations (one call per block and iteration)."""
+        from ._local import pegasos_apply
+        stop = "max_iter"
+        update = None
+        t = 1
+        while t <= T:
+            evaluate = t > 1 and (t - 1) % every == 0
+            try:
+                res = self._gather([blk.iterate(t, update, lam, radius, project, evaluate)
+                                    for blk in blocks])
+            except Exception as exc:
+                if not _lost_error(exc):
+                    raise
+                self._recover(exc, f"iteration {t}")
+                state["v"], state["s"] = v, s
+                blocks = self._place(client, sources, make(t))
+                update = None
+                continue
+            if evaluate:
+                objective = 0.5 * lam * s[0] ** 2 * float(v @ v) + \
+                    math.fsum(x["hinge"] for x in res) / n
+                elapsed = time.perf_counter() - t0
+                history.append((t - 1, objective, elapsed))
+                if bar is not None:
+                    bar.set_postfix(objective=f"{objective:.6g}")
+                if self.callback is not None and \
+                        self.callback(t - 1, objective, elapsed) is False:
+                    stop = "callback"
+                    break
+            update = allreduce(res)
+            pegasos_apply(v, s, update[0], update[1], 1.0 / (lam * t), lam, radius, project)
+            if tail_from is not None and t + 1 >= tail_from:
+                w_sum += s[0] * v  # w_{t+1}
+                n_sum += 1
+            t += 1
+            if bar is not None:
+                bar.update(1)
+        self._blocks = blocks
+        return t, stop, w_sum, n_sum
+
+    def _local_loop(self, blocks, make, state, client, sources, d, w_sum, n_sum, T, every,
+                    tail_from, lam, radius, project, n, bar, t0, history):
+        """Local-steps variant: ``local_steps`` iterations per block, then a weighted average."""
+        stop = "max_iter"
+        weights = [s["rows"].size / n for s in sources]
+        w = np.zeros(d)
+        t = 1
+        while t <= T:
+            H = min(self.local_steps, T - t + 1)
+            try:
+                res = self._gather([blk.local_round(w, t, H, lam, radius, project)
+                                    for blk in blocks])
+            except Exception as exc:
+                if not _lost_error(exc):
+                    raise
+                self._recover(exc, f"iteration {t}")
+                state["v"], state["s"] = w, np.array([1.0, float(w @ w)])
+                blocks = self._place(client, sources, make(t))
+                continue
+            w = weights[0] * res[0]["w"]
+            for b in range(1, len(res)):
+                w += weights[b] * res[b]["w"]
+            t_before, t = t, t + H
+            if tail_from is not None and t >= tail_from:
+                w_sum += H * w
+                n_sum += H
+            if bar is not None:
+                bar.update(H)
+            if (t - 1) // every > (t_before - 1) // every and t <= T:
+                try:
+                    hinge = math.fsum(self._gather([blk.hinge(w) for blk in blocks]))
+                except Exception as exc:
+                    if not _lost_error(exc):
+                        raise
+                    self._recover(exc, f"iteration {t}")
+                    state["v"], state["s"] = w, np.array([1.0, float(w @ w)])
+                    blocks = self._place(client, sources, make(t))
+                    continue
+                objective = 0.5 * lam * float(w @ w) + hinge / n
+                elapsed = time.perf_counter() - t0
+                history.append((t - 1, objective, elapsed))
+                if bar is not None:
+                    bar.set_postfix(objective=f"{objective:.6g}")
+                if self.callback is not None and self.callback(t - 1, objective, elapsed) is False:
+                    stop = "callback"
+                    break
+        self._blocks = blocks
+        return t, stop, w_sum, n_sum, w
 
     def to_local(self):
         """This model as an ordinary fitted :class:`gpusvm.PegasosSVC` (e.g. for ``save_model``).
@@ -820,13 +933,25 @@ class PegasosSVC(_DaskLinearBase):
         return self._to_local(est, ())
 
 
-def _allreduce(res, d):
-    """Sum the blocks' sparse parts (in block order: deterministic) into one sparse vector."""
-    idx = np.concatenate([x["idx"] for x in res])
-    vals = np.concatenate([x["vals"] for x in res])
-    if len(res) == 1:
+class _AllReduce:
+    """Sum the blocks' sparse parts, in block order (deterministic), into one sparse vector.
+
+    A dense scratch of size ``d`` (kept zero between calls) makes a sum cost
+    O(nnz of the parts) plus one O(d / 8) scan of a boolean mask.
+    """
+
+    def __init__(self, d):
+        self.acc = np.zeros(d)
+        self.mark = np.zeros(d, dtype=bool)
+
+    def __call__(self, res):
+        if len(res) == 1:
+            return res[0]["idx"], res[0]["vals"]
+        for x in res:  # indices are unique within one block's part
+            self.acc[x["idx"]] += x["vals"]
+            self.mark[x["idx"]] = True
+        idx = np.flatnonzero(self.mark).astype(np.int32)
+        vals = self.acc[idx]
+        self.acc[idx] = 0.0
+        self.mark[idx] = False
         return idx, vals
-    uniq, inv = np.unique(idx, return_inverse=True)
-    out = np.zeros(uniq.size)
-    np.add.at(out, inv, vals)
-    return uniq, out

@@ -189,7 +189,7 @@ def local_pegasos_partial(indptr, indices, data, y, rows, v, a, weight, acc, mar
 
     Returns
     -------
-    idx : ndarray of int64
+    idx : ndarray of int32
         Touched feature indices, in order of first touch.
     vals : ndarray of float64
     n_active : int
@@ -212,7 +212,7 @@ def local_pegasos_partial(indptr, indices, data, y, rows, v, a, weight, acc, mar
                     touched[nt] = col
                     nt += 1
                 acc[col] += c * data[p]
-    idx = touched[:nt].copy()
+    idx = touched[:nt].astype(np.int32)
     vals = np.empty(nt)
     for j in range(nt):
         vals[j] = acc[idx[j]]
@@ -274,3 +274,81 @@ def pegasos_apply(v, s, idx, vals, eta, lam, radius, project):
             nu += v[j] * v[j]
         s[0] = 1.0
         s[1] = nu
+
+
+@njit(cache=True, nogil=True)
+def local_pegasos_steps(indptr, indices, data, y, v, s, batches, t0, lam, radius, project,
+                        active):
+    """``H`` mini-batch Pegasos steps on the block's own rows (local-steps variant).
+
+    Iteration ``t = t0 + h`` (``h = 0 .. H-1``) uses the rows ``batches[h]``:
+    ``w <- Proj((1 - eta_t lam) w + (eta_t / k_b) sum_{A^+} y_i x_i)`` with
+    ``eta_t = 1 / (lam t)`` (Shalev-Shwartz et al. 2007, Fig. 1) on ``w = a v``.
+    The driver averages the blocks' results (weights ``n_k / n``) after the
+    ``H`` steps.
+
+    Parameters
+    ----------
+    indptr, indices, data : CSR arrays of the block
+    y : ndarray of float64
+    v : ndarray of float64, shape (d,)
+        Updated in place.
+    s : ndarray of float64, shape (2,)
+        ``[a, nu]``, updated in place.
+    batches : ndarray of int64, shape (H, k_b)
+    t0 : int
+        Global iteration number of the first step.
+    lam, radius : float
+    project : bool
+    active : ndarray of int64, shape (k_b,)
+        Scratch.
+    """
+    H = batches.shape[0]
+    kb = batches.shape[1]
+    for h in range(H):
+        t = t0 + h
+        eta = 1.0 / (lam * t)
+        a = s[0]
+        na = 0
+        for j in range(kb):
+            i = batches[h, j]
+            m = 0.0
+            for p in range(indptr[i], indptr[i + 1]):
+                m += data[p] * v[indices[p]]
+            if y[i] * a * m < 1.0:
+                active[na] = i
+                na += 1
+        shrink = 1.0 - eta * lam
+        if shrink <= 0.0:
+            for j in range(v.shape[0]):
+                v[j] = 0.0
+            s[0] = 1.0
+            s[1] = 0.0
+        else:
+            s[0] *= shrink
+            s[1] *= shrink * shrink
+        a = s[0]
+        nu = s[1]
+        for j in range(na):
+            i = active[j]
+            c = eta * y[i] / (kb * a)
+            for p in range(indptr[i], indptr[i + 1]):
+                col = indices[p]
+                old = v[col]
+                new = old + c * data[p]
+                v[col] = new
+                nu += a * a * (new * new - old * old)
+        if nu < 0.0:
+            nu = 0.0
+        s[1] = nu
+        if project and nu > radius * radius:
+            s[0] = a * radius / np.sqrt(nu)
+            s[1] = radius * radius
+        if abs(s[0]) < 1e-6:
+            a = s[0]
+            nu = 0.0
+            for j in range(v.shape[0]):
+                v[j] *= a
+                nu += v[j] * v[j]
+            s[0] = 1.0
+            s[1] = nu
