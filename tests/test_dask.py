@@ -15,16 +15,13 @@ import subprocess
 import sys
 import warnings
 
+import dask.array as da
+import distributed
 import numpy as np
 import pytest
-import scipy.sparse as sp
 
-pytest.importorskip("numba")
-distributed = pytest.importorskip("distributed")
-da = pytest.importorskip("dask.array")
-
-import gpusvm.dask as gd  # noqa: E402
-from gpusvm.model_io import load_model, save_model  # noqa: E402
+import gpusvm.dask as gd
+from gpusvm.model_io import load_model, save_model
 
 LAM = 1e-4
 
