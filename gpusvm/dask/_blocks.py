@@ -56,7 +56,11 @@ def block_csr(X, bias: str, intercept_scaling: float) -> sp.csr_matrix:
 
 
 def philox(seed: int, block: int, counter: int) -> np.random.Generator:
-    """Counter-based generator of (seed, block, round/iteration): no sequential state to replay.
+    """Generator of (seed, block, round/iteration): no sequential state to replay.
+
+    The three numbers are hashed by ``SeedSequence`` into a Philox key, so
+    different rounds get independent streams (consecutive Philox *counters*
+    would give overlapping streams: one round's draws shifted by four values).
 
     Parameters
     ----------
@@ -66,8 +70,8 @@ def philox(seed: int, block: int, counter: int) -> np.random.Generator:
     -------
     numpy.random.Generator
     """
-    return np.random.Generator(np.random.Philox(key=[seed & (2**64 - 1), block],
-                                                counter=[counter, 0, 0, 0]))
+    return np.random.Generator(np.random.Philox(np.random.SeedSequence(
+        [seed & (2**64 - 1), block, counter])))
 
 
 class SDCABlock:
@@ -293,7 +297,7 @@ class PegasosBlock:
         return {"w": self.s[0] * self.v, "seconds": time.perf_counter() - start}
 
     def iterate(self, t, update, lam, radius, project, evaluate, sample=True):
-        """Apply iteration ``t - 1``'s all-reduced step, then return this block's part of step ``t``.
+        """Apply step ``t - 1`` (all-reduced), then return this block's part of step ``t``.
 
         Parameters
         ----------

@@ -26,7 +26,7 @@ class DistributedFitError(RuntimeError):
 
 
 class _WorkerLost(Exception):
-    """Internal: a block's worker or actor is gone; the fit resumes from the last committed round."""
+    """Internal: a block's worker or actor is gone; the fit resumes from the last committed state."""
 
 
 def _is_dask_array(X) -> bool:
@@ -45,7 +45,7 @@ def _lost_error(exc) -> bool:
 
 
 class _DaskLinearBase(_LinearSVCBase):
-    """Data placement, actor management, fault handling and prediction of the distributed estimators."""
+    """Data placement, actors, fault handling and prediction of the distributed estimators."""
 
     _parameter_constraints: dict = {
         "lam": [Interval(Real, 0, None, closed="neither")],
@@ -82,7 +82,15 @@ class _DaskLinearBase(_LinearSVCBase):
     def _workers(self, client):
         info = client.scheduler_info(n_workers=-1) if _accepts_n_workers(client) \
             else client.scheduler_info()
-        workers = sorted(info["workers"])
+        excluded = getattr(self, "_excluded", set())
+        workers = sorted(a for a in info["workers"] if a not in excluded)
+        if not workers and excluded:
+            deadline = time.monotonic() + self.timeout
+            while not workers and time.monotonic() < deadline:
+                time.sleep(0.5)
+                info = client.scheduler_info(n_workers=-1) if _accepts_n_workers(client) \
+                    else client.scheduler_info()
+                workers = sorted(a for a in info["workers"] if a not in excluded)
         if not workers:
             raise DistributedFitError(
                 "the dask cluster has no workers; start some (e.g. LocalCluster(n_workers=2)) "
@@ -189,7 +197,7 @@ class _DaskLinearBase(_LinearSVCBase):
                             "timeout for larger blocks, or check the cluster's workers") from None
         return out
 
-    def _recover(self, exc, where):
+    def _recover(self, exc, where, blocks):
         self.n_recoveries_ += 1
         if self.n_recoveries_ > self.max_recoveries:
             raise DistributedFitError(
@@ -200,6 +208,13 @@ class _DaskLinearBase(_LinearSVCBase):
             f"{type(self).__name__}: a worker was lost at {where} ({type(exc).__name__}); "
             "resuming from the last committed state on the remaining workers", RuntimeWarning,
             stacklevel=3)
+        # workers whose actor does not answer a probe are not used again in this fit (the
+        # scheduler may still list a dead worker for a while)
+        for actor in blocks:
+            try:
+                actor.info().result(timeout=5)
+            except Exception:  # noqa: BLE001 - any failure means "do not place blocks there"
+                self._excluded.add(actor._address)
         self._release()
 
     def _release(self):
@@ -211,6 +226,7 @@ class _DaskLinearBase(_LinearSVCBase):
         for bound, value in reversed(getattr(self, "_direct_restore", [])):
             bound.direct_to_workers = value
         self._direct_restore = []
+        self._excluded = set()
 
     def _seed_int(self):
         seed = self._seed()
@@ -495,6 +511,7 @@ class SDCASVC(_DaskLinearBase):
         self.n_recoveries_ = 0
         self.n_blocks_ = K
         self._direct_restore = []
+        self._excluded = set()
         self.worker_seconds_ = 0.0
         steps = [max(1, int(round(self.local_epochs * s["rows"].size))) for s in sources]
         committed = [None] * K  # driver copy of each block's committed alpha
@@ -528,7 +545,7 @@ class SDCASVC(_DaskLinearBase):
                 except Exception as exc:
                     if not _lost_error(exc):
                         raise
-                    self._recover(exc, f"round {r}")
+                    self._recover(exc, f"round {r}", blocks)
                     blocks = self._place(client, sources, make(r))
                     continue
                 if cert:
@@ -562,7 +579,7 @@ class SDCASVC(_DaskLinearBase):
                     except Exception as exc:
                         if not _lost_error(exc):
                             raise
-                        self._recover(exc, "the final certificate")
+                        self._recover(exc, "the final certificate", blocks)
                         blocks = self._place(client, sources, make(r))
                 primal, dual, gap = _gap(w, lam, n, res)
                 history.append((r, primal, dual, gap, time.perf_counter() - t0))
@@ -727,7 +744,8 @@ class PegasosSVC(_DaskLinearBase):
     }
 
     def __init__(self, *, lam=1e-4, batch_size=1024, max_iter=None, local_steps=1,
-                 projection=True, averaging="tail", eval_every=None, bias="augmented", intercept_scaling=1.0,
+                 projection=True, averaging="tail", eval_every=None, bias="augmented",
+                 intercept_scaling=1.0,
                  n_partitions=None, client=None, timeout=600.0, max_recoveries=3, direct=True,
                  callback=None, random_state=None, verbose=0):
         self.lam = lam
@@ -761,8 +779,6 @@ class PegasosSVC(_DaskLinearBase):
         -------
         self : PegasosSVC
         """
-        from ._local import pegasos_apply
-
         client = self._get_client()
         sources, y_pm = self._split(X, y, client)
         n = y_pm.shape[0]
@@ -783,6 +799,7 @@ class PegasosSVC(_DaskLinearBase):
         self.n_recoveries_ = 0
         self.n_blocks_ = K
         self._direct_restore = []
+        self._excluded = set()
         state = {"v": None, "s": None}
 
         def make(t):
@@ -821,7 +838,7 @@ class PegasosSVC(_DaskLinearBase):
                 except Exception as exc:
                     if not _lost_error(exc):
                         raise
-                    self._recover(exc, "the final evaluation")
+                    self._recover(exc, "the final evaluation", blocks)
                     state["v"], state["s"] = v, s
                     blocks = self._place(client, sources, make(t))
         finally:
@@ -853,7 +870,7 @@ class PegasosSVC(_DaskLinearBase):
             except Exception as exc:
                 if not _lost_error(exc):
                     raise
-                self._recover(exc, f"iteration {t}")
+                self._recover(exc, f"iteration {t}", blocks)
                 state["v"], state["s"] = v, s
                 blocks = self._place(client, sources, make(t))
                 update = None
@@ -895,7 +912,7 @@ class PegasosSVC(_DaskLinearBase):
             except Exception as exc:
                 if not _lost_error(exc):
                     raise
-                self._recover(exc, f"iteration {t}")
+                self._recover(exc, f"iteration {t}", blocks)
                 state["v"], state["s"] = w, np.array([1.0, float(w @ w)])
                 blocks = self._place(client, sources, make(t))
                 continue
@@ -914,7 +931,7 @@ class PegasosSVC(_DaskLinearBase):
                 except Exception as exc:
                     if not _lost_error(exc):
                         raise
-                    self._recover(exc, f"iteration {t}")
+                    self._recover(exc, f"iteration {t}", blocks)
                     state["v"], state["s"] = w, np.array([1.0, float(w @ w)])
                     blocks = self._place(client, sources, make(t))
                     continue

@@ -12,7 +12,8 @@ Local CoCoA+ solver (Ma et al. 2015, Algorithm 1 with the local subproblem
 ``v = w + sigma' u`` and ``u = (1/(lam n)) sum_{i in P_k} dalpha_i y_i x_i`` the
 coordinate maximiser of the local subproblem in ``dalpha_i`` is
 
-``delta_i = clip_[-(alpha_i + dalpha_i), 1 - (alpha_i + dalpha_i)](lam n (1 - y_i <v, x_i>) / (K ||x_i||^2))``
+``delta_i = clip_[-a_i, 1 - a_i](lam n (1 - y_i <v, x_i>) / (K ||x_i||^2))``,
+``a_i = alpha_i + dalpha_i``,
 
 and the step moves ``v`` by ``K delta_i y_i x_i / (lam n)``.  Writing
 ``lam' = lam / K`` this is exactly plain SDCA (``beta = 1``) with
