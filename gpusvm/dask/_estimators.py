@@ -425,12 +425,14 @@ class SDCASVC(_DaskLinearBase):
 
     *Rounds against K.*  ``sigma' = K`` is the safe choice for any data, and
     the local steps are those of SDCA with ``lam / K``: more blocks mean more
-    rounds for the same ``tol`` (measured in BENCHMARKS.md).  Blocks whose label
-    mixes differ (contiguous chunks of a sorted file) and a shared feature such
-    as the ``bias="augmented"`` column slow CoCoA+ down further (rcv1_small,
-    ``lam = 1e-4``, ``bias="augmented"``: 39 rounds with K = 1, 69 with K = 2
-    strided blocks, gap still 0.013 after 200 rounds with K = 4); shuffle the
-    rows and keep ``K`` to the number of workers.
+    rounds for the same ``tol`` (imdb, ``lam = 1e-4``, ``H = 1``: 5 rounds with
+    K = 1, 9 with 2, 30 with 8, 144 with 32; BENCHMARKS.md).  A feature shared
+    by all rows, such as the ``bias="augmented"`` column, slows CoCoA+ down much
+    more (rcv1_small, ``lam = 1e-4``, K = 4: gap 0.013 after 200 rounds with
+    ``bias="augmented"``, 58 rounds to 1e-3 with ``bias="none"``), and so do
+    blocks with different label mixes (contiguous chunks of a sorted file):
+    shuffle the rows, keep ``K`` to the number of workers, and prefer
+    ``bias="none"`` on centred data.
 
     *Faults.*  When a worker is lost, the fit rebuilds every block on the
     remaining workers from the last committed round (rows re-scattered from
