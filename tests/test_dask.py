@@ -19,6 +19,7 @@ import dask.array as da
 import distributed
 import numpy as np
 import pytest
+import scipy.sparse as sp
 
 import gpusvm.dask as gd
 from gpusvm.model_io import load_model, save_model
@@ -128,6 +129,20 @@ def test_sdca_one_block_is_plain_sdca(two_workers, rcv1_small):
     gap = one.duality_gap_ + four.duality_gap_
     d = one.coef_.ravel() - four.coef_.ravel()
     assert d @ d <= 2 * gap / LAM * 2
+
+
+def test_sdca_augmented_bias(two_workers, rcv1_small):
+    """bias="augmented": the intercept is w's last entry; the certificate is that of [X, 1]."""
+    X, y = rcv1_small.X.astype(np.float64), rcv1_small.y
+    clf = gd.SDCASVC(lam=LAM, tol=1e-3, bias="augmented", n_partitions=1,
+                     random_state=0).fit(X, y)
+    Xa = sp.hstack([X, np.ones((X.shape[0], 1))], format="csr")
+    D, w_alpha = dual(Xa, y, clf.alpha_, LAM)
+    w = np.concatenate([clf.coef_.ravel(), clf.intercept_])
+    np.testing.assert_allclose(w, w_alpha, rtol=0, atol=1e-12 * np.abs(w).max())
+    assert primal(Xa, y, w, LAM) - D <= 1e-3
+    np.testing.assert_allclose(clf.decision_function(X), X @ clf.coef_.ravel() + clf.intercept_,
+                               rtol=1e-12)
 
 
 def test_sdca_dask_array_input_and_export(two_workers, rcv1_small, tmp_path):

@@ -357,9 +357,10 @@ class SDCASVC(_DaskLinearBase):
         (``round(H n_k)`` steps over fresh permutations).
     eval_every : int, default=1
         Rounds between two certificates (and recomputations of ``w(alpha)``).
-    bias : {"none", "augmented"}, default="augmented"
+    bias : {"none", "augmented"}, default="none"
         No intercept, or a constant feature ``intercept_scaling`` appended to every
-        row (regularised intercept).
+        row (regularised intercept).  The default differs from
+        :class:`gpusvm.SDCASVC`'s: the shared column slows CoCoA+ down (see Notes).
     intercept_scaling : float, default=1.0
     n_partitions : int or None, default=None
         Blocks ``K`` for in-memory input (NumPy / SciPy); ``None``: one per worker.
@@ -466,7 +467,7 @@ class SDCASVC(_DaskLinearBase):
     }
 
     def __init__(self, *, lam=1e-4, tol=1e-3, max_iter=None, local_epochs=1.0, eval_every=1,
-                 bias="augmented", intercept_scaling=1.0, n_partitions=None, client=None,
+                 bias="none", intercept_scaling=1.0, n_partitions=None, client=None,
                  timeout=600.0, max_recoveries=3, direct=True, callback=None, random_state=None,
                  verbose=0):
         self.lam = lam
@@ -682,7 +683,8 @@ class PegasosSVC(_DaskLinearBase):
     eval_every : int or None, default=None
         Iterations between two evaluations of ``P(w_t)`` (``history_``,
         callback); ``None`` means once per epoch.
-    bias : {"none", "augmented"}, default="augmented"
+    bias : {"none", "augmented"}, default="none"
+        As for :class:`SDCASVC`.
     intercept_scaling : float, default=1.0
     n_partitions : int or None, default=None
     client : distributed.Client or None, default=None
@@ -746,7 +748,7 @@ class PegasosSVC(_DaskLinearBase):
     }
 
     def __init__(self, *, lam=1e-4, batch_size=1024, max_iter=None, local_steps=1,
-                 projection=True, averaging="tail", eval_every=None, bias="augmented",
+                 projection=True, averaging="tail", eval_every=None, bias="none",
                  intercept_scaling=1.0,
                  n_partitions=None, client=None, timeout=600.0, max_recoveries=3, direct=True,
                  callback=None, random_state=None, verbose=0):
