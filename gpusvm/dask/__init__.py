@@ -15,7 +15,7 @@ Needs ``pip install "gpusvm[dask]"`` (dask, distributed and numba).
 
 from ._blocks import StaleBlockError
 from ._estimators import DistributedFitError, PegasosSVC, SDCASVC
-from ._local import local_pegasos_partial, local_sdca_epoch
+from ._local import local_pegasos_partial, local_pegasos_steps, local_sdca_epoch
 
 __all__ = ["DistributedFitError", "PegasosSVC", "SDCASVC", "StaleBlockError",
-           "local_pegasos_partial", "local_sdca_epoch"]
+           "local_pegasos_partial", "local_pegasos_steps", "local_sdca_epoch"]
