@@ -120,6 +120,14 @@ def test_sdca_same_seed_same_model(two_workers, rcv1_small):
     assert not np.array_equal(a.alpha_, c.alpha_)
 
 
+def test_sdca_progress_bar_shows_the_gap(two_workers, rcv1_small, capfd):
+    clf = gd.SDCASVC(lam=1e-3, tol=1e-3, verbose=1, random_state=0).fit(rcv1_small.X,
+                                                                        rcv1_small.y)
+    err = capfd.readouterr().err
+    assert "gpusvm dask sdca" in err and "gap=" in err
+    assert clf.duality_gap_ <= 1e-3
+
+
 def test_sdca_one_block_is_plain_sdca(two_workers, rcv1_small):
     """K = 1: CoCoA+ is SDCA; its w must be the same optimum (within the certificates)."""
     X, y = rcv1_small.X, rcv1_small.y
