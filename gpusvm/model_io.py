@@ -311,6 +311,8 @@ def _read_metadata(archive, path):
 
 def _estimator_class(name, module_name, path):
     """The estimator class ``name``, imported lazily from the gpusvm package only."""
+    if not isinstance(name, str):
+        raise _corrupted(path, f"the estimator name is {name!r}, not a string")
     candidates = []
     if name in ESTIMATOR_MODULES:
         candidates.append(ESTIMATOR_MODULES[name])
@@ -385,9 +387,9 @@ def load_model(path):
     path = os.fspath(path)
     with _open_archive(path) as archive:
         metadata = _read_metadata(archive, path)
-        cls = _estimator_class(metadata["estimator"], metadata.get("module"), path)
         limit = archive[METADATA_MEMBER].size if METADATA_MEMBER in archive.files else 0
         try:
+            cls = _estimator_class(metadata["estimator"], metadata.get("module"), path)
             estimator = _rebuild(archive, path, cls, metadata, limit)
         except RecursionError:
             raise _corrupted(path, "metadata nested too deeply") from None
