@@ -168,10 +168,11 @@ class _LinearSVCBase(ClassifierMixin, BaseEstimator):
         d_aug = d + (self.bias == "augmented")
         nnz_aug = Xc.nnz + n * (self.bias == "augmented")
         if d_aug > _INT32_MAX or nnz_aug > _INT32_MAX:
+            bias_column = " (plus the bias column)" if d_aug > d else ""
             raise ValueError(
-                f"X has {d} columns and {Xc.nnz} nonzeros{' (plus the bias column)' if d_aug > d else ''}"
-                f"; gpusvm indexes them with 32-bit integers, so both must stay below "
-                f"{_INT32_MAX}: drop unused columns (e.g. re-index the features) or split the data")
+                f"X has {d} columns and {Xc.nnz} nonzeros{bias_column}; gpusvm indexes them "
+                f"with 32-bit integers, so both must stay below {_INT32_MAX}: drop unused "
+                "columns (e.g. re-index the features) or split the data")
         if Xc.indices.dtype != np.int32 or Xc.indptr.dtype != np.int32:
             Xc = sp.csr_matrix((Xc.data, Xc.indices.astype(np.int32), Xc.indptr.astype(np.int32)),
                                shape=Xc.shape)

@@ -284,8 +284,9 @@ class SDCASVC(_LinearSVCBase):
                  "it") if self.sigma2 is not None and self.variant != "naive" else None
         if diverged and self.variant == "naive":
             advice = ("the gap is above 1, that of the starting point: the naive step "
-                      f"(beta = 1) diverges when the rows of a batch of {self.batch_size} interact; use "
-                      "variant='safe' or variant='aggressive', or a smaller batch_size")
+                      f"(beta = 1) diverges when the rows of a batch of {self.batch_size} "
+                      "interact; use variant='safe' or variant='aggressive', or a smaller "
+                      "batch_size")
         elif diverged and given:
             advice = f"the gap is above 1, that of the starting point: {given}"
         elif res.stop_reason == "max_iter":

@@ -168,7 +168,8 @@ def test_sparse_support_vectors(tmp_path_factory, model_files, part, data):
 
 
 _json_value = st.recursive(
-    st.one_of(st.none(), st.booleans(), st.integers(-10, 1 << 62), st.floats(), st.text(max_size=8)),
+    st.one_of(st.none(), st.booleans(), st.integers(-10, 1 << 62), st.floats(),
+              st.text(max_size=8)),
     lambda inner: st.one_of(st.lists(inner, max_size=4),
                             st.dictionaries(st.text(max_size=6), inner, max_size=4)),
     max_leaves=12)

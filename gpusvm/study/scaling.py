@@ -302,7 +302,9 @@ def certified_optimum(problem: Problem, lam: float, out_dir: Path, *, gap_tol: f
 
 
 def certificate_holds(cell: dict) -> bool:
-    """Whether a P* cell is consistent: ``lower_bound <= p_star`` and ``gap = p_star - lower_bound``.
+    """Whether a P* cell agrees with its certificate.
+
+    That is ``lower_bound <= p_star`` and ``gap = p_star - lower_bound``.
 
     Parameters
     ----------
