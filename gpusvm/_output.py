@@ -25,7 +25,7 @@ import os
 import stat
 import tempfile
 
-__all__ = ["write_output", "file_mode"]
+__all__ = ["write_output", "check_output", "file_mode"]
 
 
 def file_mode() -> int:
@@ -64,6 +64,23 @@ def _target(path: str, what: str):
             else "a socket" if stat.S_ISSOCK(mode) else "not a regular file")
     hint = "; pass a file name" if stat.S_ISDIR(mode) else "; write to a regular file instead"
     raise ValueError(f"cannot write the {what} to {path}: it is {kind}{hint}")
+
+
+def check_output(path, *, what: str = "output") -> None:
+    """Refuse, before any work, an output path that :func:`write_output` would refuse.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+    what : str, default="output"
+        What will be written, for the error message.
+
+    Raises
+    ------
+    ValueError
+        When ``path`` is empty, a directory, a block device or a socket.
+    """
+    _target(os.fspath(path), what)
 
 
 def write_output(path, write, *, what: str = "output", binary: bool = True) -> str:

@@ -308,6 +308,8 @@ def cmd_fit(args) -> int:
         params[name] = value
     params["random_state"] = args.seed
     out = args.out if args.out is not None else default_model_path(args.data)
+    from ._output import check_output
+    check_output(out, what="model")           # before the training, not after it
 
     progress = _show_progress(args.progress)
     est = cls(**params, verbose=int(progress))
@@ -395,6 +397,9 @@ def cmd_predict(args) -> int:
     from .datasets import load_svmlight, normalize_rows
     from .model_io import load_model, read_model_metadata
 
+    if args.out is not None:
+        from ._output import check_output
+        check_output(args.out, what="predictions")
     est = load_model(args.model)
     extra = read_model_metadata(args.model).get("extra") or {}
     n_features = est.n_features_in_

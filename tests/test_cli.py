@@ -312,10 +312,11 @@ def test_out_writes_through_a_character_device(capsys, tmp_path, train_file):
 
 
 def test_out_directory_and_empty_path_are_refused(capsys, tmp_path, train_file):
-    status, _, err = run(capsys, "fit", train_file, "--backend", "numpy", "--out", tmp_path)
+    status, out, err = run(capsys, "fit", train_file, "--backend", "numpy", "--out", tmp_path)
     assert_one_line_error(status, err, (
         f"gpusvm fit: error: cannot write the model to {tmp_path}: it is a directory; pass a "
         "file name"))
+    assert out == ""                                     # refused before any training
     status, out, err = run(capsys, "fit", train_file, "--out", "")
     assert_one_line_error(status, err, (
         "gpusvm fit: error: argument --out: the path is empty; pass a file name, or leave --out "
