@@ -19,12 +19,17 @@ import warnings
 from pathlib import Path
 
 import numpy as np
+import scipy.sparse as sp
 
 from ._version import __version__
 
 EXIT_OK = 0
 EXIT_ERROR = 2
 EXIT_INTERRUPTED = 130
+#: a reader that closed the pipe (``gpusvm ... | head``): silent, like a program killed by SIGPIPE
+EXIT_BROKEN_PIPE = 141
+
+ZERO_BASED = {"auto": "auto", "yes": True, "no": False}
 
 SOLVERS = ("pegasos", "sdca")
 
@@ -44,6 +49,28 @@ class _Parser(argparse.ArgumentParser):
 
 
 # --------------------------------------------------------------------- parser
+def output_path(text: str) -> str:
+    """argparse type of ``--out``: a non-empty path.
+
+    Parameters
+    ----------
+    text : str
+
+    Returns
+    -------
+    str
+
+    Raises
+    ------
+    argparse.ArgumentTypeError
+        For an empty string (which would otherwise mean "the default path").
+    """
+    if text == "":
+        raise argparse.ArgumentTypeError("the path is empty; pass a file name, or leave --out "
+                                         "out for the default")
+    return text
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``gpusvm`` command.
 
@@ -86,12 +113,18 @@ def build_parser() -> argparse.ArgumentParser:
     fit.add_argument("--dtype", choices=("float32", "float64"), help="precision (default float32)")
     fit.add_argument("--seed", type=int, default=0, help="seed of the batch stream (default 0)")
     fit.add_argument("--n-features", type=int, help="number of features (default: from the file)")
+    fit.add_argument("--zero-based", choices=tuple(ZERO_BASED), default="auto",
+                     help="whether DATA's feature indices start at 0: yes, no (LIBSVM's "
+                          "one-based indices; index 0 is an error) or auto (one-based unless "
+                          "index 0 occurs, with a warning; default). The base is stored in the "
+                          "model and predict reads its data with it")
     fit.add_argument("--normalize", action="store_true",
                      help="scale every row to unit L2 norm (stored in the model; predict "
                           "applies it too)")
-    fit.add_argument("--out", metavar="MODEL",
+    fit.add_argument("--out", metavar="MODEL", type=output_path,
                      help="model file to write (default: DATA's stem + .npz in the current "
-                          "directory)")
+                          "directory); a regular file is replaced atomically, a symbolic link "
+                          "is followed, a device or FIFO is written through")
     _add_progress(fit)
 
     pred = sub.add_parser("predict", help="apply a saved model to a svmlight/LIBSVM file",
@@ -99,7 +132,9 @@ def build_parser() -> argparse.ArgumentParser:
                                       "when DATA's labels are the model's classes.")
     pred.add_argument("model", metavar="MODEL", help="model file written by `gpusvm fit`")
     pred.add_argument("data", metavar="DATA", help="data in svmlight/LIBSVM format")
-    pred.add_argument("--out", metavar="FILE", help="write the predictions, one per line")
+    pred.add_argument("--out", metavar="FILE", type=output_path,
+                      help="write the predictions, one per line (a regular file is replaced "
+                           "atomically, a device or FIFO is written through)")
 
     demo = sub.add_parser("demo", help="train on the shipped a9a data set and compare with "
                                        "the optimum",
@@ -183,13 +218,37 @@ def main(argv=None) -> int:
                 status = _optional_module("gpusvm.study").run_cli(args)
             else:
                 status = _optional_module("gpusvm.spectral").run_cli(args)
+            sys.stdout.flush()      # a closed pipe shows here, not at the interpreter's exit
         return EXIT_OK if status is None else int(status)
     except KeyboardInterrupt:
         print(f"gpusvm {args.command}: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        _silence_stdout()
+        return EXIT_BROKEN_PIPE
+    except MemoryError as exc:
+        detail = _one_line(exc) if str(exc) else "MemoryError"
+        print(f"gpusvm {args.command}: error: out of memory ({detail}); use smaller data (check "
+              "DATA's largest feature index: it sets the number of columns) or a machine with "
+              "more memory", file=sys.stderr)
+        return EXIT_ERROR
     except (ValueError, TypeError, OSError, RuntimeError, ArithmeticError, ImportError) as exc:
         print(f"gpusvm {args.command}: error: {_one_line(exc)}", file=sys.stderr)
         return EXIT_ERROR
+    except Exception as exc:  # the promise holds for every failure: one line, status 2
+        print(f"gpusvm {args.command}: error: unexpected {type(exc).__name__}: {_one_line(exc)}",
+              file=sys.stderr)
+        return EXIT_ERROR
+
+
+def _silence_stdout():
+    """Point stdout at /dev/null, so that flushing it at exit raises no second BrokenPipeError."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):   # no real file descriptor (captured output)
+        pass
 
 
 def _one_line(exc) -> str:
@@ -265,13 +324,17 @@ def cmd_fit(args) -> int:
                              f"{args.solver} solver ({cls.__name__})")
         params[name] = value
     params["random_state"] = args.seed
-    out = args.out or default_model_path(args.data)
+    out = args.out if args.out is not None else default_model_path(args.data)
+    from ._output import check_output
+    check_output(out, what="model")           # before the training, not after it
 
     progress = _show_progress(args.progress)
     est = cls(**params, verbose=int(progress))
     if hasattr(est, "_validate_params"):  # report a bad parameter before reading a large file
         est._validate_params()
-    X, y = load_svmlight(args.data, n_features=args.n_features)
+    X, y, zero_based = load_svmlight(args.data, n_features=args.n_features,
+                                     zero_based=ZERO_BASED[args.zero_based],
+                                     return_zero_based=True)
     if args.normalize:
         X = normalize_rows(X)
     n, d = X.shape
@@ -285,7 +348,8 @@ def cmd_fit(args) -> int:
     print(f"stopped after {est.n_iter_} iterations ({getattr(est, 'stop_reason_', '?')}), "
           f"{seconds:.2f} s")
     print(f"training accuracy: {est.score(X, y):.4f}")
-    save_model(est, out, extra={"normalize": bool(args.normalize), "trained_on": str(args.data)})
+    save_model(est, out, extra={"normalize": bool(args.normalize), "trained_on": str(args.data),
+                                "zero_based": zero_based})
     print(f"model written to {out}")
     return EXIT_OK
 
@@ -350,15 +414,26 @@ def cmd_predict(args) -> int:
     from .datasets import load_svmlight, normalize_rows
     from .model_io import load_model, read_model_metadata
 
+    if args.out is not None:
+        from ._output import check_output
+        check_output(args.out, what="predictions")
     est = load_model(args.model)
     extra = read_model_metadata(args.model).get("extra") or {}
-    n_features = getattr(est, "n_features_in_", None)
-    try:
-        X, y = load_svmlight(args.data, n_features=n_features)
-    except ValueError as exc:
-        if "n_features=" in str(exc):
-            raise ValueError(f"{exc}; the model was trained on {n_features} features") from None
-        raise
+    n_features = est.n_features_in_
+    zero_based = extra.get("zero_based", "auto")      # models of gpusvm <= 0.1 lack it
+    if zero_based not in (True, False):
+        zero_based = "auto"
+    X, y, zero_based = load_svmlight(args.data, zero_based=zero_based, return_zero_based=True)
+    if X.shape[1] > n_features:
+        from .datasets import _locate_error
+        first = 0 if zero_based else 1
+        raise ValueError(_locate_error(
+            args.data, None, n_features, zero_based,
+            limit=f"the model {args.model} was trained on {n_features} features (indices "
+                  f"{first} to {n_features - 1 + first}); DATA must use the training data's "
+                  "features"))
+    if X.shape[1] < n_features:            # a test file need not use the last features
+        X = sp.csr_matrix((X.data, X.indices, X.indptr), shape=(X.shape[0], n_features))
     if extra.get("normalize"):
         X = normalize_rows(X)
     pred = est.predict(X)
@@ -370,9 +445,10 @@ def cmd_predict(args) -> int:
     else:
         print("accuracy: not computed (the labels of DATA are not the model's classes "
               f"{', '.join(format_label(c) for c in est.classes_)})")
-    if args.out:
-        with open(args.out, "w", encoding="utf-8") as f:
-            f.writelines(format_label(p) + "\n" for p in pred)
+    if args.out is not None:
+        from ._output import write_output
+        write_output(args.out, lambda f: f.writelines(format_label(p) + "\n" for p in pred),
+                     what="predictions", binary=False)
         print(f"predictions written to {args.out}")
     return EXIT_OK
 

@@ -12,6 +12,7 @@ import gzip
 import hashlib
 import io
 import os
+import warnings
 from importlib import resources
 
 import numpy as np
@@ -32,8 +33,15 @@ _A9A_FILES = {"train": "a9a.gz", "test": "a9a.t.gz"}
 
 _INT32_MAX = np.iinfo(np.int32).max
 
+#: without an explicit ``n_features``, a file may make at most this many columns ...
+FREE_COLUMNS = 1 << 25
+#: ... or this many per stored value (row or nonzero): an index alone never makes every model
+#: allocate gigabytes (one stray index 2e9 in a 40-byte file would ask 16 GB per weight vector)
+COLUMNS_PER_VALUE = 16
 
-def load_svmlight(path, n_features=None, dtype=np.float32, *, zero_based="auto"):
+
+def load_svmlight(path, n_features=None, dtype=np.float32, *, zero_based="auto",
+                  return_zero_based=False):
     """Read a svmlight/LIBSVM file (plain or gzip/bz2-compressed) into CSR.
 
     Parameters
@@ -47,8 +55,15 @@ def load_svmlight(path, n_features=None, dtype=np.float32, *, zero_based="auto")
     dtype : {numpy.float32, numpy.float64}, default=numpy.float32
         Type of the values.
     zero_based : bool or "auto", default="auto"
-        Whether indices start at 0. ``"auto"`` assumes 1-based (LIBSVM) unless an
-        index 0 occurs in the file.
+        Whether indices start at 0. ``False``: one-based (LIBSVM's convention),
+        and an index 0 is an error naming its line. ``True``: zero-based.
+        ``"auto"``: one-based unless an index 0 occurs; then the file is read as
+        zero-based and a ``UserWarning`` names the first line with index 0 (a
+        single stray ``0:`` in a one-based file would otherwise shift every
+        column by one, silently). Pass the base explicitly to decide.
+    return_zero_based : bool, default=False
+        Also return the base the file was read with (record it with a model,
+        and read the test data with the same base).
 
     Returns
     -------
@@ -57,6 +72,9 @@ def load_svmlight(path, n_features=None, dtype=np.float32, *, zero_based="auto")
         ``nnz`` and ``n_features`` fit in int32, int64 otherwise.
     y : ndarray of float64, shape (n_samples,)
         The labels exactly as written in the file (no remapping).
+    zero_based : bool
+        Only with ``return_zero_based=True``: whether the file was read as
+        zero-based.
 
     Raises
     ------
@@ -64,7 +82,13 @@ def load_svmlight(path, n_features=None, dtype=np.float32, *, zero_based="auto")
         When ``path`` does not exist.
     ValueError
         When the file is malformed (the message names the file and the first bad
-        line), holds no example, or uses more than ``n_features`` features.
+        line), holds no example, uses more than ``n_features`` features, or holds
+        an index 0 with ``zero_based=False``.
+
+    Warns
+    -----
+    UserWarning
+        With ``zero_based="auto"``, when an index 0 makes the file zero-based.
     """
     path = os.fspath(path)
     if not os.path.exists(path):
@@ -79,13 +103,72 @@ def load_svmlight(path, n_features=None, dtype=np.float32, *, zero_based="auto")
                 or n_features < 1:
             raise ValueError(f"n_features must be a positive integer or None, got {n_features!r}")
         n_features = int(n_features)
+    if not (zero_based is True or zero_based is False or zero_based == "auto"):
+        raise ValueError(f"zero_based must be True, False or 'auto', got {zero_based!r}")
     try:
-        X, y = load_svmlight_file(path, n_features=n_features, dtype=dtype, zero_based=zero_based)
+        # the raw indices, whatever the base: the base is decided below, from the whole file
+        X, y = load_svmlight_file(path, dtype=dtype, zero_based=True)
     except (ValueError, OverflowError, UnicodeDecodeError, EOFError, gzip.BadGzipFile) as exc:
         raise ValueError(_locate_error(path, exc, n_features, zero_based)) from None
     if X.shape[0] == 0:
         raise ValueError(f"{path}: no examples found (the file is empty or holds only comments)")
-    return _to_int32_csr(X), y
+    X = X.tocsr()
+    has_zero = X.nnz > 0 and int(X.indices.min()) == 0
+    if zero_based is False and has_zero:
+        raise ValueError(_locate_error(path, None, n_features, False))
+    if zero_based == "auto":
+        if has_zero:
+            line = _first_zero_line(path)
+            warnings.warn(
+                f"{path}: index 0 occurs (first on line {line}), so the whole file is read as "
+                "zero-based; if it is a one-based (LIBSVM) file, that line is an error and every "
+                "column would shift by one: pass zero_based=False to refuse index 0, or "
+                "zero_based=True to read the file as zero-based without this warning",
+                UserWarning, stacklevel=2)
+        zero_based = has_zero
+    n_cols = X.shape[1] if zero_based else max(X.shape[1] - 1, 0)
+    if n_features is not None and n_cols > n_features:
+        raise ValueError(_locate_error(path, None, n_features, zero_based))
+    if n_features is None and n_cols > max(FREE_COLUMNS, COLUMNS_PER_VALUE * (X.nnz + X.shape[0])):
+        line, index = _widest_line(path)
+        raise ValueError(
+            f"{path}, line {line}: feature index {index} makes the data {n_cols} columns wide "
+            f"for {X.shape[0]} rows and {X.nnz} nonzeros (a weight vector alone would take "
+            f"{8 * n_cols / 2**30:.1f} GiB); if the data really has that many features, pass "
+            "n_features explicitly")
+    indices = X.indices if zero_based else X.indices - 1
+    X = sp.csr_matrix((X.data, indices, X.indptr),
+                      shape=(X.shape[0], n_cols if n_features is None else n_features))
+    X = _to_int32_csr(X)
+    return (X, y, bool(zero_based)) if return_zero_based else (X, y)
+
+
+def _widest_line(path):
+    """``(line number, index)`` of the largest feature index of ``path``."""
+    best = (0, -1)
+    with _open_text(path) as f:
+        for lineno, raw in enumerate(f, start=1):
+            for tok in raw.split(b"#", 1)[0].split()[1:]:
+                try:
+                    idx = int(tok.split(b":", 1)[0])
+                except ValueError:          # a qid:... term
+                    continue
+                if idx > best[1]:
+                    best = (lineno, idx)
+    return best
+
+
+def _first_zero_line(path):
+    """Number of the first line of ``path`` that uses the feature index 0."""
+    with _open_text(path) as f:
+        for lineno, raw in enumerate(f, start=1):
+            for tok in raw.split(b"#", 1)[0].split()[1:]:
+                try:
+                    if int(tok.split(b":", 1)[0]) == 0:
+                        return lineno
+                except ValueError:          # a qid:... term
+                    continue
+    return "?"
 
 
 def _to_int32_csr(X):
@@ -109,13 +192,15 @@ def _open_text(path):
     return open(path, "rb")
 
 
-def _locate_error(path, exc, n_features, zero_based):
+def _locate_error(path, exc, n_features, zero_based, *, limit=None):
     """Re-scan ``path`` line by line with the rules of scikit-learn's parser.
 
     Returns an error message naming the file and the first bad line; falls back
-    to the parser's own message when no single line is at fault.
+    to the parser's own message when no single line is at fault. ``limit``
+    replaces the advice about ``n_features`` for an index beyond it (e.g. "the
+    model was trained on 12 features").
     """
-    reason = str(exc) or type(exc).__name__
+    reason = (str(exc) or type(exc).__name__) if exc is not None else "inconsistent data"
     max_index, max_line, lineno = -1, 0, 0
     has_zero = False
     try:
@@ -136,9 +221,10 @@ def _locate_error(path, exc, n_features, zero_based):
         one_based = zero_based is False or (zero_based == "auto" and not has_zero)
         needed = max_index if one_based else max_index + 1
         if needed > n_features:
+            advice = limit or (f"n_features={n_features}; pass n_features >= {needed} "
+                               "(or the training set's n_features)")
             return (f"{path}, line {max_line}: feature index {max_index} needs {needed} features "
-                    f"but n_features={n_features}; pass n_features >= {needed} "
-                    "(or the training set's n_features)")
+                    f"but {advice}")
     return f"{path}: malformed svmlight/LIBSVM data ({reason})"
 
 
@@ -175,8 +261,11 @@ def _check_line(raw: bytes, zero_based):
             float(val_s)
         except ValueError:
             return f"feature value {val_s!r} in {tok!r} is not a number"
-        if idx < 0 or (zero_based is False and idx == 0):
+        if idx < 0:
             return f"invalid feature index {idx} in {tok!r}"
+        if zero_based is False and idx == 0:
+            return (f"feature index 0 in {tok!r}, but the file is read as one-based (LIBSVM: "
+                    "indices start at 1); pass zero_based=True if the file is zero-based")
         if idx > _INT32_MAX:
             return f"feature index {idx} in {tok!r} is too large (the largest is {_INT32_MAX})"
         if idx <= prev:

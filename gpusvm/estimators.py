@@ -26,6 +26,72 @@ def _as_dtype(dtype) -> np.dtype:
     return dt
 
 
+_INT32_MAX = int(np.iinfo(np.int32).max)
+
+#: the largest ``max_iter``: iteration counters are 64-bit integers in the compiled loops
+MAX_ITER = 2**62
+
+#: the smallest batch for ``bias="optimal"``: the optimal bias of a batch puts a margin at
+#: exactly 1, so a batch of one row never moves ``w``, and on a9a batches of 2 and 4 stay at
+#: the majority class's accuracy
+MIN_OPTIMAL_BIAS_BATCH = 8
+
+
+def check_sparse_structure(X) -> None:
+    """Check the index arrays of a sparse matrix before any compiled code reads them.
+
+    scipy checks only their lengths when a matrix is built, and not at all
+    when the arrays are changed afterwards; an index out of range or a
+    decreasing ``indptr`` makes compiled loops (scipy's, numba's, the CUDA
+    kernels) read and write out of bounds. The check is O(nnz) and vectorised.
+
+    Parameters
+    ----------
+    X : object
+        Anything; only CSR, CSC and COO matrices are checked.
+
+    Raises
+    ------
+    ValueError
+        When an index is out of range or the index pointer is not a
+        non-decreasing sequence from 0 to nnz.
+    """
+    if not sp.issparse(X):
+        return
+    fmt = X.format
+    if fmt == "coo":
+        for name, idx, bound in (("row", X.row, X.shape[0]), ("column", X.col, X.shape[1])):
+            if idx.size and (idx.min() < 0 or idx.max() >= bound):
+                raise ValueError(f"X has {name} indices outside [0, {bound}) (a corrupted COO "
+                                 "matrix); rebuild it with scipy.sparse.coo_matrix")
+        return
+    if fmt not in ("csr", "csc"):
+        return
+    major, minor = X.shape if fmt == "csr" else X.shape[::-1]
+    what = "column" if fmt == "csr" else "row"
+    indptr, indices = np.asarray(X.indptr), np.asarray(X.indices)
+    if indptr.ndim != 1 or indptr.size != major + 1 or indptr[0] != 0 \
+            or indptr[-1] > indices.size or indptr[-1] > np.asarray(X.data).size \
+            or np.any(np.diff(indptr) < 0):
+        raise ValueError(f"X is a corrupted {fmt.upper()} matrix: its indptr is not a "
+                         f"non-decreasing sequence of {major + 1} offsets from 0 to at most its "
+                         f"{indices.size} indices; rebuild it with scipy.sparse.{fmt}_matrix")
+    used = indices[:indptr[-1]]
+    if used.size and (used.min() < 0 or used.max() >= minor):
+        raise ValueError(f"X is a corrupted {fmt.upper()} matrix: it has {what} indices outside "
+                         f"[0, {minor}); rebuild it with scipy.sparse.{fmt}_matrix")
+
+
+def _max_squared_row_norm(X) -> float:
+    """Largest ``||x_i||^2`` of a CSR matrix, in float64 (inf when it overflows)."""
+    if X.nnz == 0:
+        return 0.0
+    with np.errstate(over="ignore", invalid="ignore"):
+        data = X.data.astype(np.float64)
+        sq = np.add.reduceat(data * data, X.indptr[:-1][np.diff(X.indptr) > 0])
+    return float(np.max(sq))
+
+
 def binary_labels(y, estimator_name: str):
     """Map two class labels to {-1, +1}.
 
@@ -67,8 +133,8 @@ ROW_NORM_WARNING = 100.0
 DEVICE_AUTO_BATCH = 4096
 
 
-def warn_if_rows_unscaled(X: sp.csr_matrix, bias_column: bool = False) -> float:
-    """Warn when the largest row norm of ``X`` is far above 1, naming the fixes.
+def warn_if_rows_unscaled(max_row_norm: float) -> None:
+    """Warn when the largest row norm is far above 1, naming the fixes.
 
     The step sizes of Pegasos and the mini-batch theory of both papers assume
     ``max_i ||x_i|| <= 1`` (Pegasos Theorem 1's ``R``; Takáč et al. Sec. 2);
@@ -77,33 +143,17 @@ def warn_if_rows_unscaled(X: sp.csr_matrix, bias_column: bool = False) -> float:
 
     Parameters
     ----------
-    X : scipy.sparse.csr_matrix
-    bias_column : bool
-        ``X`` ends with the constant bias feature (not counted).
-
-    Returns
-    -------
-    float
-        The largest row norm.
+    max_row_norm : float
+        The largest Euclidean row norm of the training data (bias column excluded).
     """
-    data = X.data.astype(np.float64, copy=False)
-    if bias_column:
-        keep = X.indices != X.shape[1] - 1
-        sq = np.bincount(np.repeat(np.arange(X.shape[0]), np.diff(X.indptr))[keep],
-                         weights=data[keep] ** 2, minlength=X.shape[0])
-    else:
-        sq = np.add.reduceat(data ** 2, X.indptr[:-1]) if X.nnz else np.zeros(X.shape[0])
-        sq[np.diff(X.indptr) == 0] = 0.0
-    top = float(np.sqrt(sq.max())) if sq.size else 0.0
-    if top > ROW_NORM_WARNING:
+    if max_row_norm > ROW_NORM_WARNING:
         warnings.warn(
-            f"the largest row norm of X is {top:.3g}, far above 1, which the step sizes and "
-            "the mini-batch theory assume (max ||x_i|| <= 1): the fit may stay near the "
+            f"the largest row norm of X is {max_row_norm:.3g}, far above 1, which the step sizes "
+            "and the mini-batch theory assume (max ||x_i|| <= 1): the fit may stay near the "
             "majority class or need many more epochs; scale the rows with "
             "gpusvm.datasets.normalize_rows(X) or the features with "
             "sklearn.preprocessing.StandardScaler (or MaxAbsScaler for sparse X) in a Pipeline",
-            DataScaleWarning, stacklevel=3)
-    return top
+            DataScaleWarning, stacklevel=4)
 
 
 class DataScaleWarning(UserWarning):
@@ -116,7 +166,7 @@ class _LinearSVCBase(ClassifierMixin, BaseEstimator):
     _parameter_constraints: dict = {
         "lam": [Interval(Real, 0, None, closed="neither")],
         "batch_size": [Interval(Integral, 1, None, closed="left"), StrOptions({"auto"})],
-        "max_iter": [Interval(Integral, 1, None, closed="left"), None],
+        "max_iter": [Interval(Integral, 1, MAX_ITER, closed="both"), None],
         "sampling": [StrOptions(set(SAMPLING_MODES))],
         "bias": [StrOptions(set(BIAS_MODES))],
         "intercept_scaling": [Interval(Real, 0, None, closed="neither")],
@@ -125,7 +175,7 @@ class _LinearSVCBase(ClassifierMixin, BaseEstimator):
         "callback": [callable, None],
         "backend": [StrOptions(set(BACKENDS))],
         "dtype": [StrOptions({"float32", "float64"}), type],
-        "random_state": ["random_state"],
+        "random_state": ["random_state", np.random.Generator],
         "verbose": ["verbose"],
     }
 
@@ -137,22 +187,54 @@ class _LinearSVCBase(ClassifierMixin, BaseEstimator):
 
     # ------------------------------------------------------------ helpers
     def _prepare(self, X, y):
-        """Validate, convert to CSR once, map labels, append the bias feature."""
+        """Validate, convert to CSR once, map labels, append the bias feature.
+
+        The caller's matrix is never modified: a CSR matrix with unsorted or
+        duplicate indices is copied before it is put in canonical form.
+        """
         dtype = _as_dtype(self.dtype)
+        check_sparse_structure(X)
         X, y = validate_data(self, X, y, accept_sparse="csr", dtype=dtype, order="C",
                              y_numeric=False)
         classes, y_pm = binary_labels(y, type(self).__name__)
         Xc = sp.csr_matrix(X, dtype=dtype) if not sp.issparse(X) else X.tocsr().astype(dtype, copy=False)
-        if Xc.indices.dtype != np.int32 and Xc.nnz < np.iinfo(np.int32).max:
+        check_sparse_structure(Xc)
+        n, d = Xc.shape
+        d_aug = d + (self.bias == "augmented")
+        nnz_aug = Xc.nnz + n * (self.bias == "augmented")
+        if d_aug > _INT32_MAX or nnz_aug > _INT32_MAX:
+            bias_column = " (plus the bias column)" if d_aug > d else ""
+            raise ValueError(
+                f"X has {d} columns and {Xc.nnz} nonzeros{bias_column}; gpusvm indexes them "
+                f"with 32-bit integers, so both must stay below {_INT32_MAX}: drop unused "
+                "columns (e.g. re-index the features) or split the data")
+        if Xc.indices.dtype != np.int32 or Xc.indptr.dtype != np.int32:
             Xc = sp.csr_matrix((Xc.data, Xc.indices.astype(np.int32), Xc.indptr.astype(np.int32)),
                                shape=Xc.shape)
-        Xc.sum_duplicates()
-        Xc.sort_indices()
-        n = Xc.shape[0]
+        if not Xc.has_canonical_format:    # order a copy: Xc may share arrays with the caller's X
+            Xc = sp.csr_matrix((Xc.data.copy(), Xc.indices.copy(), Xc.indptr.copy()),
+                               shape=Xc.shape)
+            Xc.sum_duplicates()
+            Xc.sort_indices()
         k = self.batch_size
         if k != "auto" and k > n:
             raise ValueError(
                 f"batch_size={k} exceeds the number of samples n={n}; choose 1 <= batch_size <= {n}")
+        max_sq = _max_squared_row_norm(Xc)
+        if math.isfinite(max_sq):
+            warn_if_rows_unscaled(math.sqrt(max_sq))
+        else:
+            raise ValueError(
+                "X has values so large that the squared norm of a row overflows float64 (e.g. "
+                "1e300); scale the features (sklearn.preprocessing.MaxAbsScaler) or normalise "
+                "the rows (gpusvm.datasets.normalize_rows) first")
+        step = math.sqrt(max(max_sq, 1.0)) / self.lam
+        if not step * step < np.finfo(dtype).max:
+            smallest = math.sqrt(max(max_sq, 1.0) / np.finfo(dtype).max)
+            raise ValueError(
+                f"lam={self.lam!r} is too small for dtype={dtype.name}: a step of size 1/lam on "
+                f"rows of norm up to {math.sqrt(max_sq):.3g} overflows; use lam >= "
+                f"{smallest:.1e}")
         if self.bias == "augmented":
             col = sp.csr_matrix(np.full((n, 1), self.intercept_scaling, dtype=dtype))
             Xc = sp.hstack([Xc, col], format="csr", dtype=dtype)
@@ -204,6 +286,7 @@ class _LinearSVCBase(ClassifierMixin, BaseEstimator):
         ndarray of shape (n_samples,)
         """
         check_is_fitted(self)
+        check_sparse_structure(X)
         X = validate_data(self, X, accept_sparse="csr", reset=False,
                           dtype=[np.float64, np.float32])
         return np.asarray(X @ self.coef_[0].astype(X.dtype, copy=False)).ravel().astype(np.float64) \
@@ -259,6 +342,9 @@ class PegasosSVC(_LinearSVCBase):
         between doublings put the suboptimality left at most ``tol`` (``"doubling"``,
         :func:`gpusvm.solvers.pegasos.doubling_estimate`).  ``"auto"``:
         ``"doubling"`` when ``max_iter`` is None, else ``"tail"`` (``averaging_``).
+        A ``"tail"`` run stopped (``max_time``, ``target_objective``, ``callback``)
+        before ``T/2`` has no tail: it returns the last iterate, with a
+        ``ConvergenceWarning``.
     tol : float or None, default=1e-3
         The doubling average's stopping rule: stop when the suboptimality left,
         estimated from how the objective falls from one doubling of ``T`` to the
@@ -273,7 +359,9 @@ class PegasosSVC(_LinearSVCBase):
     bias : {"none", "augmented", "unregularized", "optimal"}, default="augmented"
         Pegasos Sec. 4: no intercept; a constant feature ``intercept_scaling``
         appended to every row (the intercept is regularised); an unregularised
-        ``b`` stepped with the batch subgradient; or the optimal ``b`` of each batch.
+        ``b`` stepped with the batch subgradient; or the optimal ``b`` of each batch
+        (which needs ``batch_size >= 8``: a smaller batch's optimal bias puts its
+        margins at 1 and ``w`` barely moves).
     intercept_scaling : float, default=1.0
         Value of the appended constant feature for ``bias="augmented"``.
     eval_every : int or None, default=None
@@ -425,10 +513,19 @@ class PegasosSVC(_LinearSVCBase):
         """
         if self.schedule == "constant" and self.eta0 is None:
             raise ValueError("schedule='constant' needs eta0, the fixed step size")
+        if (self.bias == "optimal" and self.batch_size != "auto"
+                and self.batch_size < MIN_OPTIMAL_BIAS_BATCH):
+            raise ValueError(
+                f"bias='optimal' needs batch_size >= {MIN_OPTIMAL_BIAS_BATCH}, got "
+                f"batch_size={self.batch_size}: the optimal bias of a small batch puts its "
+                "margins at 1, so w barely moves (with one row, never) and the model predicts "
+                "the majority class; use bias='unregularized' or bias='augmented', or a larger "
+                "batch_size")
         Xc, y_pm = self._prepare(X, y)
-        warn_if_rows_unscaled(Xc, bias_column=self.bias == "augmented")
         n = Xc.shape[0]
         backend, k = self._resolve(n)
+        if self.bias == "optimal" and self.batch_size == "auto":   # the batch needs rows
+            k = max(k, min(n, MIN_OPTIMAL_BIAS_BATCH))
         averaging = self.averaging
         if averaging == "auto":
             averaging = "doubling" if self.max_iter is None else "tail"
@@ -448,9 +545,13 @@ class PegasosSVC(_LinearSVCBase):
         finally:
             close()
         if not np.all(np.isfinite(res.w)) or not math.isfinite(res.b):
-            raise FloatingPointError(
-                "Pegasos diverged (non-finite weights); with schedule='constant' lower eta0, "
-                "or use schedule='pegasos'")
+            if self.schedule == "constant":
+                advice = "lower eta0, or use schedule='pegasos'"
+            else:
+                advice = (f"the steps 1/(lam t) are too large for dtype={self.dtype!s} with "
+                          f"lam={self.lam!r}: use a larger lam or dtype='float64'")
+            raise FloatingPointError(f"Pegasos diverged (non-finite weights); {advice}")
+        warn_short_tail(averaging, res.n_iter, max_iter, res.stop_reason)
         self._set_solution(res.w, res.b)
         self.n_iter_ = res.n_iter
         self.history_ = res.history
@@ -465,6 +566,26 @@ class PegasosSVC(_LinearSVCBase):
                 "doubling; increase max_iter, scale the data (gpusvm.datasets.normalize_rows), "
                 "or use SDCASVC, which certifies its result", ConvergenceWarning, stacklevel=2)
         return self
+
+
+def warn_short_tail(averaging, n_iter, max_iter, stop_reason) -> None:
+    """Warn when ``averaging="tail"`` stopped before ``T/2``: the last iterate is returned.
+
+    Parameters
+    ----------
+    averaging : str
+    n_iter : int
+        Iterations performed.
+    max_iter : int
+        ``T``; the tail average starts after iteration ``T // 2``.
+    stop_reason : str
+    """
+    if averaging == "tail" and n_iter <= max_iter // 2:
+        warnings.warn(
+            f"averaging='tail' averages the iterates after iteration {max_iter // 2} = "
+            f"max_iter/2, but the run stopped at iteration {n_iter} ({stop_reason}): the last "
+            "iterate is returned, not an average; give the run more time, lower max_iter, or "
+            "use averaging='all'", ConvergenceWarning, stacklevel=3)
 
 
 def _progress_bar(verbose, total):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import warnings
 from numbers import Real
 
@@ -10,7 +11,7 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils._param_validation import Interval, StrOptions
 
 from .backends import make_backend
-from .estimators import _LinearSVCBase, warn_if_rows_unscaled
+from .estimators import _LinearSVCBase
 from .solvers.sdca import VARIANTS, default_max_iter, sdca
 
 #: bias modes SDCA supports (the others have no box-constrained dual)
@@ -81,7 +82,9 @@ class SDCASVC(_LinearSVCBase):
         certificate costs about one pass over the data and is the only host
         synchronisation of a GPU run.
     max_time : float or None, default=None
-        Time budget in seconds (checked at evaluations).
+        Time budget in seconds (checked at evaluations).  A run that stops on
+        ``max_iter``, ``max_time`` or the callback with a gap above ``tol`` warns
+        (``ConvergenceWarning``) with what to change.
     callback : callable or None, default=None
         ``callback(iteration, objective, elapsed)`` at each evaluation, with
         ``objective = P(w(alpha))`` (PegasosSVC's convention); return ``False``
@@ -256,7 +259,6 @@ class SDCASVC(_LinearSVCBase):
                 "which coordinate steps cannot keep; use bias='augmented' (a regularised "
                 "intercept), or PegasosSVC for the other bias modes")
         Xc, y_pm = self._prepare(X, y)
-        warn_if_rows_unscaled(Xc, bias_column=self.bias == "augmented")
         n = Xc.shape[0]
         backend, b = self._resolve(n)
         variant = self.variant
@@ -289,12 +291,39 @@ class SDCASVC(_LinearSVCBase):
         self.backend_ = be.name
         self.batch_size_ = b
         self.variant_ = variant
-        if res.stop_reason == "max_iter":
-            warnings.warn(
-                f"SDCA stopped after max_iter={max_iter} iterations with duality gap "
-                f"{ex['gap']:.3g} > tol={self.tol}; increase max_iter, or use the aggressive "
-                "variant or a smaller batch_size", ConvergenceWarning, stacklevel=2)
+        message = self._uncertified_message(res, max_iter, variant, b)
+        if message is not None:
+            warnings.warn(message, ConvergenceWarning, stacklevel=2)
         return self
+
+    def _uncertified_message(self, res, max_iter, variant, b):
+        """The ConvergenceWarning of a run that ended with a gap above ``tol``, or None."""
+        gap = res.extra["gap"]
+        if res.stop_reason == "tol" or gap <= self.tol:
+            return None
+        # alpha = 0, w = 0 has P = 1 and D = 0 (less with zero rows at alpha_i = 1): a gap above
+        # 1 is worse than the starting point, i.e. the steps are too long
+        diverged = not math.isfinite(gap) or gap > 1.0
+        given = (f"sigma2={self.sigma2!r} was given: if it is below the sigma^2 of the "
+                 "row-normalised data, the safe step is too long; pass sigma2=None to compute "
+                 "it") if self.sigma2 is not None and variant != "naive" else None
+        if diverged and variant == "naive":
+            advice = ("the gap is above 1, that of the starting point: the naive step "
+                      f"(beta = 1) diverges when the rows of a batch of {b} "
+                      "interact; use variant='safe' or variant='aggressive', or a smaller "
+                      "batch_size")
+        elif diverged and given:
+            advice = f"the gap is above 1, that of the starting point: {given}"
+        elif res.stop_reason == "max_iter":
+            advice = ("increase max_iter, or use the aggressive variant or a smaller batch_size"
+                      + (f"; {given}" if given else ""))
+        elif res.stop_reason == "max_time":
+            advice = f"the time budget max_time={self.max_time!r} ran out; give it more time"
+        else:
+            advice = "the callback stopped it; let the run continue to certify the solution"
+        head = (f"SDCA stopped after max_iter={max_iter} iterations" if res.stop_reason ==
+                "max_iter" else f"SDCA stopped by {res.stop_reason} after {res.n_iter} iterations")
+        return f"{head} with duality gap {gap:.3g} > tol={self.tol}; {advice}"
 
 
 def _gap_progress_bar(verbose, total):

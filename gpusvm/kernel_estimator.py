@@ -11,10 +11,11 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .backends import BACKENDS
-from .estimators import _progress_bar, binary_labels
+from .estimators import (MAX_ITER, _progress_bar, binary_labels, check_sparse_structure,
+                         warn_short_tail)
 from .solvers._sampling import SAMPLING_MODES
-from .solvers.kernel_pegasos import (KERNEL_BIAS_MODES, KERNELS, kernel_blocks, kernel_pegasos,
-                                     make_kernel, resolve_gamma)
+from .solvers.kernel_pegasos import (KERNEL_BIAS_MODES, KERNELS, NONFINITE_KERNEL, kernel_blocks,
+                                     kernel_pegasos, make_kernel, resolve_gamma)
 from .solvers.pegasos import AVERAGING
 
 
@@ -68,7 +69,8 @@ class KernelPegasosSVC(ClassifierMixin, BaseEstimator):
         Iterations between evaluations of the objective (``history_``, stopping
         rules, callback); ``None`` means only at the end.  One evaluation costs O(n).
     max_time : float or None, default=None
-        Time budget in seconds (checked at evaluations).
+        Time budget in seconds, checked after every iteration (also without
+        ``eval_every``).
     target_objective : float or None, default=None
         Stop once ``P(w) <= target_objective`` at an evaluation.
     callback : callable or None, default=None
@@ -137,7 +139,7 @@ class KernelPegasosSVC(ClassifierMixin, BaseEstimator):
     _parameter_constraints: dict = {
         "lam": [Interval(Real, 0, None, closed="neither")],
         "batch_size": [Interval(Integral, 1, None, closed="left")],
-        "max_iter": [Interval(Integral, 1, None, closed="left"), None],
+        "max_iter": [Interval(Integral, 1, MAX_ITER, closed="both"), None],
         "sampling": [StrOptions(set(SAMPLING_MODES))],
         "kernel": [StrOptions(set(KERNELS)), callable],
         "gamma": [StrOptions({"scale", "auto"}), Interval(Real, 0, None, closed="neither")],
@@ -152,7 +154,7 @@ class KernelPegasosSVC(ClassifierMixin, BaseEstimator):
         "callback": [callable, None],
         "cache_size": [Interval(Real, 0, None, closed="left")],
         "backend": [StrOptions(set(BACKENDS))],
-        "random_state": ["random_state"],
+        "random_state": ["random_state", np.random.Generator],
         "verbose": ["verbose"],
     }
 
@@ -219,7 +221,9 @@ class KernelPegasosSVC(ClassifierMixin, BaseEstimator):
             raise ValueError(
                 f"backend={self.backend!r} is not available for KernelPegasosSVC: kernel Pegasos "
                 "runs on the NumPy backend only; use backend='numpy' or 'auto'")
+        check_sparse_structure(X)
         X, y = validate_data(self, X, y, accept_sparse="csr", dtype=np.float64, order="C")
+        check_sparse_structure(X)
         self.classes_, y_pm = binary_labels(y, type(self).__name__)
         n = X.shape[0]
         k = self.batch_size
@@ -245,6 +249,7 @@ class KernelPegasosSVC(ClassifierMixin, BaseEstimator):
             raise FloatingPointError(
                 "kernel Pegasos produced non-finite coefficients; check that the kernel "
                 "returns finite values on X (e.g. scale X for 'poly' or a callable kernel)")
+        warn_short_tail(self.averaging, res.n_iter, max_iter, res.stop_reason)
         self.support_ = np.flatnonzero(res.coef).astype(np.int32)
         self.support_vectors_ = X[self.support_]
         self.dual_coef_ = (res.coef * y_pm)[self.support_].reshape(1, -1)
@@ -271,10 +276,13 @@ class KernelPegasosSVC(ClassifierMixin, BaseEstimator):
         ndarray of shape (n_samples,)
         """
         check_is_fitted(self)
+        check_sparse_structure(X)
         X = validate_data(self, X, accept_sparse="csr", reset=False, dtype=np.float64)
         if self.support_.size == 0:
             return np.full(X.shape[0], self.intercept_[0])
         K = kernel_blocks(self._gram(), X, self.support_vectors_)
+        if not np.all(np.isfinite(K)):
+            raise ValueError(NONFINITE_KERNEL)
         return K @ self.dual_coef_[0] + self.intercept_[0]
 
     def predict(self, X):

@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import importlib
 import json
+import math
 import os
-import tempfile
+import re
 import zipfile
 import zlib
 
@@ -28,6 +29,7 @@ import scipy.sparse as sp
 from sklearn.base import BaseEstimator
 from sklearn.utils.validation import check_is_fitted
 
+from ._output import write_output
 from ._version import __version__
 
 __all__ = ["save_model", "load_model", "read_model_metadata", "FORMAT_NAME", "FORMAT_VERSION"]
@@ -101,7 +103,11 @@ def save_model(estimator, path, *, extra=None):
         Must be fitted.
     path : str or os.PathLike
         Destination, written exactly as given (no suffix is added; ``.npz`` is
-        the convention). The file is replaced atomically.
+        the convention). A regular file is replaced atomically (a failed write
+        leaves the old file intact) with the permissions ``0666`` minus the
+        umask; a symbolic link is followed; a character device or a FIFO is
+        written through; a directory, block device or socket is refused (see
+        :mod:`gpusvm._output`).
     extra : dict or None, default=None
         JSON-representable metadata kept with the model (the command line
         stores its preprocessing here); read back with
@@ -191,18 +197,7 @@ def save_model(estimator, path, *, extra=None):
     }
     blob = json.dumps(metadata, sort_keys=True).encode("utf-8")
     arrays[METADATA_MEMBER] = np.frombuffer(blob, dtype=np.uint8)
-    path = os.fspath(path)
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".gpusvm-model-", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            np.savez_compressed(f, **arrays)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    return path
+    return write_output(path, lambda f: np.savez_compressed(f, **arrays), what="model")
 
 
 # --------------------------------------------------------------------- loading
@@ -225,8 +220,47 @@ def _open_archive(path):
     return archive
 
 
+#: largest expansion of a deflate stream (1032:1), plus room for the zip and npy headers
+_MAX_RATIO = 1100
+_HEADER_SLACK = 4096
+
+
+def _corrupted(path, detail):
+    return ValueError(f"model file {path} is corrupted ({detail}); {_AGAIN}")
+
+
 def _member(archive, path, name):
-    """Read one member, turning a damaged archive into a clear ValueError."""
+    """Read one member, turning a damaged archive into a clear ValueError.
+
+    Before anything is allocated, the array shape declared in the member's npy
+    header is checked against the bytes the member holds, and the member's
+    uncompressed size against its compressed size: a small file cannot make the
+    reader allocate more than about 1100 times its own size.
+    """
+    filename = name + ".npy"
+    try:
+        info = archive.zip.getinfo(filename)
+    except KeyError:
+        raise ValueError(f"model file {path} is incomplete: member {name!r} is missing; "
+                         f"{_AGAIN}") from None
+    if info.file_size > _MAX_RATIO * info.compress_size + _HEADER_SLACK:
+        raise _corrupted(path, f"member {name!r} claims {info.file_size} bytes from "
+                               f"{info.compress_size} compressed bytes")
+    try:
+        with archive.zip.open(filename) as f:
+            version = np.lib.format.read_magic(f)
+            header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                      else np.lib.format.read_array_header_2_0)
+            shape, _, dtype = header(f)
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile, zlib.error, SyntaxError,
+            TypeError) as exc:
+        raise _corrupted(path, f"member {name!r}: {exc}") from None
+    if dtype.hasobject or dtype.kind not in "biuf":
+        raise _corrupted(path, f"member {name!r} has dtype {dtype}, not a number type")
+    size = dtype.itemsize * math.prod(shape)
+    if size > info.file_size:
+        raise _corrupted(path, f"member {name!r} declares shape {shape} ({size} bytes) but "
+                               f"holds {info.file_size} bytes")
     try:
         return archive[name]
     except KeyError:
@@ -249,6 +283,8 @@ def _read_metadata(archive, path):
         metadata = json.loads(raw.tobytes().decode("utf-8"))
         if not isinstance(metadata, dict):
             raise ValueError("metadata is not a JSON object")
+    except RecursionError:
+        raise _corrupted(path, "unreadable metadata: JSON nested too deeply") from None
     except (ValueError, UnicodeDecodeError) as exc:
         raise ValueError(f"model file {path} is corrupted (unreadable metadata: {exc}); "
                          f"{_AGAIN}") from None
@@ -275,6 +311,8 @@ def _read_metadata(archive, path):
 
 def _estimator_class(name, module_name, path):
     """The estimator class ``name``, imported lazily from the gpusvm package only."""
+    if not isinstance(name, str):
+        raise _corrupted(path, f"the estimator name is {name!r}, not a string")
     candidates = []
     if name in ESTIMATOR_MODULES:
         candidates.append(ESTIMATOR_MODULES[name])
@@ -349,47 +387,180 @@ def load_model(path):
     path = os.fspath(path)
     with _open_archive(path) as archive:
         metadata = _read_metadata(archive, path)
-        cls = _estimator_class(metadata["estimator"], metadata.get("module"), path)
+        limit = archive[METADATA_MEMBER].size if METADATA_MEMBER in archive.files else 0
         try:
-            params = {k: _from_json(v) for k, v in metadata["params"].items()}
-            known = cls().get_params(deep=False)
-            unknown = sorted(set(params) - set(known))
-            if unknown:
-                raise ValueError(
-                    f"{path} sets parameters {', '.join(unknown)} that {cls.__name__} of gpusvm "
-                    f"{__version__} does not have; upgrade gpusvm to load it")
-            estimator = cls(**params)
-            for attr, member in metadata["arrays"].items():
-                setattr(estimator, attr, _member(archive, path, member))
-            for attr, spec in metadata.get("sparse", {}).items():
-                data, indices, indptr, shape = (_member(archive, path, f"{spec['member']}__{p}")
-                                                for p in _SPARSE_PARTS)
-                make = sp.csr_array if spec.get("type") == "csr_array" else sp.csr_matrix
-                setattr(estimator, attr, make((data, indices, indptr), shape=tuple(shape.tolist())))
-            for attr, spec in metadata.get("json_arrays", {}).items():
-                values = _from_json(spec["values"])
-                arr = np.empty(tuple(spec["shape"]), dtype=np.dtype(spec["dtype"]))
-                arr[...] = values
-                setattr(estimator, attr, arr)
-            for attr, value in metadata["attributes"].items():
-                setattr(estimator, attr, _from_json(value))
-        except (AttributeError, KeyError, TypeError) as exc:
+            cls = _estimator_class(metadata["estimator"], metadata.get("module"), path)
+            estimator = _rebuild(archive, path, cls, metadata, limit)
+        except RecursionError:
+            raise _corrupted(path, "metadata nested too deeply") from None
+        except (AttributeError, KeyError, TypeError, IndexError) as exc:
             raise ValueError(f"model file {path} is corrupted (inconsistent metadata: {exc}); "
                              f"{_AGAIN}") from None
-    _check_shapes(estimator, path)
+    _check_fitted(estimator, cls, path)
     return estimator
 
 
-def _check_shapes(estimator, path):
-    """Catch a file whose arrays do not fit together (e.g. edited by hand)."""
+#: the name of a fitted attribute, as :func:`save_model` writes them
+_ATTRIBUTE_NAME = re.compile(r"[a-z][a-z0-9_]*_")
+
+
+def _attribute_name(cls, attr, path):
+    """``attr`` if it may be set on a ``cls`` instance (a fitted-attribute name, no method)."""
+    if not (isinstance(attr, str) and _ATTRIBUTE_NAME.fullmatch(attr)) or hasattr(cls, attr):
+        raise _corrupted(path, f"{attr!r} is not a fitted attribute of {cls.__name__}")
+    return attr
+
+
+def _dict(value, what, path):
+    if not isinstance(value, dict):
+        raise _corrupted(path, f"metadata field {what} is not a JSON object")
+    return value
+
+
+def _rebuild(archive, path, cls, metadata, limit):
+    """The estimator described by ``metadata``, its arrays read from ``archive``."""
+    params = {k: _from_json(v) for k, v in _dict(metadata["params"], "params", path).items()}
+    known = cls().get_params(deep=False)
+    unknown = sorted(set(params) - set(known))
+    if unknown:
+        raise ValueError(
+            f"{path} sets parameters {', '.join(unknown)} that {cls.__name__} of gpusvm "
+            f"{__version__} does not have; upgrade gpusvm to load it")
+    estimator = cls(**params)
+    if hasattr(estimator, "_validate_params"):
+        try:
+            estimator._validate_params()
+        except ValueError as exc:
+            raise _corrupted(path, _first_line(exc)) from None
+    for attr, member in _dict(metadata["arrays"], "arrays", path).items():
+        setattr(estimator, _attribute_name(cls, attr, path), _member(archive, path, member))
+    for attr, spec in _dict(metadata.get("sparse", {}), "sparse", path).items():
+        data, indices, indptr, shape = (_member(archive, path, f"{spec['member']}__{p}")
+                                        for p in _SPARSE_PARTS)
+        make = sp.csr_array if spec.get("type") == "csr_array" else sp.csr_matrix
+        setattr(estimator, _attribute_name(cls, attr, path),
+                make(_checked_csr(path, attr, data, indices, indptr, shape)[:3],
+                     shape=tuple(int(v) for v in shape)))
+    for attr, spec in _dict(metadata.get("json_arrays", {}), "json_arrays", path).items():
+        setattr(estimator, _attribute_name(cls, attr, path),
+                _json_array(path, attr, spec, limit))
+    for attr, value in _dict(metadata["attributes"], "attributes", path).items():
+        setattr(estimator, _attribute_name(cls, attr, path), _from_json(value))
+    return estimator
+
+
+def _first_line(exc) -> str:
+    return " ".join(str(exc).split())
+
+
+def _json_array(path, attr, spec, limit):
+    """A non-numeric array stored as JSON, its shape and dtype checked before allocation."""
+    shape = spec["shape"]
+    attr = attr.rstrip("_")
+    if not (isinstance(shape, list) and all(isinstance(v, int) and not isinstance(v, bool)
+                                            and v >= 0 for v in shape)):
+        raise _corrupted(path, f"{attr} has the shape {shape!r}")
+    try:
+        dtype = np.dtype(spec["dtype"])
+    except (TypeError, ValueError):
+        raise _corrupted(path, f"{attr} has the dtype {spec['dtype']!r}") from None
+    if dtype.kind not in "biufUSO" or dtype.itemsize > 4 * limit + 16:
+        raise _corrupted(path, f"{attr} has the dtype {spec['dtype']!r}")
+    values = _from_json(spec["values"])
+    try:
+        found = np.array(values, dtype=object)
+    except ValueError:
+        found = None
+    if found is None or found.shape != tuple(shape):
+        raise _corrupted(path, f"{attr} declares shape {tuple(shape)} but holds values of "
+                               f"another shape")
+    arr = np.empty(found.shape, dtype=dtype)
+    try:
+        arr[...] = found
+    except (ValueError, TypeError) as exc:
+        raise _corrupted(path, f"{attr}: {_first_line(exc)}") from None
+    return arr
+
+
+def _checked_csr(path, attr, data, indices, indptr, shape):
+    """The parts of a CSR matrix, after a full check of its structure.
+
+    scipy checks only the lengths; an index out of range or a decreasing
+    ``indptr`` would make every later product read and write out of bounds.
+    """
+    name = attr.rstrip("_")
+    if shape.ndim != 1 or shape.size != 2 or shape.dtype.kind not in "iu" or np.any(shape < 0):
+        raise _corrupted(path, f"{name} has the shape {shape.tolist()}")
+    n_rows, n_cols = (int(v) for v in shape)
+    if indptr.ndim != 1 or indptr.dtype.kind not in "iu" or indptr.size != n_rows + 1:
+        raise _corrupted(path, f"{name} has an indptr of shape {indptr.shape} for {n_rows} rows")
+    if indices.ndim != 1 or indices.dtype.kind not in "iu" or data.ndim != 1 \
+            or data.shape != indices.shape or data.dtype.kind != "f":
+        raise _corrupted(path, f"{name} has indices of shape {indices.shape} and data of shape "
+                               f"{data.shape} ({data.dtype})")
+    if indptr[0] != 0 or indptr[-1] != indices.size or np.any(np.diff(indptr) < 0):
+        raise _corrupted(path, f"the indptr of {name} is not a non-decreasing sequence from 0 "
+                               f"to {indices.size}")
+    if indices.size and (indices.min() < 0 or indices.max() >= n_cols):
+        raise _corrupted(path, f"{name} has column indices outside [0, {n_cols})")
+    return data, indices, indptr, shape
+
+
+def _float_array(estimator, attr, shape, path):
+    value = getattr(estimator, attr, None)
+    name = attr.rstrip("_")
+    if not isinstance(value, np.ndarray) or value.dtype.kind != "f":
+        raise _corrupted(path, f"{name} is missing or not a float array")
+    if value.shape != shape:
+        raise _corrupted(path, f"{name} has shape {value.shape}, expected {shape}")
+    if not np.all(np.isfinite(value)):
+        raise _corrupted(path, f"{name} holds NaN or infinity")
+    return value
+
+
+def _check_fitted(estimator, cls, path):
+    """Check every fitted array a prediction uses, so that no later step can misbehave."""
     n_features = getattr(estimator, "n_features_in_", None)
+    if isinstance(n_features, bool) or not isinstance(n_features, int) or n_features < 1:
+        raise _corrupted(path, f"n_features_in_ = {n_features!r}")
+    classes = getattr(estimator, "classes_", None)
+    if not isinstance(classes, np.ndarray) or classes.ndim != 1:
+        raise _corrupted(path, "classes is missing or not a 1-D array")
+    try:
+        distinct = np.unique(classes).size
+    except TypeError:
+        distinct = -1
+    if classes.size != 2 or distinct != 2:
+        raise _corrupted(path, f"classes holds {classes.size} values; a model separates 2 "
+                               "distinct classes")
+    if cls.__name__ == "KernelPegasosSVC":
+        sv = getattr(estimator, "support_vectors_", None)
+        if sp.issparse(sv):
+            if sv.dtype.kind != "f" or not np.all(np.isfinite(sv.data)):
+                raise _corrupted(path, "support_vectors holds NaN, infinity or non-floats")
+        elif not isinstance(sv, np.ndarray) or sv.ndim != 2 or sv.dtype.kind != "f" \
+                or not np.all(np.isfinite(sv)):
+            raise _corrupted(path, "support_vectors is missing or not a finite 2-D float array")
+        n_sv = sv.shape[0]
+        if sv.shape[1] != n_features:
+            raise _corrupted(path, f"support_vectors has {sv.shape[1]} features but "
+                                   f"n_features_in_ = {n_features}")
+        _float_array(estimator, "dual_coef_", (1, n_sv), path)
+        _float_array(estimator, "intercept_", (1,), path)
+        support = getattr(estimator, "support_", None)
+        if not isinstance(support, np.ndarray) or support.dtype.kind not in "iu" \
+                or support.shape != (n_sv,):
+            raise _corrupted(path, f"support is not an integer array of {n_sv} indices")
+        gamma = getattr(estimator, "gamma_", None)
+        if isinstance(gamma, bool) or not isinstance(gamma, (int, float)) \
+                or not (math.isfinite(gamma) and gamma > 0):
+            raise _corrupted(path, f"gamma_ = {gamma!r}")
+        return
     coef = getattr(estimator, "coef_", None)
-    if coef is not None and n_features is not None and coef.shape[-1] != n_features:
-        raise ValueError(
-            f"model file {path} is corrupted (coef has {coef.shape[-1]} features but "
-            f"n_features_in_ = {n_features}); {_AGAIN}")
-    intercept = getattr(estimator, "intercept_", None)
-    if coef is not None and intercept is not None and intercept.shape[0] != coef.shape[0]:
-        raise ValueError(
-            f"model file {path} is corrupted (coef has {coef.shape[0]} rows but intercept "
-            f"{intercept.shape[0]} values); {_AGAIN}")
+    if cls.__name__ in ("PegasosSVC", "SDCASVC") or coef is not None:
+        if isinstance(coef, np.ndarray) and coef.ndim == 2 and coef.shape[0] == 1 \
+                and coef.shape[1] != n_features:
+            raise _corrupted(path, f"coef has {coef.shape[-1]} features but n_features_in_ = "
+                                   f"{n_features}")
+        _float_array(estimator, "coef_", (1, n_features), path)
+        _float_array(estimator, "intercept_", (1,), path)

@@ -7,11 +7,14 @@ sentence; gpusvm's own messages are matched whole.
 from __future__ import annotations
 
 import re
+import time
+import warnings
 
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from sklearn.exceptions import NotFittedError
+from sklearn.datasets import make_classification
+from sklearn.exceptions import ConvergenceWarning, NotFittedError
 from sklearn.utils._param_validation import InvalidParameterError
 
 import gpusvm.backends
@@ -253,3 +256,199 @@ def test_foreign_model_file(tmp_path):
             f"{path} is a .npz archive but not a gpusvm model (it has no gpusvm metadata); load "
             "files written by gpusvm.model_io.save_model or `gpusvm fit`")):
         load_model(path)
+
+
+# ------------------------------------------------------------------ hostile arrays and settings
+LINEAR = [("PegasosSVC", pegasos), ("SDCASVC", sdca)]
+each_linear = pytest.mark.parametrize("name, make", LINEAR, ids=[n for n, _ in LINEAR])
+
+
+def _csr4():
+    return sp.csr_matrix(X4)
+
+
+@each_estimator
+@pytest.mark.parametrize("damage, message", [
+    (lambda X: X.indices.__setitem__(0, 3),
+     "X is a corrupted CSR matrix: it has column indices outside [0, 3); rebuild it with "
+     "scipy.sparse.csr_matrix"),
+    (lambda X: X.indices.__setitem__(1, -1),
+     "X is a corrupted CSR matrix: it has column indices outside [0, 3); rebuild it with "
+     "scipy.sparse.csr_matrix"),
+    (lambda X: X.indices.__setitem__(2, 10**9),
+     "X is a corrupted CSR matrix: it has column indices outside [0, 3); rebuild it with "
+     "scipy.sparse.csr_matrix"),
+    (lambda X: X.indptr.__setitem__(2, 0),
+     "X is a corrupted CSR matrix: its indptr is not a non-decreasing sequence of 5 offsets "
+     "from 0 to at most its 7 indices; rebuild it with scipy.sparse.csr_matrix"),
+], ids=["index-d", "index-negative", "index-huge", "indptr-decreasing"])
+def test_out_of_range_csr_indices(name, make, damage, message):
+    X = _csr4()
+    damage(X)                                      # scipy does not look at the arrays again
+    with pytest.raises(ValueError, match=exactly(message)):
+        make(batch_size=2).fit(X, Y4)
+    est = make(batch_size=2).fit(_csr4(), Y4)
+    with pytest.raises(ValueError, match=exactly(message)):
+        est.predict(X)
+
+
+@each_linear
+def test_more_columns_than_int32_indices(name, make):
+    d = 2**31 + 5
+    X = sp.csr_matrix((np.ones(4), np.array([0, 7, d - 1, 3], dtype=np.int64),
+                       np.arange(5, dtype=np.int64)), shape=(4, d))
+    with pytest.raises(ValueError, match=exactly(
+            f"X has {d} columns and 4 nonzeros (plus the bias column); gpusvm indexes them with "
+            "32-bit integers, so both must stay below 2147483647: drop unused columns (e.g. "
+            "re-index the features) or split the data")):
+        make(batch_size=2).fit(X, Y4)
+
+
+@each_estimator
+def test_fit_leaves_the_callers_matrix_alone(name, make):
+    dtype = np.float64 if name == "KernelPegasosSVC" else np.float32   # the estimator's own
+    X = sp.csr_matrix((np.array([1.0, 0.5, 2.0, 0.25, 1.0, 3.0, 1.0], dtype=dtype),
+                       np.array([2, 0, 1, 1, 0, 0, 2]), np.array([0, 2, 5, 6, 7])), shape=(4, 3))
+    assert not X.has_sorted_indices                     # unsorted, with a duplicate in row 1
+    before = (X.data.copy(), X.indices.copy(), X.indptr.copy())
+    est = make(batch_size=2).fit(X, Y4)
+    for after, was in zip((X.data, X.indices, X.indptr), before):
+        np.testing.assert_array_equal(after, was)
+    np.testing.assert_array_equal(est.predict(X), est.predict(X.toarray()))
+
+
+@each_linear
+def test_values_whose_squares_overflow(name, make):
+    X = X4 * 1e300
+    with pytest.raises(ValueError, match=exactly(
+            "X has values so large that the squared norm of a row overflows float64 (e.g. "
+            "1e300); scale the features (sklearn.preprocessing.MaxAbsScaler) or normalise the "
+            "rows (gpusvm.datasets.normalize_rows) first")):
+        make(dtype="float64").fit(X, Y4)
+    # 1e100 still fits: the model is finite
+    est = make(dtype="float64", batch_size=2, max_iter=20).fit(X4 * 1e100, Y4)
+    assert np.all(np.isfinite(est.coef_))
+
+
+@each_linear
+def test_lam_too_small_for_the_precision(name, make):
+    with pytest.raises(ValueError, match=exactly(
+            "lam=1e-300 is too small for dtype=float32: a step of size 1/lam on rows of norm up "
+            "to 1.41 overflows; use lam >= 7.7e-20")):
+        make(lam=1e-300).fit(X4, Y4)
+    with pytest.raises(ValueError, match=exactly(
+            "lam=1e-300 is too small for dtype=float64: a step of size 1/lam on rows of norm up "
+            "to 1.41 overflows; use lam >= 1.1e-154")):
+        make(lam=1e-300, dtype="float64").fit(X4, Y4)
+
+
+@each_estimator
+def test_max_iter_beyond_64_bits(name, make):
+    with pytest.raises(InvalidParameterError, match=exactly(
+            f"The 'max_iter' parameter of {name} must be an int in the range [1, "
+            "4611686018427387904] or None. Got 100000000000000000000 instead.")):
+        make(max_iter=10**20).fit(X4, Y4)
+
+
+@pytest.mark.parametrize("cls", [PegasosSVC, KernelPegasosSVC, SDCASVC])
+def test_random_state_generator_is_accepted(cls):
+    X, y = make_classification(n_samples=60, random_state=0)
+    name = cls.__name__
+    kw = {} if cls is KernelPegasosSVC else {"backend": "numpy"}
+    first = cls(batch_size=4, random_state=np.random.default_rng(7), max_iter=40, **kw).fit(X, y)
+    again = cls(batch_size=4, random_state=np.random.default_rng(7), max_iter=40, **kw).fit(X, y)
+    attr = "dual_coef_" if name == "KernelPegasosSVC" else "coef_"
+    np.testing.assert_array_equal(getattr(first, attr), getattr(again, attr))
+
+
+@pytest.mark.parametrize("k", [1, 2, 7])
+def test_optimal_bias_needs_a_batch(k):
+    with pytest.raises(ValueError, match=exactly(
+            f"bias='optimal' needs batch_size >= 8, got batch_size={k}: the optimal bias of a "
+            "small batch puts its margins at 1, so w barely moves (with one row, never) and the "
+            "model predicts the majority class; use bias='unregularized' or bias='augmented', or "
+            "a larger batch_size")):
+        pegasos(bias="optimal", batch_size=k).fit(X4, Y4)
+
+
+@pytest.mark.parametrize("name, make", [("PegasosSVC", pegasos),
+                                        ("KernelPegasosSVC", kernel_pegasos)])
+def test_tail_average_cut_short_warns(name, make):
+    X, y = make_classification(n_samples=100, random_state=0)
+    stop_at_10 = lambda t, objective, elapsed: t < 10  # noqa: E731
+    with pytest.warns(ConvergenceWarning) as record:
+        est = make(batch_size=1, averaging="tail", max_iter=1000, eval_every=5,
+                   callback=stop_at_10).fit(X, y)
+    assert est.n_iter_ == 10 and est.stop_reason_ == "callback"
+    assert [str(w.message) for w in record if w.category is ConvergenceWarning] == [
+        "averaging='tail' averages the iterates after iteration 500 = max_iter/2, but the run "
+        "stopped at iteration 10 (callback): the last iterate is returned, not an average; give "
+        "the run more time, lower max_iter, or use averaging='all'"]
+
+
+def test_kernel_pegasos_honours_max_time_without_evaluations():
+    X, y = make_classification(n_samples=200, random_state=0)
+    start = time.perf_counter()
+    est = kernel_pegasos(max_iter=10**7, max_time=0.5).fit(X, y)
+    assert time.perf_counter() - start < 5
+    assert est.stop_reason_ == "max_time" and 0 < est.n_iter_ < 10**7
+
+
+def test_callable_kernel_returning_nan():
+    X, y = make_classification(n_samples=40, random_state=0)
+    with pytest.raises(ValueError, match=exactly(
+            "the kernel returned NaN or infinity; every kernel value must be finite: check a "
+            "callable kernel, or scale X (e.g. for 'poly')")):
+        kernel_pegasos(kernel=lambda A, B: np.full((A.shape[0], B.shape[0]), np.nan)).fit(X, y)
+    with pytest.raises(ValueError, match=exactly(
+            "the callable kernel returned an array of shape (3,) for 1 and 40 rows; kernel(A, "
+            "B) must return the Gram matrix of shape (1, 40)")):
+        kernel_pegasos(kernel=lambda A, B: np.ones(3)).fit(X, y)
+
+
+@pytest.fixture(scope="module")
+def a9a_unit():
+    from gpusvm.datasets import load_a9a, normalize_rows
+    X, y = load_a9a("train")
+    return normalize_rows(X), y
+
+
+def _convergence_messages(est, X, y):
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        est.fit(X, y)
+    return [str(w.message) for w in record if w.category is ConvergenceWarning]
+
+
+def test_sdca_stopped_by_time_or_callback_warns(a9a_unit):
+    X, y = a9a_unit
+    est = sdca(lam=1e-4, batch_size=64, tol=1e-9, eval_every=50, max_time=1e-9)
+    [message] = _convergence_messages(est, X, y)
+    assert message == (f"SDCA stopped by max_time after 50 iterations with duality gap "
+                       f"{est.duality_gap_:.3g} > tol=1e-09; the time budget max_time=1e-09 ran "
+                       "out; give it more time")
+    est = sdca(lam=1e-4, batch_size=64, tol=1e-9, eval_every=50, callback=lambda *a: False)
+    [message] = _convergence_messages(est, X, y)
+    assert message == (f"SDCA stopped by callback after 50 iterations with duality gap "
+                       f"{est.duality_gap_:.3g} > tol=1e-09; the callback stopped it; let the "
+                       "run continue to certify the solution")
+
+
+def test_sdca_divergence_advice(a9a_unit):
+    X, y = a9a_unit
+    est = sdca(lam=1e-4, batch_size=4096, variant="naive", max_iter=40, eval_every=8)
+    [message] = _convergence_messages(est, X, y)
+    assert est.duality_gap_ > 1
+    assert message == (f"SDCA stopped after max_iter=40 iterations with duality gap "
+                       f"{est.duality_gap_:.3g} > tol=0.001; the gap is above 1, that of the "
+                       "starting point: the naive step (beta = 1) diverges when the rows of a "
+                       "batch of 4096 interact; use variant='safe' or variant='aggressive', or a "
+                       "smaller batch_size")
+    est = sdca(lam=1e-4, batch_size=4096, variant="safe", sigma2=4e-5, max_iter=40, eval_every=8)
+    [message] = _convergence_messages(est, X, y)
+    assert est.duality_gap_ > 1
+    assert message == (f"SDCA stopped after max_iter=40 iterations with duality gap "
+                       f"{est.duality_gap_:.3g} > tol=0.001; the gap is above 1, that of the "
+                       "starting point: sigma2=4e-05 was given: if it is below the sigma^2 of "
+                       "the row-normalised data, the safe step is too long; pass sigma2=None to "
+                       "compute it")

@@ -100,10 +100,11 @@ def test_predict_data_with_too_many_features(capsys, tmp_path, train_file):
     wide = tmp_path / "wide.svm"
     wide.write_text("1 1:1\n-1 2:1 40:1\n")
     status, _, err = run(capsys, "predict", model, wide)
+    # predict has no --n-features option: the message must not suggest one
     assert_one_line_error(status, err, (
-        f"gpusvm predict: error: {wide}, line 2: feature index 40 needs 40 features but "
-        "n_features=12; pass n_features >= 40 (or the training set's n_features); the model "
-        "was trained on 12 features"))
+        f"gpusvm predict: error: {wide}, line 2: feature index 40 needs 40 features but the "
+        f"model {model} was trained on 12 features (indices 1 to 12); DATA must use the "
+        "training data's features"))
 
 
 def test_fit_progress_bar_shows_the_objective(capsys, tmp_path, train_file):
@@ -270,3 +271,157 @@ def test_default_model_path(data, model):
                                          (np.int64(3), "3"), ("spam", "spam")])
 def test_format_label(value, text):
     assert format_label(value) == text
+
+
+# ------------------------------------------------------------------ hostile inputs and outputs
+def test_out_follows_a_symbolic_link(capsys, tmp_path, train_file):
+    target = tmp_path / "real.npz"
+    target.write_bytes(b"old")
+    link = tmp_path / "link.npz"
+    link.symlink_to(target)
+    status, _, err = run(capsys, "fit", train_file, "--backend", "numpy", "--out", link)
+    assert status == 0, err
+    assert link.is_symlink() and os.readlink(link) == str(target)
+    assert load_model(target).n_features_in_ == 12
+
+
+def test_out_writes_through_a_fifo(capsys, tmp_path, train_file):
+    import threading
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    received = []
+    reader = threading.Thread(target=lambda: received.append(fifo.read_bytes()), daemon=True)
+    reader.start()
+    status, _, err = run(capsys, "fit", train_file, "--backend", "numpy", "--out", fifo)
+    reader.join(timeout=30)
+    assert status == 0, err
+    assert fifo.is_fifo()                                    # not replaced by a regular file
+    copy = tmp_path / "copy.npz"
+    copy.write_bytes(received[0])
+    assert load_model(copy).n_features_in_ == 12
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["copy.npz", "pipe"]
+
+
+def test_out_writes_through_a_character_device(capsys, tmp_path, train_file):
+    model = tmp_path / "m.npz"
+    assert run(capsys, "fit", train_file, "--backend", "numpy", "--out", model)[0] == 0
+    status, out, err = run(capsys, "predict", model, train_file, "--out", os.devnull)
+    assert status == 0, err
+    assert Path(os.devnull).is_char_device()
+    assert f"predictions written to {os.devnull}" in out
+
+
+def test_out_directory_and_empty_path_are_refused(capsys, tmp_path, train_file):
+    status, out, err = run(capsys, "fit", train_file, "--backend", "numpy", "--out", tmp_path)
+    assert_one_line_error(status, err, (
+        f"gpusvm fit: error: cannot write the model to {tmp_path}: it is a directory; pass a "
+        "file name"))
+    assert out == ""                                     # refused before any training
+    status, out, err = run(capsys, "fit", train_file, "--out", "")
+    assert_one_line_error(status, err, (
+        "gpusvm fit: error: argument --out: the path is empty; pass a file name, or leave --out "
+        "out for the default (see `gpusvm fit --help`)"))
+    assert out == ""
+
+
+def test_predict_out_is_atomic(capsys, tmp_path, train_file, monkeypatch):
+    model = tmp_path / "m.npz"
+    assert run(capsys, "fit", train_file, "--backend", "numpy", "--out", model)[0] == 0
+    preds = tmp_path / "pred.txt"
+    preds.write_text("old predictions\n")
+    calls = {"n": 0}
+    real = gpusvm.cli.format_label
+
+    def disk_full_after_100(value):
+        calls["n"] += 1
+        if calls["n"] > 100:
+            raise OSError(28, "No space left on device")
+        return real(value)
+
+    monkeypatch.setattr(gpusvm.cli, "format_label", disk_full_after_100)
+    status, _, err = run(capsys, "predict", model, train_file, "--out", preds)
+    assert_one_line_error(status, err, "gpusvm predict: error: [Errno 28] No space left on device")
+    assert preds.read_text() == "old predictions\n"             # the old file is intact
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.npz", "pred.txt"]  # no half file
+    monkeypatch.setattr(gpusvm.cli, "format_label", real)
+    assert run(capsys, "predict", model, train_file, "--out", preds)[0] == 0
+    assert len(preds.read_text().splitlines()) == 300
+
+
+def test_output_files_follow_the_umask(capsys, tmp_path, train_file):
+    old = os.umask(0o027)
+    try:
+        model, preds = tmp_path / "m.npz", tmp_path / "p.txt"
+        assert run(capsys, "fit", train_file, "--backend", "numpy", "--out", model)[0] == 0
+        assert run(capsys, "predict", model, train_file, "--out", preds)[0] == 0
+    finally:
+        os.umask(old)
+    assert model.stat().st_mode & 0o777 == 0o640
+    assert preds.stat().st_mode & 0o777 == 0o640
+
+
+def test_a_stray_index_0_does_not_shift_the_columns(capsys, tmp_path, shared_data):
+    """a9a.t with one stray ``0:`` term: predict reads it with the model's (one-based) base."""
+    import gzip
+    train = shared_data / "a9a" / "a9a"
+    model = tmp_path / "a9a.npz"
+    status, out, err = run(capsys, "fit", train, "--backend", "numpy", "--batch-size", "64",
+                           "--lam", "1e-4", "--max-iter", "20000", "--out", model)
+    assert status == 0 and err == ""
+    assert read_model_metadata(model)["extra"]["zero_based"] is False
+    lines = (shared_data / "a9a" / "a9a.t").read_text().splitlines(keepends=True)
+    label, rest = lines[4].split(" ", 1)
+    lines[4] = f"{label} 0:1 {rest}"
+    stray = tmp_path / "a9a.t.gz"
+    stray.write_bytes(gzip.compress("".join(lines).encode()))
+    status, out, err = run(capsys, "predict", model, stray)
+    assert_one_line_error(status, err, (
+        f"gpusvm predict: error: {stray}, line 5: feature index 0 in '0:1', but the file is read "
+        "as one-based (LIBSVM: indices start at 1); pass zero_based=True if the file is "
+        "zero-based"))
+    # fit with --zero-based auto warns on one line and records the base it chose
+    status, out, err = run(capsys, "fit", stray, "--backend", "numpy", "--max-iter", "10",
+                           "--out", tmp_path / "z.npz")
+    assert status == 0
+    assert err == (f"gpusvm fit: warning: {stray}: index 0 occurs (first on line 5), so the "
+                   "whole file is read as zero-based; if it is a one-based (LIBSVM) file, that "
+                   "line is an error and every column would shift by one: pass "
+                   "zero_based=False to refuse index 0, or zero_based=True to read the file as "
+                   "zero-based without this warning\n")
+    assert read_model_metadata(tmp_path / "z.npz")["extra"]["zero_based"] is True
+    status, _, err = run(capsys, "fit", stray, "--zero-based", "no", "--out", tmp_path / "n.npz")
+    assert status == 2 and "line 5: feature index 0 in '0:1'" in err
+
+
+def test_a_huge_index_in_a_tiny_file_allocates_nothing(capsys, tmp_path):
+    wide = tmp_path / "wide.svm"
+    wide.write_text("+1 2000000000:1\n-1 1:1\n")            # 24 bytes, 2e9 columns
+    status, out, err = run(capsys, "fit", wide, "--backend", "numpy", "--dtype", "float64",
+                           "--out", tmp_path / "m.npz")
+    assert_one_line_error(status, err, (
+        f"gpusvm fit: error: {wide}, line 1: feature index 2000000000 makes the data 2000000000 "
+        "columns wide for 2 rows and 2 nonzeros (a weight vector alone would take 14.9 GiB); if "
+        "the data really has that many features, pass n_features explicitly"))
+
+
+def test_memory_error_is_one_line(capsys, tmp_path, train_file, monkeypatch):
+    import gpusvm.datasets
+
+    def no_memory(*args, **kwargs):
+        raise MemoryError()
+
+    monkeypatch.setattr(gpusvm.datasets, "load_svmlight", no_memory)
+    status, _, err = run(capsys, "fit", train_file, "--out", tmp_path / "m.npz")
+    assert_one_line_error(status, err, (
+        "gpusvm fit: error: out of memory (MemoryError); use smaller data (check DATA's largest "
+        "feature index: it sets the number of columns) or a machine with more memory"))
+
+
+def test_closed_pipe_is_silent(train_file):
+    env = {**os.environ, "PYTHONPATH": str(Path(gpusvm.__file__).parent.parent)}
+    proc = subprocess.Popen([sys.executable, "-m", "gpusvm", "spectral", str(train_file)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    proc.stdout.close()                                   # `| head -0`: the reader is gone
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 141
+    assert err == ""

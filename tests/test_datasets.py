@@ -220,3 +220,45 @@ def test_load_a9a_detects_a_damaged_file(monkeypatch):
 def test_load_a9a_unknown_split():
     with pytest.raises(ValueError, match=r"^split must be 'train' or 'test', got 'valid'$"):
         load_a9a("valid")
+
+
+# ------------------------------------------------------------------ the index base
+def test_the_base_is_explicit_and_returned(tmp_path):
+    path = _write(tmp_path, "one.svm", b"+1 1:1 3:2\n-1 2:1\n")
+    X, y, zero_based = load_svmlight(path, return_zero_based=True)
+    assert zero_based is False and X.shape == (2, 3)
+    np.testing.assert_array_equal(X.toarray(), [[1, 0, 2], [0, 1, 0]])
+    X, y, zero_based = load_svmlight(path, zero_based=True, return_zero_based=True)
+    assert zero_based is True and X.shape == (2, 4)
+    np.testing.assert_array_equal(X.toarray(), [[0, 1, 0, 2], [0, 0, 1, 0]])
+
+
+def test_a_stray_index_0_warns_with_auto_and_is_refused_one_based(tmp_path):
+    path = _write(tmp_path, "stray.svm", b"+1 1:1 3:2\n# comment\n-1 0:5 2:1\n+1 3:1\n")
+    with pytest.warns(UserWarning) as record:
+        X, y, zero_based = load_svmlight(path, return_zero_based=True)
+    assert [str(w.message) for w in record] == [
+        f"{path}: index 0 occurs (first on line 3), so the whole file is read as zero-based; if "
+        "it is a one-based (LIBSVM) file, that line is an error and every column would shift "
+        "by one: pass zero_based=False to refuse index 0, or zero_based=True to read the file "
+        "as zero-based without this warning"]
+    assert zero_based is True and X.shape == (3, 4)
+    with pytest.raises(ValueError, match=f"^{re.escape(str(path))}, line 3: feature index 0 in "
+                                         r"'0:5', but the file is read as one-based \(LIBSVM: "
+                                         r"indices start at 1\); pass zero_based=True if the "
+                                         r"file is zero-based$"):
+        load_svmlight(path, zero_based=False)
+    with pytest.raises(ValueError, match=r"^zero_based must be True, False or 'auto', got 'yes'$"):
+        load_svmlight(path, zero_based="yes")
+
+
+def test_columns_are_bounded_by_the_file_unless_n_features_is_given(tmp_path):
+    path = _write(tmp_path, "wide.svm", b"+1 1:1\n-1 3:1 2000000000:1\n")
+    with pytest.raises(ValueError, match=f"^{re.escape(str(path))}, line 2: feature index "
+                                         r"2000000000 makes the data 2000000000 columns wide for "
+                                         r"2 rows and 3 nonzeros \(a weight vector alone would "
+                                         r"take 14\.9 GiB\); if the data really has that many "
+                                         r"features, pass n_features explicitly$"):
+        load_svmlight(path)
+    X, _ = load_svmlight(path, n_features=2_000_000_000)
+    assert X.shape == (2, 2_000_000_000) and X.indices.dtype == np.int32

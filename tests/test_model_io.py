@@ -308,3 +308,158 @@ def test_inconsistent_shapes(tmp_path, fitted):
     with pytest.raises(ValueError, match=r"is corrupted \(coef has 7 features but "
                                          f"n_features_in_ = 5\\); {AGAIN}$"):
         load_model(path)
+
+
+# ------------------------------------------------------------------ hostile model files
+def _rewrite(path, meta_changes=None, **array_changes):
+    """Rewrite a model file with members replaced (``None`` deletes) and metadata changed."""
+    with np.load(path, allow_pickle=False) as f:
+        arrays = {k: f[k] for k in f.files}
+    meta = json.loads(arrays[METADATA_MEMBER].tobytes())
+    meta.update(meta_changes or {})
+    arrays[METADATA_MEMBER] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
+    for name, value in array_changes.items():
+        if value is None:
+            arrays.pop(name, None)
+        else:
+            arrays[name] = value
+    with open(path, "wb") as fh:
+        np.savez(fh, **arrays)
+
+
+@pytest.fixture
+def sparse_kernel_model(tmp_path):
+    X, y = make_circles(n_samples=80, factor=0.5, noise=0.05, random_state=0)
+    est = KernelPegasosSVC(lam=1e-2, batch_size=8, random_state=0).fit(sp.csr_matrix(X), y)
+    path = tmp_path / "k.npz"
+    save_model(est, path)
+    with np.load(path) as f:
+        parts = {p: f[f"support_vectors__{p}"] for p in ("data", "indices", "indptr")}
+    assert parts["indices"].size > 2 and parts["indptr"].size > 3
+    return path, parts, X
+
+
+@pytest.mark.parametrize("damage, detail", [
+    (lambda p: p["indices"].__setitem__(1, 2), "support_vectors has column indices outside "
+                                                "[0, 2)"),
+    (lambda p: p["indices"].__setitem__(0, 1 << 30), "support_vectors has column indices "
+                                                     "outside [0, 2)"),
+    (lambda p: p["indices"].__setitem__(0, -5), "support_vectors has column indices outside "
+                                                "[0, 2)"),
+    (lambda p: p["indptr"].__setitem__(2, p["indptr"][1] - 1),
+     "the indptr of support_vectors is not a non-decreasing sequence from 0 to {nnz}"),
+    (lambda p: p["indptr"].__setitem__(-1, p["indptr"][-1] + 7),
+     "the indptr of support_vectors is not a non-decreasing sequence from 0 to {nnz}"),
+], ids=["index-d", "index-huge", "index-negative", "indptr-decreasing", "indptr-past-the-end"])
+def test_sparse_support_vectors_out_of_range_are_refused(sparse_kernel_model, damage, detail):
+    path, parts, X = sparse_kernel_model
+    damage(parts)
+    _rewrite(path, **{f"support_vectors__{p}": v for p, v in parts.items()})
+    detail = detail.format(nnz=parts["indices"].size)
+    with pytest.raises(ValueError, match=f"^model file {re.escape(str(path))} is corrupted "
+                                         f"\\({re.escape(detail)}\\); {AGAIN}$"):
+        load_model(path)
+
+
+def _peak_bytes(fn):
+    import tracemalloc
+    tracemalloc.start()
+    try:
+        fn()
+    except ValueError as exc:
+        error = exc
+    else:
+        error = None
+    finally:
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+    return error, peak
+
+
+def test_declared_json_array_shape_is_bounded_by_the_file(tmp_path, data):
+    X, y = data
+    est = PegasosSVC(batch_size=8, backend="numpy", random_state=0).fit(
+        X, np.array(["ham", "spam"])[y])
+    path = tmp_path / "m.npz"
+    save_model(est, path)
+    meta = read_model_metadata(path)
+    spec = meta["json_arrays"]["classes_"]
+    _rewrite(path, {"json_arrays": {"classes_": {**spec, "shape": [100_000, 50_000]}}})
+    assert path.stat().st_size < 4096
+    error, peak = _peak_bytes(lambda: load_model(path))
+    assert peak < 20 << 20
+    assert str(error) == (f"model file {path} is corrupted (classes declares shape (100000, "
+                          "50000) but holds values of another shape); save the model again with "
+                          "gpusvm.model_io.save_model (or `gpusvm fit`)")
+
+
+def test_declared_member_shape_is_bounded_by_the_file(tmp_path, fitted):
+    path = tmp_path / "m.npz"
+    save_model(fitted, path)
+    with np.load(path) as f:
+        arrays = {k: f[k] for k in f.files}
+    with zipfile.ZipFile(path, "w") as z:
+        for name, value in arrays.items():
+            with z.open(name + ".npy", "w") as out:
+                if name == "coef":  # an npy header that claims 2**31 values, and 56 bytes
+                    np.lib.format.write_array_header_1_0(
+                        out, {"descr": "<f8", "fortran_order": False, "shape": (1, 1 << 31)})
+                    out.write(value.tobytes())
+                else:
+                    np.lib.format.write_array(out, value)
+    error, peak = _peak_bytes(lambda: load_model(path))
+    assert peak < 20 << 20
+    assert str(error) == (f"model file {path} is corrupted (member 'coef' declares shape (1, "
+                          f"{1 << 31}) ({8 << 31} bytes) but holds 184 bytes); save the model "
+                          "again with gpusvm.model_io.save_model (or `gpusvm fit`)")
+
+
+def test_deeply_nested_metadata(tmp_path, fitted):
+    path = tmp_path / "m.npz"
+    save_model(fitted, path)
+    blob = b'{"format": "gpusvm-model", "x": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+    _rewrite(path, **{METADATA_MEMBER: np.frombuffer(blob, dtype=np.uint8)})
+    with pytest.raises(ValueError, match=f"^model file {re.escape(str(path))} is corrupted "
+                                         rf"\(unreadable metadata: JSON nested too deeply\); "
+                                         f"{AGAIN}$"):
+        load_model(path)
+
+
+def test_model_of_one_class(tmp_path, fitted):
+    path = tmp_path / "m.npz"
+    save_model(fitted, path)
+    _rewrite(path, classes=np.array([1]))
+    with pytest.raises(ValueError, match=r"is corrupted \(classes holds 1 values; a model "
+                                         rf"separates 2 distinct classes\); {AGAIN}$"):
+        load_model(path)
+    _rewrite(path, classes=np.array([1, 1]))
+    with pytest.raises(ValueError, match=r"is corrupted \(classes holds 2 values; a model "
+                                         rf"separates 2 distinct classes\); {AGAIN}$"):
+        load_model(path)
+
+
+@pytest.mark.parametrize("field, change, detail", [
+    ("attributes", {"predict": 1}, "'predict' is not a fitted attribute of PegasosSVC"),
+    ("attributes", {"__class__": "x"}, "'__class__' is not a fitted attribute of PegasosSVC"),
+    ("attributes", {"n_features_in_": "7"}, "n_features_in_ = '7'"),
+    ("arrays", {"coef_": "intercept"}, "coef has shape (1,), expected (1, 7)"),
+    ("arrays", {"coef_": "classes"}, "coef is missing or not a float array"),
+    ("params", {"lam": -1.0}, "The 'lam' parameter of PegasosSVC must be a float in the range "
+                              "(0.0, inf). Got -1.0 instead."),
+], ids=["method", "dunder", "n-features-type", "coef-shape", "coef-dtype", "param"])
+def test_tampered_attributes(tmp_path, fitted, field, change, detail):
+    path = tmp_path / "m.npz"
+    save_model(fitted, path)
+    meta = read_model_metadata(path)
+    _rewrite(path, {field: {**meta[field], **change}})
+    with pytest.raises(ValueError, match=f"^model file {re.escape(str(path))} is corrupted "
+                                         f"\\({re.escape(detail)}\\); {AGAIN}$"):
+        load_model(path)
+
+
+def test_non_finite_coefficients(tmp_path, fitted):
+    path = tmp_path / "m.npz"
+    save_model(fitted, path)
+    _rewrite(path, coef=np.full((1, 7), np.nan))
+    with pytest.raises(ValueError, match=rf"is corrupted \(coef holds NaN or infinity\); {AGAIN}$"):
+        load_model(path)

@@ -383,3 +383,109 @@ def test_batch_size_lists_expand():
     with pytest.raises(ValueError, match=re.escape("'...' needs two values before it")):
         parse_int_list("1,...,8")
     assert math.isclose(spectral.beta_b(1, 10, 0.5), 1.0)
+
+
+# ------------------------------------------------------------------ a store that others share
+STORE_KW = dict(lam=1e-2, eps=1e-3, batch_sizes=[4, 16], methods=["sdca-safe"], seeds=1,
+                max_epochs=30, plots=False, progress=False)
+
+
+def test_p_star_is_the_same_number_on_every_run(tiny):
+    np.random.seed(1)
+    first = certify_optimum(tiny, 1e-2, gap_tol=1e-8)
+    np.random.seed(2)                          # liblinear once took its shuffle from here
+    second = certify_optimum(tiny, 1e-2, gap_tol=1e-8)
+    assert first["liblinear"]["primal"] == second["liblinear"]["primal"]
+    assert first["p_star"] == second["p_star"]
+
+
+def test_losing_the_optimum_cell_orphans_nothing(tiny, tmp_path):
+    np.random.seed(1)
+    first = scaling_study(tiny, **STORE_KW, out_dir=tmp_path)
+    assert (first.computed, first.reused) == (2, 0)
+    [optimum] = (tmp_path / "cells").glob("optimum-*.json")
+    optimum.unlink()
+    np.random.seed(2)
+    again = scaling_study(tiny, **STORE_KW, out_dir=tmp_path)
+    assert (again.computed, again.reused) == (0, 2)
+    assert again.metadata["p_star"] == first.metadata["p_star"]
+
+
+def test_an_edited_cell_or_p_star_is_recomputed(tiny, tmp_path):
+    first = scaling_study(tiny, **STORE_KW, out_dir=tmp_path)
+    cells = tmp_path / "cells"
+    cell_file = sorted(cells.glob("sdca-safe-b16-*.json"))[0]
+    cell = json.loads(cell_file.read_text())
+    cell["T"] = 1
+    cell_file.write_text(json.dumps(cell))
+    [optimum_file] = cells.glob("optimum-*.json")
+    optimum = json.loads(optimum_file.read_text())
+    optimum["p_star"] -= 0.01
+    optimum_file.write_text(json.dumps(optimum))
+    with pytest.warns(UserWarning) as record:
+        again = scaling_study(tiny, **STORE_KW, out_dir=tmp_path)
+    messages = sorted(str(w.message) for w in record)
+    assert messages == sorted([
+        f"the study cell {optimum_file} does not match its checksum (it was edited or damaged); "
+        "it is computed again",
+        f"the study cell {cell_file} does not match its checksum (it was edited or damaged); "
+        "it is computed again"])
+    assert (again.computed, again.reused) == (1, 1)
+    assert again.metadata["p_star"] == first.metadata["p_star"]
+    assert [c["T"] for c in again.cells] == [c["T"] for c in first.cells]
+
+
+def test_a_p_star_that_contradicts_its_certificate_is_recomputed(tiny, tmp_path):
+    from gpusvm.study.store import checksum
+    first = scaling_study(tiny, **STORE_KW, out_dir=tmp_path)
+    [optimum_file] = (tmp_path / "cells").glob("optimum-*.json")
+    optimum = json.loads(optimum_file.read_text())
+    optimum["p_star"] -= 0.01                   # with a matching checksum: only the
+    optimum["checksum"] = checksum(optimum)     # certificate can tell
+    optimum_file.write_text(json.dumps(optimum))
+    with pytest.warns(UserWarning, match=re.escape(
+            f"the P* cell {optimum_file} does not agree with its own certificate (p_star - "
+            "lower_bound != gap); it is computed again")):
+        again = scaling_study(tiny, **STORE_KW, out_dir=tmp_path)
+    assert again.metadata["p_star"] == first.metadata["p_star"]
+    assert (again.computed, again.reused) == (0, 2)
+
+
+def test_two_studies_on_one_directory_are_refused(tiny, tmp_path):
+    import subprocess
+    import sys
+    code = ("import sys, time\nfrom gpusvm.study.store import study_lock\n"
+            "with study_lock(sys.argv[1]):\n    print('locked', flush=True)\n    time.sleep(60)\n")
+    env = {**__import__("os").environ, "PYTHONPATH": str(REPO_ROOT)}
+    holder = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], env=env,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "locked\n"
+        expected = (f"the study directory {tmp_path} is in use by another study (process "
+                    f"{holder.pid}); wait for it to finish, or pass another output directory")
+        with pytest.raises(RuntimeError, match=f"^{re.escape(expected)}$"):
+            scaling_study(tiny, **STORE_KW, out_dir=tmp_path)
+        assert not (tmp_path / "cells").exists()
+    finally:
+        holder.kill()
+        holder.wait()
+    assert scaling_study(tiny, **STORE_KW, out_dir=tmp_path).computed == 2   # free again
+
+
+def test_only_stale_temporary_files_are_deleted(tmp_path):
+    import os
+    import subprocess
+    import sys
+    import time
+    cells = tmp_path / "cells"
+    cells.mkdir()
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True).stdout.strip()
+    in_flight = cells / f".sdca-b1-0123.json.{os.getpid()}.abc123.tmp"      # a live writer
+    orphan = cells / f".sdca-b2-0123.json.{gone}.def456.tmp"                 # a dead writer
+    old = cells / f".sdca-b4-0123.json.{os.getpid()}.ghi789.tmp"             # a day old
+    for p in (in_flight, orphan, old):
+        p.write_text("{")
+    os.utime(old, (time.time() - 86400, time.time() - 86400))
+    CellStore(tmp_path)
+    assert in_flight.exists() and not orphan.exists() and not old.exists()

@@ -59,6 +59,10 @@ RENORM_THRESHOLD = 1e-6
 #: at most this many kernel values are computed by one ``pairwise_kernels`` call
 BLOCK_ENTRIES = 1 << 22
 
+#: the error of a kernel that returns NaN or infinity (a constant model would follow, silently)
+NONFINITE_KERNEL = ("the kernel returned NaN or infinity; every kernel value must be finite: "
+                    "check a callable kernel, or scale X (e.g. for 'poly')")
+
 
 @dataclass
 class KernelSolverResult:
@@ -152,7 +156,13 @@ def make_kernel(kernel, *, gamma: float = 1.0, degree: int = 3,
     """
     if callable(kernel):
         def gram(A, B):
-            return np.asarray(kernel(A, B), dtype=np.float64)
+            K = np.asarray(kernel(A, B), dtype=np.float64)
+            if K.shape != (A.shape[0], B.shape[0]):
+                raise ValueError(
+                    f"the callable kernel returned an array of shape {K.shape} for {A.shape[0]} "
+                    f"and {B.shape[0]} rows; kernel(A, B) must return the Gram matrix of shape "
+                    f"({A.shape[0]}, {B.shape[0]})")
+            return K
         return gram
     if kernel not in KERNELS:
         raise ValueError(
@@ -207,7 +217,10 @@ class KernelColumns:
 
     def _compute(self, cols: np.ndarray) -> np.ndarray:
         self.evaluations += self.n * cols.size
-        return kernel_blocks(self.gram, self.X[cols], self.X)      # K is symmetric
+        block = kernel_blocks(self.gram, self.X[cols], self.X)     # K is symmetric
+        if not np.all(np.isfinite(block)):
+            raise ValueError(NONFINITE_KERNEL)
+        return block
 
     def _store(self, cols: np.ndarray, block: np.ndarray) -> None:
         slots = self.cache.shape[0]
@@ -291,7 +304,8 @@ def kernel_pegasos(X, y, *, lam: float, k: int, max_iter: int, kernel="rbf", gam
     eval_every : int, optional
         Iterations between evaluations of the objective; default: only at the end.
     max_time : float, optional
-        Time budget in seconds, checked at evaluations.
+        Time budget in seconds, checked after every iteration (an evaluation
+        may be far away: by default there is none before the end).
     target_objective : float, optional
         Stop at the first evaluation with ``P(w) <= target_objective``.
     callback : callable, optional
@@ -396,6 +410,9 @@ def kernel_pegasos(X, y, *, lam: float, k: int, max_iter: int, kernel="rbf", gam
                 stop = "max_time"
             if stop != "max_iter":
                 break
+        elif max_time is not None and time.perf_counter() - start >= max_time:
+            stop = "max_time"                                     # checked every iteration
+            break
 
     coef, decision, bb, sq, loss, objective = evaluate()
     if not history or history[-1][0] != t:

@@ -29,7 +29,7 @@ from .report import fmt_num, write_csv
 from .scaling import (StudyResult, _check_positive, certified_optimum, check_batch_sizes,
                       check_seeds, ensure_problem, machine, spectral_sigma2, versions)
 from .search import RunSpec, trace_run
-from .store import cell_key, write_json_atomic, write_text_atomic
+from .store import cell_key, locked_study, write_json_atomic, write_text_atomic
 
 __all__ = ["pegasos_k_study", "schedules_study", "norma_p"]
 
@@ -115,6 +115,7 @@ def _compute_k_cell(problem, task: dict) -> dict:
             "seconds": seconds, "cell_seconds": seconds}
 
 
+@locked_study
 def pegasos_k_study(X, y=None, *, lam: float, batch_sizes=None, T_values=PAPER_T_VALUES,
                     kT_values=PAPER_KT_VALUES, seeds=3, backend: str = "numpy", out_dir,
                     normalize: bool = True, name: str | None = None, pstar_gap: float = 1e-8,
@@ -183,7 +184,7 @@ def pegasos_k_study(X, y=None, *, lam: float, batch_sizes=None, T_values=PAPER_T
                                    pegasos_output="last", projection=True,
                                    sampling="with_replacement")
                     params = {"kind": "pegasos-k", "data": problem.fingerprint,
-                              "spec": spec.__dict__, "T": T, "p_star": opt["p_star"]}
+                              "spec": spec.__dict__, "T": T, "optimum": opt["key"]}
                     tasks.append({"key": cell_key(f"pegasos-k-{setting}{v}-k{k}-s{seed}", params),
                                   "params": params, "spec": dict(spec.__dict__), "T": T,
                                   "setting": setting, "value": v, "p_star": opt["p_star"],
@@ -326,6 +327,7 @@ def _compute_schedule_cell(problem, task: dict) -> dict:
             "cell_seconds": time.perf_counter() - t0}
 
 
+@locked_study
 def schedules_study(X, y=None, *, lam: float, T_max: int = 1_000_000, etas=PAPER_ETAS,
                     p: float | None = None, seeds=1, X_test=None, y_test=None,
                     backend: str = "numpy", out_dir, normalize: bool = True,
@@ -394,7 +396,7 @@ def schedules_study(X, y=None, *, lam: float, T_max: int = 1_000_000, etas=PAPER
             spec = RunSpec(method="pegasos", b=1, seed=seed, lam=lam, backend=backend,
                            pegasos_output="last", sampling="with_replacement", **opts)
             params = {"kind": "schedules", "data": problem.fingerprint, "spec": spec.__dict__,
-                      "T_max": T_max, "points": points, "p_star": opt["p_star"],
+                      "T_max": T_max, "points": points, "optimum": opt["key"],
                       "test": None if test is None else _test_fingerprint(test)}
             slug = f"{group}-{opts.get('eta0', '')}".rstrip("-").replace(".", "p")
             tasks.append({"key": cell_key(f"schedules-{slug}-s{seed}", params), "params": params,

@@ -41,8 +41,10 @@ def _liblinear(problem, lam, tol):
 
     n = problem.n
     t0 = time.perf_counter()
+    # a fixed random_state: liblinear shuffles the coordinates, and P* must be the same number
+    # on every run (a study's cells are only comparable with one P*)
     model = LinearSVC(C=1.0 / (lam * n), loss="hinge", dual=True, fit_intercept=False, tol=tol,
-                      max_iter=1_000_000)
+                      max_iter=1_000_000, random_state=0)
     converged = True
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", ConvergenceWarning)

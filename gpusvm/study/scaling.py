@@ -15,12 +15,13 @@ from __future__ import annotations
 import datetime as _dt
 import math
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from .problem import Problem, prepare_problem
 from .search import METHODS, PEGASOS_OUTPUTS, RunSpec, SearchSettings, find_crossing
-from .store import CellStore, cell_key
+from .store import CellStore, cell_key, locked_study
 
 __all__ = ["scaling_study", "StudyResult", "default_batch_sizes", "check_methods",
            "check_batch_sizes", "check_seeds", "iteration_cap", "median_with_inf"]
@@ -288,11 +289,38 @@ def certified_optimum(problem: Problem, lam: float, out_dir: Path, *, gap_tol: f
     key = cell_key("optimum", {"data": problem.fingerprint, "lam": lam, "gap_tol": gap_tol,
                                "backend": backend})
     cell = store.load(key)
+    if cell is not None and not certificate_holds(cell):
+        warnings.warn(f"the P* cell {store.path(key)} does not agree with its own certificate "
+                      "(p_star - lower_bound != gap); it is computed again", UserWarning,
+                      stacklevel=2)
+        cell = None
     if cell is None:
         cell = {"key": key, **certify_optimum(problem, lam, gap_tol=gap_tol, sigma2=sigma2,
                                               backend=backend)}
         store.save(cell)
     return cell
+
+
+def certificate_holds(cell: dict) -> bool:
+    """Whether a P* cell agrees with its certificate.
+
+    That is ``lower_bound <= p_star`` and ``gap = p_star - lower_bound``.
+
+    Parameters
+    ----------
+    cell : dict
+        A cell written by :func:`certified_optimum`.
+
+    Returns
+    -------
+    bool
+    """
+    values = [cell.get(k) for k in ("p_star", "lower_bound", "gap")]
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+               for v in values):
+        return False
+    p_star, lower, gap = values
+    return lower <= p_star and abs((p_star - lower) - gap) <= 1e-12 * max(1.0, abs(p_star))
 
 
 # ------------------------------------------------------------------ cells
@@ -307,6 +335,7 @@ def _compute_scaling_cell(problem: Problem, task: dict) -> dict:
             "failed": res["status"] in ("diverged", "stalled"), **res}
 
 
+@locked_study
 def scaling_study(X, y=None, *, lam: float, eps: float = 1e-3, batch_sizes=None,
                   methods=METHODS, seeds=3, backend: str = "numpy", out_dir,
                   max_epochs: float | None = 100.0, max_iter: int | None = None,
@@ -437,7 +466,7 @@ def scaling_study(X, y=None, *, lam: float, eps: float = 1e-3, batch_sizes=None,
                                else None)
                 cap = iteration_cap(n, b, max_epochs, max_iter)
                 params = {"kind": "scaling", "data": problem.fingerprint, "lam": lam, "eps": eps,
-                          "p_star": p_star, "spec": spec.__dict__, "cap": cap,
+                          "optimum": opt["key"], "spec": spec.__dict__, "cap": cap,
                           "max_seconds": max_seconds, "search": search.as_dict()}
                 tasks.append({"key": cell_key(f"{method}-b{b}-s{seed}", params), "params": params,
                               "spec": dict(spec.__dict__), "cap": cap, "p_star": p_star,

@@ -2,27 +2,46 @@
 
 A *cell* is one unit of work (e.g. one ``(method, b, seed)`` of a scaling
 study).  Its key is a readable prefix plus the sha256 of every parameter that
-can change its result (the data fingerprint, ``lam``, ``eps``, ``P*``, the caps,
-the search settings, the format version), so a rerun with any other setting
-never reuses it.  A finished cell is written to a temporary file in the same
-directory and renamed over its final name with :func:`os.replace`, which is
-atomic on POSIX and Windows: an interrupted run leaves either the complete
-file or none (plus, at worst, a ``*.tmp`` file that the next run deletes).
+can change its result (the data fingerprint, ``lam``, ``eps``, the key of the
+``P*`` cell, the caps, the search settings, the format version), so a rerun
+with any other setting never reuses it.  A finished cell is written to a
+temporary file in the same directory and renamed over its final name with
+:func:`os.replace`, which is atomic on POSIX and Windows: an interrupted run
+leaves either the complete file or none (plus, at worst, a ``*.tmp`` file that
+a later run deletes once it is stale: its writer is gone, or it is an hour old).
+
+Every cell carries the sha256 of its content (``checksum``); a cell whose
+content no longer matches it (edited, or damaged) is recomputed, with a
+warning.  A study holds an exclusive lock on its directory
+(:func:`study_lock`, ``.gpusvm-study.lock``) while it runs, so that two studies
+never write the same cells at once.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import hashlib
 import json
 import math
 import os
 import tempfile
+import time
+import warnings
 from pathlib import Path
 
-__all__ = ["cell_key", "write_json_atomic", "CellStore"]
+from .._output import file_mode
 
-#: bump when the content or the meaning of a cell changes (2: BLAS limited to one thread)
-CELL_FORMAT = 2
+__all__ = ["cell_key", "write_json_atomic", "CellStore", "study_lock", "locked_study"]
+
+#: bump when the content or the meaning of a cell changes (2: BLAS limited to one thread;
+#: 3: checksums, and keys name the P* cell instead of holding its value)
+CELL_FORMAT = 3
+
+#: a temporary file this old is stale even when a process with its writer's id exists
+STALE_SECONDS = 3600.0
+
+LOCK_NAME = ".gpusvm-study.lock"
 
 
 def _canonical(obj) -> str:
@@ -101,11 +120,7 @@ def write_json_atomic(path, obj, *, indent: int | None = 1) -> None:
                                        default=_json_default) + "\n")
 
 
-def _file_mode() -> int:
-    """Permissions of a new file under the current umask (mkstemp alone gives 0600)."""
-    mask = os.umask(0)
-    os.umask(mask)
-    return 0o666 & ~mask
+_file_mode = file_mode
 
 
 def write_text_atomic(path, text: str) -> None:
@@ -117,7 +132,8 @@ def write_text_atomic(path, text: str) -> None:
     text : str
     """
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.{os.getpid()}.",
+                               suffix=".tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
@@ -142,7 +158,8 @@ def write_bytes_atomic(path, data: bytes) -> None:
     data : bytes
     """
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.{os.getpid()}.",
+                               suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
@@ -158,6 +175,45 @@ def write_bytes_atomic(path, data: bytes) -> None:
         raise
 
 
+def checksum(cell: dict) -> str:
+    """sha256 of a cell's content (every field but ``checksum``), as written to its file.
+
+    Parameters
+    ----------
+    cell : dict
+        JSON-serialisable, with finite floats (see :func:`sanitize`).
+
+    Returns
+    -------
+    str
+        64 hex digits.
+    """
+    body = {k: v for k, v in cell.items() if k != "checksum"}
+    return hashlib.sha256(_canonical(body).encode()).hexdigest()
+
+
+def _stale(tmp: Path) -> bool:
+    """Whether a temporary file was left by a writer that is gone (or is an hour old)."""
+    try:
+        age = time.time() - tmp.stat().st_mtime
+    except OSError:
+        return False
+    if age > STALE_SECONDS:
+        return True
+    parts = tmp.name.split(".")          # .<name>.<pid>.<random>.tmp
+    try:
+        pid = int(parts[-3])
+    except (IndexError, ValueError):
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:                      # it exists, under another user
+        return False
+    return False
+
+
 class CellStore:
     """The ``cells/`` directory of a study.
 
@@ -168,36 +224,141 @@ class CellStore:
 
     Notes
     -----
-    Creating the store deletes leftover ``*.tmp`` files of an interrupted run.
-    A cell file that cannot be parsed (which atomic writes rule out, short of
-    outside tampering) is treated as missing and recomputed.
+    Creating the store deletes the stale ``*.tmp`` files of an interrupted run:
+    those whose writing process is gone, or that are more than an hour old
+    (another process's write in flight is left alone).  A cell file that cannot
+    be parsed, or whose content does not match its checksum, is treated as
+    missing and recomputed (with a warning for a checksum mismatch).
     """
 
     def __init__(self, out_dir) -> None:
         self.dir = Path(out_dir) / "cells"
         self.dir.mkdir(parents=True, exist_ok=True)
         for leftover in self.dir.glob(".*.tmp"):
-            try:
-                leftover.unlink()
-            except OSError:
-                pass
+            if _stale(leftover):
+                try:
+                    leftover.unlink()
+                except OSError:
+                    pass
 
     def path(self, key: str) -> Path:
         """File of the cell ``key``."""
         return self.dir / f"{key}.json"
 
     def load(self, key: str) -> dict | None:
-        """The stored cell, or None when it is not finished (or unreadable)."""
+        """The stored cell, or None when it is not finished, unreadable or altered."""
         p = self.path(key)
         try:
             with open(p, encoding="utf-8") as f:
                 cell = json.load(f)
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError):
             return None
-        return cell if isinstance(cell, dict) and cell.get("key") == key else None
+        if not (isinstance(cell, dict) and cell.get("key") == key):
+            return None
+        try:
+            intact = cell.get("checksum") == checksum(cell)
+        except (TypeError, ValueError):
+            intact = False
+        if not intact:
+            warnings.warn(f"the study cell {p} does not match its checksum (it was edited or "
+                          "damaged); it is computed again", UserWarning, stacklevel=2)
+            return None
+        return cell
 
     def save(self, cell: dict) -> Path:
-        """Write a finished cell (it must hold its ``key``) atomically; return its path."""
+        """Write a finished cell (it must hold its ``key``) with its checksum, atomically.
+
+        Returns
+        -------
+        pathlib.Path
+            The cell's file.
+        """
         p = self.path(cell["key"])
-        write_json_atomic(p, cell)
+        clean = sanitize(cell)
+        clean["checksum"] = checksum(clean)
+        write_json_atomic(p, clean)
         return p
+
+
+_HELD: dict = {}
+
+
+@contextlib.contextmanager
+def study_lock(out_dir):
+    """Hold the exclusive lock of a study directory (re-entrant within a process).
+
+    Parameters
+    ----------
+    out_dir : str or os.PathLike
+        The study directory (created when missing).
+
+    Raises
+    ------
+    RuntimeError
+        When another process holds the lock (a study is running there).
+
+    Notes
+    -----
+    The lock is an ``flock`` on ``out_dir/.gpusvm-study.lock``; the operating
+    system releases it when its process ends, however it ends.  Where ``fcntl``
+    does not exist (Windows) no lock is taken.
+    """
+    try:
+        import fcntl  # noqa: PLC0415
+    except ImportError:  # pragma: no cover
+        yield
+        return
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    lock_path = out / LOCK_NAME
+    key = (os.path.realpath(lock_path), os.getpid())
+    if key in _HELD:
+        _HELD[key][1] += 1
+        try:
+            yield
+        finally:
+            _HELD[key][1] -= 1
+        return
+    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        try:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+        finally:
+            os.close(fd)
+        raise RuntimeError(
+            f"the study directory {out} is in use by another study (process {holder}); wait "
+            "for it to finish, or pass another output directory") from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    _HELD[key] = [fd, 1]
+    try:
+        yield
+    finally:
+        del _HELD[key]
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+
+
+def locked_study(fn):
+    """Decorator: run a study function holding :func:`study_lock` on its ``out_dir``.
+
+    Parameters
+    ----------
+    fn : callable
+        Takes ``out_dir`` as a keyword argument (``None`` runs it unlocked; the
+        function then reports the missing directory itself).
+
+    Returns
+    -------
+    callable
+    """
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        out_dir = kwargs.get("out_dir")
+        if out_dir is None:
+            return fn(*args, **kwargs)
+        with study_lock(out_dir):
+            return fn(*args, **kwargs)
+    return wrapper
