@@ -601,4 +601,10 @@ def _progress_bar(verbose, total):
         state["done"] = t
         bar.set_postfix(objective=f"{objective:.6g}")
 
-    return update, bar.close
+    def close():
+        if 0 < state["done"] < bar.total:     # stopped early (tol): the run is complete
+            bar.total = state["done"]
+            bar.refresh()
+        bar.close()
+
+    return update, close

@@ -245,7 +245,8 @@ def test_estimator_augmented_bias_matches_reference(problems):
     coef0 = 0.1 * rng.standard_normal(p.d)
     clf = PegasosSVC(lam=p.lam, batch_size=7, max_iter=50, bias="augmented",
                      intercept_scaling=2.0, averaging="tail", dtype="float64",
-                     backend="numpy", random_state=9, eval_every=10)
+                     backend="numpy", random_state=9, eval_every=10,
+                     sampling="without_replacement")
     clf.fit(p.X, p.y, coef_init=coef0, intercept_init=0.5)
     ref = reference_pegasos(p.Xd, p.y, lam=p.lam, k=7, max_iter=50, seed=9, averaging="tail",
                             bias="augmented", intercept_scaling=2.0,
