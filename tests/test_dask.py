@@ -238,7 +238,7 @@ def test_pegasos_is_exact_synchronous_pegasos(two_workers, rcv1_small):
     X, y = rcv1_small.X.astype(np.float64), rcv1_small.y.astype(np.float64)
     lam, k, T, seed = 1e-3, 64, 60, 11
     clf = gd.PegasosSVC(lam=lam, batch_size=k, max_iter=T, averaging="none", bias="none",
-                        random_state=seed).fit(X, y)
+                        random_state=seed, n_partitions=2).fit(X, y)
     n = X.shape[0]
     blocks = [np.arange(b, n, 2) for b in range(2)]
     shares = [int(np.ceil(k * r.size / n)) for r in blocks]
