@@ -39,8 +39,9 @@ def client():
 
 @pytest.fixture
 def two_workers(client):
-    """The module's client, with both workers up (a fault test may have restarted one)."""
-    client.wait_for_workers(2, timeout=120)
+    """The module's client, with both workers up (a fault test may have killed one: its nanny
+    starts a new one, which takes longer on a loaded machine)."""
+    client.wait_for_workers(2, timeout=300)
     return client
 
 

@@ -138,14 +138,19 @@ def test_shrinking_constants_of_the_compiled_loop_are_the_reference_ones():
 def test_certificate_cadence_adapts_to_the_gap():
     epoch = 100
     assert next_certificate([], 1e-3, epoch) == epoch
-    assert next_certificate([(100, 1, 0, 0.5, 0)], 1e-3, epoch) == epoch
-    # the gap halves per epoch: 0.1 -> 1e-3 is log2(100) = 6.6 epochs away: 0.9 of it, at most 4x
-    far = next_certificate([(100, 1, 0, 0.2, 0), (200, 1, 0, 0.1, 0)], 1e-3, epoch)
-    assert far == 400
-    near = next_certificate([(100, 1, 0, 0.004, 0), (200, 1, 0, 0.002, 0)], 1e-3, epoch)
-    assert near == 90
-    # never below a quarter epoch; a gap that rose keeps the last interval
-    assert next_certificate([(100, 1, 0, 0.0011, 0), (200, 1, 0, 0.00105, 0)], 1e-3, epoch) >= 25
+    # after the first: the rate from the starting gap 1; 1 -> 0.5 in an epoch, 0.5 -> 1e-3 is
+    # log2(500) = 9 epochs away: 1.2 of it, but at most 4 times the last interval
+    assert next_certificate([(100, 1, 0, 0.5, 0)], 1e-3, epoch) == 400
+    # the gap halves per epoch: 0.004 -> 1e-3 is 2 epochs away: 1.2 of it, at most an epoch
+    # within 10 tol
+    assert next_certificate([(100, 1, 0, 0.04, 0), (200, 1, 0, 0.02, 0)], 1e-3, epoch) == 400
+    assert next_certificate([(100, 1, 0, 0.004, 0), (200, 1, 0, 0.002, 0)], 1e-3, epoch) == 100
+    assert next_certificate([(100, 1, 0, 0.0016, 0), (200, 1, 0, 0.0012, 0)], 1e-3, epoch) == 76
+    # never below a quarter epoch, nor above an epoch near tol; a gap that rose keeps the last
+    # interval
+    assert next_certificate([(100, 1, 0, 0.0011, 0), (200, 1, 0, 0.00105, 0)], 1e-3, epoch) == 100
+    assert next_certificate([(100, 1, 0, 0.00101, 0), (200, 1, 0, 0.001009, 0)], 1e-3,
+                            epoch) >= 25
     assert next_certificate([(100, 1, 0, 0.1, 0), (300, 1, 0, 0.2, 0)], 1e-3, epoch) == 200
 
 

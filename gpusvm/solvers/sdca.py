@@ -346,14 +346,22 @@ def sdca(backend, *, lam: float, b: int, max_iter: int, variant: str = "aggressi
                "n_rejected": int(s[S_NREJ])})
 
 
+#: the next certificate comes after this multiple of the iterations predicted to reach tol: a
+#: certificate costs about as much as half an epoch or more (two passes over the data), so a
+#: little overshoot is cheaper than one more certificate
+CADENCE_OVERSHOOT = 1.2
+
+
 def next_certificate(history: list, tol: float, epoch: int) -> int:
     """Iterations until the next certificate when the cadence adapts to the gap.
 
-    The first two certificates come one epoch apart; then the gap's rate of
-    decrease per iteration, ``r = log(G_prev / G) / (t - t_prev)``, predicts the
+    The gap's rate of decrease per iteration between the last two certificates,
+    ``r = log(G_prev / G) / (t - t_prev)`` (before the second one: from the
+    starting point ``alpha = 0``, ``w = 0``, whose gap is at most 1), predicts the
     iterations left to ``tol``, ``log(G / tol) / r``; the next certificate comes
-    after 0.9 of that (so as not to overshoot), at least a quarter epoch and at
-    most 4 times the last interval.  Far from ``tol`` few certificates are
+    after :data:`CADENCE_OVERSHOOT` times that, at least a quarter epoch and at
+    most 4 times the last interval (one epoch once the gap is within 10 ``tol``,
+    where its noise makes the rate unreliable).  Far from ``tol`` few certificates are
     computed (each costs about one pass over the data), near it they come often.
 
     Parameters
@@ -369,15 +377,19 @@ def next_certificate(history: list, tol: float, epoch: int) -> int:
     int
         At least 1.
     """
-    if len(history) < 2:
+    if not history:
         return epoch
-    (t0, *_, g0, _), (t1, *_, g1, _) = history[-2], history[-1]
+    t1, *_, g1, _ = history[-1]
+    t0, g0 = (0, 1.0) if len(history) < 2 else (history[-2][0], history[-2][3])
     last = t1 - t0
     if not (g1 > 0 and g0 > g1 and tol > 0):
         return max(1, last)
     rate = math.log(g0 / g1) / last
     left = math.log(g1 / tol) / rate
-    return int(max(1, max(epoch // 4, 1), min(4 * last, 0.9 * left)))
+    # near tol the gap is noisy (P(w(alpha)) oscillates) and a slow apparent rate would
+    # predict a long way: at most an epoch there
+    cap = epoch if g1 <= 10.0 * tol else 4 * last
+    return int(max(1, epoch // 4, min(cap, CADENCE_OVERSHOOT * left)))
 
 
 def default_max_iter(n: int, b: int, epochs: int = 100) -> int:
