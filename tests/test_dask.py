@@ -38,6 +38,18 @@ def client():
 
 
 @pytest.fixture
+def own_cluster():
+    """A cluster of its own for a test that kills a worker, so that the module's cluster stays
+    whole whatever the nanny does (restarting a killed worker can take minutes on a loaded
+    machine)."""
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                  dashboard_address=None) as cluster, \
+            distributed.Client(cluster, set_as_default=False) as c:
+        c.wait_for_workers(2, timeout=120)
+        yield c
+
+
+@pytest.fixture
 def two_workers(client):
     """The module's client, with both workers up (a fault test may have killed one: its nanny
     starts a new one, which takes longer on a loaded machine)."""
@@ -176,12 +188,13 @@ def test_sdca_dask_array_input_and_export(two_workers, rcv1_small, tmp_path):
     assert loaded.duality_gap_ == clf.duality_gap_
 
 
-def test_sdca_survives_a_killed_worker(two_workers, rcv1_small):
+def test_sdca_survives_a_killed_worker(own_cluster, rcv1_small):
     """SIGKILL one worker mid-fit: the fit resumes from the last committed round, and the model
     is the one of an undisturbed run (same seed), bit for bit."""
     X, y = rcv1_small.X, rcv1_small.y
-    ref = gd.SDCASVC(lam=LAM, tol=1e-3, bias="none", random_state=3).fit(X, y)
-    pids = two_workers.run(os.getpid)
+    ref = gd.SDCASVC(lam=LAM, tol=1e-3, bias="none", random_state=3,
+                     client=own_cluster).fit(X, y)
+    pids = own_cluster.run(os.getpid)
     victim = pids[sorted(pids)[1]]
     killed = []
 
@@ -192,16 +205,16 @@ def test_sdca_survives_a_killed_worker(two_workers, rcv1_small):
 
     with pytest.warns(RuntimeWarning, match="worker was lost"):
         clf = gd.SDCASVC(lam=LAM, tol=1e-3, bias="none", random_state=3,
-                         callback=kill).fit(X, y)
+                         callback=kill, client=own_cluster).fit(X, y)
     assert killed and clf.n_recoveries_ >= 1
     assert clf.duality_gap_ <= 1e-3
     np.testing.assert_array_equal(clf.coef_, ref.coef_)
     np.testing.assert_array_equal(clf.alpha_, ref.alpha_)
 
 
-def test_sdca_lost_worker_without_recoveries_is_an_error(two_workers, rcv1_small):
+def test_sdca_lost_worker_without_recoveries_is_an_error(own_cluster, rcv1_small):
     X, y = rcv1_small.X, rcv1_small.y
-    pids = two_workers.run(os.getpid)
+    pids = own_cluster.run(os.getpid)
     victim = pids[sorted(pids)[0]]
 
     def kill(round_, gap, elapsed):
@@ -210,7 +223,7 @@ def test_sdca_lost_worker_without_recoveries_is_an_error(two_workers, rcv1_small
 
     with pytest.raises(gd.DistributedFitError, match="max_recoveries=0"):
         gd.SDCASVC(lam=LAM, tol=1e-6, bias="none", max_recoveries=0, random_state=0,
-                   callback=kill).fit(X, y)
+                   callback=kill, client=own_cluster).fit(X, y)
 
 
 # ------------------------------------------------------------------ Pegasos
@@ -264,11 +277,12 @@ def test_pegasos_converges_and_is_deterministic(two_workers, rcv1_small):
     assert isinstance(a.to_local().predict(X), np.ndarray)
 
 
-def test_pegasos_survives_a_killed_worker(two_workers, rcv1_small):
+def test_pegasos_survives_a_killed_worker(own_cluster, rcv1_small):
     X, y = rcv1_small.X, rcv1_small.y
-    kw = dict(lam=1e-3, batch_size=64, max_iter=40, eval_every=5, bias="none", random_state=5)
+    kw = dict(lam=1e-3, batch_size=64, max_iter=40, eval_every=5, bias="none", random_state=5,
+              client=own_cluster)
     ref = gd.PegasosSVC(**kw).fit(X, y)
-    pids = two_workers.run(os.getpid)
+    pids = own_cluster.run(os.getpid)
     victim = pids[sorted(pids)[1]]
     killed = []
 
