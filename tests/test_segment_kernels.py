@@ -144,7 +144,9 @@ def test_tsan_is_silent_on_the_segment_kernels():
     head = (np.uint64(9), np.int32(n), np.int32(k), np.int32(half), np.uint32(mask), counter,
             sticket)
     sched = (np.int32(0), np.float64(1e-2), np.float64(0.0), np.float64(0.7))
-    step = _kernels.row_kernel("gpusvm_pegasos_segment_step", lanes, "float")
+    step = _kernels.vector_kernel("gpusvm_pegasos_segment_step", "float")
+    tile = np.int32(24)                                  # 4 tiles of 24 rows over 4 blocks
+    m_bal = np.empty(k)
     launches = [
         ("gpusvm_sample_next<1>", 4, B, head + (np.int32(0), rows, first, stamp)),
         ("gpusvm_sample_firsts_next", 4, B, (rows, stamp, np.int32(k), counter, sticket, first)),
@@ -152,7 +154,9 @@ def test_tsan_is_silent_on_the_segment_kernels():
         ("gpusvm_reset_scale_next<float>", 4, B, (v, u, np.int32(1), np.int64(d), s, counter)
          + sched),
         ("gpusvm_sample_next<2>", 4, B, head + (np.int32(1), rows, first, stamp)),
-        (step, 4, B, (ip, ix, dx, y, rows, np.int32(k), np.float64(k), m, v, u, np.int32(1),
+        ("gpusvm_margins_balanced<float>", 4, B, (ip, ix, dx, y, v, rows, np.int32(k), tile, s,
+                                                  m_bal)),
+        (step, 4, B, (ip, ix, dx, y, rows, np.int32(k), tile, np.float64(k), m, v, u, np.int32(1),
                       np.int64(d), s, acc, ticket, counter) + sched
          + (np.int32(1), np.float64(10.0), np.int32(1), np.int64(1), np.float64(1e300))),
     ]
@@ -160,7 +164,40 @@ def test_tsan_is_silent_on_the_segment_kernels():
     rep = check_launches(code=_kernels.module_source(), launches=launches, name_expressions=names,
                          options=_kernels.compile_options())
     assert rep.ok, rep.output
-    st = rep.arrays[5][12]
-    assert rep.arrays[5][15][0] == 2                 # two batches drawn
+    st = rep.arrays[6][13]
+    assert rep.arrays[6][16][0] == 2                 # two batches drawn
     assert st[S_A] == 1.0 and st[S_ASUM] == 0.0     # folded (threshold 1e300)
-    assert not rep.arrays[5][13].any() and rep.arrays[5][14][0] == 0   # acc, ticket clean
+    assert not rep.arrays[6][14].any() and rep.arrays[6][15][0] == 0   # acc, ticket clean
+    assert np.isfinite(rep.arrays[5][9]).all()      # every balanced margin written
+
+
+@pytest.mark.parametrize("k, tile, dtype", [(1, 1, np.float64), (37, 10, np.float64),
+                                            (300, 75, np.float32), (300, 256, np.float64)])
+def test_balanced_margins_match_the_definition(mod, k, tile, dtype):
+    rng = np.random.default_rng(k)
+    n, d = 400, 60
+    lengths = rng.integers(0, 12, size=n)
+    lengths[5] = 60                                       # a long row, in every batch below
+    lengths[9] = 0                                        # an empty row
+    X = sp.lil_matrix((n, d))
+    for r, ln in enumerate(lengths):
+        X[r, rng.choice(d, size=ln, replace=False)] = rng.normal(size=ln)
+    X = sp.csr_matrix(X, dtype=dtype)
+    X.sort_indices()
+    y = np.where(rng.random(n) < 0.5, 1.0, -1.0).astype(dtype)
+    v = rng.normal(size=d).astype(dtype)
+    rows = rng.integers(0, n, size=k).astype(np.int32)
+    rows[0] = 5
+    if k > 2:
+        rows[1] = 9
+    s = np.zeros(N_SLOTS)
+    s[S_A], s[S_B] = 0.7, -0.2
+    m = np.full(k, np.nan)
+    grid = max(1, -(-k // tile))
+    vt = _kernels.VALUE_TYPES[np.dtype(dtype).name]
+    mod.get_function(f"gpusvm_margins_balanced<{vt}>")(
+        (min(grid, 4),), (B,), (X.indptr.astype(np.int64), X.indices.astype(np.int32), X.data, y,
+                                v, rows, np.int32(k), np.int32(tile), s, m))
+    ref = y[rows].astype(np.float64) * (0.7 * (X.astype(np.float64) @ v.astype(np.float64))[rows]
+                                        + (-0.2))
+    np.testing.assert_allclose(m, ref, rtol=1e-12, atol=1e-12)
