@@ -19,6 +19,12 @@ iteration, from the batches' actual rows:
 * **the longest row** of the batch, which bounds a kernel that gives one row to one group of
   ``LANES`` lanes (:func:`gpusvm.backends.device.choose_lanes`).
 
+Three designs are modelled side by side, each marked with what exists: the per-row kernels
+launched from Python one by one (the previous release), the per-row kernels replayed as a
+captured segment (what SDCA runs), and kernels balanced by nonzeros with hot-column
+aggregation, replayed (what Pegasos runs: ``kernels/balanced.cuh``; for SDCA a design not
+built).
+
 The modelled time of a kernel is ``floor + max(HBM bytes / bandwidth, L2 bytes / L2
 bandwidth, longest-row chain, hot-column atomics)``; the traffic roofline of an iteration is
 its HBM bytes over the bandwidth alone.  Every parameter is in :data:`DEVICES`, each with its
@@ -74,6 +80,8 @@ class Device:
         load and a gather in flight): bounds a one-group-per-row kernel by its longest row.
     upload_bandwidth : float
         Host-to-device copy bandwidth, bytes/s (pageable host memory).
+    sm_bandwidth : float
+        What one multiprocessor moves from L2, bytes/s (a one-block kernel's ceiling).
     sources : str
         Where the numbers come from.
     """
@@ -88,6 +96,7 @@ class Device:
     atomic_same_address_s: float
     lane_step_s: float
     upload_bandwidth: float
+    sm_bandwidth: float = 110e9
     sources: str = ""
 
 
@@ -100,7 +109,8 @@ DEVICES = {
         sources=("HBM: 3.35 TB/s datasheet, 3.0 TB/s device-to-device copy read on one such "
                  "machine (2026-11-13); L2 50 MB, 132 SMs (device properties); L2 bandwidth, "
                  "graph-node cost, same-address atomic rate and lane step latency: published "
-                 "micro-benchmarks of Hopper/Ampere, not measured here; host launch 7 us: "
+                 "micro-benchmarks of Hopper/Ampere, not measured here; one SM from L2: 64 B per "
+                 "clock at 1.755 GHz; host launch 7 us: "
                  "CuPy's Python launch path; upload: PCIe Gen5 x16 from pageable memory")),
     "h200": Device(
         name="NVIDIA H200 (SXM)", hbm_bandwidth=4.3e12, l2_bytes=60 * 2**20,
@@ -265,9 +275,11 @@ def iteration_costs(X, stats: BatchStats, dev: Device, *, solver: str = "pegasos
         costs.append(KernelCost("margins", hbm_bytes=row_bytes + stream + k * 8 + g_hbm,
                                 l2_bytes=g_l2, chain_s=chain))
         if solver == "pegasos-optimal":
-            # radix select over the k breakpoints: 8 passes of k doubles in L2, one block
+            # radix selection over the k breakpoints by ONE block: the breakpoints written once,
+            # 8 passes reading them, the margins written; all through one multiprocessor
+            one_sm = (k * (4 + item + 8 + 8) + 8 * k * 8 + k * 8) / dev.sm_bandwidth
             costs.append(KernelCost("optimal_bias", hbm_bytes=k * (8 + 4 + item) + k * 8,
-                                    l2_bytes=8 * k * 8.0, chain_s=8 * 4 * dev.lane_step_s))
+                                    chain_s=one_sm + 8 * 2 * dev.lane_step_s))
         a_nnz = active * nnz
         a_hbm, a_l2 = _gather_bytes(dev, d, item, 2 * a_nnz)   # read-modify-write of v
         hot = int(round(active * stats.hot))
@@ -438,9 +450,13 @@ def model_table(X, ks, dev: Device, solvers=SOLVERS, active: float = 0.5,
                                         active=active)
                 for graph in ((False, True) if not balanced else (True,)):
                     tot = summarise(costs, dev, graph=graph)
+                    pegasos_like = solver.startswith("pegasos")
+                    built = ("previous release" if not graph else
+                             "built" if balanced == pegasos_like else "not built")
                     row = {"solver": solver, "k": int(k),
                            "design": ("balanced" if balanced else "per-row")
                            + (", graph" if graph else ", host launches"),
+                           "built": built,
                            "batch_nnz": stats.nnz, "longest_row": stats.max_row,
                            "hot_rows": stats.hot,
                            "kernels": [dict(asdict(c), seconds=c.seconds(dev, graph))
@@ -459,7 +475,8 @@ def _print(rows, dev: Device, data: str, reference: dict | None) -> None:
           f"{dev.graph_node_s * 1e6:.1f} us, host launch {dev.host_launch_s * 1e6:.0f} us, "
           f"same-address atomic {dev.atomic_same_address_s * 1e9:.1f} ns")
     for r in rows:
-        print(f"\n## {r['solver']}  k={r['k']}  {r['design']}  (batch: {r['batch_nnz']:.0f} nnz, "
+        print(f"\n## {r['solver']}  k={r['k']}  {r['design']} [{r['built']}]  "
+              f"(batch: {r['batch_nnz']:.0f} nnz, "
               f"longest row {r['longest_row']:.0f}, hottest column in {r['hot_rows']:.0f} rows)")
         print(f"{'kernel':<22} {'HBM MB':>8} {'L2 MB':>8} {'launch':>6} {'hot atom':>8} "
               f"{'chain us':>8} {'us':>8}")
@@ -512,6 +529,10 @@ def main(argv=None) -> int:
         p.error(f"unknown solver(s) {bad}; choose from {SOLVERS}")
     dev = DEVICES[args.device]
     X, y = load(args.data)
+    skipped = [k for k in ks if k > X.shape[0]]
+    if skipped:
+        print(f"# batch sizes {skipped} exceed n = {X.shape[0]}: left out")
+        ks = [k for k in ks if k <= X.shape[0]]
     iterations, reference = None, None
     if args.measure_iterations:
         reference = liblinear_reference(X, y, args.lam)
@@ -522,7 +543,7 @@ def main(argv=None) -> int:
                 iterations[f"{s}@{k}"] = r
                 print(f"# measured on the CPU: {s} k={k}: {r['iterations']} iterations "
                       f"({r['evaluations']} evaluations, {r['seconds']:.1f} s)", flush=True)
-        args.measure_iterations.write_text(json.dumps(iterations, indent=2))
+                args.measure_iterations.write_text(json.dumps(iterations, indent=2))
     elif args.iterations:
         iterations = json.loads(args.iterations.read_text())
         reference = iterations.get("liblinear")

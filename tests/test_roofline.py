@@ -95,7 +95,8 @@ def test_cli_prints_the_model(tmp_path, capsys, tiny):
                           "--batches", "2", "--json", str(out_json)]) == 0
     text = capsys.readouterr().out
     assert "# modelled on NVIDIA H100" in text
-    assert "pegasos  k=4  balanced, graph" in text and "roofline" in text
+    assert "pegasos  k=4  balanced, graph [built]" in text and "roofline" in text
+    assert "pegasos  k=4  per-row, host launches [previous release]" in text
     rows = json.loads(out_json.read_text())["rows"]
     assert {(r["k"], r["design"]) for r in rows} == {
         (k, d) for k in (2, 4) for d in ("per-row, host launches", "per-row, graph",
