@@ -197,7 +197,6 @@ def kernel_timings(backend: str, X, y, k: int, lam: float, repeat: int, device_n
     """Each kernel alone (exactly one launch) on one batch of k rows, with its minimal traffic,
     bandwidth and the model's time; ``evaluate()`` timed whole and labelled as such."""
     from gpusvm import roofline
-    from gpusvm.backends._state import S_A
     be = make_backend(backend, X, y)
     be.init_state(averaging=True)
     rng = np.random.default_rng(0)
@@ -232,7 +231,7 @@ def kernel_timings(backend: str, X, y, k: int, lam: float, repeat: int, device_n
                              n * (16 + item) + nnz * (4 + item + 8)),
         "evaluate() (hinge_sum + 2 reductions + copy)": (lambda: be.evaluate(w, b, lam), 0),
     }
-    del m, S_A
+    del m
     peak, _ = peak_bandwidth(backend)
     dev, note = model_device(device_name)
     stats = roofline.batch_stats(X, k, batches=1)
