@@ -25,7 +25,9 @@ KERNEL_FILES = ("margins.cu", "pegasos_step.cu", "renormalize.cu", "reset_scale.
                 "sdca_dual_weights.cu", "sample.cu", "sample_firsts.cu",
                 # the kernels of a captured segment (after the files they include)
                 "sample_next.cu", "sample_firsts_next.cu", "pegasos_segment_step.cu",
-                "reset_scale_next.cu", "optimal_bias.cu", "margins_balanced.cu")
+                "reset_scale_next.cu", "optimal_bias.cu", "margins_balanced.cu",
+                "sdca_margins_balanced.cu", "sdca_rho_balanced.cu", "sdca_deltas_balanced.cu",
+                "sdca_apply_balanced.cu")
 #: lane counts of the row kernels (lanes of a warp that share one CSR row)
 LANE_COUNTS = (4, 8, 16, 32)
 #: C++ value types of the data and of ``v``, by NumPy dtype name
@@ -38,7 +40,9 @@ VECTOR_KERNELS = ("gpusvm_renormalize", "gpusvm_reset_scale", "gpusvm_output")
 #: row), the conditional reset and the one-block optimal bias (their ThreadSanitizer run is in
 #: tests/test_segment_kernels.py)
 SEGMENT_KERNELS = ("gpusvm_margins_balanced", "gpusvm_pegasos_segment_step",
-                   "gpusvm_reset_scale_next", "gpusvm_optimal_bias")
+                   "gpusvm_reset_scale_next", "gpusvm_optimal_bias",
+                   "gpusvm_sdca_margins_balanced", "gpusvm_sdca_rho_balanced",
+                   "gpusvm_sdca_deltas_balanced", "gpusvm_sdca_apply_balanced")
 #: mini-batch SDCA kernels, templated over ``<LANES, T>`` like :data:`ROW_KERNELS` (launched by
 #: the SDCA methods of the device backend; their ThreadSanitizer run is in tests/test_device_sdca.py)
 SDCA_KERNELS = ("gpusvm_sdca_margins", "gpusvm_sdca_deltas", "gpusvm_sdca_rho", "gpusvm_sdca_apply",

@@ -201,3 +201,59 @@ def test_balanced_margins_match_the_definition(mod, k, tile, dtype):
     ref = y[rows].astype(np.float64) * (0.7 * (X.astype(np.float64) @ v.astype(np.float64))[rows]
                                         + (-0.2))
     np.testing.assert_allclose(m, ref, rtol=1e-12, atol=1e-12)
+
+
+def test_tsan_is_silent_on_the_balanced_sdca_kernels():
+    """An aggressive SDCA iteration through the balanced kernels (a rejected and an accepted
+    checked step, an unchecked one), with repeated rows and a zero row, under ThreadSanitizer."""
+    from gpusvm._emulator.tsan import check_launches
+    from gpusvm.backends._state import S_BETA, S_NREJ
+    from gpusvm.backends.device import SDCA_ACC_SLOTS
+    from gpusvm.solvers._sampling import first_occurrences
+    rng = np.random.default_rng(8)
+    n, d = 96, 40
+    X = sp.random(n, d, density=0.25, random_state=rng, format="csr", dtype=np.float32)
+    X.data[X.indptr[5]:X.indptr[6]] = 0.0
+    X.eliminate_zeros()
+    X.sort_indices()
+    ip, ix, dx = X.indptr.astype(np.int64), X.indices.astype(np.int32), X.data
+    y = np.where(rng.random(n) < 0.5, 1.0, -1.0).astype(np.float32)
+    v = (0.1 * rng.normal(size=d)).astype(np.float32)
+    s = np.zeros(N_SLOTS)
+    s[S_A], s[S_VSQ], s[S_BETA] = 1.0, float(v.astype(np.float64) @ v), 4.0
+    q = np.asarray(X.multiply(X).sum(axis=1), dtype=np.float64).ravel()
+    alpha = np.where(q == 0, 1.0, rng.uniform(0.0, 0.5, size=n))
+    rows = rng.integers(0, n, size=n).astype(np.int32)
+    rows[:4] = rows[4]
+    first = first_occurrences(rows[None, :])[0].astype(np.int32)
+    m, tentative, final = np.empty(n), np.empty(n), np.empty(n)
+    scratch, acc, ticket = np.zeros(d), np.zeros(SDCA_ACC_SLOTS), np.zeros(1, np.uint32)
+    k, nd, lam, tile = np.int32(n), np.float64(n), np.float64(1e-2), np.int32(24)
+
+    def apply(lam_, check, phase):
+        return ("gpusvm_sdca_apply_balanced<float>", 4, B,
+                (ip, ix, dx, y, rows, k, tile, final, v, alpha, s, acc, ticket, np.float64(lam_),
+                 nd, np.int32(check), np.int32(phase)))
+
+    launches = [
+        ("gpusvm_sdca_margins_balanced<float>", 4, B, (ip, ix, dx, y, v, rows, k, tile, s, alpha,
+                                                       q, first, np.int32(1), lam, nd, m,
+                                                       tentative)),
+        ("gpusvm_sdca_rho_balanced<float>", 4, B, (ip, ix, dx, y, rows, k, tile, tentative, q,
+                                                   scratch, s, acc, ticket, np.float64(8.0),
+                                                   np.float64(0.5))),
+        ("gpusvm_sdca_deltas_balanced<float>", 4, B, (ip, ix, rows, k, tile, m, alpha, q, first,
+                                                      np.int32(1), s, lam, nd, final, scratch,
+                                                      tentative, np.int32(1))),
+        apply(1e-4, 1, 0), apply(1e-4, 1, 1),               # D drops: rejected, undone
+        apply(1e3, 1, 0), apply(1e3, 1, 1),                 # D grows: accepted
+        apply(1e3, 0, 0),                                   # unchecked
+    ]
+    names = sorted({name for name, *_ in launches})
+    rep = check_launches(code=_kernels.module_source(), launches=launches, name_expressions=names,
+                         options=_kernels.compile_options())
+    assert rep.ok, rep.output
+    st, scr, ac, tk = rep.arrays[1][10], rep.arrays[1][9], rep.arrays[1][11], rep.arrays[1][12]
+    assert st[S_NREJ] == 1.0 and 1.0 <= st[S_BETA] <= 8.0
+    assert not scr.any() and not ac.any() and not tk.any()  # the scratch is clean again
+    assert rep.arrays[0][9][5] == 1.0                        # the zero row stays at alpha = 1

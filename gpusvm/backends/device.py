@@ -28,9 +28,12 @@ launches with fixed arguments:
   of the rows, no longer take one same-address atomic per row);
 * SDCA (Takáč et al. 2013; the contract is in :mod:`gpusvm.solvers.sdca`):
   ``gpusvm_sample_next`` (and ``gpusvm_sample_firsts_next`` for i.i.d. batches),
-  ``gpusvm_sdca_margins`` (margins and the steps of eq. 15 in one pass) and
-  ``gpusvm_sdca_apply``; the aggressive variant adds ``gpusvm_sdca_rho``,
-  ``gpusvm_sdca_deltas`` and the settling ``gpusvm_sdca_apply``: 3 to 7 launches.
+  ``gpusvm_sdca_margins_balanced`` (margins and the steps of eq. 15 in one pass)
+  and ``gpusvm_sdca_apply_balanced``; the aggressive variant adds
+  ``gpusvm_sdca_rho_balanced``, ``gpusvm_sdca_deltas_balanced`` and the settling
+  ``gpusvm_sdca_apply_balanced``: 3 to 7 launches, all balanced by nonzeros as
+  Pegasos' are (without the column table: their updates keep one atomic per
+  nonzero).  The separate SDCA primitives keep the per-row kernels.
 
 The sequence is recorded once per run and replayed: on a GPU as a CUDA graph
 captured on the backend's own non-blocking stream (one graph per segment
@@ -875,10 +878,11 @@ class DeviceBackend:
 
         Per iteration: ``gpusvm_sample_next`` (plus ``gpusvm_sample_firsts_next`` for
         i.i.d. batches), reading and advancing the device batch counter,
-        ``gpusvm_sdca_margins`` (margins and the steps of eq. 15 with ``beta^(t)``) and
-        ``gpusvm_sdca_apply`` (naive, safe: 3 or 4 launches), or for the aggressive
-        variant ``gpusvm_sdca_rho``, ``gpusvm_sdca_deltas`` (which also zeroes rho's
-        scratch) and two ``gpusvm_sdca_apply`` launches (step, then settle): 6 or 7.
+        ``gpusvm_sdca_margins_balanced`` (margins and the steps of eq. 15 with
+        ``beta^(t)``) and ``gpusvm_sdca_apply_balanced`` (naive, safe: 3 or 4 launches),
+        or for the aggressive variant ``gpusvm_sdca_rho_balanced``,
+        ``gpusvm_sdca_deltas_balanced`` (which also zeroes rho's scratch) and two
+        ``gpusvm_sdca_apply_balanced`` launches (step, then settle): 6 or 7.
         The sequence is recorded once per (sampler, plan) and replayed (:meth:`_replay`).
 
         Parameters
@@ -902,26 +906,26 @@ class DeviceBackend:
         m, tentative, final = self._sdca_buffers
         has_first = np.int32(sampler.code != 0)
         lam, n = np.float64(p.lam), np.float64(self.n)
-        grid = int(self._row_grid(k))
+        grid, tile = self._tile_grid(k)
         out = self._sample_launches(sampler, bump_in_firsts=True)          # A_t
-        out.append((self._kernel("gpusvm_sdca_margins"), grid,             # eq. (15), beta^(t)
+        out.append((self._kernel("gpusvm_sdca_margins_balanced"), grid,    # eq. (15), beta^(t)
                     (self._indptr, self._indices, self._data, self.y, self.v, rows, np.int32(k),
-                     self.s, self.alpha, self.row_sq_norms, first, has_first, lam, n, m,
+                     tile, self.s, self.alpha, self.row_sq_norms, first, has_first, lam, n, m,
                      tentative)))
         delta = final if p.aggressive else tentative
         if p.aggressive:
-            out.append((self._kernel("gpusvm_sdca_rho"), grid,             # Alg. 2: beta^(t+1)
+            out.append((self._kernel("gpusvm_sdca_rho_balanced"), grid,    # Alg. 2: beta^(t+1)
                         (self._indptr, self._indices, self._data, self.y, rows, np.int32(k),
-                         tentative, self.row_sq_norms, self._scratch, self.s, self._sdca_acc,
+                         tile, tentative, self.row_sq_norms, self._scratch, self.s, self._sdca_acc,
                          self._sdca_ticket, np.float64(p.beta_b), np.float64(p.theta))))
-            out.append((self._kernel("gpusvm_sdca_deltas"), grid,          # Alg. 2: delta
-                        (self._indptr, self._indices, rows, np.int32(k), m, self.alpha,
+            out.append((self._kernel("gpusvm_sdca_deltas_balanced"), grid,  # Alg. 2: delta
+                        (self._indptr, self._indices, rows, np.int32(k), tile, m, self.alpha,
                          self.row_sq_norms, first, has_first, self.s, lam, n, final,
                          self._scratch, tentative, np.int32(1))))
-        apply_head = (self._indptr, self._indices, self._data, self.y, rows, np.int32(k), delta,
-                      self.v, self.alpha, self.s, self._sdca_acc, self._sdca_ticket, lam, n,
+        apply_head = (self._indptr, self._indices, self._data, self.y, rows, np.int32(k), tile,
+                      delta, self.v, self.alpha, self.s, self._sdca_acc, self._sdca_ticket, lam, n,
                       np.int32(bool(p.aggressive)))
-        apply = self._kernel("gpusvm_sdca_apply")
+        apply = self._kernel("gpusvm_sdca_apply_balanced")
         out.append((apply, grid, apply_head + (np.int32(0),)))             # step
         if p.aggressive:
             out.append((apply, grid, apply_head + (np.int32(1),)))         # keep if D grows
