@@ -21,9 +21,9 @@ iteration, from the batches' actual rows:
 
 Three designs are modelled side by side, each marked with what exists: the per-row kernels
 launched from Python one by one (the previous release), the per-row kernels replayed as a
-captured segment (what SDCA runs), and kernels balanced by nonzeros with hot-column
-aggregation, replayed (what Pegasos runs: ``kernels/balanced.cuh``; for SDCA a design not
-built).
+captured segment (not built: a step between the two), and the kernels balanced by nonzeros,
+replayed (what the segments run: ``kernels/balanced.cuh``; Pegasos' step with hot-column
+aggregation, SDCA's kernels with one atomic per nonzero).
 
 The modelled time of a kernel is ``floor + max(HBM bytes / bandwidth, L2 bytes / L2
 bandwidth, longest-row chain, hot-column atomics)``; the traffic roofline of an iteration is
@@ -245,10 +245,10 @@ def iteration_costs(X, stats: BatchStats, dev: Device, *, solver: str = "pegasos
     dev : Device
     solver : {"pegasos", "pegasos-optimal", "sdca-safe", "sdca-aggressive"}
     balanced : bool
-        True: kernels balanced by nonzeros with block-aggregated hot-column updates (the
-        chain and the hot column cost nothing beyond one atomic per block); False: one
-        group of lanes per row with global atomics (the longest row and the hottest
-        column bound the time).
+        True: kernels balanced by nonzeros (no chain); Pegasos' step also aggregates a
+        tile's updates per column (the hottest column costs one atomic per block), SDCA's
+        kernels keep one atomic per nonzero.  False: one group of lanes per row with
+        global atomics (the longest row and the hottest column bound the time).
     active : float
         Fraction of the batch's rows that update ``v`` (Pegasos: margin < 1; SDCA:
         ``delta != 0``).
@@ -295,8 +295,7 @@ def iteration_costs(X, stats: BatchStats, dev: Device, *, solver: str = "pegasos
                             l2_bytes=g_l2, chain_s=chain))
     a_nnz = active * nnz
     a_hbm, a_l2 = _gather_bytes(dev, d, item, 2 * a_nnz)
-    hot = int(round(active * stats.hot))
-    hot = min(hot, blocks) if balanced else hot
+    hot = int(round(active * stats.hot))           # SDCA's balanced kernels have no column table
     step = KernelCost("sdca_apply", hbm_bytes=k * (4 + 8) + active * (row_bytes + k * 8)
                       + a_nnz * (INDEX + item) + a_hbm, l2_bytes=a_l2, hot_atomics=hot,
                       chain_s=chain)
@@ -454,9 +453,8 @@ def model_table(X, ks, dev: Device, solvers=SOLVERS, active: float = 0.5,
                                         active=active)
                 for graph in ((False, True) if not balanced else (True,)):
                     tot = summarise(costs, dev, graph=graph)
-                    pegasos_like = solver.startswith("pegasos")
                     built = ("previous release" if not graph else
-                             "built" if balanced == pegasos_like else "not built")
+                             "built" if balanced else "not built")
                     row = {"solver": solver, "k": int(k),
                            "design": ("balanced" if balanced else "per-row")
                            + (", graph" if graph else ", host launches"),

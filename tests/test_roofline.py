@@ -66,14 +66,24 @@ def test_pegasos_iteration_bytes_by_hand(tiny):
     assert tot["fraction_of_roofline"] == pytest.approx(tot["roofline_seconds"] / tot["seconds"])
 
 
-def test_balanced_design_drops_the_chain_and_caps_the_hot_column(tiny):
+def test_balanced_pegasos_step_caps_the_hot_column_at_one_atomic_per_block():
+    X = sp.csr_matrix(np.ones((10, 2), dtype=np.float32))      # both columns in all 10 rows
+    s = batch_stats(X, k=10, batches=1)
+    assert s.hot == 10.0
+    step = {c.kernel: c for c in iteration_costs(X, s, DEV, balanced=True, active=1.0)}
+    assert step["pegasos_step"].hot_atomics == 4 * DEV.sms       # one per block of the grid
+    per_row = {c.kernel: c for c in iteration_costs(X, s, DEV, balanced=False, active=1.0)}
+    assert per_row["pegasos_step"].hot_atomics == 10
+
+
+def test_balanced_design_drops_the_chain(tiny):
     s = batch_stats(tiny, k=4, batches=1)
     per_row = iteration_costs(tiny, s, DEV, solver="sdca-aggressive", balanced=False, active=1.0)
     bal = iteration_costs(tiny, s, DEV, solver="sdca-aggressive", balanced=True, active=1.0)
     assert [c.kernel for c in bal] == ["sample", "sdca_margins", "sdca_rho", "sdca_deltas",
                                        "sdca_apply", "sdca_apply (settle)"]
     assert all(c.chain_s == 0 for c in bal)
-    assert max(c.hot_atomics for c in bal) == min(3, 4 * DEV.sms)  # one update per block
+    assert max(c.hot_atomics for c in bal) == 3        # SDCA: one atomic per nonzero still
     assert [c.hbm_bytes for c in bal] == [c.hbm_bytes for c in per_row]
 
 
