@@ -42,9 +42,10 @@ emulator (:class:`gpusvm._emulator.EmulatedGraph`), so that no Python function
 of the package runs per iteration inside a segment on either.
 
 Why a graph and not a persistent cooperative kernel: the performance model
-(:mod:`gpusvm.roofline`) puts a replayed kernel node at about 1.5 us and a
-grid-wide barrier of a persistent kernel at about 1 us, so a persistent kernel
-would save well under 1 us per kernel boundary, while it would cap the grid at
+(:mod:`gpusvm.roofline`) puts a replayed kernel node at about 1.5 us, and a
+grid-wide barrier of a persistent kernel costs about 1 us in published
+measurements, so a persistent kernel would save well under 1 us per kernel
+boundary, while it would cap the grid at
 the blocks that are co-resident (a cooperative launch), keep every stage's
 registers live in one kernel (spills under the 64-register bound of
 ``MIN_BLOCKS``), and need a grid barrier the emulator cannot run (fibers switch
@@ -69,7 +70,6 @@ import scipy.sparse as sp
 from .. import _kernels
 from ._state import N_SLOTS, S_A, S_ASUM, S_ASUMD, S_B, S_BETA, S_BSUM, S_NAVG, S_NREJ, S_VSQ
 from .base import SCHEDULES, Evaluation, step_sizes
-from .numpy_ import optimal_bias_xp
 
 #: grid-stride kernels launch at most this many blocks per streaming multiprocessor
 BLOCKS_PER_SM = 4
