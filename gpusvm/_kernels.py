@@ -22,7 +22,12 @@ from pathlib import Path
 KERNEL_FILES = ("margins.cu", "pegasos_step.cu", "renormalize.cu", "reset_scale.cu",
                 "output.cu", "decision.cu", "hinge_sum.cu",
                 "sdca_margins.cu", "sdca_deltas.cu", "sdca_rho.cu", "sdca_apply.cu",
-                "sdca_dual_weights.cu", "sample.cu", "sample_firsts.cu")
+                "sdca_dual_weights.cu", "sample.cu", "sample_firsts.cu",
+                # the kernels of a captured segment (after the files they include)
+                "sample_next.cu", "sample_firsts_next.cu", "pegasos_segment_step.cu",
+                "reset_scale_next.cu", "optimal_bias.cu", "margins_balanced.cu",
+                "sdca_margins_balanced.cu", "sdca_rho_balanced.cu", "sdca_deltas_balanced.cu",
+                "sdca_apply_balanced.cu")
 #: lane counts of the row kernels (lanes of a warp that share one CSR row)
 LANE_COUNTS = (4, 8, 16, 32)
 #: C++ value types of the data and of ``v``, by NumPy dtype name
@@ -30,6 +35,14 @@ VALUE_TYPES = {"float32": "float", "float64": "double"}
 #: kernels templated over ``<LANES, T>``; the others are templated over ``<T>``
 ROW_KERNELS = ("gpusvm_margins", "gpusvm_pegasos_step", "gpusvm_decision", "gpusvm_hinge_sum")
 VECTOR_KERNELS = ("gpusvm_renormalize", "gpusvm_reset_scale", "gpusvm_output")
+#: the kernels of a captured Pegasos segment, templated over ``<T>``: the two balanced by
+#: nonzeros (kernels/balanced.cuh; their grids are tiles of the batch, not groups of lanes per
+#: row), the conditional reset and the one-block optimal bias (their ThreadSanitizer run is in
+#: tests/test_segment_kernels.py)
+SEGMENT_KERNELS = ("gpusvm_margins_balanced", "gpusvm_pegasos_segment_step",
+                   "gpusvm_reset_scale_next", "gpusvm_optimal_bias",
+                   "gpusvm_sdca_margins_balanced", "gpusvm_sdca_rho_balanced",
+                   "gpusvm_sdca_deltas_balanced", "gpusvm_sdca_apply_balanced")
 #: mini-batch SDCA kernels, templated over ``<LANES, T>`` like :data:`ROW_KERNELS` (launched by
 #: the SDCA methods of the device backend; their ThreadSanitizer run is in tests/test_device_sdca.py)
 SDCA_KERNELS = ("gpusvm_sdca_margins", "gpusvm_sdca_deltas", "gpusvm_sdca_rho", "gpusvm_sdca_apply",
@@ -38,6 +51,9 @@ SDCA_KERNELS = ("gpusvm_sdca_margins", "gpusvm_sdca_deltas", "gpusvm_sdca_rho", 
 #: gpusvm.solvers._sampling.MODE_CODES) and the first-occurrence mask of i.i.d. batches
 SAMPLER_KERNELS = ("gpusvm_sample<0>", "gpusvm_sample<1>", "gpusvm_sample<2>",
                    "gpusvm_sample_firsts")
+#: the same reading the batch index from device memory (a captured segment's launches)
+SEGMENT_SAMPLER_KERNELS = ("gpusvm_sample_next<0>", "gpusvm_sample_next<1>",
+                           "gpusvm_sample_next<2>", "gpusvm_sample_firsts_next")
 #: threads per block of every kernel (``gpusvm::BLOCK`` in ``common.cuh``)
 BLOCK = 256
 
@@ -150,8 +166,9 @@ def name_expressions() -> list[str]:
     for t in VALUE_TYPES.values():
         for op in ROW_KERNELS + SDCA_KERNELS:
             names.extend(row_kernel(op, lanes, t) for lanes in LANE_COUNTS)
-        names.extend(vector_kernel(op, t) for op in VECTOR_KERNELS)
+        names.extend(vector_kernel(op, t) for op in VECTOR_KERNELS + SEGMENT_KERNELS)
     names.extend(SAMPLER_KERNELS)
+    names.extend(SEGMENT_SAMPLER_KERNELS)
     return names
 
 

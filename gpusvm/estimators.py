@@ -14,6 +14,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.multiclass import type_of_target
 from sklearn.utils.validation import check_is_fitted, validate_data
 
+from . import _arrays
 from .backends import BACKENDS, make_backend, resolve_backend_name
 from .solvers._sampling import SAMPLING_MODES
 from .solvers.pegasos import AVERAGING, BIAS_MODES, SCHEDULES, pegasos
@@ -286,6 +287,8 @@ class _LinearSVCBase(ClassifierMixin, BaseEstimator):
         ndarray of shape (n_samples,)
         """
         check_is_fitted(self)
+        if _arrays.is_device(X):                        # CuPy input: computed on the device
+            return _arrays.decision_function(self, X)
         check_sparse_structure(X)
         X = validate_data(self, X, accept_sparse="csr", reset=False,
                           dtype=[np.float64, np.float32])
@@ -304,6 +307,8 @@ class _LinearSVCBase(ClassifierMixin, BaseEstimator):
         ndarray of shape (n_samples,)
         """
         check_is_fitted(self)
+        if _arrays.is_device(X):                        # CuPy input: labels on the device
+            return _arrays.predict(self, X)
         return self.classes_[(self.decision_function(X) > 0).astype(int)]
 
 
@@ -521,7 +526,7 @@ class PegasosSVC(_LinearSVCBase):
                 "margins at 1, so w barely moves (with one row, never) and the model predicts "
                 "the majority class; use bias='unregularized' or bias='augmented', or a larger "
                 "batch_size")
-        Xc, y_pm = self._prepare(X, y)
+        Xc, y_pm = _arrays.prepare_fit(self, X, y)        # CuPy input stays on the device
         n = Xc.shape[0]
         backend, k = self._resolve(n)
         if self.bias == "optimal" and self.batch_size == "auto":   # the batch needs rows

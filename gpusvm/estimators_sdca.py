@@ -10,6 +10,7 @@ from sklearn.base import _fit_context
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils._param_validation import Interval, StrOptions
 
+from . import _arrays
 from .backends import make_backend
 from .estimators import _LinearSVCBase
 from .solvers.sdca import VARIANTS, default_max_iter, sdca
@@ -258,7 +259,7 @@ class SDCASVC(_LinearSVCBase):
                 "unregularised intercept adds the constraint sum_i alpha_i y_i = 0 to the dual, "
                 "which coordinate steps cannot keep; use bias='augmented' (a regularised "
                 "intercept), or PegasosSVC for the other bias modes")
-        Xc, y_pm = self._prepare(X, y)
+        Xc, y_pm = _arrays.prepare_fit(self, X, y)        # CuPy input stays on the device
         n = Xc.shape[0]
         backend, b = self._resolve(n)
         variant = self.variant

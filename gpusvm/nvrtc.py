@@ -27,10 +27,12 @@ from pathlib import Path
 
 from . import _kernels
 
-#: virtual architectures the kernels are checked for (Volta, Ampere, Hopper)
-ARCHS = ("compute_70", "compute_80", "compute_90")
-#: real architectures ptxas reports on
-SM_ARCHS = ("sm_80", "sm_90")
+#: virtual architectures the kernels are always checked for (Volta, Turing, Ampere, Hopper)
+ARCHS = ("compute_70", "compute_75", "compute_80", "compute_90")
+#: checked too where the installed NVRTC knows them (Blackwell: data centre, consumer)
+OPTIONAL_ARCHS = ("compute_100", "compute_120")
+#: real architectures ptxas always reports on
+SM_ARCHS = ("sm_75", "sm_80", "sm_90")
 
 
 #: the one line NVRTC 12.8+ prints for any architecture before compute_75, whatever the source;
@@ -142,6 +144,31 @@ def version() -> tuple[int, int]:
     major, minor = ctypes.c_int(), ctypes.c_int()
     _check(_lib().nvrtcVersion(ctypes.byref(major), ctypes.byref(minor)), "nvrtcVersion")
     return major.value, minor.value
+
+
+def supported() -> tuple[int, ...]:
+    """Compute capabilities the installed NVRTC compiles for (e.g. ``(75, 80, ..., 120)``)."""
+    lib = _lib()
+    n = ctypes.c_int()
+    lib.nvrtcGetNumSupportedArchs.argtypes = [ctypes.POINTER(ctypes.c_int)]
+    lib.nvrtcGetNumSupportedArchs.restype = ctypes.c_int
+    _check(lib.nvrtcGetNumSupportedArchs(ctypes.byref(n)), "nvrtcGetNumSupportedArchs")
+    out = (ctypes.c_int * max(n.value, 1))()
+    lib.nvrtcGetSupportedArchs.argtypes = [ctypes.POINTER(ctypes.c_int)]
+    lib.nvrtcGetSupportedArchs.restype = ctypes.c_int
+    _check(lib.nvrtcGetSupportedArchs(out), "nvrtcGetSupportedArchs")
+    return tuple(int(x) for x in out[:n.value])
+
+
+def archs() -> tuple[str, ...]:
+    """:data:`ARCHS` plus those of :data:`OPTIONAL_ARCHS` that the installed NVRTC knows."""
+    known = set(supported())
+    return ARCHS + tuple(a for a in OPTIONAL_ARCHS if int(a.split("_")[1]) in known)
+
+
+def sm_archs() -> tuple[str, ...]:
+    """:data:`SM_ARCHS` plus the real architectures of the optional ones NVRTC knows."""
+    return SM_ARCHS + tuple("sm_" + a.split("_")[1] for a in archs() if a in OPTIONAL_ARCHS)
 
 
 def _check(status: int, what: str, log: str = "") -> None:
@@ -287,7 +314,7 @@ def ptxas_resources(ptx: str, sm_arch: str, names: dict | None = None) -> list[K
     return out
 
 
-def check_all(archs=ARCHS, sm_archs=SM_ARCHS):
+def check_all(archs=None, sm_archs=None):
     """Compile every kernel file and the whole module, as the backend does, and run ptxas.
 
     Returns
@@ -297,6 +324,8 @@ def check_all(archs=ARCHS, sm_archs=SM_ARCHS):
     resources : list of KernelResources
         ptxas report of every template instance of the module for each ``sm_archs``.
     """
+    archs = globals()["archs"]() if archs is None else tuple(archs)
+    sm_archs = globals()["sm_archs"]() if sm_archs is None else tuple(sm_archs)
     opts = _kernels.compile_options()
     logs = {}
     for name in _kernels.KERNEL_FILES:
@@ -330,13 +359,13 @@ def format_table(resources) -> str:
 def main(argv=None) -> int:
     """Command line: compile every kernel with NVRTC and print the ptxas table."""
     parser = argparse.ArgumentParser(prog="python -m gpusvm.nvrtc", description=__doc__.split("\n")[0])
-    parser.add_argument("--arch", action="append", choices=ARCHS,
+    parser.add_argument("--arch", action="append", choices=ARCHS + OPTIONAL_ARCHS,
                         help="virtual architecture(s) to compile for (default: all)")
     args = parser.parse_args(argv)
-    archs = tuple(args.arch) if args.arch else ARCHS
+    chosen = tuple(args.arch) if args.arch else archs()
     major, minor = version()
     print(f"NVRTC {major}.{minor}; ptxas {find_ptxas()}")
-    logs, resources = check_all(archs)
+    logs, resources = check_all(chosen)
     warned = {k: warnings_in(v) for k, v in logs.items() if warnings_in(v)}
     for (name, arch), log in warned.items():
         print(f"--- NVRTC log for {name} ({arch}):\n{log}")

@@ -132,6 +132,12 @@ __device__ __forceinline__ double load_coherent(const double* p) {
     return *static_cast<const volatile double*>(p);
 }
 
+// Read a counter that the previous launch of a captured segment wrote (not through the
+// non-coherent read-only path: a pointer written by the device must not be read as __ldg).
+__device__ __forceinline__ long long load_coherent_ll(const long long* p) {
+    return *static_cast<const volatile long long*>(p);
+}
+
 }  // namespace gpusvm
 
 #endif  // GPUSVM_COMMON_CUH

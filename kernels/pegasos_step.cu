@@ -51,40 +51,21 @@ __device__ __forceinline__ void pegasos_finish(
     }
 }
 
-}  // namespace gpusvm
 
+// Step 4 of Fig. 1 for this thread's share of the batch: for every active row (m_g < 1) and
+// nonzero j of it, v_j += c y_r x_rj (an atomic, rounded to T) and, when add_u, u_j += asum c y_r
+// x_rj; sums += {new^2 - old^2 of each addition, 1, 1 - m_g, y_r} (the last three on lane 0).
+// A group of LANES lanes owns one row and strides over its nonzeros; groups stride over the rows.
 template <int LANES, typename T>
-__global__ void __launch_bounds__(gpusvm::BLOCK, gpusvm::MIN_BLOCKS) gpusvm_pegasos_step(
-    const long long* __restrict__ indptr,  // CSR row pointers, n + 1
-    const int* __restrict__ indices,       // CSR column indices, nnz
-    const T* __restrict__ data,            // CSR values, nnz
-    const T* __restrict__ y,               // labels in {-1, +1}, n
-    const int* __restrict__ rows,          // the batch A_t (repeats allowed), nrows
-    const int nrows,                       // rows in the batch
-    const double k,                        // the k of eta_t / k (the batch size)
-    const double* __restrict__ m,          // margins of the batch (after the bias choice), nrows
-    T* __restrict__ v,                     // w = a v, d (updated)
-    double* __restrict__ u,                // averaging vector, d (updated when u_on)
-    const int u_on,                        // 1 when u exists
-    double* __restrict__ state,            // scalar state (updated by the last block)
-    double* __restrict__ acc,              // accumulators {dnorm, nact, loss, yact}
-    unsigned int* __restrict__ ticket,     // last-block ticket
-    const double eta,                      // eta_t
-    const double shrink,                   // 1 - eta_t lam
-    const int unreg,                       // 1: unregularised bias step
-    const double radius,                   // projection radius, 0 = none
-    const int average)                     // 1: add the new iterate to the average
+__device__ __forceinline__ void pegasos_add(
+    const long long* __restrict__ indptr, const int* __restrict__ indices,
+    const T* __restrict__ data, const T* __restrict__ y, const int* __restrict__ rows,
+    const int nrows, const double* __restrict__ m, T* __restrict__ v, double* __restrict__ u,
+    const bool add_u, const double c, const double asum, double (&sums)[4])
 {
     const int lane = threadIdx.x % LANES;
-    const int group = (blockIdx.x * gpusvm::BLOCK + threadIdx.x) / LANES;
-    const int stride = gridDim.x * (gpusvm::BLOCK / LANES);
-
-    // read before this block takes its ticket, hence before the last block writes the state
-    const double c = eta / (k * (state[gpusvm::S_A] * shrink));
-    const double asum = state[gpusvm::S_ASUM];
-    const bool add_u = u_on != 0 && asum != 0.0;
-
-    double sums[4] = {0.0, 0.0, 0.0, 0.0};  // dnorm, nact, loss, yact
+    const int group = (blockIdx.x * BLOCK + threadIdx.x) / LANES;
+    const int stride = gridDim.x * (BLOCK / LANES);
     for (int g = group; g < nrows; g += stride) {                 // no shuffles: any trip count
         const double mg = m[g];
         if (!(mg < 1.0)) {
@@ -113,6 +94,40 @@ __global__ void __launch_bounds__(gpusvm::BLOCK, gpusvm::MIN_BLOCKS) gpusvm_pega
             }
         }
     }
+}
+
+}  // namespace gpusvm
+
+template <int LANES, typename T>
+__global__ void __launch_bounds__(gpusvm::BLOCK, gpusvm::MIN_BLOCKS) gpusvm_pegasos_step(
+    const long long* __restrict__ indptr,  // CSR row pointers, n + 1
+    const int* __restrict__ indices,       // CSR column indices, nnz
+    const T* __restrict__ data,            // CSR values, nnz
+    const T* __restrict__ y,               // labels in {-1, +1}, n
+    const int* __restrict__ rows,          // the batch A_t (repeats allowed), nrows
+    const int nrows,                       // rows in the batch
+    const double k,                        // the k of eta_t / k (the batch size)
+    const double* __restrict__ m,          // margins of the batch (after the bias choice), nrows
+    T* __restrict__ v,                     // w = a v, d (updated)
+    double* __restrict__ u,                // averaging vector, d (updated when u_on)
+    const int u_on,                        // 1 when u exists
+    double* __restrict__ state,            // scalar state (updated by the last block)
+    double* __restrict__ acc,              // accumulators {dnorm, nact, loss, yact}
+    unsigned int* __restrict__ ticket,     // last-block ticket
+    const double eta,                      // eta_t
+    const double shrink,                   // 1 - eta_t lam
+    const int unreg,                       // 1: unregularised bias step
+    const double radius,                   // projection radius, 0 = none
+    const int average)                     // 1: add the new iterate to the average
+{
+    // read before this block takes its ticket, hence before the last block writes the state
+    const double c = eta / (k * (state[gpusvm::S_A] * shrink));
+    const double asum = state[gpusvm::S_ASUM];
+    const bool add_u = u_on != 0 && asum != 0.0;
+
+    double sums[4] = {0.0, 0.0, 0.0, 0.0};  // dnorm, nact, loss, yact
+    gpusvm::pegasos_add<LANES>(indptr, indices, data, y, rows, nrows, m, v, u, add_u, c, asum,
+                               sums);
     gpusvm::block_sum<4>(sums);
     if (threadIdx.x == 0) {
         for (int i = 0; i < 4; ++i) {

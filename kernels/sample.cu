@@ -15,6 +15,58 @@
 #include "common.cuh"
 #include "sampler.cuh"
 
+namespace gpusvm {
+
+// The rows (and first-occurrence data) of batch t, grid-stride over j < k: the body of
+// gpusvm_sample and of gpusvm_sample_next (sample_next.cu), which reads t from device memory.
+template <int MODE>
+__device__ __forceinline__ void sample_batch(
+    const unsigned long long seed, const int n, const int k, const int half, const unsigned int mask,
+    const long long t, int* __restrict__ rows, int* __restrict__ first,
+    unsigned long long* __restrict__ stamp)
+{
+    const int stride = gridDim.x * BLOCK;
+    unsigned int rk[ROUNDS];
+    if (MODE == 0 || MODE == 1) {
+        const unsigned long long key = stream_key(seed, static_cast<unsigned long long>(t));
+        if (MODE == 0) {
+            round_keys(key, rk);
+        }
+        for (int j = blockIdx.x * BLOCK + threadIdx.x; j < k; j += stride) {
+            if (MODE == 0) {
+                rows[j] = static_cast<int>(permute<false>(j, n, rk, half, mask));
+            } else {
+                const long long r = uniform_row(n, key, static_cast<unsigned long long>(j));
+                rows[j] = static_cast<int>(r);
+                atomicMax(stamp + r, (static_cast<unsigned long long>(t + 1) << 32)
+                                     | (0xFFFFFFFFull - static_cast<unsigned long long>(j)));
+            }
+        }
+        return;
+    }
+    const long long p0 = t * static_cast<long long>(k);
+    const long long e0 = p0 / n;
+    const long long q0 = p0 - e0 * n;
+    const long long tail = n - q0;                      // positions left in epoch e0
+    round_keys(stream_key(seed, static_cast<unsigned long long>(e0)), rk);
+    unsigned int rk1[ROUNDS];
+    if (q0 + k > n) {
+        round_keys(stream_key(seed, static_cast<unsigned long long>(e0 + 1)), rk1);
+    }
+    for (int j = blockIdx.x * BLOCK + threadIdx.x; j < k; j += stride) {
+        if (j < tail) {
+            rows[j] = static_cast<int>(permute<false>(q0 + j, n, rk, half, mask));
+            first[j] = 1;
+        } else {
+            const long long r = permute<false>(j - tail, n, rk1, half, mask);
+            rows[j] = static_cast<int>(r);
+            first[j] = permute<true>(r, n, rk, half, mask) < q0 ? 1 : 0;
+        }
+    }
+}
+
+}  // namespace gpusvm
+
 template <int MODE>
 __global__ void __launch_bounds__(gpusvm::BLOCK, gpusvm::MIN_BLOCKS) gpusvm_sample(
     const unsigned long long seed,         // 64-bit seed of the stream
@@ -27,42 +79,5 @@ __global__ void __launch_bounds__(gpusvm::BLOCK, gpusvm::MIN_BLOCKS) gpusvm_samp
     int* __restrict__ first,               // out (MODE 2): first-occurrence mask, k
     unsigned long long* __restrict__ stamp)  // in/out (MODE 1): first-occurrence stamps, n
 {
-    const int stride = gridDim.x * gpusvm::BLOCK;
-    unsigned int rk[gpusvm::ROUNDS];
-    if (MODE == 0 || MODE == 1) {
-        const unsigned long long key = gpusvm::stream_key(seed, static_cast<unsigned long long>(t));
-        if (MODE == 0) {
-            gpusvm::round_keys(key, rk);
-        }
-        for (int j = blockIdx.x * gpusvm::BLOCK + threadIdx.x; j < k; j += stride) {
-            if (MODE == 0) {
-                rows[j] = static_cast<int>(gpusvm::permute<false>(j, n, rk, half, mask));
-            } else {
-                const long long r = gpusvm::uniform_row(n, key, static_cast<unsigned long long>(j));
-                rows[j] = static_cast<int>(r);
-                atomicMax(stamp + r, (static_cast<unsigned long long>(t + 1) << 32)
-                                     | (0xFFFFFFFFull - static_cast<unsigned long long>(j)));
-            }
-        }
-        return;
-    }
-    const long long p0 = t * static_cast<long long>(k);
-    const long long e0 = p0 / n;
-    const long long q0 = p0 - e0 * n;
-    const long long tail = n - q0;                      // positions left in epoch e0
-    gpusvm::round_keys(gpusvm::stream_key(seed, static_cast<unsigned long long>(e0)), rk);
-    unsigned int rk1[gpusvm::ROUNDS];
-    if (q0 + k > n) {
-        gpusvm::round_keys(gpusvm::stream_key(seed, static_cast<unsigned long long>(e0 + 1)), rk1);
-    }
-    for (int j = blockIdx.x * gpusvm::BLOCK + threadIdx.x; j < k; j += stride) {
-        if (j < tail) {
-            rows[j] = static_cast<int>(gpusvm::permute<false>(q0 + j, n, rk, half, mask));
-            first[j] = 1;
-        } else {
-            const long long r = gpusvm::permute<false>(j - tail, n, rk1, half, mask);
-            rows[j] = static_cast<int>(r);
-            first[j] = gpusvm::permute<true>(r, n, rk, half, mask) < q0 ? 1 : 0;
-        }
-    }
+    gpusvm::sample_batch<MODE>(seed, n, k, half, mask, t, rows, first, stamp);
 }

@@ -8,6 +8,24 @@
 // determinism: a pure function of the batch -> bitwise repeatable.
 #include "common.cuh"
 
+namespace gpusvm {
+
+// first[j] for j < k, grid-stride (the body of gpusvm_sample_firsts and gpusvm_sample_firsts_next).
+__device__ __forceinline__ void mark_firsts(const int* __restrict__ rows,
+                                            const unsigned long long* __restrict__ stamp,
+                                            const int k, const long long t,
+                                            int* __restrict__ first)
+{
+    const int stride = gridDim.x * BLOCK;
+    const unsigned long long high = static_cast<unsigned long long>(t + 1) << 32;
+    for (int j = blockIdx.x * BLOCK + threadIdx.x; j < k; j += stride) {
+        const unsigned long long own = high | (0xFFFFFFFFull - static_cast<unsigned long long>(j));
+        first[j] = stamp[rows[j]] == own ? 1 : 0;
+    }
+}
+
+}  // namespace gpusvm
+
 __global__ void __launch_bounds__(gpusvm::BLOCK, gpusvm::MIN_BLOCKS) gpusvm_sample_firsts(
     const int* __restrict__ rows,                   // A_t, k
     const unsigned long long* __restrict__ stamp,   // first-occurrence stamps, n
@@ -15,10 +33,5 @@ __global__ void __launch_bounds__(gpusvm::BLOCK, gpusvm::MIN_BLOCKS) gpusvm_samp
     const long long t,                              // 0-based batch index
     int* __restrict__ first)                        // out: first-occurrence mask, k
 {
-    const int stride = gridDim.x * gpusvm::BLOCK;
-    const unsigned long long high = static_cast<unsigned long long>(t + 1) << 32;
-    for (int j = blockIdx.x * gpusvm::BLOCK + threadIdx.x; j < k; j += stride) {
-        const unsigned long long own = high | (0xFFFFFFFFull - static_cast<unsigned long long>(j));
-        first[j] = stamp[rows[j]] == own ? 1 : 0;
-    }
+    gpusvm::mark_firsts(rows, stamp, k, t, first);
 }

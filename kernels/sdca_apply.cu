@@ -26,6 +26,55 @@
 //   deterministic path.
 #include "sdca_common.cuh"
 
+namespace gpusvm {
+
+// The end of a gpusvm_sdca_apply launch (shared with sdca_apply_balanced.cu): block sums of
+// {dn, dsum, dabs} into acc, and the last block's scalar update (the step's acceptance test, or
+// the settle).  Every thread of the block must call it.
+template <typename T>
+__device__ __forceinline__ void sdca_apply_close(double (&sums)[3], double* __restrict__ state,
+                                                 double* __restrict__ acc,
+                                                 unsigned int* __restrict__ ticket,
+                                                 const double lam, const double n,
+                                                 const int check, const int phase, const double a,
+                                                 const double vsq, const bool rejected)
+{
+    block_sum<3>(sums);
+    if (threadIdx.x == 0) {
+        for (int i = 0; i < 3; ++i) {
+            atomicAdd(&acc[ACC_NORM + i], sums[i]);
+        }
+    }
+    if (last_block_done(ticket) && threadIdx.x == 0) {
+        double tot[3];
+        for (int i = 0; i < 3; ++i) {
+            tot[i] = load_coherent(&acc[ACC_NORM + i]);
+            acc[ACC_NORM + i] = 0.0;
+        }
+        reset_ticket(ticket);
+        const double dn = tot[0];
+        if (phase == 0) {
+            state[S_DNORM] = dn;
+            if (check && dual_drops(tot[1], tot[2], dn, vsq, a, lam, n, eps_of<T>())) {
+                acc[ACC_REJECT] = 1.0;                       // the settle undoes the step
+                state[S_NREJ] += 1.0;
+            } else {
+                acc[ACC_REJECT] = 0.0;
+                state[S_VSQ] += dn;
+                state[S_ASUMD] += tot[1];
+            }
+        } else {
+            if (rejected) {
+                state[S_VSQ] += state[S_DNORM] + dn;
+            }
+            acc[ACC_REJECT] = 0.0;
+        }
+    }
+}
+
+}  // namespace gpusvm
+
+
 template <int LANES, typename T>
 __global__ void __launch_bounds__(gpusvm::BLOCK, gpusvm::MIN_BLOCKS) gpusvm_sdca_apply(
     const long long* __restrict__ indptr,  // CSR row pointers, n + 1
@@ -85,35 +134,5 @@ __global__ void __launch_bounds__(gpusvm::BLOCK, gpusvm::MIN_BLOCKS) gpusvm_sdca
             sums[0] += (w - o) * (w + o);                            // new^2 - old^2
         }
     }
-    gpusvm::block_sum<3>(sums);
-    if (threadIdx.x == 0) {
-        for (int i = 0; i < 3; ++i) {
-            atomicAdd(&acc[gpusvm::ACC_NORM + i], sums[i]);
-        }
-    }
-    if (gpusvm::last_block_done(ticket) && threadIdx.x == 0) {
-        double tot[3];
-        for (int i = 0; i < 3; ++i) {
-            tot[i] = gpusvm::load_coherent(&acc[gpusvm::ACC_NORM + i]);
-            acc[gpusvm::ACC_NORM + i] = 0.0;
-        }
-        gpusvm::reset_ticket(ticket);
-        const double dn = tot[0];
-        if (phase == 0) {
-            state[gpusvm::S_DNORM] = dn;
-            if (check && gpusvm::dual_drops(tot[1], tot[2], dn, vsq, a, lam, n, gpusvm::eps_of<T>())) {
-                acc[gpusvm::ACC_REJECT] = 1.0;                       // the settle undoes the step
-                state[gpusvm::S_NREJ] += 1.0;
-            } else {
-                acc[gpusvm::ACC_REJECT] = 0.0;
-                state[gpusvm::S_VSQ] += dn;
-                state[gpusvm::S_ASUMD] += tot[1];
-            }
-        } else {
-            if (rejected) {
-                state[gpusvm::S_VSQ] += state[gpusvm::S_DNORM] + dn;
-            }
-            acc[gpusvm::ACC_REJECT] = 0.0;
-        }
-    }
+    gpusvm::sdca_apply_close<T>(sums, state, acc, ticket, lam, n, check, phase, a, vsq, rejected);
 }

@@ -22,6 +22,38 @@
 //   to rounding in any order); the NumPy backend is the deterministic path.
 #include "sdca_common.cuh"
 
+namespace gpusvm {
+
+// The end of a gpusvm_sdca_rho launch (shared with sdca_rho_balanced.cu): block sums of
+// {num, den} into acc, and the last block's update of rho and beta.  Every thread must call it.
+__device__ __forceinline__ void sdca_rho_close(double (&sums)[2], double* __restrict__ state,
+                                               double* __restrict__ acc,
+                                               unsigned int* __restrict__ ticket,
+                                               const double beta_b, const double theta)
+{
+    block_sum<2>(sums);
+    if (threadIdx.x == 0) {
+        atomicAdd(&acc[ACC_NORM], sums[0]);
+        atomicAdd(&acc[ACC_DEN], sums[1]);
+    }
+    if (last_block_done(ticket) && threadIdx.x == 0) {
+        const double num = load_coherent(&acc[ACC_NORM]);
+        const double den = load_coherent(&acc[ACC_DEN]);
+        acc[ACC_NORM] = 0.0;
+        acc[ACC_DEN] = 0.0;
+        reset_ticket(ticket);
+        if (den > 0.0) {                                             // else a null tentative step
+            const double rho = fmin(fmax(num / den, 1.0), beta_b);
+            state[S_TMP0] = rho;
+            const double beta = pow(state[S_BETA], theta) * pow(rho, 1.0 - theta);
+            state[S_BETA] = fmin(fmax(beta, 1.0), beta_b);  // [1, beta_b] despite rounding
+        }
+    }
+}
+
+}  // namespace gpusvm
+
+
 template <int LANES, typename T>
 __global__ void __launch_bounds__(gpusvm::BLOCK, gpusvm::MIN_BLOCKS) gpusvm_sdca_rho(
     const long long* __restrict__ indptr,  // CSR row pointers, n + 1
@@ -62,22 +94,5 @@ __global__ void __launch_bounds__(gpusvm::BLOCK, gpusvm::MIN_BLOCKS) gpusvm_sdca
             sums[0] += (now - o) * (now + o);                        // new^2 - old^2
         }
     }
-    gpusvm::block_sum<2>(sums);
-    if (threadIdx.x == 0) {
-        atomicAdd(&acc[gpusvm::ACC_NORM], sums[0]);
-        atomicAdd(&acc[gpusvm::ACC_DEN], sums[1]);
-    }
-    if (gpusvm::last_block_done(ticket) && threadIdx.x == 0) {
-        const double num = gpusvm::load_coherent(&acc[gpusvm::ACC_NORM]);
-        const double den = gpusvm::load_coherent(&acc[gpusvm::ACC_DEN]);
-        acc[gpusvm::ACC_NORM] = 0.0;
-        acc[gpusvm::ACC_DEN] = 0.0;
-        gpusvm::reset_ticket(ticket);
-        if (den > 0.0) {                                             // else a null tentative step
-            const double rho = fmin(fmax(num / den, 1.0), beta_b);
-            state[gpusvm::S_TMP0] = rho;
-            const double beta = pow(state[gpusvm::S_BETA], theta) * pow(rho, 1.0 - theta);
-            state[gpusvm::S_BETA] = fmin(fmax(beta, 1.0), beta_b);  // [1, beta_b] despite rounding
-        }
-    }
+    gpusvm::sdca_rho_close(sums, state, acc, ticket, beta_b, theta);
 }

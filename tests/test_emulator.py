@@ -476,3 +476,43 @@ def test_tsan_reports_missing_syncthreads(mods):
     rep = check_launches(KDIR / "racy.cu", [("reduce_nosync", 8, 128, (x, np.zeros(8, np.float32)))])
     assert rep.races >= 1 and rep.returncode == 66, rep.output
     assert "reduce_nosync" in rep.output
+
+
+# ---------------------------------------------------------------------------
+# recorded launch sequences (the emulator's CUDA graph replay)
+# ---------------------------------------------------------------------------
+def test_graph_replays_the_recorded_sequence(mods):
+    n = 1000
+    ic = np.zeros(8, np.int32)
+    uc = np.zeros(5, np.uint32)
+    ull = np.zeros(3, np.uint64)
+    fc = np.zeros(1, np.float32)
+    ex_old = np.zeros(n, np.int32)
+    y = np.arange(64, dtype=np.float32)
+    g = mods["atomics"].graph()
+    g.add(mods["atomics"].get_function("atomic_misc"), -(-n // 128), 128,
+          (ic, uc, ull, fc, ex_old, np.int32(n)))
+    assert g.launches == 1
+    g.launch(5)
+    assert ic[0] == 5 * n                         # atomicAdd(+1) by every thread, 5 replays
+    assert uc[0] == 5 * 3 * n
+    g.launch(0)                                   # nothing
+    assert ic[0] == 5 * n
+    h = mods["deadlock"].graph()
+    h.add(mods["deadlock"].get_function("fine"), 1, 64, (y,))
+    h.launch(3)                                   # reversed three times = reversed once
+    np.testing.assert_array_equal(y, np.arange(64, dtype=np.float32)[::-1])
+    with pytest.raises(ValueError, match="belongs to another module"):
+        h.add(mods["atomics"].get_function("atomic_misc"), 1, 32,
+              (ic, uc, ull, fc, ex_old, np.int32(n)))
+    with pytest.raises(TypeError, match="argument 0 needs"):
+        h.add(mods["deadlock"].get_function("fine"), 1, 64, (np.zeros(4, np.int32),))
+
+
+def test_graph_names_the_failing_launch(mods):
+    x = np.zeros(8 * 32, np.float32)
+    g = mods["deadlock"].graph()
+    g.add(mods["deadlock"].get_function("fine"), 1, 64, (np.zeros(64, np.float32),))
+    g.add(mods["deadlock"].get_function("trap_in_block_2"), 8, 32, (x,))
+    with pytest.raises(RuntimeError, match=r"replay 0, launch 1: .*__trap\(\)"):
+        g.launch(2)

@@ -61,6 +61,7 @@ from pathlib import Path
 import numpy as np
 
 __all__ = [
+    "EmulatedGraph",
     "EmulatedKernel",
     "EmulatedModule",
     "EmulatorBuildError",
@@ -492,6 +493,12 @@ def _load(so_path):
                 ctypes.c_int, ctypes.POINTER(ctypes.c_uint), ctypes.POINTER(ctypes.c_uint),
                 ctypes.c_ulonglong, ctypes.POINTER(ctypes.c_void_p), ctypes.c_int,
                 ctypes.c_char_p, ctypes.c_size_t]
+            lib.gpusvm_emu_replay.restype = ctypes.c_int
+            lib.gpusvm_emu_replay.argtypes = [
+                ctypes.c_int, ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.c_uint),
+                ctypes.POINTER(ctypes.c_uint), ctypes.POINTER(ctypes.c_ulonglong),
+                ctypes.POINTER(ctypes.c_void_p), ctypes.c_longlong, ctypes.c_int,
+                ctypes.c_char_p, ctypes.c_size_t]
             _loaded[so_path] = lib
         return lib
 
@@ -693,6 +700,81 @@ class EmulatedKernel:
             raise ValueError(err.value.decode(errors="replace"))
 
 
+class EmulatedGraph:
+    """A recorded sequence of launches, replayed by the emulator without Python in between.
+
+    The emulator's counterpart of a captured CUDA graph (``cupy.cuda.Stream.begin_capture`` /
+    ``end_capture`` and ``Graph.launch``): :meth:`add` checks and converts each launch's
+    arguments once (arrays are bound by address, so what a replay reads and writes is their
+    contents at that time); :meth:`launch` runs the whole sequence ``times`` times in order in
+    one call into the shared object.
+
+    Parameters
+    ----------
+    module : EmulatedModule
+        The module whose kernels are recorded.
+
+    Attributes
+    ----------
+    launches : int
+        Launches recorded.
+    """
+
+    def __init__(self, module):
+        self._module = module
+        self._entries = []        # (index, grid, block, shared, argv, keep)
+        self._packed = None
+
+    @property
+    def launches(self):
+        return len(self._entries)
+
+    def add(self, kernel, grid, block, args, *, shared_mem=0):
+        """Record one launch of ``kernel`` (an :class:`EmulatedKernel` of the same module).
+
+        Arguments are checked as :meth:`EmulatedKernel.__call__` checks them.  The arrays must
+        stay alive and in place as long as the graph is replayed (the graph keeps references).
+        """
+        if kernel._module is not self._module:
+            raise ValueError(f"{kernel.name} belongs to another module")
+        g = _dims(grid, "grid")
+        b = _dims(block, "block")
+        if 0 in g or 0 in b or b[0] * b[1] * b[2] > 1024:
+            raise ValueError(f"invalid launch configuration grid {g}, block {b}")
+        argv, keep = kernel._convert(args)
+        self._entries.append((kernel._index, g, b, int(shared_mem), argv, (keep, args)))
+        self._packed = None
+
+    def launch(self, times=1):
+        """Replay the recorded launches ``times`` times (synchronous).
+
+        Raises
+        ------
+        RuntimeError
+            A launch failed; the message names the repetition and the launch.
+        """
+        times = int(times)
+        if times <= 0 or not self._entries:
+            return
+        if self._packed is None:
+            n = len(self._entries)
+            idx = (ctypes.c_int * n)(*[e[0] for e in self._entries])
+            grid = (ctypes.c_uint * (3 * n))(*[x for e in self._entries for x in e[1]])
+            block = (ctypes.c_uint * (3 * n))(*[x for e in self._entries for x in e[2]])
+            shared = (ctypes.c_ulonglong * n)(*[e[3] for e in self._entries])
+            argvs = (ctypes.c_void_p * n)(*[ctypes.cast(e[4], ctypes.c_void_p) for e in self._entries])
+            self._packed = (n, idx, grid, block, shared, argvs)
+        n, idx, grid, block, shared, argvs = self._packed
+        err = ctypes.create_string_buffer(16384)
+        rc = self._module._lib.gpusvm_emu_replay(
+            n, idx, grid, block, shared, argvs, times,
+            self._module._workers or default_workers(), err, len(err))
+        if rc == 1:
+            raise RuntimeError(err.value.decode(errors="replace"))
+        if rc != 0:
+            raise ValueError(err.value.decode(errors="replace"))
+
+
 class EmulatedModule:
     """CUDA source compiled for the CPU emulator; mirrors ``cupy.RawModule``.
 
@@ -789,6 +871,10 @@ class EmulatedModule:
         except KeyError:
             raise KeyError(f"no kernel {name!r} in {self.so_path.name}; "
                            f"registered: {', '.join(self.kernel_names)}") from None
+
+    def graph(self):
+        """A new, empty :class:`EmulatedGraph` of this module's kernels."""
+        return EmulatedGraph(self)
 
     def __repr__(self):
         return f"<EmulatedModule {self.so_path.name} kernels={list(self.kernel_names)}>"

@@ -1392,4 +1392,27 @@ GPUSVM_EMU_EXPORT int gpusvm_emu_launch(int i, const unsigned* grid, const unsig
     return 0;
 }
 
+// Replays a recorded sequence of n launches `times` times, in order (a captured CUDA graph's
+// replay, or a segment of identical iterations): launch j of the sequence is kernel idx[j] with
+// grid[3j..3j+2], block[3j..3j+2], shared[j] and the argument vector args[j].  Stops at the
+// first failing launch; its message names the repetition and the launch.
+GPUSVM_EMU_EXPORT int gpusvm_emu_replay(int n, const int* idx, const unsigned* grid,
+                                        const unsigned* block, const unsigned long long* shared,
+                                        void*** args, long long times, int nworkers, char* err,
+                                        size_t errlen) {
+    for (long long r = 0; r < times; ++r) {
+        for (int j = 0; j < n; ++j) {
+            int rc = gpusvm_emu_launch(idx[j], grid + 3 * j, block + 3 * j, shared[j], args[j],
+                                       nworkers, err, errlen);
+            if (rc != 0) {
+                std::string msg = gpusvm_emu::fmt("replay %lld, launch %d: ", r, j) +
+                                  std::string(err ? err : "");
+                gpusvm_emu::copy_error(msg, err, errlen);
+                return rc;
+            }
+        }
+    }
+    return 0;
+}
+
 #endif  // GPUSVM_CUDA_EMU_H

@@ -6,29 +6,62 @@ against an array module ``xp`` and a kernel module, so the very orchestration
 that runs on a GPU (``xp = cupy``, kernels compiled by NVRTC) also runs in CI
 with ``xp = numpy`` and the kernels on the CPU emulator (``"emulated"``).
 
-An iteration of the solver launches three kernels and never waits for the
-device: ``margins`` (``gpusvm_margins``), ``pegasos_step``
-(``gpusvm_pegasos_step``, whose last block also does the scalar part of the
-step) and ``renormalize`` (``gpusvm_renormalize``, which exits at once unless
-``|a|`` is below the threshold); ``reset_scale`` adds one at ``t = 1`` and the
-optimal bias a handful of CuPy operations.  Every scalar lives in the device
-state vector.  Only :meth:`DeviceBackend.to_host` copies from the device, and
-it records each copy, so that a test can check that nothing is copied between
-two evaluations.
+A segment (the iterations between two evaluations) runs on the device alone.
+Every quantity that changes from one iteration to the next lives in device
+memory: the batch index ``t`` (a counter that ``gpusvm_sample_next`` reads and
+advances; the batch is a function of ``(seed, t, j)``), the step sizes
+(computed from ``t`` in the step kernel, ``kernels/schedule.cuh``) and every
+scalar (the state vector).  An iteration is therefore a fixed sequence of
+launches with fixed arguments:
 
-Mini-batch SDCA (Takáč et al. 2013; the contract is in :mod:`gpusvm.solvers.sdca`)
-runs through :meth:`DeviceBackend.sdca_iterations`: per iteration
-``gpusvm_sdca_margins`` (margins and the steps of eq. 15 in one pass) and
-``gpusvm_sdca_apply`` (the step, with the exact change of ``||v||^2``); the
-aggressive variant adds ``gpusvm_sdca_rho`` (Alg. 2's rho and beta, on the
-device), ``gpusvm_sdca_deltas`` (the steps with the new beta, zeroing rho's
-scratch vector) and a second ``gpusvm_sdca_apply`` launch that reads the
-accept/reject decision its first launch's last block made: 2 or 5 launches and
-no synchronisation.  Certificates use ``gpusvm_sdca_dual_weights``.
+* Pegasos: ``gpusvm_sample_next``, ``gpusvm_margins_balanced``, (``gpusvm_optimal_bias``:
+  one block, radix selection in O(k)), (``gpusvm_reset_scale_next`` in a segment
+  that holds an iteration with ``1 - eta_t lam = 0``), and
+  ``gpusvm_pegasos_segment_step``, whose last block also does the scalar part of
+  the step and folds ``a`` into ``v`` when ``|a|`` falls below the threshold
+  (what ``renormalize`` did in a launch of its own): 3 to 5 launches.  The margin
+  and step kernels are balanced by nonzeros (``kernels/balanced.cuh``: tiles of
+  the batch whose nonzeros the whole block walks, so a 14,000-nonzero row of
+  news20 no longer holds its kernel for the time of 440 dependent steps of 32
+  lanes) and the step sums each tile's contributions per column in shared
+  memory before one atomic per column (the hot columns of text data, in 91-100%
+  of the rows, no longer take one same-address atomic per row);
+* SDCA (Takáč et al. 2013; the contract is in :mod:`gpusvm.solvers.sdca`):
+  ``gpusvm_sample_next`` (and ``gpusvm_sample_firsts_next`` for i.i.d. batches),
+  ``gpusvm_sdca_margins_balanced`` (margins and the steps of eq. 15 in one pass)
+  and ``gpusvm_sdca_apply_balanced``; the aggressive variant adds
+  ``gpusvm_sdca_rho_balanced``, ``gpusvm_sdca_deltas_balanced`` and the settling
+  ``gpusvm_sdca_apply_balanced``: 3 to 7 launches, all balanced by nonzeros as
+  Pegasos' are (without the column table: their updates keep one atomic per
+  nonzero).  The separate SDCA primitives keep the per-row kernels.
+
+The sequence is recorded once per run and replayed: on a GPU as a CUDA graph
+captured on the backend's own non-blocking stream (one graph per segment
+length, so a segment is one ``Graph.launch``), on the emulated backend by the
+emulator (:class:`gpusvm._emulator.EmulatedGraph`), so that no Python function
+of the package runs per iteration inside a segment on either.
+
+Why a graph and not a persistent cooperative kernel: the performance model
+(:mod:`gpusvm.roofline`) puts a replayed kernel node at about 1.5 us, and a
+grid-wide barrier of a persistent kernel costs about 1 us in published
+measurements, so a persistent kernel would save well under 1 us per kernel
+boundary, while it would cap the grid at
+the blocks that are co-resident (a cooperative launch), keep every stage's
+registers live in one kernel (spills under the 64-register bound of
+``MIN_BLOCKS``), and need a grid barrier the emulator cannot run (fibers switch
+only at barriers of one block).  At ``k >= 4096`` the traffic of a batch is
+microseconds, so the launch boundaries cost a fraction the model states per
+data set; the graph keeps every kernel separately verifiable.
+
+Only :meth:`DeviceBackend.to_host` copies from the device, and it records each
+copy, so that a test can check that nothing is copied between two evaluations.
+Certificates use ``gpusvm_sdca_dual_weights``.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import math
 
 import numpy as np
@@ -36,8 +69,7 @@ import scipy.sparse as sp
 
 from .. import _kernels
 from ._state import N_SLOTS, S_A, S_ASUM, S_ASUMD, S_B, S_BETA, S_BSUM, S_NAVG, S_NREJ, S_VSQ
-from .base import Evaluation, step_sizes
-from .numpy_ import optimal_bias_xp
+from .base import SCHEDULES, Evaluation, step_sizes
 
 #: grid-stride kernels launch at most this many blocks per streaming multiprocessor
 BLOCKS_PER_SM = 4
@@ -102,19 +134,81 @@ def estimate_device_bytes(n: int, d: int, nnz: int, itemsize: int, *, csr_reside
     return {"csr": csr, "vectors": vectors, "buffers": buffers, "total": csr + vectors + buffers}
 
 
+class _CupyGraph:
+    """A segment's launch sequence captured as CUDA graphs (one per segment length) and replayed.
+
+    The first replay of ``times`` iterations captures the sequence ``times`` times on the
+    backend's stream (``Stream.begin_capture`` / ``end_capture``: nothing runs while capturing)
+    and keeps the graph; later segments of the same length are one ``Graph.launch``.  Every
+    argument that changes between iterations lives in device memory (the batch counter, the
+    state vector), so the captured launches are valid for any segment of that length.
+    """
+
+    #: graphs kept per sequence (segment lengths seen: eval_every and the last, shorter one)
+    MAX_LENGTHS = 4
+
+    def __init__(self, runtime, launches):
+        self._rt = runtime
+        self._launches = tuple(launches)
+        self._graphs: dict = {}
+
+    def launch(self, times: int) -> None:
+        times = int(times)
+        if times <= 0:
+            return
+        graph = self._graphs.get(times)
+        stream = self._rt.stream
+        if graph is None:
+            if len(self._graphs) >= self.MAX_LENGTHS:
+                self._graphs.pop(next(iter(self._graphs)))
+            stream.begin_capture()
+            try:
+                for _ in range(times):
+                    for fn, grid, args in self._launches:
+                        fn((grid,), (_kernels.BLOCK,), args)
+            finally:
+                graph = stream.end_capture()
+            self._graphs[times] = graph
+        graph.launch(stream)
+
+
+class _EmulatedGraph:
+    """A segment's launch sequence recorded once and replayed by the emulator (no Python between)."""
+
+    def __init__(self, runtime, launches):
+        self._graph = runtime.module.graph()
+        for fn, grid, args in launches:
+            self._graph.add(fn, (grid,), (_kernels.BLOCK,), args)
+
+    def launch(self, times: int) -> None:
+        self._graph.launch(times)
+
+
 class _CupyRuntime:
-    """Arrays in CuPy, kernels compiled by NVRTC for the current device."""
+    """Arrays in CuPy, kernels compiled by NVRTC for one device, launched on its own stream."""
 
     name = "cupy"
 
-    def __init__(self):
+    def __init__(self, device: int | None = None):
         import cupy  # noqa: PLC0415  (optional dependency)
         import cupyx.scipy.sparse as csp  # noqa: PLC0415
         self.xp = cupy
         self.csp = csp
-        self.module = _kernels.load_module("cupy")
-        dev = cupy.cuda.Device()
-        self.max_blocks = int(dev.attributes["MultiProcessorCount"]) * BLOCKS_PER_SM
+        self.device = cupy.cuda.Device(device) if device is not None else cupy.cuda.Device()
+        with self.device:
+            self.module = _kernels.load_module("cupy")
+            self.stream = cupy.cuda.Stream(non_blocking=True)
+            self.max_blocks = int(self.device.attributes["MultiProcessorCount"]) * BLOCKS_PER_SM
+
+    def activate(self):
+        """Context that makes this runtime's device and stream current."""
+        stack = contextlib.ExitStack()
+        stack.enter_context(self.device)
+        stack.enter_context(self.stream)
+        return stack
+
+    def graph(self, launches):
+        return _CupyGraph(self, launches)
 
     def is_device(self, a) -> bool:
         return isinstance(a, self.xp.ndarray)
@@ -126,7 +220,7 @@ class _CupyRuntime:
         return self.xp.ascontiguousarray(self.xp.asarray(a, dtype=dtype))
 
     def download(self, a) -> np.ndarray:
-        return self.xp.asnumpy(a)  # synchronize!
+        return a.get(stream=self.stream)  # synchronizes the stream
 
     def free_bytes(self):
         return int(self.xp.cuda.runtime.memGetInfo()[0])
@@ -142,6 +236,12 @@ class _EmulatedRuntime:
         self.module = _kernels.load_module("emulated")
         self.max_blocks = int(max_blocks)
 
+    def activate(self):
+        return contextlib.nullcontext()
+
+    def graph(self, launches):
+        return _EmulatedGraph(self, launches)
+
     def is_device(self, a) -> bool:
         return False
 
@@ -156,6 +256,15 @@ class _EmulatedRuntime:
 
     def free_bytes(self):
         return None
+
+
+def _on_device(method):
+    """Run ``method`` with the runtime's device and stream current (a no-op when emulated)."""
+    @functools.wraps(method)
+    def bound(self, *args, **kwargs):
+        with self.runtime.activate():
+            return method(self, *args, **kwargs)
+    return bound
 
 
 class DeviceBackend:
@@ -177,6 +286,11 @@ class DeviceBackend:
     free_memory : int, optional
         Free device bytes to check the estimate against; default: what the
         device reports (``cupy.cuda.runtime.memGetInfo``), no check when emulated.
+    device : int, optional
+        CUDA device id the backend is bound to (``"cupy"`` only; default: the
+        current device).  Every allocation, compilation and launch of the backend
+        happens on that device and on the backend's own non-blocking stream, so one
+        process can drive one backend per GPU.
 
     Attributes
     ----------
@@ -202,10 +316,17 @@ class DeviceBackend:
     """
 
     def __init__(self, X, y, runtime="cupy", *, lanes: int | None = None,
-                 free_memory: int | None = None) -> None:
+                 free_memory: int | None = None, device: int | None = None) -> None:
         if isinstance(runtime, str):
-            runtime = _CupyRuntime() if runtime == "cupy" else _EmulatedRuntime()
+            if device is not None and runtime != "cupy":
+                raise ValueError(f"device={device} needs the 'cupy' runtime, not {runtime!r}")
+            runtime = _CupyRuntime(device) if runtime == "cupy" else _EmulatedRuntime()
         self.runtime = runtime
+        with runtime.activate():
+            self._setup(X, y, lanes, free_memory)
+
+    def _setup(self, X, y, lanes, free_memory) -> None:
+        runtime = self.runtime
         self.name = runtime.name
         self.xp = runtime.xp
         self.transfers: list[int] = []
@@ -253,6 +374,11 @@ class DeviceBackend:
         self._acc = self.xp.zeros(4, dtype=np.float64)
         self._ticket = self.xp.zeros(2, dtype=np.uint32)
         self._dummy = self.xp.zeros(1, dtype=np.float64)
+        # a captured segment: the batch counter its kernels read and advance, the sampler's ticket
+        self._counter = self.xp.zeros(1, dtype=np.int64)
+        self._sample_ticket = self.xp.zeros(1, dtype=np.uint32)
+        self._graphs: dict = {}
+        self._bp = None
         self.v = None
         self.u = None
         self.s = None
@@ -292,6 +418,7 @@ class DeviceBackend:
         return self._row_sq_norms
 
     # ------------------------------------------------------------ transfers
+    @_on_device
     def to_host(self, a):
         """Copy ``a`` to the host as a NumPy array (the only device-to-host copy).
 
@@ -381,6 +508,7 @@ class DeviceBackend:
         return xp.full(1, float(b), dtype=np.float64)
 
     # ------------------------------------------------------------ state
+    @_on_device
     def init_state(self, w0=None, b0: float = 0.0, averaging: bool = False) -> None:
         """Allocate ``v`` (= ``w0``), the scalars (``a = 1``) and, if needed, ``u``."""
         xp = self.xp
@@ -397,11 +525,13 @@ class DeviceBackend:
         self.u = xp.zeros(self.d, dtype=np.float64) if averaging else None
         self._acc[:] = 0.0
         self._ticket[:] = 0
+        self._graphs.clear()                 # recorded segments hold the old arrays
 
     def _u_args(self):
         return (self.u if self.u is not None else self._dummy), np.int32(self.u is not None)
 
     # ------------------------------------------------------------ Pegasos
+    @_on_device
     def margins(self, rows):
         """``m_i = y_i (a <v, x_i> + b)`` for ``i`` in ``rows`` (float64, on the device)."""
         rows = self._rows(rows)
@@ -412,24 +542,34 @@ class DeviceBackend:
                       self.s, m))
         return m
 
+    @_on_device
     def optimal_bias(self, rows, m) -> None:
-        """Set ``b`` to the batch-optimal bias and shift ``m`` to it, in place (no sync)."""
-        xp = self.xp
-        rows = self._rows(rows)
-        y_b = self.y[rows].astype(np.float64)
-        s = y_b * m - self.s[S_B]
-        b = optimal_bias_xp(xp, y_b, s)
-        # y_i (s_i + b) written as 1 + y_i (b - b_i) with the breakpoints b_i = y_i - s_i:
-        # exactly 1 (so not in A_t^+) for the rows whose breakpoint is b, as in NumpyBackend
-        m[...] = 1.0 + y_b * (b - (y_b - s))
-        self.s[S_B] = b
+        """Set ``b`` to the batch-optimal bias and shift ``m`` to it, in place (no sync).
 
+        One launch of ``gpusvm_optimal_bias`` (one block): the minimiser is an order
+        statistic of the batch's breakpoints, found by radix selection in O(k), with
+        :func:`gpusvm.backends.numpy_.optimal_bias_xp`'s tie rule.
+        """
+        rows = self._rows(rows)
+        k = int(rows.shape[0])
+        m = self._vec64(m) if not isinstance(m, self.xp.ndarray) else m
+        self._launch("gpusvm_optimal_bias", 1, (self.y, rows, np.int32(k), self.s, m,
+                                                 self._breakpoints(k)))
+
+    def _breakpoints(self, k: int):
+        """Scratch of ``gpusvm_optimal_bias`` (k doubles), allocated once per batch size."""
+        if self._bp is None or self._bp.shape[0] < k:
+            self._bp = self.xp.empty(k, dtype=np.float64)
+        return self._bp
+
+    @_on_device
     def reset_scale(self) -> None:
         """Set ``w = 0`` keeping the running average consistent (``u -= A v``)."""
         u, u_on = self._u_args()
         self._launch("gpusvm_reset_scale", self._vector_grid(),
                      (self.v, u, u_on, np.int64(self.d), self.s))
 
+    @_on_device
     def pegasos_step(self, rows, m, eta: float, shrink: float, k: int,
                      unreg_bias: bool, radius: float, average: bool) -> None:
         """Steps 4-5 of Pegasos Fig. 1 in the sparse form, in one launch (see :mod:`.base`)."""
@@ -442,6 +582,7 @@ class DeviceBackend:
                       np.float64(eta), np.float64(shrink), np.int32(bool(unreg_bias)),
                       np.float64(radius), np.int32(bool(average))))
 
+    @_on_device
     def renormalize(self, threshold: float) -> None:
         """Fold ``a`` into ``v`` when ``|a| < threshold`` (and ``A v`` into ``u``), decided on the device."""
         u, u_on = self._u_args()
@@ -449,14 +590,48 @@ class DeviceBackend:
                      (self.v, u, u_on, np.int64(self.d), self.s, self._ticket[1:2],
                       np.float64(threshold)))
 
-    def pegasos_segment(self, sampler, t0: int, t1: int, plan) -> None:
-        """Pegasos iterations ``t0 + 1 .. t1`` as kernel launches alone (no sync, no upload).
+    def _sample_launches(self, sampler, bump_in_firsts: bool):
+        """The launches that draw a batch from the device counter (and advance it)."""
+        rows, first, stamp, head, grid, _, _ = self._sampler_buffers(sampler)
+        iid = sampler.code == 1 and bump_in_firsts
+        out = [(self._function(_kernels.SEGMENT_SAMPLER_KERNELS[sampler.code]), grid,
+                head + (self._counter, self._sample_ticket, np.int32(not iid), rows, first,
+                        stamp))]
+        if iid:
+            out.append((self._function(_kernels.SEGMENT_SAMPLER_KERNELS[3]), grid,
+                        (rows, stamp, head[2], self._counter, self._sample_ticket, first)))
+        return out
 
-        Per iteration: ``gpusvm_sample`` draws ``A_t`` into a device buffer,
-        ``gpusvm_margins``, (``reset_scale`` when ``1 - eta_t lam = 0``),
-        ``gpusvm_pegasos_step`` and ``gpusvm_renormalize``: 4 launches.  The step
-        sizes of the segment are computed at its start, on the host, as arrays.
-        ``bias="optimal"`` adds the CuPy operations of :meth:`optimal_bias`.
+    def _replay(self, key, build, t0: int, t1: int) -> None:
+        """Run iterations ``t0 + 1 .. t1``: the recorded sequence of ``key`` replayed ``t1 - t0`` times.
+
+        The sequence is built and recorded (a CUDA graph, or the emulator's recording) the
+        first time ``key`` is seen; the batch counter is set to ``t0`` and the recording
+        replayed: the same number of Python calls whatever the segment's length.
+        """
+        if self._graphs.get("sampler") is not key[1]:
+            self._graphs.clear()             # a new run: new batch buffers and stamps
+            self._graphs["sampler"] = key[1]
+        rec = self._graphs.get(key)
+        if rec is None:
+            launches = build()
+            rec = self._graphs[key] = (self.runtime.graph(launches), len(launches))
+        graph, per_iteration = rec
+        self._counter[...] = t0
+        graph.launch(t1 - t0)
+        self.launches += per_iteration * (t1 - t0)
+
+    @_on_device
+    def pegasos_segment(self, sampler, t0: int, t1: int, plan) -> None:
+        """Pegasos iterations ``t0 + 1 .. t1`` on the device alone (no sync, no upload).
+
+        Per iteration: ``gpusvm_sample_next`` draws ``A_t`` from ``(seed, t)`` with ``t``
+        read from a device counter (and advances it), ``gpusvm_margins_balanced``,
+        ``gpusvm_optimal_bias`` (``bias="optimal"``), ``gpusvm_reset_scale_next`` (only
+        in a segment that holds an iteration with ``1 - eta_t lam = 0``) and
+        ``gpusvm_pegasos_segment_step``, which computes ``eta_t`` from ``t`` and folds
+        ``renormalize`` into its last block: 3 to 5 launches.  The sequence is recorded
+        once per (sampler, plan) and replayed (see :meth:`_replay`).
 
         Parameters
         ----------
@@ -466,42 +641,48 @@ class DeviceBackend:
         plan : gpusvm.backends.base.PegasosPlan
         """
         p = plan
+        _, shrinks = step_sizes(p.schedule, t0 + 1, t1 + 1, p.lam, p.eta0, p.norma_p)
+        reset = bool(np.any(shrinks == 0.0))
+        key = ("pegasos", sampler, p, reset)
+        self._replay(key, lambda: self._pegasos_launches(sampler, p, reset), t0, t1)
+
+    def _tile_grid(self, k: int):
+        """Grid and rows per tile of the kernels balanced by nonzeros (kernels/balanced.cuh)."""
+        grid = max(1, min(k, self.runtime.max_blocks))
+        return grid, np.int32(min(_kernels.BLOCK, math.ceil(k / grid)))
+
+    def _pegasos_launches(self, sampler, p, reset: bool):
+        """One Pegasos iteration as (kernel, grid, args) launches reading ``t`` on the device."""
         buffers = self._sampler_buffers(sampler)
         rows = buffers[0]
         k = int(sampler.k)
         if self._m is None or self._m.shape[0] != k:
             self._m = self.xp.empty(k, dtype=np.float64)
         m = self._m
-        etas, shrinks = step_sizes(p.schedule, t0 + 1, t1 + 1, p.lam, p.eta0, p.norma_p)
         u, u_on = self._u_args()
-        row_grid = int(self._row_grid(k))
-        vec_grid = int(self._vector_grid())
-        margins = self._kernel("gpusvm_margins")
-        step = self._kernel("gpusvm_pegasos_step")
-        renorm = self._kernel("gpusvm_renormalize")
-        reset = self._kernel("gpusvm_reset_scale")
-        margin_args = (self._indptr, self._indices, self._data, self.y, self.v, rows,
-                       np.int32(k), self.s, m)
-        step_head = (self._indptr, self._indices, self._data, self.y, rows, np.int32(k),
-                     np.float64(p.k), m, self.v, u, u_on, self.s, self._acc, self._ticket[0:1])
-        step_tail = (np.int32(bool(p.unreg_bias)), np.float64(p.radius))
-        renorm_args = (self.v, u, u_on, np.int64(self.d), self.s, self._ticket[1:2],
-                       np.float64(p.renorm_threshold))
-        reset_args = (self.v, u, u_on, np.int64(self.d), self.s)
-        avg_on, avg_off = np.int32(1), np.int32(0)
-        for i, t in enumerate(range(t0 + 1, t1 + 1)):
-            self._draw(buffers, sampler.code, t - 1)                          # step 1: A_t
-            self._call(margins, row_grid, margin_args)                        # step 2
-            if p.optimal:
-                self.optimal_bias(rows, m)                                    # Sec. 4 (CuPy)
-            shrink = shrinks[i]                                               # step 3
-            if shrink == 0.0:
-                self._call(reset, vec_grid, reset_args)
-                shrink = 1.0
-            self._call(step, row_grid, step_head + (etas[i], np.float64(shrink)) + step_tail
-                       + (avg_on if p.averaged and t >= p.t_avg else avg_off,))   # steps 4-5
-            self._call(renorm, vec_grid, renorm_args)                         # keep v in range
+        grid, tile = self._tile_grid(k)
+        sched = (np.int32(SCHEDULES.index(p.schedule)), np.float64(p.lam),
+                 np.float64(p.eta0 or 0.0), np.float64(p.norma_p))
+        out = self._sample_launches(sampler, bump_in_firsts=False)        # step 1: A_t
+        out.append((self._kernel("gpusvm_margins_balanced"), grid,        # step 2
+                    (self._indptr, self._indices, self._data, self.y, self.v, rows, np.int32(k),
+                     tile, self.s, m)))
+        if p.optimal:                                                     # Sec. 4
+            out.append((self._kernel("gpusvm_optimal_bias"), 1,
+                        (self.y, rows, np.int32(k), self.s, m, self._breakpoints(k))))
+        if reset:                                                         # step 3, eta lam = 1
+            out.append((self._kernel("gpusvm_reset_scale_next"), int(self._vector_grid()),
+                        (self.v, u, u_on, np.int64(self.d), self.s, self._counter) + sched))
+        out.append((self._kernel("gpusvm_pegasos_segment_step"), grid,       # steps 3-5
+                    (self._indptr, self._indices, self._data, self.y, rows, np.int32(k), tile,
+                     np.float64(p.k), m, self.v, u, u_on, np.int64(self.d), self.s, self._acc,
+                     self._ticket[0:1], self._counter) + sched
+                    + (np.int32(bool(p.unreg_bias)), np.float64(p.radius),
+                       np.int32(bool(p.averaged)), np.int64(p.t_avg),
+                       np.float64(p.renorm_threshold))))
+        return out
 
+    @_on_device
     def reset_average(self) -> None:
         """Empty the running average (``u = 0``, ``A = 0``, no iterate, no bias summed); no sync."""
         if self.u is not None:
@@ -510,6 +691,7 @@ class DeviceBackend:
         self.s[S_NAVG] = 0.0
         self.s[S_BSUM] = 0.0
 
+    @_on_device
     def output(self, averaged: bool):
         """Dense float64 ``w`` and the bias (a 0-d device array) of the last iterate or the average."""
         xp = self.xp
@@ -521,6 +703,7 @@ class DeviceBackend:
                       np.int64(self.d), self.s, w, b))
         return w, b.reshape(())
 
+    @_on_device
     def decision_function(self, w, b):
         """``<w, x_i> + b`` on all rows (float64, on the device)."""
         w = self._vec64(w)
@@ -530,6 +713,7 @@ class DeviceBackend:
                      (self._indptr, self._indices, self._data, np.int32(self.n), w, bd, z))
         return z
 
+    @_on_device
     def evaluate(self, w, b, lam: float, reg_bias: bool = False) -> Evaluation:
         """Primal objective ``P(w)`` on all rows: one device-to-host copy (a sync point)."""
         xp = self.xp
@@ -570,6 +754,7 @@ class DeviceBackend:
             self._scratch[...] = 0.0
             self._dirty = None
 
+    @_on_device
     def init_dual(self, beta0: float) -> None:
         """Start SDCA at ``alpha = 0`` (``w = 0``; call after :meth:`init_state`).
 
@@ -586,6 +771,7 @@ class DeviceBackend:
         self._no_mask = xp.zeros(1, dtype=np.int32)
         self._dirty = None            # (rows, delta) of a sdca_rho launch not yet cleaned up
         self._sdca_buffers = None
+        self._graphs.clear()
         self.s[S_ASUMD] = xp.sum(self.alpha)
         self.s[S_BETA] = float(beta0)
         self.s[S_NREJ] = 0.0
@@ -598,6 +784,7 @@ class DeviceBackend:
                            np.int32(k), self.s, self.alpha, self.row_sq_norms, mask, has_first,
                            np.float64(lam), np.float64(self.n), m, delta))
 
+    @_on_device
     def sdca_margins_deltas(self, rows, lam: float, first=None):
         """:meth:`margins` and :meth:`sdca_deltas` in one launch: ``(m, delta)``, float64 on the device.
 
@@ -627,6 +814,7 @@ class DeviceBackend:
                            self.row_sq_norms, mask, has_first, self.s, np.float64(lam),
                            np.float64(self.n), out, self._scratch, old, zero))
 
+    @_on_device
     def sdca_deltas(self, rows, m, lam: float, first=None):
         """Coordinate steps of eq. (15) with ``beta = S_BETA`` (float64, on the device).
 
@@ -640,6 +828,7 @@ class DeviceBackend:
         self._deltas_into(rows, self._vec64(m), lam, first, delta)
         return delta
 
+    @_on_device
     def sdca_adapt_beta(self, rows, delta, beta_b: float, theta: float) -> None:
         """Alg. 2: ``beta <- beta^theta rho^(1-theta)`` from the tentative step ``delta``, on the device.
 
@@ -660,6 +849,7 @@ class DeviceBackend:
                            self._sdca_ticket, np.float64(beta_b), np.float64(theta)))
         self._dirty = (rows, delta)
 
+    @_on_device
     def sdca_apply(self, rows, delta, lam: float, check: bool) -> None:
         """``alpha_A += delta``, ``w += (1/(lam n)) sum_i delta_i y_i x_i``, decided on the device.
 
@@ -682,15 +872,18 @@ class DeviceBackend:
                                self._sdca_ticket, np.float64(lam), np.float64(self.n),
                                np.int32(bool(check)), np.int32(phase)))
 
+    @_on_device
     def sdca_segment(self, sampler, t0: int, t1: int, plan) -> None:
-        """SDCA iterations ``t0 + 1 .. t1`` as kernel launches alone (no sync, no upload).
+        """SDCA iterations ``t0 + 1 .. t1`` on the device alone (no sync, no upload).
 
-        The per-iteration sequence of the reference segment with the margins and
-        the first deltas fused into one launch: ``gpusvm_sample`` (plus
-        ``gpusvm_sample_firsts`` for i.i.d. batches), ``gpusvm_sdca_margins`` and
-        ``gpusvm_sdca_apply`` (naive, safe: 3 launches), or for the aggressive
-        variant ``gpusvm_sdca_rho``, ``gpusvm_sdca_deltas`` (which also zeroes rho's
-        scratch) and two ``gpusvm_sdca_apply`` launches (step, then settle): 6.
+        Per iteration: ``gpusvm_sample_next`` (plus ``gpusvm_sample_firsts_next`` for
+        i.i.d. batches), reading and advancing the device batch counter,
+        ``gpusvm_sdca_margins_balanced`` (margins and the steps of eq. 15 with
+        ``beta^(t)``) and ``gpusvm_sdca_apply_balanced`` (naive, safe: 3 or 4 launches),
+        or for the aggressive variant ``gpusvm_sdca_rho_balanced``,
+        ``gpusvm_sdca_deltas_balanced`` (which also zeroes rho's scratch) and two
+        ``gpusvm_sdca_apply_balanced`` launches (step, then settle): 6 or 7.
+        The sequence is recorded once per (sampler, plan) and replayed (:meth:`_replay`).
 
         Parameters
         ----------
@@ -699,46 +892,46 @@ class DeviceBackend:
             Iterations done before and after the segment.
         plan : gpusvm.backends.base.SDCAPlan
         """
-        p = plan
+        self._clean_scratch()
+        key = ("sdca", sampler, plan)
+        self._replay(key, lambda: self._sdca_launches(sampler, plan), t0, t1)
+
+    def _sdca_launches(self, sampler, p):
+        """One SDCA iteration as (kernel, grid, args) launches (no scalar changes with ``t``)."""
         buffers = self._sampler_buffers(sampler)
         rows, first = buffers[0], buffers[1]
         k = int(sampler.k)
         if self._sdca_buffers is None or self._sdca_buffers[0].shape[0] != k:
             self._sdca_buffers = tuple(self.xp.empty(k, dtype=np.float64) for _ in range(3))
         m, tentative, final = self._sdca_buffers
-        self._clean_scratch()
         has_first = np.int32(sampler.code != 0)
         lam, n = np.float64(p.lam), np.float64(self.n)
-        grid = int(self._row_grid(k))
-        margins = self._kernel("gpusvm_sdca_margins")
-        rho = self._kernel("gpusvm_sdca_rho")
-        deltas = self._kernel("gpusvm_sdca_deltas")
-        apply = self._kernel("gpusvm_sdca_apply")
-        margin_args = (self._indptr, self._indices, self._data, self.y, self.v, rows, np.int32(k),
-                       self.s, self.alpha, self.row_sq_norms, first, has_first, lam, n, m,
-                       tentative)
-        rho_args = (self._indptr, self._indices, self._data, self.y, rows, np.int32(k),
-                    tentative, self.row_sq_norms, self._scratch, self.s, self._sdca_acc,
-                    self._sdca_ticket, np.float64(p.beta_b), np.float64(p.theta))
-        delta_args = (self._indptr, self._indices, rows, np.int32(k), m, self.alpha,
-                      self.row_sq_norms, first, has_first, self.s, lam, n, final, self._scratch,
-                      tentative, np.int32(1))
+        grid, tile = self._tile_grid(k)
+        out = self._sample_launches(sampler, bump_in_firsts=True)          # A_t
+        out.append((self._kernel("gpusvm_sdca_margins_balanced"), grid,    # eq. (15), beta^(t)
+                    (self._indptr, self._indices, self._data, self.y, self.v, rows, np.int32(k),
+                     tile, self.s, self.alpha, self.row_sq_norms, first, has_first, lam, n, m,
+                     tentative)))
         delta = final if p.aggressive else tentative
-        apply_head = (self._indptr, self._indices, self._data, self.y, rows, np.int32(k), delta,
-                      self.v, self.alpha, self.s, self._sdca_acc, self._sdca_ticket, lam, n,
+        if p.aggressive:
+            out.append((self._kernel("gpusvm_sdca_rho_balanced"), grid,    # Alg. 2: beta^(t+1)
+                        (self._indptr, self._indices, self._data, self.y, rows, np.int32(k),
+                         tile, tentative, self.row_sq_norms, self._scratch, self.s, self._sdca_acc,
+                         self._sdca_ticket, np.float64(p.beta_b), np.float64(p.theta))))
+            out.append((self._kernel("gpusvm_sdca_deltas_balanced"), grid,  # Alg. 2: delta
+                        (self._indptr, self._indices, rows, np.int32(k), tile, m, self.alpha,
+                         self.row_sq_norms, first, has_first, self.s, lam, n, final,
+                         self._scratch, tentative, np.int32(1))))
+        apply_head = (self._indptr, self._indices, self._data, self.y, rows, np.int32(k), tile,
+                      delta, self.v, self.alpha, self.s, self._sdca_acc, self._sdca_ticket, lam, n,
                       np.int32(bool(p.aggressive)))
-        phases = (apply_head + (np.int32(0),), apply_head + (np.int32(1),))
-        for t in range(t0, t1):
-            self._draw(buffers, sampler.code, t)                              # A_t
-            self._call(margins, grid, margin_args)                            # eq. (15), beta^(t)
-            if p.aggressive:
-                self._call(rho, grid, rho_args)                               # Alg. 2: beta^(t+1)
-                self._call(deltas, grid, delta_args)                          # Alg. 2: delta
-                self._call(apply, grid, phases[0])                            # step, then keep
-                self._call(apply, grid, phases[1])                            # if D grows
-            else:
-                self._call(apply, grid, phases[0])
+        apply = self._kernel("gpusvm_sdca_apply_balanced")
+        out.append((apply, grid, apply_head + (np.int32(0),)))             # step
+        if p.aggressive:
+            out.append((apply, grid, apply_head + (np.int32(1),)))         # keep if D grows
+        return out
 
+    @_on_device
     def dual_weights(self, lam: float):
         """``w(alpha) = X^T (alpha y) / (lam n)`` in float64 on the device (an evaluation).
 
@@ -768,6 +961,7 @@ class DeviceBackend:
         self.s[S_ASUMD] = xp.sum(self.alpha)
         return w
 
+    @_on_device
     def dual_objective(self, lam: float, w) -> float:
         """``D(alpha) = (1/n) sum_i alpha_i - (lam/2) ||w||^2`` with ``w = w(alpha)``.
 

@@ -1,0 +1,565 @@
+"""A performance model of the device backend: bytes, launches, atomics and time per iteration.
+
+Run it on a data set::
+
+    python -m gpusvm.roofline DATA --batch-sizes 1024,4096,16384 [--device h100|h200]
+    python -m gpusvm.roofline imdb --batch-sizes 4096 --iterations iterations.json
+
+``DATA`` is an svmlight file or one of the names ``a9a``, ``imdb``, ``news20`` (read from
+``../shared/data``).  For every batch size the model samples the solver's own batches
+(:class:`~gpusvm.solvers._sampling.CounterSampler`, seed 0) and counts, per kernel of one
+iteration, from the batches' actual rows:
+
+* **bytes** through device memory: the CSR rows of the batch streamed (8 B of ``indptr``
+  twice, 4 B of index and ``itemsize`` of value per nonzero), the per-row vectors, and the
+  gathers and read-modify-writes of ``v`` (32 B sectors; in L2 when ``v`` fits in half of it);
+* **launches** (graph nodes in a captured segment, host launches otherwise);
+* **hot-column atomics**: the largest number of updates one column of ``v`` receives in the
+  batch (its rows' nonzeros), which serialise at one L2 atomic unit;
+* **the longest row** of the batch, which bounds a kernel that gives one row to one group of
+  ``LANES`` lanes (:func:`gpusvm.backends.device.choose_lanes`).
+
+Three designs are modelled side by side, each marked with what exists: the per-row kernels
+launched from Python one by one (the previous release), the per-row kernels replayed as a
+captured segment (not built: a step between the two), and the kernels balanced by nonzeros,
+replayed (what the segments run: ``kernels/balanced.cuh``; Pegasos' step with hot-column
+aggregation, SDCA's kernels with one atomic per nonzero).
+
+The modelled time of a kernel is ``floor + max(HBM bytes / bandwidth, L2 bytes / L2
+bandwidth, longest-row chain, hot-column atomics)``; the traffic roofline of an iteration is
+its HBM bytes over the bandwidth alone.  Every parameter is in :data:`DEVICES`, each with its
+source; they are leads (datasheets, one copy-bandwidth reading, published micro-benchmarks),
+so every figure the model prints is *modelled*, never measured.
+
+Time to ``P - P* <= eps``: the iteration counts come from the CPU backends at the same batch
+size (the batches and the arithmetic are the device's: same seed, same iterates up to
+rounding), measured with ``--measure-iterations`` or read from a JSON file; the setup adds the
+host-to-device upload of the CSR and the certificates (one pass over all rows each).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+
+__all__ = ["DEVICES", "Device", "KernelCost", "batch_stats", "iteration_costs", "main",
+           "summarise", "time_to_eps"]
+
+
+@dataclass(frozen=True)
+class Device:
+    """The parameters of the model for one GPU.
+
+    Attributes
+    ----------
+    name : str
+    hbm_bandwidth : float
+        Achievable device-memory bandwidth, bytes/s (read plus write).
+    l2_bytes : int
+        L2 cache size.
+    l2_bandwidth : float
+        L2 bandwidth, bytes/s.
+    sms : int
+        Streaming multiprocessors.
+    graph_node_s : float
+        Fixed cost of one kernel node replayed in a CUDA graph (launch, ramp-up, drain).
+    host_launch_s : float
+        Host cost of one launch issued from Python through CuPy (no graph).
+    atomic_same_address_s : float
+        Seconds per atomic to one address (they serialise at one L2 slice).
+    lane_step_s : float
+        Seconds per step of one lane through a long row (a dependent index load, a value
+        load and a gather in flight): bounds a one-group-per-row kernel by its longest row.
+    upload_bandwidth : float
+        Host-to-device copy bandwidth, bytes/s (pageable host memory).
+    sm_bandwidth : float
+        What one multiprocessor moves from L2, bytes/s (a one-block kernel's ceiling).
+    sources : str
+        Where the numbers come from.
+    """
+
+    name: str
+    hbm_bandwidth: float
+    l2_bytes: int
+    l2_bandwidth: float
+    sms: int
+    graph_node_s: float
+    host_launch_s: float
+    atomic_same_address_s: float
+    lane_step_s: float
+    upload_bandwidth: float
+    sm_bandwidth: float = 110e9
+    sources: str = ""
+
+
+#: the devices the model knows (every figure a lead: see each ``sources``)
+DEVICES = {
+    "h100": Device(
+        name="NVIDIA H100 80GB HBM3 (SXM)", hbm_bandwidth=3.0e12, l2_bytes=50 * 2**20,
+        l2_bandwidth=10.0e12, sms=132, graph_node_s=1.5e-6, host_launch_s=7e-6,
+        atomic_same_address_s=0.6e-9, lane_step_s=0.12e-6, upload_bandwidth=20e9,
+        sources=("HBM: 3.35 TB/s datasheet, 3.0 TB/s device-to-device copy read on one such "
+                 "machine (2026-11-13); L2 50 MB, 132 SMs (device properties); L2 bandwidth, "
+                 "graph-node cost, same-address atomic rate and lane step latency: published "
+                 "micro-benchmarks of Hopper/Ampere, not measured here; one SM from L2: 64 B per "
+                 "clock at 1.755 GHz; host launch 7 us: "
+                 "CuPy's Python launch path; upload: PCIe Gen5 x16 from pageable memory")),
+    "h200": Device(
+        name="NVIDIA H200 (SXM)", hbm_bandwidth=4.3e12, l2_bytes=60 * 2**20,
+        l2_bandwidth=10.0e12, sms=132, graph_node_s=1.5e-6, host_launch_s=7e-6,
+        atomic_same_address_s=0.6e-9, lane_step_s=0.12e-6, upload_bandwidth=20e9,
+        sources=("HBM: 4.8 TB/s datasheet, 4.3 TB/s device-to-device copy read on such "
+                 "machines (2026-10-28, 2026-11-04); L2 60 MB; the rest as for the H100 "
+                 "(same SM)")),
+}
+
+SECTOR = 32          # bytes of one L2/DRAM sector
+INDPTR = 8           # int64 row pointers (two read per row)
+INDEX = 4            # int32 column indices
+
+
+@dataclass
+class KernelCost:
+    """The modelled cost of one kernel of an iteration.
+
+    Attributes
+    ----------
+    kernel : str
+    hbm_bytes : float
+        Bytes through device memory.
+    l2_bytes : float
+        Bytes served by L2 (gathers and atomics on ``v`` when it fits there).
+    launches : int
+        Kernel launches (graph nodes).
+    hot_atomics : int
+        Updates of the most updated column (serialised atomics).
+    chain_s : float
+        The longest row's lane chain (0 for balanced kernels).
+    """
+
+    kernel: str
+    hbm_bytes: float = 0.0
+    l2_bytes: float = 0.0
+    launches: int = 1
+    hot_atomics: int = 0
+    chain_s: float = 0.0
+
+    def seconds(self, dev: Device, graph: bool = True) -> float:
+        """Modelled seconds: fixed launch cost plus the largest of the four bounds."""
+        body = max(self.hbm_bytes / dev.hbm_bandwidth, self.l2_bytes / dev.l2_bandwidth,
+                   self.chain_s, self.hot_atomics * dev.atomic_same_address_s)
+        fixed = dev.graph_node_s * self.launches
+        if not graph:                 # Python issues each launch: the device waits for the host
+            return max(body + fixed, dev.host_launch_s * self.launches)
+        return body + fixed
+
+    def roofline(self, dev: Device) -> float:
+        """Seconds of its device-memory traffic alone."""
+        return self.hbm_bytes / dev.hbm_bandwidth
+
+
+@dataclass
+class BatchStats:
+    """What the model needs of a batch size's sampled batches (means over the batches).
+
+    Attributes
+    ----------
+    k : int
+    nnz : float
+        Nonzeros of a batch.
+    max_row : float
+        Nonzeros of its longest row.
+    hot : float
+        Rows of the batch that contain its most frequent column.
+    batches : int
+        Batches sampled.
+    """
+
+    k: int
+    nnz: float
+    max_row: float
+    hot: float
+    batches: int
+
+
+def batch_stats(X: sp.csr_matrix, k: int, batches: int = 8, seed: int = 0,
+                mode: str = "without_replacement") -> BatchStats:
+    """Nonzeros, longest row and hottest column of the solver's own batches of ``k`` rows.
+
+    Parameters
+    ----------
+    X : scipy.sparse.csr_matrix
+    k : int
+        Batch size.
+    batches : int
+        Batches ``t = 0 .. batches - 1`` of the counter-based stream to average over.
+    seed : int
+    mode : str
+        Sampling mode of :class:`~gpusvm.solvers._sampling.CounterSampler`.
+
+    Returns
+    -------
+    BatchStats
+    """
+    from .solvers._sampling import CounterSampler  # noqa: PLC0415
+
+    X = sp.csr_matrix(X)
+    lengths = np.diff(X.indptr)
+    sampler = CounterSampler(X.shape[0], k, mode, seed)
+    nnz, longest, hot = [], [], []
+    for t in range(batches):
+        rows, _ = sampler.batch(t)
+        nnz.append(int(lengths[rows].sum()))
+        longest.append(int(lengths[rows].max()))
+        cols = np.concatenate([X.indices[X.indptr[r]:X.indptr[r + 1]] for r in rows])
+        hot.append(int(np.bincount(cols, minlength=X.shape[1]).max()) if cols.size else 0)
+    return BatchStats(k=int(k), nnz=float(np.mean(nnz)), max_row=float(np.mean(longest)),
+                      hot=float(np.mean(hot)), batches=int(batches))
+
+
+def _gather_bytes(dev: Device, d: int, itemsize: int, count: float) -> tuple[float, float]:
+    """(HBM, L2) bytes of ``count`` random accesses to a vector of ``d`` items."""
+    if d * itemsize <= dev.l2_bytes // 2:
+        return 0.0, count * SECTOR
+    return count * SECTOR, 0.0
+
+
+def iteration_costs(X, stats: BatchStats, dev: Device, *, solver: str = "pegasos",
+                    balanced: bool = True, active: float = 0.5,
+                    itemsize: int | None = None) -> list[KernelCost]:
+    """Per-kernel costs of one iteration of ``solver`` at the batch of ``stats``.
+
+    Parameters
+    ----------
+    X : scipy.sparse matrix
+        The data (its shape and dtype).
+    stats : BatchStats
+    dev : Device
+    solver : {"pegasos", "pegasos-optimal", "sdca-safe", "sdca-aggressive"}
+    balanced : bool
+        True: kernels balanced by nonzeros (no chain); Pegasos' step also aggregates a
+        tile's updates per column (the hottest column costs one atomic per block), SDCA's
+        kernels keep one atomic per nonzero.  False: one group of lanes per row with
+        global atomics (the longest row and the hottest column bound the time).
+    active : float
+        Fraction of the batch's rows that update ``v`` (Pegasos: margin < 1; SDCA:
+        ``delta != 0``).
+    itemsize : int, optional
+        Bytes per value (default: ``X``'s dtype; float64 is stored as is).
+
+    Returns
+    -------
+    list of KernelCost
+    """
+    from .backends.device import choose_lanes  # noqa: PLC0415
+
+    n, d = X.shape
+    item = int(itemsize or np.dtype(X.dtype).itemsize)
+    k, nnz = stats.k, stats.nnz
+    lanes = choose_lanes(X.nnz / max(n, 1))
+    chain = 0.0 if balanced else math.ceil(stats.max_row / lanes) * dev.lane_step_s
+    blocks = dev.sms * 4
+    row_bytes = k * (4 + 2 * INDPTR + item)                    # rows[g], indptr[r..r+1], y[r]
+    stream = nnz * (INDEX + item)                               # the batch's CSR nonzeros
+    costs = [KernelCost("sample", hbm_bytes=k * 4.0)]           # rows[j] written
+    g_hbm, g_l2 = _gather_bytes(dev, d, item, nnz)
+    if solver.startswith("pegasos"):
+        costs.append(KernelCost("margins", hbm_bytes=row_bytes + stream + k * 8 + g_hbm,
+                                l2_bytes=g_l2, chain_s=chain))
+        if solver == "pegasos-optimal":
+            # radix selection over the k breakpoints by ONE block: the breakpoints written once,
+            # 8 passes reading them, the margins written; all through one multiprocessor
+            one_sm = (k * (4 + item + 8 + 8) + 8 * k * 8 + k * 8) / dev.sm_bandwidth
+            costs.append(KernelCost("optimal_bias", hbm_bytes=k * (8 + 4 + item) + k * 8,
+                                    chain_s=one_sm + 8 * 2 * dev.lane_step_s))
+        a_nnz = active * nnz
+        a_hbm, a_l2 = _gather_bytes(dev, d, item, 2 * a_nnz)   # read-modify-write of v
+        hot = int(round(active * stats.hot))
+        hot = min(hot, blocks) if balanced else hot
+        costs.append(KernelCost("pegasos_step",
+                                hbm_bytes=k * (4 + 8) + active * row_bytes
+                                + a_nnz * (INDEX + item) + a_hbm,
+                                l2_bytes=a_l2, hot_atomics=hot, chain_s=chain))
+        return costs
+    # SDCA: margins + deltas, the step (and, aggressive, rho, deltas again and the settle)
+    costs.append(KernelCost("sdca_margins",
+                            hbm_bytes=row_bytes + stream + k * (8 + 8 + 16) + g_hbm,
+                            l2_bytes=g_l2, chain_s=chain))
+    a_nnz = active * nnz
+    a_hbm, a_l2 = _gather_bytes(dev, d, item, 2 * a_nnz)
+    hot = int(round(active * stats.hot))           # SDCA's balanced kernels have no column table
+    step = KernelCost("sdca_apply", hbm_bytes=k * (4 + 8) + active * (row_bytes + k * 8)
+                      + a_nnz * (INDEX + item) + a_hbm, l2_bytes=a_l2, hot_atomics=hot,
+                      chain_s=chain)
+    if solver == "sdca-aggressive":
+        s_hbm, s_l2 = _gather_bytes(dev, d, 8, 2 * a_nnz)      # float64 scratch vector
+        costs.append(KernelCost("sdca_rho", hbm_bytes=k * (4 + 8) + active * row_bytes
+                                + a_nnz * (INDEX + item) + s_hbm, l2_bytes=s_l2,
+                                hot_atomics=hot, chain_s=chain))
+        z_hbm, z_l2 = _gather_bytes(dev, d, 8, a_nnz)
+        costs.append(KernelCost("sdca_deltas", hbm_bytes=k * (4 + 8 * 5) + active * k * 16
+                                + a_nnz * INDEX + z_hbm, l2_bytes=z_l2, chain_s=chain))
+        costs.append(step)
+        costs.append(KernelCost("sdca_apply (settle)", hbm_bytes=k * (4 + 8) + active * k * 8))
+    else:
+        costs.append(step)
+    return costs
+
+
+def summarise(costs: list[KernelCost], dev: Device, graph: bool = True) -> dict:
+    """Totals of one iteration: bytes, launches, modelled time, roofline and its fraction."""
+    seconds = sum(c.seconds(dev, graph) for c in costs)
+    roof = sum(c.roofline(dev) for c in costs)
+    return {"hbm_bytes": sum(c.hbm_bytes for c in costs),
+            "l2_bytes": sum(c.l2_bytes for c in costs),
+            "launches": sum(c.launches for c in costs),
+            "hot_atomics": max((c.hot_atomics for c in costs), default=0),
+            "seconds": seconds, "roofline_seconds": roof,
+            "fraction_of_roofline": roof / seconds if seconds > 0 else 0.0}
+
+
+def setup_seconds(X, dev: Device) -> float:
+    """Upload of the CSR arrays, labels and row norms (host to device)."""
+    n = X.shape[0]
+    item = np.dtype(X.dtype).itemsize
+    nbytes = X.nnz * (INDEX + item) + (n + 1) * INDPTR + n * (item + 8)
+    return nbytes / dev.upload_bandwidth + 2 * dev.graph_node_s
+
+
+def evaluation_seconds(X, dev: Device) -> float:
+    """One certificate or objective: a pass over every row (decision values) and a few d-vectors."""
+    n, d = X.shape
+    item = np.dtype(X.dtype).itemsize
+    full = X.nnz * (INDEX + item) + n * (2 * INDPTR + item + 8) + 4 * d * 8
+    g_hbm, g_l2 = _gather_bytes(dev, d, 8, X.nnz)
+    c = KernelCost("evaluation", hbm_bytes=full + g_hbm, l2_bytes=g_l2, launches=4)
+    return c.seconds(dev) + 10e-6                 # one device-to-host copy and host arithmetic
+
+
+def time_to_eps(X, per_iteration_s: float, iterations: int, evaluations: int,
+                dev: Device) -> dict:
+    """Modelled wall time to ``P - P* <= eps``: setup, iterations, evaluations."""
+    setup = setup_seconds(X, dev)
+    ev = evaluations * evaluation_seconds(X, dev)
+    loop = iterations * per_iteration_s
+    return {"setup_s": setup, "iterations": int(iterations), "loop_s": loop,
+            "evaluations": int(evaluations), "evaluation_s": ev, "total_s": setup + loop + ev}
+
+
+# ---------------------------------------------------------------- iteration counts (CPU)
+def measure_iterations(X, y, lam: float, k: int, solver: str, p_star: float, eps: float,
+                       max_epochs: int = 300, seed: int = 1) -> dict:
+    """Iterations the solver needs at batch size ``k`` to reach ``P - P* <= eps``, on the CPU.
+
+    Runs the numba backend (the same counter-based batches as the device) with an evaluation
+    every epoch and returns the first evaluated iteration that reaches the target.
+
+    Returns
+    -------
+    dict
+        ``{"solver", "k", "iterations", "evaluations", "reached", "objective", "seconds"}``.
+    """
+    from .backends import make_backend  # noqa: PLC0415
+    from .solvers.pegasos import pegasos  # noqa: PLC0415
+    from .solvers.sdca import sdca  # noqa: PLC0415
+
+    n = X.shape[0]
+    epoch = max(1, math.ceil(n / k))
+    max_iter = max_epochs * epoch
+    be = make_backend("numba", X, y)
+    t0 = time.perf_counter()
+    if solver.startswith("pegasos"):
+        res = pegasos(be, lam=lam, k=k, max_iter=max_iter, seed=seed, averaging="tail",
+                      eval_every=epoch, target_objective=p_star + eps,
+                      bias="optimal" if solver == "pegasos-optimal" else "none")
+        hist = [(h[0], h[1]) for h in res.history]
+    else:
+        variant = solver.split("-")[1]
+        res = sdca(be, lam=lam, b=k, max_iter=max_iter, variant=variant, seed=seed,
+                   eval_every=epoch, tol=0.0, callback=lambda it, obj, el: obj - p_star > eps)
+        hist = [(h[0], h[1]) for h in res.history]
+    seconds = time.perf_counter() - t0
+    reached = [t for t, p in hist if p - p_star <= eps]
+    return {"solver": solver, "k": int(k), "iterations": int(reached[0]) if reached else None,
+            "evaluations": len(hist), "reached": bool(reached),
+            "objective": float(hist[-1][1]) if hist else None, "seconds": seconds}
+
+
+def liblinear_reference(X, y, lam: float) -> dict:
+    """LinearSVC (single-threaded LIBLINEAR): ``P*`` (tight tolerance) and its default-settings time.
+
+    Returns ``seconds`` (the CPU time of the process during the default fit, the one-core time
+    whatever the load of a shared machine), ``wall_seconds``, ``objective`` and ``p_star``.
+    """
+    import os  # noqa: PLC0415
+
+    from sklearn.svm import LinearSVC  # noqa: PLC0415
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    n = X.shape[0]
+    X64 = X.astype(np.float64)
+
+    def objective(w):
+        return float(0.5 * lam * w @ w + np.maximum(0.0, 1.0 - y * (X64 @ w)).mean())
+
+    t0, c0 = time.perf_counter(), time.process_time()
+    clf = LinearSVC(C=1.0 / (lam * n), loss="hinge", fit_intercept=False, dual=True).fit(X64, y)
+    seconds, wall = time.process_time() - c0, time.perf_counter() - t0
+    tight = LinearSVC(C=1.0 / (lam * n), loss="hinge", fit_intercept=False, dual=True,
+                      tol=1e-8, max_iter=200_000).fit(X64, y)
+    return {"seconds": seconds, "wall_seconds": wall, "objective": objective(clf.coef_.ravel()),
+            "p_star": objective(tight.coef_.ravel())}
+
+
+# ---------------------------------------------------------------- CLI
+DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+NAMED = {"a9a": ("a9a/a9a", 123),
+         "imdb": ("imdb/imdb_tfidf_unigram.train.svm.gz", 74849),
+         "news20": ("news20/news20bydate_binary_uni+bigram.train.svm.gz", 1181833)}
+SOLVERS = ("pegasos", "pegasos-optimal", "sdca-safe", "sdca-aggressive")
+
+
+def load(data: str):
+    """A data set as float32 CSR with labels in {-1, +1}: a name of :data:`NAMED` or a path."""
+    from .datasets import load_svmlight  # noqa: PLC0415
+    if data in NAMED:
+        rel, d = NAMED[data]
+        X, y = load_svmlight(DATA / rel, n_features=d, dtype=np.float32)
+    else:
+        X, y = load_svmlight(data, dtype=np.float32)
+    classes = np.unique(y)
+    y = np.where(y == classes[-1], 1.0, -1.0).astype(np.float32)
+    X = sp.csr_matrix(X)
+    X.sort_indices()
+    return X, y
+
+
+def model_table(X, ks, dev: Device, solvers=SOLVERS, active: float = 0.5,
+                iterations: dict | None = None, batches: int = 8) -> list[dict]:
+    """Rows of the model: one per (solver, k, design), with time to eps where counts are known."""
+    rows = []
+    for k in ks:
+        stats = batch_stats(X, k, batches=batches)
+        for solver in solvers:
+            for balanced in (False, True):
+                costs = iteration_costs(X, stats, dev, solver=solver, balanced=balanced,
+                                        active=active)
+                for graph in ((False, True) if not balanced else (True,)):
+                    tot = summarise(costs, dev, graph=graph)
+                    built = ("previous release" if not graph else
+                             "built" if balanced else "not built")
+                    row = {"solver": solver, "k": int(k),
+                           "design": ("balanced" if balanced else "per-row")
+                           + (", graph" if graph else ", host launches"),
+                           "built": built,
+                           "batch_nnz": stats.nnz, "longest_row": stats.max_row,
+                           "hot_rows": stats.hot,
+                           "kernels": [dict(asdict(c), seconds=c.seconds(dev, graph))
+                                       for c in costs], **tot}
+                    it = (iterations or {}).get(f"{solver}@{k}")
+                    if isinstance(it, dict) and it.get("iterations"):
+                        row["time_to_eps"] = time_to_eps(X, tot["seconds"], it["iterations"],
+                                                         it.get("evaluations", 1), dev)
+                    rows.append(row)
+    return rows
+
+
+def _print(rows, dev: Device, data: str, reference: dict | None) -> None:
+    print(f"# modelled on {dev.name}: {data}")
+    print(f"# HBM {dev.hbm_bandwidth / 1e12:.2f} TB/s, L2 {dev.l2_bytes >> 20} MB, graph node "
+          f"{dev.graph_node_s * 1e6:.1f} us, host launch {dev.host_launch_s * 1e6:.0f} us, "
+          f"same-address atomic {dev.atomic_same_address_s * 1e9:.1f} ns")
+    for r in rows:
+        print(f"\n## {r['solver']}  k={r['k']}  {r['design']} [{r['built']}]  "
+              f"(batch: {r['batch_nnz']:.0f} nnz, "
+              f"longest row {r['longest_row']:.0f}, hottest column in {r['hot_rows']:.0f} rows)")
+        print(f"{'kernel':<22} {'HBM MB':>8} {'L2 MB':>8} {'launch':>6} {'hot atom':>8} "
+              f"{'chain us':>8} {'us':>8}")
+        for c in r["kernels"]:
+            print(f"{c['kernel']:<22} {c['hbm_bytes'] / 1e6:>8.3f} {c['l2_bytes'] / 1e6:>8.3f} "
+                  f"{c['launches']:>6} {c['hot_atomics']:>8} {c['chain_s'] * 1e6:>8.2f} "
+                  f"{c['seconds'] * 1e6:>8.2f}")
+        print(f"{'iteration':<22} {r['hbm_bytes'] / 1e6:>8.3f} {r['l2_bytes'] / 1e6:>8.3f} "
+              f"{r['launches']:>6} {r['hot_atomics']:>8} {'':>8} {r['seconds'] * 1e6:>8.2f}   "
+              f"roofline {r['roofline_seconds'] * 1e6:.2f} us = "
+              f"{100 * r['fraction_of_roofline']:.0f}% of the modelled time")
+        if "time_to_eps" in r:
+            e = r["time_to_eps"]
+            line = (f"time to eps (modelled): {e['total_s'] * 1e3:.2f} ms = setup "
+                    f"{e['setup_s'] * 1e3:.2f} + {e['iterations']} iterations "
+                    f"{e['loop_s'] * 1e3:.2f} + {e['evaluations']} evaluations "
+                    f"{e['evaluation_s'] * 1e3:.2f}")
+            if reference:
+                line += (f"; LinearSVC (one core, measured CPU time) "
+                         f"{reference['seconds'] * 1e3:.0f} ms = "
+                         f"{reference['seconds'] / e['total_s']:.0f}x")
+            print(line)
+
+
+def main(argv=None) -> int:
+    """Command line: ``python -m gpusvm.roofline DATA --batch-sizes 1024,4096,16384``."""
+    p = argparse.ArgumentParser(prog="python -m gpusvm.roofline",
+                                description="Modelled bytes, launches and time per iteration of "
+                                            "the device backend on a named GPU.")
+    p.add_argument("data", help="svmlight file, or a9a, imdb, news20 (from ../shared/data)")
+    p.add_argument("--batch-sizes", default="1024,4096,16384")
+    p.add_argument("--device", choices=sorted(DEVICES), default="h100")
+    p.add_argument("--solvers", default=",".join(SOLVERS))
+    p.add_argument("--active", type=float, default=0.5,
+                   help="fraction of a batch's rows that update v (default 0.5)")
+    p.add_argument("--batches", type=int, default=8, help="batches sampled per batch size")
+    p.add_argument("--lam", type=float, default=1e-4)
+    p.add_argument("--eps", type=float, default=1e-3)
+    p.add_argument("--iterations", type=Path,
+                   help="JSON of iteration counts to eps ({'solver@k': {...}}, as written by "
+                        "--measure-iterations)")
+    p.add_argument("--measure-iterations", type=Path, metavar="JSON",
+                   help="measure the iteration counts on the CPU (numba backend) and LinearSVC's "
+                        "one-core time, and write them to JSON")
+    p.add_argument("--max-epochs", type=int, default=300,
+                   help="epochs a measured run may take before it counts as not reached")
+    p.add_argument("--json", type=Path, help="write the model's rows to this file")
+    args = p.parse_args(argv)
+    ks = [int(x) for x in args.batch_sizes.split(",") if x]
+    solvers = [s for s in args.solvers.split(",") if s]
+    bad = [s for s in solvers if s not in SOLVERS]
+    if bad:
+        p.error(f"unknown solver(s) {bad}; choose from {SOLVERS}")
+    dev = DEVICES[args.device]
+    X, y = load(args.data)
+    skipped = [k for k in ks if k > X.shape[0]]
+    if skipped:
+        print(f"# batch sizes {skipped} exceed n = {X.shape[0]}: left out")
+        ks = [k for k in ks if k <= X.shape[0]]
+    iterations, reference = None, None
+    if args.measure_iterations:
+        reference = liblinear_reference(X, y, args.lam)
+        iterations = {"liblinear": reference, "max_epochs": args.max_epochs}
+        for k in ks:
+            for s in solvers:
+                r = measure_iterations(X, y, args.lam, k, s, reference["p_star"], args.eps,
+                                       max_epochs=args.max_epochs)
+                iterations[f"{s}@{k}"] = r
+                print(f"# measured on the CPU: {s} k={k}: {r['iterations']} iterations "
+                      f"({r['evaluations']} evaluations, {r['seconds']:.1f} s)", flush=True)
+                args.measure_iterations.write_text(json.dumps(iterations, indent=2))
+    elif args.iterations:
+        iterations = json.loads(args.iterations.read_text())
+        reference = iterations.get("liblinear")
+    rows = model_table(X, ks, dev, solvers, args.active, iterations, args.batches)
+    _print(rows, dev, args.data, reference)
+    if args.json:
+        args.json.write_text(json.dumps({"device": asdict(dev), "data": args.data,
+                                         "reference": reference, "rows": rows}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

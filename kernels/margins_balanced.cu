@@ -1,0 +1,86 @@
+// margins_balanced.cu: m[g] = y_r (a <v, x_r> + b) for the sampled rows r = rows[g], g < k, as
+// gpusvm_margins computes them, with the work balanced by nonzeros (balanced.cuh): the kernel of a
+// captured Pegasos segment, whose time follows the batch's nonzeros instead of its longest row.
+// grid: min(k, max_blocks) blocks of BLOCK threads; block b takes the tiles of tile_rows batch
+//   positions b, b + gridDim.x, ...; per tile: one thread per row loads indptr, the rows' chunks of
+//   32 consecutive nonzeros are scanned in shared memory, the block's warps stride over the tile's
+//   chunks (one chunk per warp at a time: coalesced reads, a fixed butterfly sum), and one thread
+//   per row adds its chunks' sums in row order: the sum of a row does not depend on where it sits
+//   in the batch, so equal rows get equal margins (the optimal bias's ties), and a long row is
+//   spread over every warp of its block.
+// in: indptr[n+1] (int64), indices[nnz], data[nnz] (T), y[n] (T), v[d] (T), rows[k], k,
+//   tile_rows, state (a, b); out: m[k] (double).  Products and sums in double.
+// traffic: per row 4 B rows + 16 B indptr + 4 B y + 8 B m; per nonzero 4 + sizeof(T) B streamed
+//   plus one random gather of v (a 32 B sector; v stays in L2 when it fits).  Shared memory:
+//   BLOCK x 16 B + CHUNK_WINDOW x 8 B (about 20 KB).
+// determinism: no atomics, a fixed order per row (butterfly within a chunk, chunks in row order)
+//   -> bitwise repeatable; agrees with gpusvm_margins up to rounding.
+#include "common.cuh"
+#include "balanced.cuh"
+
+template <typename T>
+__global__ void __launch_bounds__(gpusvm::BLOCK, gpusvm::MIN_BLOCKS) gpusvm_margins_balanced(
+    const long long* __restrict__ indptr,  // CSR row pointers, n + 1
+    const int* __restrict__ indices,       // CSR column indices, nnz
+    const T* __restrict__ data,            // CSR values, nnz
+    const T* __restrict__ y,               // labels in {-1, +1}, n
+    const T* __restrict__ v,               // w = a v, d
+    const int* __restrict__ rows,          // the batch A_t, k
+    const int k,                           // batch size
+    const int tile_rows,                   // batch positions per tile, 1 .. BLOCK
+    const double* __restrict__ state,      // scalar state (a, b)
+    double* __restrict__ m)                // output margins, k
+{
+    __shared__ long long start[gpusvm::BLOCK];
+    __shared__ int len[gpusvm::BLOCK];
+    __shared__ int off[gpusvm::BLOCK + 1];
+    __shared__ double csum[gpusvm::CHUNK_WINDOW];
+    const int tid = threadIdx.x;
+    const int lane = tid % gpusvm::WARP;
+    const int warp = tid / gpusvm::WARP;
+    const double a = state[gpusvm::S_A];
+    const double b = state[gpusvm::S_B];
+    for (int first = blockIdx.x * tile_rows; first < k; first += gridDim.x * tile_rows) {
+        const int nr = min(tile_rows, k - first);
+        int chunks = 0;
+        if (tid < nr) {
+            const int r = rows[first + tid];
+            const long long s0 = indptr[r];
+            start[tid] = s0;
+            len[tid] = static_cast<int>(indptr[r + 1] - s0);
+            chunks = (len[tid] + gpusvm::WARP - 1) / gpusvm::WARP;
+        }
+        const int total = gpusvm::tile_scan(chunks, off);
+        double dot = 0.0;                                             // this thread's row
+        for (int w0 = 0; w0 < total; w0 += gpusvm::CHUNK_WINDOW) {   // block-uniform
+            const int w1 = min(total, w0 + static_cast<int>(gpusvm::CHUNK_WINDOW));
+            for (int q = w0 + warp; q < w1; q += gpusvm::WARPS) {    // warp-uniform
+                const int row = gpusvm::tile_row_of(off, nr, q);
+                const int c = (q - off[row]) * gpusvm::WARP + lane;  // position in the row
+                double prod = 0.0;
+                if (c < len[row]) {
+                    const long long p = start[row] + c;
+                    prod = static_cast<double>(data[p]) * static_cast<double>(v[indices[p]]);
+                }
+                prod = gpusvm::group_sum<gpusvm::WARP>(prod);        // fixed butterfly order
+                if (lane == 0) {
+                    csum[q - w0] = prod;
+                }
+            }
+            __syncthreads();
+            if (tid < nr) {                                           // chunks in row order
+                const int c0 = max(off[tid], w0);
+                const int c1 = min(off[tid + 1], w1);
+                for (int q = c0; q < c1; ++q) {
+                    dot += csum[q - w0];
+                }
+            }
+            __syncthreads();                                          // csum reused
+        }
+        if (tid < nr) {
+            const int g = first + tid;
+            m[g] = static_cast<double>(y[rows[g]]) * (a * dot + b);
+        }
+        __syncthreads();                                              // shared arrays reused
+    }
+}

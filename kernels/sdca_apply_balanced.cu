@@ -1,0 +1,85 @@
+// sdca_apply_balanced.cu: gpusvm_sdca_apply (the step of a mini-batch SDCA iteration, decided on the
+// device: phase 0 steps, phase 1 settles a checked step) with the work balanced by nonzeros
+// (balanced.cuh): per tile, one thread per row with delta_g != 0 adds delta_g and |delta_g| to the
+// block sums, moves alpha_r when the phase says so, and sets its coefficient (+-) delta_g y_r /
+// (lam n a) when v moves; the block's threads stride over those rows' nonzeros with atomics on v
+// (the old values give the exact change of ||v||^2); the block sums and the last block's decision
+// are those of gpusvm_sdca_apply (sdca_apply_close).
+// grid: min(k, max_blocks) blocks of BLOCK threads over tiles of tile_rows batch positions.
+// in: indptr, indices, data, y, rows[k], k, tile_rows, delta[k], lam, n, check, phase;
+// in/out: v[d] (T), alpha[n], state, acc (as gpusvm_sdca_apply), ticket[1] (zero on entry and
+//   exit).
+// traffic: per row 4 B rows + 8 B delta (+ 16 B indptr + 4 B y + one 8 B atomic on alpha when
+//   delta != 0); per nonzero of a moving row 4 + sizeof(T) B streamed and one atomic on v.
+// determinism: float atomics -> NOT bitwise repeatable (as gpusvm_sdca_apply).
+#include "sdca_common.cuh"
+#include "balanced.cuh"
+#include "sdca_apply.cu"
+
+template <typename T>
+__global__ void __launch_bounds__(gpusvm::BLOCK, gpusvm::MIN_BLOCKS) gpusvm_sdca_apply_balanced(
+    const long long* __restrict__ indptr,  // CSR row pointers, n + 1
+    const int* __restrict__ indices,       // CSR column indices, nnz
+    const T* __restrict__ data,            // CSR values, nnz
+    const T* __restrict__ y,               // labels in {-1, +1}, n
+    const int* __restrict__ rows,          // the batch A_t, k
+    const int k,                           // batch size
+    const int tile_rows,                   // batch positions per tile, 1 .. BLOCK
+    const double* __restrict__ delta,      // coordinate steps, k
+    T* __restrict__ v,                     // w = a v, d (updated)
+    double* __restrict__ alpha,            // dual variables, n
+    double* __restrict__ state,            // scalar state (updated by the last block)
+    double* __restrict__ acc,              // SDCA accumulators
+    unsigned int* __restrict__ ticket,     // last-block ticket
+    const double lam,                      // regularisation lambda
+    const double n,                        // number of examples
+    const int check,                       // 1: Alg. 2, keep the step only if D does not drop
+    const int phase)                       // 0: step; 1: settle a checked step
+{
+    __shared__ long long start[gpusvm::BLOCK];
+    __shared__ int off[gpusvm::BLOCK + 1];
+    __shared__ double coef[gpusvm::BLOCK];
+    const int tid = threadIdx.x;
+    // read before this block takes its ticket, hence before the last block writes them
+    const double a = state[gpusvm::S_A];
+    const double vsq = state[gpusvm::S_VSQ];
+    const bool rejected = phase == 1 && acc[gpusvm::ACC_REJECT] != 0.0;
+    const bool move_v = phase == 0 || rejected;
+    const bool move_alpha = phase == 0 ? check == 0 : !rejected;
+    const double scale = (phase == 0 ? 1.0 : -1.0) / (lam * n * a);
+    double sums[3] = {0.0, 0.0, 0.0};  // dn, dsum, dabs
+    for (int first = blockIdx.x * tile_rows; first < k; first += gridDim.x * tile_rows) {
+        const int nr = min(tile_rows, k - first);
+        int len = 0;
+        if (tid < nr) {
+            const double dg = delta[first + tid];
+            if (dg != 0.0) {
+                const int r = rows[first + tid];
+                sums[1] += dg;
+                sums[2] += fabs(dg);
+                if (move_alpha) {
+                    atomicAdd(&alpha[r], dg);                        // a repeated row adds twice
+                }
+                if (move_v) {
+                    coef[tid] = dg * static_cast<double>(y[r]) * scale;
+                    const long long s0 = indptr[r];
+                    start[tid] = s0;
+                    len = static_cast<int>(indptr[r + 1] - s0);
+                }
+            }
+        }
+        const int total = gpusvm::tile_scan(len, off);
+        for (int q = tid; q < total; q += gpusvm::BLOCK) {
+            const int row = gpusvm::tile_row_of(off, nr, q);
+            const long long p = start[row] + (q - off[row]);
+            const T add = static_cast<T>(static_cast<double>(data[p]) * coef[row]);
+            const T old = atomicAdd(&v[indices[p]], add);
+            const T now = old + add;                                 // the value the atomic stored
+            const double o = static_cast<double>(old);
+            const double w = static_cast<double>(now);
+            sums[0] += (w - o) * (w + o);                            // new^2 - old^2
+        }
+        __syncthreads();                                             // shared arrays reused
+    }
+    gpusvm::sdca_apply_close<T>(sums, state, acc, ticket, lam, n, check, phase, a, vsq, rejected);
+}

@@ -1,0 +1,110 @@
+"""Inputs on a GPU (CuPy arrays, cupyx.scipy.sparse matrices): gpusvm._arrays and the estimators.
+
+Without CuPy the protocol is exercised with a shim (an object with
+``__cuda_array_interface__`` and ``get()``, and one of a ``cupyx.scipy.sparse`` class): on
+the CPU backends (numpy, numba, emulated) device input is copied to the host once and gives
+exactly the host result.  The tests that need CuPy and a device are marked ``gpu``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from gpusvm import PegasosSVC, SDCASVC, _arrays
+from gpusvm.backends import cuda_available
+
+
+class DeviceArrayShim:
+    """What gpusvm._arrays reads of a CuPy ndarray: the CUDA array interface and get()."""
+
+    def __init__(self, a):
+        self._a = np.asarray(a)
+        self.shape, self.ndim, self.dtype = self._a.shape, self._a.ndim, self._a.dtype
+
+    @property
+    def __cuda_array_interface__(self):
+        return {"shape": self.shape, "typestr": self.dtype.str, "data": (0, False), "version": 3}
+
+    def get(self):
+        return self._a.copy()
+
+
+class DeviceSparseShim:
+    """What gpusvm._arrays reads of a cupyx.scipy.sparse matrix: its class's module and get()."""
+
+    def __init__(self, X):
+        self._X = sp.csr_matrix(X)
+        self.shape = self._X.shape
+
+    def get(self):
+        return self._X.copy()
+
+
+DeviceSparseShim.__module__ = "cupyx.scipy.sparse._csr"
+
+
+@pytest.fixture(scope="module")
+def data():
+    rng = np.random.default_rng(0)
+    X = sp.random(200, 15, density=0.4, random_state=rng, format="csr")
+    y = np.where(X @ rng.normal(size=15) > 0, 3, 7)
+    return X, y
+
+
+def test_detection_and_copy(data):
+    X, y = data
+    dense, sparse = DeviceArrayShim(X.toarray()), DeviceSparseShim(X)
+    assert _arrays.is_device(dense) and _arrays.is_device(sparse)
+    assert _arrays.is_device_sparse(sparse) and not _arrays.is_device_sparse(dense)
+    assert not _arrays.is_device(X) and not _arrays.is_device(X.toarray())
+    assert not _arrays.is_device([[1.0]])
+    np.testing.assert_array_equal(_arrays.to_host(dense), X.toarray())
+    assert sp.issparse(_arrays.to_host(sparse))
+    assert (_arrays.to_host(sparse) != X).nnz == 0
+    assert _arrays.to_host(X) is X
+
+
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+@pytest.mark.parametrize("backend", ["numpy", "emulated"])
+@pytest.mark.parametrize("Est, kw", [(PegasosSVC, dict(batch_size=8, max_iter=60)),
+                                     (SDCASVC, dict(batch_size=8, max_iter=60, tol=1e-12))])
+@pytest.mark.parametrize("form", ["dense", "sparse"])
+def test_device_input_on_a_cpu_backend_moves_to_the_host(data, backend, Est, kw, form):
+    X, y = data
+    Xd = DeviceArrayShim(X.toarray()) if form == "dense" else DeviceSparseShim(X)
+    common = dict(lam=1e-2, backend=backend, random_state=0, dtype="float64", **kw)
+    ref = Est(**common).fit(X, y)
+    clf = Est(**common).fit(Xd, DeviceArrayShim(y))
+    assert type(clf.coef_) is np.ndarray and type(clf.intercept_) is np.ndarray
+    np.testing.assert_allclose(clf.coef_, ref.coef_, rtol=1e-10, atol=1e-14)
+    np.testing.assert_array_equal(clf.classes_, [3, 7])
+    z = clf.decision_function(Xd)
+    assert type(z) is np.ndarray
+    np.testing.assert_allclose(z, ref.decision_function(X), rtol=1e-10, atol=1e-12)
+    np.testing.assert_array_equal(clf.predict(Xd), ref.predict(X))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not cuda_available(), reason="needs CuPy and a CUDA device")
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+@pytest.mark.parametrize("form", ["dense", "sparse"])
+@pytest.mark.parametrize("Est", [PegasosSVC, SDCASVC])
+def test_cupy_input_stays_on_the_device(data, form, Est):
+    import cupy
+    import cupyx.scipy.sparse as csp
+    X, y = data
+    Xd = cupy.asarray(X.toarray()) if form == "dense" else csp.csr_matrix(X)
+    kw = dict(lam=1e-2, batch_size=8, max_iter=60, random_state=0, dtype="float64")
+    ref = Est(backend="numpy", **kw).fit(X, y)
+    clf = Est(backend="cupy", **kw).fit(Xd, cupy.asarray(y))
+    assert type(clf.coef_) is np.ndarray                     # the model stays NumPy
+    np.testing.assert_allclose(clf.coef_, ref.coef_, rtol=1e-5, atol=1e-8)
+    z = clf.decision_function(Xd)
+    assert isinstance(z, cupy.ndarray)
+    np.testing.assert_allclose(cupy.asnumpy(z), ref.decision_function(X), rtol=1e-5, atol=1e-8)
+    labels = clf.predict(Xd)
+    assert isinstance(labels, cupy.ndarray)
+    np.testing.assert_array_equal(cupy.asnumpy(labels), ref.predict(X))
+

@@ -1,0 +1,113 @@
+"""The performance model's arithmetic on a matrix small enough to count by hand."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from gpusvm import roofline
+from gpusvm.roofline import Device, KernelCost, batch_stats, iteration_costs, summarise
+
+#: round numbers: 1 GB/s of HBM, 2 GB/s of L2, 1 us per graph node, 10 us per host launch
+DEV = Device(name="toy", hbm_bandwidth=1e9, l2_bytes=1 << 20, l2_bandwidth=2e9, sms=1,
+             graph_node_s=1e-6, host_launch_s=10e-6, atomic_same_address_s=1e-9,
+             lane_step_s=1e-7, upload_bandwidth=1e9)
+
+
+@pytest.fixture()
+def tiny():
+    """4 rows of lengths 1, 2, 3, 2 (8 nonzeros) over 3 columns; column 0 is in rows 0, 1, 2."""
+    dense = np.array([[1, 0, 0],
+                      [1, 1, 0],
+                      [1, 1, 1],
+                      [0, 1, 1]], dtype=np.float32)
+    return sp.csr_matrix(dense)
+
+
+def test_batch_stats_of_the_whole_matrix(tiny):
+    s = batch_stats(tiny, k=4, batches=3)          # without replacement, k = n: every row
+    assert (s.k, s.nnz, s.max_row, s.batches) == (4, 8.0, 3.0, 3)
+    assert s.hot == 3.0                            # columns 0 and 1 are in 3 rows each
+
+
+def test_kernel_seconds_take_the_largest_bound():
+    c = KernelCost("k", hbm_bytes=2000.0, l2_bytes=1000.0, launches=2, hot_atomics=100,
+                   chain_s=1e-6)
+    # bounds: 2 us HBM, 0.5 us L2, 1 us chain, 0.1 us atomics; plus 2 graph nodes
+    assert c.seconds(DEV) == pytest.approx(2e-6 + 2e-6)
+    assert c.roofline(DEV) == pytest.approx(2e-6)
+    # launched from the host: the device waits for 2 launches of 10 us
+    assert c.seconds(DEV, graph=False) == pytest.approx(20e-6)
+
+
+def test_pegasos_iteration_bytes_by_hand(tiny):
+    s = batch_stats(tiny, k=4, batches=1)
+    costs = {c.kernel: c for c in iteration_costs(tiny, s, DEV, solver="pegasos",
+                                                 balanced=False, active=1.0)}
+    assert list(costs) == ["sample", "margins", "pegasos_step"]
+    assert costs["sample"].hbm_bytes == 4 * 4                       # rows[j]
+    # per row: rows 4 + indptr 16 + y 4 + m 8; per nonzero: index 4 + value 4; v (12 B) in L2
+    assert costs["margins"].hbm_bytes == 4 * (4 + 16 + 4) + 8 * 8 + 4 * 8
+    assert costs["margins"].l2_bytes == 8 * 32                      # one sector per gather
+    # step: rows + m, every row active (indptr, y), its nonzeros, read-modify-write of v in L2
+    assert costs["pegasos_step"].hbm_bytes == 4 * (4 + 8) + 4 * (4 + 16 + 4) + 8 * 8
+    assert costs["pegasos_step"].l2_bytes == 2 * 8 * 32
+    assert costs["pegasos_step"].hot_atomics == 3                   # column 0 or 1: 3 rows
+    # one group per row (lanes = 4 for 2 nonzeros per row): the longest row needs 1 step
+    assert costs["margins"].chain_s == pytest.approx(1e-7)
+    tot = summarise(list(costs.values()), DEV)
+    assert tot["launches"] == 3
+    assert tot["hbm_bytes"] == 16 + 192 + 208
+    assert tot["roofline_seconds"] == pytest.approx(416 / 1e9)
+    assert tot["seconds"] == pytest.approx(sum(c.seconds(DEV) for c in costs.values()))
+    assert tot["fraction_of_roofline"] == pytest.approx(tot["roofline_seconds"] / tot["seconds"])
+
+
+def test_balanced_pegasos_step_caps_the_hot_column_at_one_atomic_per_block():
+    X = sp.csr_matrix(np.ones((10, 2), dtype=np.float32))      # both columns in all 10 rows
+    s = batch_stats(X, k=10, batches=1)
+    assert s.hot == 10.0
+    step = {c.kernel: c for c in iteration_costs(X, s, DEV, balanced=True, active=1.0)}
+    assert step["pegasos_step"].hot_atomics == 4 * DEV.sms       # one per block of the grid
+    per_row = {c.kernel: c for c in iteration_costs(X, s, DEV, balanced=False, active=1.0)}
+    assert per_row["pegasos_step"].hot_atomics == 10
+
+
+def test_balanced_design_drops_the_chain(tiny):
+    s = batch_stats(tiny, k=4, batches=1)
+    per_row = iteration_costs(tiny, s, DEV, solver="sdca-aggressive", balanced=False, active=1.0)
+    bal = iteration_costs(tiny, s, DEV, solver="sdca-aggressive", balanced=True, active=1.0)
+    assert [c.kernel for c in bal] == ["sample", "sdca_margins", "sdca_rho", "sdca_deltas",
+                                       "sdca_apply", "sdca_apply (settle)"]
+    assert all(c.chain_s == 0 for c in bal)
+    assert max(c.hot_atomics for c in bal) == 3        # SDCA: one atomic per nonzero still
+    assert [c.hbm_bytes for c in bal] == [c.hbm_bytes for c in per_row]
+
+
+def test_time_to_eps_adds_setup_iterations_and_evaluations(tiny):
+    out = roofline.time_to_eps(tiny, 5e-6, iterations=100, evaluations=2, dev=DEV)
+    upload = 8 * (4 + 4) + 5 * 8 + 4 * (4 + 8)                     # CSR, indptr, y, row norms
+    assert out["setup_s"] == pytest.approx(upload / 1e9 + 2e-6)
+    assert out["loop_s"] == pytest.approx(5e-4)
+    assert out["total_s"] == pytest.approx(out["setup_s"] + out["loop_s"] + out["evaluation_s"])
+    assert out["evaluation_s"] == pytest.approx(2 * roofline.evaluation_seconds(tiny, DEV))
+
+
+def test_cli_prints_the_model(tmp_path, capsys, tiny):
+    path = tmp_path / "tiny.svm"
+    from sklearn.datasets import dump_svmlight_file
+    dump_svmlight_file(tiny, np.array([1, -1, 1, -1]), str(path))
+    out_json = tmp_path / "model.json"
+    assert roofline.main([str(path), "--batch-sizes", "2,4", "--solvers", "pegasos",
+                          "--batches", "2", "--json", str(out_json)]) == 0
+    text = capsys.readouterr().out
+    assert "# modelled on NVIDIA H100" in text
+    assert "pegasos  k=4  balanced, graph [built]" in text and "roofline" in text
+    assert "pegasos  k=4  per-row, host launches [previous release]" in text
+    rows = json.loads(out_json.read_text())["rows"]
+    assert {(r["k"], r["design"]) for r in rows} == {
+        (k, d) for k in (2, 4) for d in ("per-row, host launches", "per-row, graph",
+                                         "balanced, graph")}

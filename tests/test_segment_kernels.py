@@ -1,0 +1,259 @@
+"""The kernels of a captured segment, one by one, against the NumPy reference; and under TSAN.
+
+``gpusvm_sample_next`` / ``gpusvm_sample_firsts_next`` (the batch from a device counter),
+``gpusvm_optimal_bias`` (radix selection), ``gpusvm_reset_scale_next`` and
+``gpusvm_pegasos_segment_step`` (step sizes from ``t``, renormalisation in the last block),
+run on the CPU emulator.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from gpusvm import _kernels
+from gpusvm.backends import make_backend
+from gpusvm.backends._state import N_SLOTS, S_A, S_ASUM, S_B, S_VSQ
+from gpusvm.backends.base import step_size
+from gpusvm.backends.numpy_ import optimal_bias_xp
+from gpusvm.solvers._sampling import CounterSampler, feistel_shape
+
+B = _kernels.BLOCK
+
+
+@pytest.fixture(scope="module")
+def mod():
+    return _kernels.load_module("emulated")
+
+
+@pytest.mark.parametrize("code, mode", [(0, "without_replacement"), (1, "with_replacement"),
+                                        (2, "epoch")])
+def test_sample_next_reads_and_advances_the_counter(mod, code, mode):
+    n, k, seed = 97, 40, 12345
+    sampler = CounterSampler(n, k, mode, seed)
+    half, mask = feistel_shape(n)
+    rows, first = np.zeros(k, np.int32), np.ones(k, np.int32)
+    stamp = np.zeros(n, np.uint64)
+    counter, ticket = np.array([5], np.int64), np.zeros(1, np.uint32)
+    fn = mod.get_function(_kernels.SEGMENT_SAMPLER_KERNELS[code])
+    firsts = mod.get_function(_kernels.SEGMENT_SAMPLER_KERNELS[3])
+    for t in (5, 6, 7):
+        bump = np.int32(code != 1)
+        fn((3,), (B,), (np.uint64(seed), np.int32(n), np.int32(k), np.int32(half), np.uint32(mask),
+                        counter, ticket, bump, rows, first, stamp))
+        if code == 1:
+            assert counter[0] == t                       # the firsts kernel advances it
+            firsts((3,), (B,), (rows, stamp, np.int32(k), counter, ticket, first))
+        assert counter[0] == t + 1 and ticket[0] == 0
+        ref_rows, ref_first = sampler.batch(t)
+        np.testing.assert_array_equal(rows, ref_rows)
+        if ref_first is not None:
+            np.testing.assert_array_equal(first.astype(bool), ref_first)
+
+
+@pytest.mark.parametrize("k", [1, 2, 7, 300, 1000])
+@pytest.mark.parametrize("ties", [False, True])
+def test_optimal_bias_kernel_matches_the_sorting_reference(mod, k, ties):
+    rng = np.random.default_rng(k + 7 * ties)
+    for trial in range(4):
+        n = 2 * k + 3
+        y = np.where(rng.random(n) < (0.5 if trial < 3 else 0.0), 1.0, -1.0)   # last: no positive
+        rows = rng.integers(0, n, size=k).astype(np.int32)
+        m = rng.normal(size=k) * 2.0
+        if ties:
+            m = np.round(m, 1)                                   # many equal breakpoints
+        state = np.zeros(N_SLOTS)
+        state[S_B] = rng.normal()
+        y_b = y[rows]
+        s = y_b * m - state[S_B]
+        b_ref = float(optimal_bias_xp(np, y_b, s))
+        m_ref = 1.0 + y_b * (b_ref - (y_b - s))
+        m_dev, st, bp = m.copy(), state.copy(), np.empty(k)
+        mod.get_function("gpusvm_optimal_bias<double>")((1,), (B,), (y, rows, np.int32(k), st,
+                                                                     m_dev, bp))
+        assert st[S_B] == b_ref
+        np.testing.assert_array_equal(m_dev, m_ref)
+
+
+@pytest.mark.parametrize("schedule, eta0, p, t, resets", [
+    ("pegasos", 0.0, 0.7, 1, True), ("pegasos", 0.0, 0.7, 2, False),
+    ("norma", 0.0, 1.0, 1, True), ("norma", 0.0, 0.7, 1, False),
+    ("constant", 100.0, 0.7, 9, True), ("constant", 0.5, 0.7, 9, False)])
+def test_reset_scale_next_only_where_the_shrink_is_zero(mod, schedule, eta0, p, t, resets):
+    lam, d = 1e-2, 300
+    rng = np.random.default_rng(0)
+    v, u = rng.normal(size=d), rng.normal(size=d)
+    s = np.zeros(N_SLOTS)
+    s[S_A], s[S_VSQ], s[S_ASUM] = 0.5, float(v @ v), 2.0
+    v0, u0, s0 = v.copy(), u.copy(), s.copy()
+    code = ("pegasos", "norma", "constant").index(schedule)
+    mod.get_function("gpusvm_reset_scale_next<double>")(
+        (2,), (B,), (v, u, np.int32(1), np.int64(d), s, np.array([t], np.int64), np.int32(code),
+                     np.float64(lam), np.float64(eta0), np.float64(p)))
+    assert (step_size(schedule, t, lam, eta0, p)[1] == 0.0) == resets
+    if resets:
+        assert not v.any() and s[S_A] == 1.0 and s[S_VSQ] == 0.0
+        np.testing.assert_allclose(u, u0 - 2.0 * v0)
+    else:
+        np.testing.assert_array_equal(v, v0)
+        np.testing.assert_array_equal(u, u0)
+        np.testing.assert_array_equal(s, s0)
+
+
+def test_segment_step_folds_the_renormalisation_into_its_last_block():
+    """A threshold above |a| makes every step fold a into v: the NumPy backend's
+    renormalize after every step, with the averaging vector kept consistent."""
+    rng = np.random.default_rng(3)
+    X = sp.random(200, 30, density=0.3, random_state=rng, format="csr")
+    X.sort_indices()
+    y = np.where(rng.random(200) < 0.5, 1.0, -1.0)
+    from gpusvm.backends.base import PegasosPlan
+    plan = PegasosPlan(lam=1e-2, k=16, averaged=True, t_avg=2, renorm_threshold=2.0)
+    out = {}
+    for name in ("numpy", "emulated"):
+        be = make_backend(name, X, y)
+        be.init_state(averaging=True)
+        sampler = CounterSampler(200, 16, "epoch", 4)
+        be.pegasos_segment(sampler, 0, 3, plan)
+        be.pegasos_segment(sampler, 3, 12, plan)
+        s = be.to_host(be.s) if name == "emulated" else be.s
+        w, b = be.output(averaged=True)
+        out[name] = (np.asarray(be.to_host(w) if name == "emulated" else w), s[S_A])
+    assert out["emulated"][1] == out["numpy"][1] == 1.0          # folded every time
+    np.testing.assert_allclose(out["emulated"][0], out["numpy"][0], rtol=1e-12, atol=1e-14)
+
+
+def test_tsan_is_silent_on_the_segment_kernels():
+    from gpusvm._emulator.tsan import check_launches
+    rng = np.random.default_rng(5)
+    n, d, k, lanes = 96, 50, 96, 8
+    X = sp.random(n, d, density=0.2, random_state=rng, format="csr", dtype=np.float32)
+    X.sort_indices()
+    ip, ix, dx = X.indptr.astype(np.int64), X.indices.astype(np.int32), X.data
+    y = np.where(rng.random(n) < 0.5, 1.0, -1.0).astype(np.float32)
+    half, mask = feistel_shape(n)
+    rows, first, stamp = np.zeros(k, np.int32), np.ones(k, np.int32), np.zeros(n, np.uint64)
+    counter, sticket = np.array([0], np.int64), np.zeros(1, np.uint32)
+    v = (0.1 * rng.normal(size=d)).astype(np.float32)
+    u = np.zeros(d)
+    s = np.zeros(N_SLOTS)
+    s[S_A], s[S_VSQ], s[S_ASUM] = 1.0, float(v.astype(np.float64) @ v), 1.0
+    m = rng.normal(size=k) * 0.5
+    acc, ticket, bp = np.zeros(4), np.zeros(1, np.uint32), np.empty(k)
+    head = (np.uint64(9), np.int32(n), np.int32(k), np.int32(half), np.uint32(mask), counter,
+            sticket)
+    sched = (np.int32(0), np.float64(1e-2), np.float64(0.0), np.float64(0.7))
+    step = _kernels.vector_kernel("gpusvm_pegasos_segment_step", "float")
+    tile = np.int32(24)                                  # 4 tiles of 24 rows over 4 blocks
+    m_bal = np.empty(k)
+    launches = [
+        ("gpusvm_sample_next<1>", 4, B, head + (np.int32(0), rows, first, stamp)),
+        ("gpusvm_sample_firsts_next", 4, B, (rows, stamp, np.int32(k), counter, sticket, first)),
+        ("gpusvm_optimal_bias<float>", 1, B, (y, rows, np.int32(k), s, m, bp)),
+        ("gpusvm_reset_scale_next<float>", 4, B, (v, u, np.int32(1), np.int64(d), s, counter)
+         + sched),
+        ("gpusvm_sample_next<2>", 4, B, head + (np.int32(1), rows, first, stamp)),
+        ("gpusvm_margins_balanced<float>", 4, B, (ip, ix, dx, y, v, rows, np.int32(k), tile, s,
+                                                  m_bal)),
+        (step, 4, B, (ip, ix, dx, y, rows, np.int32(k), tile, np.float64(k), m, v, u, np.int32(1),
+                      np.int64(d), s, acc, ticket, counter) + sched
+         + (np.int32(1), np.float64(10.0), np.int32(1), np.int64(1), np.float64(1e300))),
+    ]
+    names = sorted({name for name, *_ in launches})
+    rep = check_launches(code=_kernels.module_source(), launches=launches, name_expressions=names,
+                         options=_kernels.compile_options())
+    assert rep.ok, rep.output
+    st = rep.arrays[6][13]
+    assert rep.arrays[6][16][0] == 2                 # two batches drawn
+    assert st[S_A] == 1.0 and st[S_ASUM] == 0.0     # folded (threshold 1e300)
+    assert not rep.arrays[6][14].any() and rep.arrays[6][15][0] == 0   # acc, ticket clean
+    assert np.isfinite(rep.arrays[5][9]).all()      # every balanced margin written
+
+
+@pytest.mark.parametrize("k, tile, dtype", [(1, 1, np.float64), (37, 10, np.float64),
+                                            (300, 75, np.float32), (300, 256, np.float64)])
+def test_balanced_margins_match_the_definition(mod, k, tile, dtype):
+    rng = np.random.default_rng(k)
+    n, d = 400, 60
+    lengths = rng.integers(0, 12, size=n)
+    lengths[5] = 60                                       # a long row, in every batch below
+    lengths[9] = 0                                        # an empty row
+    X = sp.lil_matrix((n, d))
+    for r, ln in enumerate(lengths):
+        X[r, rng.choice(d, size=ln, replace=False)] = rng.normal(size=ln)
+    X = sp.csr_matrix(X, dtype=dtype)
+    X.sort_indices()
+    y = np.where(rng.random(n) < 0.5, 1.0, -1.0).astype(dtype)
+    v = rng.normal(size=d).astype(dtype)
+    rows = rng.integers(0, n, size=k).astype(np.int32)
+    rows[0] = 5
+    if k > 2:
+        rows[1] = 9
+    s = np.zeros(N_SLOTS)
+    s[S_A], s[S_B] = 0.7, -0.2
+    m = np.full(k, np.nan)
+    grid = max(1, -(-k // tile))
+    vt = _kernels.VALUE_TYPES[np.dtype(dtype).name]
+    mod.get_function(f"gpusvm_margins_balanced<{vt}>")(
+        (min(grid, 4),), (B,), (X.indptr.astype(np.int64), X.indices.astype(np.int32), X.data, y,
+                                v, rows, np.int32(k), np.int32(tile), s, m))
+    ref = y[rows].astype(np.float64) * (0.7 * (X.astype(np.float64) @ v.astype(np.float64))[rows]
+                                        + (-0.2))
+    np.testing.assert_allclose(m, ref, rtol=1e-12, atol=1e-12)
+
+
+def test_tsan_is_silent_on_the_balanced_sdca_kernels():
+    """An aggressive SDCA iteration through the balanced kernels (a rejected and an accepted
+    checked step, an unchecked one), with repeated rows and a zero row, under ThreadSanitizer."""
+    from gpusvm._emulator.tsan import check_launches
+    from gpusvm.backends._state import S_BETA, S_NREJ
+    from gpusvm.backends.device import SDCA_ACC_SLOTS
+    from gpusvm.solvers._sampling import first_occurrences
+    rng = np.random.default_rng(8)
+    n, d = 96, 40
+    X = sp.random(n, d, density=0.25, random_state=rng, format="csr", dtype=np.float32)
+    X.data[X.indptr[5]:X.indptr[6]] = 0.0
+    X.eliminate_zeros()
+    X.sort_indices()
+    ip, ix, dx = X.indptr.astype(np.int64), X.indices.astype(np.int32), X.data
+    y = np.where(rng.random(n) < 0.5, 1.0, -1.0).astype(np.float32)
+    v = (0.1 * rng.normal(size=d)).astype(np.float32)
+    s = np.zeros(N_SLOTS)
+    s[S_A], s[S_VSQ], s[S_BETA] = 1.0, float(v.astype(np.float64) @ v), 4.0
+    q = np.asarray(X.multiply(X).sum(axis=1), dtype=np.float64).ravel()
+    alpha = np.where(q == 0, 1.0, rng.uniform(0.0, 0.5, size=n))
+    rows = rng.integers(0, n, size=n).astype(np.int32)
+    rows[:4] = rows[4]
+    first = first_occurrences(rows[None, :])[0].astype(np.int32)
+    m, tentative, final = np.empty(n), np.empty(n), np.empty(n)
+    scratch, acc, ticket = np.zeros(d), np.zeros(SDCA_ACC_SLOTS), np.zeros(1, np.uint32)
+    k, nd, lam, tile = np.int32(n), np.float64(n), np.float64(1e-2), np.int32(24)
+
+    def apply(lam_, check, phase):
+        return ("gpusvm_sdca_apply_balanced<float>", 4, B,
+                (ip, ix, dx, y, rows, k, tile, final, v, alpha, s, acc, ticket, np.float64(lam_),
+                 nd, np.int32(check), np.int32(phase)))
+
+    launches = [
+        ("gpusvm_sdca_margins_balanced<float>", 4, B, (ip, ix, dx, y, v, rows, k, tile, s, alpha,
+                                                       q, first, np.int32(1), lam, nd, m,
+                                                       tentative)),
+        ("gpusvm_sdca_rho_balanced<float>", 4, B, (ip, ix, dx, y, rows, k, tile, tentative, q,
+                                                   scratch, s, acc, ticket, np.float64(8.0),
+                                                   np.float64(0.5))),
+        ("gpusvm_sdca_deltas_balanced<float>", 4, B, (ip, ix, rows, k, tile, m, alpha, q, first,
+                                                      np.int32(1), s, lam, nd, final, scratch,
+                                                      tentative, np.int32(1))),
+        apply(1e-4, 1, 0), apply(1e-4, 1, 1),               # D drops: rejected, undone
+        apply(1e3, 1, 0), apply(1e3, 1, 1),                 # D grows: accepted
+        apply(1e3, 0, 0),                                   # unchecked
+    ]
+    names = sorted({name for name, *_ in launches})
+    rep = check_launches(code=_kernels.module_source(), launches=launches, name_expressions=names,
+                         options=_kernels.compile_options())
+    assert rep.ok, rep.output
+    st, scr, ac, tk = rep.arrays[1][10], rep.arrays[1][9], rep.arrays[1][11], rep.arrays[1][12]
+    assert st[S_NREJ] == 1.0 and 1.0 <= st[S_BETA] <= 8.0
+    assert not scr.any() and not ac.any() and not tk.any()  # the scratch is clean again
+    assert rep.arrays[0][9][5] == 1.0                        # the zero row stays at alpha = 1
