@@ -250,8 +250,8 @@ def sdca(backend, *, lam: float, b: int, max_iter: int, variant: str = "aggressi
     -------
     SolverResult
         ``history`` holds ``(iteration, P, D, gap, elapsed_seconds)`` at every
-        evaluation, where ``P`` is the lowest ``P(w(alpha))`` certified so far
-        and ``gap = P - D(alpha)`` (weak duality: any dual-feasible ``alpha``
+        evaluation, where ``P = P(w(alpha))`` and ``gap = P_best - D(alpha)``
+        with ``P_best`` the lowest ``P`` so far (weak duality: any dual-feasible ``alpha``
         bounds ``P*`` from below, so the best primal point and the latest dual
         certify each other; at ``b = 1`` the noise of ``P(w(alpha))`` between
         two steps is as large as ``||x_i|| / (lam n)``, and the best point
@@ -313,12 +313,12 @@ def sdca(backend, *, lam: float, b: int, max_iter: int, variant: str = "aggressi
     best = None                                     # (w, P(w)): the lowest primal certified
 
     def certify():
-        """Certificate of ``alpha`` now; the gap certifies the best primal point seen."""
+        """``(w_best, P(w_best), D(alpha), P(w_best) - D(alpha), P(w(alpha)))`` now."""
         nonlocal best
         w, primal, dual, _ = certificate(backend, lam)
         if best is None or primal < best[1]:
             best = (w.copy(), primal)
-        return best[0], best[1], dual, best[1] - dual
+        return best[0], best[1], dual, best[1] - dual, primal
 
     while t < max_iter:
         if adaptive:
@@ -328,7 +328,7 @@ def sdca(backend, *, lam: float, b: int, max_iter: int, variant: str = "aggressi
         backend.sdca_segment(sampler, t, t + steps, plan)                     # eq. (15) / Alg. 2
         t += steps
         dual_before = history[-1][2] if history else None
-        _, primal, dual, gap = last = certify()
+        _, _, dual, gap, primal = last = certify()
         elapsed = time.perf_counter() - start
         history.append((t, primal, dual, gap, elapsed))
         if progress is not None:
@@ -346,10 +346,10 @@ def sdca(backend, *, lam: float, b: int, max_iter: int, variant: str = "aggressi
 
     if not history or history[-1][0] != t:
         last = certify()
-        history.append((t, last[1], last[2], last[3], time.perf_counter() - start))
+        history.append((t, last[4], last[2], last[3], time.perf_counter() - start))
         if progress is not None:
-            progress(t, last[1], last[3])
-    w, primal, dual, gap = last
+            progress(t, last[4], last[3])
+    w, primal, dual, gap, _ = last
     if stop == "max_iter" and gap <= tol:
         stop = "tol"
     s = backend.to_host(backend.s)
