@@ -109,16 +109,20 @@ class SDCASVC(_LinearSVCBase):
     Attributes
     ----------
     coef_ : ndarray of shape (1, n_features)
+        ``w(alpha)`` at the certificate with the lowest primal objective (the
+        last one, unless ``P(w(alpha))``, which is noisy at small batches, was
+        lower at an earlier certificate).
     intercept_ : ndarray of shape (1,)
     classes_ : ndarray of shape (2,)
     alpha_ : ndarray of shape (n_samples,)
-        Dual variables in ``[0, 1]``.
+        Dual variables in ``[0, 1]`` at the end of the run.
     n_iter_ : int
         Iterations performed.
     history_ : list of (int, float, float, float, float)
         ``(iteration, P, D, gap, elapsed seconds)`` at every evaluation.
     primal_objective_, dual_objective_, duality_gap_ : float
-        At the returned solution (``duality_gap_`` is the certificate).
+        ``P(coef_)``, ``D(alpha_)`` and their difference, the certificate:
+        ``P(coef_) - P* <= duality_gap_`` by weak duality.
     sigma2_ : float or None
         ``sigma^2`` of the row-normalised training matrix (None when not needed).
     beta_b_ : float

@@ -236,7 +236,7 @@ CASES = [(mode, n, k) for mode in SAMPLING_MODES
 def test_compiled_sampler_draws_the_reference_batches(mode, n, k):
     nb = pytest.importorskip("gpusvm.backends._counter_nb")
     s = CounterSampler(n, k, mode, 12345)
-    rk, ecache, stamp = nb.sampler_state(n)
+    rk, ecache, stamp, _, _ = nb.sampler_state(n)
     rows = np.empty(k, dtype=np.int32)
     first = np.ones(k, dtype=bool)
     # out of order too: the compiled state (cached epoch keys, stamps) must not leak
@@ -250,6 +250,32 @@ def test_compiled_sampler_draws_the_reference_batches(mode, n, k):
         else:
             assert has
             np.testing.assert_array_equal(first, ref_first)
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 5, 16, 17, 255, 256, 1000, 4097, 32561])
+@pytest.mark.parametrize("with_table", [True, False])
+def test_epoch_order_is_the_reference_permutation(n, with_table):
+    """A whole epoch drawn at once (table of the Feistel network, then lookups) gives the
+    rows of the reference's epoch batches, position by position, epoch after epoch."""
+    nb = pytest.importorskip("gpusvm.backends._counter_nb")
+    s = CounterSampler(n, 1, "epoch", 987)
+    rk, ecache, _, order, table = nb.sampler_state(1, n, s.half)
+    assert table.size == (1 << (2 * s.half))
+    if not with_table:
+        table = table[:0]
+    for e in (0, 1, 7, 2):
+        nb.epoch_order(n, np.uint64(s.seed), s.half, s.mask, e, rk, ecache, table, order)
+        assert ecache[2] == e
+        expected = np.concatenate([s.batch(e * n + q)[0] for q in range(n)])
+        np.testing.assert_array_equal(order, expected)
+        np.testing.assert_array_equal(np.sort(order), np.arange(n))
+
+
+def test_epoch_table_is_capped():
+    nb = pytest.importorskip("gpusvm.backends._counter_nb")
+    half = 13                                       # 2^26 > MAX_TABLE entries: no table
+    assert nb.sampler_state(1, 10, half)[4].size == 0
+    assert nb.sampler_state(1, 10, 12)[4].size == 1 << 24 == nb.MAX_TABLE
 
 
 @pytest.mark.parametrize("mode, n, k", [c for c in CASES if c[1] <= 1000])

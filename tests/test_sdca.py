@@ -160,11 +160,16 @@ def test_gap_is_nonnegative_and_bounds_the_primal_suboptimality(unit_rcv1, varia
                tol=0.0, eval_every=max(1, 100 // b), seed=2)
     # P* <= min of every primal value seen, so P(w) - p_star_upper <= P(w) - P*
     p_star_upper = min(primal(X, y, svc.coef_.ravel(), lam), min(h[1] for h in res.history))
+    best = np.inf
     for t, p, d, gap, _ in res.history:
+        best = min(best, p)                    # the gap certifies the best primal point so far
         assert gap >= -1e-14
-        assert gap == pytest.approx(p - d, abs=1e-15)
-        assert p - p_star_upper <= gap + 1e-14
+        assert gap == pytest.approx(best - d, abs=1e-15)
+        assert best - p_star_upper <= gap + 1e-14
     assert res.history[-1][3] < res.history[0][3]
+    # the returned point is that best point, and the reported primal is its objective
+    assert res.extra["primal"] == best
+    assert primal(X, y, res.w, lam) == pytest.approx(best, rel=1e-12)
 
 
 # ---------------------------------------------------------------- a textbook twin

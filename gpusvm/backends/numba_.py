@@ -86,6 +86,7 @@ _UPPER_SLACK = 4 * _EPS64
 
 #: batches ahead whose rows are prefetched (rows of a shuffled epoch are cold in the cache)
 PREFETCH_DISTANCE = 2
+ORDER_PREFETCH = 4
 
 if numba is not None:
     from llvmlite import ir
@@ -94,6 +95,7 @@ if numba is not None:
     from numba.extending import intrinsic
 
     from ._counter_nb import batch as _nb_batch
+    from ._counter_nb import epoch_order as _nb_epoch_order
     from ._counter_nb import sampler_state
 
     @intrinsic
@@ -158,6 +160,20 @@ if numba is not None:
             sl = bt % (PREFETCH_DISTANCE + 1)
             ringh[sl] = _nb_batch(smp[0], smp[1], smp[2], smp[3], smp[4], smp[5], bt, ring[sl],
                                   ringf[sl], rk, ecache, stamp)
+
+    @njit(cache=True, inline="always")
+    def _order_ahead(indptr, indices, data, v, order, q, n, prefetch_v):
+        """:func:`_draw_ahead` for a whole epoch drawn at once (one row per batch): before the
+        iteration on position ``q`` of the epoch, ask for the cache lines of the row
+        ``PREFETCH_DISTANCE`` positions ahead and, when ``prefetch_v``, for the entries of
+        ``v`` the next row will touch (within the epoch: its last rows go unprefetched)."""
+        qa = q + ORDER_PREFETCH
+        if qa < n:
+            _prefetch_row(indptr, indices, data, order[qa])
+        if prefetch_v and q + 1 < n:
+            r = order[q + 1]
+            for p in range(indptr[r], indptr[r + 1]):
+                _prefetch(v, indices[p])
 
     # ------------------------------------------------------------------ data, evaluation
     @njit(cache=True)
@@ -472,57 +488,109 @@ if numba is not None:
 
     @njit(cache=True)
     def _pegasos_loop_single(indptr, indices, data, y, v, u, use_u, s, smp, ring, ringf, ringh,
-                             rk, ecache, stamp, t0, t1, lam, k, schedule, eta0, norma_p,
+                             rk, ecache, stamp, order, table, t0, t1, lam, k, schedule, eta0,
+                             norma_p,
                              unreg_bias, radius, averaged, t_avg, renorm, prefetch_v):
         """:func:`_pegasos_loop` for batches of one row of a canonical CSR (no optimal bias).
 
         The operations of :func:`_margins`, :func:`_pegasos_step` and
         :func:`_renormalize` with ``rows.size == 1``, in the same order (so
-        bitwise the same iterates), with scalars instead of one-element arrays.
+        bitwise the same iterates), with scalars instead of one-element arrays, and
+        the scalars of ``s`` held in locals for the whole segment (written back
+        around the rare calls that read them, and at the end).
         """
-        _fill_ring(smp, t0, ring, ringf, ringh, rk, ecache, stamp)
+        sa = s[S_A]
+        sb = s[S_B]
+        vsq = s[S_VSQ]
+        asum = s[S_ASUM]
+        navg = s[S_NAVG]
+        bsum = s[S_BSUM]
+        nact = s[S_NACT]
+        loss = s[S_LOSS]
+        dnorm = s[S_DNORM]
+        yact = s[S_YACT]
+        n = indptr.size - 1
+        by_epoch = order.size > 0                     # "epoch": the epoch's rows drawn at once
+        e = t0 // n                                   # epoch and position of batch t0 (k = 1)
+        q = t0 - e * n
+        if by_epoch:
+            if ecache[2] != e:
+                _nb_epoch_order(n, smp[3], smp[4], smp[5], e, rk, ecache, table, order)
+        else:
+            _fill_ring(smp, t0, ring, ringf, ringh, rk, ecache, stamp)
         for t in range(t0 + 1, t1 + 1):
-            _draw_ahead(indptr, indices, data, v, smp, t - 1, ring, ringf, ringh, rk, ecache,
-                        stamp, prefetch_v)
-            r = ring[(t - 1) % (PREFETCH_DISTANCE + 1), 0]                    # A_t = {r}
+            if by_epoch:
+                _order_ahead(indptr, indices, data, v, order, q, n, prefetch_v)
+                if q + ORDER_PREFETCH < n:
+                    _prefetch(y, order[q + ORDER_PREFETCH])
+                r = order[q]                                                  # A_t = {r}
+                q += 1
+                if q == n:
+                    e += 1
+                    q = 0
+                    _nb_epoch_order(n, smp[3], smp[4], smp[5], e, rk, ecache, table, order)
+            else:
+                _draw_ahead(indptr, indices, data, v, smp, t - 1, ring, ringf, ringh, rk, ecache,
+                            stamp, prefetch_v)
+                r = ring[(t - 1) % (PREFETCH_DISTANCE + 1), 0]                # A_t = {r}
             yi = np.float64(y[r])
-            m = yi * (s[S_A] * _row_dot(indptr, indices, data, v, r) + s[S_B])   # step 2
+            m = yi * (sa * _row_dot(indptr, indices, data, v, r) + sb)       # step 2
             eta, shrink = _step_size(schedule, t, lam, eta0, norma_p)         # step 3
             if shrink == 0.0:
+                s[S_ASUM] = asum
                 _reset_scale(v, u, use_u, s)
+                sa = s[S_A]
+                vsq = s[S_VSQ]
                 shrink = 1.0
-            a = s[S_A] * shrink                                               # step 4
+            a = sa * shrink                                                   # step 4
             active = m < 1.0
-            s[S_NACT] = 1.0 if active else 0.0
-            s[S_LOSS] = 0.0 + max(0.0, 1.0 - m)
+            nact = 1.0 if active else 0.0
+            loss = 0.0 + max(0.0, 1.0 - m)
             ci = yi * (eta / (k * a)) if active else 0.0
-            dn = _add_row(indptr, indices, data, v, u, s[S_ASUM], use_u, r, ci)
-            s[S_DNORM] = dn
-            s[S_VSQ] += dn
-            s[S_A] = a
+            dn = _add_row(indptr, indices, data, v, u, asum, use_u, r, ci)
+            dnorm = dn
+            vsq += dn
+            sa = a
             if unreg_bias:
-                s[S_YACT] = (0.0 + yi) if active else 0.0
-                s[S_B] += eta * s[S_YACT] / k
+                yact = (0.0 + yi) if active else 0.0
+                sb += eta * yact / k
             if radius > 0.0:                                                  # step 5
-                wsq = a * a * s[S_VSQ]
+                wsq = a * a * vsq
                 if wsq > radius * radius:
-                    s[S_A] = a * (radius / np.sqrt(wsq))
+                    sa = a * (radius / np.sqrt(wsq))
             if averaged and t >= t_avg:
-                s[S_ASUM] += s[S_A]
-                s[S_NAVG] += 1.0
-                s[S_BSUM] += s[S_B]
-            _renormalize(v, u, use_u, s, renorm)
+                asum += sa
+                navg += 1.0
+                bsum += sb
+            if abs(sa) < renorm:                                              # _renormalize
+                s[S_A] = sa
+                s[S_VSQ] = vsq
+                s[S_ASUM] = asum
+                _renormalize(v, u, use_u, s, renorm)
+                sa = s[S_A]
+                vsq = s[S_VSQ]
+                asum = s[S_ASUM]
+        s[S_A] = sa
+        s[S_B] = sb
+        s[S_VSQ] = vsq
+        s[S_ASUM] = asum
+        s[S_NAVG] = navg
+        s[S_BSUM] = bsum
+        s[S_NACT] = nact
+        s[S_LOSS] = loss
+        s[S_DNORM] = dnorm
+        s[S_YACT] = yact
 
     @njit(cache=True)
     def _pegasos_loop(indptr, indices, data, y, v, u, use_u, s, smp, ring, ringf, ringh, rk,
-                      ecache, stamp, t0, t1, lam, k, schedule, eta0, norma_p, unreg_bias,
+                      ecache, stamp, order, table, t0, t1, lam, k, schedule, eta0, norma_p, unreg_bias,
                       optimal, radius, averaged, t_avg, renorm, canonical, prefetch_v, m, coef,
                       acc, mark, touched):
         """Iterations ``t0 + 1 .. t1``: the loop of the Pegasos solver, batches drawn in place."""
         single = canonical and k == 1
         if single and not optimal:
             _pegasos_loop_single(indptr, indices, data, y, v, u, use_u, s, smp, ring, ringf,
-                                 ringh, rk, ecache, stamp, t0, t1, lam, k, schedule, eta0,
+                                 ringh, rk, ecache, stamp, order, table, t0, t1, lam, k, schedule, eta0,
                                  norma_p, unreg_bias, radius, averaged, t_avg, renorm, prefetch_v)
             return
         _fill_ring(smp, t0, ring, ringf, ringh, rk, ecache, stamp)
@@ -653,8 +721,8 @@ if numba is not None:
 
     @njit(cache=True)
     def _sdca_loop_single(indptr, indices, data, y, y64, v, s, alpha, inv_q, row_sq, smp, ring,
-                          ringf, ringh, rk, ecache, stamp, t0, t1, lam, n, beta_b, theta,
-                          aggressive, eps, prefetch_v, no_u, shrinking, active, shr):
+                          ringf, ringh, rk, ecache, stamp, order, table, t0, t1, lam, n, beta_b,
+                          theta, aggressive, eps, prefetch_v, no_u, shrinking, active, shr):
         """:func:`_sdca_loop` for batches of one row of a canonical CSR, with scalars for arrays.
 
         The same operations in the same order as :func:`_margins`,
@@ -674,11 +742,38 @@ if numba is not None:
         vsq = s[S_VSQ]
         asumd = s[S_ASUMD]
         nrej = s[S_NREJ]
-        _fill_ring(smp, t0, ring, ringf, ringh, rk, ecache, stamp)
+        by_epoch = order.size > 0                     # "epoch": the epoch's rows drawn at once
+        e = t0 // n                                   # epoch and position of batch t0 (b = 1)
+        q = t0 - e * n
+        if by_epoch:
+            if ecache[2] != e:
+                _nb_epoch_order(n, smp[3], smp[4], smp[5], e, rk, ecache, table, order)
+        else:
+            _fill_ring(smp, t0, ring, ringf, ringh, rk, ecache, stamp)
         for bt in range(t0, t1):
-            _draw_ahead(indptr, indices, data, v, smp, bt, ring, ringf, ringh, rk, ecache,
-                        stamp, prefetch_v)
-            r = ring[bt % (PREFETCH_DISTANCE + 1), 0]                         # A_t = {r}
+            if by_epoch:
+                if q + ORDER_PREFETCH < n:            # the row ahead, with its own scalars
+                    ra = order[q + ORDER_PREFETCH]
+                    if not shrinking or active[ra]:   # (a shrunk row is only looked at)
+                        _prefetch_row(indptr, indices, data, ra)
+                        _prefetch(alpha, ra)
+                        _prefetch(inv_q, ra)
+                        _prefetch(y, ra)
+                        _prefetch(y64, ra)
+                if prefetch_v and q + 1 < n:
+                    _prefetch_columns(indptr, indices, v, order[q + 1])
+                r = order[q]                                                  # A_t = {r}
+            else:
+                _draw_ahead(indptr, indices, data, v, smp, bt, ring, ringf, ringh, rk, ecache,
+                            stamp, prefetch_v)
+                r = ring[bt % (PREFETCH_DISTANCE + 1), 0]                     # A_t = {r}
+            q += 1
+            epoch_ends = q == n
+            if epoch_ends:
+                e += 1
+                q = 0
+                if by_epoch:
+                    _nb_epoch_order(n, smp[3], smp[4], smp[5], e, rk, ecache, table, order)
             step = True
             if shrinking and not active[r]:
                 step = False
@@ -715,7 +810,7 @@ if numba is not None:
                     vsq += dn
                     alpha[r] += delta
                     asumd += dsum
-            if shrinking and (bt + 1) % n == 0:                               # an epoch ends
+            if shrinking and epoch_ends:
                 _shrink_epoch(active, shr)
         s[S_VSQ] = vsq
         s[S_ASUMD] = asumd
@@ -723,14 +818,15 @@ if numba is not None:
 
     @njit(cache=True)
     def _sdca_loop(indptr, indices, data, y, y64, v, s, alpha, inv_q, row_sq, smp, ring, ringf,
-                   ringh, rk, ecache, stamp, t0, t1, lam, n, beta_b, theta, aggressive,
+                   ringh, rk, ecache, stamp, order, table, t0, t1, lam, n, beta_b, theta, aggressive,
                    canonical, eps, prefetch_v, m, delta, coef, no_u, acc, mark, touched,
                    shrinking, active, shr):
         """Iterations ``t0 + 1 .. t1``: the loop of the SDCA solver, batches drawn in place."""
         single = canonical and smp[2] == 1
         if single:
             _sdca_loop_single(indptr, indices, data, y, y64, v, s, alpha, inv_q, row_sq, smp,
-                              ring, ringf, ringh, rk, ecache, stamp, t0, t1, lam, n, beta_b,
+                              ring, ringf, ringh, rk, ecache, stamp, order, table, t0, t1, lam,
+                              n, beta_b,
                               theta, aggressive, eps, prefetch_v, no_u, shrinking, active, shr)
             return
         _fill_ring(smp, t0, ring, ringf, ringh, rk, ecache, stamp)
@@ -890,10 +986,13 @@ class NumbaBackend(NumpyBackend):
     def _nb_sampler(self, sampler):
         """The compiled sampler's arguments and its per-run state, made once per sampler.
 
-        Returns ``(smp, ring, ringf, ringh, rk, ecache, stamp)``: the sampler's
-        ``(code, n, k, seed, half, mask)``, the ring of the batches drawn ahead
-        (``PREFETCH_DISTANCE + 1`` of them) with their first-occurrence masks,
-        and the state of :func:`gpusvm.backends._counter_nb.batch`.
+        Returns ``(smp, ring, ringf, ringh, rk, ecache, stamp, order, table)``: the
+        sampler's ``(code, n, k, seed, half, mask)``, the ring of the batches drawn
+        ahead (``PREFETCH_DISTANCE + 1`` of them) with their first-occurrence masks,
+        and the state of :func:`gpusvm.backends._counter_nb.batch` (with, for
+        ``"epoch"`` sampling of one row per batch on a canonical CSR, the loops that
+        take a row at a time, the arrays of
+        :func:`gpusvm.backends._counter_nb.epoch_order`).
         """
         if self._nb_smp is None or self._nb_smp[0] is not sampler:
             k = sampler.k
@@ -902,8 +1001,10 @@ class NumbaBackend(NumpyBackend):
             ring = np.zeros((PREFETCH_DISTANCE + 1, k), dtype=np.int32)
             ringf = np.ones((PREFETCH_DISTANCE + 1, k), dtype=np.bool_)
             ringh = np.zeros(PREFETCH_DISTANCE + 1, dtype=np.bool_)
-            rk, ecache, stamp = sampler_state(sampler.n if sampler.code == 1 else 1)
-            self._nb_smp = (sampler, (smp, ring, ringf, ringh, rk, ecache, stamp))
+            by_epoch = sampler.code == 2 and k == 1 and self._nb_canonical
+            state = sampler_state(sampler.n if sampler.code == 1 else 1,
+                                  sampler.n if by_epoch else 0, int(sampler.half))
+            self._nb_smp = (sampler, (smp, ring, ringf, ringh, *state))
         return self._nb_smp[1]
 
     def pegasos_segment(self, sampler, t0: int, t1: int, plan) -> None:

@@ -213,7 +213,7 @@ def pegasos(backend, *, lam: float, k: int, max_iter: int, sampling: str = "with
     doubling = averaging == "doubling"
     if doubling:                      # evaluations at T_j = 2^j epochs only
         epoch = math.ceil(n / k)
-        eval_every, eval_at = None, (lambda t: t % epoch == 0 and (t // epoch) & (t // epoch - 1) == 0)
+        eval_every, eval_at = None, None
     elif eval_every is None:
         eval_every = default_eval_every(n, k, max_iter)
     reg_bias = False  # an augmented bias is part of w; the others are not regularised
@@ -242,7 +242,13 @@ def pegasos(backend, *, lam: float, k: int, max_iter: int, sampling: str = "with
         return w, b, ev
 
     while t < max_iter:
-        steps = segment_length(t, max_iter - t, eval_every, eval_at)
+        if doubling:                  # up to the next T_j = 2^j epochs
+            level = epoch
+            while level <= t:
+                level *= 2
+            steps = min(max_iter - t, level - t)
+        else:
+            steps = segment_length(t, max_iter - t, eval_every, eval_at)
         backend.pegasos_segment(sampler, t, t + steps, plan)                  # Fig. 1, steps 1-5
         t += steps
         if t < max_iter:

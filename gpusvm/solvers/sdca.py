@@ -243,13 +243,20 @@ def sdca(backend, *, lam: float, b: int, max_iter: int, variant: str = "aggressi
         With ``b = 1`` (ignored otherwise): LIBLINEAR's shrinking (Hsieh et al.
         2008, Sec. 3.2; :class:`~gpusvm.backends.base.SDCAPlan`), on the CPU
         backends.  The certificates are computed on every row, so they stay
-        exact; a certificate whose gap did not fall brings every row back.
+        exact; a certificate whose dual rose by less than :data:`SHRINK_STALL`
+        times the gap brings every row back.
 
     Returns
     -------
     SolverResult
         ``history`` holds ``(iteration, P, D, gap, elapsed_seconds)`` at every
-        evaluation; ``extra`` holds ``primal``, ``dual``, ``gap``, ``alpha``
+        evaluation, where ``P = P(w(alpha))`` and ``gap = P_best - D(alpha)``
+        with ``P_best`` the lowest ``P`` so far (weak duality: any dual-feasible ``alpha``
+        bounds ``P*`` from below, so the best primal point and the latest dual
+        certify each other; at ``b = 1`` the noise of ``P(w(alpha))`` between
+        two steps is as large as ``||x_i|| / (lam n)``, and the best point
+        reaches ``tol`` epochs earlier than the last one).  ``res.w`` is that
+        best point; ``extra`` holds ``primal``, ``dual``, ``gap``, ``alpha``
         (host float64), ``beta`` (final), ``beta_b``, ``sigma2`` and
         ``n_rejected``. ``stop_reason`` is ``"tol"``, ``"max_iter"``,
         ``"max_time"`` or ``"callback"``.
@@ -303,7 +310,15 @@ def sdca(backend, *, lam: float, b: int, max_iter: int, variant: str = "aggressi
     history: list = []
     t = 0
     stop = "max_iter"
-    last = None
+    best = None                                     # (w, P(w)): the lowest primal certified
+
+    def certify():
+        """``(w_best, P(w_best), D(alpha), P(w_best) - D(alpha), P(w(alpha)))`` now."""
+        nonlocal best
+        w, primal, dual, _ = certificate(backend, lam)
+        if best is None or primal < best[1]:
+            best = (w.copy(), primal)
+        return best[0], best[1], dual, best[1] - dual, primal
 
     while t < max_iter:
         if adaptive:
@@ -312,12 +327,13 @@ def sdca(backend, *, lam: float, b: int, max_iter: int, variant: str = "aggressi
             steps = segment_length(t, max_iter - t, eval_every, eval_at)
         backend.sdca_segment(sampler, t, t + steps, plan)                     # eq. (15) / Alg. 2
         t += steps
-        _, primal, dual, gap = last = certificate(backend, lam)
+        dual_before = history[-1][2] if history else None
+        _, _, dual, gap, primal = last = certify()
         elapsed = time.perf_counter() - start
         history.append((t, primal, dual, gap, elapsed))
         if progress is not None:
             progress(t, primal, gap)
-        if shrinking and len(history) > 1 and gap >= history[-2][3]:
+        if shrinking and dual_before is not None and dual - dual_before <= SHRINK_STALL * gap:
             backend.sdca_unshrink()                       # the active set stalled: every row
         if gap <= tol:
             stop = "tol"
@@ -329,11 +345,11 @@ def sdca(backend, *, lam: float, b: int, max_iter: int, variant: str = "aggressi
             break
 
     if not history or history[-1][0] != t:
-        last = certificate(backend, lam)
-        history.append((t, last[1], last[2], last[3], time.perf_counter() - start))
+        last = certify()
+        history.append((t, last[4], last[2], last[3], time.perf_counter() - start))
         if progress is not None:
-            progress(t, last[1], last[3])
-    w, primal, dual, gap = last
+            progress(t, last[4], last[3])
+    w, primal, dual, gap, _ = last
     if stop == "max_iter" and gap <= tol:
         stop = "tol"
     s = backend.to_host(backend.s)
@@ -345,6 +361,10 @@ def sdca(backend, *, lam: float, b: int, max_iter: int, variant: str = "aggressi
                "beta": float(s[S_BETA]), "beta_b": beta_b, "sigma2": sigma2,
                "n_rejected": int(s[S_NREJ])})
 
+
+#: with shrinking, a certificate whose dual rose by less than this fraction of the gap left
+#: brings every row back (the active set has converged on itself, not necessarily on D*)
+SHRINK_STALL = 1e-3
 
 #: the next certificate comes after this multiple of the iterations predicted to reach tol: a
 #: certificate costs about as much as half an epoch or more (two passes over the data), so a
@@ -360,9 +380,10 @@ def next_certificate(history: list, tol: float, epoch: int) -> int:
     starting point ``alpha = 0``, ``w = 0``, whose gap is at most 1), predicts the
     iterations left to ``tol``, ``log(G / tol) / r``; the next certificate comes
     after :data:`CADENCE_OVERSHOOT` times that, at least a quarter epoch and at
-    most 4 times the last interval (one epoch once the gap is within 10 ``tol``,
-    where its noise makes the rate unreliable).  Far from ``tol`` few certificates are
-    computed (each costs about one pass over the data), near it they come often.
+    most 4 times the last interval.  The gap is that of the best primal point
+    seen (:func:`sdca`), so it never rises and its rate is not thrown off by the
+    noise of ``P(w(alpha))``.  Far from ``tol`` few certificates are computed
+    (each costs about two passes over the data), near it they come often.
 
     Parameters
     ----------
@@ -386,10 +407,7 @@ def next_certificate(history: list, tol: float, epoch: int) -> int:
         return max(1, last)
     rate = math.log(g0 / g1) / last
     left = math.log(g1 / tol) / rate
-    # near tol the gap is noisy (P(w(alpha)) oscillates) and a slow apparent rate would
-    # predict a long way: at most an epoch there
-    cap = epoch if g1 <= 10.0 * tol else 4 * last
-    return int(max(1, epoch // 4, min(cap, CADENCE_OVERSHOOT * left)))
+    return int(max(1, epoch // 4, min(4 * last, CADENCE_OVERSHOOT * left)))
 
 
 def default_max_iter(n: int, b: int, epochs: int = 100) -> int:
