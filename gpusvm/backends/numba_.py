@@ -789,10 +789,10 @@ class NumbaBackend(NumpyBackend):
 
     name = "numba"
 
-    def __init__(self, X, y) -> None:
+    def __init__(self, X, y, sample_weight=None) -> None:
         if numba is None or not numba_available():
             raise ImportError(NUMBA_MISSING)
-        super().__init__(X, y)
+        super().__init__(X, y, sample_weight)
         self._nb_canonical = bool(X.has_canonical_format)
         self._nb_eps = float(np.finfo(self.dtype).eps)
         # v (and w of an evaluation) larger than the L2 cache: prefetch its entries too
