@@ -25,6 +25,17 @@ One iteration with the batch ``A`` (``|A| = b``) and step parameter ``beta``
 ``aggressive`` keeps ``beta`` in ``[1, beta_b]``, adapts it to the measured
 interaction ``rho`` of a tentative step and rejects steps that lower ``D``.
 
+Weights, the squared hinge, M outputs (ALGORITHMS.md, "Weights, and the squared
+hinge" and "Many outputs at once"): with example weights ``s_i`` the box is
+``[0, s_i]``; the squared hinge has ``alpha_i >= 0``, the dual
+``D2(alpha) = (1/n) sum_i (alpha_i - alpha_i^2/(4 s_i)) - lam/2 ||w(alpha)||^2`` and
+the closed-form step ``delta_i = lam n (1 - m_i - alpha_i/(2 s_i)) /
+(lam n/(2 s_i) + beta ||x_i||^2)`` (clipped to ``alpha_i + delta_i >= 0``); the
+safe ``beta_b`` is unchanged (the extra term is separable).  ``M`` outputs share
+the batches, each with its own ``alpha`` column, ``beta`` and certificate.  These
+fits run the general primitives of :mod:`gpusvm.backends._general`; the binary
+unweighted hinge keeps the specialised ones below.
+
 Decisions
 ---------
 * **Row norms.** The step divides by ``||x_i||^2``, so its separable surrogate is
