@@ -71,7 +71,8 @@ def _add_rows_m(indptr, indices, data, V, U, u_scale, use_u, rows, coef, single,
     """``V[:, c] += sum_i coef_ic x_{rows_i}`` (``U[:, c] += u_scale_c *`` the same); exact
     ``d||v_c||^2`` into ``dn``.
 
-    ``single``: one row of a canonical CSR adds in place.  Otherwise the batch is
+    ``single``: one row of a canonical CSR adds in place, visiting only the outputs
+    whose coefficient is nonzero (listed in ``touched``).  Otherwise the batch is
     summed per column in ``acc`` (first-touch order) and ``V`` is written once per
     column and output.  Zero contributions leave ``V`` alone.
     """
@@ -79,15 +80,20 @@ def _add_rows_m(indptr, indices, data, V, U, u_scale, use_u, rows, coef, single,
     for c in range(M):
         dn[c] = 0.0
     if single:
+        nmov = 0                              # the outputs that move (touched[:nmov])
+        for c in range(M):
+            if coef[0, c] != 0.0:
+                touched[nmov] = c
+                nmov += 1
+        if nmov == 0:
+            return
         r = rows[0]
         for p in range(indptr[r], indptr[r + 1]):
             j = indices[p]
             x = data[p]
-            for c in range(M):
-                ci = coef[0, c]
-                if ci == 0.0:
-                    continue
-                g = x * ci
+            for qc in range(nmov):
+                c = touched[qc]
+                g = x * coef[0, c]
                 if g == 0.0:
                     continue
                 old = np.float64(V[j, c])

@@ -1032,7 +1032,7 @@ class NumbaBackend(NumpyBackend):
         key = (k, self.n_outputs)
         if getattr(self, "_nb_gen_key", None) != key:
             M = self.n_outputs
-            cap = max(1, min(self.d, k * max_row_nnz(self.X.indptr)))
+            cap = max(M, min(self.d, k * max_row_nnz(self.X.indptr)))
             self._nb_gen = {
                 "m": np.empty((k, M)), "delta": np.empty((k, M)), "coef": np.empty((k, M)),
                 "slot": np.full(self.d, -1, dtype=np.int32), "acc": np.empty((cap, M)),

@@ -222,7 +222,7 @@ def certificate_m(backend, lam: float, loss: str):
 def uses_general_path(backend, loss: str) -> bool:
     """True when a fit needs the general path: M outputs (2-D ``y``), weights or the squared hinge."""
     return (loss != "hinge" or getattr(backend, "sample_weight", None) is not None
-            or np.ndim(backend.y) == 2)
+            or np.ndim(getattr(backend, "y", ())) == 2)
 
 
 def check_general_backend(backend) -> None:
