@@ -23,7 +23,8 @@ KERNEL_FILES = ("margins.cu", "pegasos_step.cu", "renormalize.cu", "reset_scale.
                 "output.cu", "decision.cu", "hinge_sum.cu",
                 "sdca_margins.cu", "sdca_deltas.cu", "sdca_rho.cu", "sdca_apply.cu",
                 "sdca_dual_weights.cu", "sample.cu", "sample_firsts.cu",
-                "margins_multi.cu", "accumulate_multi.cu", "sdca_deltas_multi.cu")
+                "margins_multi.cu", "accumulate_multi.cu", "sdca_deltas_multi.cu",
+                "renormalize_multi.cu")
 #: lane counts of the row kernels (lanes of a warp that share one CSR row)
 LANE_COUNTS = (4, 8, 16, 32)
 #: C++ value types of the data and of ``v``, by NumPy dtype name
@@ -33,7 +34,8 @@ ROW_KERNELS = ("gpusvm_margins", "gpusvm_pegasos_step", "gpusvm_decision", "gpus
 VECTOR_KERNELS = ("gpusvm_renormalize", "gpusvm_reset_scale", "gpusvm_output")
 #: the general path (M outputs, weights, the squared hinge), templated over ``<T>``: one thread per
 #: (batch row, output) pair (launched by gpusvm/backends/_general_device.py)
-MULTI_KERNELS = ("gpusvm_margins_multi", "gpusvm_accumulate_multi", "gpusvm_sdca_deltas_multi")
+MULTI_KERNELS = ("gpusvm_margins_multi", "gpusvm_accumulate_multi", "gpusvm_sdca_deltas_multi",
+                 "gpusvm_renormalize_multi")
 #: mini-batch SDCA kernels, templated over ``<LANES, T>`` like :data:`ROW_KERNELS` (launched by
 #: the SDCA methods of the device backend; their ThreadSanitizer run is in tests/test_device_sdca.py)
 SDCA_KERNELS = ("gpusvm_sdca_margins", "gpusvm_sdca_deltas", "gpusvm_sdca_rho", "gpusvm_sdca_apply",

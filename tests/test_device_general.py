@@ -85,9 +85,45 @@ def test_emulated_warm_start_resumes_the_dual():
     np.testing.assert_allclose(emu.extra["alpha"], ref.extra["alpha"], rtol=1e-10, atol=1e-13)
 
 
+def test_emulated_binary_warm_start_equals_numpy():
+    X, Y, _ = small(4)
+    y = Y[:, 0]
+    kw = dict(lam=1e-2, b=4, variant="safe", tol=0.0, eval_every=10, seed=4)
+    first = sdca(make_backend("numpy", X, y), max_iter=20, **kw)
+    ref = sdca(make_backend("numpy", X, y), max_iter=10, alpha0=first.extra["alpha"], **kw)
+    emu = sdca(make_backend("emulated", X, y), max_iter=10, alpha0=first.extra["alpha"], **kw)
+    np.testing.assert_allclose(emu.extra["alpha"], ref.extra["alpha"], rtol=1e-10, atol=1e-13)
+    np.testing.assert_allclose(emu.w, ref.w, rtol=1e-10, atol=1e-13)
+
+
 def test_device_backend_checks_the_shapes_of_y_and_weights():
     X, Y, s = small()
     with pytest.raises(ValueError, match=r"y must have shape \(40,\) or \(40, M\)"):
         make_backend("emulated", X, Y[:30])
     with pytest.raises(ValueError, match=r"sample_weight must have shape \(40,\)"):
         make_backend("emulated", X, Y, s[:5])
+
+
+@pytest.mark.parametrize("averaging", [False, True])
+def test_emulated_renormalize_folds_only_the_small_scales_like_numpy(averaging):
+    X, Y, s = small(5)
+    rng = np.random.default_rng(0)
+    W0 = rng.standard_normal((15, 3))
+    bes = [make_backend(name, X, Y, s) for name in ("numpy", "emulated")]
+    for be in bes:
+        be.init_state_m(W0, 0.0, averaging=averaging)
+        be.sm[0] = [1e-7, 0.5, 1e-9]                      # S_A: outputs 0 and 2 are below 1e-6
+        be.sm[3] = [2.0, 3.0, 4.0]                        # S_ASUM
+        if averaging:
+            be.U[...] = 1.0
+        be.renormalize_m(1e-6)
+    ref, emu = bes
+    np.testing.assert_array_equal(emu.sm, ref.sm)
+    np.testing.assert_array_equal(emu.V, ref.V)
+    assert list(ref.sm[0]) == [1.0, 0.5, 1.0] and ref.V[0, 1] == W0[0, 1]
+    if averaging:
+        np.testing.assert_array_equal(emu.U, ref.U)
+    for be in bes:                                        # nothing below: nothing changes
+        before = be.V.copy()
+        be.renormalize_m(1e-12)
+        np.testing.assert_array_equal(be.V, before)

@@ -5,16 +5,15 @@ the primitives of :mod:`gpusvm.backends._general` with the state on the device:
 the heavy parts are kernels (``kernels/margins_multi.cu``: the M margins of
 each batch row from one gather; ``kernels/accumulate_multi.cu``: the M updates
 of each row in one pass, with the exact changes of the M squared norms;
-``kernels/sdca_deltas_multi.cu``: SDCA's weighted steps for either loss), the
+``kernels/sdca_deltas_multi.cu``: SDCA's weighted steps for either loss;
+``kernels/renormalize_multi.cu``: Pegasos' per-output renormalisation), the
 O(k M) bookkeeping of the scalars of each output is array operations of the
 backend's array module (CuPy, or NumPy for the emulated backend).  Nothing in
 a segment synchronises the device.
 
 Differences from the reference, at the rounding level: the additions into
 ``V`` are atomics rounded to ``V``'s dtype one by one (the reference sums a
-batch per column in float64 and rounds once).  Cost: Pegasos' renormalisation
-check is an O(d M) pass of array operations per iteration (a kernel that exits
-early, as ``gpusvm_renormalize`` does for the binary path, would remove it).
+batch per column in float64 and rounds once).
 """
 
 from __future__ import annotations
@@ -198,23 +197,23 @@ class DeviceGeneralPath:
             sm[S_BSUM] += sm[S_B]
 
     def renormalize_m(self, threshold: float) -> None:
-        """Fold ``a_c`` into column ``c`` of ``V`` where ``|a_c| < threshold`` (O(d M), no sync)."""
-        xp = self.xp
-        sm = self.sm
-        low = xp.abs(sm[S_A]) < threshold
-        if self.U is not None:
-            self.U -= xp.where(low, sm[S_ASUM], 0.0) * self.V.astype(np.float64)
-        self.V *= xp.where(low, sm[S_A], 1.0).astype(self.dtype)
-        sm[S_VSQ] *= xp.where(low, sm[S_A] * sm[S_A], 1.0)
-        sm[S_ASUM] = xp.where(low, 0.0, sm[S_ASUM])
-        sm[S_A] = xp.where(low, 1.0, sm[S_A])
+        """Fold ``a_c`` into column ``c`` of ``V`` where ``|a_c| < threshold``, decided on the device
+        (``gpusvm_renormalize_multi``: every thread exits at once when no scale is that small)."""
+        if getattr(self, "_renorm_ticket", None) is None:
+            self._renorm_ticket = self.xp.zeros(1, dtype=np.uint32)
+        use_u = self.U is not None
+        grid = max(1, min(math.ceil(self.d * self.n_outputs / _kernels.BLOCK),
+                          self.runtime.max_blocks))
+        self._call(self._multi("gpusvm_renormalize_multi"), grid,
+                   (self.V, self.U if use_u else self._no_u, np.int32(use_u), np.int64(self.d),
+                    np.int32(self.n_outputs), self.sm, self._renorm_ticket,
+                    np.float64(threshold)))
 
     def pegasos_segment_m(self, sampler, t0: int, t1: int, plan) -> None:
         """Pegasos iterations ``t0 + 1 .. t1`` on the general path (Fig. 1 for M outputs).
 
         Per iteration: the sampler, ``gpusvm_margins_multi``, the array operations
-        of the step's scalars, ``gpusvm_accumulate_multi`` and :meth:`renormalize_m`
-        (an O(d M) pass of array operations: deciding on the host would synchronise).
+        of the step's scalars, ``gpusvm_accumulate_multi`` and ``gpusvm_renormalize_multi``.
         """
         p = plan
         squared = p.loss == "squared_hinge"
@@ -307,6 +306,11 @@ class DeviceGeneralPath:
         self.sm[S_NREJ] = 0.0
         if alpha0 is not None:
             self.dual_weights_m(lam)
+
+    def load_dual(self, alpha0, lam: float) -> None:
+        """Warm start of the binary path: ``alpha = alpha0`` (n,) and ``w(alpha0)`` (after ``init_dual``)."""
+        self.alpha[...] = self.runtime.upload(np.asarray(alpha0, dtype=np.float64), np.float64)
+        self.dual_weights(lam)
 
     def _deltas_m_into(self, rows, k, m, lamn, first, has_first, squared, out) -> None:
         self._call(self._multi("gpusvm_sdca_deltas_multi"), self._pair_grid(k),

@@ -41,6 +41,11 @@ the only way the solvers drive it:
 The NumPy reference spells the iteration out over the primitives above (the one
 place where the papers' steps are written step by step); the compiled CPU backend
 runs one compiled loop; the device backend issues its kernel launches alone.
+
+M outputs, example weights and the squared hinge take the general path: the
+primitives of :mod:`gpusvm.backends._general` (names ending in ``_m``, state
+``V`` (d x M) and ``sm`` (N_SLOTS x M)); the binary unweighted hinge keeps the
+primitives above.
 """
 
 from __future__ import annotations

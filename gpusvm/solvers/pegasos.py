@@ -34,10 +34,11 @@ class SolverResult:
 
     Attributes
     ----------
-    w : ndarray of float64, shape (d,)
-        The output weight vector (last iterate or average).
-    b : float
-        The output bias.
+    w : ndarray of float64, shape (d,) or (d, M)
+        The output weight vector (last iterate or average); one column per
+        output for 2-D labels.
+    b : float or ndarray of shape (M,)
+        The output bias (one per output for 2-D labels).
     n_iter : int
         Iterations performed.
     history : list of tuple

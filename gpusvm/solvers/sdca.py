@@ -249,7 +249,7 @@ def check_alpha0(alpha0, backend, loss: str) -> np.ndarray:
         raise ValueError("alpha0 must be finite and >= 0 (the dual variables of a previous fit)")
     if loss == "hinge":
         s = getattr(backend, "sample_weight", None)
-        top = np.ones(shape[0]) if s is None else np.asarray(s)
+        top = np.ones(shape[0]) if s is None else np.asarray(backend.to_host(s), dtype=np.float64)
         top = top.reshape((-1,) + (1,) * (a.ndim - 1))
         if np.any(a > top * (1.0 + 1e-12)):
             raise ValueError("alpha0 lies outside the hinge dual's box [0, s_i] (s_i the sample "
