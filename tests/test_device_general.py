@@ -127,3 +127,52 @@ def test_emulated_renormalize_folds_only_the_small_scales_like_numpy(averaging):
         before = be.V.copy()
         be.renormalize_m(1e-12)
         np.testing.assert_array_equal(be.V, before)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_tsan_is_silent_on_the_multi_output_kernels(a9a, dtype):
+    # the four kernels of the general path once each, on 4-block grids, with repeated batch
+    # rows (concurrent atomics on the same V[j, c]) and a fold of two of the three outputs
+    from gpusvm import _kernels
+    from gpusvm._emulator.tsan import check_launches
+    from gpusvm.backends._state import N_SLOTS, S_A, S_ASUM, S_BETA
+
+    rng = np.random.default_rng(3)
+    X = a9a.X[:96].astype(dtype)
+    n, d, M = X.shape[0], X.shape[1], 3
+    vt = _kernels.VALUE_TYPES[np.dtype(dtype).name]
+    ip, ix, dx = X.indptr.astype(np.int64), X.indices.astype(np.int32), X.data
+    Y = np.where(rng.random((n, M)) < 0.5, -1.0, 1.0).astype(dtype)
+    V = (0.1 * rng.normal(size=(d, M))).astype(dtype)
+    U = rng.normal(size=(d, M))
+    sm = np.zeros((N_SLOTS, M))
+    sm[S_A] = [1e-7, 0.5, 1e-8]
+    sm[S_ASUM] = 2.0
+    sm[S_BETA] = 1.5
+    k = n
+    rows = rng.integers(0, n, size=k).astype(np.int32)
+    rows[:4] = rows[4]
+    m = np.empty((k, M))
+    coef = rng.normal(size=(k, M))
+    delta = np.empty((k, M))
+    alpha = rng.uniform(0, 1, size=(n, M))
+    row_sq = np.asarray(X.multiply(X).sum(axis=1), dtype=np.float64).ravel()
+    sw = rng.uniform(0, 2, n)
+    first = np.ones(k, dtype=np.int32)
+    dn, ticket = np.zeros(M), np.zeros(1, dtype=np.uint32)
+    name = {op: _kernels.vector_kernel(op, vt) for op in _kernels.MULTI_KERNELS}
+    B, kk, MM = _kernels.BLOCK, np.int32(k), np.int32(M)
+    launches = [
+        (name["gpusvm_margins_multi"], 4, B, (ip, ix, dx, Y, V, rows, kk, MM, sm, m)),
+        (name["gpusvm_sdca_deltas_multi"], 4, B, (rows, kk, MM, m, alpha, row_sq, sw,
+                                                   np.int32(1), first, np.int32(1), sm,
+                                                   np.float64(0.5), np.int32(1), delta)),
+        (name["gpusvm_accumulate_multi"], 4, B, (ip, ix, dx, rows, kk, MM, coef, V, U, sm[S_ASUM],
+                                                  np.int32(1), np.int32(0), dn)),
+        (name["gpusvm_renormalize_multi"], 4, B, (V, U, np.int32(1), np.int64(d), MM, sm, ticket,
+                                                   np.float64(1e-6))),
+    ]
+    rep = check_launches(code=_kernels.module_source(), launches=launches,
+                         name_expressions=sorted(name.values()),
+                         options=_kernels.compile_options())
+    assert rep.ok, rep.output
