@@ -27,7 +27,9 @@ KERNEL_FILES = ("margins.cu", "pegasos_step.cu", "renormalize.cu", "reset_scale.
                 "sample_next.cu", "sample_firsts_next.cu", "pegasos_segment_step.cu",
                 "reset_scale_next.cu", "optimal_bias.cu", "margins_balanced.cu",
                 "sdca_margins_balanced.cu", "sdca_rho_balanced.cu", "sdca_deltas_balanced.cu",
-                "sdca_apply_balanced.cu")
+                "sdca_apply_balanced.cu",
+                "margins_multi.cu", "accumulate_multi.cu", "sdca_deltas_multi.cu",
+                "renormalize_multi.cu")
 #: lane counts of the row kernels (lanes of a warp that share one CSR row)
 LANE_COUNTS = (4, 8, 16, 32)
 #: C++ value types of the data and of ``v``, by NumPy dtype name
@@ -43,6 +45,10 @@ SEGMENT_KERNELS = ("gpusvm_margins_balanced", "gpusvm_pegasos_segment_step",
                    "gpusvm_reset_scale_next", "gpusvm_optimal_bias",
                    "gpusvm_sdca_margins_balanced", "gpusvm_sdca_rho_balanced",
                    "gpusvm_sdca_deltas_balanced", "gpusvm_sdca_apply_balanced")
+#: the general path (M outputs, weights, the squared hinge), templated over ``<T>``: one thread per
+#: (batch row, output) pair (launched by gpusvm/backends/_general_device.py)
+MULTI_KERNELS = ("gpusvm_margins_multi", "gpusvm_accumulate_multi", "gpusvm_sdca_deltas_multi",
+                 "gpusvm_renormalize_multi")
 #: mini-batch SDCA kernels, templated over ``<LANES, T>`` like :data:`ROW_KERNELS` (launched by
 #: the SDCA methods of the device backend; their ThreadSanitizer run is in tests/test_device_sdca.py)
 SDCA_KERNELS = ("gpusvm_sdca_margins", "gpusvm_sdca_deltas", "gpusvm_sdca_rho", "gpusvm_sdca_apply",
@@ -166,7 +172,8 @@ def name_expressions() -> list[str]:
     for t in VALUE_TYPES.values():
         for op in ROW_KERNELS + SDCA_KERNELS:
             names.extend(row_kernel(op, lanes, t) for lanes in LANE_COUNTS)
-        names.extend(vector_kernel(op, t) for op in VECTOR_KERNELS + SEGMENT_KERNELS)
+        names.extend(vector_kernel(op, t)
+                     for op in VECTOR_KERNELS + SEGMENT_KERNELS + MULTI_KERNELS)
     names.extend(SAMPLER_KERNELS)
     names.extend(SEGMENT_SAMPLER_KERNELS)
     return names

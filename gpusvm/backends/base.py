@@ -41,6 +41,11 @@ the only way the solvers drive it:
 The NumPy reference spells the iteration out over the primitives above (the one
 place where the papers' steps are written step by step); the compiled CPU backend
 runs one compiled loop; the device backend issues its kernel launches alone.
+
+M outputs, example weights and the squared hinge take the general path: the
+primitives of :mod:`gpusvm.backends._general` (names ending in ``_m``, state
+``V`` (d x M) and ``sm`` (N_SLOTS x M)); the binary unweighted hinge keeps the
+primitives above.
 """
 
 from __future__ import annotations
@@ -146,6 +151,8 @@ class PegasosPlan:
     t_avg : int
     renorm_threshold : float
         Fold ``a`` into ``v`` when ``|a|`` falls below it.
+    loss : {"hinge", "squared_hinge"}
+        The loss (the general path of :mod:`gpusvm.backends._general`).
     """
 
     lam: float
@@ -159,6 +166,7 @@ class PegasosPlan:
     averaged: bool = False
     t_avg: int = 1
     renorm_threshold: float = 1e-6
+    loss: str = "hinge"
 
 
 @dataclass(frozen=True)
@@ -180,6 +188,8 @@ class SDCAPlan:
         (Hsieh et al. 2008, Sec. 3.2) takes out of the active set (see
         :meth:`gpusvm.backends.numpy_.NumpyBackend.sdca_segment`).  The certificate
         is computed on every row whatever the active set, so it stays exact.
+    loss : {"hinge", "squared_hinge"}
+        The loss (the general path of :mod:`gpusvm.backends._general`).
     """
 
     lam: float
@@ -187,3 +197,4 @@ class SDCAPlan:
     theta: float = 0.5
     aggressive: bool = False
     shrinking: bool = False
+    loss: str = "hinge"

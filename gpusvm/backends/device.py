@@ -69,6 +69,7 @@ import scipy.sparse as sp
 
 from .. import _kernels
 from ._state import N_SLOTS, S_A, S_ASUM, S_ASUMD, S_B, S_BETA, S_BSUM, S_NAVG, S_NREJ, S_VSQ
+from ._general_device import DeviceGeneralPath
 from .base import SCHEDULES, Evaluation, step_sizes
 
 #: grid-stride kernels launch at most this many blocks per streaming multiprocessor
@@ -267,7 +268,7 @@ def _on_device(method):
     return bound
 
 
-class DeviceBackend:
+class DeviceBackend(DeviceGeneralPath):
     """Pegasos and SDCA primitives as CUDA kernels (see :mod:`gpusvm.backends.base` and
     :mod:`gpusvm.solvers.sdca`).
 
@@ -276,8 +277,9 @@ class DeviceBackend:
     X : scipy.sparse matrix, ndarray, cupyx.scipy.sparse matrix or cupy.ndarray
         Training data (n, d), float32 or float64 (other dtypes become float64).
         Host input is copied to the device once; device input is used in place.
-    y : array of shape (n,)
-        Labels in {-1, +1}.
+    y : array of shape (n,) or (n, M)
+        Labels in {-1, +1}; one column per output (the general path of
+        :mod:`gpusvm.backends._general_device`).
     runtime : {"cupy", "emulated"} or runtime object
         Where the kernels run.
     lanes : int, optional
@@ -291,6 +293,8 @@ class DeviceBackend:
         current device).  Every allocation, compilation and launch of the backend
         happens on that device and on the backend's own non-blocking stream, so one
         process can drive one backend per GPU.
+    sample_weight : array of shape (n,), optional
+        Example weights ``s_i >= 0`` shared by every output (the general path).
 
     Attributes
     ----------
@@ -316,16 +320,17 @@ class DeviceBackend:
     """
 
     def __init__(self, X, y, runtime="cupy", *, lanes: int | None = None,
-                 free_memory: int | None = None, device: int | None = None) -> None:
+                 free_memory: int | None = None, device: int | None = None,
+                 sample_weight=None) -> None:
         if isinstance(runtime, str):
             if device is not None and runtime != "cupy":
                 raise ValueError(f"device={device} needs the 'cupy' runtime, not {runtime!r}")
             runtime = _CupyRuntime(device) if runtime == "cupy" else _EmulatedRuntime()
         self.runtime = runtime
         with runtime.activate():
-            self._setup(X, y, lanes, free_memory)
+            self._setup(X, y, lanes, free_memory, sample_weight)
 
-    def _setup(self, X, y, lanes, free_memory) -> None:
+    def _setup(self, X, y, lanes, free_memory, sample_weight) -> None:
         runtime = self.runtime
         self.name = runtime.name
         self.xp = runtime.xp
@@ -366,8 +371,7 @@ class DeviceBackend:
         self._indices = up(indices, np.int32)
         self._indptr = up(indptr, np.int64)
         self.y = up(y, self.dtype)
-        if self.y.shape != (self.n,):
-            raise ValueError(f"y must have shape ({self.n},), got {tuple(self.y.shape)}")
+        self._init_general_data(y, sample_weight)           # Y (n x M), weights; checks shapes
         self._X = X if resident or runtime.xp is np else None     # host CSR on a GPU: not kept
         self._row_sq_norms = None
         # scratch of the kernels: accumulators of the step and the last-block tickets
@@ -982,7 +986,7 @@ def make_device_backend(name: str, X, y, **options) -> DeviceBackend:
     X, y
         See :class:`DeviceBackend`.
     **options
-        ``lanes``, ``free_memory``: see :class:`DeviceBackend`.
+        ``lanes``, ``free_memory``, ``sample_weight``: see :class:`DeviceBackend`.
 
     Returns
     -------
