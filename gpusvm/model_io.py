@@ -41,9 +41,9 @@ METADATA_MEMBER = "gpusvm_metadata"
 
 #: where each estimator class lives (imported lazily when a file needs it)
 ESTIMATOR_MODULES = {
-    "PegasosSVC": "gpusvm.estimators",
-    "SDCASVC": "gpusvm.estimators_sdca",
-    "KernelPegasosSVC": "gpusvm.kernel_estimator",
+    "PegasosSVC": "gpusvm.estimators.pegasos",
+    "SDCASVC": "gpusvm.estimators.sdca",
+    "KernelPegasosSVC": "gpusvm.estimators.kernel",
 }
 
 #: parameters that do not change a fitted model's predictions and may be left out of the file
