@@ -3,6 +3,7 @@ progress bars (no mathematics)."""
 
 from __future__ import annotations
 
+import inspect
 import math
 import warnings
 from numbers import Integral, Real
@@ -12,8 +13,9 @@ import scipy.sparse as sp
 from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils._param_validation import Interval, StrOptions
-from sklearn.utils.multiclass import type_of_target
-from sklearn.utils.validation import check_is_fitted, validate_data
+from sklearn.utils.class_weight import compute_class_weight
+from sklearn.utils.multiclass import _ovr_decision_function, type_of_target
+from sklearn.utils.validation import _check_sample_weight, check_is_fitted, validate_data
 
 from ..backends import BACKENDS, resolve_backend_name
 from ..solvers._sampling import SAMPLING_MODES
@@ -161,11 +163,201 @@ class DataScaleWarning(UserWarning):
     """The training rows are far longer than the unit norm the solvers assume."""
 
 
+#: losses of the linear estimators (ALGORITHMS.md, "Weights, and the squared hinge")
+LOSSES = ("hinge", "squared_hinge")
+#: how more than two classes are split into binary problems
+MULTI_CLASS_MODES = ("ovr", "ovo", "ordinal")
+#: ``lam`` when neither ``lam`` nor ``C`` is given
+DEFAULT_LAM = 1e-4
+
+
+def solver_has(solver, parameter: str) -> bool:
+    """Whether the solver function ``solver`` takes the keyword ``parameter``.
+
+    Parameters
+    ----------
+    solver : callable
+    parameter : str
+
+    Returns
+    -------
+    bool
+    """
+    return parameter in inspect.signature(solver).parameters
+
+
+def class_labels(y, estimator_name: str):
+    """Sorted class labels and every row's class index (two or more classes).
+
+    Parameters
+    ----------
+    y : array-like of shape (n,)
+    estimator_name : str
+        Used in the error messages.
+
+    Returns
+    -------
+    classes : ndarray of shape (n_classes,)
+    y_idx : ndarray of intp, shape (n,)
+        ``classes[y_idx] == y``.
+    """
+    y = np.asarray(y)
+    target = type_of_target(y, input_name="y")
+    if target not in ("binary", "multiclass"):
+        raise ValueError(f"Unknown label type: {estimator_name} needs class labels; got targets "
+                         f"of type {target!r}")
+    classes, inv = np.unique(y, return_inverse=True)
+    if classes.size < 2:
+        raise ValueError(
+            f"{estimator_name} needs samples of 2 classes, but the data contains only one "
+            f"class: {classes.tolist()[0]!r}")
+    return classes, inv.astype(np.intp).ravel()
+
+
+def resolve_lam(lam, C, n: int) -> float:
+    """The ``lam`` of a fit on ``n`` rows from the estimator's ``lam`` or ``C``.
+
+    LinearSVC's ``C`` minimises ``1/2 ||w||^2 + C sum_i s_i loss_i``, which is
+    ``C n`` times ``P_s(w) = lam/2 ||w||^2 + (1/n) sum_i s_i loss_i`` at
+    ``lam = 1/(C n)`` (ALGORITHMS.md, "Weights").
+
+    Parameters
+    ----------
+    lam : float or None
+    C : float or None
+    n : int
+        Rows of the fit (of the pair, for one-vs-one and ordinal problems).
+
+    Returns
+    -------
+    float
+    """
+    if C is None:
+        return DEFAULT_LAM if lam is None else float(lam)
+    if lam is not None:
+        raise ValueError(
+            f"lam={lam!r} and C={C!r} were both given, but they set the same regularisation "
+            "(lam = 1/(C n), n the number of training rows): pass only one of them")
+    return 1.0 / (float(C) * n)
+
+
+def row_weights(class_weight, sample_weight, classes, y_idx, X):
+    """Per-row weights ``s_i = sample_weight_i * class_weight[y_i]``, or None when both are None.
+
+    scikit-learn's semantics (as LinearSVC): ``class_weight="balanced"`` gives class
+    ``c`` the weight ``n / (n_classes * count_c)``, the counts weighted by
+    ``sample_weight`` when it is given (:func:`sklearn.utils.class_weight.compute_class_weight`).
+
+    Parameters
+    ----------
+    class_weight : dict, "balanced" or None
+    sample_weight : array-like of shape (n,) or None
+    classes : ndarray of shape (n_classes,)
+    y_idx : ndarray of shape (n,)
+    X : matrix of n rows (for the shape check)
+
+    Returns
+    -------
+    ndarray of float64, shape (n,), or None
+        None also when every weight is 1 (the unweighted problem).
+    """
+    if sample_weight is None and class_weight is None:
+        return None
+    s = None
+    if sample_weight is not None:
+        s = _check_sample_weight(sample_weight, X, dtype=np.float64, ensure_non_negative=True,
+                                 allow_all_zero_weights=False, copy=True)
+    if class_weight is not None:
+        cw = compute_class_weight(class_weight, classes=classes, y=classes[y_idx],
+                                  sample_weight=s)
+        if not np.all(np.isfinite(cw)) or np.any(cw < 0):
+            raise ValueError(f"class_weight must be finite and non-negative; got {cw.tolist()}")
+        s = cw[y_idx] if s is None else s * cw[y_idx]
+    if not np.all(np.isfinite(s)):
+        raise ValueError("sample_weight contains NaN or infinity")
+    if not np.any(s > 0):
+        raise ValueError("every row has weight 0 (sample_weight times class_weight); give some "
+                         "rows a positive weight")
+    if np.all(s == 1.0):            # the unweighted problem: solvers need no weights for it
+        return None
+    return np.ascontiguousarray(s, dtype=np.float64)
+
+
+def output_problems(n_classes: int, y_idx, multi_class: str):
+    """The binary problems of a fit: ``[(rows, labels), ...]``.
+
+    ``rows`` is None (all rows) or the row indices of the problem, ``labels`` is
+    in {-1, +1}: shape ``(n_rows,)`` for one output, ``(n, M)`` for the M outputs
+    of one-vs-rest (output c: +1 for class c).  Two classes: one problem,
+    ``+1`` for ``classes[1]``.  ``"ovo"``: one problem per pair ``a < b`` of
+    classes on the rows of ``a`` and ``b``, ``+1`` for ``b`` (scikit-learn's
+    OneVsOneClassifier order); ``"ordinal"``: the pairs ``(k, k + 1)`` of
+    neighbouring classes only (Duros & Katzman 2014, Sec. 3.1).
+
+    Parameters
+    ----------
+    n_classes : int
+    y_idx : ndarray of shape (n,)
+    multi_class : {"ovr", "ovo", "ordinal"}
+
+    Returns
+    -------
+    list of (ndarray or None, ndarray)
+    """
+    if n_classes == 2:
+        return [(None, np.where(y_idx == 1, 1.0, -1.0))]
+    if multi_class == "ovr":
+        return [(None, np.where(y_idx[:, None] == np.arange(n_classes)[None, :], 1.0, -1.0))]
+    if multi_class == "ovo":
+        pairs = [(a, b) for a in range(n_classes) for b in range(a + 1, n_classes)]
+    else:
+        pairs = [(k, k + 1) for k in range(n_classes - 1)]
+    problems = []
+    for a, b in pairs:
+        rows = np.flatnonzero((y_idx == a) | (y_idx == b))
+        problems.append((rows, np.where(y_idx[rows] == b, 1.0, -1.0)))
+    return problems
+
+
+def ordinal_scores(confidences):
+    """Class scores of the ordinal rule from the ``K - 1`` neighbour classifiers.
+
+    ``f_k(x) > 0`` says that ``x`` is more like class ``k + 1`` than class ``k``.
+    Class ``j`` lies above the pairs ``k < j`` and below the pairs ``k >= j``; its
+    total agreement with all of them, ``sum_{k<j} f_k(x) - sum_{k>=j} f_k(x)``, is
+    ``2 s_j(x) - sum_k f_k(x)`` with ``s_j(x) = sum_{k<j} f_k(x)`` (``s_0 = 0``).
+    The scores are ``s_j`` and the prediction is their argmax: when the signs are
+    consistent (``f_k > 0`` exactly for ``k < r``) it is class ``r``, the number of
+    thresholds passed; otherwise the class the margins agree with most.
+
+    Parameters
+    ----------
+    confidences : ndarray of shape (n, K - 1)
+
+    Returns
+    -------
+    ndarray of shape (n, K)
+    """
+    zero = np.zeros((confidences.shape[0], 1), dtype=np.float64)
+    return np.hstack([zero, np.cumsum(confidences, axis=1, dtype=np.float64)])
+
+
 class _LinearSVCBase(ClassifierMixin, BaseEstimator):
-    """Shared validation, data preparation and prediction of the linear estimators."""
+    """Shared validation, data preparation, decomposition into outputs, and prediction.
+
+    Subclasses that fit more than two classes set ``_MULTICLASS = True`` and
+    implement ``_solve`` (see :meth:`_fit_outputs`).
+    """
+
+    #: whether the estimator fits more than two classes (tag ``multi_class``)
+    _MULTICLASS = False
 
     _parameter_constraints: dict = {
-        "lam": [Interval(Real, 0, None, closed="neither")],
+        "lam": [Interval(Real, 0, None, closed="neither"), None],
+        "C": [Interval(Real, 0, None, closed="neither"), None],
+        "loss": [StrOptions(set(LOSSES))],
+        "class_weight": [dict, StrOptions({"balanced"}), None],
+        "multi_class": [StrOptions(set(MULTI_CLASS_MODES))],
         "batch_size": [Interval(Integral, 1, None, closed="left"), StrOptions({"auto"})],
         "max_iter": [Interval(Integral, 1, MAX_ITER, closed="both"), None],
         "sampling": [StrOptions(set(SAMPLING_MODES))],
@@ -183,21 +375,26 @@ class _LinearSVCBase(ClassifierMixin, BaseEstimator):
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
         tags.input_tags.sparse = True
-        tags.classifier_tags.multi_class = False
+        tags.classifier_tags.multi_class = self._MULTICLASS
         return tags
 
     # ------------------------------------------------------------ helpers
-    def _prepare(self, X, y):
+    def _prepare(self, X, y, *, reset=True):
         """Validate, convert to CSR once, map labels, append the bias feature.
 
         The caller's matrix is never modified: a CSR matrix with unsorted or
         duplicate indices is copied before it is put in canonical form.
+
+        Returns
+        -------
+        Xc : csr_matrix of shape (n, d_aug)
+        y : ndarray of shape (n,)
+            The labels as given (validated).
         """
         dtype = _as_dtype(self.dtype)
         check_sparse_structure(X)
         X, y = validate_data(self, X, y, accept_sparse="csr", dtype=dtype, order="C",
-                             y_numeric=False)
-        classes, y_pm = binary_labels(y, type(self).__name__)
+                             y_numeric=False, reset=reset)
         Xc = sp.csr_matrix(X, dtype=dtype) if not sp.issparse(X) else X.tocsr().astype(dtype, copy=False)
         check_sparse_structure(Xc)
         n, d = Xc.shape
@@ -217,7 +414,7 @@ class _LinearSVCBase(ClassifierMixin, BaseEstimator):
                                shape=Xc.shape)
             Xc.sum_duplicates()
             Xc.sort_indices()
-        k = self.batch_size
+        k = getattr(self, "batch_size", "auto")
         if k != "auto" and k > n:
             raise ValueError(
                 f"batch_size={k} exceeds the number of samples n={n}; choose 1 <= batch_size <= {n}")
@@ -229,20 +426,27 @@ class _LinearSVCBase(ClassifierMixin, BaseEstimator):
                 "X has values so large that the squared norm of a row overflows float64 (e.g. "
                 "1e300); scale the features (sklearn.preprocessing.MaxAbsScaler) or normalise "
                 "the rows (gpusvm.datasets.normalize_rows) first")
-        step = math.sqrt(max(max_sq, 1.0)) / self.lam
-        if not step * step < np.finfo(dtype).max:
-            smallest = math.sqrt(max(max_sq, 1.0) / np.finfo(dtype).max)
-            raise ValueError(
-                f"lam={self.lam!r} is too small for dtype={dtype.name}: a step of size 1/lam on "
-                f"rows of norm up to {math.sqrt(max_sq):.3g} overflows; use lam >= "
-                f"{smallest:.1e}")
+        self._max_sq = max_sq
         if self.bias == "augmented":
             col = sp.csr_matrix(np.full((n, 1), self.intercept_scaling, dtype=dtype))
             Xc = sp.hstack([Xc, col], format="csr", dtype=dtype)
             Xc.indices = Xc.indices.astype(np.int32)
             Xc.indptr = Xc.indptr.astype(np.int32)
-        self.classes_ = classes
-        return Xc, y_pm.astype(dtype)
+        return Xc, y
+
+    def _check_lam(self, lam: float) -> None:
+        """Refuse a ``lam`` whose steps ``1/lam`` overflow the data type."""
+        dtype = _as_dtype(self.dtype)
+        max_sq = getattr(self, "_max_sq", 1.0)
+        step = math.sqrt(max(max_sq, 1.0)) / lam
+        if not step * step < np.finfo(dtype).max:
+            smallest = math.sqrt(max(max_sq, 1.0) / np.finfo(dtype).max)
+            given = f"lam={lam!r}" if getattr(self, "C", None) is None else \
+                f"C={self.C!r} (lam = 1/(C n) = {lam:.3g})"
+            raise ValueError(
+                f"{given} is too small for dtype={dtype.name}: a step of size 1/lam on "
+                f"rows of norm up to {math.sqrt(max_sq):.3g} overflows; use lam >= "
+                f"{smallest:.1e}")
 
     def _resolve(self, n: int):
         """The backend name and the batch size the fit runs with (``"auto"`` resolved).
@@ -250,13 +454,14 @@ class _LinearSVCBase(ClassifierMixin, BaseEstimator):
         ``batch_size="auto"``: 1 on a CPU backend, where every row costs the same
         whatever the batch and the fewest epochs win (BENCHMARKS.md), and
         ``min(n, DEVICE_AUTO_BATCH)`` on a device, where an iteration costs about as
-        much for thousands of rows as for one.
+        much for thousands of rows as for one.  A one-vs-one or ordinal problem
+        smaller than ``batch_size`` uses all its rows.
         """
         backend = resolve_backend_name(self.backend)
         k = self.batch_size
         if k == "auto":
             k = 1 if backend in ("numpy", "numba") else min(n, DEVICE_AUTO_BATCH)
-        return backend, int(k)
+        return backend, int(min(k, n))
 
     def _seed(self):
         rs = self.random_state
@@ -267,16 +472,133 @@ class _LinearSVCBase(ClassifierMixin, BaseEstimator):
         return rs
 
     def _set_solution(self, w, b):
+        """``coef_`` and ``intercept_`` from ``w`` of shape ``(d_aug,)`` or ``(d_aug, M)``."""
+        W = np.asarray(w, dtype=np.float64)
+        W = W.reshape(-1, 1) if W.ndim == 1 else W
         if self.bias == "augmented":
-            self.coef_ = w[:-1].reshape(1, -1)
-            self.intercept_ = np.array([w[-1] * self.intercept_scaling])
+            self.coef_ = np.ascontiguousarray(W[:-1].T)
+            self.intercept_ = W[-1] * self.intercept_scaling
         else:
-            self.coef_ = w.reshape(1, -1)
-            self.intercept_ = np.array([b])
+            self.coef_ = np.ascontiguousarray(W.T)
+            self.intercept_ = np.broadcast_to(np.asarray(b, dtype=np.float64),
+                                              (W.shape[1],)).copy()
+
+    # ------------------------------------------------------------ fitting outputs
+    def _fit_outputs(self, X, y, sample_weight=None, *, warm=None, classes=None, reset=True):
+        """Fit every output: validation, labels, weights, the problems, the solver.
+
+        ``self._solve(Xs, Y, s, lam, init)`` fits one problem: ``Xs`` its rows (CSR,
+        bias column included), ``Y`` labels in {-1, +1} of shape ``(n_rows,)`` or
+        ``(n, M)``, ``s`` its row weights or None, ``lam`` its regularisation and
+        ``init`` its warm start (see ``warm``).  It returns ``(W, b, common,
+        per_output)``: ``W`` of shape ``(d_aug, M)``, ``b`` of shape ``(M,)``, a dict
+        of values shared by the outputs and a dict of lists of M per-output values.
+
+        Parameters
+        ----------
+        X, y, sample_weight
+            As in ``fit``.
+        warm : callable or None
+            ``warm(first, M, multi, rows)`` gives ``init`` for the problem whose outputs
+            are ``first .. first + M - 1`` of ``coef_`` and whose rows are ``rows`` (None:
+            all): a list of M inits when ``multi`` (the ``(n, M)`` labels of
+            one-vs-rest), else one init.
+        classes : array-like or None
+            The classes (``partial_fit``); None takes those of ``y``.
+        reset : bool
+            Whether ``n_features_in_`` is set anew (False: checked against it).
+
+        Returns
+        -------
+        common : dict
+        per_output : dict of lists
+        """
+        Xc, y = self._prepare(X, y, reset=reset)
+        name = type(self).__name__
+        if classes is None:
+            classes, y_idx = class_labels(y, name)
+        else:
+            y_idx = np.searchsorted(classes, y)
+            unknown = (y_idx >= classes.size) | (classes[np.minimum(y_idx, classes.size - 1)] != y)
+            if np.any(unknown):
+                raise ValueError(
+                    f"y holds the label {np.asarray(y)[unknown][0]!r}, which is not one of the "
+                    f"classes {classes.tolist()} given to the first partial_fit call")
+        if classes.size > 2 and not self._MULTICLASS:
+            raise ValueError(
+                f"Only binary classification is supported. {name} got y with {classes.size} "
+                "classes: wrap the estimator in sklearn.multiclass.OneVsRestClassifier")
+        s = row_weights(getattr(self, "class_weight", None), sample_weight, classes, y_idx, Xc)
+        self.classes_ = classes
+        problems = output_problems(classes.size, y_idx, getattr(self, "multi_class", "ovr"))
+        Ws, bs, common, per = [], [], {}, {}
+        lams = []
+        first = 0
+        for rows, Y in problems:
+            Xs = Xc if rows is None else Xc[rows]
+            ss = s if (s is None or rows is None) else s[rows]
+            lam = resolve_lam(self.lam, getattr(self, "C", None), Xs.shape[0])
+            self._check_lam(lam)
+            lams.append(lam)
+            Y = Y.astype(Xc.dtype)
+            n_out = Y.shape[1] if Y.ndim == 2 else 1
+            init = warm(first, n_out, Y.ndim == 2, rows) if warm is not None else None
+            first += n_out
+            W, b, com, per_out = self._solve(Xs, Y, ss, lam, init)
+            Ws.append(W)
+            bs.append(np.atleast_1d(np.asarray(b, dtype=np.float64)))
+            common = common or com
+            for key, values in per_out.items():
+                per.setdefault(key, []).extend(values)
+        self._set_solution(np.hstack(Ws), np.concatenate(bs))
+        self._problem_rows = [rows for rows, _ in problems]
+        self._n_rows = Xc.shape[0]
+        self.lam_ = lams[0] if len(lams) == 1 else np.asarray(lams)
+        return common, per
+
+    def _solve_columns(self, Xs, Y, s, lam, init, solve_one, native: bool):
+        """One-vs-rest: one native call on the ``(n, M)`` labels, or one binary fit per column.
+
+        The binary fits run with the same seed, so they see the same batches as the
+        native M-output fit; they are its reference.
+        """
+        if Y.ndim == 1 or native:
+            return solve_one(Xs, Y, s, lam, init)
+        Ws, bs, common, per = [], [], {}, {}
+        for c in range(Y.shape[1]):
+            init_c = None if init is None else init[c]
+            W, b, com, per_out = solve_one(Xs, np.ascontiguousarray(Y[:, c]), s, lam, init_c)
+            Ws.append(W)
+            bs.append(np.atleast_1d(b))
+            common = common or com
+            for key, values in per_out.items():
+                per.setdefault(key, []).extend(values)
+        return np.hstack(Ws), np.concatenate(bs), common, per
+
+    def _per_output_attributes(self, per, scalars=(), arrays=()):
+        """Set the per-output fitted attributes: plain values for 2 classes, arrays otherwise.
+
+        ``n_iter_`` is the largest count of any output, ``stop_reason_`` the first
+        reason other than ``"tol"`` (else ``"tol"``), ``history_`` the history of
+        the only output or the list of the outputs' histories.
+        """
+        binary = len(per["n_iter"]) == 1
+        self.n_iter_ = int(max(per["n_iter"]))
+        reasons = [r for r in per["stop_reason"] if r != "tol"]
+        self.stop_reason_ = reasons[0] if reasons else "tol"
+        self.history_ = per["history"][0] if binary else list(per["history"])
+        for key, attr in scalars:
+            values = per[key]
+            setattr(self, attr, values[0] if binary else np.asarray(values))
 
     # ------------------------------------------------------------ prediction
     def decision_function(self, X):
-        """Signed distance ``<w, x> + b``; positive means ``classes_[1]``.
+        """Confidence scores: ``<w, x> + b`` for two classes, one score per class otherwise.
+
+        Two classes: positive means ``classes_[1]``.  More classes: ``"ovr"``, the
+        output of each class; ``"ovo"``, votes plus confidences as in
+        scikit-learn's OneVsOneClassifier; ``"ordinal"``, the scores of
+        :func:`ordinal_scores`.  The predicted class has the largest score.
 
         Parameters
         ----------
@@ -284,14 +606,23 @@ class _LinearSVCBase(ClassifierMixin, BaseEstimator):
 
         Returns
         -------
-        ndarray of shape (n_samples,)
+        ndarray of shape (n_samples,) or (n_samples, n_classes)
         """
         check_is_fitted(self)
         check_sparse_structure(X)
         X = validate_data(self, X, accept_sparse="csr", reset=False,
                           dtype=[np.float64, np.float32])
-        return np.asarray(X @ self.coef_[0].astype(X.dtype, copy=False)).ravel().astype(np.float64) \
-            + self.intercept_[0]
+        coef = self.coef_.astype(X.dtype, copy=False)
+        scores = np.asarray(X @ coef.T, dtype=np.float64).reshape(X.shape[0], -1) + self.intercept_
+        n_classes = len(self.classes_)
+        if n_classes == 2:
+            return scores[:, 0]
+        mode = getattr(self, "multi_class", "ovr")
+        if mode == "ovo":
+            return _ovr_decision_function(scores > 0, scores, n_classes)
+        if mode == "ordinal":
+            return ordinal_scores(scores)
+        return scores
 
     def predict(self, X):
         """Predict class labels.
@@ -305,7 +636,10 @@ class _LinearSVCBase(ClassifierMixin, BaseEstimator):
         ndarray of shape (n_samples,)
         """
         check_is_fitted(self)
-        return self.classes_[(self.decision_function(X) > 0).astype(int)]
+        scores = self.decision_function(X)
+        if scores.ndim == 1:
+            return self.classes_[(scores > 0).astype(int)]
+        return self.classes_[np.argmax(scores, axis=1)]
 
 
 def warn_short_tail(averaging, n_iter, max_iter, stop_reason) -> None:

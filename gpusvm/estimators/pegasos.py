@@ -9,12 +9,21 @@ from numbers import Real
 import numpy as np
 from sklearn.base import _fit_context
 from sklearn.exceptions import ConvergenceWarning
+from sklearn.utils._available_if import available_if
 from sklearn.utils._param_validation import Interval, StrOptions
 
 from ..backends import make_backend
 from ..solvers.pegasos import AVERAGING, SCHEDULES, pegasos
 from ._base import (MAX_EPOCHS_DOUBLING, MIN_OPTIMAL_BIAS_BATCH, _LinearSVCBase, _progress_bar,
-                    warn_short_tail)
+                    solver_has, warn_short_tail)
+
+
+def _solver_has(name: str) -> bool:
+    return solver_has(pegasos, name)
+
+
+#: whether the solver fits the M outputs of one-vs-rest in one call (else one fit per class)
+_NATIVE = _solver_has("loss")
 
 
 class PegasosSVC(_LinearSVCBase):
@@ -29,8 +38,23 @@ class PegasosSVC(_LinearSVCBase):
 
     Parameters
     ----------
-    lam : float, default=1e-4
-        Regularisation parameter ``lambda > 0`` (LinearSVC's ``C = 1/(lam n)``).
+    lam : float or None, default=None
+        Regularisation parameter ``lambda > 0``; None means ``1e-4`` unless ``C`` is given.
+    C : float or None, default=None
+        LinearSVC's regularisation, instead of ``lam``: ``lam = 1/(C n)`` with the
+        ``n`` of each fit (of each pair for ``multi_class="ovo"``/``"ordinal"``), so a
+        cross-validation fold keeps LinearSVC's meaning.  Giving both is an error.
+    loss : {"hinge", "squared_hinge"}, default="hinge"
+        ``max(0, 1 - m)`` or ``max(0, 1 - m)^2`` (ALGORITHMS.md, "Weights, and the
+        squared hinge").
+    class_weight : dict, "balanced" or None, default=None
+        Weight of each class's rows, as in LinearSVC: ``{label: weight}`` or
+        ``"balanced"`` (``n / (n_classes * count)``); multiplies ``sample_weight``.
+    multi_class : {"ovr", "ovo", "ordinal"}, default="ovr"
+        More than two classes: one-vs-rest (one output per class, all rows), one-vs-one
+        (a problem per pair of classes, on its rows; scikit-learn's vote rule), or
+        ordinal (ordered labels, a problem per pair of neighbouring classes, Duros &
+        Katzman 2014; decision rule: :func:`gpusvm.estimators._base.ordinal_scores`).
     batch_size : int or "auto", default="auto"
         Mini-batch size ``k``, from 1 to ``n``; ``k = n`` without replacement is the
         deterministic subgradient method.  ``"auto"``: 1 on a CPU backend (one core
@@ -97,13 +121,21 @@ class PegasosSVC(_LinearSVCBase):
 
     Attributes
     ----------
-    coef_ : ndarray of shape (1, n_features)
-    intercept_ : ndarray of shape (1,)
-    classes_ : ndarray of shape (2,)
+    coef_ : ndarray of shape (1, n_features) or (n_outputs, n_features)
+        One row for two classes; one per class (``"ovr"``), per pair of classes
+        (``"ovo"``, in the order (0, 1), (0, 2), ..., (1, 2), ...) or per pair of
+        neighbouring classes (``"ordinal"``) otherwise.
+    intercept_ : ndarray of shape (1,) or (n_outputs,)
+    classes_ : ndarray of shape (n_classes,)
+    lam_ : float or ndarray of shape (n_problems,)
+        The ``lam`` each problem was fitted with (``C`` resolved).
     n_iter_ : int
-        Iterations performed.
+        Iterations performed (the most of any output).
+    t_ : int
+        Iterations of the step-size schedule so far (``partial_fit`` continues from it).
     history_ : list of (int, float, float)
-        ``(iteration, objective, elapsed seconds)`` at every evaluation.
+        ``(iteration, objective, elapsed seconds)`` at every evaluation; with more
+        than one output, the list of the outputs' histories.
     stop_reason_ : str
         Why the run ended (``"tol"``: the doubling average's stopping rule).
     batch_size_ : int
@@ -136,6 +168,8 @@ class PegasosSVC(_LinearSVCBase):
     True
     """
 
+    _MULTICLASS = True
+
     _parameter_constraints: dict = {
         **_LinearSVCBase._parameter_constraints,
         "projection": ["boolean"],
@@ -147,12 +181,17 @@ class PegasosSVC(_LinearSVCBase):
         "target_objective": [Real, None],
     }
 
-    def __init__(self, *, lam=1e-4, batch_size="auto", max_iter=None, sampling="epoch",
+    def __init__(self, *, lam=None, C=None, loss="hinge", class_weight=None, multi_class="ovr",
+                 batch_size="auto", max_iter=None, sampling="epoch",
                  projection=True, averaging="auto", tol=1e-3, schedule="pegasos", eta0=None,
                  norma_p=0.7, bias="augmented", intercept_scaling=1.0, eval_every=None,
                  max_time=None, target_objective=None, callback=None, backend="auto",
                  dtype="float32", random_state=None, verbose=0):
         self.lam = lam
+        self.C = C
+        self.loss = loss
+        self.class_weight = class_weight
+        self.multi_class = multi_class
         self.tol = tol
         self.batch_size = batch_size
         self.max_iter = max_iter
@@ -173,7 +212,7 @@ class PegasosSVC(_LinearSVCBase):
         self.random_state = random_state
         self.verbose = verbose
 
-    def _initial_point(self, coef_init, intercept_init, d_aug):
+    def _initial_point(self, coef_init, intercept_init, d_aug, lam):
         if coef_init is None and intercept_init is None:
             return None, 0.0
         w0 = np.zeros(d_aug, dtype=np.float64)
@@ -195,7 +234,7 @@ class PegasosSVC(_LinearSVCBase):
                 raise ValueError("intercept_init was given but bias='none'; use another bias mode")
         if self.projection:
             norm = float(np.linalg.norm(w0))
-            radius = 1.0 / math.sqrt(self.lam)
+            radius = 1.0 / math.sqrt(lam)
             if norm > radius * (1 + 1e-12):
                 raise ValueError(
                     f"the initial w has norm {norm:.6g} > 1/sqrt(lam) = {radius:.6g}; Pegasos "
@@ -203,7 +242,7 @@ class PegasosSVC(_LinearSVCBase):
         return w0, b0
 
     @_fit_context(prefer_skip_nested_validation=True)
-    def fit(self, X, y, coef_init=None, intercept_init=None):
+    def fit(self, X, y, sample_weight=None, coef_init=None, intercept_init=None):
         """Fit the SVM by mini-batch Pegasos.
 
         Parameters
@@ -211,16 +250,96 @@ class PegasosSVC(_LinearSVCBase):
         X : {array-like, sparse matrix} of shape (n_samples, n_features)
             Training data; sparse input is converted to CSR once.
         y : array-like of shape (n_samples,)
-            Two class labels.
-        coef_init : array-like of shape (n_features,), optional
+            Class labels (two or more classes).
+        sample_weight : array-like of shape (n_samples,) or None
+            Non-negative row weights (multiplied by ``class_weight``).
+        coef_init : array-like of shape (n_features,) or (n_outputs, n_features), optional
             Initial ``w_1``; with projection it must satisfy ``||w_1|| <= 1/sqrt(lam)``.
-        intercept_init : float, optional
+        intercept_init : float or array-like of shape (n_outputs,), optional
             Initial bias.
 
         Returns
         -------
         self : PegasosSVC
         """
+        self._check_options()
+        self._averaging = None
+        self.t_ = 0
+        warm = None
+        if coef_init is not None or intercept_init is not None:
+            warm = self._warm_from(coef_init, intercept_init)
+        common, per = self._fit_outputs(X, y, sample_weight, warm=warm)
+        self._store(common, per)
+        return self
+
+    @available_if(lambda self: _solver_has("t_start"))
+    def partial_fit(self, X, y, classes=None, sample_weight=None):
+        """One more epoch of Pegasos over ``X``, continuing the step-size schedule.
+
+        As scikit-learn's SGDClassifier: the first call needs ``classes`` (all the
+        labels the stream will hold) and starts from ``w = 0``; every call runs
+        ``ceil(n / k)`` iterations from the current point, continuing the step sizes
+        ``1/(lam t)`` after the ``t_`` iterations of the earlier calls, and returns
+        the last iterate (``averaging="auto"`` means ``"none"`` here).  With ``C``,
+        ``lam = 1/(C n)`` takes the ``n`` of the first call.
+
+        Available when the Pegasos solver continues a schedule (``t_start=``);
+        ``hasattr(est, "partial_fit")`` says whether it does.
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
+        y : array-like of shape (n_samples,)
+        classes : array-like of shape (n_classes,) or None
+            Required on the first call, ignored afterwards.
+        sample_weight : array-like of shape (n_samples,) or None
+
+        Returns
+        -------
+        self : PegasosSVC
+        """
+        first = not hasattr(self, "t_") or not hasattr(self, "coef_")
+        if first:
+            self._validate_params()
+            if classes is None:
+                raise ValueError("classes must be passed on the first call to partial_fit: "
+                                 "all the labels the data will hold, e.g. classes=np.unique(y)")
+            classes = np.unique(np.asarray(classes))
+            if classes.size < 2:
+                raise ValueError(f"classes must hold at least 2 labels; got {classes.tolist()}")
+        elif classes is not None and not np.array_equal(np.unique(classes), self.classes_):
+            raise ValueError(f"classes={np.asarray(classes).tolist()} differs from the classes "
+                             f"{self.classes_.tolist()} of the first partial_fit call")
+        self._check_options()
+        averaging = "none" if self.averaging == "auto" else self.averaging
+        self._averaging = averaging
+        t0 = 0 if first else self.t_
+        old = None if first else (self.coef_.copy(), self.intercept_.copy(), self.lam_)
+
+        def warm(start, m, multi, rows):
+            if old is None:
+                inits = [None] * m
+            else:
+                inits = [(old[0][start + c], old[1][start + c], t0) for c in range(m)]
+            return inits if multi else inits[0]
+
+        saved_lam, saved_c = self.lam, self.C
+        try:
+            if not first and self.C is not None:     # keep the lam of the first call
+                self.lam, self.C = float(np.max(self.lam_)), None
+            common, per = self._fit_outputs(X, y, sample_weight, warm=warm,
+                                            classes=classes if first else self.classes_,
+                                            reset=first)
+        finally:
+            self.lam, self.C = saved_lam, saved_c
+        if old is not None and np.ndim(old[2]) == np.ndim(self.lam_):
+            self.lam_ = old[2]
+        self._store(common, per)
+        self.t_ = t0 + self.n_iter_
+        return self
+
+    # ------------------------------------------------------------ internals
+    def _check_options(self):
         if self.schedule == "constant" and self.eta0 is None:
             raise ValueError("schedule='constant' needs eta0, the fixed step size")
         if (self.bias == "optimal" and self.batch_size != "auto"
@@ -231,51 +350,114 @@ class PegasosSVC(_LinearSVCBase):
                 "margins at 1, so w barely moves (with one row, never) and the model predicts "
                 "the majority class; use bias='unregularized' or bias='augmented', or a larger "
                 "batch_size")
-        Xc, y_pm = self._prepare(X, y)
-        n = Xc.shape[0]
+        if self.loss != "hinge" and not _solver_has("loss"):
+            raise NotImplementedError(
+                f"loss={self.loss!r} needs a Pegasos solver with the squared hinge, which this "
+                "gpusvm does not provide yet; use loss='hinge', or "
+                "SDCASVC(loss='squared_hinge', solver='newton')")
+
+    def _warm_from(self, coef_init, intercept_init):
+        """``warm`` of :meth:`_fit_outputs` from ``coef_init`` and ``intercept_init``."""
+        def warm(start, m, multi, rows):
+            d = self.n_features_in_
+            inits = []
+            for c in range(start, start + m):
+                coef = None
+                if coef_init is not None:
+                    arr = np.asarray(coef_init, dtype=np.float64)
+                    if arr.ndim == 2:
+                        if arr.shape[0] <= c:
+                            raise ValueError(f"coef_init has {arr.shape[0]} rows but the fit "
+                                             f"has more outputs (at least {c + 1})")
+                        arr = arr[c]
+                    coef = arr
+                    if coef.size != d:
+                        raise ValueError(f"coef_init has {coef.size} values but X has {d} "
+                                         "features")
+                b = None
+                if intercept_init is not None:
+                    arr = np.atleast_1d(np.asarray(intercept_init, dtype=np.float64)).ravel()
+                    b = arr[c] if arr.size > 1 else arr[0]
+                inits.append((coef, b, 0))
+            return inits if multi else inits[0]
+        return warm
+
+    def _solve(self, Xs, Y, s, lam, init):
+        return self._solve_columns(Xs, Y, s, lam, init, self._solve_one, native=_NATIVE)
+
+    def _solve_one(self, Xs, y, s, lam, init):
+        """One Pegasos run on the rows ``Xs`` with labels ``y`` (one output, or M natively)."""
+        n = Xs.shape[0]
         backend, k = self._resolve(n)
         if self.bias == "optimal" and self.batch_size == "auto":   # the batch needs rows
             k = max(k, min(n, MIN_OPTIMAL_BIAS_BATCH))
-        averaging = self.averaging
+        averaging = self._averaging or self.averaging
         if averaging == "auto":
             averaging = "doubling" if self.max_iter is None else "tail"
         epochs = MAX_EPOCHS_DOUBLING if averaging == "doubling" else 10
+        if self._averaging is not None:          # partial_fit: one epoch per call
+            epochs = 1
         max_iter = self.max_iter if self.max_iter is not None else math.ceil(epochs * n / k)
-        w0, b0 = self._initial_point(coef_init, intercept_init, Xc.shape[1])
-        be = make_backend(backend, Xc, y_pm)
+        w0, b0, t_start = None, 0.0, 0
+        if init is not None:
+            coef, b, t_start = init
+            w0, b0 = self._initial_point(coef, b, Xs.shape[1], lam)
+        extra = {}
+        if s is not None:
+            if not _solver_has("loss"):
+                raise NotImplementedError(
+                    "sample_weight and class_weight need a Pegasos solver with weights, which "
+                    "this gpusvm does not provide yet; use SDCASVC(loss='squared_hinge', "
+                    "solver='newton') for weighted fits")
+        be = make_backend(backend, Xs, y, sample_weight=s) if s is not None else \
+            make_backend(backend, Xs, y)
+        if self.loss != "hinge":
+            extra["loss"] = self.loss
+        if t_start:
+            extra["t_start"] = int(t_start)
         progress, close = _progress_bar(self.verbose, max_iter)
         try:
-            res = pegasos(be, lam=float(self.lam), k=k, max_iter=max_iter, sampling=self.sampling,
+            res = pegasos(be, lam=float(lam), k=k, max_iter=max_iter, sampling=self.sampling,
                           seed=self._seed(), projection=bool(self.projection),
                           averaging=averaging, schedule=self.schedule, eta0=self.eta0,
                           norma_p=float(self.norma_p), bias=self.bias, w0=w0, b0=b0,
                           eval_every=self.eval_every, max_time=self.max_time,
                           target_objective=self.target_objective, callback=self.callback,
-                          progress=progress, tol=self.tol)
+                          progress=progress, tol=self.tol, **extra)
         finally:
             close()
-        if not np.all(np.isfinite(res.w)) or not math.isfinite(res.b):
+        if not np.all(np.isfinite(res.w)) or not np.all(np.isfinite(res.b)):
             if self.schedule == "constant":
                 advice = "lower eta0, or use schedule='pegasos'"
             else:
                 advice = (f"the steps 1/(lam t) are too large for dtype={self.dtype!s} with "
-                          f"lam={self.lam!r}: use a larger lam or dtype='float64'")
+                          f"lam={lam!r}: use a larger lam or dtype='float64'")
             raise FloatingPointError(f"Pegasos diverged (non-finite weights); {advice}")
         warn_short_tail(averaging, res.n_iter, max_iter, res.stop_reason)
-        self._set_solution(res.w, res.b)
-        self.n_iter_ = res.n_iter
-        self.history_ = res.history
-        self.stop_reason_ = res.stop_reason
-        self.backend_ = be.name
-        self.batch_size_ = k
-        self.averaging_ = averaging
-        if averaging == "doubling" and res.stop_reason == "max_iter" and self.tol is not None:
+        W = np.asarray(res.w, dtype=np.float64)
+        W = W.reshape(-1, 1) if W.ndim == 1 else W
+        m = W.shape[1]
+        b = np.broadcast_to(np.asarray(res.b, dtype=np.float64), (m,)).copy()
+        common = {"backend": be.name, "batch_size": k, "averaging": averaging,
+                  "max_iter": max_iter, "n": n}
+        per = {"n_iter": [res.n_iter] * m, "history": [res.history] * m,
+               "stop_reason": [res.stop_reason] * m}
+        return W, b, common, per
+
+    def _store(self, common, per):
+        self._per_output_attributes(per)
+        self.backend_ = common["backend"]
+        self.batch_size_ = common["batch_size"]
+        self.averaging_ = common["averaging"]
+        self.t_ = self.n_iter_
+        if common["averaging"] == "doubling" and self.stop_reason_ == "max_iter" \
+                and self.tol is not None:
+            max_iter, k, n = common["max_iter"], common["batch_size"], common["n"]
             warnings.warn(
                 f"Pegasos stopped after max_iter={max_iter} iterations ({max_iter * k / n:.3g} "
                 f"epochs) with the objective still falling by more than tol={self.tol} per "
                 "doubling; increase max_iter, scale the data (gpusvm.datasets.normalize_rows), "
-                "or use SDCASVC, which certifies its result", ConvergenceWarning, stacklevel=2)
-        return self
+                "or use SDCASVC, which certifies its result", ConvergenceWarning, stacklevel=3)
 
 
 __all__ = ["PegasosSVC"]

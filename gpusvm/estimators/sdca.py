@@ -10,9 +10,24 @@ from sklearn.base import _fit_context
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils._param_validation import Interval, StrOptions
 
-from ..backends import make_backend
+import numpy as np
+
+from ..backends import make_backend, resolve_backend_name
+from ..solvers.newton import DEFAULT_MAX_ITER as DEFAULT_NEWTON_ITER
+from ..solvers.newton import newton
 from ..solvers.sdca import VARIANTS, default_max_iter, sdca
-from ._base import _gap_progress_bar, _LinearSVCBase
+from ._base import _gap_progress_bar, _LinearSVCBase, solver_has
+
+#: the solvers of SDCASVC: mini-batch SDCA on the dual, primal Newton for the squared hinge
+SOLVERS = ("sdca", "newton")
+
+
+def _solver_has(name: str) -> bool:
+    return solver_has(sdca, name)
+
+
+#: whether the solver fits the M outputs of one-vs-rest in one call (else one fit per class)
+_NATIVE = _solver_has("loss")
 
 #: bias modes SDCA supports (the others have no box-constrained dual)
 SDCA_BIAS_MODES = ("none", "augmented")
@@ -36,8 +51,34 @@ class SDCASVC(_LinearSVCBase):
 
     Parameters
     ----------
-    lam : float, default=1e-4
-        Regularisation parameter ``lambda > 0`` (LinearSVC's ``C = 1/(lam n)``).
+    lam : float or None, default=None
+        Regularisation parameter ``lambda > 0``; None means ``1e-4`` unless ``C`` is given.
+    C : float or None, default=None
+        LinearSVC's regularisation, instead of ``lam``: ``lam = 1/(C n)`` with the
+        ``n`` of each fit (of each pair for ``multi_class="ovo"``/``"ordinal"``).
+        Giving both is an error.
+    loss : {"hinge", "squared_hinge"}, default="hinge"
+        ``max(0, 1 - m)`` or ``max(0, 1 - m)^2`` (LinearSVC's default is the squared
+        hinge; ALGORITHMS.md gives both duals and certificates).
+    solver : {"sdca", "newton"}, default="sdca"
+        ``"sdca"``: mini-batch SDCA on the dual (both losses).  ``"newton"``: primal
+        truncated Newton (:func:`gpusvm.solvers.newton.newton`, ``loss="squared_hinge"``
+        only), LinearSVC's ``dual=False``: few iterations, each two sparse products per
+        CG step; it certifies its result by the same duality gap.  With it
+        ``max_iter`` counts Newton iterations (default 100), and ``batch_size``,
+        ``variant``, ``theta``, ``sigma2``, ``sampling``, ``eval_every`` and
+        ``shrinking`` have no effect.
+    class_weight : dict, "balanced" or None, default=None
+        Weight of each class's rows, as in LinearSVC: ``{label: weight}`` or
+        ``"balanced"`` (``n / (n_classes * count)``); multiplies ``sample_weight``.
+    multi_class : {"ovr", "ovo", "ordinal"}, default="ovr"
+        More than two classes: one-vs-rest (one output per class on all rows),
+        one-vs-one (a problem per pair of classes, on its rows; scikit-learn's vote
+        rule), or ordinal (ordered labels: a problem per pair of neighbouring classes,
+        Duros & Katzman 2014; decision rule :func:`gpusvm.estimators._base.ordinal_scores`).
+    warm_start : bool, default=False
+        Start the next ``fit`` from this fit's solution: ``alpha_`` for SDCA, ``coef_``
+        and ``intercept_`` for Newton (the same rows and classes are expected).
     batch_size : int or "auto", default="auto"
         Mini-batch size ``b``, from 1 to ``n``; ``b = 1`` is plain SDCA.  ``"auto"``:
         1 on a CPU backend (the fewest epochs; BENCHMARKS.md), ``min(n, 4096)`` on a
@@ -107,25 +148,33 @@ class SDCASVC(_LinearSVCBase):
 
     Attributes
     ----------
-    coef_ : ndarray of shape (1, n_features)
-    intercept_ : ndarray of shape (1,)
-    classes_ : ndarray of shape (2,)
-    alpha_ : ndarray of shape (n_samples,)
-        Dual variables in ``[0, 1]``.
+    coef_ : ndarray of shape (1, n_features) or (n_outputs, n_features)
+        One row for two classes; one per class (``"ovr"``), per pair of classes
+        (``"ovo"``) or per pair of neighbouring classes (``"ordinal"``) otherwise.
+    intercept_ : ndarray of shape (1,) or (n_outputs,)
+    classes_ : ndarray of shape (n_classes,)
+    alpha_ : ndarray of shape (n_samples,) or (n_samples, n_outputs)
+        Dual variables (in ``[0, s_i]`` for the hinge, ``>= 0`` for the squared
+        hinge); one column per output, 0 for rows outside a pair's problem.
+    lam_ : float or ndarray of shape (n_problems,)
+        The ``lam`` each problem was fitted with (``C`` resolved).
     n_iter_ : int
         Iterations performed.
     history_ : list of (int, float, float, float, float)
         ``(iteration, P, D, gap, elapsed seconds)`` at every evaluation.
-    primal_objective_, dual_objective_, duality_gap_ : float
-        At the returned solution (``duality_gap_`` is the certificate).
+    primal_objective_, dual_objective_, duality_gap_ : float or ndarray of shape (n_outputs,)
+        At the returned solution (``duality_gap_`` is the certificate), one per output
+        for more than two classes.
     sigma2_ : float or None
         ``sigma^2`` of the row-normalised training matrix (None when not needed).
     beta_b_ : float
         ``beta_b`` of eq. (11) for this batch size (1 for naive or ``b = 1``).
-    beta_ : float
+    beta_ : float or ndarray of shape (n_outputs,)
         Final step parameter ``beta``.
-    n_rejected_ : int
+    n_rejected_ : int or ndarray of shape (n_outputs,)
         Steps rejected by the aggressive variant.
+    solver_ : str
+        The solver used.
     stop_reason_ : str
         ``"tol"``, ``"max_iter"``, ``"max_time"`` or ``"callback"``.
     batch_size_ : int
@@ -205,8 +254,12 @@ class SDCASVC(_LinearSVCBase):
     True
     """
 
+    _MULTICLASS = True
+
     _parameter_constraints: dict = {
         **_LinearSVCBase._parameter_constraints,
+        "solver": [StrOptions(set(SOLVERS))],
+        "warm_start": ["boolean"],
         "variant": [StrOptions(set(VARIANTS) | {"auto"})],
         "theta": [Interval(Real, 0, 1, closed="neither")],
         "tol": [Interval(Real, 0, None, closed="left")],
@@ -214,12 +267,19 @@ class SDCASVC(_LinearSVCBase):
         "sigma2": [Interval(Real, 0, 1, closed="right"), None],
     }
 
-    def __init__(self, *, lam=1e-4, batch_size="auto", variant="auto", theta=0.5, tol=1e-3,
+    def __init__(self, *, lam=None, C=None, loss="hinge", solver="sdca", class_weight=None,
+                 multi_class="ovr", warm_start=False, batch_size="auto", variant="auto", theta=0.5, tol=1e-3,
                  sigma2=None, max_iter=None, sampling="epoch", bias="augmented",
                  intercept_scaling=1.0, eval_every=None, max_time=None, callback=None,
                  backend="auto", dtype="float32", random_state=None, verbose=0, shrinking=True):
         self.shrinking = shrinking
         self.lam = lam
+        self.C = C
+        self.loss = loss
+        self.solver = solver
+        self.class_weight = class_weight
+        self.multi_class = multi_class
+        self.warm_start = warm_start
         self.batch_size = batch_size
         self.variant = variant
         self.theta = theta
@@ -238,15 +298,17 @@ class SDCASVC(_LinearSVCBase):
         self.verbose = verbose
 
     @_fit_context(prefer_skip_nested_validation=True)
-    def fit(self, X, y):
-        """Fit the SVM by mini-batch SDCA until the duality gap is ``<= tol``.
+    def fit(self, X, y, sample_weight=None):
+        """Fit the SVM until the duality gap is ``<= tol`` (SDCA, or Newton for the squared hinge).
 
         Parameters
         ----------
         X : {array-like, sparse matrix} of shape (n_samples, n_features)
             Training data; sparse input is converted to CSR once.
         y : array-like of shape (n_samples,)
-            Two class labels.
+            Class labels (two or more classes).
+        sample_weight : array-like of shape (n_samples,) or None
+            Non-negative row weights (multiplied by ``class_weight``).
 
         Returns
         -------
@@ -258,49 +320,173 @@ class SDCASVC(_LinearSVCBase):
                 "unregularised intercept adds the constraint sum_i alpha_i y_i = 0 to the dual, "
                 "which coordinate steps cannot keep; use bias='augmented' (a regularised "
                 "intercept), or PegasosSVC for the other bias modes")
-        Xc, y_pm = self._prepare(X, y)
-        n = Xc.shape[0]
+        if self.solver == "newton" and self.loss != "squared_hinge":
+            raise ValueError(
+                f"solver='newton' minimises the squared hinge, but loss={self.loss!r}: the "
+                "hinge is not differentiable; use loss='squared_hinge' with solver='newton', "
+                "or solver='sdca' for the hinge")
+        if self.solver == "sdca" and self.loss != "hinge" and not _solver_has("loss"):
+            raise NotImplementedError(
+                f"loss={self.loss!r} with solver='sdca' needs an SDCA solver with the squared "
+                "hinge, which this gpusvm does not provide yet; use solver='newton' for "
+                "loss='squared_hinge'")
+        warm = self._warm() if self.warm_start and hasattr(self, "coef_") else None
+        common, per = self._fit_outputs(X, y, sample_weight, warm=warm)
+        self._per_output_attributes(per, scalars=(
+            ("primal", "primal_objective_"), ("dual", "dual_objective_"),
+            ("gap", "duality_gap_"), ("beta", "beta_"), ("n_rejected", "n_rejected_")))
+        alphas = per["alpha"]
+        if len(alphas) == 1:
+            self.alpha_ = alphas[0]
+        elif self._problem_rows[0] is None:                  # one-vs-rest: all rows
+            self.alpha_ = np.column_stack(alphas)
+        else:                                                # pairs: 0 outside their rows
+            self.alpha_ = np.zeros((self._n_rows, len(alphas)), dtype=np.float64)
+            for p, (rows, a) in enumerate(zip(self._problem_rows, alphas)):
+                self.alpha_[rows, p] = a
+        self.sigma2_ = common["sigma2"]
+        self.beta_b_ = common["beta_b"]
+        self.backend_ = common["backend"]
+        self.batch_size_ = common["batch_size"]
+        self.variant_ = common["variant"]
+        self.solver_ = self.solver
+        message = self._uncertified_message(common, per)
+        if message is not None:
+            warnings.warn(message, ConvergenceWarning, stacklevel=2)
+        return self
+
+    # ------------------------------------------------------------ internals
+    def _warm(self):
+        """``warm`` of :meth:`_fit_outputs` from the last fit (``warm_start=True``)."""
+        alpha = np.asarray(self.alpha_)
+        alpha = alpha.reshape(-1, 1) if alpha.ndim == 1 else alpha
+        coef, intercept = self.coef_, self.intercept_
+
+        def warm(start, m, multi, rows):
+            if start + m > alpha.shape[1]:
+                raise ValueError(
+                    f"warm_start: the last fit had {alpha.shape[1]} outputs, this one has more; "
+                    "fit with the same classes, or set warm_start=False")
+            inits = []
+            for c in range(start, start + m):
+                a = alpha[:, c] if rows is None else alpha[rows, c]
+                w = np.append(coef[c], intercept[c] / self.intercept_scaling) \
+                    if self.bias == "augmented" else coef[c].copy()
+                inits.append({"alpha": a, "w": w})
+            return inits if multi else inits[0]
+        return warm
+
+    def _solve(self, Xs, Y, s, lam, init):
+        if self.solver == "newton":
+            return self._solve_newton(Xs, Y, s, lam, init)
+        return self._solve_columns(Xs, Y, s, lam, init, self._solve_sdca, native=_NATIVE)
+
+    def _solve_newton(self, Xs, Y, s, lam, init):
+        """The primal Newton solver on one problem (M outputs one after the other)."""
+        n = Xs.shape[0]
+        backend = resolve_backend_name(self.backend)
+        be = make_backend(backend, Xs, Y if Y.ndim == 1 else np.ascontiguousarray(Y[:, 0]))
+        w0 = None
+        if init is not None:
+            inits = init if isinstance(init, list) else [init]
+            if inits[0]["w"].shape[0] != Xs.shape[1]:
+                raise ValueError(
+                    f"warm_start: the last fit had {inits[0]['w'].shape[0]} weights, this one "
+                    f"has {Xs.shape[1]}; fit the same features, or set warm_start=False")
+            w0 = np.column_stack([i["w"] for i in inits])
+        max_iter = self.max_iter if self.max_iter is not None else DEFAULT_NEWTON_ITER
+        progress, close = _gap_progress_bar(self.verbose, max_iter)
+        try:
+            res = newton(be, lam=float(lam), tol=float(self.tol), max_iter=max_iter, y=Y,
+                         sample_weight=s, w0=w0, max_time=self.max_time,
+                         callback=self.callback, progress=progress)
+        finally:
+            close()
+        ex = res.extra
+        W = res.w.reshape(Xs.shape[1], -1)
+        m = W.shape[1]
+        alpha = ex["alpha"].reshape(n, -1)
+        common = {"sigma2": None, "beta_b": 1.0, "backend": be.name, "batch_size": n,
+                  "variant": "newton", "max_iter": max_iter}
+        per = {"n_iter": list(ex["n_iters"]), "history": list(ex["histories"]),
+               "stop_reason": list(ex["stop_reasons"]),
+               "primal": list(np.atleast_1d(ex["primal"])), "dual": list(np.atleast_1d(ex["dual"])),
+               "gap": list(np.atleast_1d(ex["gap"])), "beta": [1.0] * m, "n_rejected": [0] * m,
+               "alpha": [alpha[:, c].copy() for c in range(m)]}
+        return W, np.zeros(m), common, per
+
+    def _solve_sdca(self, Xs, y, s, lam, init):
+        """One mini-batch SDCA run on the rows ``Xs`` (one output, or M natively)."""
+        n = Xs.shape[0]
         backend, b = self._resolve(n)
         variant = self.variant
         if variant == "auto":                 # at b = 1 every variant takes the same step
             variant = "safe" if b == 1 else "aggressive"
         max_iter = self.max_iter if self.max_iter is not None else default_max_iter(n, b)
-        be = make_backend(backend, Xc, y_pm)
+        extra = {}
+        if s is not None:
+            if not _solver_has("loss"):
+                raise NotImplementedError(
+                    "sample_weight and class_weight need an SDCA solver with weights, which "
+                    "this gpusvm does not provide yet; use loss='squared_hinge', "
+                    "solver='newton' for weighted fits")
+            be = make_backend(backend, Xs, y, sample_weight=s)
+        else:
+            be = make_backend(backend, Xs, y)
+        if self.loss != "hinge":
+            extra["loss"] = self.loss
+        if init is not None:
+            if not _solver_has("alpha0"):
+                raise NotImplementedError(
+                    "warm_start needs an SDCA solver that starts from a given alpha, which this "
+                    "gpusvm does not provide yet; set warm_start=False or use solver='newton'")
+            inits = init if isinstance(init, list) else [init]
+            alpha0 = np.column_stack([i["alpha"] for i in inits]) if y.ndim == 2 \
+                else inits[0]["alpha"]
+            if alpha0.shape[0] != n:
+                raise ValueError(
+                    f"warm_start: the last fit had {alpha0.shape[0]} rows, this one has {n}; "
+                    "warm starts need the same rows (set warm_start=False)")
+            extra["alpha0"] = alpha0
         progress, close = _gap_progress_bar(self.verbose, max_iter)
         try:
-            res = sdca(be, lam=float(self.lam), b=b, max_iter=max_iter, variant=variant,
+            res = sdca(be, lam=float(lam), b=b, max_iter=max_iter, variant=variant,
                        theta=float(self.theta), sigma2=self.sigma2, tol=float(self.tol),
                        sampling=self.sampling, seed=self._seed(), eval_every=self.eval_every,
                        max_time=self.max_time, callback=self.callback, progress=progress,
-                       shrinking=bool(self.shrinking) and backend in ("numpy", "numba"))
+                       shrinking=bool(self.shrinking) and backend in ("numpy", "numba"),
+                       **extra)
         finally:
             close()
-        self._set_solution(res.w, 0.0)
         ex = res.extra
-        self.alpha_ = ex["alpha"]
-        self.n_iter_ = res.n_iter
-        self.history_ = res.history
-        self.stop_reason_ = res.stop_reason
-        self.primal_objective_ = ex["primal"]
-        self.dual_objective_ = ex["dual"]
-        self.duality_gap_ = ex["gap"]
-        self.sigma2_ = ex["sigma2"]
-        self.beta_b_ = ex["beta_b"]
-        self.beta_ = ex["beta"]
-        self.n_rejected_ = ex["n_rejected"]
-        self.backend_ = be.name
-        self.batch_size_ = b
-        self.variant_ = variant
-        message = self._uncertified_message(res, max_iter, variant, b)
-        if message is not None:
-            warnings.warn(message, ConvergenceWarning, stacklevel=2)
-        return self
+        W = np.asarray(res.w, dtype=np.float64)
+        W = W.reshape(-1, 1) if W.ndim == 1 else W
+        m = W.shape[1]
+        alpha = np.asarray(ex["alpha"]).reshape(n, -1)
 
-    def _uncertified_message(self, res, max_iter, variant, b):
+        def per_output(value):
+            return list(np.broadcast_to(np.asarray(value), (m,)))
+
+        common = {"sigma2": ex["sigma2"], "beta_b": ex["beta_b"], "backend": be.name,
+                  "batch_size": b, "variant": variant, "max_iter": max_iter}
+        per = {"n_iter": [res.n_iter] * m, "history": [res.history] * m,
+               "stop_reason": [res.stop_reason] * m, "primal": per_output(ex["primal"]),
+               "dual": per_output(ex["dual"]), "gap": per_output(ex["gap"]),
+               "beta": per_output(ex["beta"]), "n_rejected": per_output(ex["n_rejected"]),
+               "alpha": [alpha[:, c].copy() for c in range(m)]}
+        return W, np.zeros(m), common, per
+
+    def _uncertified_message(self, common, per):
         """The ConvergenceWarning of a run that ended with a gap above ``tol``, or None."""
-        gap = res.extra["gap"]
-        if res.stop_reason == "tol" or gap <= self.tol:
+        gaps = np.asarray(per["gap"], dtype=np.float64)
+        worst = int(np.argmax(np.where(np.isfinite(gaps), gaps, np.inf)))
+        reason = per["stop_reason"][worst]
+        gap = float(gaps[worst])
+        if reason == "tol" or gap <= self.tol:
             return None
+        max_iter, variant, b = common["max_iter"], common["variant"], common["batch_size"]
+        n_iter = per["n_iter"][worst]
+        name = "Newton" if variant == "newton" else "SDCA"
         # alpha = 0, w = 0 has P = 1 and D = 0 (less with zero rows at alpha_i = 1): a gap above
         # 1 is worse than the starting point, i.e. the steps are too long
         diverged = not math.isfinite(gap) or gap > 1.0
@@ -314,15 +500,17 @@ class SDCASVC(_LinearSVCBase):
                       "batch_size")
         elif diverged and given:
             advice = f"the gap is above 1, that of the starting point: {given}"
-        elif res.stop_reason == "max_iter":
+        elif reason == "max_iter" and variant == "newton":
+            advice = "increase max_iter"
+        elif reason == "max_iter":
             advice = ("increase max_iter, or use the aggressive variant or a smaller batch_size"
                       + (f"; {given}" if given else ""))
-        elif res.stop_reason == "max_time":
+        elif reason == "max_time":
             advice = f"the time budget max_time={self.max_time!r} ran out; give it more time"
         else:
             advice = "the callback stopped it; let the run continue to certify the solution"
-        head = (f"SDCA stopped after max_iter={max_iter} iterations" if res.stop_reason ==
-                "max_iter" else f"SDCA stopped by {res.stop_reason} after {res.n_iter} iterations")
+        head = (f"{name} stopped after max_iter={max_iter} iterations" if reason == "max_iter"
+                else f"{name} stopped by {reason} after {n_iter} iterations")
         return f"{head} with duality gap {gap:.3g} > tol={self.tol}; {advice}"
 
 
