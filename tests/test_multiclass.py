@@ -251,7 +251,7 @@ def test_weights_without_the_weighted_solvers_say_what_to_use(blobs):
             "sample_weight and class_weight need an SDCA solver with weights, which this gpusvm "
             "does not provide yet; use loss='squared_hinge', solver='newton' for weighted "
             "fits")):
-        SDCASVC(backend="numpy", class_weight="balanced").fit(X, y)
+        SDCASVC(backend="numpy", class_weight={0: 2.0}).fit(X, y)
     with pytest.raises(NotImplementedError, match=exactly(
             "loss='squared_hinge' with solver='sdca' needs an SDCA solver with the squared "
             "hinge, which this gpusvm does not provide yet; use solver='newton' for "
@@ -293,3 +293,32 @@ def test_binary_shapes_are_unchanged():
     assert est.coef_.shape == (1, 20) and est.intercept_.shape == (1,)
     assert est.decision_function(X).shape == (120,) and np.ndim(est.duality_gap_) == 0
     assert est.alpha_.shape == (120,)
+
+
+# ------------------------------------------------------------------ warm starts of the mini-batch solvers
+@pytest.mark.skipif(not pegasos_module._solver_has("t_start"),
+                    reason="the Pegasos solver has no t_start: PegasosSVC has no partial_fit")
+def test_two_partial_fits_equal_one_fit_of_two_epochs(blobs):
+    X, y = blobs
+    params = dict(lam=1e-2, batch_size=16, averaging="none", backend="numpy", dtype="float64",
+                  random_state=4)
+    inc = PegasosSVC(**params)
+    inc.partial_fit(X, y, classes=np.unique(y)).partial_fit(X, y)
+    assert inc.t_ == 2 * 15
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        full = PegasosSVC(max_iter=30, **params).fit(X, y)
+    np.testing.assert_allclose(inc.coef_, full.coef_, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(inc.intercept_, full.intercept_, rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.skipif(not sdca_module._solver_has("alpha0"),
+                    reason="the SDCA solver has no alpha0: SDCASVC(warm_start=True) needs it")
+def test_sdca_warm_start_resumes_from_alpha(blobs):
+    X, y = blobs
+    est = SDCASVC(lam=1e-2, warm_start=True, backend="numpy", random_state=0).fit(X, y)
+    assert np.all(est.duality_gap_ <= 1e-3)
+    cold_iter = est.n_iter_
+    est.fit(X, y)
+    assert est.n_iter_ <= cold_iter / 2           # it resumes: far fewer steps than from 0
+    assert np.all(est.duality_gap_ <= 1e-3)

@@ -212,7 +212,7 @@ class PegasosSVC(_LinearSVCBase):
         self.random_state = random_state
         self.verbose = verbose
 
-    def _initial_point(self, coef_init, intercept_init, d_aug, lam):
+    def _initial_point(self, coef_init, intercept_init, d_aug, lam, clip=False):
         if coef_init is None and intercept_init is None:
             return None, 0.0
         w0 = np.zeros(d_aug, dtype=np.float64)
@@ -232,7 +232,7 @@ class PegasosSVC(_LinearSVCBase):
                 b0 = 0.0
             elif self.bias == "none":
                 raise ValueError("intercept_init was given but bias='none'; use another bias mode")
-        if self.projection:
+        if self.projection and not clip:     # partial_fit continues the solver's own point
             norm = float(np.linalg.norm(w0))
             radius = 1.0 / math.sqrt(lam)
             if norm > radius * (1 + 1e-12):
@@ -317,10 +317,10 @@ class PegasosSVC(_LinearSVCBase):
         old = None if first else (self.coef_.copy(), self.intercept_.copy(), self.lam_)
 
         def warm(start, m, multi, rows):
-            if old is None:
-                inits = [None] * m
-            else:
-                inits = [(old[0][start + c], old[1][start + c], t0) for c in range(m)]
+            if old is None:                      # the first call starts from w = 0
+                return None
+            inits = [(old[0][start + c], None if self.bias == "none" else old[1][start + c], t0)
+                     for c in range(m)]
             return inits if multi else inits[0]
 
         saved_lam, saved_c = self.lam, self.C
@@ -399,9 +399,17 @@ class PegasosSVC(_LinearSVCBase):
             epochs = 1
         max_iter = self.max_iter if self.max_iter is not None else math.ceil(epochs * n / k)
         w0, b0, t_start = None, 0.0, 0
-        if init is not None:
+        if isinstance(init, list):               # M outputs in one native call
+            points = [self._initial_point(coef, b, Xs.shape[1], lam, clip=t > 0)
+                      for coef, b, t in init]
+            t_start = init[0][2]
+            if any(w is not None for w, _ in points):
+                w0 = np.column_stack([np.zeros(Xs.shape[1]) if w is None else w
+                                      for w, _ in points])
+                b0 = np.array([b for _, b in points], dtype=np.float64)
+        elif init is not None:
             coef, b, t_start = init
-            w0, b0 = self._initial_point(coef, b, Xs.shape[1], lam)
+            w0, b0 = self._initial_point(coef, b, Xs.shape[1], lam, clip=t_start > 0)
         extra = {}
         if s is not None:
             if not _solver_has("loss"):

@@ -12,7 +12,8 @@ Sec. 4.2):
 
 * gradient ``g = lam w - (2/n) X_I^T (S (1 - y_I * X_I w) * y_I)``;
 * Hessian-vector product ``H v = lam v + (2/n) X_I^T (S (X_I v))``: two sparse
-  products, and ``H`` is never formed.
+  products over the active rows ``I`` only (taken out once per Newton step), and
+  ``H`` is never formed.
 
 Each outer iteration solves ``H p = -g`` by conjugate gradients to the relative
 residual ``min(0.1, sqrt(||g|| / ||g_0||))`` (the inexact Newton forcing term of
@@ -56,22 +57,29 @@ MAX_CG_ITER = 250
 
 
 class _Products:
-    """``X v`` and ``X^T u`` in float64 on the backend's CSR matrix."""
+    """``X v`` and ``X^T u`` in float64 on the backend's CSR matrix (``X^T u`` reads the
+    CSR arrays as CSC: no transposed copy)."""
 
-    def __init__(self, backend):
-        X = backend.X
-        self.xp = getattr(backend, "xp", np)
+    def __init__(self, backend, X=None):
+        X = backend.X if X is None else X
+        self.xp = getattr(backend, "xp", np) if backend is not None else np
         if X.dtype != np.float64:
             X = X.astype(np.float64)
         self.X = X
-        self.XT = X.T.tocsr()
         self.n, self.d = X.shape
 
     def matvec(self, v):
         return self.X @ v
 
     def rmatvec(self, u):
-        return self.XT @ u
+        return self.X.T @ u
+
+    def rows(self, index):
+        """The products of the rows ``index`` only (the active set of a Newton step)."""
+        sub = _Products.__new__(_Products)
+        sub.xp, sub.X = self.xp, self.X[index]
+        sub.n, sub.d = sub.X.shape
+        return sub
 
 
 def _line_search(xp, lam, n, w, p, z, q, s):
@@ -227,10 +235,13 @@ def newton(backend, *, lam: float, tol: float = 1e-3, max_iter: int = DEFAULT_MA
                 it -= 1
                 reason = "tol"
                 break
-            D = xp.where(act, s, 0.0) * (2.0 / n)
+            # the generalised Hessian reads the active rows only (LIBLINEAR's TRON does the same)
+            index = xp.flatnonzero(act)
+            sub = prod.rows(index)
+            D = s[index] * (2.0 / n)
 
-            def hess(v, D=D):
-                return lam * v + prod.rmatvec(D * prod.matvec(v))
+            def hess(v, D=D, sub=sub):
+                return lam * v + sub.rmatvec(D * sub.matvec(v))
 
             eta = min(0.1, math.sqrt(gnorm / g0)) if g0 > 0 else 0.1
             p, k = _cg(xp, hess, -g, eta, cg_max_iter)
