@@ -395,7 +395,8 @@ class SDCASVC(_LinearSVCBase):
                     f"has {Xs.shape[1]}; fit the same features, or set warm_start=False")
             w0 = np.column_stack([i["w"] for i in inits])
         max_iter = self.max_iter if self.max_iter is not None else DEFAULT_NEWTON_ITER
-        progress, close = _gap_progress_bar(self.verbose, max_iter)
+        progress, close = _gap_progress_bar(self.verbose, max_iter * (Y.shape[1] if Y.ndim == 2
+                                                                      else 1))
         try:
             res = newton(be, lam=float(lam), tol=float(self.tol), max_iter=max_iter, y=Y,
                          sample_weight=s, w0=w0, max_time=self.max_time,

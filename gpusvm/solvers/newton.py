@@ -181,7 +181,8 @@ def newton(backend, *, lam: float, tol: float = 1e-3, max_iter: int = DEFAULT_MA
         ``callback(iteration, primal, elapsed)`` after every Newton iteration;
         ``False`` stops.
     progress : callable or None
-        ``progress(iteration, primal, gap)`` after every Newton iteration.
+        ``progress(iteration, primal, gap)`` after every Newton iteration (iterations
+        counted over the outputs one after the other).
     cg_max_iter : int, default=250
         Cap of the CG iterations of one step.
     products : _Products, optional
@@ -216,6 +217,7 @@ def newton(backend, *, lam: float, tol: float = 1e-3, max_iter: int = DEFAULT_MA
     start = time.perf_counter()
     ws, primals, duals, gaps, alphas, histories, n_iters, reasons = [], [], [], [], [], [], [], []
     cg_total = 0
+    done = 0                                   # Newton iterations of the earlier outputs
     for c in range(Ycols.shape[1]):
         yc = xp.ascontiguousarray(Ycols[:, c])
         w = xp.zeros(d, dtype=np.float64) if W0 is None else W0[:, min(c, W0.shape[1] - 1)].copy()
@@ -254,7 +256,7 @@ def newton(backend, *, lam: float, tol: float = 1e-3, max_iter: int = DEFAULT_MA
             elapsed = time.perf_counter() - start
             history.append((it, primal, dual, gap, elapsed))
             if progress is not None:
-                progress(it, primal, gap)
+                progress(done + it, primal, gap)
             if gap <= tol:
                 reason = "tol"
                 break
@@ -275,6 +277,7 @@ def newton(backend, *, lam: float, tol: float = 1e-3, max_iter: int = DEFAULT_MA
         histories.append(history)
         n_iters.append(it)
         reasons.append(reason)
+        done += it
     if multi:
         W = xp.stack(ws, axis=1)
         alpha = xp.stack(alphas, axis=1)
