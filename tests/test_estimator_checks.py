@@ -35,17 +35,29 @@ from gpusvm.estimators_sdca import SDCASVC
 ESTIMATORS = [
     PegasosSVC(backend="numpy", random_state=0, C=1.0, dtype="float64"),
     KernelPegasosSVC(random_state=0),
-    # C=1: the checks' small data sets reach the duality-gap tolerance within a few epochs, where
-    # the default lam=1e-4 runs all of max_iter (same checks, several times slower); tol=1e-12
-    # makes the hinge optimum exact enough for the sample-weight equivalence (rtol=1e-7)
-    SDCASVC(backend="numpy", random_state=0, C=1.0, tol=1e-12, dtype="float64"),
+    # tol=1e-12 with room to reach it (max_iter) makes the hinge optimum exact enough for the
+    # sample-weight equivalence (rtol=1e-7); the compiled backend gets there in seconds
+    SDCASVC(backend="numba", random_state=0, C=1.0, tol=1e-12, max_iter=10**6, dtype="float64"),
     SDCASVC(backend="numpy", solver="newton", loss="squared_hinge", C=1.0, tol=1e-12,
             dtype="float64"),
 ]
 
+_STOCHASTIC = (
+    "Pegasos is a stochastic method: a row of weight 3 and its three repeated copies are visited "
+    "by different mini-batches, so the two fits agree in distribution, not to rtol=1e-7 "
+    "(scikit-learn expects the same failure of its own SGDClassifier); SDCASVC, which "
+    "certifies its optimum, passes it")
+
 #: {estimator class name: {check name: reason}}; empty while every check passes
 WAIVED: dict[str, dict[str, str]] = {
-    "PegasosSVC": {},
+    "PegasosSVC": {
+        "check_sample_weight_equivalence_on_dense_data": _STOCHASTIC,
+        "check_sample_weight_equivalence_on_sparse_data": _STOCHASTIC,
+        "check_class_weight_classifiers": (
+            "class weights 1000 and 1e-4 on unscaled blobs (rows of norm ~30) make the weighted "
+            "subgradient steps s_i/(lam t) about 1000 times longer than the unweighted ones; "
+            "the check's 1000 iterations end far from the optimum, which SDCASVC reaches"),
+    },
     "KernelPegasosSVC": {},
     "SDCASVC": {},
 }

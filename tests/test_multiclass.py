@@ -322,3 +322,16 @@ def test_sdca_warm_start_resumes_from_alpha(blobs):
     est.fit(X, y)
     assert est.n_iter_ <= cold_iter / 2           # it resumes: far fewer steps than from 0
     assert np.all(est.duality_gap_ <= 1e-3)
+
+
+@pytest.mark.parametrize("backend", ["numba", "emulated"])
+def test_newton_on_every_backend_equals_numpy(blobs, backend):
+    # the products run on each backend's own CSR matrix (the emulated device backend keeps it on
+    # the host, as a CUDA device keeps it in cuSPARSE form)
+    X, y = blobs
+    s = np.random.default_rng(1).uniform(0.5, 2.0, X.shape[0])
+    ref = newton_svc(C=1.0).fit(X, y, sample_weight=s)
+    other = newton_svc(C=1.0).set_params(backend=backend).fit(X, y, sample_weight=s)
+    assert other.backend_ == backend
+    np.testing.assert_allclose(other.coef_, ref.coef_, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(other.duality_gap_, ref.duality_gap_, atol=1e-12)

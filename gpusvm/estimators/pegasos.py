@@ -311,6 +311,11 @@ class PegasosSVC(_LinearSVCBase):
             raise ValueError(f"classes={np.asarray(classes).tolist()} differs from the classes "
                              f"{self.classes_.tolist()} of the first partial_fit call")
         self._check_options()
+        n_classes = (classes if first else self.classes_).size
+        if n_classes > 2 and self.multi_class != "ovr":
+            raise ValueError(
+                f"partial_fit fits one-vs-rest outputs only (every call's rows serve every "
+                f"output); multi_class={self.multi_class!r} needs fit on all the data")
         averaging = "none" if self.averaging == "auto" else self.averaging
         self._averaging = averaging
         t0 = 0 if first else self.t_
