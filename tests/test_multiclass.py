@@ -180,13 +180,18 @@ def test_newton_warm_start_resumes_at_the_optimum(letter):
 
 
 # ------------------------------------------------------------------ multiclass modes
-def test_one_vs_rest_equals_binary_fits_with_the_same_seed(blobs):
+@pytest.mark.parametrize("native", [True, False], ids=["one-call", "per-class"])
+def test_one_vs_rest_equals_binary_fits_with_the_same_seed(blobs, native):
     X, y = blobs
+    if native and not sdca_module._NATIVE:
+        pytest.skip("the solvers fit one output per call: one-vs-rest is one fit per class")
     for cls, params in ((SDCASVC, dict(lam=1e-2, max_iter=300, tol=0.0)),
                         (PegasosSVC, dict(lam=1e-2, max_iter=300, averaging="tail"))):
+        ovr = cls(backend="numpy", dtype="float64", random_state=5, **params)
+        ovr._ovr_native = native          # the M-output solver call where the solver has it
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")       # not certified at max_iter: no matter here
-            ovr = cls(backend="numpy", dtype="float64", random_state=5, **params).fit(X, y)
+            ovr.fit(X, y)
         assert ovr.coef_.shape == (4, 5) and ovr.decision_function(X).shape == (240, 4)
         for k, c in enumerate(ovr.classes_):
             with warnings.catch_warnings():

@@ -169,6 +169,10 @@ LOSSES = ("hinge", "squared_hinge")
 MULTI_CLASS_MODES = ("ovr", "ovo", "ordinal")
 #: ``lam`` when neither ``lam`` nor ``C`` is given
 DEFAULT_LAM = 1e-4
+#: backends on which one-vs-rest runs as one M-output solver call (one gather of a batch row
+#: serves all M margins); on the CPU backends one binary fit per class is faster, since each
+#: output shrinks its own active set and stops at its own certificate (BENCHMARKS.md)
+OVR_NATIVE_BACKENDS = ("cupy", "emulated")
 
 
 def solver_has(solver, parameter: str) -> bool:
@@ -555,6 +559,18 @@ class _LinearSVCBase(ClassifierMixin, BaseEstimator):
         self._n_rows = Xc.shape[0]
         self.lam_ = lams[0] if len(lams) == 1 else np.asarray(lams)
         return common, per
+
+    #: one-vs-rest as one M-output call: None decides by backend (OVR_NATIVE_BACKENDS);
+    #: True or False forces it (tests compare the two)
+    _ovr_native = None
+
+    def _native_ovr(self, solver_supports: bool) -> bool:
+        """Whether one-vs-rest runs as one M-output solver call on this fit's backend."""
+        if not solver_supports:
+            return False
+        if self._ovr_native is not None:
+            return bool(self._ovr_native)
+        return resolve_backend_name(self.backend) in OVR_NATIVE_BACKENDS
 
     def _solve_columns(self, Xs, Y, s, lam, init, solve_one, native: bool):
         """One-vs-rest: one native call on the ``(n, M)`` labels, or one binary fit per column.

@@ -388,7 +388,8 @@ class PegasosSVC(_LinearSVCBase):
         return warm
 
     def _solve(self, Xs, Y, s, lam, init):
-        return self._solve_columns(Xs, Y, s, lam, init, self._solve_one, native=_NATIVE)
+        return self._solve_columns(Xs, Y, s, lam, init, self._solve_one,
+                                   native=self._native_ovr(_NATIVE))
 
     def _solve_one(self, Xs, y, s, lam, init):
         """One Pegasos run on the rows ``Xs`` with labels ``y`` (one output, or M natively)."""

@@ -379,7 +379,8 @@ class SDCASVC(_LinearSVCBase):
     def _solve(self, Xs, Y, s, lam, init):
         if self.solver == "newton":
             return self._solve_newton(Xs, Y, s, lam, init)
-        return self._solve_columns(Xs, Y, s, lam, init, self._solve_sdca, native=_NATIVE)
+        return self._solve_columns(Xs, Y, s, lam, init, self._solve_sdca,
+                                   native=self._native_ovr(_NATIVE))
 
     def _solve_newton(self, Xs, Y, s, lam, init):
         """The primal Newton solver on one problem (M outputs one after the other)."""
