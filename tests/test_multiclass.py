@@ -340,3 +340,30 @@ def test_newton_on_every_backend_equals_numpy(blobs, backend):
     assert other.backend_ == backend
     np.testing.assert_allclose(other.coef_, ref.coef_, rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(other.duality_gap_, ref.duality_gap_, atol=1e-12)
+
+
+@pytest.mark.skipif(not sdca_module._NATIVE, reason="the SDCA solver has no weights")
+@pytest.mark.parametrize("loss", ["hinge", "squared_hinge"])
+def test_sdca_integer_weights_equal_duplicated_rows(blobs, loss):
+    X, y = blobs
+    s = np.random.default_rng(3).integers(0, 4, X.shape[0])
+    params = dict(C=0.7, loss=loss, tol=1e-11, max_iter=10**7, dtype="float64",
+                  backend="numba", random_state=0)
+    weighted = SDCASVC(**params).fit(X, y, sample_weight=s)
+    repeated = SDCASVC(**params).fit(np.repeat(X, s, axis=0), np.repeat(y, s))
+    assert np.all(weighted.duality_gap_ <= 1e-11) and np.all(repeated.duality_gap_ <= 1e-11)
+    # a gap g bounds ||w - w*||^2 <= 2 g / lam: here ||w - w*|| <= 6e-5 for each fit, and rows
+    # (bias column included) have norm <= 2.5
+    np.testing.assert_allclose(weighted.decision_function(X), repeated.decision_function(X),
+                               rtol=0, atol=3e-4)
+    assert np.mean(weighted.predict(X) == repeated.predict(X)) >= 0.99
+
+
+@pytest.mark.skipif(not sdca_module._NATIVE, reason="the SDCA solver has no squared hinge")
+def test_sdca_squared_hinge_matches_newton(letter):
+    X, y = letter
+    sdca = SDCASVC(C=1.0, loss="squared_hinge", tol=1e-6, dtype="float64", backend="numba",
+                   random_state=0, max_iter=10**7).fit(X, y)
+    newt = newton_svc(C=1.0).fit(X, y)
+    # both certified: each primal is within its gap of the common optimum
+    assert np.all(np.abs(sdca.primal_objective_ - newt.primal_objective_) <= 1e-6)
