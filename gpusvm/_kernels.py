@@ -22,7 +22,8 @@ from pathlib import Path
 KERNEL_FILES = ("margins.cu", "pegasos_step.cu", "renormalize.cu", "reset_scale.cu",
                 "output.cu", "decision.cu", "hinge_sum.cu",
                 "sdca_margins.cu", "sdca_deltas.cu", "sdca_rho.cu", "sdca_apply.cu",
-                "sdca_dual_weights.cu", "sample.cu", "sample_firsts.cu")
+                "sdca_dual_weights.cu", "sample.cu", "sample_firsts.cu",
+                "margins_multi.cu", "accumulate_multi.cu", "sdca_deltas_multi.cu")
 #: lane counts of the row kernels (lanes of a warp that share one CSR row)
 LANE_COUNTS = (4, 8, 16, 32)
 #: C++ value types of the data and of ``v``, by NumPy dtype name
@@ -30,6 +31,9 @@ VALUE_TYPES = {"float32": "float", "float64": "double"}
 #: kernels templated over ``<LANES, T>``; the others are templated over ``<T>``
 ROW_KERNELS = ("gpusvm_margins", "gpusvm_pegasos_step", "gpusvm_decision", "gpusvm_hinge_sum")
 VECTOR_KERNELS = ("gpusvm_renormalize", "gpusvm_reset_scale", "gpusvm_output")
+#: the general path (M outputs, weights, the squared hinge), templated over ``<T>``: one thread per
+#: (batch row, output) pair (launched by gpusvm/backends/_general_device.py)
+MULTI_KERNELS = ("gpusvm_margins_multi", "gpusvm_accumulate_multi", "gpusvm_sdca_deltas_multi")
 #: mini-batch SDCA kernels, templated over ``<LANES, T>`` like :data:`ROW_KERNELS` (launched by
 #: the SDCA methods of the device backend; their ThreadSanitizer run is in tests/test_device_sdca.py)
 SDCA_KERNELS = ("gpusvm_sdca_margins", "gpusvm_sdca_deltas", "gpusvm_sdca_rho", "gpusvm_sdca_apply",
@@ -150,7 +154,7 @@ def name_expressions() -> list[str]:
     for t in VALUE_TYPES.values():
         for op in ROW_KERNELS + SDCA_KERNELS:
             names.extend(row_kernel(op, lanes, t) for lanes in LANE_COUNTS)
-        names.extend(vector_kernel(op, t) for op in VECTOR_KERNELS)
+        names.extend(vector_kernel(op, t) for op in VECTOR_KERNELS + MULTI_KERNELS)
     names.extend(SAMPLER_KERNELS)
     return names
 

@@ -45,7 +45,7 @@ def resolve_backend_name(name: str) -> str:
     return name
 
 
-def make_backend(name: str, X, y):
+def make_backend(name: str, X, y, sample_weight=None):
     """Build the backend ``name`` for CSR ``X`` and labels ``y`` in {-1, +1}.
 
     Parameters
@@ -55,7 +55,12 @@ def make_backend(name: str, X, y):
         ``"emulated"`` runs the device backend's orchestration with NumPy arrays
         and the CUDA kernels on the CPU kernel emulator (slow; for verification).
     X : scipy.sparse.csr_matrix (or a CuPy CSR matrix for ``"cupy"``)
-    y : array of shape (n,)
+    y : array of shape (n,) or (n, M)
+        One column per output (ALGORITHMS.md, "Many outputs at once");
+        ``backend.n_outputs`` is ``M`` (1 for 1-D ``y``).
+    sample_weight : array of shape (n,), optional
+        Example weights ``s_i >= 0``, one per row, shared by every output
+        (sample_weight times class_weight[y_i]; ALGORITHMS.md, "Weights").
 
     Returns
     -------
@@ -63,9 +68,11 @@ def make_backend(name: str, X, y):
     """
     name = resolve_backend_name(name)
     if name == "numpy":
-        return NumpyBackend(X, y)
+        return NumpyBackend(X, y, sample_weight)
     if name == "numba":
         from .numba_ import NumbaBackend  # noqa: PLC0415  (optional: numba)
-        return NumbaBackend(X, y)
+        return NumbaBackend(X, y, sample_weight)
     from .device import make_device_backend  # noqa: PLC0415  (optional, heavy)
-    return make_device_backend(name, X, y)
+    if sample_weight is None and getattr(y, "ndim", 1) == 1:
+        return make_device_backend(name, X, y)
+    return make_device_backend(name, X, y, sample_weight=sample_weight)

@@ -146,6 +146,8 @@ class PegasosPlan:
     t_avg : int
     renorm_threshold : float
         Fold ``a`` into ``v`` when ``|a|`` falls below it.
+    loss : {"hinge", "squared_hinge"}
+        The loss (the general path of :mod:`gpusvm.backends._general`).
     """
 
     lam: float
@@ -159,6 +161,7 @@ class PegasosPlan:
     averaged: bool = False
     t_avg: int = 1
     renorm_threshold: float = 1e-6
+    loss: str = "hinge"
 
 
 @dataclass(frozen=True)
@@ -180,6 +183,8 @@ class SDCAPlan:
         (Hsieh et al. 2008, Sec. 3.2) takes out of the active set (see
         :meth:`gpusvm.backends.numpy_.NumpyBackend.sdca_segment`).  The certificate
         is computed on every row whatever the active set, so it stays exact.
+    loss : {"hinge", "squared_hinge"}
+        The loss (the general path of :mod:`gpusvm.backends._general`).
     """
 
     lam: float
@@ -187,3 +192,4 @@ class SDCAPlan:
     theta: float = 0.5
     aggressive: bool = False
     shrinking: bool = False
+    loss: str = "hinge"

@@ -36,6 +36,7 @@ import scipy.sparse as sp
 
 from .. import _kernels
 from ._state import N_SLOTS, S_A, S_ASUM, S_ASUMD, S_B, S_BETA, S_BSUM, S_NAVG, S_NREJ, S_VSQ
+from ._general_device import DeviceGeneralPath
 from .base import Evaluation, step_sizes
 from .numpy_ import optimal_bias_xp
 
@@ -158,7 +159,7 @@ class _EmulatedRuntime:
         return None
 
 
-class DeviceBackend:
+class DeviceBackend(DeviceGeneralPath):
     """Pegasos and SDCA primitives as CUDA kernels (see :mod:`gpusvm.backends.base` and
     :mod:`gpusvm.solvers.sdca`).
 
@@ -167,8 +168,9 @@ class DeviceBackend:
     X : scipy.sparse matrix, ndarray, cupyx.scipy.sparse matrix or cupy.ndarray
         Training data (n, d), float32 or float64 (other dtypes become float64).
         Host input is copied to the device once; device input is used in place.
-    y : array of shape (n,)
-        Labels in {-1, +1}.
+    y : array of shape (n,) or (n, M)
+        Labels in {-1, +1}; one column per output (the general path of
+        :mod:`gpusvm.backends._general_device`).
     runtime : {"cupy", "emulated"} or runtime object
         Where the kernels run.
     lanes : int, optional
@@ -177,6 +179,8 @@ class DeviceBackend:
     free_memory : int, optional
         Free device bytes to check the estimate against; default: what the
         device reports (``cupy.cuda.runtime.memGetInfo``), no check when emulated.
+    sample_weight : array of shape (n,), optional
+        Example weights ``s_i >= 0`` shared by every output (the general path).
 
     Attributes
     ----------
@@ -202,7 +206,7 @@ class DeviceBackend:
     """
 
     def __init__(self, X, y, runtime="cupy", *, lanes: int | None = None,
-                 free_memory: int | None = None) -> None:
+                 free_memory: int | None = None, sample_weight=None) -> None:
         if isinstance(runtime, str):
             runtime = _CupyRuntime() if runtime == "cupy" else _EmulatedRuntime()
         self.runtime = runtime
@@ -245,8 +249,7 @@ class DeviceBackend:
         self._indices = up(indices, np.int32)
         self._indptr = up(indptr, np.int64)
         self.y = up(y, self.dtype)
-        if self.y.shape != (self.n,):
-            raise ValueError(f"y must have shape ({self.n},), got {tuple(self.y.shape)}")
+        self._init_general_data(y, sample_weight)           # Y (n x M), weights; checks shapes
         self._X = X if resident or runtime.xp is np else None     # host CSR on a GPU: not kept
         self._row_sq_norms = None
         # scratch of the kernels: accumulators of the step and the last-block tickets
@@ -788,7 +791,7 @@ def make_device_backend(name: str, X, y, **options) -> DeviceBackend:
     X, y
         See :class:`DeviceBackend`.
     **options
-        ``lanes``, ``free_memory``: see :class:`DeviceBackend`.
+        ``lanes``, ``free_memory``, ``sample_weight``: see :class:`DeviceBackend`.
 
     Returns
     -------

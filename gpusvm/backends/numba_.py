@@ -789,10 +789,10 @@ class NumbaBackend(NumpyBackend):
 
     name = "numba"
 
-    def __init__(self, X, y) -> None:
+    def __init__(self, X, y, sample_weight=None) -> None:
         if numba is None or not numba_available():
             raise ImportError(NUMBA_MISSING)
-        super().__init__(X, y)
+        super().__init__(X, y, sample_weight)
         self._nb_canonical = bool(X.has_canonical_format)
         self._nb_eps = float(np.finfo(self.dtype).eps)
         # v (and w of an evaluation) larger than the L2 cache: prefetch its entries too
@@ -1020,6 +1020,94 @@ class NumbaBackend(NumpyBackend):
     def dual_objective(self, lam: float, w: np.ndarray) -> float:
         """``D(alpha) = (1/n) sum_i alpha_i - (lam/2) ||w||^2`` with ``w = w(alpha)`` (host float)."""
         return float(self.alpha.sum()) / self.n - 0.5 * lam * _dot(w, w)
+
+
+    # ------------------------------------------------------------ general path
+    # M outputs, sample weights, the squared hinge: the compiled loops of _general_nb,
+    # the binary unweighted hinge above untouched.
+    def _nb_general(self, k: int):
+        """Work arrays of the general path for batches of ``k`` rows (made once per ``k``)."""
+        from ._general_nb import N_WORK, max_row_nnz  # noqa: PLC0415  (imports this module)
+
+        key = (k, self.n_outputs)
+        if getattr(self, "_nb_gen_key", None) != key:
+            M = self.n_outputs
+            cap = max(M, min(self.d, k * max_row_nnz(self.X.indptr)))
+            self._nb_gen = {
+                "m": np.empty((k, M)), "delta": np.empty((k, M)), "coef": np.empty((k, M)),
+                "slot": np.full(self.d, -1, dtype=np.int32), "acc": np.empty((cap, M)),
+                "touched": np.empty(cap, dtype=np.int32), "wk": np.zeros((N_WORK, M)),
+                "tmp": np.empty(1, dtype=self.dtype), "vflat": np.empty(1, dtype=self.dtype),
+                "yb": np.empty(k), "sc": np.empty(k), "bp": np.empty(k), "wt": np.empty(k),
+                "no_u": np.empty((1, M)),
+            }
+            self._nb_gen_key = key
+        return self._nb_gen
+
+    def _nb_weights(self):
+        if self.sample_weight is None:
+            return np.empty(0, dtype=np.float64), False
+        return self.sample_weight, True
+
+    def pegasos_segment_m(self, sampler, t0: int, t1: int, plan) -> None:
+        """Pegasos iterations ``t0 + 1 .. t1`` on the general path in one compiled call
+        (:meth:`GeneralPath.pegasos_segment_m <gpusvm.backends._general.GeneralPath.pegasos_segment_m>`)."""
+        from ._general_nb import pegasos_loop_m  # noqa: PLC0415
+
+        p = plan
+        g = self._nb_general(p.k)
+        use_u = self.U is not None
+        U = self.U if use_u else g["no_u"]
+        sw, weighted = self._nb_weights()
+        _announce_compilation(pegasos_loop_m)
+        pegasos_loop_m(*self._nb_csr(), self.Y, sw, weighted, self.V, U, use_u, self.sm,
+                       *self._nb_sampler(sampler), int(t0), int(t1), float(p.lam), int(p.k),
+                       SCHEDULE_CODES[p.schedule], float(p.eta0 or 0.0), float(p.norma_p),
+                       bool(p.unreg_bias), bool(p.optimal), float(p.radius), bool(p.averaged),
+                       int(p.t_avg), float(p.renorm_threshold), p.loss == "squared_hinge",
+                       self._nb_canonical, g["m"], g["coef"], g["slot"], g["acc"],
+                       g["touched"], g["wk"], g["tmp"], g["vflat"], g["yb"], g["sc"], g["bp"],
+                       g["wt"])
+
+    def sdca_segment_m(self, sampler, t0: int, t1: int, plan) -> None:
+        """SDCA iterations ``t0 + 1 .. t1`` on the general path in one compiled call
+        (:meth:`GeneralPath.sdca_segment_m <gpusvm.backends._general.GeneralPath.sdca_segment_m>`)."""
+        from ._general_nb import sdca_loop_m  # noqa: PLC0415
+
+        p = plan
+        g = self._nb_general(sampler.k)
+        sw, weighted = self._nb_weights()
+        _announce_compilation(sdca_loop_m)
+        sdca_loop_m(*self._nb_csr(), self.Y, sw, weighted, self.V, self.sm, self.alpha,
+                    self._inv_q, self.row_sq_norms, *self._nb_sampler(sampler), int(t0), int(t1),
+                    float(p.lam), self.n, float(p.beta_b), float(p.theta), bool(p.aggressive),
+                    p.loss == "squared_hinge", self._nb_canonical, self._nb_eps, g["m"],
+                    g["delta"], g["coef"], g["no_u"], g["slot"], g["acc"], g["touched"], g["wk"],
+                    g["vflat"])
+
+    def decision_function_m(self, W, b) -> np.ndarray:
+        """``<w_c, x_i> + b_c`` on all rows, float64 (n, M), without an upcast copy of ``X``."""
+        from ._general_nb import csr_matmat  # noqa: PLC0415
+
+        W = np.ascontiguousarray(W, dtype=np.float64)
+        out = np.empty((self.n, W.shape[1]), dtype=np.float64)
+        bb = np.ascontiguousarray(np.broadcast_to(np.asarray(b, dtype=np.float64), (W.shape[1],)))
+        csr_matmat(*self._nb_csr(), W, bb, out)
+        return out
+
+    def dual_weights_m(self, lam: float) -> np.ndarray:
+        """``W(alpha) = X^T (alpha * Y) / (lam n)`` in float64 (d, M), resynchronising ``V``."""
+        from ._general_nb import csr_rmatmat  # noqa: PLC0415
+
+        W = np.zeros((self.d, self.n_outputs), dtype=np.float64)
+        csr_rmatmat(*self._nb_csr(), self.alpha, self.Y, W)
+        W /= lam * self.n
+        self.V[...] = W
+        v64 = self.V.astype(np.float64)
+        self.sm[S_A] = 1.0
+        self.sm[S_VSQ] = np.einsum("ij,ij->j", v64, v64)
+        self.sm[S_ASUMD] = self.alpha.sum(axis=0)
+        return W
 
 
 class CompilationNotice(UserWarning):

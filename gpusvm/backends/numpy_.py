@@ -8,6 +8,7 @@ import scipy.sparse as sp
 from ._state import (N_SLOTS, S_A, S_ASUM, S_B, S_BSUM, S_DNORM, S_LOSS, S_NACT,
                      S_NAVG, S_VSQ, S_YACT)
 from ._state import S_ASUMD, S_BETA, S_NREJ, S_TMP0
+from ._general import GeneralPath, as_2d_labels, check_sample_weight
 from .base import Evaluation, step_size
 
 _EPS64 = float(np.finfo(np.float64).eps)
@@ -71,15 +72,24 @@ def optimal_bias_xp(xp, y_b, s):
     return bps[j]
 
 
-class NumpyBackend:
+class NumpyBackend(GeneralPath):
     """Reference backend on NumPy and SciPy CSR.
 
     Parameters
     ----------
     X : scipy.sparse.csr_matrix
         Training data, CSR with sorted indices, dtype float32 or float64.
-    y : ndarray of shape (n,)
-        Labels in {-1, +1}, same dtype as ``X``.
+    y : ndarray of shape (n,) or (n, M)
+        Labels in {-1, +1}, same dtype as ``X``; one column per output.
+    sample_weight : ndarray of shape (n,), optional
+        Example weights ``s_i >= 0`` shared by every output (ALGORITHMS.md, "Weights").
+
+    Attributes
+    ----------
+    Y : ndarray of shape (n, M)
+        The labels with one column per output (a view of a 1-D ``y``).
+    n_outputs : int
+        ``M``.
 
     Notes
     -----
@@ -90,10 +100,12 @@ class NumpyBackend:
     name = "numpy"
     xp = np
 
-    def __init__(self, X: sp.csr_matrix, y: np.ndarray) -> None:
+    def __init__(self, X: sp.csr_matrix, y: np.ndarray, sample_weight=None) -> None:
         self.X = X
-        self.y = np.asarray(y, dtype=X.dtype)
         self.n, self.d = X.shape
+        self.Y = as_2d_labels(y, self.n, X.dtype)
+        self.y = self.Y.ravel() if np.ndim(y) == 1 else self.Y
+        self.sample_weight = check_sample_weight(sample_weight, self.n)
         self.dtype = X.dtype
         self.row_sq_norms = self._row_sq_norms()
         self._gather_rows = None
@@ -293,6 +305,11 @@ class NumpyBackend:
         self.s[S_ASUMD] = float(self.alpha.sum())
         self.s[S_BETA] = float(beta0)
         self.s[S_NREJ] = 0.0
+
+    def load_dual(self, alpha0, lam: float) -> None:
+        """Warm start: ``alpha = alpha0`` (n,) and the iterate ``w(alpha0)`` (after :meth:`init_dual`)."""
+        self.alpha[:] = np.asarray(alpha0, dtype=np.float64)
+        self.dual_weights(lam)
 
     def sdca_deltas(self, rows: np.ndarray, m: np.ndarray, lam: float,
                     first: np.ndarray | None = None) -> np.ndarray:

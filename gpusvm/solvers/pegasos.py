@@ -19,6 +19,8 @@ import numpy as np
 from ..backends.base import SCHEDULES, PegasosPlan, step_size  # noqa: F401  (step_size: re-export)
 from ._sampling import CounterSampler
 AVERAGING = ("none", "all", "tail", "doubling")
+#: the losses (ALGORITHMS.md, "Weights, and the squared hinge")
+LOSSES = ("hinge", "squared_hinge")
 BIAS_MODES = ("none", "augmented", "unregularized", "optimal")
 
 #: fold ``a`` back into ``v`` when ``|a|`` falls below this (checked after every step;
@@ -128,15 +130,18 @@ def pegasos(backend, *, lam: float, k: int, max_iter: int, sampling: str = "with
             w0=None, b0: float = 0.0, eval_every: int | None = None, max_time: float | None = None,
             target_objective: float | None = None, callback: Callable | None = None,
             progress=None, eval_at: Callable[[int], bool] | None = None,
-            tol: float | None = None) -> SolverResult:
+            tol: float | None = None, loss: str = "hinge", t_start: int = 0) -> SolverResult:
     """Run mini-batch Pegasos on a prepared backend.
 
     Parameters
     ----------
     backend : Backend
-        Holds ``X`` (with the constant feature appended when ``bias="augmented"``) and ``y``.
+        Holds ``X`` (with the constant feature appended when ``bias="augmented"``),
+        ``y`` of shape ``(n,)`` or ``(n, M)`` (``M`` outputs trained at once on
+        the same batches) and optional sample weights ``s``.
     lam : float
-        Regularisation ``lam > 0`` of ``P(w) = lam/2 ||w||^2 + (1/n) sum hinge``.
+        Regularisation ``lam > 0`` of
+        ``P_s(w) = lam/2 ||w||^2 + (1/n) sum_i s_i loss_i(w)`` (``s_i = 1`` without weights).
     k : int
         Mini-batch size, ``1 <= k <= n``.
     max_iter : int
@@ -146,7 +151,9 @@ def pegasos(backend, *, lam: float, k: int, max_iter: int, sampling: str = "with
     seed : int or numpy.random.Generator
         Seed of the counter-based batch stream (:func:`gpusvm.solvers._sampling.seed_u64`).
     projection : bool
-        Project onto the ball of radius ``1/sqrt(lam)`` (Fig. 1, step 5).
+        Project onto the ball that holds the optimum (Fig. 1, step 5): radius
+        ``1/sqrt(lam)``; ``sqrt(max_i s_i / lam)`` with weights; ``sqrt(2 mean(s) / lam)``
+        for the squared hinge (ALGORITHMS.md, "Weights"); each output on its own.
     averaging : {"none", "all", "tail", "doubling"}
         Output the last iterate, the average of all iterates ``w_2..w_{T+1}``
         (Corollary 1), or the average of the iterates after steps
@@ -167,7 +174,8 @@ def pegasos(backend, *, lam: float, k: int, max_iter: int, sampling: str = "with
         ``-(1/k) sum_{A_t^+} y_i``; the optimal ``b`` of each batch (a weighted
         median of the breakpoints ``y_i - <w, x_i>``).
     w0, b0
-        Initial point; ``||w0|| <= 1/sqrt(lam)`` is the caller's check.
+        Initial point; ``||w0|| <= 1/sqrt(lam)`` is the caller's check.  Shapes
+        ``(d,)`` and float for 1-D ``y``, ``(d, M)`` and ``(M,)`` for 2-D ``y``.
     eval_every : int, optional
         Iterations between two evaluations of the objective (the only
         synchronisation points of a device backend). Default: once per epoch.
@@ -188,10 +196,25 @@ def pegasos(backend, *, lam: float, k: int, max_iter: int, sampling: str = "with
         ``averaging="doubling"``: stop once the objective of the tail average
         decreases by at most ``tol`` from one doubling to the next
         (``stop_reason="tol"``).
+    loss : {"hinge", "squared_hinge"}, default="hinge"
+        The subgradient of a violated example is ``-s_i y_i x_i`` (hinge) or
+        ``-2 s_i (1 - m_i) y_i x_i`` (squared hinge).  ``bias="optimal"``
+        minimises the batch hinge loss and takes the hinge only.
+    t_start : int, default=0
+        Iterations already done (``partial_fit``): the run performs iterations
+        ``t_start + 1 .. t_start + max_iter`` on the batches ``t_start ..`` of
+        the stream, with their step sizes, from ``w0``/``b0``; two runs of
+        ``T/2`` chained this way take the steps of one run of ``T`` (averages
+        restart with each run).
 
     Returns
     -------
     SolverResult
+        ``w`` of shape ``(d,)`` and float ``b`` for 1-D ``y``; ``(d, M)`` and
+        ``(M,)`` for 2-D ``y``.  The objective values of ``history`` (and
+        ``extra["objective"]``, the callbacks' and ``target_objective``'s) are
+        the mean over the outputs when ``M > 1``; ``extra["objectives"]`` has
+        every output's.  ``n_iter`` counts the iterations of this run.
 
     Notes
     -----
@@ -210,75 +233,150 @@ def pegasos(backend, *, lam: float, k: int, max_iter: int, sampling: str = "with
     objective; Pegasos' large ``k`` pays off on a GPU.
     """
     n = backend.n
+    if loss not in LOSSES:
+        raise ValueError(f"loss must be one of {', '.join(LOSSES)}, got {loss!r}")
+    if loss != "hinge" and bias == "optimal":
+        raise ValueError("bias='optimal' minimises the batch hinge loss over b; with "
+                         "loss='squared_hinge' use bias='unregularized' or 'augmented'")
+    if not (isinstance(t_start, (int, np.integer)) and t_start >= 0):
+        raise ValueError(f"t_start must be an int >= 0 (iterations already done), got {t_start!r}")
+    t_start = int(t_start)
+    general = _uses_general_path(backend, loss)
+    if general:
+        _check_general_backend(backend)
+    t_end = t_start + max_iter
     doubling = averaging == "doubling"
-    if doubling:                      # evaluations at T_j = 2^j epochs only
+    if doubling:                      # evaluations at T_j = 2^j epochs (of this run) only
         epoch = math.ceil(n / k)
-        eval_every, eval_at = None, (lambda t: t % epoch == 0 and (t // epoch) & (t // epoch - 1) == 0)
+        eval_every, eval_at = None, (
+            lambda t: (t - t_start) % epoch == 0
+            and ((t - t_start) // epoch) & ((t - t_start) // epoch - 1) == 0)
     elif eval_every is None:
         eval_every = default_eval_every(n, k, max_iter)
+    elif eval_at is None and t_start:   # evaluations every eval_every iterations of this run
+        eval_at = (lambda t, e=eval_every: (t - t_start) % e == 0)
     reg_bias = False  # an augmented bias is part of w; the others are not regularised
     averaged = averaging != "none"
-    t_avg = 1 if averaging in ("all", "doubling") else max_iter // 2 + 1
+    t_avg = t_start + (1 if averaging in ("all", "doubling") else max_iter // 2 + 1)
     levels: list = []                 # doubling: the objectives at the previous T_j
-    radius = 1.0 / math.sqrt(lam) if projection else 0.0
+    radius = projection_radius(backend, lam, loss) if projection else 0.0
     unreg = bias == "unregularized"
     optimal = bias == "optimal"
 
-    backend.init_state(w0, b0, averaging=averaged)
+    if general:
+        backend.init_state_m(w0, b0, averaging=averaged)
+    else:
+        backend.init_state(w0, b0, averaging=averaged)
     sampler = CounterSampler(n, k, sampling, seed)                            # A_t from (seed, t)
     plan = PegasosPlan(lam=lam, k=k, schedule=schedule, eta0=0.0 if eta0 is None else eta0,
                        norma_p=norma_p, unreg_bias=unreg, optimal=optimal, radius=radius,
-                       averaged=averaged, t_avg=t_avg, renorm_threshold=RENORM_THRESHOLD)
+                       averaged=averaged, t_avg=t_avg, renorm_threshold=RENORM_THRESHOLD,
+                       loss=loss)
+    segment = backend.pegasos_segment_m if general else backend.pegasos_segment
+    reset_average = backend.reset_average_m if general else backend.reset_average
     history: list = []
     start = time.perf_counter()
-    t = 0
+    t = t_start
     stop = "max_iter"
 
     def evaluate():
+        if general:
+            W, b = backend.output_m(averaged and t >= t_avg)
+            if optimal and t > 0:
+                b = backend.final_optimal_bias_m(W)
+            objs = np.asarray(backend.to_host(backend.evaluate_m(W, b, lam, loss, reg_bias)[0]),
+                              dtype=np.float64)
+            return W, b, float(np.mean(objs)), objs
         w, b = backend.output(averaged and t >= t_avg)
         if optimal and t > 0:
             b = final_optimal_bias(backend, w)
         ev = backend.evaluate(w, b, lam, reg_bias)
-        return w, b, ev
+        return w, b, ev.objective, None
 
-    while t < max_iter:
-        steps = segment_length(t, max_iter - t, eval_every, eval_at)
-        backend.pegasos_segment(sampler, t, t + steps, plan)                  # Fig. 1, steps 1-5
+    while t < t_end:
+        steps = segment_length(t, t_end - t, eval_every, eval_at)
+        segment(sampler, t, t + steps, plan)                                  # Fig. 1, steps 1-5
         t += steps
-        if t < max_iter:
-            _, _, ev = evaluate()
+        if t < t_end:
+            _, _, obj, _ = evaluate()
             elapsed = time.perf_counter() - start
-            history.append((t, ev.objective, elapsed))
+            history.append((t, obj, elapsed))
             if progress is not None:
-                progress(t, ev.objective)
-            if callback is not None and callback(t, ev.objective, elapsed) is False:
+                progress(t, obj)
+            if callback is not None and callback(t, obj, elapsed) is False:
                 stop = "callback"
-            elif target_objective is not None and ev.objective <= target_objective:
+            elif target_objective is not None and obj <= target_objective:
                 stop = "target_objective"
-            elif doubling and tol is not None and doubling_estimate(levels + [ev.objective]) <= tol:
+            elif doubling and tol is not None and doubling_estimate(levels + [obj]) <= tol:
                 stop = "tol"
             elif max_time is not None and elapsed >= max_time:
                 stop = "max_time"
             if stop != "max_iter":
                 break
             if doubling:              # the next tail average starts here
-                levels.append(ev.objective)
-                backend.reset_average()
+                levels.append(obj)
+                reset_average()
 
-    w, b, ev = evaluate()
+    w, b, obj, objs = evaluate()
     if not history or history[-1][0] != t:
         elapsed = time.perf_counter() - start
-        history.append((t, ev.objective, elapsed))
+        history.append((t, obj, elapsed))
         if progress is not None:
-            progress(t, ev.objective)
+            progress(t, obj)
         if callback is not None:
-            callback(t, ev.objective, elapsed)        # the run ends here whatever it returns
-    if stop == "max_iter" and target_objective is not None and ev.objective <= target_objective:
+            callback(t, obj, elapsed)                 # the run ends here whatever it returns
+    if stop == "max_iter" and target_objective is not None and obj <= target_objective:
         stop = "target_objective"
     w = backend.to_host(w).astype(np.float64)
-    b = float(backend.to_host(b))                       # a 0-d device array on a device backend
-    return SolverResult(w=w, b=b, n_iter=t, history=history, stop_reason=stop,
-                        extra={"objective": ev.objective})
+    extra = {"objective": obj}
+    if general:
+        b = np.asarray(backend.to_host(b), dtype=np.float64).reshape(-1)
+        if np.ndim(backend.y) == 1:
+            w, b = w[:, 0], float(b[0])
+        else:
+            extra["objectives"] = objs
+    else:
+        b = float(backend.to_host(b))                   # a 0-d device array on a device backend
+    return SolverResult(w=w, b=b, n_iter=t - t_start, history=history, stop_reason=stop,
+                        extra=extra)
+
+
+def projection_radius(backend, lam: float, loss: str = "hinge") -> float:
+    """Radius of the ball that holds the optimum (Fig. 1 step 5; ALGORITHMS.md, "Weights").
+
+    ``1/sqrt(lam)`` for the unweighted hinge (strong duality: ``lam ||w*||^2 <=
+    (1/n) sum alpha_i <= max s_i``), ``sqrt(max_i s_i / lam)`` for the weighted
+    hinge, and ``sqrt(2 mean(s) / lam)`` for the squared hinge
+    (``lam/2 ||w*||^2 <= P_s(0) = mean(s)``).
+
+    Parameters
+    ----------
+    backend : Backend
+        Its ``sample_weight`` (None for unit weights) is read.
+    lam : float
+    loss : {"hinge", "squared_hinge"}
+
+    Returns
+    -------
+    float
+    """
+    s = getattr(backend, "sample_weight", None)
+    if loss == "squared_hinge":
+        mean_s = 1.0 if s is None else float(np.mean(backend.to_host(s)))
+        return math.sqrt(2.0 * mean_s / lam)
+    if s is None:
+        return 1.0 / math.sqrt(lam)
+    return math.sqrt(float(np.max(backend.to_host(s))) / lam)
+
+
+def _uses_general_path(backend, loss: str) -> bool:
+    from .sdca import uses_general_path  # noqa: PLC0415  (sdca imports this module)
+    return uses_general_path(backend, loss)
+
+
+def _check_general_backend(backend) -> None:
+    from .sdca import check_general_backend  # noqa: PLC0415
+    check_general_backend(backend)
 
 
 def final_optimal_bias(backend, w) -> float:

@@ -25,6 +25,17 @@ One iteration with the batch ``A`` (``|A| = b``) and step parameter ``beta``
 ``aggressive`` keeps ``beta`` in ``[1, beta_b]``, adapts it to the measured
 interaction ``rho`` of a tentative step and rejects steps that lower ``D``.
 
+Weights, the squared hinge, M outputs (ALGORITHMS.md, "Weights, and the squared
+hinge" and "Many outputs at once"): with example weights ``s_i`` the box is
+``[0, s_i]``; the squared hinge has ``alpha_i >= 0``, the dual
+``D2(alpha) = (1/n) sum_i (alpha_i - alpha_i^2/(4 s_i)) - lam/2 ||w(alpha)||^2`` and
+the closed-form step ``delta_i = lam n (1 - m_i - alpha_i/(2 s_i)) /
+(lam n/(2 s_i) + beta ||x_i||^2)`` (clipped to ``alpha_i + delta_i >= 0``); the
+safe ``beta_b`` is unchanged (the extra term is separable).  ``M`` outputs share
+the batches, each with its own ``alpha`` column, ``beta`` and certificate.  These
+fits run the general primitives of :mod:`gpusvm.backends._general`; the binary
+unweighted hinge keeps the specialised ones below.
+
 Decisions
 ---------
 * **Row norms.** The step divides by ``||x_i||^2``, so its separable surrogate is
@@ -112,6 +123,8 @@ from ._sampling import SAMPLING_MODES, CounterSampler, first_occurrences  # noqa
 from .pegasos import SolverResult, default_eval_every, segment_length
 
 VARIANTS = ("naive", "safe", "aggressive")
+#: the losses (ALGORITHMS.md, "Weights, and the squared hinge")
+LOSSES = ("hinge", "squared_hinge")
 
 #: the SDCA part of the backend contract (see the module docstring)
 SDCA_PRIMITIVES = ("init_dual", "sdca_deltas", "sdca_adapt_beta", "sdca_apply", "dual_weights",
@@ -190,19 +203,78 @@ def certificate(backend, lam: float):
     return w, primal, dual, primal - dual
 
 
+def certificate_m(backend, lam: float, loss: str):
+    """:func:`certificate` of every output on the general path (weights, loss, M outputs).
+
+    Returns
+    -------
+    W : array of float64, shape (d, M)
+    primal, dual, gap : ndarray of float64, shape (M,)
+        ``P_s(w_c(alpha))``, ``D_s(alpha_c)`` (``D2`` for the squared hinge) and their
+        difference (ALGORITHMS.md, "Weights, and the squared hinge").
+    """
+    W = backend.dual_weights_m(lam)
+    primal = np.asarray(backend.to_host(backend.evaluate_m(W, 0.0, lam, loss)[0]), dtype=float)
+    dual = np.asarray(backend.to_host(backend.dual_objective_m(lam, W, loss)), dtype=float)
+    return W, primal, dual, primal - dual
+
+
+def uses_general_path(backend, loss: str) -> bool:
+    """True when a fit needs the general path: M outputs (2-D ``y``), weights or the squared hinge."""
+    return (loss != "hinge" or getattr(backend, "sample_weight", None) is not None
+            or np.ndim(getattr(backend, "y", ())) == 2)
+
+
+def check_general_backend(backend) -> None:
+    """Refuse a backend without the general-path primitives, saying what is missing."""
+    from ..backends._general import GENERAL_PRIMITIVES  # noqa: PLC0415
+
+    missing = [name for name in GENERAL_PRIMITIVES if not hasattr(backend, name)]
+    if missing:
+        raise NotImplementedError(
+            f"the {getattr(backend, 'name', type(backend).__name__)!r} backend trains only the "
+            "binary, unweighted hinge problem (it lacks " + ", ".join(missing) + "); use "
+            "backend='numpy' or backend='numba' for several outputs, sample weights or "
+            "loss='squared_hinge'")
+
+
+def check_alpha0(alpha0, backend, loss: str) -> np.ndarray:
+    """``alpha0`` as float64 of ``y``'s shape, inside the dual's domain; clear errors otherwise."""
+    shape = tuple(np.shape(backend.y))
+    a = np.asarray(alpha0, dtype=np.float64)
+    if a.shape != shape:
+        raise ValueError(f"alpha0 must have the shape of y, {shape}, got {a.shape}; a warm start "
+                         "needs the same rows and outputs as the fit that produced it")
+    if not np.all(np.isfinite(a)) or np.any(a < 0):
+        raise ValueError("alpha0 must be finite and >= 0 (the dual variables of a previous fit)")
+    if loss == "hinge":
+        s = getattr(backend, "sample_weight", None)
+        top = np.ones(shape[0]) if s is None else np.asarray(s)
+        top = top.reshape((-1,) + (1,) * (a.ndim - 1))
+        if np.any(a > top * (1.0 + 1e-12)):
+            raise ValueError("alpha0 lies outside the hinge dual's box [0, s_i] (s_i the sample "
+                             "weight, 1 without weights); was it produced with other weights or "
+                             "loss='squared_hinge'?")
+        a = np.minimum(a, top)
+    return a
+
+
 def sdca(backend, *, lam: float, b: int, max_iter: int, variant: str = "aggressive",
          theta: float = 0.5, sigma2: float | None = None, tol: float = 1e-3,
          sampling: str = "without_replacement", seed=0, eval_every: int | None = None,
          max_time: float | None = None, callback: Callable | None = None,
          progress=None, eval_at: Callable[[int], bool] | None = None,
-         shrinking: bool = False) -> SolverResult:
+         shrinking: bool = False, loss: str = "hinge", alpha0=None) -> SolverResult:
     """Run mini-batch SDCA (Takáč et al. 2013) on a prepared backend.
 
     Parameters
     ----------
     backend : Backend
-        Holds ``X`` (with the constant feature appended for an augmented bias)
-        and ``y``; implements the SDCA primitives of this module's docstring.
+        Holds ``X`` (with the constant feature appended for an augmented bias),
+        ``y`` of shape ``(n,)`` or ``(n, M)`` (``M`` outputs, one-vs-rest for
+        instance) and optional sample weights ``s``; implements the SDCA
+        primitives of this module's docstring (binary unweighted hinge) and the
+        general path of :mod:`gpusvm.backends._general` (the rest).
     lam : float
         Regularisation ``lam > 0``.
     b : int
@@ -244,15 +316,31 @@ def sdca(backend, *, lam: float, b: int, max_iter: int, variant: str = "aggressi
         2008, Sec. 3.2; :class:`~gpusvm.backends.base.SDCAPlan`), on the CPU
         backends.  The certificates are computed on every row, so they stay
         exact; a certificate whose gap did not fall brings every row back.
+        Binary unweighted hinge fits only (ignored on the general path).
+    loss : {"hinge", "squared_hinge"}, default="hinge"
+        ``max(0, 1 - m_i)`` or ``max(0, 1 - m_i)^2``; the squared hinge's dual
+        ``D2(alpha) = (1/n) sum_i (alpha_i - alpha_i^2/(4 s_i)) - lam/2 ||w(alpha)||^2``
+        (alpha_i >= 0) and its closed-form coordinate step are those of
+        ALGORITHMS.md, "Weights, and the squared hinge".
+    alpha0 : array of the shape of ``y``, optional
+        Warm start: the dual variables of a previous fit on the same rows and
+        outputs (inside the box ``[0, s_i]`` for the hinge, ``>= 0`` for the
+        squared hinge); the iterate starts at ``w(alpha0)``, so a converged
+        ``alpha0`` certifies at the first certificate.
 
     Returns
     -------
     SolverResult
+        ``w`` has shape ``(d,)`` for 1-D ``y`` and ``(d, M)`` for 2-D ``y``.
         ``history`` holds ``(iteration, P, D, gap, elapsed_seconds)`` at every
-        evaluation; ``extra`` holds ``primal``, ``dual``, ``gap``, ``alpha``
-        (host float64), ``beta`` (final), ``beta_b``, ``sigma2`` and
-        ``n_rejected``. ``stop_reason`` is ``"tol"``, ``"max_iter"``,
-        ``"max_time"`` or ``"callback"``.
+        evaluation (with ``M`` outputs: the mean of ``P`` and of ``D`` over the
+        outputs and the largest gap, the one the stopping test reads);
+        ``extra`` holds ``primal``, ``dual``, ``gap`` (floats for 1-D ``y``,
+        arrays of shape ``(M,)`` for 2-D ``y``), ``alpha`` (host float64, the
+        shape of ``y``), ``beta`` (final; per output on the general path),
+        ``beta_b``, ``sigma2`` and ``n_rejected`` (per output on the general
+        path). ``stop_reason`` is ``"tol"`` (every output's gap ``<= tol``),
+        ``"max_iter"``, ``"max_time"`` or ``"callback"``.
 
     Notes
     -----
@@ -274,15 +362,23 @@ def sdca(backend, *, lam: float, b: int, max_iter: int, variant: str = "aggressi
     Large ``b`` pays off on a GPU, where an iteration costs about as much for
     ``b = 1024`` as for ``b = 1``.
     """
-    missing = [name for name in SDCA_PRIMITIVES if not hasattr(backend, name)]
-    if missing:
-        raise NotImplementedError(
-            f"the {getattr(backend, 'name', type(backend).__name__)!r} backend does not implement "
-            f"the SDCA primitives ({', '.join(missing)}); use backend='numpy'")
+    if loss not in LOSSES:
+        raise ValueError(f"loss must be one of {', '.join(LOSSES)}, got {loss!r}")
+    general = uses_general_path(backend, loss)
+    if general:
+        check_general_backend(backend)
+    else:
+        missing = [name for name in SDCA_PRIMITIVES if not hasattr(backend, name)]
+        if missing:
+            raise NotImplementedError(
+                f"the {getattr(backend, 'name', type(backend).__name__)!r} backend does not implement "
+                f"the SDCA primitives ({', '.join(missing)}); use backend='numpy'")
     n = backend.n
     check_sdca_args(n, lam, b, variant, theta, tol)
     if sampling not in SAMPLING_MODES:
         raise ValueError(f"sampling must be one of {SAMPLING_MODES}, got {sampling!r}")
+    if alpha0 is not None:
+        alpha0 = check_alpha0(alpha0, backend, loss)
     adaptive = eval_every is None and eval_at is None
     epoch = default_eval_every(n, b, max_iter)
     if eval_every is None:
@@ -290,16 +386,32 @@ def sdca(backend, *, lam: float, b: int, max_iter: int, variant: str = "aggressi
     aggressive = variant == "aggressive"
     start = time.perf_counter()
     sigma2, beta_b = step_bound(backend, b, variant, sigma2)                  # eq. (11)
+    beta0 = 1.0 if variant == "naive" else beta_b
 
-    backend.init_state()                                                      # w^(0) = 0
-    backend.init_dual(1.0 if variant == "naive" else beta_b)                  # alpha^(0) = 0, beta^(0)
+    if general:
+        backend.init_state_m()                                                # W^(0) = 0
+        backend.init_dual_m(beta0, loss, alpha0, lam)                         # alpha^(0), beta^(0)
+
+        def certify():
+            W, p, d_, g = certificate_m(backend, lam, loss)
+            return W, p, d_, g, float(np.mean(p)), float(np.mean(d_)), float(np.max(g))
+    else:
+        backend.init_state()                                                  # w^(0) = 0
+        backend.init_dual(beta0)                                              # alpha^(0) = 0, beta^(0)
+        if alpha0 is not None:
+            backend.load_dual(alpha0, lam)                                    # warm start
+
+        def certify():
+            w, p, d_, g = certificate(backend, lam)
+            return w, p, d_, g, p, d_, g
     sampler = CounterSampler(n, b, sampling, seed)                            # A_t from (seed, t)
-    shrinking = bool(shrinking) and b == 1
+    shrinking = bool(shrinking) and b == 1 and not general
     if shrinking and not hasattr(backend, "sdca_unshrink"):
         raise ValueError(f"shrinking is not available on the {backend.name!r} backend; use "
                          "shrinking=False or backend='numba'")
     plan = SDCAPlan(lam=lam, beta_b=beta_b, theta=theta, aggressive=aggressive,
-                    shrinking=shrinking)
+                    shrinking=shrinking, loss=loss)
+    segment = backend.sdca_segment_m if general else backend.sdca_segment
     history: list = []
     t = 0
     stop = "max_iter"
@@ -310,9 +422,10 @@ def sdca(backend, *, lam: float, b: int, max_iter: int, variant: str = "aggressi
             steps = min(max_iter - t, next_certificate(history, tol, epoch))
         else:
             steps = segment_length(t, max_iter - t, eval_every, eval_at)
-        backend.sdca_segment(sampler, t, t + steps, plan)                     # eq. (15) / Alg. 2
+        segment(sampler, t, t + steps, plan)                                  # eq. (15) / Alg. 2
         t += steps
-        _, primal, dual, gap = last = certificate(backend, lam)
+        last = certify()
+        primal, dual, gap = last[4:]
         elapsed = time.perf_counter() - start
         history.append((t, primal, dual, gap, elapsed))
         if progress is not None:
@@ -329,21 +442,31 @@ def sdca(backend, *, lam: float, b: int, max_iter: int, variant: str = "aggressi
             break
 
     if not history or history[-1][0] != t:
-        last = certificate(backend, lam)
-        history.append((t, last[1], last[2], last[3], time.perf_counter() - start))
+        last = certify()
+        history.append((t, last[4], last[5], last[6], time.perf_counter() - start))
         if progress is not None:
-            progress(t, last[1], last[3])
-    w, primal, dual, gap = last
-    if stop == "max_iter" and gap <= tol:
+            progress(t, last[4], last[6])
+    w, primal, dual, gap = last[:4]
+    if stop == "max_iter" and last[6] <= tol:
         stop = "tol"
-    s = backend.to_host(backend.s)
+    if general:
+        sm = backend.to_host(backend.sm)
+        w = backend.to_host(w).astype(np.float64)
+        alpha = backend.to_host(backend.alpha).astype(np.float64)
+        beta, n_rej = sm[S_BETA].copy(), sm[S_NREJ].astype(np.int64)
+        if np.ndim(backend.y) == 1:                    # binary, weighted or squared: 1-D out
+            w, alpha = w[:, 0], alpha[:, 0]
+            primal, dual, gap = float(primal[0]), float(dual[0]), float(gap[0])
+            beta, n_rej = float(beta[0]), int(n_rej[0])
+    else:
+        s = backend.to_host(backend.s)
+        w = backend.to_host(w).astype(np.float64)
+        alpha = backend.to_host(backend.alpha).astype(np.float64)
+        beta, n_rej = float(s[S_BETA]), int(s[S_NREJ])
     return SolverResult(
-        w=backend.to_host(w).astype(np.float64), b=0.0, n_iter=t, history=history,
-        stop_reason=stop,
-        extra={"primal": primal, "dual": dual, "gap": gap,
-               "alpha": backend.to_host(backend.alpha).astype(np.float64),
-               "beta": float(s[S_BETA]), "beta_b": beta_b, "sigma2": sigma2,
-               "n_rejected": int(s[S_NREJ])})
+        w=w, b=0.0, n_iter=t, history=history, stop_reason=stop,
+        extra={"primal": primal, "dual": dual, "gap": gap, "alpha": alpha,
+               "beta": beta, "beta_b": beta_b, "sigma2": sigma2, "n_rejected": n_rej})
 
 
 #: the next certificate comes after this multiple of the iterations predicted to reach tol: a

@@ -1,0 +1,491 @@
+"""Compiled loops of the general path (M outputs, example weights, the squared hinge).
+
+The numba counterparts of :mod:`gpusvm.backends._general`'s segment and
+evaluation primitives, used by :class:`~gpusvm.backends.numba_.NumbaBackend`.
+They follow the reference line by line: the same formulas, the products of a
+row's gather in the data's dtype and the sums in float64, and the additions of
+a batch aggregated per column before ``V`` is written (the reference's
+``np.unique`` + ``np.add.at``), so the iterates agree with the reference to
+rounding (sums in another order).
+
+Layout: ``V`` is ``(d, M)`` row-major, so one nonzero ``x_ij`` of a batch row
+reads and writes the ``M`` contiguous entries ``V[j, :]``: one gather of the
+row serves all ``M`` margins, one pass all ``M`` updates.  A batch of several
+rows aggregates per column in a compact scratch (``slot[j]`` is the column's
+row in ``acc``, ``(touched columns, M)``), never in a ``d x M`` one.
+
+The binary unweighted hinge never comes here: it keeps the specialised loops
+of :mod:`gpusvm.backends.numba_`, whose per-iteration cost this path leaves
+untouched.
+
+Work vectors (float64, ``(N_WORK, M)``, rows named ``W_*``) hold the per-output
+scratch of one iteration.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from ._state import (S_A, S_ASUM, S_ASUMD, S_B, S_BETA, S_BSUM, S_DNORM, S_LOSS, S_NACT,
+                     S_NAVG, S_NREJ, S_TMP0, S_VSQ, S_YACT)
+from .numba_ import PREFETCH_DISTANCE, _draw_ahead, _fill_ring, _step_size
+
+_EPS64 = float(np.finfo(np.float64).eps)
+
+# rows of the per-output work array
+W_Z = 0        # a row's dot products <v_c, x_i>
+W_DN = 1       # exact change of ||v_c||^2 of an addition
+W_DN2 = 2      # ... of the undo of a rejected step
+W_ANEW = 3     # Pegasos: a_c (1 - eta_t lam)
+W_YACT = 4     # Pegasos: sum of s_i g_i y_ic over the active rows
+W_DEN = 5      # Alg. 2: sum_i delta_ic^2 ||x_i||^2
+W_NUM = 6      # Alg. 2: ||sum_i delta_ic y_ic x_i||^2
+W_GAIN = 7     # n times the separable part of Delta D_c
+W_DABS = 8     # sum_i |delta_ic|
+W_VSQ0 = 9     # ||v_c||^2 before the step
+W_OK = 10      # 1.0 when output c's step is kept
+N_WORK = 11
+
+
+@njit(cache=True, inline="always")
+def _margins_m(indptr, indices, data, Y, V, sm, rows, m, wk):
+    """``m_ic = y_ic (a_c <v_c, x_i> + b_c)`` for the batch: one gather per row for all M."""
+    M = V.shape[1]
+    for i in range(rows.size):
+        r = rows[i]
+        for c in range(M):
+            wk[W_Z, c] = 0.0
+        for p in range(indptr[r], indptr[r + 1]):
+            x = data[p]
+            j = indices[p]
+            for c in range(M):
+                wk[W_Z, c] += x * V[j, c]
+        for c in range(M):
+            m[i, c] = np.float64(Y[r, c]) * (sm[S_A, c] * wk[W_Z, c] + sm[S_B, c])
+
+
+@njit(cache=True, inline="always")
+def _add_rows_m(indptr, indices, data, V, U, u_scale, use_u, rows, coef, single, slot, acc,
+                touched, dn):
+    """``V[:, c] += sum_i coef_ic x_{rows_i}`` (``U[:, c] += u_scale_c *`` the same); exact
+    ``d||v_c||^2`` into ``dn``.
+
+    ``single``: one row of a canonical CSR adds in place, visiting only the outputs
+    whose coefficient is nonzero (listed in ``touched``).  Otherwise the batch is
+    summed per column in ``acc`` (first-touch order) and ``V`` is written once per
+    column and output.  Zero contributions leave ``V`` alone.
+    """
+    M = V.shape[1]
+    for c in range(M):
+        dn[c] = 0.0
+    if single:
+        nmov = 0                              # the outputs that move (touched[:nmov])
+        for c in range(M):
+            if coef[0, c] != 0.0:
+                touched[nmov] = c
+                nmov += 1
+        if nmov == 0:
+            return
+        r = rows[0]
+        for p in range(indptr[r], indptr[r + 1]):
+            j = indices[p]
+            x = data[p]
+            for qc in range(nmov):
+                c = touched[qc]
+                g = x * coef[0, c]
+                if g == 0.0:
+                    continue
+                old = np.float64(V[j, c])
+                V[j, c] = old + g
+                new = np.float64(V[j, c])
+                if use_u:
+                    U[j, c] += u_scale[c] * g
+                dn[c] += (new - old) * (new + old)
+        return
+    nt = 0
+    for i in range(rows.size):
+        moves = False
+        for c in range(M):
+            if coef[i, c] != 0.0:
+                moves = True
+                break
+        if not moves:
+            continue
+        r = rows[i]
+        for p in range(indptr[r], indptr[r + 1]):
+            j = indices[p]
+            q = slot[j]
+            if q < 0:
+                q = nt
+                slot[j] = nt
+                touched[nt] = j
+                nt += 1
+                for c in range(M):
+                    acc[q, c] = 0.0
+            x = data[p]
+            for c in range(M):
+                acc[q, c] += x * coef[i, c]
+    for q in range(nt):
+        j = touched[q]
+        for c in range(M):
+            g = acc[q, c]
+            if g == 0.0:
+                continue
+            old = np.float64(V[j, c])
+            V[j, c] = old + g
+            new = np.float64(V[j, c])
+            if use_u:
+                U[j, c] += u_scale[c] * g
+            dn[c] += (new - old) * (new + old)
+        slot[j] = -1
+
+
+@njit(cache=True, inline="always")
+def _sum_sq_norms_m(indptr, indices, data, rows, coef, slot, acc, touched, out):
+    """``out_c = ||sum_i coef_ic x_{rows_i}||^2`` (scratch left clean)."""
+    M = coef.shape[1]
+    nt = 0
+    for i in range(rows.size):
+        r = rows[i]
+        for p in range(indptr[r], indptr[r + 1]):
+            j = indices[p]
+            q = slot[j]
+            if q < 0:
+                q = nt
+                slot[j] = nt
+                touched[nt] = j
+                nt += 1
+                for c in range(M):
+                    acc[q, c] = 0.0
+            x = data[p]
+            for c in range(M):
+                acc[q, c] += x * coef[i, c]
+    for c in range(M):
+        out[c] = 0.0
+    for q in range(nt):
+        for c in range(M):
+            out[c] += acc[q, c] * acc[q, c]
+        slot[touched[q]] = -1
+
+
+# ---------------------------------------------------------------------- Pegasos
+@njit(cache=True, inline="always")
+def _optimal_bias_m(Y, sw, weighted, rows, m, sm, yb, sc, bp, wt):
+    """Per output, the weighted batch-optimal bias (``optimal_bias_weighted``); ``m`` shifted."""
+    k = rows.size
+    M = m.shape[1]
+    for c in range(M):
+        tot_pos = 0.0
+        for i in range(k):
+            r = rows[i]
+            yb[i] = Y[r, c]
+            sc[i] = yb[i] * m[i, c] - sm[S_B, c]
+            bp[i] = yb[i] - sc[i]
+            wt[i] = sw[r] if weighted else 1.0
+            if yb[i] > 0:
+                tot_pos += wt[i]
+        order = np.argsort(bp[:k], kind="mergesort")
+        neg_le = 0.0
+        pos_le = 0.0
+        b = bp[order[0]]
+        for jj in range(k):
+            o = order[jj]
+            if yb[o] < 0:
+                neg_le += wt[o]
+            if yb[o] > 0:
+                pos_le += wt[o]
+            if neg_le - (tot_pos - pos_le) >= 0:
+                b = bp[o]
+                break
+        for i in range(k):
+            m[i, c] = 1.0 + yb[i] * (b - (yb[i] - sc[i]))
+        sm[S_B, c] = b
+
+
+@njit(cache=True, inline="always")
+def _reset_scale_m(V, U, use_u, sm):
+    """``W = 0`` for every output (``U -= A V``)."""
+    d, M = V.shape
+    if use_u:
+        for j in range(d):
+            for c in range(M):
+                U[j, c] -= sm[S_ASUM, c] * V[j, c]
+    V[:, :] = 0
+    for c in range(M):
+        sm[S_VSQ, c] = 0.0
+        sm[S_A, c] = 1.0
+
+
+@njit(cache=True, inline="always")
+def _renormalize_m(V, U, use_u, sm, threshold, tmp):
+    """Fold ``a_c`` into column ``c`` for each output with ``|a_c| < threshold``."""
+    d, M = V.shape
+    for c in range(M):
+        a = sm[S_A, c]
+        if abs(a) < threshold:
+            if use_u:
+                asum = sm[S_ASUM, c]
+                for j in range(d):
+                    U[j, c] -= asum * np.float64(V[j, c])
+            tmp[0] = a                                  # a rounded to V's dtype first
+            af = tmp[0]
+            for j in range(d):
+                V[j, c] *= af
+            sm[S_VSQ, c] *= a * a
+            sm[S_ASUM, c] = 0.0
+            sm[S_A, c] = 1.0
+
+
+@njit(cache=True, inline="always")
+def _pegasos_step_m(indptr, indices, data, Y, sw, weighted, V, U, use_u, sm, rows, m, coef,
+                    eta, shrink, k, unreg_bias, radius, average, squared, single, slot, acc,
+                    touched, wk):
+    """Steps 4-5 of Fig. 1 for every output (``GeneralPath.pegasos_step_m``)."""
+    M = V.shape[1]
+    for c in range(M):
+        wk[W_ANEW, c] = sm[S_A, c] * shrink
+        wk[W_YACT, c] = 0.0
+        sm[S_NACT, c] = 0.0
+        sm[S_LOSS, c] = 0.0
+    for i in range(rows.size):
+        r = rows[i]
+        si = sw[r] if weighted else 1.0
+        for c in range(M):
+            mi = m[i, c]
+            sl = max(0.0, 1.0 - mi)
+            if squared:
+                gi = 2.0 * si * sl                                  # -d loss_i / d m_i
+                sm[S_LOSS, c] += si * sl * sl
+            else:
+                gi = si
+                sm[S_LOSS, c] += si * sl
+            if mi < 1.0:
+                gy = gi * np.float64(Y[r, c])
+                sm[S_NACT, c] += 1.0
+                coef[i, c] = gy * (eta / (k * wk[W_ANEW, c]))
+                wk[W_YACT, c] += gy
+            else:
+                coef[i, c] = 0.0
+    _add_rows_m(indptr, indices, data, V, U, sm[S_ASUM], use_u, rows, coef, single, slot, acc,
+                touched, wk[W_DN])
+    for c in range(M):
+        a = wk[W_ANEW, c]
+        sm[S_DNORM, c] = wk[W_DN, c]
+        sm[S_VSQ, c] += wk[W_DN, c]
+        sm[S_A, c] = a
+        if unreg_bias:
+            sm[S_YACT, c] = wk[W_YACT, c]
+            sm[S_B, c] += eta * sm[S_YACT, c] / k
+        if radius > 0.0:
+            wsq = a * a * sm[S_VSQ, c]
+            if wsq > radius * radius:
+                sm[S_A, c] = a * (radius / np.sqrt(wsq))
+        if average:
+            sm[S_ASUM, c] += sm[S_A, c]
+            sm[S_NAVG, c] += 1.0
+            sm[S_BSUM, c] += sm[S_B, c]
+
+
+@njit(cache=True)
+def pegasos_loop_m(indptr, indices, data, Y, sw, weighted, V, U, use_u, sm, smp, ring, ringf,
+                   ringh, rk, ecache, stamp, t0, t1, lam, k, schedule, eta0, norma_p, unreg_bias,
+                   optimal, radius, averaged, t_avg, renorm, squared, canonical, m, coef, slot,
+                   acc, touched, wk, tmp, vflat, yb, sc, bp, wt):
+    """Iterations ``t0 + 1 .. t1`` of Pegasos on the general path, batches drawn in place
+    (``GeneralPath.pegasos_segment_m``)."""
+    single = canonical and k == 1
+    _fill_ring(smp, t0, ring, ringf, ringh, rk, ecache, stamp)
+    for t in range(t0 + 1, t1 + 1):
+        _draw_ahead(indptr, indices, data, vflat, smp, t - 1, ring, ringf, ringh, rk, ecache,
+                    stamp, False)
+        rows = ring[(t - 1) % (PREFETCH_DISTANCE + 1)]                        # step 1: A_t
+        _margins_m(indptr, indices, data, Y, V, sm, rows, m, wk)              # step 2
+        if optimal:
+            _optimal_bias_m(Y, sw, weighted, rows, m, sm, yb, sc, bp, wt)     # Sec. 4
+        eta, shrink = _step_size(schedule, t, lam, eta0, norma_p)             # step 3
+        if shrink == 0.0:
+            _reset_scale_m(V, U, use_u, sm)
+            shrink = 1.0
+        _pegasos_step_m(indptr, indices, data, Y, sw, weighted, V, U, use_u, sm, rows, m, coef,
+                        eta, shrink, k, unreg_bias, radius, averaged and t >= t_avg, squared,
+                        single, slot, acc, touched, wk)                       # steps 4-5
+        _renormalize_m(V, U, use_u, sm, renorm, tmp)
+
+
+# ---------------------------------------------------------------------- SDCA
+@njit(cache=True, inline="always")
+def _sdca_deltas_m(Y, sw, weighted, alpha, inv_q, row_sq, sm, rows, m, lamn, first, has_first,
+                   squared, delta):
+    """Eq. (15) per output, weighted, per loss (``GeneralPath.sdca_deltas_m``)."""
+    M = m.shape[1]
+    for i in range(rows.size):
+        r = rows[i]
+        if has_first and not first[i]:
+            for c in range(M):
+                delta[i, c] = 0.0
+            continue
+        si = sw[r] if weighted else 1.0
+        q = row_sq[r]
+        for c in range(M):
+            a = alpha[r, c]
+            if squared:
+                x = (2.0 * si * (1.0 - m[i, c]) - a) / (1.0 + 2.0 * si * sm[S_BETA, c] * q / lamn)
+                delta[i, c] = x if x > -a else -a
+            elif q == 0.0:
+                delta[i, c] = si - a
+            else:
+                raw = (lamn / sm[S_BETA, c]) * (1.0 - m[i, c]) * inv_q[r]
+                lo = -a
+                hi = si - a
+                x = raw if raw > lo else lo
+                delta[i, c] = x if x < hi else hi
+
+
+@njit(cache=True, inline="always")
+def _sdca_adapt_beta_m(indptr, indices, data, Y, row_sq, sm, rows, delta, coef, beta_b, theta,
+                       slot, acc, touched, wk):
+    """Alg. 2 per output (``GeneralPath.sdca_adapt_beta_m``)."""
+    M = delta.shape[1]
+    for c in range(M):
+        wk[W_DEN, c] = 0.0
+    for i in range(rows.size):
+        r = rows[i]
+        for c in range(M):
+            wk[W_DEN, c] += delta[i, c] * delta[i, c] * row_sq[r]
+            coef[i, c] = delta[i, c] * np.float64(Y[r, c])
+    _sum_sq_norms_m(indptr, indices, data, rows, coef, slot, acc, touched, wk[W_NUM])
+    for c in range(M):
+        den = wk[W_DEN, c]
+        if den > 0.0:
+            rho = min(max(wk[W_NUM, c] / den, 1.0), beta_b)
+            sm[S_TMP0, c] = rho
+            beta = sm[S_BETA, c] ** theta * rho ** (1.0 - theta)
+            sm[S_BETA, c] = min(max(beta, 1.0), beta_b)
+
+
+@njit(cache=True, inline="always")
+def _sdca_apply_m(indptr, indices, data, Y, sw, weighted, V, sm, alpha, rows, delta, coef, lam,
+                  n, check, squared, single, eps, no_u, slot, acc, touched, wk):
+    """Alpha and ``W`` step per output, each output's step undone alone when ``check`` finds
+    that it lowers its dual (``GeneralPath.sdca_apply_m``)."""
+    M = delta.shape[1]
+    for c in range(M):
+        wk[W_VSQ0, c] = sm[S_VSQ, c]
+        wk[W_GAIN, c] = 0.0
+        wk[W_DABS, c] = 0.0
+        wk[W_OK, c] = 1.0
+    for i in range(rows.size):
+        r = rows[i]
+        si = sw[r] if weighted else 1.0
+        for c in range(M):
+            dl = delta[i, c]
+            coef[i, c] = dl * np.float64(Y[r, c]) * (1.0 / (lam * n * sm[S_A, c]))
+            if check:
+                if squared:
+                    quad = dl * (2.0 * alpha[r, c] + dl) / (4.0 * si) if si > 0.0 else 0.0
+                    wk[W_GAIN, c] += dl - quad
+                else:
+                    wk[W_GAIN, c] += dl
+                wk[W_DABS, c] += abs(dl)
+    _add_rows_m(indptr, indices, data, V, no_u, wk[W_OK], False, rows, coef, single, slot, acc,
+                touched, wk[W_DN])
+    rejected = False
+    for c in range(M):
+        sm[S_DNORM, c] = wk[W_DN, c]
+        if check:
+            a = sm[S_A, c]
+            tau = 4.0 * (eps * lam * a * a * wk[W_VSQ0, c] + _EPS64 * wk[W_DABS, c] / n)
+            if wk[W_GAIN, c] / n - 0.5 * lam * a * a * wk[W_DN, c] < -tau:
+                wk[W_OK, c] = 0.0
+                rejected = True
+    if rejected:
+        for i in range(rows.size):
+            for c in range(M):
+                coef[i, c] = 0.0 if wk[W_OK, c] == 1.0 else -coef[i, c]
+        _add_rows_m(indptr, indices, data, V, no_u, wk[W_OK], False, rows, coef, single, slot,
+                    acc, touched, wk[W_DN2])
+        for c in range(M):
+            if wk[W_OK, c] == 0.0:
+                wk[W_DN, c] += wk[W_DN2, c]
+                sm[S_NREJ, c] += 1.0
+    for c in range(M):
+        sm[S_VSQ, c] += wk[W_DN, c]
+    for i in range(rows.size):
+        r = rows[i]
+        for c in range(M):
+            if wk[W_OK, c] == 1.0:
+                alpha[r, c] += delta[i, c]
+                sm[S_ASUMD, c] += delta[i, c]
+
+
+@njit(cache=True)
+def sdca_loop_m(indptr, indices, data, Y, sw, weighted, V, sm, alpha, inv_q, row_sq, smp, ring,
+                ringf, ringh, rk, ecache, stamp, t0, t1, lam, n, beta_b, theta, aggressive,
+                squared, canonical, eps, m, delta, coef, no_u, slot, acc, touched, wk, vflat):
+    """Iterations ``t0 + 1 .. t1`` of mini-batch SDCA on the general path, batches drawn in
+    place (``GeneralPath.sdca_segment_m``)."""
+    single = canonical and smp[2] == 1
+    lamn = lam * n
+    _fill_ring(smp, t0, ring, ringf, ringh, rk, ecache, stamp)
+    for bt in range(t0, t1):
+        _draw_ahead(indptr, indices, data, vflat, smp, bt, ring, ringf, ringh, rk, ecache,
+                    stamp, False)
+        sl = bt % (PREFETCH_DISTANCE + 1)
+        rows = ring[sl]                                                       # A_t
+        first = ringf[sl]
+        has_first = ringh[sl]
+        _margins_m(indptr, indices, data, Y, V, sm, rows, m, wk)              # y_ic <w_c, x_i>
+        _sdca_deltas_m(Y, sw, weighted, alpha, inv_q, row_sq, sm, rows, m, lamn, first,
+                       has_first, squared, delta)                             # eq. (15)
+        if aggressive:                                                        # Alg. 2
+            _sdca_adapt_beta_m(indptr, indices, data, Y, row_sq, sm, rows, delta, coef, beta_b,
+                               theta, slot, acc, touched, wk)
+            _sdca_deltas_m(Y, sw, weighted, alpha, inv_q, row_sq, sm, rows, m, lamn, first,
+                           has_first, squared, delta)
+        _sdca_apply_m(indptr, indices, data, Y, sw, weighted, V, sm, alpha, rows, delta, coef,
+                      lam, n, aggressive, squared, single, eps, no_u, slot, acc, touched, wk)
+
+
+# ---------------------------------------------------------------------- evaluation
+@njit(cache=True)
+def csr_matmat(indptr, indices, data, W, b, out):
+    """``out[i, c] = <x_i, w_c> + b_c`` in float64 (one pass over ``X``, ``W`` row-major)."""
+    n = indptr.size - 1
+    M = W.shape[1]
+    for i in range(n):
+        for c in range(M):
+            out[i, c] = 0.0
+        for p in range(indptr[i], indptr[i + 1]):
+            x = np.float64(data[p])
+            j = indices[p]
+            for c in range(M):
+                out[i, c] += x * W[j, c]
+        for c in range(M):
+            out[i, c] += b[c]
+
+
+@njit(cache=True)
+def csr_rmatmat(indptr, indices, data, alpha, Y, out):
+    """``out += X^T (alpha * Y)`` in float64; rows whose ``alpha`` is 0 everywhere are skipped."""
+    n = indptr.size - 1
+    M = out.shape[1]
+    coef = np.empty(M, dtype=np.float64)
+    for i in range(n):
+        moves = False
+        for c in range(M):
+            coef[c] = alpha[i, c] * np.float64(Y[i, c])
+            if coef[c] != 0.0:
+                moves = True
+        if not moves:
+            continue
+        for p in range(indptr[i], indptr[i + 1]):
+            x = np.float64(data[p])
+            j = indices[p]
+            for c in range(M):
+                out[j, c] += x * coef[c]
+
+
+def max_row_nnz(indptr) -> int:
+    """The longest row's number of nonzeros (sizes the compact scratch of a batch)."""
+    return int(np.max(np.diff(indptr))) if indptr.size > 1 else 0

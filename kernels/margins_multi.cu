@@ -1,0 +1,46 @@
+// margins_multi.cu: m[i, c] = Y[r, c] (a_c <V[:, c], x_r> + b_c) for the batch rows r = rows[i] and
+// every output c (Pegasos Fig. 1 step 2 and SDCA's margins for M outputs at once; ALGORITHMS.md,
+// "Many outputs at once"). V is d x M row-major, the state is N_SLOTS x M (slot-major:
+// state[S_A * M + c] is a_c).
+// grid: min(ceil(k M / BLOCK), max_blocks) blocks of BLOCK threads; thread t owns the pair
+//   (i, c) = (t / M, t % M) and strides over the k M pairs. The M threads of one row walk its
+//   nonzeros in step: indices[p] and data[p] are one broadcast read for them, and V[j, c..] of
+//   consecutive outputs one coalesced read, so one gather of the row serves all M margins.
+// in: indptr[n+1] (int64), indices[nnz], data[nnz] (T), Y[n x M] (T), V[d x M] (T), rows[k], k, M,
+//   state[N_SLOTS x M]; out: m[k x M] (double).  Products and sums in double.
+// traffic: per row, 4 + sizeof(T) B per nonzero (shared by the row's threads) plus M sizeof(T) B
+//   of V per nonzero; 8 B of m per pair.
+// determinism: each thread sums its row in CSR order, no atomics -> bitwise repeatable.
+#include "common.cuh"
+
+template <typename T>
+__global__ void __launch_bounds__(gpusvm::BLOCK, gpusvm::MIN_BLOCKS) gpusvm_margins_multi(
+    const long long* __restrict__ indptr,  // CSR row pointers, n + 1
+    const int* __restrict__ indices,       // CSR column indices, nnz
+    const T* __restrict__ data,            // CSR values, nnz
+    const T* __restrict__ Y,               // labels in {-1, +1}, n x M
+    const T* __restrict__ V,               // W = V diag(a), d x M, row-major
+    const int* __restrict__ rows,          // the batch A_t, k
+    const int k,                           // batch size
+    const int M,                           // number of outputs
+    const double* __restrict__ state,      // scalar state, N_SLOTS x M
+    double* __restrict__ m)                // output margins, k x M
+{
+    const long long total = static_cast<long long>(k) * M;
+    const long long stride = static_cast<long long>(gridDim.x) * gpusvm::BLOCK;
+    for (long long t = static_cast<long long>(blockIdx.x) * gpusvm::BLOCK + threadIdx.x; t < total;
+         t += stride) {
+        const int i = static_cast<int>(t / M);
+        const int c = static_cast<int>(t % M);
+        const int r = rows[i];
+        const long long end = indptr[r + 1];
+        double z = 0.0;
+        for (long long p = indptr[r]; p < end; ++p) {
+            z += static_cast<double>(data[p])
+                 * static_cast<double>(V[static_cast<long long>(indices[p]) * M + c]);
+        }
+        const double a = state[gpusvm::S_A * M + c];
+        const double b = state[gpusvm::S_B * M + c];
+        m[t] = static_cast<double>(Y[static_cast<long long>(r) * M + c]) * (a * z + b);
+    }
+}
