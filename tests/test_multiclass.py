@@ -367,3 +367,24 @@ def test_sdca_squared_hinge_matches_newton(letter):
     newt = newton_svc(C=1.0).fit(X, y)
     # both certified: each primal is within its gap of the common optimum
     assert np.all(np.abs(sdca.primal_objective_ - newt.primal_objective_) <= 1e-6)
+
+
+@pytest.mark.skipif(not sdca_module._NATIVE, reason="the solvers fit one output per call")
+@pytest.mark.parametrize("cls, params", [
+    (SDCASVC, dict(max_iter=200, tol=0.0, batch_size=8)),
+    (PegasosSVC, dict(max_iter=200, averaging="tail", batch_size=8)),
+], ids=["sdca", "pegasos"])
+def test_weighted_one_vs_rest_on_the_emulated_device_equals_numpy(cls, params):
+    # the CUDA kernels of the M-output path, run by the CPU emulator, against the NumPy reference
+    X, y = make_blobs(n_samples=120, centers=3, n_features=5, cluster_std=2.5, random_state=1)
+    X = X / np.abs(X).max()
+    s = np.random.default_rng(0).uniform(0.5, 2.0, X.shape[0])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        device = cls(backend="emulated", dtype="float64", random_state=3, C=1.0,
+                     **params).fit(X, y, sample_weight=s)
+        ref = cls(backend="numpy", dtype="float64", random_state=3, C=1.0,
+                  **params).fit(X, y, sample_weight=s)
+    assert device.backend_ == "emulated" and device.coef_.shape == (3, 5)
+    np.testing.assert_allclose(device.coef_, ref.coef_, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(device.intercept_, ref.intercept_, rtol=1e-9, atol=1e-12)
