@@ -6,8 +6,6 @@ Public estimators: :class:`PegasosSVC` (mini-batch Pegasos), :class:`SDCASVC`
 """
 
 from ._version import __version__
-from .estimators import PegasosSVC
-from .estimators_sdca import SDCASVC
-from .kernel_estimator import KernelPegasosSVC
+from .estimators import KernelPegasosSVC, PegasosSVC, SDCASVC
 
 __all__ = ["KernelPegasosSVC", "PegasosSVC", "SDCASVC", "__version__"]

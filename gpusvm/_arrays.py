@@ -57,36 +57,36 @@ def _backend_name(estimator) -> str:
     return resolve_backend_name(estimator.backend)
 
 
-def prepare_fit(estimator, X, y):
-    """``estimator._prepare(X, y)``, keeping a device ``X`` on the device for the cupy backend.
+def prepare(estimator, X, y, reset=True):
+    """``estimator._prepare(X, y)`` for device input, kept on the device for the cupy backend.
 
     Parameters
     ----------
     estimator : PegasosSVC or SDCASVC
-    X : array-like, sparse matrix, CuPy array or cupyx.scipy.sparse matrix
+    X : CuPy array or cupyx.scipy.sparse matrix (or host input with device labels)
     y : array-like (host or device)
+    reset : bool
+        Whether ``n_features_in_`` is set anew (False: checked against it).
 
     Returns
     -------
     Xc : scipy.sparse.csr_matrix or cupyx.scipy.sparse.csr_matrix
         Canonical CSR (int32 indices, sorted, no duplicates), with the bias column
         appended for ``bias="augmented"``.
-    y_pm : ndarray
-        Labels in {-1, +1} (host, the estimator's dtype).
+    y : ndarray
+        The labels as given, on the host (the estimator maps them to classes).
     """
-    if not is_device(X):
-        return estimator._prepare(X, to_host(y))
-    if _backend_name(estimator) != "cupy":
-        return estimator._prepare(to_host(X), to_host(y))
-    return _prepare_on_device(estimator, X, to_host(y))
+    if not is_device(X) or _backend_name(estimator) != "cupy":
+        return estimator._prepare(to_host(X), to_host(y), reset=reset)
+    return _prepare_on_device(estimator, X, to_host(y), reset)
 
 
-def _prepare_on_device(estimator, X, y):
+def _prepare_on_device(estimator, X, y, reset):
     """The checks and conversions of ``_prepare`` done with CuPy on the device."""
     import cupy  # noqa: PLC0415  (only reached with device input)
     import cupyx.scipy.sparse as csp  # noqa: PLC0415
 
-    from .estimators import _INT32_MAX, _as_dtype, binary_labels, warn_if_rows_unscaled  # noqa: PLC0415
+    from .estimators._base import _INT32_MAX, _as_dtype, warn_if_rows_unscaled  # noqa: PLC0415
 
     dtype = _as_dtype(estimator.dtype)
     if getattr(X, "ndim", 2) != 2:
@@ -96,7 +96,6 @@ def _prepare_on_device(estimator, X, y):
     if y.shape[0] != n:
         raise ValueError("Found input variables with inconsistent numbers of samples: "
                          f"[{n}, {y.shape[0]}]")
-    classes, y_pm = binary_labels(y, type(estimator).__name__)
     Xc = X.tocsr() if is_device_sparse(X) else csp.csr_matrix(cupy.asarray(X))
     Xc = Xc.astype(dtype)
     if not bool(cupy.isfinite(Xc.data).all()):           # one scalar to the host
@@ -115,16 +114,22 @@ def _prepare_on_device(estimator, X, y):
     if estimator.bias == "augmented":
         col = csp.csr_matrix(cupy.full((n, 1), estimator.intercept_scaling, dtype=dtype))
         Xc = csp.hstack([Xc, col], format="csr").astype(dtype)
-    estimator.n_features_in_ = d
-    estimator.classes_ = classes
-    return Xc, y_pm.astype(dtype)
+    if reset:
+        estimator.n_features_in_ = d
+    elif d != estimator.n_features_in_:
+        raise ValueError(f"X has {d} features, but {type(estimator).__name__} is expecting "
+                         f"{estimator.n_features_in_} features as input")
+    estimator._max_sq = max_sq
+    return Xc, y
 
 
 def decision_function(estimator, X):
-    """``<w, x> + b`` of a fitted estimator for device input.
+    """Scores of a fitted estimator for device input (see ``decision_function``).
 
-    With ``backend="cupy"`` computed on the device (a CuPy array, float64); with any other
-    backend ``X`` is copied to the host and the estimator's host path answers (NumPy).
+    With ``backend="cupy"`` computed on the device (a CuPy array, float64; the
+    one-vs-one and ordinal scores are computed on the host from the device's
+    outputs); with any other backend ``X`` is copied to the host and the
+    estimator's host path answers (NumPy).
     """
     if _backend_name(estimator) != "cupy":
         return type(estimator).decision_function(estimator, to_host(X))
@@ -133,8 +138,14 @@ def decision_function(estimator, X):
     if int(X.shape[1]) != estimator.n_features_in_:
         raise ValueError(f"X has {X.shape[1]} features, but {type(estimator).__name__} is "
                          f"expecting {estimator.n_features_in_} features as input")
-    w = cupy.asarray(estimator.coef_[0])
-    return (X @ w.astype(X.dtype)).ravel().astype(cupy.float64) + float(estimator.intercept_[0])
+    coef = cupy.asarray(estimator.coef_).astype(X.dtype)
+    scores = (X @ coef.T).reshape(int(X.shape[0]), -1).astype(cupy.float64) \
+        + cupy.asarray(estimator.intercept_)
+    if len(estimator.classes_) == 2:
+        return scores[:, 0]
+    if getattr(estimator, "multi_class", "ovr") == "ovr":
+        return scores
+    return type(estimator).decision_function(estimator, to_host(X))
 
 
 def predict(estimator, X):
@@ -147,7 +158,8 @@ def predict(estimator, X):
         return type(estimator).predict(estimator, to_host(X))
     import cupy  # noqa: PLC0415
 
-    positive = decision_function(estimator, X) > 0
+    scores = decision_function(estimator, X)
+    index = (scores > 0).astype(np.int64) if scores.ndim == 1 else scores.argmax(axis=1)
     if estimator.classes_.dtype.kind in "biuf":
-        return cupy.where(positive, estimator.classes_[1], estimator.classes_[0])
-    return estimator.classes_[cupy.asnumpy(positive).astype(int)]
+        return cupy.asarray(estimator.classes_)[cupy.asarray(index)]
+    return estimator.classes_[to_host(index)]

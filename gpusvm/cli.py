@@ -31,7 +31,7 @@ EXIT_BROKEN_PIPE = 141
 
 ZERO_BASED = {"auto": "auto", "yes": True, "no": False}
 
-SOLVERS = ("pegasos", "sdca")
+SOLVERS = ("pegasos", "sdca", "newton")
 
 #: demo settings: a9a, lam = 1e-3 (C = 1/(lam n) = 0.0307 in LinearSVC terms), 100 epochs of
 #: batches of 256 with tail averaging (Takáč et al. 2013, Theorem 1): about 3 s on 2 CPU cores
@@ -93,8 +93,19 @@ def build_parser() -> argparse.ArgumentParser:
                                      "accuracy, and save the model as .npz.")
     fit.add_argument("data", metavar="DATA", help="training data in svmlight/LIBSVM format")
     fit.add_argument("--solver", choices=SOLVERS, default="pegasos",
-                     help="pegasos (PegasosSVC, default) or sdca (SDCASVC)")
+                     help="pegasos (PegasosSVC, default), sdca (SDCASVC) or newton "
+                          "(SDCASVC(solver='newton'): primal Newton, squared hinge only)")
     fit.add_argument("--lam", type=float, help="regularisation lambda > 0 (default 1e-4)")
+    fit.add_argument("--C", dest="C", type=float,
+                     help="LinearSVC's C instead of --lam: lam = 1/(C n)")
+    fit.add_argument("--loss", choices=("hinge", "squared_hinge"),
+                     help="hinge (default; squared_hinge with --solver newton)")
+    fit.add_argument("--class-weight", type=_class_weight, metavar="WEIGHTS",
+                     help="balanced, or LABEL:WEIGHT pairs separated by commas (e.g. "
+                          "1:5,-1:1); unlisted classes weigh 1")
+    fit.add_argument("--multi-class", choices=("ovr", "ovo", "ordinal"),
+                     help="more than two classes: ovr (one-vs-rest, default), ovo (one-vs-one) "
+                          "or ordinal (ordered labels, neighbouring pairs)")
     fit.add_argument("--batch-size", type=_batch_size, help="mini-batch size k, 1 <= k <= n, "
                                                            "or auto (default: 1 on a CPU)")
     fit.add_argument("--max-iter", type=int, help="iteration cap (default: the estimator's, in "
@@ -265,13 +276,14 @@ def _show_progress(flag) -> bool:
 
 # --------------------------------------------------------------------- fit
 def _estimator_class(solver):
+    """PegasosSVC for ``pegasos``, SDCASVC for ``sdca`` and ``newton``."""
     if solver == "pegasos":
         from .estimators import PegasosSVC
         return PegasosSVC
     module = _optional_module("gpusvm.estimators_sdca")
     if module is None or not hasattr(module, "SDCASVC"):
-        raise ValueError("--solver sdca needs SDCASVC, which this gpusvm installation does not "
-                         "provide; use --solver pegasos or upgrade gpusvm")
+        raise ValueError(f"--solver {solver} needs SDCASVC, which this gpusvm installation does "
+                         "not provide; use --solver pegasos or upgrade gpusvm")
     return module.SDCASVC
 
 
@@ -294,6 +306,26 @@ def default_model_path(data) -> str:
     return Path(name).stem + ".npz"
 
 
+def _class_weight(text: str):
+    """``--class-weight``: ``balanced`` or ``LABEL:WEIGHT,...`` (labels as in the data file)."""
+    if text == "balanced":
+        return text
+    weights = {}
+    for item in text.split(","):
+        label, sep, weight = item.rpartition(":")
+        try:
+            if not sep or not label:
+                raise ValueError
+            value = float(weight)
+            key = float(label)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"expected balanced or LABEL:WEIGHT pairs separated by commas (e.g. 1:5,-1:1), "
+                f"got {text!r}") from None
+        weights[int(key) if key.is_integer() else key] = value
+    return weights
+
+
 def _batch_size(text: str):
     """``--batch-size``: a positive int or ``auto``."""
     if text == "auto":
@@ -310,7 +342,13 @@ def cmd_fit(args) -> int:
     from .model_io import save_model
 
     cls = _estimator_class(args.solver)
-    options = {"lam": args.lam, "batch_size": args.batch_size, "max_iter": args.max_iter,
+    loss = args.loss
+    if args.solver == "newton" and loss is None:
+        loss = "squared_hinge"
+    options = {"lam": args.lam, "C": args.C, "loss": loss, "class_weight": args.class_weight,
+               "multi_class": args.multi_class,
+               "solver": "newton" if args.solver == "newton" else None,
+               "batch_size": args.batch_size, "max_iter": args.max_iter,
                "sampling": args.sampling, "tol": args.tol,
                "bias": args.bias, "averaging": args.averaging, "eval_every": args.eval_every,
                "max_time": args.max_time, "backend": args.backend, "dtype": args.dtype}
@@ -344,7 +382,10 @@ def cmd_fit(args) -> int:
     est.fit(X, y)
     seconds = time.perf_counter() - start
     print(f"backend: {getattr(est, 'backend_', '?')}")
-    _print_trace(est.history_)
+    if len(est.classes_) > 2:
+        _print_outputs(est)
+    else:
+        _print_trace(est.history_)
     print(f"stopped after {est.n_iter_} iterations ({getattr(est, 'stop_reason_', '?')}), "
           f"{seconds:.2f} s")
     print(f"training accuracy: {est.score(X, y):.4f}")
@@ -352,6 +393,32 @@ def cmd_fit(args) -> int:
                                 "zero_based": zero_based})
     print(f"model written to {out}")
     return EXIT_OK
+
+
+def _print_outputs(est):
+    """One line per output of a multiclass model: its problem and its last evaluation."""
+    classes = [format_label(c) for c in est.classes_]
+    mode = getattr(est, "multi_class", "ovr")
+    if mode == "ovr":
+        names = [f"{c} vs rest" for c in classes]
+    elif mode == "ovo":
+        names = [f"{classes[b]} vs {classes[a]}" for a in range(len(classes))
+                 for b in range(a + 1, len(classes))]
+    else:
+        names = [f"{classes[k + 1]} vs {classes[k]}" for k in range(len(classes) - 1)]
+    histories = est.history_
+    dual = bool(histories) and bool(histories[0]) and len(histories[0][-1]) == 5
+    head = f"{'output':>24} {'iteration':>10} {'objective P(w)':>15}"
+    if dual:
+        head += f" {'dual D(alpha)':>15} {'gap':>10}"
+    print(f"{len(names)} outputs ({mode}), last evaluation of each:")
+    print(head)
+    for name, history in zip(names, histories):
+        row = history[-1]
+        line = f"{name:>24} {row[0]:>10d} {row[1]:>15.8f}"
+        if dual:
+            line += f" {row[2]:>15.8f} {row[3]:>10.3e}"
+        print(line)
 
 
 def _format_params(params) -> str:

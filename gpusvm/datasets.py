@@ -19,7 +19,7 @@ import numpy as np
 import scipy.sparse as sp
 from sklearn.datasets import load_svmlight_file
 
-__all__ = ["load_svmlight", "normalize_rows", "load_a9a", "A9A_N_FEATURES"]
+__all__ = ["load_svmlight", "normalize_rows", "load_a9a", "read_20newsgroups_tar", "A9A_N_FEATURES"]
 
 #: number of features of a9a (the test file uses only 122 of them)
 A9A_N_FEATURES = 123
@@ -375,3 +375,46 @@ def load_a9a(split="train", *, dtype=np.float32):
     X, y = load_svmlight_file(io.BytesIO(raw), n_features=A9A_N_FEATURES, dtype=np.dtype(dtype),
                               zero_based=False)
     return _to_int32_csr(X), y
+
+
+def read_20newsgroups_tar(path, subset="train"):
+    """Read the raw text of 20 Newsgroups ("bydate" split) from its ``.tar.gz`` release.
+
+    The archive holds ``20news-bydate-train/<group>/<document>`` and
+    ``20news-bydate-test/<group>/<document>``; documents are decoded as latin-1
+    (as scikit-learn's ``fetch_20newsgroups`` does) and returned in the order of
+    their groups, then of their file names.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The ``20news-bydate.tar.gz`` file.
+    subset : {"train", "test"}, default="train"
+
+    Returns
+    -------
+    texts : list of str
+    labels : ndarray of str
+        The newsgroup of every document.
+    """
+    import tarfile  # noqa: PLC0415
+
+    if subset not in ("train", "test"):
+        raise ValueError(f"subset must be 'train' or 'test', got {subset!r}")
+    prefix = f"20news-bydate-{subset}/"
+    found = []
+    with tarfile.open(path, "r:gz") as tar:
+        for member in tar:
+            name = member.name.lstrip("./")
+            if not member.isfile() or not name.startswith(prefix):
+                continue
+            parts = name[len(prefix):].split("/")
+            if len(parts) != 2 or parts[1].startswith("."):
+                continue
+            text = tar.extractfile(member).read().decode("latin-1")
+            found.append((parts[0], parts[1], text))
+    if not found:
+        raise ValueError(f"{path} holds no documents under {prefix}: not the 20news-bydate "
+                         "release")
+    found.sort(key=lambda item: (item[0], item[1]))
+    return [t for _, _, t in found], np.array([g for g, _, _ in found])

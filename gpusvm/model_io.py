@@ -11,7 +11,17 @@ A model file is a NumPy ``.npz`` archive readable with ``allow_pickle=False``
   name ``"gpusvm-model"``, the format version, the gpusvm version, the
   estimator class, its JSON-representable ``get_params()``, the scalar fitted
   attributes (``n_features_in_``, ``n_iter_``, ``history_``, ...), non-numeric
-  labels as JSON, and optional user metadata (``extra``).
+  labels as JSON, and optional user metadata (``extra``);
+* from format version 2 on, a ``model`` summary in the metadata: the number of
+  classes and of outputs (rows of ``coef``), ``loss``, ``multi_class``, ``C`` and
+  the ``lam`` of every output's problem, so that a reader knows what the file
+  holds without rebuilding the estimator.
+
+Version history: 1, binary models only; 2, multiclass models (``coef`` of shape
+``(n_outputs, n_features)``), the ``model`` summary, and the parameters ``C``,
+``loss``, ``class_weight``, ``multi_class`` (and ``solver``, ``warm_start`` of
+SDCASVC).  Files of version 1 load unchanged: the parameters they lack take
+their defaults, which give the same predictions.
 """
 
 from __future__ import annotations
@@ -36,14 +46,14 @@ __all__ = ["save_model", "load_model", "read_model_metadata", "FORMAT_NAME", "FO
 
 FORMAT_NAME = "gpusvm-model"
 #: version of the file layout; readers accept files up to their own version
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 METADATA_MEMBER = "gpusvm_metadata"
 
 #: where each estimator class lives (imported lazily when a file needs it)
 ESTIMATOR_MODULES = {
-    "PegasosSVC": "gpusvm.estimators",
-    "SDCASVC": "gpusvm.estimators_sdca",
-    "KernelPegasosSVC": "gpusvm.kernel_estimator",
+    "PegasosSVC": "gpusvm.estimators.pegasos",
+    "SDCASVC": "gpusvm.estimators.sdca",
+    "KernelPegasosSVC": "gpusvm.estimators.kernel",
 }
 
 #: parameters that do not change a fitted model's predictions and may be left out of the file
@@ -73,6 +83,8 @@ def _to_json(value):
         return [_to_json(v) for v in value]
     if isinstance(value, dict) and all(isinstance(k, str) for k in value):
         return {k: _to_json(v) for k, v in value.items()}
+    if isinstance(value, dict):      # e.g. class_weight={1: 5.0, -1: 1.0}: labels as keys
+        return {"__items__": [[_to_json(k), _to_json(v)] for k, v in value.items()]}
     if isinstance(value, type) and issubclass(value, np.generic):
         return {"__dtype__": np.dtype(value).name}
     if isinstance(value, np.dtype):
@@ -89,8 +101,17 @@ def _from_json(value):
             return tuple(_from_json(v) for v in value["__tuple__"])
         if set(value) == {"__dtype__"}:
             return np.dtype(value["__dtype__"]).type
+        if set(value) == {"__items__"}:
+            return {_hashable(_from_json(k)): _from_json(v) for k, v in value["__items__"]}
         return {k: _from_json(v) for k, v in value.items()}
     return value
+
+
+def _hashable(key):
+    """A dictionary key read back from JSON (a list, e.g. from a tuple, is not hashable)."""
+    if isinstance(key, list):
+        raise TypeError(f"a dictionary key of the metadata is a list: {key!r}")
+    return key
 
 
 # --------------------------------------------------------------------- saving
@@ -182,6 +203,7 @@ def save_model(estimator, path, *, extra=None):
     except _Unsupported as exc:
         raise ValueError(f"extra metadata must be JSON-representable; it holds a {exc}") from None
     metadata = {
+        "model": _summary(estimator),
         "format": FORMAT_NAME,
         "format_version": FORMAT_VERSION,
         "gpusvm_version": __version__,
@@ -198,6 +220,43 @@ def save_model(estimator, path, *, extra=None):
     blob = json.dumps(metadata, sort_keys=True).encode("utf-8")
     arrays[METADATA_MEMBER] = np.frombuffer(blob, dtype=np.uint8)
     return write_output(path, lambda f: np.savez_compressed(f, **arrays), what="model")
+
+
+def _summary(estimator):
+    """The ``model`` field: classes, outputs, loss, multi-class mode and regularisation."""
+    params = estimator.get_params(deep=False)
+    coef = getattr(estimator, "coef_", None)
+    lam = getattr(estimator, "lam_", params.get("lam"))
+    return {
+        "n_classes": int(len(estimator.classes_)),
+        "n_outputs": int(coef.shape[0]) if isinstance(coef, np.ndarray) and coef.ndim == 2 else 1,
+        "loss": params.get("loss", "hinge"),
+        "multi_class": params.get("multi_class", "ovr") if len(estimator.classes_) > 2 else None,
+        "C": params.get("C"),
+        "lam": np.asarray(lam, dtype=np.float64).tolist() if lam is not None else None,
+    }
+
+
+def n_outputs_of(n_classes: int, multi_class: str) -> int:
+    """Rows of ``coef_`` of a linear model of ``n_classes`` classes.
+
+    Parameters
+    ----------
+    n_classes : int
+    multi_class : {"ovr", "ovo", "ordinal"}
+
+    Returns
+    -------
+    int
+        1 for two classes; ``K``, ``K (K - 1) / 2`` or ``K - 1`` otherwise.
+    """
+    if n_classes == 2:
+        return 1
+    if multi_class == "ovo":
+        return n_classes * (n_classes - 1) // 2
+    if multi_class == "ordinal":
+        return n_classes - 1
+    return n_classes
 
 
 # --------------------------------------------------------------------- loading
@@ -530,9 +589,11 @@ def _check_fitted(estimator, cls, path):
         distinct = np.unique(classes).size
     except TypeError:
         distinct = -1
-    if classes.size != 2 or distinct != 2:
-        raise _corrupted(path, f"classes holds {classes.size} values; a model separates 2 "
-                               "distinct classes")
+    multiclass = cls.__name__ in ("PegasosSVC", "SDCASVC")
+    if classes.size < 2 or distinct != classes.size or (classes.size > 2 and not multiclass):
+        expected = "2 or more" if multiclass else "2"
+        raise _corrupted(path, f"classes holds {classes.size} values; a model separates "
+                               f"{expected} distinct classes")
     if cls.__name__ == "KernelPegasosSVC":
         sv = getattr(estimator, "support_vectors_", None)
         if sp.issparse(sv):
@@ -558,9 +619,13 @@ def _check_fitted(estimator, cls, path):
         return
     coef = getattr(estimator, "coef_", None)
     if cls.__name__ in ("PegasosSVC", "SDCASVC") or coef is not None:
-        if isinstance(coef, np.ndarray) and coef.ndim == 2 and coef.shape[0] == 1 \
+        mode = getattr(estimator, "multi_class", "ovr")
+        if mode not in ("ovr", "ovo", "ordinal"):
+            raise _corrupted(path, f"multi_class = {mode!r}")
+        m = n_outputs_of(classes.size, mode)
+        if isinstance(coef, np.ndarray) and coef.ndim == 2 and coef.shape[0] == m \
                 and coef.shape[1] != n_features:
             raise _corrupted(path, f"coef has {coef.shape[-1]} features but n_features_in_ = "
                                    f"{n_features}")
-        _float_array(estimator, "coef_", (1, n_features), path)
-        _float_array(estimator, "intercept_", (1,), path)
+        _float_array(estimator, "coef_", (m, n_features), path)
+        _float_array(estimator, "intercept_", (m,), path)

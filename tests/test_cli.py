@@ -161,7 +161,7 @@ def test_fit_sdca_without_sdcasvc(capsys, tmp_path, monkeypatch, train_file):
     (["fit", "missing.svm"], "gpusvm fit: error: svmlight file not found: missing.svm"),
     (["fit", "{train}", "--lam", "-1"],
      "gpusvm fit: error: The 'lam' parameter of PegasosSVC must be a float in the range "
-     "(0.0, inf). Got -1.0 instead."),
+     "(0.0, inf) or None. Got -1.0 instead."),
     (["fit", "{train}", "--batch-size", "301", "--backend", "numpy"],
      "gpusvm fit: error: batch_size=301 exceeds the number of samples n=300; choose 1 <= "
      "batch_size <= 300"),
@@ -169,7 +169,7 @@ def test_fit_sdca_without_sdcasvc(capsys, tmp_path, monkeypatch, train_file):
      "gpusvm fit: error: argument --lam: invalid float value: 'abc' (see `gpusvm fit --help`)"),
     (["fit", "{train}", "--solver", "svm"],  # argparse quotes the choices on newer Pythons
      re.compile(r"gpusvm fit: error: argument --solver: invalid choice: 'svm' \(choose from "
-                r"'?pegasos'?, '?sdca'?\) \(see `gpusvm fit --help`\)")),
+                r"'?pegasos'?, '?sdca'?, '?newton'?\) \(see `gpusvm fit --help`\)")),
     (["predict", "missing.npz", "{train}"],
      "gpusvm predict: error: model file not found: missing.npz"),
     ([], "gpusvm: error: the following arguments are required: COMMAND (see `gpusvm --help`)"),
@@ -425,3 +425,72 @@ def test_closed_pipe_is_silent(train_file):
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=120) == 141
     assert err == ""
+
+
+# ------------------------------------------------------------------ multiclass models
+@pytest.fixture(scope="module")
+def multiclass_file(tmp_path_factory):
+    X, y = make_classification(n_samples=300, n_features=8, n_informative=5, n_classes=4,
+                               random_state=2)
+    path = tmp_path_factory.mktemp("data") / "four.svm"
+    dump_svmlight_file(X / np.abs(X).max(), y + 1, str(path), zero_based=False)
+    return path
+
+
+@pytest.mark.parametrize("mode, outputs", [("ovr", ["1 vs rest", "2 vs rest", "3 vs rest",
+                                                     "4 vs rest"]),
+                                           ("ovo", ["2 vs 1", "3 vs 1", "4 vs 1", "3 vs 2",
+                                                    "4 vs 2", "4 vs 3"]),
+                                           ("ordinal", ["2 vs 1", "3 vs 2", "4 vs 3"])])
+def test_fit_and_predict_a_multiclass_model(capsys, tmp_path, multiclass_file, mode, outputs):
+    model = tmp_path / "m.npz"
+    status, out, err = run(capsys, "fit", multiclass_file, "--solver", "newton", "--C", "1",
+                           "--multi-class", mode, "--class-weight", "balanced", "--backend",
+                           "numpy", "--out", model)
+    assert status == 0 and err == ""
+    lines = out.splitlines()
+    assert lines[0] == (f"gpusvm fit: {multiclass_file}: n=300 d=8 nnz=2400; SDCASVC(C=1.0, "
+                        f"loss='squared_hinge', class_weight='balanced', multi_class='{mode}', "
+                        "solver='newton', backend='numpy', random_state=0)")
+    assert lines[2] == f"{len(outputs)} outputs ({mode}), last evaluation of each:"
+    assert [line[:24].strip() for line in lines[4:4 + len(outputs)]] == outputs
+    train_acc = re.search(r"training accuracy: (\S+)", out).group(1)
+    est = load_model(model)
+    assert est.coef_.shape == (len(outputs), 8) and list(est.classes_) == [1, 2, 3, 4]
+    preds = tmp_path / "p.txt"
+    status, out, err = run(capsys, "predict", model, multiclass_file, "--out", preds)
+    assert status == 0 and err == ""
+    assert out.splitlines()[1] == f"accuracy: {train_acc}"
+    assert set(preds.read_text().split()) <= {"1", "2", "3", "4"}
+
+
+def test_class_weight_pairs(capsys, tmp_path, train_file):
+    model = tmp_path / "w.npz"
+    status, _, err = run(capsys, "fit", train_file, "--solver", "newton", "--class-weight",
+                         "1:3,-1:0.5", "--backend", "numpy", "--out", model)
+    assert status == 0 and err == ""
+    assert load_model(model).class_weight == {1: 3.0, -1: 0.5}
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--class-weight", "heavy"],
+     "gpusvm fit: error: argument --class-weight: expected balanced or LABEL:WEIGHT pairs "
+     "separated by commas (e.g. 1:5,-1:1), got 'heavy' (see `gpusvm fit --help`)"),
+    (["--C", "1", "--lam", "0.1"],
+     "gpusvm fit: error: lam=0.1 and C=1.0 were both given, but they set the same "
+     "regularisation (lam = 1/(C n), n the number of training rows): pass only one of them"),
+    (["--solver", "newton", "--loss", "hinge"],
+     "gpusvm fit: error: solver='newton' minimises the squared hinge, but loss='hinge': the "
+     "hinge is not differentiable; use loss='squared_hinge' with solver='newton', or "
+     "solver='sdca' for the hinge"),
+    (["--solver", "pegasos", "--multi-class", "diagonal"],  # argparse quotes on newer Pythons
+     re.compile(r"gpusvm fit: error: argument --multi-class: invalid choice: 'diagonal' "
+                r"\(choose from '?ovr'?, '?ovo'?, '?ordinal'?\) \(see `gpusvm fit --help`\)")),
+])
+def test_multiclass_option_errors(capsys, tmp_path, train_file, argv, message):
+    status, _, err = run(capsys, "fit", train_file, *argv, "--backend", "numpy", "--out",
+                         tmp_path / "x.npz")
+    if isinstance(message, re.Pattern):
+        assert status == 2 and err.count("\n") == 1 and message.fullmatch(err.strip())
+    else:
+        assert_one_line_error(status, err, message)

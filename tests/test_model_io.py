@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import zipfile
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -430,11 +431,11 @@ def test_model_of_one_class(tmp_path, fitted):
     save_model(fitted, path)
     _rewrite(path, classes=np.array([1]))
     with pytest.raises(ValueError, match=r"is corrupted \(classes holds 1 values; a model "
-                                         rf"separates 2 distinct classes\); {AGAIN}$"):
+                                         rf"separates 2 or more distinct classes\); {AGAIN}$"):
         load_model(path)
     _rewrite(path, classes=np.array([1, 1]))
     with pytest.raises(ValueError, match=r"is corrupted \(classes holds 2 values; a model "
-                                         rf"separates 2 distinct classes\); {AGAIN}$"):
+                                         rf"separates 2 or more distinct classes\); {AGAIN}$"):
         load_model(path)
 
 
@@ -445,7 +446,7 @@ def test_model_of_one_class(tmp_path, fitted):
     ("arrays", {"coef_": "intercept"}, "coef has shape (1,), expected (1, 7)"),
     ("arrays", {"coef_": "classes"}, "coef is missing or not a float array"),
     ("params", {"lam": -1.0}, "The 'lam' parameter of PegasosSVC must be a float in the range "
-                              "(0.0, inf). Got -1.0 instead."),
+                              "(0.0, inf) or None. Got -1.0 instead."),
 ], ids=["method", "dunder", "n-features-type", "coef-shape", "coef-dtype", "param"])
 def test_tampered_attributes(tmp_path, fitted, field, change, detail):
     path = tmp_path / "m.npz"
@@ -463,3 +464,60 @@ def test_non_finite_coefficients(tmp_path, fitted):
     _rewrite(path, coef=np.full((1, 7), np.nan))
     with pytest.raises(ValueError, match=rf"is corrupted \(coef holds NaN or infinity\); {AGAIN}$"):
         load_model(path)
+
+
+# ------------------------------------------------------------------ format 2: multiclass models
+DATA_DIR = Path(__file__).parent / "data"
+
+
+@pytest.mark.parametrize("multi_class, n_outputs", [("ovr", 4), ("ovo", 6), ("ordinal", 3)])
+def test_multiclass_round_trip(tmp_path, multi_class, n_outputs):
+    X, y = make_classification(n_samples=200, n_features=6, n_informative=4, n_classes=4,
+                               random_state=0)
+    labels = np.array(["a", "b", "c", "d"])[y]
+    est = SDCASVC(C=2.0, loss="squared_hinge", solver="newton", multi_class=multi_class,
+                  class_weight="balanced", backend="numpy").fit(X, labels)
+    path = tmp_path / "mc.npz"
+    save_model(est, path)
+    loaded = load_model(path)
+    assert loaded.coef_.shape == (n_outputs, 6) and loaded.intercept_.shape == (n_outputs,)
+    assert loaded.get_params() == est.get_params()
+    np.testing.assert_array_equal(loaded.classes_, est.classes_)
+    np.testing.assert_array_equal(loaded.decision_function(X), est.decision_function(X))
+    np.testing.assert_array_equal(loaded.predict(X), est.predict(X))
+    meta = read_model_metadata(path)
+    assert meta["format_version"] == FORMAT_VERSION == 2
+    assert meta["model"] == {"n_classes": 4, "n_outputs": n_outputs, "loss": "squared_hinge",
+                             "multi_class": multi_class, "C": 2.0,
+                             "lam": np.asarray(est.lam_).tolist()}
+
+
+def test_multiclass_coef_of_the_wrong_number_of_outputs_is_refused(tmp_path):
+    X, y = make_classification(n_samples=150, n_features=5, n_informative=3, n_classes=3,
+                               random_state=1)
+    est = SDCASVC(loss="squared_hinge", solver="newton", multi_class="ovo",
+                  backend="numpy").fit(X, y)
+    path = tmp_path / "mc.npz"
+    save_model(est, path)
+    _rewrite(path, {"params": {**read_model_metadata(path)["params"], "multi_class": "ordinal"}})
+    with pytest.raises(ValueError, match=r"is corrupted \(coef has shape \(3, 5\), expected "
+                                         rf"\(2, 5\)\); {AGAIN}$"):
+        load_model(path)
+
+
+@pytest.mark.parametrize("name, cls", [("pegasos", PegasosSVC), ("sdca", SDCASVC),
+                                       ("kernel", KernelPegasosSVC)])
+def test_format_1_files_still_load(name, cls):
+    # written by gpusvm 0.x with model format version 1 (binary models, no C, loss or
+    # multi_class parameters), with the decision values they gave then
+    path = DATA_DIR / f"model_v1_{name}.npz"
+    assert read_model_metadata(path)["format_version"] == 1
+    with np.load(DATA_DIR / "model_v1_data.npz") as f:
+        X, labels = f["X"], f["y"]
+    model = load_model(path)
+    assert type(model) is cls
+    np.testing.assert_array_equal(model.classes_, ["ham", "spam"])
+    np.testing.assert_allclose(model.decision_function(X),
+                               np.load(DATA_DIR / f"model_v1_{name}_decision.npy"),
+                               rtol=1e-12, atol=1e-12)
+    assert model.score(X, labels) > 0.8

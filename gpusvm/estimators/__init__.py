@@ -1,0 +1,25 @@
+"""The scikit-learn estimators of gpusvm.
+
+* :mod:`gpusvm.estimators._base`: what they share (validation, labels, data
+  preparation, prediction, progress bars);
+* :mod:`gpusvm.estimators.pegasos`: :class:`PegasosSVC`;
+* :mod:`gpusvm.estimators.sdca`: :class:`SDCASVC`;
+* :mod:`gpusvm.estimators.kernel`: :class:`KernelPegasosSVC`.
+
+The names importable from ``gpusvm.estimators`` before it became a package
+(the estimators and the shared helpers) still are.
+"""
+
+from ._base import (_INT32_MAX, DEVICE_AUTO_BATCH, MAX_EPOCHS_DOUBLING, MAX_ITER,
+                    MIN_OPTIMAL_BIAS_BATCH, ROW_NORM_WARNING, DataScaleWarning, _as_dtype,
+                    _gap_progress_bar, _LinearSVCBase, _max_squared_row_norm, _progress_bar,
+                    binary_labels, check_sparse_structure, warn_if_rows_unscaled, warn_short_tail)
+from .kernel import KernelPegasosSVC
+from .pegasos import PegasosSVC
+from .sdca import SDCA_BIAS_MODES, SDCASVC
+
+__all__ = ["DataScaleWarning", "KernelPegasosSVC", "PegasosSVC", "SDCASVC", "binary_labels",
+           "check_sparse_structure", "warn_if_rows_unscaled", "warn_short_tail",
+           "DEVICE_AUTO_BATCH", "MAX_EPOCHS_DOUBLING", "MAX_ITER", "MIN_OPTIMAL_BIAS_BATCH",
+           "ROW_NORM_WARNING", "SDCA_BIAS_MODES", "_INT32_MAX", "_LinearSVCBase", "_as_dtype",
+           "_gap_progress_bar", "_max_squared_row_norm", "_progress_bar"]

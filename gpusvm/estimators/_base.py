@@ -1,0 +1,723 @@
+"""What every gpusvm estimator shares: validation, labels, data preparation, prediction and
+progress bars (no mathematics)."""
+
+from __future__ import annotations
+
+import inspect
+import math
+import warnings
+from numbers import Integral, Real
+
+import numpy as np
+import scipy.sparse as sp
+from sklearn.base import BaseEstimator, ClassifierMixin
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils.class_weight import compute_class_weight
+from sklearn.utils.multiclass import _ovr_decision_function, type_of_target
+from sklearn.utils.validation import _check_sample_weight, check_is_fitted, validate_data
+
+from .. import _arrays
+from ..backends import BACKENDS, resolve_backend_name
+from ..solvers._sampling import SAMPLING_MODES
+from ..solvers.pegasos import BIAS_MODES
+
+
+def _as_dtype(dtype) -> np.dtype:
+    dt = np.dtype(dtype)
+    if dt not in (np.float32, np.float64):
+        raise ValueError(f"dtype must be float32 or float64, got {dtype!r}")
+    return dt
+
+
+_INT32_MAX = int(np.iinfo(np.int32).max)
+
+#: the largest ``max_iter``: iteration counters are 64-bit integers in the compiled loops
+MAX_ITER = 2**62
+
+#: the smallest batch for ``bias="optimal"``: the optimal bias of a batch puts a margin at
+#: exactly 1, so a batch of one row never moves ``w``, and on a9a batches of 2 and 4 stay at
+#: the majority class's accuracy
+MIN_OPTIMAL_BIAS_BATCH = 8
+
+
+def check_sparse_structure(X) -> None:
+    """Check the index arrays of a sparse matrix before any compiled code reads them.
+
+    scipy checks only their lengths when a matrix is built, and not at all
+    when the arrays are changed afterwards; an index out of range or a
+    decreasing ``indptr`` makes compiled loops (scipy's, numba's, the CUDA
+    kernels) read and write out of bounds. The check is O(nnz) and vectorised.
+
+    Parameters
+    ----------
+    X : object
+        Anything; only CSR, CSC and COO matrices are checked.
+
+    Raises
+    ------
+    ValueError
+        When an index is out of range or the index pointer is not a
+        non-decreasing sequence from 0 to nnz.
+    """
+    if not sp.issparse(X):
+        return
+    fmt = X.format
+    if fmt == "coo":
+        for name, idx, bound in (("row", X.row, X.shape[0]), ("column", X.col, X.shape[1])):
+            if idx.size and (idx.min() < 0 or idx.max() >= bound):
+                raise ValueError(f"X has {name} indices outside [0, {bound}) (a corrupted COO "
+                                 "matrix); rebuild it with scipy.sparse.coo_matrix")
+        return
+    if fmt not in ("csr", "csc"):
+        return
+    major, minor = X.shape if fmt == "csr" else X.shape[::-1]
+    what = "column" if fmt == "csr" else "row"
+    indptr, indices = np.asarray(X.indptr), np.asarray(X.indices)
+    if indptr.ndim != 1 or indptr.size != major + 1 or indptr[0] != 0 \
+            or indptr[-1] > indices.size or indptr[-1] > np.asarray(X.data).size \
+            or np.any(np.diff(indptr) < 0):
+        raise ValueError(f"X is a corrupted {fmt.upper()} matrix: its indptr is not a "
+                         f"non-decreasing sequence of {major + 1} offsets from 0 to at most its "
+                         f"{indices.size} indices; rebuild it with scipy.sparse.{fmt}_matrix")
+    used = indices[:indptr[-1]]
+    if used.size and (used.min() < 0 or used.max() >= minor):
+        raise ValueError(f"X is a corrupted {fmt.upper()} matrix: it has {what} indices outside "
+                         f"[0, {minor}); rebuild it with scipy.sparse.{fmt}_matrix")
+
+
+def _max_squared_row_norm(X) -> float:
+    """Largest ``||x_i||^2`` of a CSR matrix, in float64 (inf when it overflows)."""
+    if X.nnz == 0:
+        return 0.0
+    with np.errstate(over="ignore", invalid="ignore"):
+        data = X.data.astype(np.float64)
+        sq = np.add.reduceat(data * data, X.indptr[:-1][np.diff(X.indptr) > 0])
+    return float(np.max(sq))
+
+
+def binary_labels(y, estimator_name: str):
+    """Map two class labels to {-1, +1}.
+
+    Parameters
+    ----------
+    y : array-like of shape (n,)
+    estimator_name : str
+        Used in the error messages.
+
+    Returns
+    -------
+    classes : ndarray of shape (2,)
+        Sorted class labels; ``classes[1]`` is the positive class.
+    y_pm : ndarray of float64
+        Labels in {-1, +1}.
+    """
+    y = np.asarray(y)
+    target = type_of_target(y, input_name="y")
+    if target not in ("binary", "multiclass"):
+        raise ValueError(f"Unknown label type: {estimator_name} needs class labels; got targets "
+                         f"of type {target!r}")
+    classes, inv = np.unique(y, return_inverse=True)
+    if classes.size < 2:
+        raise ValueError(
+            f"{estimator_name} needs samples of 2 classes, but the data contains only one "
+            f"class: {classes.tolist()[0]!r}")
+    if classes.size > 2:
+        raise ValueError(
+            f"Only binary classification is supported. {estimator_name} got y with "
+            f"{classes.size} classes: wrap the estimator in sklearn.multiclass.OneVsRestClassifier")
+    return classes, np.where(inv == 1, 1.0, -1.0)
+
+
+#: Pegasos' default cap with the doubling tail average: 2^6 epochs
+MAX_EPOCHS_DOUBLING = 64
+#: rows longer than this (Euclidean norm) are "far above 1": the estimators warn
+ROW_NORM_WARNING = 100.0
+#: batch_size="auto" on a device backend (an iteration costs about as much for 4096 rows as for 1)
+DEVICE_AUTO_BATCH = 4096
+
+
+def warn_if_rows_unscaled(max_row_norm: float) -> None:
+    """Warn when the largest row norm is far above 1, naming the fixes.
+
+    The step sizes of Pegasos and the mini-batch theory of both papers assume
+    ``max_i ||x_i|| <= 1`` (Pegasos Theorem 1's ``R``; Takáč et al. Sec. 2);
+    rows of norm in the thousands (raw measurements) leave Pegasos at the
+    majority class for any practical number of epochs.
+
+    Parameters
+    ----------
+    max_row_norm : float
+        The largest Euclidean row norm of the training data (bias column excluded).
+    """
+    if max_row_norm > ROW_NORM_WARNING:
+        warnings.warn(
+            f"the largest row norm of X is {max_row_norm:.3g}, far above 1, which the step sizes "
+            "and the mini-batch theory assume (max ||x_i|| <= 1): the fit may stay near the "
+            "majority class or need many more epochs; scale the rows with "
+            "gpusvm.datasets.normalize_rows(X) or the features with "
+            "sklearn.preprocessing.StandardScaler (or MaxAbsScaler for sparse X) in a Pipeline",
+            DataScaleWarning, stacklevel=4)
+
+
+class DataScaleWarning(UserWarning):
+    """The training rows are far longer than the unit norm the solvers assume."""
+
+
+#: losses of the linear estimators (ALGORITHMS.md, "Weights, and the squared hinge")
+LOSSES = ("hinge", "squared_hinge")
+#: how more than two classes are split into binary problems
+MULTI_CLASS_MODES = ("ovr", "ovo", "ordinal")
+#: ``lam`` when neither ``lam`` nor ``C`` is given
+DEFAULT_LAM = 1e-4
+#: backends on which one-vs-rest runs as one M-output solver call (one gather of a batch row
+#: serves all M margins) when the solvers have it; measured on 20 Newsgroups (numba, CPU
+#: seconds): 1.26 s for one M-output call against 2.14 s for one binary fit per class
+OVR_NATIVE_BACKENDS = ("numpy", "numba", "cupy", "emulated")
+
+
+def solver_has(solver, parameter: str) -> bool:
+    """Whether the solver function ``solver`` takes the keyword ``parameter``.
+
+    Parameters
+    ----------
+    solver : callable
+    parameter : str
+
+    Returns
+    -------
+    bool
+    """
+    return parameter in inspect.signature(solver).parameters
+
+
+def class_labels(y, estimator_name: str):
+    """Sorted class labels and every row's class index (two or more classes).
+
+    Parameters
+    ----------
+    y : array-like of shape (n,)
+    estimator_name : str
+        Used in the error messages.
+
+    Returns
+    -------
+    classes : ndarray of shape (n_classes,)
+    y_idx : ndarray of intp, shape (n,)
+        ``classes[y_idx] == y``.
+    """
+    y = np.asarray(y)
+    target = type_of_target(y, input_name="y")
+    if target not in ("binary", "multiclass"):
+        raise ValueError(f"Unknown label type: {estimator_name} needs class labels; got targets "
+                         f"of type {target!r}")
+    classes, inv = np.unique(y, return_inverse=True)
+    if classes.size < 2:
+        raise ValueError(
+            f"{estimator_name} needs samples of 2 classes, but the data contains only one "
+            f"class: {classes.tolist()[0]!r}")
+    return classes, inv.astype(np.intp).ravel()
+
+
+def resolve_lam(lam, C, n: int) -> float:
+    """The ``lam`` of a fit on ``n`` rows from the estimator's ``lam`` or ``C``.
+
+    LinearSVC's ``C`` minimises ``1/2 ||w||^2 + C sum_i s_i loss_i``, which is
+    ``C n`` times ``P_s(w) = lam/2 ||w||^2 + (1/n) sum_i s_i loss_i`` at
+    ``lam = 1/(C n)`` (ALGORITHMS.md, "Weights").
+
+    Parameters
+    ----------
+    lam : float or None
+    C : float or None
+    n : int
+        Rows of the fit (of the pair, for one-vs-one and ordinal problems).
+
+    Returns
+    -------
+    float
+    """
+    if C is None:
+        return DEFAULT_LAM if lam is None else float(lam)
+    if lam is not None:
+        raise ValueError(
+            f"lam={lam!r} and C={C!r} were both given, but they set the same regularisation "
+            "(lam = 1/(C n), n the number of training rows): pass only one of them")
+    return 1.0 / (float(C) * n)
+
+
+def row_weights(class_weight, sample_weight, classes, y_idx, X):
+    """Per-row weights ``s_i = sample_weight_i * class_weight[y_i]``, or None when both are None.
+
+    scikit-learn's semantics (as LinearSVC): ``class_weight="balanced"`` gives class
+    ``c`` the weight ``n / (n_classes * count_c)``, the counts weighted by
+    ``sample_weight`` when it is given (:func:`sklearn.utils.class_weight.compute_class_weight`).
+
+    Parameters
+    ----------
+    class_weight : dict, "balanced" or None
+    sample_weight : array-like of shape (n,) or None
+    classes : ndarray of shape (n_classes,)
+    y_idx : ndarray of shape (n,)
+    X : matrix of n rows (for the shape check)
+
+    Returns
+    -------
+    ndarray of float64, shape (n,), or None
+        None also when every weight is 1 (the unweighted problem).
+    """
+    if sample_weight is None and class_weight is None:
+        return None
+    s = None
+    if sample_weight is not None:
+        s = _check_sample_weight(sample_weight, X, dtype=np.float64, ensure_non_negative=True,
+                                 allow_all_zero_weights=False, copy=True)
+    if class_weight is not None:
+        cw = compute_class_weight(class_weight, classes=classes, y=classes[y_idx],
+                                  sample_weight=s)
+        if not np.all(np.isfinite(cw)) or np.any(cw < 0):
+            raise ValueError(f"class_weight must be finite and non-negative; got {cw.tolist()}")
+        s = cw[y_idx] if s is None else s * cw[y_idx]
+    if not np.all(np.isfinite(s)):
+        raise ValueError("sample_weight contains NaN or infinity")
+    if not np.any(s > 0):
+        raise ValueError("every row has weight 0 (sample_weight times class_weight); give some "
+                         "rows a positive weight")
+    if np.all(s == 1.0):            # the unweighted problem: solvers need no weights for it
+        return None
+    return np.ascontiguousarray(s, dtype=np.float64)
+
+
+def output_problems(n_classes: int, y_idx, multi_class: str):
+    """The binary problems of a fit: ``[(rows, labels), ...]``.
+
+    ``rows`` is None (all rows) or the row indices of the problem, ``labels`` is
+    in {-1, +1}: shape ``(n_rows,)`` for one output, ``(n, M)`` for the M outputs
+    of one-vs-rest (output c: +1 for class c).  Two classes: one problem,
+    ``+1`` for ``classes[1]``.  ``"ovo"``: one problem per pair ``a < b`` of
+    classes on the rows of ``a`` and ``b``, ``+1`` for ``b`` (scikit-learn's
+    OneVsOneClassifier order); ``"ordinal"``: the pairs ``(k, k + 1)`` of
+    neighbouring classes only (Duros & Katzman 2014, Sec. 3.1).
+
+    Parameters
+    ----------
+    n_classes : int
+    y_idx : ndarray of shape (n,)
+    multi_class : {"ovr", "ovo", "ordinal"}
+
+    Returns
+    -------
+    list of (ndarray or None, ndarray)
+    """
+    if n_classes == 2:
+        return [(None, np.where(y_idx == 1, 1.0, -1.0))]
+    if multi_class == "ovr":
+        return [(None, np.where(y_idx[:, None] == np.arange(n_classes)[None, :], 1.0, -1.0))]
+    if multi_class == "ovo":
+        pairs = [(a, b) for a in range(n_classes) for b in range(a + 1, n_classes)]
+    else:
+        pairs = [(k, k + 1) for k in range(n_classes - 1)]
+    problems = []
+    for a, b in pairs:
+        rows = np.flatnonzero((y_idx == a) | (y_idx == b))
+        problems.append((rows, np.where(y_idx[rows] == b, 1.0, -1.0)))
+    return problems
+
+
+def ordinal_scores(confidences):
+    """Class scores of the ordinal rule from the ``K - 1`` neighbour classifiers.
+
+    ``f_k(x) > 0`` says that ``x`` is more like class ``k + 1`` than class ``k``.
+    Class ``j`` lies above the pairs ``k < j`` and below the pairs ``k >= j``; its
+    total agreement with all of them, ``sum_{k<j} f_k(x) - sum_{k>=j} f_k(x)``, is
+    ``2 s_j(x) - sum_k f_k(x)`` with ``s_j(x) = sum_{k<j} f_k(x)`` (``s_0 = 0``).
+    The scores are ``s_j`` and the prediction is their argmax: when the signs are
+    consistent (``f_k > 0`` exactly for ``k < r``) it is class ``r``, the number of
+    thresholds passed; otherwise the class the margins agree with most.
+
+    Parameters
+    ----------
+    confidences : ndarray of shape (n, K - 1)
+
+    Returns
+    -------
+    ndarray of shape (n, K)
+    """
+    zero = np.zeros((confidences.shape[0], 1), dtype=np.float64)
+    return np.hstack([zero, np.cumsum(confidences, axis=1, dtype=np.float64)])
+
+
+class _LinearSVCBase(ClassifierMixin, BaseEstimator):
+    """Shared validation, data preparation, decomposition into outputs, and prediction.
+
+    Subclasses that fit more than two classes set ``_MULTICLASS = True`` and
+    implement ``_solve`` (see :meth:`_fit_outputs`).
+    """
+
+    #: whether the estimator fits more than two classes (tag ``multi_class``)
+    _MULTICLASS = False
+
+    _parameter_constraints: dict = {
+        "lam": [Interval(Real, 0, None, closed="neither"), None],
+        "C": [Interval(Real, 0, None, closed="neither"), None],
+        "loss": [StrOptions(set(LOSSES))],
+        "class_weight": [dict, StrOptions({"balanced"}), None],
+        "multi_class": [StrOptions(set(MULTI_CLASS_MODES))],
+        "batch_size": [Interval(Integral, 1, None, closed="left"), StrOptions({"auto"})],
+        "max_iter": [Interval(Integral, 1, MAX_ITER, closed="both"), None],
+        "sampling": [StrOptions(set(SAMPLING_MODES))],
+        "bias": [StrOptions(set(BIAS_MODES))],
+        "intercept_scaling": [Interval(Real, 0, None, closed="neither")],
+        "eval_every": [Interval(Integral, 1, None, closed="left"), None],
+        "max_time": [Interval(Real, 0, None, closed="neither"), None],
+        "callback": [callable, None],
+        "backend": [StrOptions(set(BACKENDS))],
+        "dtype": [StrOptions({"float32", "float64"}), type],
+        "random_state": ["random_state", np.random.Generator],
+        "verbose": ["verbose"],
+    }
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.sparse = True
+        tags.classifier_tags.multi_class = self._MULTICLASS
+        return tags
+
+    # ------------------------------------------------------------ helpers
+    def _prepare(self, X, y, *, reset=True):
+        """Validate, convert to CSR once, map labels, append the bias feature.
+
+        The caller's matrix is never modified: a CSR matrix with unsorted or
+        duplicate indices is copied before it is put in canonical form.
+
+        Returns
+        -------
+        Xc : csr_matrix of shape (n, d_aug)
+        y : ndarray of shape (n,)
+            The labels as given (validated).
+        """
+        if _arrays.is_device(X) or _arrays.is_device(y):   # CuPy input (gpusvm._arrays)
+            return _arrays.prepare(self, X, y, reset)
+        dtype = _as_dtype(self.dtype)
+        check_sparse_structure(X)
+        X, y = validate_data(self, X, y, accept_sparse="csr", dtype=dtype, order="C",
+                             y_numeric=False, reset=reset)
+        Xc = sp.csr_matrix(X, dtype=dtype) if not sp.issparse(X) else X.tocsr().astype(dtype, copy=False)
+        check_sparse_structure(Xc)
+        n, d = Xc.shape
+        d_aug = d + (self.bias == "augmented")
+        nnz_aug = Xc.nnz + n * (self.bias == "augmented")
+        if d_aug > _INT32_MAX or nnz_aug > _INT32_MAX:
+            bias_column = " (plus the bias column)" if d_aug > d else ""
+            raise ValueError(
+                f"X has {d} columns and {Xc.nnz} nonzeros{bias_column}; gpusvm indexes them "
+                f"with 32-bit integers, so both must stay below {_INT32_MAX}: drop unused "
+                "columns (e.g. re-index the features) or split the data")
+        if Xc.indices.dtype != np.int32 or Xc.indptr.dtype != np.int32:
+            Xc = sp.csr_matrix((Xc.data, Xc.indices.astype(np.int32), Xc.indptr.astype(np.int32)),
+                               shape=Xc.shape)
+        if not Xc.has_canonical_format:    # order a copy: Xc may share arrays with the caller's X
+            Xc = sp.csr_matrix((Xc.data.copy(), Xc.indices.copy(), Xc.indptr.copy()),
+                               shape=Xc.shape)
+            Xc.sum_duplicates()
+            Xc.sort_indices()
+        k = getattr(self, "batch_size", "auto")
+        if k != "auto" and k > n:
+            raise ValueError(
+                f"batch_size={k} exceeds the number of samples n={n}; choose 1 <= batch_size <= {n}")
+        max_sq = _max_squared_row_norm(Xc)
+        if math.isfinite(max_sq):
+            warn_if_rows_unscaled(math.sqrt(max_sq))
+        else:
+            raise ValueError(
+                "X has values so large that the squared norm of a row overflows float64 (e.g. "
+                "1e300); scale the features (sklearn.preprocessing.MaxAbsScaler) or normalise "
+                "the rows (gpusvm.datasets.normalize_rows) first")
+        self._max_sq = max_sq
+        if self.bias == "augmented":
+            col = sp.csr_matrix(np.full((n, 1), self.intercept_scaling, dtype=dtype))
+            Xc = sp.hstack([Xc, col], format="csr", dtype=dtype)
+            Xc.indices = Xc.indices.astype(np.int32)
+            Xc.indptr = Xc.indptr.astype(np.int32)
+        return Xc, y
+
+    def _check_lam(self, lam: float) -> None:
+        """Refuse a ``lam`` whose steps ``1/lam`` overflow the data type."""
+        dtype = _as_dtype(self.dtype)
+        max_sq = getattr(self, "_max_sq", 1.0)
+        step = math.sqrt(max(max_sq, 1.0)) / lam
+        if not step * step < np.finfo(dtype).max:
+            smallest = math.sqrt(max(max_sq, 1.0) / np.finfo(dtype).max)
+            given = f"lam={lam!r}" if getattr(self, "C", None) is None else \
+                f"C={self.C!r} (lam = 1/(C n) = {lam:.3g})"
+            raise ValueError(
+                f"{given} is too small for dtype={dtype.name}: a step of size 1/lam on "
+                f"rows of norm up to {math.sqrt(max_sq):.3g} overflows; use lam >= "
+                f"{smallest:.1e}")
+
+    def _resolve(self, n: int):
+        """The backend name and the batch size the fit runs with (``"auto"`` resolved).
+
+        ``batch_size="auto"``: 1 on a CPU backend, where every row costs the same
+        whatever the batch and the fewest epochs win (BENCHMARKS.md), and
+        ``min(n, DEVICE_AUTO_BATCH)`` on a device, where an iteration costs about as
+        much for thousands of rows as for one.  A one-vs-one or ordinal problem
+        smaller than ``batch_size`` uses all its rows.
+        """
+        backend = resolve_backend_name(self.backend)
+        k = self.batch_size
+        if k == "auto":
+            k = 1 if backend in ("numpy", "numba") else min(n, DEVICE_AUTO_BATCH)
+        return backend, int(min(k, n))
+
+    def _seed(self):
+        rs = self.random_state
+        if isinstance(rs, np.random.RandomState):
+            return int(rs.randint(0, 2**31 - 1))
+        if isinstance(rs, np.random.Generator):
+            return int(rs.integers(0, 2**31 - 1))
+        return rs
+
+    def _set_solution(self, w, b):
+        """``coef_`` and ``intercept_`` from ``w`` of shape ``(d_aug,)`` or ``(d_aug, M)``."""
+        W = np.asarray(w, dtype=np.float64)
+        W = W.reshape(-1, 1) if W.ndim == 1 else W
+        if self.bias == "augmented":
+            self.coef_ = np.ascontiguousarray(W[:-1].T)
+            self.intercept_ = W[-1] * self.intercept_scaling
+        else:
+            self.coef_ = np.ascontiguousarray(W.T)
+            self.intercept_ = np.broadcast_to(np.asarray(b, dtype=np.float64),
+                                              (W.shape[1],)).copy()
+
+    # ------------------------------------------------------------ fitting outputs
+    def _fit_outputs(self, X, y, sample_weight=None, *, warm=None, classes=None, reset=True):
+        """Fit every output: validation, labels, weights, the problems, the solver.
+
+        ``self._solve(Xs, Y, s, lam, init)`` fits one problem: ``Xs`` its rows (CSR,
+        bias column included), ``Y`` labels in {-1, +1} of shape ``(n_rows,)`` or
+        ``(n, M)``, ``s`` its row weights or None, ``lam`` its regularisation and
+        ``init`` its warm start (see ``warm``).  It returns ``(W, b, common,
+        per_output)``: ``W`` of shape ``(d_aug, M)``, ``b`` of shape ``(M,)``, a dict
+        of values shared by the outputs and a dict of lists of M per-output values.
+
+        Parameters
+        ----------
+        X, y, sample_weight
+            As in ``fit``.
+        warm : callable or None
+            ``warm(first, M, multi, rows)`` gives ``init`` for the problem whose outputs
+            are ``first .. first + M - 1`` of ``coef_`` and whose rows are ``rows`` (None:
+            all): a list of M inits when ``multi`` (the ``(n, M)`` labels of
+            one-vs-rest), else one init.
+        classes : array-like or None
+            The classes (``partial_fit``); None takes those of ``y``.
+        reset : bool
+            Whether ``n_features_in_`` is set anew (False: checked against it).
+
+        Returns
+        -------
+        common : dict
+        per_output : dict of lists
+        """
+        Xc, y = self._prepare(X, y, reset=reset)
+        name = type(self).__name__
+        if classes is None:
+            classes, y_idx = class_labels(y, name)
+        else:
+            y_idx = np.searchsorted(classes, y)
+            unknown = (y_idx >= classes.size) | (classes[np.minimum(y_idx, classes.size - 1)] != y)
+            if np.any(unknown):
+                raise ValueError(
+                    f"y holds the label {np.asarray(y)[unknown][0]!r}, which is not one of the "
+                    f"classes {classes.tolist()} given to the first partial_fit call")
+        if classes.size > 2 and not self._MULTICLASS:
+            raise ValueError(
+                f"Only binary classification is supported. {name} got y with {classes.size} "
+                "classes: wrap the estimator in sklearn.multiclass.OneVsRestClassifier")
+        s = row_weights(getattr(self, "class_weight", None), sample_weight, classes, y_idx, Xc)
+        self.classes_ = classes
+        problems = output_problems(classes.size, y_idx, getattr(self, "multi_class", "ovr"))
+        Ws, bs, common, per = [], [], {}, {}
+        lams = []
+        first = 0
+        for rows, Y in problems:
+            Xs = Xc if rows is None else Xc[rows]
+            ss = s if (s is None or rows is None) else s[rows]
+            lam = resolve_lam(self.lam, getattr(self, "C", None), Xs.shape[0])
+            self._check_lam(lam)
+            lams.append(lam)
+            Y = Y.astype(Xc.dtype)
+            n_out = Y.shape[1] if Y.ndim == 2 else 1
+            init = warm(first, n_out, Y.ndim == 2, rows) if warm is not None else None
+            first += n_out
+            W, b, com, per_out = self._solve(Xs, Y, ss, lam, init)
+            Ws.append(W)
+            bs.append(np.atleast_1d(np.asarray(b, dtype=np.float64)))
+            common = common or com
+            for key, values in per_out.items():
+                per.setdefault(key, []).extend(values)
+        self._set_solution(np.hstack(Ws), np.concatenate(bs))
+        self._problem_rows = [rows for rows, _ in problems]
+        self._n_rows = Xc.shape[0]
+        self.lam_ = lams[0] if len(lams) == 1 else np.asarray(lams)
+        return common, per
+
+    #: one-vs-rest as one M-output call: None decides by backend (OVR_NATIVE_BACKENDS);
+    #: True or False forces it (tests compare the two)
+    _ovr_native = None
+
+    def _native_ovr(self, solver_supports: bool) -> bool:
+        """Whether one-vs-rest runs as one M-output solver call on this fit's backend."""
+        if not solver_supports:
+            return False
+        if self._ovr_native is not None:
+            return bool(self._ovr_native)
+        return resolve_backend_name(self.backend) in OVR_NATIVE_BACKENDS
+
+    def _solve_columns(self, Xs, Y, s, lam, init, solve_one, native: bool):
+        """One-vs-rest: one native call on the ``(n, M)`` labels, or one binary fit per column.
+
+        The binary fits run with the same seed, so they see the same batches as the
+        native M-output fit; they are its reference.
+        """
+        if Y.ndim == 1 or native:
+            return solve_one(Xs, Y, s, lam, init)
+        Ws, bs, common, per = [], [], {}, {}
+        for c in range(Y.shape[1]):
+            init_c = None if init is None else init[c]
+            W, b, com, per_out = solve_one(Xs, np.ascontiguousarray(Y[:, c]), s, lam, init_c)
+            Ws.append(W)
+            bs.append(np.atleast_1d(b))
+            common = common or com
+            for key, values in per_out.items():
+                per.setdefault(key, []).extend(values)
+        return np.hstack(Ws), np.concatenate(bs), common, per
+
+    def _per_output_attributes(self, per, scalars=(), arrays=()):
+        """Set the per-output fitted attributes: plain values for 2 classes, arrays otherwise.
+
+        ``n_iter_`` is the largest count of any output, ``stop_reason_`` the first
+        reason other than ``"tol"`` (else ``"tol"``), ``history_`` the history of
+        the only output or the list of the outputs' histories.
+        """
+        binary = len(per["n_iter"]) == 1
+        self.n_iter_ = int(max(per["n_iter"]))
+        reasons = [r for r in per["stop_reason"] if r != "tol"]
+        self.stop_reason_ = reasons[0] if reasons else "tol"
+        self.history_ = per["history"][0] if binary else list(per["history"])
+        for key, attr in scalars:
+            values = per[key]
+            setattr(self, attr, values[0] if binary else np.asarray(values))
+
+    # ------------------------------------------------------------ prediction
+    def decision_function(self, X):
+        """Confidence scores: ``<w, x> + b`` for two classes, one score per class otherwise.
+
+        Two classes: positive means ``classes_[1]``.  More classes: ``"ovr"``, the
+        output of each class; ``"ovo"``, votes plus confidences as in
+        scikit-learn's OneVsOneClassifier; ``"ordinal"``, the scores of
+        :func:`ordinal_scores`.  The predicted class has the largest score.
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
+
+        Returns
+        -------
+        ndarray of shape (n_samples,) or (n_samples, n_classes)
+        """
+        check_is_fitted(self)
+        if _arrays.is_device(X):                        # CuPy input: computed on the device
+            return _arrays.decision_function(self, X)
+        check_sparse_structure(X)
+        X = validate_data(self, X, accept_sparse="csr", reset=False,
+                          dtype=[np.float64, np.float32])
+        coef = self.coef_.astype(X.dtype, copy=False)
+        scores = np.asarray(X @ coef.T, dtype=np.float64).reshape(X.shape[0], -1) + self.intercept_
+        n_classes = len(self.classes_)
+        if n_classes == 2:
+            return scores[:, 0]
+        mode = getattr(self, "multi_class", "ovr")
+        if mode == "ovo":
+            return _ovr_decision_function(scores > 0, scores, n_classes)
+        if mode == "ordinal":
+            return ordinal_scores(scores)
+        return scores
+
+    def predict(self, X):
+        """Predict class labels.
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
+
+        Returns
+        -------
+        ndarray of shape (n_samples,)
+        """
+        check_is_fitted(self)
+        if _arrays.is_device(X):                        # CuPy input: labels on the device
+            return _arrays.predict(self, X)
+        scores = self.decision_function(X)
+        if scores.ndim == 1:
+            return self.classes_[(scores > 0).astype(int)]
+        return self.classes_[np.argmax(scores, axis=1)]
+
+
+def warn_short_tail(averaging, n_iter, max_iter, stop_reason) -> None:
+    """Warn when ``averaging="tail"`` stopped before ``T/2``: the last iterate is returned.
+
+    Parameters
+    ----------
+    averaging : str
+    n_iter : int
+        Iterations performed.
+    max_iter : int
+        ``T``; the tail average starts after iteration ``T // 2``.
+    stop_reason : str
+    """
+    if averaging == "tail" and n_iter <= max_iter // 2:
+        warnings.warn(
+            f"averaging='tail' averages the iterates after iteration {max_iter // 2} = "
+            f"max_iter/2, but the run stopped at iteration {n_iter} ({stop_reason}): the last "
+            "iterate is returned, not an average; give the run more time, lower max_iter, or "
+            "use averaging='all'", ConvergenceWarning, stacklevel=3)
+
+
+def _progress_bar(verbose, total):
+    """A tqdm bar showing the live objective when ``verbose``; no-op callables otherwise."""
+    if not verbose:
+        return None, lambda: None
+    from tqdm.auto import tqdm
+    bar = tqdm(total=total, unit="it", desc="gpusvm")
+    state = {"done": 0}
+
+    def update(t, objective):
+        bar.update(t - state["done"])
+        state["done"] = t
+        bar.set_postfix(objective=f"{objective:.6g}")
+
+    def close():
+        if 0 < state["done"] < bar.total:     # stopped early (tol): the run is complete
+            bar.total = state["done"]
+            bar.refresh()
+        bar.close()
+
+    return update, close
+
+
+def _gap_progress_bar(verbose, total):
+    """A tqdm bar showing the live duality gap when ``verbose``; no-op callables otherwise."""
+    if not verbose:
+        return None, lambda: None
+    from tqdm.auto import tqdm  # noqa: PLC0415
+    bar = tqdm(total=total, unit="it", desc="gpusvm sdca")
+    state = {"done": 0}
+
+    def update(t, primal, gap):
+        bar.update(t - state["done"])
+        state["done"] = t
+        bar.set_postfix(primal=f"{primal:.6g}", gap=f"{gap:.3g}")
+
+    return update, bar.close
