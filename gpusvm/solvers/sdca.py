@@ -335,14 +335,14 @@ def sdca(backend, *, lam: float, b: int, max_iter: int, variant: str = "aggressi
         ``w`` has shape ``(d,)`` for 1-D ``y`` and ``(d, M)`` for 2-D ``y``.
         ``history`` holds ``(iteration, P, D, gap, elapsed_seconds)`` at every
         evaluation (with ``M`` outputs: the mean of ``P`` and of ``D`` over the
-        outputs and the largest gap, the one the stopping test reads).  For a
-        binary hinge fit, ``P = P(w(alpha))`` and ``gap = P_best - D(alpha)``
+        outputs and the largest gap, the one the stopping test reads).  Per
+        output, ``P = P(w(alpha))`` and ``gap = P_best - D(alpha)``
         with ``P_best`` the lowest ``P`` so far (weak duality: any dual-feasible
         ``alpha`` bounds ``P*`` from below, so the best primal point and the
         latest dual certify each other; at ``b = 1`` the noise of ``P(w(alpha))``
         between two steps is as large as ``||x_i|| / (lam n)``, and the best
         point reaches ``tol`` epochs earlier than the last one), and ``w`` is that
-        best point.  ``extra`` holds ``primal``, ``dual``, ``gap`` (floats for 1-D ``y``,
+        best point (per output).  ``extra`` holds ``primal``, ``dual``, ``gap`` (floats for 1-D ``y``,
         arrays of shape ``(M,)`` for 2-D ``y``), ``alpha`` (host float64, the
         shape of ``y``), ``beta`` (final; per output on the general path),
         ``beta_b``, ``sigma2`` and ``n_rejected`` (per output on the general
@@ -399,9 +399,21 @@ def sdca(backend, *, lam: float, b: int, max_iter: int, variant: str = "aggressi
         backend.init_state_m()                                                # W^(0) = 0
         backend.init_dual_m(beta0, loss, alpha0, lam)                         # alpha^(0), beta^(0)
 
+        best_m = None                               # [W, P(W)]: each output's best point
+
         def certify():
-            W, p, d_, g = certificate_m(backend, lam, loss)
-            return W, p, d_, g, float(np.mean(p)), float(np.mean(d_)), float(np.max(g))
+            """Per output, the best primal point seen and the latest dual."""
+            nonlocal best_m
+            W, p, d_, _ = certificate_m(backend, lam, loss)
+            if best_m is None:
+                best_m = [W.copy(), p.copy()]
+            else:
+                for c in np.flatnonzero(p < best_m[1]):
+                    best_m[0][:, c] = W[:, c]
+                    best_m[1][c] = p[c]
+            g = best_m[1] - d_
+            return (best_m[0], best_m[1].copy(), d_, g, float(np.mean(p)), float(np.mean(d_)),
+                    float(np.max(g)))
     else:
         backend.init_state()                                                  # w^(0) = 0
         backend.init_dual(beta0)                                              # alpha^(0) = 0, beta^(0)
