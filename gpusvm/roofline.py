@@ -22,8 +22,9 @@ iteration, from the batches' actual rows:
 Three designs are modelled side by side, each marked with what exists: the per-row kernels
 launched from Python one by one (the previous release), the per-row kernels replayed as a
 captured segment (not built: a step between the two), and the kernels balanced by nonzeros,
-replayed (what the segments run: ``kernels/balanced.cuh``; Pegasos' step with hot-column
-aggregation, SDCA's kernels with one atomic per nonzero).
+replayed (what the segments run: ``kernels/balanced.cuh``; Pegasos' step and SDCA's
+``sdca_rho`` and ``sdca_apply`` sum a tile's updates per column before one atomic, so the
+hottest column costs one atomic per block, not one per row).
 
 The modelled time of a kernel is ``floor + max(HBM bytes / bandwidth, L2 bytes / L2
 bandwidth, longest-row chain, hot-column atomics)``; the traffic roofline of an iteration is
@@ -245,10 +246,10 @@ def iteration_costs(X, stats: BatchStats, dev: Device, *, solver: str = "pegasos
     dev : Device
     solver : {"pegasos", "pegasos-optimal", "sdca-safe", "sdca-aggressive"}
     balanced : bool
-        True: kernels balanced by nonzeros (no chain); Pegasos' step also aggregates a
-        tile's updates per column (the hottest column costs one atomic per block), SDCA's
-        kernels keep one atomic per nonzero.  False: one group of lanes per row with
-        global atomics (the longest row and the hottest column bound the time).
+        True: kernels balanced by nonzeros (no chain); the scatters (Pegasos' step, SDCA's
+        ``sdca_rho`` and ``sdca_apply``) aggregate a tile's updates per column in shared
+        memory (the hottest column costs one atomic per block).  False: one group of lanes
+        per row with global atomics (the longest row and the hottest column bound the time).
     active : float
         Fraction of the batch's rows that update ``v`` (Pegasos: margin < 1; SDCA:
         ``delta != 0``).
@@ -295,7 +296,8 @@ def iteration_costs(X, stats: BatchStats, dev: Device, *, solver: str = "pegasos
                             l2_bytes=g_l2, chain_s=chain))
     a_nnz = active * nnz
     a_hbm, a_l2 = _gather_bytes(dev, d, item, 2 * a_nnz)
-    hot = int(round(active * stats.hot))           # SDCA's balanced kernels have no column table
+    hot = int(round(active * stats.hot))
+    hot = min(hot, blocks) if balanced else hot    # column table: one atomic per block and column
     step = KernelCost("sdca_apply", hbm_bytes=k * (4 + 8) + active * (row_bytes + k * 8)
                       + a_nnz * (INDEX + item) + a_hbm, l2_bytes=a_l2, hot_atomics=hot,
                       chain_s=chain)

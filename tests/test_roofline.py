@@ -83,7 +83,7 @@ def test_balanced_design_drops_the_chain(tiny):
     assert [c.kernel for c in bal] == ["sample", "sdca_margins", "sdca_rho", "sdca_deltas",
                                        "sdca_apply", "sdca_apply (settle)"]
     assert all(c.chain_s == 0 for c in bal)
-    assert max(c.hot_atomics for c in bal) == 3        # SDCA: one atomic per nonzero still
+    assert max(c.hot_atomics for c in bal) == 3        # 3 rows < 4 blocks: no cap reached
     assert [c.hbm_bytes for c in bal] == [c.hbm_bytes for c in per_row]
 
 
@@ -111,3 +111,15 @@ def test_cli_prints_the_model(tmp_path, capsys, tiny):
     assert {(r["k"], r["design"]) for r in rows} == {
         (k, d) for k in (2, 4) for d in ("per-row, host launches", "per-row, graph",
                                          "balanced, graph")}
+
+
+def test_balanced_sdca_scatters_cap_the_hot_column_at_one_atomic_per_block():
+    """sdca_rho and sdca_apply sum a tile's updates per column, as Pegasos' step does."""
+    X = sp.csr_matrix(np.ones((10, 2), dtype=np.float32))
+    s = batch_stats(X, k=10, batches=1)
+    bal = {c.kernel: c for c in iteration_costs(X, s, DEV, solver="sdca-aggressive",
+                                                balanced=True, active=1.0)}
+    assert bal["sdca_rho"].hot_atomics == bal["sdca_apply"].hot_atomics == 4 * DEV.sms
+    per_row = {c.kernel: c for c in iteration_costs(X, s, DEV, solver="sdca-aggressive",
+                                                    balanced=False, active=1.0)}
+    assert per_row["sdca_rho"].hot_atomics == per_row["sdca_apply"].hot_atomics == 10

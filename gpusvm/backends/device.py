@@ -32,8 +32,10 @@ launches with fixed arguments:
   and ``gpusvm_sdca_apply_balanced``; the aggressive variant adds
   ``gpusvm_sdca_rho_balanced``, ``gpusvm_sdca_deltas_balanced`` and the settling
   ``gpusvm_sdca_apply_balanced``: 3 to 7 launches, all balanced by nonzeros as
-  Pegasos' are (without the column table: their updates keep one atomic per
-  nonzero).  The separate SDCA primitives keep the per-row kernels.
+  Pegasos' are, and the scatters (``rho``'s scratch, the step into ``v``) sum
+  a tile's updates per column before one atomic, through the same code of
+  ``kernels/balanced.cuh`` as Pegasos' step.  The separate SDCA primitives keep
+  the per-row kernels.
 
 The sequence is recorded once per run and replayed: on a GPU as a CUDA graph
 captured on the backend's own non-blocking stream (one graph per segment
