@@ -30,38 +30,22 @@ import math
 import numpy as np
 
 from .. import _kernels
-from ._general import check_sample_weight
-from ._state import N_SLOTS, S_A, S_ASUM, S_ASUMD, S_B, S_BETA, S_BSUM, S_NAVG, S_NREJ, S_VSQ
+from ._general import GeneralEvaluation, check_sample_weight
+from ._state import N_SLOTS, S_A, S_ASUM, S_ASUMD, S_B, S_BETA, S_NREJ, S_VSQ
 from .base import SCHEDULES, step_sizes
 
 
-def optimal_bias_weighted_xp(xp, y_b, sc, wts):
-    """:func:`gpusvm.backends._general.optimal_bias_weighted` in ``xp``, the result on the device."""
-    bp = y_b - sc
-    order = xp.argsort(bp, kind="stable") if xp is np else xp.argsort(bp)
-    ys = y_b[order]
-    ws = wts[order]
-    neg_le = xp.cumsum(xp.where(ys < 0, ws, 0.0))
-    pos = xp.where(ys > 0, ws, 0.0)
-    pos_gt = pos.sum() - xp.cumsum(pos)
-    j = xp.argmax(neg_le - pos_gt >= 0)
-    return bp[order[j]]
-
-
-class DeviceGeneralPath:
+class DeviceGeneralPath(GeneralEvaluation):
     """Mixin of the device backend: the ``*_m`` primitives of the general path.
 
-    Needs from the host class: ``xp``, ``runtime``, ``n``, ``d``, ``dtype``,
-    ``value_type``, ``X``, ``row_sq_norms``, the CSR arrays ``_indptr``,
-    ``_indices``, ``_data``, ``Y`` (n x M on the device), ``sample_weight``
-    (device float64 or None) and the launch helpers ``_function``, ``_call``,
-    ``_sampler_buffers``, ``_draw``.
+    The segments and the state are the device's own; outputs, objectives and
+    certificates are :class:`~gpusvm.backends._general.GeneralEvaluation`'s,
+    shared with the host backends.  Needs from the host class: ``xp``,
+    ``runtime``, ``n``, ``d``, ``dtype``, ``value_type``, ``X``,
+    ``row_sq_norms``, the CSR arrays ``_indptr``, ``_indices``, ``_data``,
+    ``_graphs``, ``_counter`` and the launch helpers ``_function``, ``_call``,
+    ``_rows``, ``_sampler_buffers``, ``_sample_launches`` and ``_replay``.
     """
-
-    @property
-    def n_outputs(self) -> int:
-        """``M``, the number of outputs (1 for 1-D labels)."""
-        return int(self.Y.shape[1])
 
     def _init_general_data(self, y, sample_weight) -> None:
         """``Y`` (n x M) and the weights on the device; checks their shapes (constructor)."""
@@ -80,13 +64,6 @@ class DeviceGeneralPath:
                 self.runtime.download(sample_weight)
             self.sample_weight = self.runtime.upload(check_sample_weight(host, self.n),
                                                      np.float64)
-
-    def _weights_dev(self):
-        if self.sample_weight is not None:
-            return self.sample_weight
-        if getattr(self, "_ones_dev", None) is None:
-            self._ones_dev = self.xp.ones(self.n, dtype=np.float64)
-        return self._ones_dev
 
     def _multi(self, op: str):
         return self._function(_kernels.vector_kernel(op, self.value_type))
@@ -190,14 +167,14 @@ class DeviceGeneralPath:
                      M, self.sm, m)))
         if p.optimal:                                                           # Sec. 4
             out.append((self._multi("gpusvm_optimal_bias_multi"), int(M),
-                        (self.Y, self._weights_dev(), weighted, rows, np.int32(k), M, self.sm,
+                        (self.Y, self._weights(), weighted, rows, np.int32(k), M, self.sm,
                          m, bp)))
         if reset:                                                               # eta_t lam = 1
             out.append((self._multi("gpusvm_reset_scale_multi_next"), self._entry_grid(),
                         (self.V, U, np.int32(use_u), np.int64(self.d), M, self.sm,
                          self._counter) + sched))
         out.append((self._multi("gpusvm_pegasos_coef_multi"), pairs,            # steps 3-4
-                    (rows, np.int32(k), M, self.Y, self._weights_dev(), weighted, m, self.sm,
+                    (rows, np.int32(k), M, self.Y, self._weights(), weighted, m, self.sm,
                      self._counter, np.float64(p.k)) + sched
                     + (np.int32(p.loss == "squared_hinge"), coef, self._acc_m, self._dn)))
         out.append((self._multi("gpusvm_accumulate_multi"), pairs,
@@ -218,61 +195,12 @@ class DeviceGeneralPath:
         return max(1, min(math.ceil(self.d * self.n_outputs / _kernels.BLOCK),
                           self.runtime.max_blocks))
 
-    def reset_average_m(self) -> None:
-        """Empty the running averages of every output (no sync)."""
-        if self.U is not None:
-            self.U[...] = 0.0
-        self.sm[S_ASUM] = 0.0
-        self.sm[S_NAVG] = 0.0
-        self.sm[S_BSUM] = 0.0
-
-    def output_m(self, averaged: bool):
-        """Dense float64 ``W`` (d, M) and ``b`` (M,) on the device, last iterate or average."""
-        xp = self.xp
-        sm = self.sm
-        last = sm[S_A] * self.V.astype(np.float64)
-        if averaged and self.U is not None:             # no iterate averaged yet: the last one
-            some = sm[S_NAVG] > 0
-            navg = xp.where(some, sm[S_NAVG], 1.0)
-            W = xp.where(some, (sm[S_ASUM] * self.V.astype(np.float64) - self.U) / navg, last)
-            return W, xp.where(some, sm[S_BSUM] / navg, sm[S_B])
-        return last, sm[S_B].copy()
-
-    def decision_function_m(self, W, b):
-        """``<w_c, x_i> + b_c`` on all rows, float64 (n, M) on the device."""
-        W = self.xp.asarray(W, dtype=np.float64)
-        return self.xp.asarray(self.X @ W, dtype=np.float64) + b
-
-    def evaluate_m(self, W, b, lam: float, loss: str = "hinge", reg_bias: bool = False):
-        """Weighted primal objective of every output: ``(objective, loss, sq_norm)``, (M,) each,
-        on the device (the solver copies the objective to the host: a sync point)."""
-        xp = self.xp
-        Z = self.decision_function_m(W, b)
-        slack = xp.maximum(0.0, 1.0 - self.Y * Z)
-        if loss == "squared_hinge":
-            slack = slack * slack
-        if self.sample_weight is not None:
-            slack = self.sample_weight[:, None] * slack
-        lval = slack.mean(axis=0)
-        W = xp.asarray(W, dtype=np.float64)
-        sq = xp.sum(W * W, axis=0) + (xp.asarray(b) ** 2 if reg_bias else 0.0)
-        return 0.5 * lam * sq + lval, lval, sq
-
-    def final_optimal_bias_m(self, W):
-        """Per output, the optimal bias of ``w_c`` over all rows (weighted, Pegasos Sec. 4)."""
-        xp = self.xp
-        Z = self.decision_function_m(W, 0.0)
-        Y = self.Y.astype(np.float64)
-        wts = self._weights_dev()
-        return xp.stack([optimal_bias_weighted_xp(xp, Y[:, c], Z[:, c], wts)
-                         for c in range(self.n_outputs)])
-
     # ------------------------------------------------------------ SDCA
     def init_dual_m(self, beta0: float, loss: str = "hinge", alpha0=None, lam=None) -> None:
         """Start SDCA as :meth:`GeneralPath.init_dual_m <gpusvm.backends._general.GeneralPath.init_dual_m>`."""
         xp = self.xp
         M = self.n_outputs
-        s = self._weights_dev()
+        s = self._weights()
         if alpha0 is None:
             zero = (self.row_sq_norms == 0).astype(np.float64)
             top = 2.0 * s if loss == "squared_hinge" else s
@@ -323,7 +251,7 @@ class DeviceGeneralPath:
         m, delta, coef, undo, _ = self._segment_buffers_m(k)
         squared = np.int32(p.loss == "squared_hinge")
         weighted = np.int32(self.sample_weight is not None)
-        sw = self._weights_dev()
+        sw = self._weights()
         lam, n = np.float64(p.lam), np.float64(self.n)
         eps = np.float64(self._eps)
         pairs = self._pair_grid(k)
@@ -369,26 +297,3 @@ class DeviceGeneralPath:
                      np.int32(bool(p.aggressive)), self.alpha, self.sm, self._acc_m,
                      self._ticket_m)))
         return out
-
-    def dual_weights_m(self, lam: float):
-        """``W(alpha) = X^T (alpha * Y) / (lam n)`` (float64 (d, M), device); resynchronises ``V``."""
-        xp = self.xp
-        A = self.alpha * self.Y.astype(np.float64)
-        W = xp.asarray(self.X.T @ A, dtype=np.float64) / (lam * self.n)
-        self.V[...] = W
-        v64 = self.V.astype(np.float64)
-        self.sm[S_A] = 1.0
-        self.sm[S_VSQ] = xp.sum(v64 * v64, axis=0)
-        self.sm[S_ASUMD] = xp.sum(self.alpha, axis=0)
-        return W
-
-    def dual_objective_m(self, lam: float, W, loss: str = "hinge"):
-        """``D(alpha)`` or ``D2(alpha)`` of every output, (M,) on the device."""
-        xp = self.xp
-        W = xp.asarray(W, dtype=np.float64)
-        lin = self.alpha
-        if loss == "squared_hinge":
-            s = self._weights_dev()[:, None]
-            lin = xp.where(s > 0.0, self.alpha - self.alpha ** 2 / (4.0 * xp.where(s > 0, s, 1.0)),
-                           0.0)
-        return xp.sum(lin, axis=0) / self.n - 0.5 * lam * xp.sum(W * W, axis=0)
