@@ -29,7 +29,11 @@ KERNEL_FILES = ("margins.cu", "pegasos_step.cu", "renormalize.cu", "reset_scale.
                 "sdca_margins_balanced.cu", "sdca_rho_balanced.cu", "sdca_deltas_balanced.cu",
                 "sdca_apply_balanced.cu",
                 "margins_multi.cu", "accumulate_multi.cu", "sdca_deltas_multi.cu",
-                "renormalize_multi.cu")
+                "renormalize_multi.cu",
+                # the general path's captured segments (after the files they include)
+                "pegasos_coef_multi.cu", "pegasos_scalars_multi.cu", "reset_scale_multi_next.cu",
+                "optimal_bias_multi.cu", "sdca_coef_multi.cu", "sdca_rho_multi.cu",
+                "sdca_check_multi.cu", "sdca_finish_multi.cu")
 #: lane counts of the row kernels (lanes of a warp that share one CSR row)
 LANE_COUNTS = (4, 8, 16, 32)
 #: C++ value types of the data and of ``v``, by NumPy dtype name
@@ -46,9 +50,14 @@ SEGMENT_KERNELS = ("gpusvm_margins_balanced", "gpusvm_pegasos_segment_step",
                    "gpusvm_sdca_margins_balanced", "gpusvm_sdca_rho_balanced",
                    "gpusvm_sdca_deltas_balanced", "gpusvm_sdca_apply_balanced")
 #: the general path (M outputs, weights, the squared hinge), templated over ``<T>``: one thread per
-#: (batch row, output) pair (launched by gpusvm/backends/_general_device.py)
+#: (batch row, output) pair, or one block for the scalars (launched by
+#: gpusvm/backends/_general_device.py, whose segments are recorded and replayed as the binary
+#: path's are)
 MULTI_KERNELS = ("gpusvm_margins_multi", "gpusvm_accumulate_multi", "gpusvm_sdca_deltas_multi",
-                 "gpusvm_renormalize_multi")
+                 "gpusvm_renormalize_multi", "gpusvm_pegasos_coef_multi",
+                 "gpusvm_pegasos_scalars_multi", "gpusvm_reset_scale_multi_next",
+                 "gpusvm_optimal_bias_multi", "gpusvm_sdca_coef_multi", "gpusvm_sdca_rho_multi",
+                 "gpusvm_sdca_check_multi", "gpusvm_sdca_finish_multi")
 #: mini-batch SDCA kernels, templated over ``<LANES, T>`` like :data:`ROW_KERNELS` (launched by
 #: the SDCA methods of the device backend; their ThreadSanitizer run is in tests/test_device_sdca.py)
 SDCA_KERNELS = ("gpusvm_sdca_margins", "gpusvm_sdca_deltas", "gpusvm_sdca_rho", "gpusvm_sdca_apply",

@@ -1,5 +1,6 @@
 // balanced.cuh: work on a batch's rows balanced by nonzeros, not by rows (the kernels
-// margins_balanced.cu and pegasos_segment_step.cu).
+// margins_balanced.cu, pegasos_segment_step.cu and sdca_*_balanced.cu share its gather,
+// tile_row_dot, and its aggregated scatter, tile_scatter).
 // A batch of k rows is cut into tiles of tile_rows <= BLOCK consecutive batch positions; block b
 // takes tiles b, b + gridDim.x, ... (the host picks tile_rows = ceil(k / grid) so that every block
 // gets about as many rows).  Inside a tile the block scans the rows' lengths in shared memory and
@@ -82,6 +83,132 @@ __device__ __forceinline__ int table_slot(int* keys, const int j) {
         }
     }
     return -1;
+}
+
+// Atomically add `add` to *p (a float, or a double) and return new^2 - old^2 in double, from the
+// value the atomic returned (the exact change of the target's squared norm).
+template <typename V>
+__device__ __forceinline__ double add_exact(V* p, const double contrib) {
+    const V add = static_cast<V>(contrib);
+    const V old = atomicAdd(p, add);
+    const V now = old + add;                             // the value the atomic stored
+    const double o = static_cast<double>(old);
+    const double w = static_cast<double>(now);
+    return (w - o) * (w + o);
+}
+
+// ---- gather: the dot products <x_r, v> of a tile's rows (margins_balanced.cu,
+// sdca_margins_balanced.cu).  Rows rows[first .. first + nr - 1]; start, len (BLOCK), off
+// (BLOCK + 1) and csum (CHUNK_WINDOW) are the caller's shared arrays.  One thread per row loads
+// indptr; the rows' chunks of 32 consecutive nonzeros are scanned; the block's warps stride over
+// the chunks (one per warp at a time: coalesced reads, a fixed butterfly sum); one thread per row
+// adds its chunks' sums in row order, so the result does not depend on where a row sits in the
+// batch.  Returns the dot of the row of this thread (tid < nr; 0 otherwise).  Every thread of the
+// block must call it; on return the shared arrays may be reused.
+template <typename T, typename W>
+__device__ __forceinline__ double tile_row_dot(const long long* __restrict__ indptr,
+                                               const int* __restrict__ indices,
+                                               const T* __restrict__ data,
+                                               const W* __restrict__ v,
+                                               const int* __restrict__ rows, const int first,
+                                               const int nr, long long* start, int* len, int* off,
+                                               double* csum) {
+    const int tid = threadIdx.x;
+    const int lane = tid % WARP;
+    const int warp = tid / WARP;
+    int chunks = 0;
+    if (tid < nr) {
+        const int r = rows[first + tid];
+        const long long s0 = indptr[r];
+        start[tid] = s0;
+        len[tid] = static_cast<int>(indptr[r + 1] - s0);
+        chunks = (len[tid] + WARP - 1) / WARP;
+    }
+    const int total = tile_scan(chunks, off);
+    double dot = 0.0;
+    for (int w0 = 0; w0 < total; w0 += CHUNK_WINDOW) {              // block-uniform
+        const int w1 = min(total, w0 + static_cast<int>(CHUNK_WINDOW));
+        for (int q = w0 + warp; q < w1; q += WARPS) {                // warp-uniform
+            const int row = tile_row_of(off, nr, q);
+            const int c = (q - off[row]) * WARP + lane;              // position in the row
+            double prod = 0.0;
+            if (c < len[row]) {
+                const long long p = start[row] + c;
+                prod = static_cast<double>(data[p]) * static_cast<double>(v[indices[p]]);
+            }
+            prod = group_sum<WARP>(prod);                            // fixed butterfly order
+            if (lane == 0) {
+                csum[q - w0] = prod;
+            }
+        }
+        __syncthreads();
+        if (tid < nr) {                                              // chunks in row order
+            const int c0 = max(off[tid], w0);
+            const int c1 = min(off[tid + 1], w1);
+            for (int q = c0; q < c1; ++q) {
+                dot += csum[q - w0];
+            }
+        }
+        __syncthreads();                                             // csum reused
+    }
+    __syncthreads();                                                 // start, len, off reused
+    return dot;
+}
+
+// ---- scatter with column aggregation (pegasos_segment_step.cu, sdca_apply_balanced.cu,
+// sdca_rho_balanced.cu).  Before the tile: table_clear, then the caller sets start[i], coef[i]
+// and the length of each moving row i < nr (0 for the others) and scans the lengths with
+// tile_scan (whose barrier orders the clearing before the insertions).  tile_scatter then adds
+// coef[row] x_rj for the tile's nonzeros into target: the block's threads stride over the tile's
+// nonzeros (coalesced) and sum them per column in the shared table (double), then each column of
+// the table gets one atomic on target (and, with u, u[j] += u_scale times the column's sum); a
+// column the table cannot place (PROBES slots taken) gets its atomic at once.  Returns this
+// thread's share of the exact change new^2 - old^2 of ||target||^2.  Every thread of the block
+// must call it; on return the shared arrays may be reused.
+__device__ __forceinline__ void table_clear(int* keys, double* vals) {
+    for (int s = threadIdx.x; s < TABLE; s += BLOCK) {
+        keys[s] = EMPTY_KEY;
+        vals[s] = 0.0;
+    }
+}
+
+template <typename T, typename V>
+__device__ __forceinline__ double tile_scatter(const int* __restrict__ indices,
+                                               const T* __restrict__ data, const long long* start,
+                                               const int* off, const double* coef, const int nr,
+                                               const int total, int* keys, double* vals,
+                                               V* __restrict__ target, double* __restrict__ u,
+                                               const double u_scale) {
+    double dn = 0.0;
+    const bool add_u = u != nullptr && u_scale != 0.0;
+    for (int q = threadIdx.x; q < total; q += BLOCK) {
+        const int row = tile_row_of(off, nr, q);
+        const long long p = start[row] + (q - off[row]);
+        const int j = indices[p];
+        const double contrib = static_cast<double>(data[p]) * coef[row];
+        const int slot = table_slot(keys, j);
+        if (slot >= 0) {
+            atomicAdd(&vals[slot], contrib);
+        } else {                                                     // table crowded: add at once
+            dn += add_exact(&target[j], contrib);
+            if (add_u) {
+                atomicAdd(&u[j], u_scale * contrib);
+            }
+        }
+    }
+    __syncthreads();
+    for (int s = threadIdx.x; s < TABLE; s += BLOCK) {               // one atomic per column
+        const int j = keys[s];
+        if (j != EMPTY_KEY) {
+            const double contrib = vals[s];
+            dn += add_exact(&target[j], contrib);
+            if (add_u) {
+                atomicAdd(&u[j], u_scale * contrib);
+            }
+        }
+    }
+    __syncthreads();                                                 // the next tile clears them
+    return dn;
 }
 
 }  // namespace gpusvm

@@ -102,6 +102,18 @@ __device__ __forceinline__ void block_sum(double (&x)[NV]) {
     }
 }
 
+// Block sums of NV values added into acc[0 .. NV - 1] (one atomic per block and value), the
+// opening of every balanced kernel's last-block finish.  Every thread must call it.
+template <int NV>
+__device__ __forceinline__ void block_sums_to(double (&sums)[NV], double* __restrict__ acc) {
+    block_sum<NV>(sums);
+    if (threadIdx.x == 0) {
+        for (int i = 0; i < NV; ++i) {
+            atomicAdd(&acc[i], sums[i]);
+        }
+    }
+}
+
 // True in every thread of the block that finishes last in the grid.
 // Each block makes its global writes visible (__threadfence, release) and then takes a ticket; the
 // block that draws ticket gridDim.x - 1 fences again (acquire) and so sees every write that the

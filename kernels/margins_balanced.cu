@@ -2,12 +2,12 @@
 // gpusvm_margins computes them, with the work balanced by nonzeros (balanced.cuh): the kernel of a
 // captured Pegasos segment, whose time follows the batch's nonzeros instead of its longest row.
 // grid: min(k, max_blocks) blocks of BLOCK threads; block b takes the tiles of tile_rows batch
-//   positions b, b + gridDim.x, ...; per tile: one thread per row loads indptr, the rows' chunks of
-//   32 consecutive nonzeros are scanned in shared memory, the block's warps stride over the tile's
-//   chunks (one chunk per warp at a time: coalesced reads, a fixed butterfly sum), and one thread
-//   per row adds its chunks' sums in row order: the sum of a row does not depend on where it sits
-//   in the batch, so equal rows get equal margins (the optimal bias's ties), and a long row is
-//   spread over every warp of its block.
+//   positions b, b + gridDim.x, ...; per tile, balanced.cuh's tile_row_dot: one thread per row
+//   loads indptr, the rows' chunks of 32 consecutive nonzeros are scanned in shared memory, the
+//   block's warps stride over the tile's chunks (one chunk per warp at a time: coalesced reads, a
+//   fixed butterfly sum), and one thread per row adds its chunks' sums in row order: the sum of a
+//   row does not depend on where it sits in the batch, so equal rows get equal margins (the
+//   optimal bias's ties), and a long row is spread over every warp of its block.
 // in: indptr[n+1] (int64), indices[nnz], data[nnz] (T), y[n] (T), v[d] (T), rows[k], k,
 //   tile_rows, state (a, b); out: m[k] (double).  Products and sums in double.
 // traffic: per row 4 B rows + 16 B indptr + 4 B y + 8 B m; per nonzero 4 + sizeof(T) B streamed
@@ -36,51 +36,15 @@ __global__ void __launch_bounds__(gpusvm::BLOCK, gpusvm::MIN_BLOCKS) gpusvm_marg
     __shared__ int off[gpusvm::BLOCK + 1];
     __shared__ double csum[gpusvm::CHUNK_WINDOW];
     const int tid = threadIdx.x;
-    const int lane = tid % gpusvm::WARP;
-    const int warp = tid / gpusvm::WARP;
     const double a = state[gpusvm::S_A];
     const double b = state[gpusvm::S_B];
     for (int first = blockIdx.x * tile_rows; first < k; first += gridDim.x * tile_rows) {
         const int nr = min(tile_rows, k - first);
-        int chunks = 0;
-        if (tid < nr) {
-            const int r = rows[first + tid];
-            const long long s0 = indptr[r];
-            start[tid] = s0;
-            len[tid] = static_cast<int>(indptr[r + 1] - s0);
-            chunks = (len[tid] + gpusvm::WARP - 1) / gpusvm::WARP;
-        }
-        const int total = gpusvm::tile_scan(chunks, off);
-        double dot = 0.0;                                             // this thread's row
-        for (int w0 = 0; w0 < total; w0 += gpusvm::CHUNK_WINDOW) {   // block-uniform
-            const int w1 = min(total, w0 + static_cast<int>(gpusvm::CHUNK_WINDOW));
-            for (int q = w0 + warp; q < w1; q += gpusvm::WARPS) {    // warp-uniform
-                const int row = gpusvm::tile_row_of(off, nr, q);
-                const int c = (q - off[row]) * gpusvm::WARP + lane;  // position in the row
-                double prod = 0.0;
-                if (c < len[row]) {
-                    const long long p = start[row] + c;
-                    prod = static_cast<double>(data[p]) * static_cast<double>(v[indices[p]]);
-                }
-                prod = gpusvm::group_sum<gpusvm::WARP>(prod);        // fixed butterfly order
-                if (lane == 0) {
-                    csum[q - w0] = prod;
-                }
-            }
-            __syncthreads();
-            if (tid < nr) {                                           // chunks in row order
-                const int c0 = max(off[tid], w0);
-                const int c1 = min(off[tid + 1], w1);
-                for (int q = c0; q < c1; ++q) {
-                    dot += csum[q - w0];
-                }
-            }
-            __syncthreads();                                          // csum reused
-        }
+        const double dot = gpusvm::tile_row_dot(indptr, indices, data, v, rows, first, nr, start,
+                                                len, off, csum);
         if (tid < nr) {
             const int g = first + tid;
             m[g] = static_cast<double>(y[rows[g]]) * (a * dot + b);
         }
-        __syncthreads();                                              // shared arrays reused
     }
 }

@@ -72,7 +72,6 @@ __global__ void __launch_bounds__(gpusvm::BLOCK, gpusvm::MIN_BLOCKS) gpusvm_pega
     // read before this block takes its ticket, hence before the last block writes the state
     const double c = eta / (k * (state[gpusvm::S_A] * shrink));
     const double asum = state[gpusvm::S_ASUM];
-    const bool add_u = u_on != 0 && asum != 0.0;
 
     __shared__ long long start[gpusvm::BLOCK];
     __shared__ int off[gpusvm::BLOCK + 1];
@@ -98,55 +97,12 @@ __global__ void __launch_bounds__(gpusvm::BLOCK, gpusvm::MIN_BLOCKS) gpusvm_pega
                 len = static_cast<int>(indptr[r + 1] - s0);
             }
         }
-        for (int s = tid; s < gpusvm::TABLE; s += gpusvm::BLOCK) {
-            keys[s] = gpusvm::EMPTY_KEY;
-            vals[s] = 0.0;
-        }
-        const int total = gpusvm::tile_scan(len, off);           // also orders the table reset
-        for (int q = tid; q < total; q += gpusvm::BLOCK) {
-            const int row = gpusvm::tile_row_of(off, nr, q);
-            const long long p = start[row] + (q - off[row]);
-            const int j = indices[p];
-            const double contrib = static_cast<double>(data[p]) * coef[row];
-            const int slot = gpusvm::table_slot(keys, j);
-            if (slot >= 0) {
-                atomicAdd(&vals[slot], contrib);
-            } else {                                               // table crowded: add at once
-                const T add = static_cast<T>(contrib);
-                const T old = atomicAdd(&v[j], add);
-                const T now = old + add;
-                const double o = static_cast<double>(old);
-                const double w = static_cast<double>(now);
-                sums[0] += (w - o) * (w + o);
-                if (add_u) {
-                    atomicAdd(&u[j], asum * contrib);
-                }
-            }
-        }
-        __syncthreads();
-        for (int s = tid; s < gpusvm::TABLE; s += gpusvm::BLOCK) {  // one atomic per column
-            const int j = keys[s];
-            if (j != gpusvm::EMPTY_KEY) {
-                const double contrib = vals[s];
-                const T add = static_cast<T>(contrib);
-                const T old = atomicAdd(&v[j], add);
-                const T now = old + add;                           // the value the atomic stored
-                const double o = static_cast<double>(old);
-                const double w = static_cast<double>(now);
-                sums[0] += (w - o) * (w + o);                      // new^2 - old^2
-                if (add_u) {
-                    atomicAdd(&u[j], asum * contrib);
-                }
-            }
-        }
-        __syncthreads();                                           // the next tile resets them
+        gpusvm::table_clear(keys, vals);
+        const int total = gpusvm::tile_scan(len, off);           // also orders the table clear
+        sums[0] += gpusvm::tile_scatter(indices, data, start, off, coef, nr, total, keys, vals, v,
+                                        u_on != 0 ? u : nullptr, asum);
     }
-    gpusvm::block_sum<4>(sums);
-    if (threadIdx.x == 0) {
-        for (int i = 0; i < 4; ++i) {
-            atomicAdd(&acc[i], sums[i]);
-        }
-    }
+    gpusvm::block_sums_to<4>(sums, acc);
     __shared__ double scale[2];                           // the new a and A, for the fold
     if (gpusvm::last_block_done(ticket)) {
         if (threadIdx.x == 0) {

@@ -39,12 +39,7 @@ __device__ __forceinline__ void sdca_apply_close(double (&sums)[3], double* __re
                                                  const int check, const int phase, const double a,
                                                  const double vsq, const bool rejected)
 {
-    block_sum<3>(sums);
-    if (threadIdx.x == 0) {
-        for (int i = 0; i < 3; ++i) {
-            atomicAdd(&acc[ACC_NORM + i], sums[i]);
-        }
-    }
+    block_sums_to<3>(sums, acc + ACC_NORM);              // ACC_NORM, ACC_DSUM, ACC_DABS
     if (last_block_done(ticket) && threadIdx.x == 0) {
         double tot[3];
         for (int i = 0; i < 3; ++i) {

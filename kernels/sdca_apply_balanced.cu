@@ -2,16 +2,20 @@
 // device: phase 0 steps, phase 1 settles a checked step) with the work balanced by nonzeros
 // (balanced.cuh): per tile, one thread per row with delta_g != 0 adds delta_g and |delta_g| to the
 // block sums, moves alpha_r when the phase says so, and sets its coefficient (+-) delta_g y_r /
-// (lam n a) when v moves; the block's threads stride over those rows' nonzeros with atomics on v
-// (the old values give the exact change of ||v||^2); the block sums and the last block's decision
-// are those of gpusvm_sdca_apply (sdca_apply_close).
+// (lam n a) when v moves; the block's threads stride over those rows' nonzeros and sum their
+// contributions per column in a shared-memory table, then each column gets one atomic on v (the
+// old values give the exact change of ||v||^2; balanced.cuh's tile_scatter, as Pegasos' step):
+// the hot columns of text data take one atomic per tile instead of one per row; the block sums
+// and the last block's decision are those of gpusvm_sdca_apply (sdca_apply_close).
 // grid: min(k, max_blocks) blocks of BLOCK threads over tiles of tile_rows batch positions.
 // in: indptr, indices, data, y, rows[k], k, tile_rows, delta[k], lam, n, check, phase;
 // in/out: v[d] (T), alpha[n], state, acc (as gpusvm_sdca_apply), ticket[1] (zero on entry and
 //   exit).
 // traffic: per row 4 B rows + 8 B delta (+ 16 B indptr + 4 B y + one 8 B atomic on alpha when
-//   delta != 0); per nonzero of a moving row 4 + sizeof(T) B streamed and one atomic on v.
-// determinism: float atomics -> NOT bitwise repeatable (as gpusvm_sdca_apply).
+//   delta != 0); per nonzero of a moving row 4 + sizeof(T) B streamed and shared-memory table
+//   work; per distinct column of a tile one atomic on v.  Shared memory about 29 KB.
+// determinism: float atomics on v, shared atomics in the table -> NOT bitwise repeatable (a
+//   column's contributions are summed in double in any order, then rounded once per tile).
 #include "sdca_common.cuh"
 #include "balanced.cuh"
 #include "sdca_apply.cu"
@@ -39,6 +43,8 @@ __global__ void __launch_bounds__(gpusvm::BLOCK, gpusvm::MIN_BLOCKS) gpusvm_sdca
     __shared__ long long start[gpusvm::BLOCK];
     __shared__ int off[gpusvm::BLOCK + 1];
     __shared__ double coef[gpusvm::BLOCK];
+    __shared__ int keys[gpusvm::TABLE];
+    __shared__ double vals[gpusvm::TABLE];
     const int tid = threadIdx.x;
     // read before this block takes its ticket, hence before the last block writes them
     const double a = state[gpusvm::S_A];
@@ -68,18 +74,10 @@ __global__ void __launch_bounds__(gpusvm::BLOCK, gpusvm::MIN_BLOCKS) gpusvm_sdca
                 }
             }
         }
-        const int total = gpusvm::tile_scan(len, off);
-        for (int q = tid; q < total; q += gpusvm::BLOCK) {
-            const int row = gpusvm::tile_row_of(off, nr, q);
-            const long long p = start[row] + (q - off[row]);
-            const T add = static_cast<T>(static_cast<double>(data[p]) * coef[row]);
-            const T old = atomicAdd(&v[indices[p]], add);
-            const T now = old + add;                                 // the value the atomic stored
-            const double o = static_cast<double>(old);
-            const double w = static_cast<double>(now);
-            sums[0] += (w - o) * (w + o);                            // new^2 - old^2
-        }
-        __syncthreads();                                             // shared arrays reused
+        gpusvm::table_clear(keys, vals);
+        const int total = gpusvm::tile_scan(len, off);              // also orders the clear
+        sums[0] += gpusvm::tile_scatter(indices, data, start, off, coef, nr, total, keys, vals, v,
+                                        static_cast<double*>(nullptr), 0.0);
     }
     gpusvm::sdca_apply_close<T>(sums, state, acc, ticket, lam, n, check, phase, a, vsq, rejected);
 }

@@ -5,7 +5,8 @@
 //   (beta ||x_r||^2)) (sdca_delta; zero rows get 1 - alpha_r; 0 where first[g] == 0).
 // grid: min(k, max_blocks) blocks of BLOCK threads over tiles of tile_rows batch positions; the
 //   block's warps stride over the tile's 32-nonzero chunks (a fixed butterfly sum each), one
-//   thread per row adds its chunks in row order and computes delta (balanced.cuh).
+//   thread per row adds its chunks in row order (balanced.cuh's tile_row_dot, the gather of
+//   margins_balanced.cu) and computes delta.
 // in: indptr[n+1] (int64), indices[nnz], data[nnz] (T), y[n] (T), v[d] (T), rows[k], k,
 //   tile_rows, state (a, b, beta), alpha[n], row_sq[n] (double), first[k] (int, read when
 //   has_first), lam, n; out: m[k], delta[k] (double).
@@ -42,48 +43,13 @@ __global__ void __launch_bounds__(gpusvm::BLOCK, gpusvm::MIN_BLOCKS) gpusvm_sdca
     __shared__ int off[gpusvm::BLOCK + 1];
     __shared__ double csum[gpusvm::CHUNK_WINDOW];
     const int tid = threadIdx.x;
-    const int lane = tid % gpusvm::WARP;
-    const int warp = tid / gpusvm::WARP;
     const double a = state[gpusvm::S_A];
     const double b = state[gpusvm::S_B];
     const double c = lam * n / state[gpusvm::S_BETA];               // lam n / beta
     for (int first_g = blockIdx.x * tile_rows; first_g < k; first_g += gridDim.x * tile_rows) {
         const int nr = min(tile_rows, k - first_g);
-        int chunks = 0;
-        if (tid < nr) {
-            const int r = rows[first_g + tid];
-            const long long s0 = indptr[r];
-            start[tid] = s0;
-            len[tid] = static_cast<int>(indptr[r + 1] - s0);
-            chunks = (len[tid] + gpusvm::WARP - 1) / gpusvm::WARP;
-        }
-        const int total = gpusvm::tile_scan(chunks, off);
-        double dot = 0.0;
-        for (int w0 = 0; w0 < total; w0 += gpusvm::CHUNK_WINDOW) {   // block-uniform
-            const int w1 = min(total, w0 + static_cast<int>(gpusvm::CHUNK_WINDOW));
-            for (int q = w0 + warp; q < w1; q += gpusvm::WARPS) {    // warp-uniform
-                const int row = gpusvm::tile_row_of(off, nr, q);
-                const int cpos = (q - off[row]) * gpusvm::WARP + lane;
-                double prod = 0.0;
-                if (cpos < len[row]) {
-                    const long long p = start[row] + cpos;
-                    prod = static_cast<double>(data[p]) * static_cast<double>(v[indices[p]]);
-                }
-                prod = gpusvm::group_sum<gpusvm::WARP>(prod);
-                if (lane == 0) {
-                    csum[q - w0] = prod;
-                }
-            }
-            __syncthreads();
-            if (tid < nr) {
-                const int c0 = max(off[tid], w0);
-                const int c1 = min(off[tid + 1], w1);
-                for (int q = c0; q < c1; ++q) {
-                    dot += csum[q - w0];
-                }
-            }
-            __syncthreads();
-        }
+        const double dot = gpusvm::tile_row_dot(indptr, indices, data, v, rows, first_g, nr,
+                                                start, len, off, csum);
         if (tid < nr) {
             const int g = first_g + tid;
             const int r = rows[g];
@@ -92,6 +58,5 @@ __global__ void __launch_bounds__(gpusvm::BLOCK, gpusvm::MIN_BLOCKS) gpusvm_sdca
             delta[g] = (has_first && first[g] == 0) ? 0.0
                                                     : gpusvm::sdca_delta(alpha[r], c, mg, row_sq[r]);
         }
-        __syncthreads();
     }
 }

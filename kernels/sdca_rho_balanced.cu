@@ -2,14 +2,17 @@
 // tentative step, the numerator the exact norm change of adding u = sum_g delta_g y_r x_r into the
 // all-zero scratch vector) with the work balanced by nonzeros (balanced.cuh): per tile, one thread
 // per row with delta_g != 0 sets its coefficient delta_g y_r and adds delta_g^2 ||x_r||^2; the
-// block's threads stride over those rows' nonzeros with double atomics on the scratch (old values
-// give new^2 - old^2); the last block updates rho and beta (sdca_rho_close).
+// block's threads stride over those rows' nonzeros and sum them per column in a shared-memory
+// table, then each column gets one double atomic on the scratch (old values give new^2 - old^2;
+// balanced.cuh's tile_scatter, as Pegasos' step); the last block updates rho and beta
+// (sdca_rho_close).
 // grid: min(k, max_blocks) blocks of BLOCK threads over tiles of tile_rows batch positions.
 // in: indptr, indices, data, y, rows[k], k, tile_rows, delta[k], row_sq[n], beta_b, theta;
 // in/out: scratch[d] (double, zero on entry, left holding u), state, acc (ACC_NORM, ACC_DEN zero
 //   on entry and exit), ticket[1] (zero on entry and exit).
 // traffic: per row 4 B rows + 8 B delta (+ 16 B indptr + 4 B y + 8 B row_sq when delta != 0); per
-//   nonzero of a stepping row 4 + sizeof(T) B streamed and one double atomic on scratch.
+//   nonzero of a stepping row 4 + sizeof(T) B streamed and shared-memory table work; per distinct
+//   column of a tile one double atomic on scratch.  Shared memory about 29 KB.
 // determinism: double atomics -> NOT bitwise repeatable (as gpusvm_sdca_rho).
 #include "sdca_common.cuh"
 #include "balanced.cuh"
@@ -36,6 +39,8 @@ __global__ void __launch_bounds__(gpusvm::BLOCK, gpusvm::MIN_BLOCKS) gpusvm_sdca
     __shared__ long long start[gpusvm::BLOCK];
     __shared__ int off[gpusvm::BLOCK + 1];
     __shared__ double coef[gpusvm::BLOCK];
+    __shared__ int keys[gpusvm::TABLE];
+    __shared__ double vals[gpusvm::TABLE];
     const int tid = threadIdx.x;
     double sums[2] = {0.0, 0.0};  // num, den
     for (int first = blockIdx.x * tile_rows; first < k; first += gridDim.x * tile_rows) {
@@ -52,16 +57,10 @@ __global__ void __launch_bounds__(gpusvm::BLOCK, gpusvm::MIN_BLOCKS) gpusvm_sdca
                 len = static_cast<int>(indptr[r + 1] - s0);
             }
         }
-        const int total = gpusvm::tile_scan(len, off);
-        for (int q = tid; q < total; q += gpusvm::BLOCK) {
-            const int row = gpusvm::tile_row_of(off, nr, q);
-            const long long p = start[row] + (q - off[row]);
-            const double add = static_cast<double>(data[p]) * coef[row];
-            const double o = atomicAdd(&scratch[indices[p]], add);
-            const double now = o + add;                              // the value the atomic stored
-            sums[0] += (now - o) * (now + o);                        // new^2 - old^2
-        }
-        __syncthreads();                                             // shared arrays reused
+        gpusvm::table_clear(keys, vals);
+        const int total = gpusvm::tile_scan(len, off);              // also orders the clear
+        sums[0] += gpusvm::tile_scatter(indices, data, start, off, coef, nr, total, keys, vals,
+                                        scratch, static_cast<double*>(nullptr), 0.0);
     }
     gpusvm::sdca_rho_close(sums, state, acc, ticket, beta_b, theta);
 }

@@ -266,3 +266,61 @@ def test_benchmark_smoke_mode_runs_on_the_emulator(tmp_path):
     assert all(r["seconds_per_iteration"] > 0 for r in out["per_iteration"])
     assert {r["kernel"].split("<")[0] for r in out["kernels"]} >= {"gpusvm_margins",
                                                                   "gpusvm_pegasos_step"}
+
+
+def test_make_backend_threads_the_device_id():
+    """``device=`` reaches the device backend (the emulator is device 0) and is refused elsewhere."""
+    X = sp.random(30, 8, density=0.4, format="csr", random_state=1)
+    y = np.where(np.arange(30) % 2 == 0, 1.0, -1.0)
+    be = make_backend("emulated", X, y, device=0)
+    assert be.device_id == 0
+    with pytest.raises(ValueError, match="one device, id 0"):
+        make_backend("emulated", X, y, device=1)
+    with pytest.raises(ValueError, match="one device, id 0"):      # the general path too
+        make_backend("emulated", X, np.stack([y, -y], axis=1), device=2)
+    with pytest.raises(ValueError, match="runs on the CPU"):
+        make_backend("numpy", X, y, device=0)
+
+
+def test_estimator_passes_device_to_the_backend(monkeypatch):
+    from gpusvm import SDCASVC
+    from gpusvm.backends import device as device_module
+
+    seen = []
+    real = device_module.make_device_backend
+
+    def spy(name, X, y, **options):
+        seen.append(options.get("device"))
+        return real(name, X, y, **options)
+
+    monkeypatch.setattr(device_module, "make_device_backend", spy)
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(40, 5))
+    y = (X[:, 0] > 0).astype(int)
+    clf = SDCASVC(lam=1e-2, backend="emulated", device=0, max_iter=2, batch_size=8,
+                  random_state=0).fit(X, y)
+    assert seen == [0] and clf.backend_ == "emulated"
+    with pytest.raises(ValueError, match="one device, id 0"):
+        SDCASVC(lam=1e-2, backend="emulated", device=1, max_iter=2).fit(X, y)
+    with pytest.raises(ValueError, match="runs on the CPU"):
+        SDCASVC(lam=1e-2, backend="numpy", device=0, max_iter=2).fit(X, y)
+
+
+@pytest.mark.parametrize("M, weighted", [(1, False), (3, False), (4, True)])
+def test_memory_estimate_counts_every_output(M, weighted):
+    """``y`` (n x M), ``alpha`` (n x M), ``V``/``U``/``W`` (d x M), margins and decision values
+    (n x M) grow with M; the estimate is what the check compares with the free memory."""
+    n, d, nnz = 1000, 500, 20000
+    one = estimate_device_bytes(n, d, nnz, 4)
+    est = estimate_device_bytes(n, d, nnz, 4, n_outputs=M, weighted=weighted)
+    assert est["csr"] == one["csr"]
+    extra = (M - 1) * (n * (4 + 8) + d * (4 + 8 + 8) + 2 * n * 8 + 4096) + (8 * n if weighted else 0)
+    assert est["total"] - one["total"] == extra
+    X = sp.random(n, d, density=nnz / (n * d), format="csr", random_state=0)
+    Y = np.where(np.random.default_rng(0).random((n, M)) < 0.5, -1.0, 1.0)
+    s = np.ones(n) if weighted else None
+    need = estimate_device_bytes(n, d, X.nnz, 8, n_outputs=M, weighted=weighted)["total"]
+    with pytest.raises(MemoryError):
+        DeviceBackend(X, Y if M > 1 else Y[:, 0], "emulated", free_memory=need - 1,
+                      sample_weight=s)
+    DeviceBackend(X, Y if M > 1 else Y[:, 0], "emulated", free_memory=need, sample_weight=s)

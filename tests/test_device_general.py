@@ -131,7 +131,7 @@ def test_emulated_renormalize_folds_only_the_small_scales_like_numpy(averaging):
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_tsan_is_silent_on_the_multi_output_kernels(a9a, dtype):
-    # the four kernels of the general path once each, on 4-block grids, with repeated batch
+    # the kernels of the general path once each, on 4-block grids, with repeated batch
     # rows (concurrent atomics on the same V[j, c]) and a fold of two of the three outputs
     from gpusvm import _kernels
     from gpusvm._emulator.tsan import check_launches
@@ -171,6 +171,37 @@ def test_tsan_is_silent_on_the_multi_output_kernels(a9a, dtype):
                                                   np.int32(1), np.int32(0), dn)),
         (name["gpusvm_renormalize_multi"], 4, B, (V, U, np.int32(1), np.int64(d), MM, sm, ticket,
                                                    np.float64(1e-6))),
+    ]
+    # the kernels of a recorded general-path segment: the counter at t = 1 (pegasos schedule: a
+    # zero shrink, so the reset runs), the per-output atomics of the coefficient kernels from
+    # 4 blocks, the weighted radix selection (one block per output), the last-block finish
+    counter = np.ones(1, dtype=np.int64)
+    sched = (np.int32(0), np.float64(0.1), np.float64(0.0), np.float64(0.7))
+    acc, dn2, ticket2 = np.zeros(4 * M), np.zeros(M), np.zeros(1, dtype=np.uint32)
+    coef2, undo, bp = np.empty((k, M)), np.empty((k, M)), np.empty((M, k))
+    m2 = rng.normal(1.0, 1.0, size=(k, M))
+    delta2 = rng.normal(0.0, 0.1, size=(k, M))
+    delta2[:4] = 0.0                                    # the repeated rows: first-occurrence mask
+    one, zero = np.int32(1), np.int32(0)
+    lam, nn, eps = np.float64(0.1), np.float64(n), np.float64(np.finfo(dtype).eps)
+    launches += [
+        (name["gpusvm_reset_scale_multi_next"], 4, B, (V, U, one, np.int64(d), MM, sm, counter)
+         + sched),
+        (name["gpusvm_optimal_bias_multi"], M, B, (Y, sw, one, rows, kk, MM, sm, m2, bp)),
+        (name["gpusvm_pegasos_coef_multi"], 4, B, (rows, kk, MM, Y, sw, one, m2, sm, counter,
+                                                    np.float64(k)) + sched
+         + (one, coef2, acc, dn)),
+        (name["gpusvm_pegasos_scalars_multi"], 1, B, (counter, MM, np.float64(k)) + sched
+         + (one, np.float64(5.0), one, np.int64(1), dn, sm, acc)),
+        (name["gpusvm_sdca_coef_multi"], 4, B, (rows, kk, MM, Y, delta2, alpha, row_sq, sw, one,
+                                                 sm, lam, nn, one, zero, coef2, acc, dn, dn2)),
+        (name["gpusvm_sdca_rho_multi"], 1, B, (MM, dn2, np.float64(3.0), np.float64(0.5), sm,
+                                                acc)),
+        (name["gpusvm_sdca_coef_multi"], 4, B, (rows, kk, MM, Y, delta2, alpha, row_sq, sw, one,
+                                                 sm, lam, nn, one, one, coef2, acc, dn, dn2)),
+        (name["gpusvm_sdca_check_multi"], 4, B, (kk, MM, coef2, acc, dn, sm, lam, nn, eps, undo)),
+        (name["gpusvm_sdca_finish_multi"], 4, B, (rows, kk, MM, delta2, dn, dn2, lam, nn, eps, one,
+                                                   alpha, sm, acc, ticket2)),
     ]
     rep = check_launches(code=_kernels.module_source(), launches=launches,
                          name_expressions=sorted(name.values()),

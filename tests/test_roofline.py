@@ -83,7 +83,7 @@ def test_balanced_design_drops_the_chain(tiny):
     assert [c.kernel for c in bal] == ["sample", "sdca_margins", "sdca_rho", "sdca_deltas",
                                        "sdca_apply", "sdca_apply (settle)"]
     assert all(c.chain_s == 0 for c in bal)
-    assert max(c.hot_atomics for c in bal) == 3        # SDCA: one atomic per nonzero still
+    assert max(c.hot_atomics for c in bal) == 3        # 3 rows < 4 blocks: no cap reached
     assert [c.hbm_bytes for c in bal] == [c.hbm_bytes for c in per_row]
 
 
@@ -111,3 +111,51 @@ def test_cli_prints_the_model(tmp_path, capsys, tiny):
     assert {(r["k"], r["design"]) for r in rows} == {
         (k, d) for k in (2, 4) for d in ("per-row, host launches", "per-row, graph",
                                          "balanced, graph")}
+
+
+def test_balanced_sdca_scatters_cap_the_hot_column_at_one_atomic_per_block():
+    """sdca_rho and sdca_apply sum a tile's updates per column, as Pegasos' step does."""
+    X = sp.csr_matrix(np.ones((10, 2), dtype=np.float32))
+    s = batch_stats(X, k=10, batches=1)
+    bal = {c.kernel: c for c in iteration_costs(X, s, DEV, solver="sdca-aggressive",
+                                                balanced=True, active=1.0)}
+    assert bal["sdca_rho"].hot_atomics == bal["sdca_apply"].hot_atomics == 4 * DEV.sms
+    per_row = {c.kernel: c for c in iteration_costs(X, s, DEV, solver="sdca-aggressive",
+                                                    balanced=False, active=1.0)}
+    assert per_row["sdca_rho"].hot_atomics == per_row["sdca_apply"].hot_atomics == 10
+
+
+@pytest.mark.parametrize("solver", ["pegasos", "sdca-aggressive"])
+def test_measured_runs_count_the_evaluations_the_solver_made(solver):
+    """--measure-iterations runs the solver on its own cadence and keeps its history's count."""
+    from sklearn.datasets import make_classification
+    Xd, yd = make_classification(n_samples=400, n_features=20, random_state=0)
+    X = sp.csr_matrix((Xd / np.linalg.norm(Xd, axis=1, keepdims=True)).astype(np.float32))
+    y = np.where(yd == 1, 1.0, -1.0).astype(np.float32)
+    r = roofline.measure_iterations(X, y, 1e-2, 16, solver, p_star=0.0, eps=10.0, max_epochs=64)
+    assert r["cadence"] == "solver" and r["reached"]
+    assert r["evaluations"] >= 1
+    epochs = r["iterations"] / 25                                   # 400 rows / k = 16
+    if solver == "pegasos":            # the doubling average evaluates at 2^j epochs only
+        assert r["evaluations"] == 1 and r["iterations"] == 25
+    else:                              # the adapted cadence: fewer certificates than epochs
+        assert r["evaluations"] <= max(1.0, epochs)
+    far = roofline.measure_iterations(X, y, 1e-2, 16, solver, p_star=-1.0, eps=1e-9,
+                                      max_epochs=8)
+    assert not far["reached"] and far["iterations"] is None
+    assert far["evaluations"] < 8 * 25                              # never one per iteration
+
+
+def test_printed_time_to_eps_says_whose_cadence(tmp_path, capsys, tiny):
+    path = tmp_path / "tiny.svm"
+    from sklearn.datasets import dump_svmlight_file
+    dump_svmlight_file(tiny, np.array([1, -1, 1, -1]), str(path))
+    its = tmp_path / "its.json"
+    its.write_text(json.dumps({"pegasos@2": {"iterations": 10, "evaluations": 3,
+                                             "cadence": "solver"},
+                               "pegasos@4": {"iterations": 10, "evaluations": 5}}))
+    assert roofline.main([str(path), "--batch-sizes", "2,4", "--solvers", "pegasos",
+                          "--batches", "2", "--iterations", str(its)]) == 0
+    text = capsys.readouterr().out
+    assert "3 evaluations (as the measured run made them, on the solver's own cadence)" in text
+    assert "5 evaluations (one per epoch, as recorded)" in text

@@ -120,3 +120,90 @@ def test_emulated_replay_matches_the_numpy_reference(kind, plan):
         out[backend] = (be.to_host(w) if backend == "emulated" else w, float(b))
     np.testing.assert_allclose(out["emulated"][0], out["numpy"][0], rtol=1e-10, atol=1e-12)
     assert out["emulated"][1] == pytest.approx(out["numpy"][1], rel=1e-12, abs=1e-12)
+
+
+# ---------------------------------------------------------------- the general path
+# M outputs, example weights, the squared hinge: the *_m primitives of the device backend record
+# their segment as the binary path does (kernels only, every scalar on the device).
+
+def setup_general(backend, kind, mode, k, M=2, weighted=True, **plan):
+    X, y = problem()
+    rng = np.random.default_rng(5)
+    Y = np.stack([y] + [np.where(rng.random(y.size) < 0.5, 1.0, -1.0) for _ in range(M - 1)],
+                 axis=1) if M > 1 else y
+    s = rng.uniform(0.0, 2.0, y.size) if weighted else None
+    if s is not None:
+        s[:5] = 0.0
+    be = make_backend(backend, X, Y, sample_weight=s) if weighted or M > 1 else \
+        make_backend(backend, X, y, sample_weight=np.ones(y.size))
+    if kind == "pegasos":
+        be.init_state_m(averaging=plan.get("averaged", False))
+        p = PegasosPlan(lam=1e-2, k=k, **plan)
+    else:
+        be.init_state_m()
+        be.init_dual_m(plan.get("beta_b", 1.0), loss=plan.get("loss", "hinge"))
+        p = SDCAPlan(lam=1e-2, **plan)
+    return be, CounterSampler(X.shape[0], k, mode, 1), p
+
+
+GENERAL_CASES = (
+    [("pegasos", M, w, p) for M, w, p in [
+        (2, True, dict()),
+        (3, False, dict(averaged=True, t_avg=3, radius=10.0, loss="squared_hinge")),
+        (1, True, dict(unreg_bias=True, loss="squared_hinge")),
+        (2, True, dict(optimal=True)),
+        (2, False, dict(schedule="norma")),
+        (1, True, dict(schedule="constant", eta0=0.1))]]
+    + [("sdca", M, w, p) for M, w, p in [
+        (2, True, dict()),
+        (3, False, dict(beta_b=3.0, loss="squared_hinge")),
+        (2, True, dict(aggressive=True, beta_b=3.0)),
+        (1, True, dict(aggressive=True, beta_b=3.0, loss="squared_hinge"))]])
+
+
+def general_segment_calls(be, kind, sampler, plan, t0, t1):
+    run = be.pegasos_segment_m if kind == "pegasos" else be.sdca_segment_m
+    return package_calls(lambda: run(sampler, t0, t1, plan))
+
+
+@pytest.mark.parametrize("mode", SAMPLING_MODES)
+@pytest.mark.parametrize("kind, M, weighted, plan", GENERAL_CASES)
+def test_emulated_general_segment_runs_no_python_per_iteration(kind, M, weighted, plan, mode):
+    """The general path's segments are recorded and replayed too: the same package calls, in
+    number and name, for 1, 4 and 40 iterations, and no launch from Python inside them."""
+    be, sampler, p = setup_general("emulated", kind, mode, 8, M, weighted, **plan)
+    general_segment_calls(be, kind, sampler, p, 0, 2)          # records with t = 1
+    general_segment_calls(be, kind, sampler, p, 2, 3)          # and the later iterations
+    runs = {}
+    for t0, t1 in ((3, 4), (4, 8), (8, 48)):
+        runs[t1 - t0] = sorted(general_segment_calls(be, kind, sampler, p, t0, t1))
+    assert runs[1] == runs[4] == runs[40], runs
+    assert len(runs[40]) <= 8, runs[40]
+    assert not {callee for _, callee in runs[40]} & {"_call", "_draw", "_launch", "_kernel",
+                                                     "_multi"}
+
+
+@pytest.mark.parametrize("kind, M, weighted, plan",
+                         [("pegasos", 3, True, dict(optimal=True, averaged=True, t_avg=3,
+                                                    loss="squared_hinge")),
+                          ("pegasos", 2, False, dict(unreg_bias=True, radius=2.0)),
+                          ("sdca", 3, True, dict(aggressive=True, beta_b=3.0,
+                                                 loss="squared_hinge")),
+                          ("sdca", 2, True, dict(beta_b=3.0))])
+def test_emulated_general_replay_matches_the_numpy_reference(kind, M, weighted, plan):
+    """Replayed general-path segments of several lengths give the NumPy backend's iterate."""
+    out = {}
+    for backend in ("numpy", "emulated"):
+        be, sampler, p = setup_general(backend, kind, "with_replacement", 8, M, weighted, **plan)
+        run = be.pegasos_segment_m if kind == "pegasos" else be.sdca_segment_m
+        for t0, t1 in ((0, 1), (1, 5), (5, 30), (30, 31)):
+            run(sampler, t0, t1, p)
+        W, b = be.output_m(averaged=kind == "pegasos")
+        host = be.to_host if backend == "emulated" else np.asarray
+        out[backend] = (host(W), host(b), host(be.sm),
+                        host(be.alpha) if kind == "sdca" else None)
+    np.testing.assert_allclose(out["emulated"][0], out["numpy"][0], rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(out["emulated"][1], out["numpy"][1], rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(out["emulated"][2], out["numpy"][2], rtol=1e-9, atol=1e-10)
+    if kind == "sdca":
+        np.testing.assert_allclose(out["emulated"][3], out["numpy"][3], rtol=1e-10, atol=1e-12)

@@ -45,7 +45,7 @@ def resolve_backend_name(name: str) -> str:
     return name
 
 
-def make_backend(name: str, X, y, sample_weight=None):
+def make_backend(name: str, X, y, sample_weight=None, device=None):
     """Build the backend ``name`` for CSR ``X`` and labels ``y`` in {-1, +1}.
 
     Parameters
@@ -61,18 +61,27 @@ def make_backend(name: str, X, y, sample_weight=None):
     sample_weight : array of shape (n,), optional
         Example weights ``s_i >= 0``, one per row, shared by every output
         (sample_weight times class_weight[y_i]; ALGORITHMS.md, "Weights").
+    device : int, optional
+        CUDA device id the device backend is bound to (as ``cupy.cuda.Device(id)``;
+        default: the current device).  ``"emulated"`` emulates one device, id 0.
+        Refused with a CPU backend (``"numpy"``, ``"numba"``, or ``"auto"`` without a GPU),
+        where it would be silently ignored.
 
     Returns
     -------
     Backend
     """
     name = resolve_backend_name(name)
+    if device is not None and name in ("numpy", "numba"):
+        raise ValueError(f"device={device!r} selects a GPU, but the backend is {name!r}, which "
+                         "runs on the CPU; use backend='cupy' (or leave device=None)")
     if name == "numpy":
         return NumpyBackend(X, y, sample_weight)
     if name == "numba":
         from .numba_ import NumbaBackend  # noqa: PLC0415  (optional: numba)
         return NumbaBackend(X, y, sample_weight)
     from .device import make_device_backend  # noqa: PLC0415  (optional, heavy)
-    if sample_weight is None and getattr(y, "ndim", 1) == 1:
-        return make_device_backend(name, X, y)
-    return make_device_backend(name, X, y, sample_weight=sample_weight)
+    options = {} if device is None else {"device": device}
+    if sample_weight is not None or getattr(y, "ndim", 1) != 1:
+        options["sample_weight"] = sample_weight
+    return make_device_backend(name, X, y, **options)

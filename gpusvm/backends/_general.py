@@ -92,7 +92,7 @@ def check_sample_weight(sample_weight, n: int):
     return np.ascontiguousarray(s)
 
 
-def optimal_bias_weighted(y_b, sc, wts):
+def optimal_bias_weighted_xp(xp, y_b, sc, wts):
     """Minimiser of the weighted batch hinge loss ``sum_i s_i [1 - y_i (sc_i + b)]_+`` over ``b``.
 
     The weighted form of :func:`gpusvm.backends.numpy_.optimal_bias_xp` (Pegasos
@@ -103,25 +103,138 @@ def optimal_bias_weighted(y_b, sc, wts):
 
     Parameters
     ----------
-    y_b, sc, wts : ndarray of float64, shape (k,)
+    xp : module
+        NumPy or CuPy (the arrays' module; the result stays there, no synchronisation).
+    y_b, sc, wts : arrays of float64, shape (k,)
         Labels, raw scores and weights of the batch.
 
     Returns
     -------
-    float
+    0-d array of ``xp``
     """
     bp = y_b - sc
-    order = np.argsort(bp, kind="stable")
+    order = xp.argsort(bp, kind="stable") if xp is np else xp.argsort(bp)
     ys = y_b[order]
     ws = wts[order]
-    neg_le = np.cumsum(np.where(ys < 0, ws, 0.0))
-    pos = np.where(ys > 0, ws, 0.0)
-    pos_gt = pos.sum() - np.cumsum(pos)
-    j = int(np.argmax(neg_le - pos_gt >= 0))
-    return float(bp[order[j]])
+    neg_le = xp.cumsum(xp.where(ys < 0, ws, 0.0))
+    pos = xp.where(ys > 0, ws, 0.0)
+    pos_gt = pos.sum() - xp.cumsum(pos)
+    j = xp.argmax(neg_le - pos_gt >= 0)
+    return bp[order[j]]
 
 
-class GeneralPath:
+def optimal_bias_weighted(y_b, sc, wts) -> float:
+    """:func:`optimal_bias_weighted_xp` on host arrays, as a float."""
+    return float(optimal_bias_weighted_xp(np, y_b, sc, wts))
+
+
+class GeneralEvaluation:
+    """What the general path's host and device forms share: outputs, objectives, certificates.
+
+    Written once against the host class's array module ``xp`` (NumPy for
+    :class:`GeneralPath`, CuPy or NumPy for the device backend's
+    :class:`~gpusvm.backends._general_device.DeviceGeneralPath`); none of these
+    methods synchronises a device.  Needs ``xp``, ``X``, ``n``, ``Y`` (n, M),
+    ``sample_weight`` (float64 (n,) or None, in ``xp``), ``V``, ``U``, ``sm`` and
+    ``alpha`` from the host class.
+    """
+
+    @property
+    def n_outputs(self) -> int:
+        """``M``, the number of outputs (1 for 1-D labels)."""
+        return int(self.Y.shape[1])
+
+    def _weights(self):
+        """``s``, float64 (n,) in ``xp``: the sample weights, or ones."""
+        if self.sample_weight is not None:
+            return self.sample_weight
+        if getattr(self, "_ones", None) is None or self._ones.size != self.n:
+            self._ones = self.xp.ones(self.n, dtype=np.float64)
+        return self._ones
+
+    def reset_average_m(self) -> None:
+        """Empty the running averages of every output (no synchronisation)."""
+        if self.U is not None:
+            self.U[...] = 0.0
+        self.sm[S_ASUM] = 0.0
+        self.sm[S_NAVG] = 0.0
+        self.sm[S_BSUM] = 0.0
+
+    def output_m(self, averaged: bool):
+        """Dense float64 ``W`` (d, M) and ``b`` (M,) of the last iterate or of the average
+        (the last iterate while no iterate was averaged yet, decided without a host read)."""
+        xp = self.xp
+        sm = self.sm
+        last = sm[S_A] * self.V.astype(np.float64)
+        if averaged and self.U is not None:
+            some = sm[S_NAVG] > 0
+            navg = xp.where(some, sm[S_NAVG], 1.0)
+            W = xp.where(some, (sm[S_ASUM] * self.V.astype(np.float64) - self.U) / navg, last)
+            return W, xp.where(some, sm[S_BSUM] / navg, sm[S_B])
+        return last, sm[S_B].copy()
+
+    def decision_function_m(self, W, b):
+        """``<w_c, x_i> + b_c`` on all rows, float64 (n, M)."""
+        xp = self.xp
+        W = xp.asarray(W, dtype=np.float64)
+        return xp.asarray(self.X @ W, dtype=np.float64) + b
+
+    def evaluate_m(self, W, b, lam: float, loss: str = "hinge", reg_bias: bool = False):
+        """Weighted primal objective of every output (ALGORITHMS.md, "Weights").
+
+        Returns
+        -------
+        objective, loss, sq_norm : arrays of float64, shape (M,)
+            ``P_s(w_c)``, ``(1/n) sum_i s_i loss_i(w_c)`` and ``||w_c||^2`` (plus
+            ``b_c^2`` when ``reg_bias``).
+        """
+        xp = self.xp
+        Z = self.decision_function_m(W, b)
+        slack = xp.maximum(0.0, 1.0 - self.Y * Z)
+        if loss == "squared_hinge":
+            slack = slack * slack
+        if self.sample_weight is not None:
+            slack = self.sample_weight[:, None] * slack
+        lval = slack.mean(axis=0)
+        W = xp.asarray(W, dtype=np.float64)
+        sq = xp.einsum("ij,ij->j", W, W) + (xp.asarray(b) ** 2 if reg_bias else 0.0)
+        return 0.5 * lam * sq + lval, lval, sq
+
+    def final_optimal_bias_m(self, W):
+        """Per output, the optimal bias of ``w_c`` over all rows (weighted, Pegasos Sec. 4)."""
+        xp = self.xp
+        Z = self.decision_function_m(W, 0.0)
+        Y = self.Y.astype(np.float64)
+        wts = self._weights()
+        return xp.stack([optimal_bias_weighted_xp(xp, Y[:, c], Z[:, c], wts)
+                         for c in range(self.n_outputs)])
+
+    def dual_weights_m(self, lam: float):
+        """``W(alpha) = X^T (alpha * Y) / (lam n)`` (float64 (d, M)); resynchronises ``V``."""
+        xp = self.xp
+        A = self.alpha * self.Y.astype(np.float64)
+        W = xp.asarray(self.X.T @ A, dtype=np.float64) / (lam * self.n)
+        self.V[...] = W
+        v64 = self.V.astype(np.float64)
+        self.sm[S_A] = 1.0
+        self.sm[S_VSQ] = xp.einsum("ij,ij->j", v64, v64)
+        self.sm[S_ASUMD] = self.alpha.sum(axis=0)
+        return W
+
+    def dual_objective_m(self, lam: float, W, loss: str = "hinge"):
+        """``D(alpha)`` (hinge) or ``D2(alpha)`` (squared hinge) of every output (M,)."""
+        xp = self.xp
+        W = xp.asarray(W, dtype=np.float64)
+        lin = self.alpha
+        if loss == "squared_hinge":
+            s = self._weights()[:, None]
+            with np.errstate(divide="ignore", invalid="ignore"):
+                lin = xp.where(s > 0.0,
+                               self.alpha - self.alpha ** 2 / (4.0 * xp.where(s > 0, s, 1.0)), 0.0)
+        return lin.sum(axis=0) / self.n - 0.5 * lam * xp.einsum("ij,ij->j", W, W)
+
+
+class GeneralPath(GeneralEvaluation):
     """Mixin of :class:`~gpusvm.backends.numpy_.NumpyBackend`: the general-path primitives.
 
     Needs ``X``, ``n``, ``d``, ``dtype``, ``row_sq_norms``, ``Y`` (n, M),
@@ -129,20 +242,6 @@ class GeneralPath:
     class.  Every method name ends in ``_m``; the solvers call them through
     :data:`GENERAL_PRIMITIVES`.
     """
-
-    # ------------------------------------------------------------ data
-    @property
-    def n_outputs(self) -> int:
-        """``M``, the number of outputs (1 for 1-D labels)."""
-        return int(self.Y.shape[1])
-
-    def _weights(self) -> np.ndarray:
-        """``s``, float64 (n,): the sample weights, or ones."""
-        if self.sample_weight is not None:
-            return self.sample_weight
-        if getattr(self, "_ones", None) is None or self._ones.size != self.n:
-            self._ones = np.ones(self.n, dtype=np.float64)
-        return self._ones
 
     # ------------------------------------------------------------ state
     def init_state_m(self, w0=None, b0=0.0, averaging: bool = False) -> None:
@@ -272,54 +371,6 @@ class GeneralPath:
                                 p.averaged and t >= p.t_avg, squared)
             self.renormalize_m(p.renorm_threshold)
 
-    def reset_average_m(self) -> None:
-        """Empty the running averages of every output."""
-        if self.U is not None:
-            self.U[...] = 0.0
-        self.sm[S_ASUM] = 0.0
-        self.sm[S_NAVG] = 0.0
-        self.sm[S_BSUM] = 0.0
-
-    def output_m(self, averaged: bool):
-        """Dense float64 ``W`` (d, M) and ``b`` (M,) of the last iterate or of the average."""
-        sm = self.sm
-        if averaged and sm[S_NAVG, 0] > 0:
-            W = (sm[S_ASUM] * self.V.astype(np.float64) - self.U) / sm[S_NAVG, 0]
-            return W, sm[S_BSUM] / sm[S_NAVG, 0]
-        return sm[S_A] * self.V.astype(np.float64), sm[S_B].copy()
-
-    def decision_function_m(self, W, b) -> np.ndarray:
-        """``<w_c, x_i> + b_c`` on all rows, float64 (n, M)."""
-        return np.asarray(self.X @ np.asarray(W, dtype=np.float64), dtype=np.float64) + b
-
-    def evaluate_m(self, W, b, lam: float, loss: str = "hinge", reg_bias: bool = False):
-        """Weighted primal objective of every output (ALGORITHMS.md, "Weights").
-
-        Returns
-        -------
-        objective, loss, sq_norm : ndarray of float64, shape (M,)
-            ``P_s(w_c)``, ``(1/n) sum_i s_i loss_i(w_c)`` and ``||w_c||^2`` (plus
-            ``b_c^2`` when ``reg_bias``).
-        """
-        Z = self.decision_function_m(W, b)
-        slack = np.maximum(0.0, 1.0 - self.Y * Z)
-        if loss == "squared_hinge":
-            slack = slack * slack
-        if self.sample_weight is not None:
-            slack = self.sample_weight[:, None] * slack
-        lval = slack.mean(axis=0)
-        W = np.asarray(W, dtype=np.float64)
-        sq = np.einsum("ij,ij->j", W, W) + (np.asarray(b) ** 2 if reg_bias else 0.0)
-        return 0.5 * lam * sq + lval, lval, sq
-
-    def final_optimal_bias_m(self, W) -> np.ndarray:
-        """Per output, the optimal bias of ``w_c`` over all rows (weighted, Pegasos Sec. 4)."""
-        Z = self.decision_function_m(W, 0.0)
-        Y = self.Y.astype(np.float64)
-        wts = self._weights()
-        return np.array([optimal_bias_weighted(Y[:, c], Z[:, c], wts)
-                         for c in range(self.n_outputs)])
-
     # ------------------------------------------------------------ SDCA
     def init_dual_m(self, beta0: float, loss: str = "hinge", alpha0=None, lam=None) -> None:
         """Start SDCA: ``alpha = alpha0`` (n, M), or 0 with zero rows at their optimum.
@@ -437,29 +488,6 @@ class GeneralPath:
                 self.sdca_adapt_beta_m(rows, delta, p.beta_b, p.theta)            # Alg. 2
                 delta = self.sdca_deltas_m(rows, m, p.lam, first, squared)
             self.sdca_apply_m(rows, delta, p.lam, p.aggressive, squared)
-
-    def dual_weights_m(self, lam: float) -> np.ndarray:
-        """``W(alpha) = X^T (alpha * Y) / (lam n)`` (float64 (d, M)); resynchronises ``V``."""
-        A = self.alpha * self.Y.astype(np.float64)
-        W = np.asarray(self.X.T @ A, dtype=np.float64) / (lam * self.n)
-        self.V[...] = W
-        v64 = self.V.astype(np.float64)
-        self.sm[S_A] = 1.0
-        self.sm[S_VSQ] = np.einsum("ij,ij->j", v64, v64)
-        self.sm[S_ASUMD] = self.alpha.sum(axis=0)
-        return W
-
-    def dual_objective_m(self, lam: float, W, loss: str = "hinge") -> np.ndarray:
-        """``D(alpha)`` (hinge) or ``D2(alpha)`` (squared hinge) of every output (M,)."""
-        W = np.asarray(W, dtype=np.float64)
-        lin = self.alpha
-        if loss == "squared_hinge":
-            s = self._weights()[:, None]
-            with np.errstate(divide="ignore", invalid="ignore"):
-                lin = np.where(s > 0.0, self.alpha - self.alpha ** 2 / (4.0 * np.where(s > 0, s, 1.0)),
-                               0.0)
-        return lin.sum(axis=0) / self.n - 0.5 * lam * np.einsum("ij,ij->j", W, W)
-
 
 #: what a backend must implement for the general path (the solvers check it)
 GENERAL_PRIMITIVES = ("init_state_m", "pegasos_segment_m", "reset_average_m", "output_m",

@@ -32,8 +32,10 @@ launches with fixed arguments:
   and ``gpusvm_sdca_apply_balanced``; the aggressive variant adds
   ``gpusvm_sdca_rho_balanced``, ``gpusvm_sdca_deltas_balanced`` and the settling
   ``gpusvm_sdca_apply_balanced``: 3 to 7 launches, all balanced by nonzeros as
-  Pegasos' are (without the column table: their updates keep one atomic per
-  nonzero).  The separate SDCA primitives keep the per-row kernels.
+  Pegasos' are, and the scatters (``rho``'s scratch, the step into ``v``) sum
+  a tile's updates per column before one atomic, through the same code of
+  ``kernels/balanced.cuh`` as Pegasos' step.  The separate SDCA primitives keep
+  the per-row kernels.
 
 The sequence is recorded once per run and replayed: on a GPU as a CUDA graph
 captured on the backend's own non-blocking stream (one graph per segment
@@ -108,7 +110,8 @@ def choose_lanes(mean_row_nnz: float) -> int:
 
 
 def estimate_device_bytes(n: int, d: int, nnz: int, itemsize: int, *, csr_resident: bool = False,
-                          batch_rows: int = 1 << 20) -> dict:
+                          batch_rows: int = 1 << 20, n_outputs: int = 1,
+                          weighted: bool = False) -> dict:
     """Device memory the backend allocates, by part.
 
     Parameters
@@ -121,17 +124,25 @@ def estimate_device_bytes(n: int, d: int, nnz: int, itemsize: int, *, csr_reside
         The CSR arrays are already on the device (CuPy input): not counted.
     batch_rows : int
         Row indices of one uploaded chunk of batches.
+    n_outputs : int
+        ``M``, the outputs of one fit (one-vs-rest with ``M`` classes): the labels,
+        SDCA's ``alpha``, the margins and decision values are ``n x M``, the weights
+        ``V``, the averages or SDCA's scratch and the dense output ``W`` are ``d x M``.
+    weighted : bool
+        Example weights are held (``n`` float64).
 
     Returns
     -------
     dict
         ``{"csr", "vectors", "buffers", "total"}`` in bytes.
     """
+    M = max(1, int(n_outputs))
     csr = 0 if csr_resident else nnz * (itemsize + 4) + (n + 1) * 8
-    # y, row norms, SDCA's alpha; v, u (averaging) or SDCA's float64 scratch, dense float64 w
-    vectors = n * (itemsize + 8 + 8) + d * (itemsize + 8 + 8)
-    # batch chunk, margins, decision values of an evaluation, state and small scratch
-    buffers = batch_rows * 4 + n * 8 + n * 8 + 4096
+    # per row: y (n x M), row norm, SDCA's alpha (n x M), the weights; per column and output:
+    # V in the data's dtype, U (averaging) or SDCA's float64 scratch, dense float64 W
+    vectors = n * (itemsize * M + 8 + 8 * M + (8 if weighted else 0)) + d * M * (itemsize + 8 + 8)
+    # batch chunk, margins, decision values of an evaluation (n x M each), state and small scratch
+    buffers = batch_rows * 4 + 2 * n * 8 * M + 4096 * M
     return {"csr": csr, "vectors": vectors, "buffers": buffers, "total": csr + vectors + buffers}
 
 
@@ -195,7 +206,8 @@ class _CupyRuntime:
         import cupyx.scipy.sparse as csp  # noqa: PLC0415
         self.xp = cupy
         self.csp = csp
-        self.device = cupy.cuda.Device(device) if device is not None else cupy.cuda.Device()
+        self.device = cupy.cuda.Device(int(device)) if device is not None else cupy.cuda.Device()
+        self.device_id = int(self.device.id)
         with self.device:
             self.module = _kernels.load_module("cupy")
             self.stream = cupy.cuda.Stream(non_blocking=True)
@@ -233,7 +245,10 @@ class _EmulatedRuntime:
     name = "emulated"
     xp = np
 
-    def __init__(self, max_blocks: int = EMULATED_MAX_BLOCKS):
+    def __init__(self, max_blocks: int = EMULATED_MAX_BLOCKS, device: int | None = None):
+        if device is not None and int(device) != 0:
+            raise ValueError(f"device={device}: the emulated backend emulates one device, id 0")
+        self.device_id = 0
         self.module = _kernels.load_module("emulated")
         self.max_blocks = int(max_blocks)
 
@@ -289,8 +304,8 @@ class DeviceBackend(DeviceGeneralPath):
         Free device bytes to check the estimate against; default: what the
         device reports (``cupy.cuda.runtime.memGetInfo``), no check when emulated.
     device : int, optional
-        CUDA device id the backend is bound to (``"cupy"`` only; default: the
-        current device).  Every allocation, compilation and launch of the backend
+        CUDA device id the backend is bound to (default: the current device;
+        the ``"emulated"`` runtime is device 0 and refuses any other id).  Every allocation, compilation and launch of the backend
         happens on that device and on the backend's own non-blocking stream, so one
         process can drive one backend per GPU.
     sample_weight : array of shape (n,), optional
@@ -302,6 +317,8 @@ class DeviceBackend(DeviceGeneralPath):
         Bytes of every device-to-host copy made by :meth:`to_host`, in order.
     launches : int
         Number of kernel launches so far.
+    device_id : int
+        The CUDA device the backend is bound to (0 when emulated).
 
     Raises
     ------
@@ -323,9 +340,12 @@ class DeviceBackend(DeviceGeneralPath):
                  free_memory: int | None = None, device: int | None = None,
                  sample_weight=None) -> None:
         if isinstance(runtime, str):
-            if device is not None and runtime != "cupy":
-                raise ValueError(f"device={device} needs the 'cupy' runtime, not {runtime!r}")
-            runtime = _CupyRuntime(device) if runtime == "cupy" else _EmulatedRuntime()
+            if runtime not in ("cupy", "emulated"):
+                raise ValueError(f"runtime must be 'cupy' or 'emulated', got {runtime!r}")
+            runtime = _CupyRuntime(device) if runtime == "cupy" else _EmulatedRuntime(device=device)
+        elif device is not None and getattr(runtime, "device_id", None) != int(device):
+            raise ValueError(f"device={device} differs from the given runtime's device "
+                             f"{getattr(runtime, 'device_id', None)}")
         self.runtime = runtime
         with runtime.activate():
             self._setup(X, y, lanes, free_memory, sample_weight)
@@ -333,6 +353,7 @@ class DeviceBackend(DeviceGeneralPath):
     def _setup(self, X, y, lanes, free_memory, sample_weight) -> None:
         runtime = self.runtime
         self.name = runtime.name
+        self.device_id = runtime.device_id
         self.xp = runtime.xp
         self.transfers: list[int] = []
         self.launches = 0
@@ -353,8 +374,11 @@ class DeviceBackend(DeviceGeneralPath):
             raise ValueError(f"lanes must be one of {_kernels.LANE_COUNTS}, got {lanes}")
         self.value_type = _kernels.VALUE_TYPES[self.dtype.name]
 
+        y_shape = tuple(getattr(y, "shape", np.shape(y)))
         need = estimate_device_bytes(self.n, self.d, nnz, self.dtype.itemsize,
-                                     csr_resident=resident)
+                                     csr_resident=resident,
+                                     n_outputs=y_shape[1] if len(y_shape) == 2 else 1,
+                                     weighted=sample_weight is not None)
         free = free_memory if free_memory is not None else runtime.free_bytes()
         if free is not None and need["total"] > free:
             mib = 2.0**20
@@ -986,7 +1010,7 @@ def make_device_backend(name: str, X, y, **options) -> DeviceBackend:
     X, y
         See :class:`DeviceBackend`.
     **options
-        ``lanes``, ``free_memory``, ``sample_weight``: see :class:`DeviceBackend`.
+        ``lanes``, ``free_memory``, ``device``, ``sample_weight``: see :class:`DeviceBackend`.
 
     Returns
     -------

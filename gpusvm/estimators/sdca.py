@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from numbers import Real
+from numbers import Integral, Real
 
 from sklearn.base import _fit_context
 from sklearn.exceptions import ConvergenceWarning
@@ -145,6 +145,11 @@ class SDCASVC(_LinearSVCBase):
         2008, Sec. 3.2): rows whose dual coordinate sits at a bound and is pushed
         further out stop being visited until the active set converges.  It changes
         the iterates, not the certificate, which is computed on every row.
+    device : int or None, default=None
+        CUDA device id of ``backend="cupy"`` (as ``cupy.cuda.Device(id)``; None: the
+        current device): every allocation and launch of the fit happens on that device,
+        on a stream of its own, so one process can fit on several GPUs at once.
+        ``backend="emulated"`` is device 0; a CPU backend refuses a device id.
 
     Attributes
     ----------
@@ -263,6 +268,7 @@ class SDCASVC(_LinearSVCBase):
     _parameter_constraints: dict = {
         **_LinearSVCBase._parameter_constraints,
         "solver": [StrOptions(set(SOLVERS))],
+        "device": [Interval(Integral, 0, None, closed="left"), None],
         "warm_start": ["boolean"],
         "variant": [StrOptions(set(VARIANTS) | {"auto"})],
         "theta": [Interval(Real, 0, 1, closed="neither")],
@@ -275,7 +281,9 @@ class SDCASVC(_LinearSVCBase):
                  multi_class="ovr", warm_start=False, batch_size="auto", variant="auto", theta=0.5, tol=1e-3,
                  sigma2=None, max_iter=None, sampling="epoch", bias="augmented",
                  intercept_scaling=1.0, eval_every=None, max_time=None, callback=None,
-                 backend="auto", dtype="float32", random_state=None, verbose=0, shrinking=True):
+                 backend="auto", dtype="float32", random_state=None, verbose=0, shrinking=True,
+                 device=None):
+        self.device = device
         self.shrinking = shrinking
         self.lam = lam
         self.C = C
@@ -390,7 +398,8 @@ class SDCASVC(_LinearSVCBase):
         """The primal Newton solver on one problem (M outputs one after the other)."""
         n = Xs.shape[0]
         backend = resolve_backend_name(self.backend)
-        be = make_backend(backend, Xs, Y if Y.ndim == 1 else np.ascontiguousarray(Y[:, 0]))
+        be = make_backend(backend, Xs, Y if Y.ndim == 1 else np.ascontiguousarray(Y[:, 0]),
+                          device=self.device)
         w0 = None
         if init is not None:
             inits = init if isinstance(init, list) else [init]
@@ -436,9 +445,9 @@ class SDCASVC(_LinearSVCBase):
                     "sample_weight and class_weight need an SDCA solver with weights, which "
                     "this gpusvm does not provide yet; use loss='squared_hinge', "
                     "solver='newton' for weighted fits")
-            be = make_backend(backend, Xs, y, sample_weight=s)
+            be = make_backend(backend, Xs, y, sample_weight=s, device=self.device)
         else:
-            be = make_backend(backend, Xs, y)
+            be = make_backend(backend, Xs, y, device=self.device)
         if self.loss != "hinge":
             extra["loss"] = self.loss
         if init is not None:
