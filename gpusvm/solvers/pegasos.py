@@ -90,7 +90,7 @@ def segment_length(t: int, limit: int, eval_every: int, eval_at: Callable | None
     return limit
 
 
-def doubling_estimate(levels: list) -> float:
+def doubling_estimate(levels: list, noise_floor: bool = True) -> float:
     """Suboptimality left at the last of the objectives ``P_j`` at ``T_j = 2^j`` epochs.
 
     With the decreases ``d_j = P_{j-1} - P_j``, an error that shrinks by a
@@ -100,12 +100,18 @@ def doubling_estimate(levels: list) -> float:
     ``r = 1/2``, ``e_j = d_j``, which is also the estimate while only one
     decrease is known; ``r`` is taken at least 1/3 (the first doublings fall
     fastest, and would understate the error), and a decrease that does not
-    shrink gives ``inf``.
+    shrink gives ``inf``.  An increase after a decrease is read as the noise
+    floor of a stochastic run (``0``) when ``noise_floor``; an increase at the
+    first doubling, before any decrease, is the transient of the first large
+    steps (``inf``), and so is every increase of a deterministic run
+    (``noise_floor=False``: full batches, which have no noise floor).
 
     Parameters
     ----------
     levels : list of float
         ``P_0, P_1, ..., P_j``.
+    noise_floor : bool, default=True
+        Whether the objectives carry sampling noise (mini-batches smaller than ``n``).
 
     Returns
     -------
@@ -115,10 +121,12 @@ def doubling_estimate(levels: list) -> float:
         return math.inf
     d = levels[-2] - levels[-1]
     if len(levels) < 3:
-        return max(d, 0.0)
+        # a first doubling that raised the objective is still the transient (the first
+        # steps 1/(lam t) overshoot), not the noise floor: no estimate yet
+        return d if d > 0.0 else math.inf
     d_prev = levels[-3] - levels[-2]
     if d <= 0.0:
-        return 0.0 if d_prev > 0.0 else math.inf
+        return 0.0 if (d_prev > 0.0 and noise_floor) else math.inf
     if not d < d_prev:
         return math.inf
     r = max(d / d_prev, 1.0 / 3.0)    # early decreases overstate the rate: never below d/2
@@ -256,6 +264,8 @@ def pegasos(backend, *, lam: float, k: int, max_iter: int, sampling: str = "with
     averaged = averaging != "none"
     t_avg = t_start + (1 if averaging in ("all", "doubling") else max_iter // 2 + 1)
     levels: list = []                 # doubling: the objectives at the previous T_j
+    # every batch holds every row: a deterministic run, whose objective has no noise floor
+    full_batch = k >= n and sampling != "with_replacement"
     radius = projection_radius(backend, lam, loss) if projection else 0.0
     unreg = bias == "unregularized"
     optimal = bias == "optimal"
@@ -310,7 +320,8 @@ def pegasos(backend, *, lam: float, k: int, max_iter: int, sampling: str = "with
                 stop = "callback"
             elif target_objective is not None and obj <= target_objective:
                 stop = "target_objective"
-            elif doubling and tol is not None and doubling_estimate(levels + [obj]) <= tol:
+            elif doubling and tol is not None and \
+                    doubling_estimate(levels + [obj], not full_batch) <= tol:
                 stop = "tol"
             elif max_time is not None and elapsed >= max_time:
                 stop = "max_time"
