@@ -202,9 +202,11 @@ def pegasos(backend, *, lam: float, k: int, max_iter: int, sampling: str = "with
         replaces ``eval_every``: the objective is evaluated exactly at the
         iterations where it returns True (e.g. geometrically spaced ones).
     tol : float, optional
-        ``averaging="doubling"``: stop once the objective of the tail average
-        decreases by at most ``tol`` from one doubling to the next
-        (``stop_reason="tol"``).
+        ``averaging="doubling"``: stop once :func:`doubling_estimate` of the
+        suboptimality left is at most ``tol`` (``stop_reason="tol"``), read on
+        ``P_s / mean(s)`` (:func:`weight_scale`): unchanged without weights, and
+        the same for a row of integer weight ``m`` as for ``m`` repeated rows
+        with ``lam = 1/(C n)``.
     loss : {"hinge", "squared_hinge"}, default="hinge"
         The subgradient of a violated example is ``-s_i y_i x_i`` (hinge) or
         ``-2 s_i (1 - m_i) y_i x_i`` (squared hinge).  ``bias="optimal"``
@@ -264,6 +266,9 @@ def pegasos(backend, *, lam: float, k: int, max_iter: int, sampling: str = "with
     averaged = averaging != "none"
     t_avg = t_start + (1 if averaging in ("all", "doubling") else max_iter // 2 + 1)
     levels: list = []                 # doubling: the objectives at the previous T_j
+    # the stopping rule reads P_s / mean(s): the objective per unit of weight, which an integer
+    # weight and as many repeated rows give alike (weight_scale)
+    per_weight = 1.0 / weight_scale(backend)
     # every batch holds every row: a deterministic run, whose objective has no noise floor
     full_batch = k >= n and sampling != "with_replacement"
     radius = projection_radius(backend, lam, loss) if projection else 0.0
@@ -321,14 +326,14 @@ def pegasos(backend, *, lam: float, k: int, max_iter: int, sampling: str = "with
             elif target_objective is not None and obj <= target_objective:
                 stop = "target_objective"
             elif doubling and tol is not None and \
-                    doubling_estimate(levels + [obj], not full_batch) <= tol:
+                    doubling_estimate(levels + [obj * per_weight], not full_batch) <= tol:
                 stop = "tol"
             elif max_time is not None and elapsed >= max_time:
                 stop = "max_time"
             if stop != "max_iter":
                 break
             if doubling:              # the next tail average starts here
-                levels.append(obj)
+                levels.append(obj * per_weight)
                 reset_average()
 
     w, b, obj, objs = evaluate()
@@ -355,13 +360,40 @@ def pegasos(backend, *, lam: float, k: int, max_iter: int, sampling: str = "with
                         extra=extra)
 
 
+def weight_scale(backend) -> float:
+    """``mean(s)``, the mean sample weight of the backend's rows (1 without weights).
+
+    ``P_s(w) / mean(s) = (lam / (2 mean(s))) ||w||^2 + sum_i s_i loss_i / sum_i s_i``
+    is the objective per unit of weight.  With ``lam = 1/(C n)`` it is
+    ``(||w||^2 / (2C) + sum_i s_i loss_i) / sum_i s_i``: a row of integer weight
+    ``m`` and ``m`` repeated rows of weight 1 give the same value, where ``P_s``
+    itself differs by the factor ``n / sum_i s_i``.
+
+    Parameters
+    ----------
+    backend : Backend
+        Its ``sample_weight`` (None for unit weights) is read.
+
+    Returns
+    -------
+    float
+    """
+    s = getattr(backend, "sample_weight", None)
+    if s is None:
+        return 1.0
+    return float(np.mean(backend.to_host(s)))
+
+
 def projection_radius(backend, lam: float, loss: str = "hinge") -> float:
     """Radius of the ball that holds the optimum (Fig. 1 step 5; ALGORITHMS.md, "Weights").
 
-    ``1/sqrt(lam)`` for the unweighted hinge (strong duality: ``lam ||w*||^2 <=
-    (1/n) sum alpha_i <= max s_i``), ``sqrt(max_i s_i / lam)`` for the weighted
-    hinge, and ``sqrt(2 mean(s) / lam)`` for the squared hinge
-    (``lam/2 ||w*||^2 <= P_s(0) = mean(s)``).
+    ``sqrt(mean(s) / lam)`` for the hinge: strong duality gives ``lam ||w*||^2 <=
+    (1/n) sum_i alpha_i <= mean(s)`` (dual box ``0 <= alpha_i <= s_i``), which is
+    ``1/sqrt(lam)`` without weights.  ALGORITHMS.md states the looser
+    ``sqrt(max_i s_i / lam)``; the mean is tighter and, with ``lam = 1/(C n)``, equal to
+    ``sqrt(C sum_i s_i)``: the same for integer weights as for repeated rows, so the
+    projection does not break that equivalence.  ``sqrt(2 mean(s) / lam)`` for the
+    squared hinge (``lam/2 ||w*||^2 <= P_s(0) = mean(s)``).
 
     Parameters
     ----------
@@ -374,13 +406,12 @@ def projection_radius(backend, lam: float, loss: str = "hinge") -> float:
     -------
     float
     """
-    s = getattr(backend, "sample_weight", None)
+    mean_s = weight_scale(backend)
     if loss == "squared_hinge":
-        mean_s = 1.0 if s is None else float(np.mean(backend.to_host(s)))
         return math.sqrt(2.0 * mean_s / lam)
-    if s is None:
+    if getattr(backend, "sample_weight", None) is None:
         return 1.0 / math.sqrt(lam)
-    return math.sqrt(float(np.max(backend.to_host(s))) / lam)
+    return math.sqrt(mean_s / lam)
 
 
 def _uses_general_path(backend, loss: str) -> bool:
