@@ -161,8 +161,8 @@ def pegasos(backend, *, lam: float, k: int, max_iter: int, sampling: str = "with
         Seed of the counter-based batch stream (:func:`gpusvm.solvers._sampling.seed_u64`).
     projection : bool
         Project onto the ball that holds the optimum (Fig. 1, step 5): radius
-        ``1/sqrt(lam)``; ``sqrt(max_i s_i / lam)`` with weights; ``sqrt(2 mean(s) / lam)``
-        for the squared hinge (ALGORITHMS.md, "Weights"); each output on its own.
+        ``1/sqrt(lam)``; ``sqrt(mean(s) / lam)`` with weights; ``sqrt(2 mean(s) / lam)``
+        for the squared hinge (:func:`projection_radius`); each output on its own.
     averaging : {"none", "all", "tail", "doubling"}
         Output the last iterate, the average of all iterates ``w_2..w_{T+1}``
         (Corollary 1), or the average of the iterates after steps
