@@ -107,7 +107,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="more than two classes: ovr (one-vs-rest, default), ovo (one-vs-one) "
                           "or ordinal (ordered labels, neighbouring pairs)")
     fit.add_argument("--batch-size", type=_batch_size, help="mini-batch size k, 1 <= k <= n, "
-                                                           "or auto (default: 1 on a CPU)")
+                                                           "or auto (default: 1 on a CPU, "
+                                                           "n for Pegasos on <= 64 rows)")
     fit.add_argument("--max-iter", type=int, help="iteration cap (default: the estimator's, in "
                                                   "epochs)")
     fit.add_argument("--sampling", choices=("epoch", "without_replacement", "with_replacement"),

@@ -166,3 +166,36 @@ def test_doubling_estimate_reads_the_rate_from_the_decreases():
     assert doubling_estimate([1.0, 0.1, 0.01]) == pytest.approx(0.045)
     # a decrease that grows: no estimate
     assert doubling_estimate([0.3, 0.29, 0.2]) == math.inf
+
+
+def test_doubling_estimate_waits_out_the_transient_of_the_first_steps():
+    # the first doubling raised the objective (the first steps 1/(lam t) overshoot): no estimate
+    # (it used to read as "nothing left" and stopped fits on small data at T = 2 epochs)
+    assert doubling_estimate([1.0, 12.0]) == math.inf
+    # an increase after a decrease: the noise floor of a stochastic run ...
+    assert doubling_estimate([1.0, 0.5, 0.6]) == 0.0
+    # ... but a full-batch (deterministic) run has none: still the transient
+    assert doubling_estimate([1.0, 0.5, 0.6], noise_floor=False) == math.inf
+    assert doubling_estimate([0.4, 0.2, 0.1], noise_floor=False) == pytest.approx(0.1)
+
+
+def test_small_single_row_fit_does_not_stop_on_the_first_rise(a9a):
+    """50 rows of a9a at lam = 1e-4 with single rows: the objective rises from epoch 1 to 2."""
+    idx = np.random.RandomState(1).choice(a9a.X.shape[0], 50, replace=False)
+    X, y = sp.csr_matrix(a9a.X[idx], dtype=np.float64), a9a.y[idx].astype(np.float64)
+    ref = SDCASVC(lam=LAM, backend="numba", tol=1e-9, max_iter=10**7, dtype="float64",
+                  random_state=0).fit(X, y)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        pg = PegasosSVC(lam=LAM, backend="numba", batch_size=1, dtype="float64",
+                        random_state=0).fit(X, y)
+    p = [h[1] for h in pg.history_]
+    assert p[1] > p[0]                                  # the rise that used to stop the fit
+    assert pg.n_iter_ > 2 * X.shape[0]
+
+    def obj(est):
+        w = np.append(est.coef_.ravel(), est.intercept_[0])
+        m = np.asarray(X @ est.coef_.ravel()).ravel() + est.intercept_[0]
+        return 0.5 * LAM * w @ w + np.mean(np.maximum(0.0, 1.0 - y * m))
+
+    assert obj(pg) - obj(ref) < 1.0                     # was 20 after 2 epochs

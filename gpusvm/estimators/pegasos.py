@@ -17,6 +17,18 @@ from ..solvers.pegasos import AVERAGING, SCHEDULES, pegasos
 from ._base import (MAX_EPOCHS_DOUBLING, MIN_OPTIMAL_BIAS_BATCH, _LinearSVCBase, _progress_bar,
                     solver_has, warn_short_tail)
 
+#: ``batch_size="auto"`` on a CPU backend uses every row in every batch (the deterministic
+#: subgradient method) up to this many rows.  Measured on 15-500 rows of a9a and letter
+#: (C = 1 and 100, lam = 1e-4): at the same number of iterations the full batch ends 10 to 100
+#: times closer to the optimum than single rows, for n times the work per iteration, which
+#: stays within milliseconds up to about 64 rows; it also makes an integer sample weight and
+#: as many repeated rows give the same fit (see ``PegasosSVC``, ``batch_size``).
+#: With ``max_iter=None`` a full-batch fit may run as many iterations as single-row epochs
+#: run on ``FULL_BATCH_ROWS`` rows (64 epochs with the doubling average, which stops earlier;
+#: 10 otherwise): the same cap for every n, so that a weighted fit and the fit on the repeated
+#: rows (more rows) stop at the same iteration.
+FULL_BATCH_ROWS = 64
+
 
 def _solver_has(name: str) -> bool:
     return solver_has(pegasos, name)
@@ -57,12 +69,19 @@ class PegasosSVC(_LinearSVCBase):
         Katzman 2014; decision rule: :func:`gpusvm.estimators._base.ordinal_scores`).
     batch_size : int or "auto", default="auto"
         Mini-batch size ``k``, from 1 to ``n``; ``k = n`` without replacement is the
-        deterministic subgradient method.  ``"auto"``: 1 on a CPU backend (one core
-        does the same work per epoch for any ``k``, and the fewest epochs win),
-        ``min(n, 4096)`` on a GPU (``batch_size_`` tells which).
+        deterministic subgradient method.  ``"auto"``: on a CPU backend, ``n`` (the
+        full batch) for ``fit`` on at most 64 rows, else 1 (one core does the same work
+        per epoch for any ``k``, and the fewest epochs win); ``min(n, 4096)`` on a GPU
+        (``batch_size_`` tells which).  With full batches and ``C``, a row of integer
+        weight ``m`` and ``m`` repeated copies of it give the same iterates (the step
+        ``(1/(lam t k)) sum_i s_i y_i x_i = (C/t) sum_i s_i y_i x_i`` does not depend
+        on ``n``), hence the same fit up to rounding; ``partial_fit`` keeps 1.
     max_iter : int or None, default=None
         Number of iterations ``T``; ``None`` means up to 64 epochs with the doubling
-        average and its stopping rule (see ``averaging``), ten epochs otherwise.
+        average and its stopping rule (see ``averaging``), ten epochs otherwise; a
+        full batch (``k = n``, from ``"auto"`` on at most 64 rows) may run 4096
+        iterations (640 without the doubling average), the steps of 64 (10)
+        single-row epochs on 64 rows.
     sampling : {"without_replacement", "with_replacement", "epoch"}, default="epoch"
         How each ``A_t`` is drawn: a uniform k-subset (Takáč et al. 2013), k i.i.d.
         indices (Pegasos Sec. 2.3), or consecutive slices of a per-epoch permutation
@@ -84,6 +103,8 @@ class PegasosSVC(_LinearSVCBase):
         estimated from how the objective falls from one doubling of ``T`` to the
         next (the error of the tail average shrinks by a steady factor), is at most
         ``tol``.  An estimate, not a certificate: SDCASVC certifies its result.
+        With weights it is read on the objective per unit of weight,
+        ``P_s / mean(s)`` (:func:`gpusvm.solvers.pegasos.weight_scale`).
     schedule : {"pegasos", "norma", "constant"}, default="pegasos"
         ``eta_t = 1/(lam t)``; NORMA's ``p/(lam sqrt t)``; a constant ``eta0``.
     eta0 : float or None, default=None
@@ -395,6 +416,10 @@ class PegasosSVC(_LinearSVCBase):
         """One Pegasos run on the rows ``Xs`` with labels ``y`` (one output, or M natively)."""
         n = Xs.shape[0]
         backend, k = self._resolve(n)
+        full = (self.batch_size == "auto" and self._averaging is None   # fit, not partial_fit
+                and backend in ("numpy", "numba") and n <= FULL_BATCH_ROWS)
+        if full:
+            k = n
         if self.bias == "optimal" and self.batch_size == "auto":   # the batch needs rows
             k = max(k, min(n, MIN_OPTIMAL_BIAS_BATCH))
         averaging = self._averaging or self.averaging
@@ -403,7 +428,12 @@ class PegasosSVC(_LinearSVCBase):
         epochs = MAX_EPOCHS_DOUBLING if averaging == "doubling" else 10
         if self._averaging is not None:          # partial_fit: one epoch per call
             epochs = 1
-        max_iter = self.max_iter if self.max_iter is not None else math.ceil(epochs * n / k)
+        if self.max_iter is not None:
+            max_iter = self.max_iter
+        elif full:                               # the same cap for every n (see the constants)
+            max_iter = epochs * FULL_BATCH_ROWS
+        else:
+            max_iter = math.ceil(epochs * n / k)
         w0, b0, t_start = None, 0.0, 0
         if isinstance(init, list):               # M outputs in one native call
             points = [self._initial_point(coef, b, Xs.shape[1], lam, clip=t > 0)

@@ -90,7 +90,7 @@ def segment_length(t: int, limit: int, eval_every: int, eval_at: Callable | None
     return limit
 
 
-def doubling_estimate(levels: list) -> float:
+def doubling_estimate(levels: list, noise_floor: bool = True) -> float:
     """Suboptimality left at the last of the objectives ``P_j`` at ``T_j = 2^j`` epochs.
 
     With the decreases ``d_j = P_{j-1} - P_j``, an error that shrinks by a
@@ -100,12 +100,18 @@ def doubling_estimate(levels: list) -> float:
     ``r = 1/2``, ``e_j = d_j``, which is also the estimate while only one
     decrease is known; ``r`` is taken at least 1/3 (the first doublings fall
     fastest, and would understate the error), and a decrease that does not
-    shrink gives ``inf``.
+    shrink gives ``inf``.  An increase after a decrease is read as the noise
+    floor of a stochastic run (``0``) when ``noise_floor``; an increase at the
+    first doubling, before any decrease, is the transient of the first large
+    steps (``inf``), and so is every increase of a deterministic run
+    (``noise_floor=False``: full batches, which have no noise floor).
 
     Parameters
     ----------
     levels : list of float
         ``P_0, P_1, ..., P_j``.
+    noise_floor : bool, default=True
+        Whether the objectives carry sampling noise (mini-batches smaller than ``n``).
 
     Returns
     -------
@@ -115,10 +121,12 @@ def doubling_estimate(levels: list) -> float:
         return math.inf
     d = levels[-2] - levels[-1]
     if len(levels) < 3:
-        return max(d, 0.0)
+        # a first doubling that raised the objective is still the transient (the first
+        # steps 1/(lam t) overshoot), not the noise floor: no estimate yet
+        return d if d > 0.0 else math.inf
     d_prev = levels[-3] - levels[-2]
     if d <= 0.0:
-        return 0.0 if d_prev > 0.0 else math.inf
+        return 0.0 if (d_prev > 0.0 and noise_floor) else math.inf
     if not d < d_prev:
         return math.inf
     r = max(d / d_prev, 1.0 / 3.0)    # early decreases overstate the rate: never below d/2
@@ -153,8 +161,8 @@ def pegasos(backend, *, lam: float, k: int, max_iter: int, sampling: str = "with
         Seed of the counter-based batch stream (:func:`gpusvm.solvers._sampling.seed_u64`).
     projection : bool
         Project onto the ball that holds the optimum (Fig. 1, step 5): radius
-        ``1/sqrt(lam)``; ``sqrt(max_i s_i / lam)`` with weights; ``sqrt(2 mean(s) / lam)``
-        for the squared hinge (ALGORITHMS.md, "Weights"); each output on its own.
+        ``1/sqrt(lam)``; ``sqrt(mean(s) / lam)`` with weights; ``sqrt(2 mean(s) / lam)``
+        for the squared hinge (:func:`projection_radius`); each output on its own.
     averaging : {"none", "all", "tail", "doubling"}
         Output the last iterate, the average of all iterates ``w_2..w_{T+1}``
         (Corollary 1), or the average of the iterates after steps
@@ -194,9 +202,11 @@ def pegasos(backend, *, lam: float, k: int, max_iter: int, sampling: str = "with
         replaces ``eval_every``: the objective is evaluated exactly at the
         iterations where it returns True (e.g. geometrically spaced ones).
     tol : float, optional
-        ``averaging="doubling"``: stop once the objective of the tail average
-        decreases by at most ``tol`` from one doubling to the next
-        (``stop_reason="tol"``).
+        ``averaging="doubling"``: stop once :func:`doubling_estimate` of the
+        suboptimality left is at most ``tol`` (``stop_reason="tol"``), read on
+        ``P_s / mean(s)`` (:func:`weight_scale`): unchanged without weights, and
+        the same for a row of integer weight ``m`` as for ``m`` repeated rows
+        with ``lam = 1/(C n)``.
     loss : {"hinge", "squared_hinge"}, default="hinge"
         The subgradient of a violated example is ``-s_i y_i x_i`` (hinge) or
         ``-2 s_i (1 - m_i) y_i x_i`` (squared hinge).  ``bias="optimal"``
@@ -256,6 +266,11 @@ def pegasos(backend, *, lam: float, k: int, max_iter: int, sampling: str = "with
     averaged = averaging != "none"
     t_avg = t_start + (1 if averaging in ("all", "doubling") else max_iter // 2 + 1)
     levels: list = []                 # doubling: the objectives at the previous T_j
+    # the stopping rule reads P_s / mean(s): the objective per unit of weight, which an integer
+    # weight and as many repeated rows give alike (weight_scale)
+    per_weight = 1.0 / weight_scale(backend)
+    # every batch holds every row: a deterministic run, whose objective has no noise floor
+    full_batch = k >= n and sampling != "with_replacement"
     radius = projection_radius(backend, lam, loss) if projection else 0.0
     unreg = bias == "unregularized"
     optimal = bias == "optimal"
@@ -310,14 +325,15 @@ def pegasos(backend, *, lam: float, k: int, max_iter: int, sampling: str = "with
                 stop = "callback"
             elif target_objective is not None and obj <= target_objective:
                 stop = "target_objective"
-            elif doubling and tol is not None and doubling_estimate(levels + [obj]) <= tol:
+            elif doubling and tol is not None and \
+                    doubling_estimate(levels + [obj * per_weight], not full_batch) <= tol:
                 stop = "tol"
             elif max_time is not None and elapsed >= max_time:
                 stop = "max_time"
             if stop != "max_iter":
                 break
             if doubling:              # the next tail average starts here
-                levels.append(obj)
+                levels.append(obj * per_weight)
                 reset_average()
 
     w, b, obj, objs = evaluate()
@@ -344,13 +360,40 @@ def pegasos(backend, *, lam: float, k: int, max_iter: int, sampling: str = "with
                         extra=extra)
 
 
+def weight_scale(backend) -> float:
+    """``mean(s)``, the mean sample weight of the backend's rows (1 without weights).
+
+    ``P_s(w) / mean(s) = (lam / (2 mean(s))) ||w||^2 + sum_i s_i loss_i / sum_i s_i``
+    is the objective per unit of weight.  With ``lam = 1/(C n)`` it is
+    ``(||w||^2 / (2C) + sum_i s_i loss_i) / sum_i s_i``: a row of integer weight
+    ``m`` and ``m`` repeated rows of weight 1 give the same value, where ``P_s``
+    itself differs by the factor ``n / sum_i s_i``.
+
+    Parameters
+    ----------
+    backend : Backend
+        Its ``sample_weight`` (None for unit weights) is read.
+
+    Returns
+    -------
+    float
+    """
+    s = getattr(backend, "sample_weight", None)
+    if s is None:
+        return 1.0
+    return float(np.mean(backend.to_host(s)))
+
+
 def projection_radius(backend, lam: float, loss: str = "hinge") -> float:
     """Radius of the ball that holds the optimum (Fig. 1 step 5; ALGORITHMS.md, "Weights").
 
-    ``1/sqrt(lam)`` for the unweighted hinge (strong duality: ``lam ||w*||^2 <=
-    (1/n) sum alpha_i <= max s_i``), ``sqrt(max_i s_i / lam)`` for the weighted
-    hinge, and ``sqrt(2 mean(s) / lam)`` for the squared hinge
-    (``lam/2 ||w*||^2 <= P_s(0) = mean(s)``).
+    ``sqrt(mean(s) / lam)`` for the hinge: strong duality gives ``lam ||w*||^2 <=
+    (1/n) sum_i alpha_i <= mean(s)`` (dual box ``0 <= alpha_i <= s_i``), which is
+    ``1/sqrt(lam)`` without weights.  ALGORITHMS.md states the looser
+    ``sqrt(max_i s_i / lam)``; the mean is tighter and, with ``lam = 1/(C n)``, equal to
+    ``sqrt(C sum_i s_i)``: the same for integer weights as for repeated rows, so the
+    projection does not break that equivalence.  ``sqrt(2 mean(s) / lam)`` for the
+    squared hinge (``lam/2 ||w*||^2 <= P_s(0) = mean(s)``).
 
     Parameters
     ----------
@@ -363,13 +406,12 @@ def projection_radius(backend, lam: float, loss: str = "hinge") -> float:
     -------
     float
     """
-    s = getattr(backend, "sample_weight", None)
+    mean_s = weight_scale(backend)
     if loss == "squared_hinge":
-        mean_s = 1.0 if s is None else float(np.mean(backend.to_host(s)))
         return math.sqrt(2.0 * mean_s / lam)
-    if s is None:
+    if getattr(backend, "sample_weight", None) is None:
         return 1.0 / math.sqrt(lam)
-    return math.sqrt(float(np.max(backend.to_host(s))) / lam)
+    return math.sqrt(mean_s / lam)
 
 
 def _uses_general_path(backend, loss: str) -> bool:
