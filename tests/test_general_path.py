@@ -248,6 +248,45 @@ def test_sdca_m_outputs_equal_m_binary_fits(backend, variant, b, sampling):
     assert multi.history[-1][3] == pytest.approx(max(multi.extra["gap"]), rel=1e-15)
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("loss", ["hinge", "squared_hinge"])
+def test_sdca_outputs_certified_below_tol_stop_where_they_were(backend, loss):
+    """One-vs-rest outputs are independent problems on the same batches: an output certified
+    below ``tol`` stops (its ``alpha`` and ``w`` stay those of that certificate) while the
+    others go on, so each output ends exactly as its own binary fit stopped on its own gap."""
+    X, y = toy()
+    Y = three_outputs(y)
+    kw = dict(lam=1e-2, b=1, variant="safe", seed=3, eval_every=150, max_iter=10**5,
+              tol=1e-4, loss=loss)
+    multi = sdca(make_backend(backend, X, Y), **kw)
+    singles = [sdca(make_backend(backend, X, Y[:, c]), **kw) for c in range(3)]
+    assert len({r.n_iter for r in singles}) > 1                  # they do stop apart
+    assert multi.n_iter == max(r.n_iter for r in singles)
+    for c, r in enumerate(singles):
+        np.testing.assert_allclose(multi.extra["alpha"][:, c], r.extra["alpha"], rtol=1e-12,
+                                   atol=1e-14)
+        np.testing.assert_allclose(multi.w[:, c], r.w, rtol=1e-10, atol=1e-13)
+        assert multi.extra["gap"][c] == pytest.approx(r.extra["gap"], rel=1e-9, abs=1e-14)
+        assert multi.extra["gap"][c] <= 1e-4
+
+
+def test_numba_column_norms_and_resynchronisation_match_numpy():
+    X, y = toy()
+    Y = three_outputs(y)
+    a, b = (make_backend(name, X, Y) for name in BACKENDS)
+    W = np.random.default_rng(0).standard_normal((40, 3))
+    np.testing.assert_allclose(b.col_sq_norms_m(W), np.einsum("ij,ij->j", W, W), rtol=1e-13)
+    res = sdca(a, lam=1e-2, b=1, max_iter=300, variant="safe", tol=0.0, seed=1)
+    for be in (a, b):
+        be.init_state_m()
+        be.init_dual_m(1.0)
+        be.alpha[...] = res.extra["alpha"]
+    Wa, Wb = a.dual_weights_m(1e-2), b.dual_weights_m(1e-2)
+    np.testing.assert_allclose(Wb, Wa, rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(b.V, a.V, rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(b.sm, a.sm, rtol=1e-12, atol=1e-15)
+
+
 @pytest.mark.parametrize("backend", ["numba"])     # runs to 1e-6: the compiled backend
 @pytest.mark.parametrize("loss", ["hinge", "squared_hinge"])
 def test_sdca_m_outputs_weighted_equal_m_weighted_fits_and_stop_on_every_gap(backend, loss):

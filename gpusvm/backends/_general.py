@@ -43,6 +43,8 @@ computed as ``(2 s_i (1 - m_i) - alpha_i) / (1 + 2 s_i beta ||x_i||^2 / (lam n))
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 
 from ._state import (N_SLOTS, S_A, S_ASUM, S_ASUMD, S_B, S_BETA, S_BSUM, S_DNORM, S_LOSS,
@@ -179,6 +181,11 @@ class GeneralEvaluation:
         W = xp.asarray(W, dtype=np.float64)
         return xp.asarray(self.X @ W, dtype=np.float64) + b
 
+    def col_sq_norms_m(self, W):
+        """``||w_c||^2`` of every column of ``W`` (d, M), float64 (M,) in ``xp``."""
+        W = self.xp.asarray(W, dtype=np.float64)
+        return self.xp.einsum("ij,ij->j", W, W)
+
     def evaluate_m(self, W, b, lam: float, loss: str = "hinge", reg_bias: bool = False):
         """Weighted primal objective of every output (ALGORITHMS.md, "Weights").
 
@@ -197,7 +204,7 @@ class GeneralEvaluation:
             slack = self.sample_weight[:, None] * slack
         lval = slack.mean(axis=0)
         W = xp.asarray(W, dtype=np.float64)
-        sq = xp.einsum("ij,ij->j", W, W) + (xp.asarray(b) ** 2 if reg_bias else 0.0)
+        sq = self.col_sq_norms_m(W) + (xp.asarray(b) ** 2 if reg_bias else 0.0)
         return 0.5 * lam * sq + lval, lval, sq
 
     def final_optimal_bias_m(self, W):
@@ -231,7 +238,7 @@ class GeneralEvaluation:
             with np.errstate(divide="ignore", invalid="ignore"):
                 lin = xp.where(s > 0.0,
                                self.alpha - self.alpha ** 2 / (4.0 * xp.where(s > 0, s, 1.0)), 0.0)
-        return lin.sum(axis=0) / self.n - 0.5 * lam * xp.einsum("ij,ij->j", W, W)
+        return lin.sum(axis=0) / self.n - 0.5 * lam * self.col_sq_norms_m(W)
 
 
 class GeneralPath(GeneralEvaluation):
@@ -253,8 +260,7 @@ class GeneralPath(GeneralEvaluation):
             self.V = np.array(np.reshape(w0, (self.d, M)), dtype=self.dtype, order="C")
         self.sm = np.zeros((N_SLOTS, M), dtype=np.float64)
         self.sm[S_A] = 1.0
-        v64 = self.V.astype(np.float64)
-        self.sm[S_VSQ] = np.einsum("ij,ij->j", v64, v64)
+        self.sm[S_VSQ] = 0.0 if w0 is None else self.col_sq_norms_m(self.V)
         self.sm[S_B] = np.broadcast_to(np.asarray(b0, dtype=np.float64), (M,))
         self.U = np.zeros((self.d, M), dtype=np.float64) if averaging else None
 
@@ -488,6 +494,32 @@ class GeneralPath(GeneralEvaluation):
                 self.sdca_adapt_beta_m(rows, delta, p.beta_b, p.theta)            # Alg. 2
                 delta = self.sdca_deltas_m(rows, m, p.lam, first, squared)
             self.sdca_apply_m(rows, delta, p.lam, p.aggressive, squared)
+
+    @contextlib.contextmanager
+    def outputs_m(self, outputs):
+        """Within the block the backend holds the listed outputs only (``Y``, ``V``, ``alpha``
+        and ``sm`` restricted to those columns); on exit their columns are written back and
+        the other outputs are as they were.
+
+        One-vs-rest outputs are independent problems that share the sampled rows, so an
+        output whose certificate is below ``tol`` can stop while the others go on: the SDCA
+        solver runs its segments inside this block with the outputs not yet certified,
+        which then cost the margins and updates of those outputs only.
+        """
+        outputs = np.asarray(outputs, dtype=np.intp)
+        full = (self.Y, self.V, self.alpha, self.sm)
+        self.Y = np.ascontiguousarray(full[0][:, outputs])
+        self.V = np.ascontiguousarray(full[1][:, outputs])
+        self.alpha = np.ascontiguousarray(full[2][:, outputs])
+        self.sm = np.ascontiguousarray(full[3][:, outputs])
+        try:
+            yield self
+        finally:
+            full[1][:, outputs] = self.V
+            full[2][:, outputs] = self.alpha
+            full[3][:, outputs] = self.sm
+            self.Y, self.V, self.alpha, self.sm = full
+
 
 #: what a backend must implement for the general path (the solvers check it)
 GENERAL_PRIMITIVES = ("init_state_m", "pegasos_segment_m", "reset_average_m", "output_m",

@@ -88,20 +88,22 @@ def _add_rows_m(indptr, indices, data, V, U, u_scale, use_u, rows, coef, single,
         if nmov == 0:
             return
         r = rows[0]
-        for p in range(indptr[r], indptr[r + 1]):
-            j = indices[p]
-            x = data[p]
-            for qc in range(nmov):
-                c = touched[qc]
-                g = x * coef[0, c]
-                if g == 0.0:
-                    continue
+        lo = indptr[r]
+        hi = indptr[r + 1]
+        for qc in range(nmov):                # an output at a time: the row's entries of V
+            c = touched[qc]                   # are independent read-modify-writes (no branch;
+            cc = coef[0, c]                   # a zero product leaves V[j, c] as it is)
+            s = 0.0
+            for p in range(lo, hi):
+                j = indices[p]
+                g = data[p] * cc
                 old = np.float64(V[j, c])
                 V[j, c] = old + g
                 new = np.float64(V[j, c])
                 if use_u:
                     U[j, c] += u_scale[c] * g
-                dn[c] += (new - old) * (new + old)
+                s += (new - old) * (new + old)
+            dn[c] = s
         return
     nt = 0
     for i in range(rows.size):
@@ -419,6 +421,66 @@ def _sdca_apply_m(indptr, indices, data, Y, sw, weighted, V, sm, alpha, rows, de
                 sm[S_ASUMD, c] += delta[i, c]
 
 
+@njit(cache=True, inline="always")
+def _sdca_row_m(indptr, indices, data, Y, sw, weighted, V, sm, alpha, inv_q, row_sq, r, lam,
+                n, squared, touched, wk):
+    """One safe/naive step on the one-row batch ``{r}``: :func:`_margins_m`,
+    :func:`_sdca_deltas_m` and :func:`_sdca_apply_m` (without the check) fused, with the
+    same arithmetic, and the bookkeeping of the outputs whose ``delta`` is 0 skipped.
+
+    ``wk[W_Z]`` holds the row's dot products, ``wk[W_ANEW]`` the deltas and
+    ``wk[W_YACT]`` the coefficients of the outputs that move (``touched[:nmov]``).
+    """
+    M = V.shape[1]
+    lamn = lam * n
+    for c in range(M):
+        wk[W_Z, c] = 0.0
+    lo = indptr[r]
+    hi = indptr[r + 1]
+    for p in range(lo, hi):                                    # one gather serves all M
+        x = data[p]
+        j = indices[p]
+        for c in range(M):
+            wk[W_Z, c] += x * V[j, c]
+    si = sw[r] if weighted else 1.0
+    q = row_sq[r]
+    nmov = 0
+    for c in range(M):                                         # eq. (15) per output
+        yc = np.float64(Y[r, c])
+        m = yc * (sm[S_A, c] * wk[W_Z, c] + sm[S_B, c])
+        a = alpha[r, c]
+        if squared:
+            x = (2.0 * si * (1.0 - m) - a) / (1.0 + 2.0 * si * sm[S_BETA, c] * q / lamn)
+            dl = x if x > -a else -a
+        elif q == 0.0:
+            dl = si - a
+        else:
+            raw = (lamn / sm[S_BETA, c]) * (1.0 - m) * inv_q[r]
+            x = raw if raw > -a else -a
+            dl = x if x < si - a else si - a
+        sm[S_DNORM, c] = 0.0
+        if dl != 0.0:
+            touched[nmov] = c
+            wk[W_ANEW, nmov] = dl
+            wk[W_YACT, nmov] = dl * yc * (1.0 / (lam * n * sm[S_A, c]))
+            nmov += 1
+    for qc in range(nmov):                                     # w step, output by output
+        c = touched[qc]
+        cc = wk[W_YACT, qc]
+        dn = 0.0
+        for p in range(lo, hi):
+            j = indices[p]
+            g = data[p] * cc
+            old = np.float64(V[j, c])
+            V[j, c] = old + g
+            new = np.float64(V[j, c])
+            dn += (new - old) * (new + old)
+        sm[S_DNORM, c] = dn
+        sm[S_VSQ, c] += dn
+        alpha[r, c] += wk[W_ANEW, qc]
+        sm[S_ASUMD, c] += wk[W_ANEW, qc]
+
+
 @njit(cache=True)
 def sdca_loop_m(indptr, indices, data, Y, sw, weighted, V, sm, alpha, inv_q, row_sq, smp, ring,
                 ringf, ringh, rk, ecache, stamp, t0, t1, lam, n, beta_b, theta, aggressive,
@@ -433,6 +495,10 @@ def sdca_loop_m(indptr, indices, data, Y, sw, weighted, V, sm, alpha, inv_q, row
                     stamp, False)
         sl = bt % (PREFETCH_DISTANCE + 1)
         rows = ring[sl]                                                       # A_t
+        if single and not aggressive:
+            _sdca_row_m(indptr, indices, data, Y, sw, weighted, V, sm, alpha, inv_q, row_sq,
+                        rows[0], lam, n, squared, touched, wk)
+            continue
         first = ringf[sl]
         has_first = ringh[sl]
         _margins_m(indptr, indices, data, Y, V, sm, rows, m, wk)              # y_ic <w_c, x_i>
@@ -467,23 +533,56 @@ def csr_matmat(indptr, indices, data, W, b, out):
 
 @njit(cache=True)
 def csr_rmatmat(indptr, indices, data, alpha, Y, out):
-    """``out += X^T (alpha * Y)`` in float64; rows whose ``alpha`` is 0 everywhere are skipped."""
+    """``out += X^T (alpha * Y)`` in float64, visiting only the (row, output) pairs whose
+    ``alpha`` is not 0 (one-vs-rest on text: a few of a row's M outputs); each entry of
+    ``out`` receives its rows' terms in row order."""
     n = indptr.size - 1
     M = out.shape[1]
+    nz = np.empty(M, dtype=np.int64)
     coef = np.empty(M, dtype=np.float64)
     for i in range(n):
-        moves = False
+        k = 0
         for c in range(M):
-            coef[c] = alpha[i, c] * np.float64(Y[i, c])
-            if coef[c] != 0.0:
-                moves = True
-        if not moves:
-            continue
-        for p in range(indptr[i], indptr[i + 1]):
-            x = np.float64(data[p])
-            j = indices[p]
-            for c in range(M):
-                out[j, c] += x * coef[c]
+            cf = alpha[i, c] * np.float64(Y[i, c])
+            if cf != 0.0:
+                nz[k] = c
+                coef[k] = cf
+                k += 1
+        lo = indptr[i]
+        hi = indptr[i + 1]
+        for q in range(k):
+            c = nz[q]
+            cf = coef[q]
+            for p in range(lo, hi):
+                out[indices[p], c] += np.float64(data[p]) * cf
+
+
+@njit(cache=True)
+def col_sq_norms(W, out):
+    """``out_c = ||W[:, c]||^2`` in float64, one row-major pass over ``W``."""
+    d, M = W.shape
+    for c in range(M):
+        out[c] = 0.0
+    for j in range(d):
+        for c in range(M):
+            x = np.float64(W[j, c])
+            out[c] += x * x
+
+
+@njit(cache=True)
+def scale_copy_sq_m(W, lamn, V, vsq):
+    """``W /= lamn``, ``V = W`` (rounded to ``V``'s dtype) and ``vsq_c = ||V[:, c]||^2`` of the
+    rounded values, in float64: one pass instead of four over a ``d x M`` array."""
+    d, M = W.shape
+    for c in range(M):
+        vsq[c] = 0.0
+    for j in range(d):
+        for c in range(M):
+            w = W[j, c] / lamn
+            W[j, c] = w
+            V[j, c] = w
+            x = np.float64(V[j, c])
+            vsq[c] += x * x
 
 
 def max_row_nnz(indptr) -> int:

@@ -1198,17 +1198,24 @@ class NumbaBackend(NumpyBackend):
 
     def dual_weights_m(self, lam: float) -> np.ndarray:
         """``W(alpha) = X^T (alpha * Y) / (lam n)`` in float64 (d, M), resynchronising ``V``."""
-        from ._general_nb import csr_rmatmat  # noqa: PLC0415
+        from ._general_nb import csr_rmatmat, scale_copy_sq_m  # noqa: PLC0415
 
         W = np.zeros((self.d, self.n_outputs), dtype=np.float64)
         csr_rmatmat(*self._nb_csr(), self.alpha, self.Y, W)
-        W /= lam * self.n
-        self.V[...] = W
-        v64 = self.V.astype(np.float64)
+        vsq = np.empty(self.n_outputs)
+        scale_copy_sq_m(W, lam * self.n, self.V, vsq)      # W /= lam n, V = W, ||v_c||^2
         self.sm[S_A] = 1.0
-        self.sm[S_VSQ] = np.einsum("ij,ij->j", v64, v64)
+        self.sm[S_VSQ] = vsq
         self.sm[S_ASUMD] = self.alpha.sum(axis=0)
         return W
+
+    def col_sq_norms_m(self, W) -> np.ndarray:
+        """``||w_c||^2`` of every column of ``W`` (d, M) in one compiled pass (float64)."""
+        from ._general_nb import col_sq_norms  # noqa: PLC0415
+
+        out = np.empty(np.shape(W)[1])
+        col_sq_norms(np.ascontiguousarray(W, dtype=np.float64), out)
+        return out
 
 
 class CompilationNotice(UserWarning):

@@ -290,7 +290,12 @@ def sdca(backend, *, lam: float, b: int, max_iter: int, variant: str = "aggressi
         ``sigma^2`` of the row-normalised data; computed by Lanczos when needed
         and not given (safe and aggressive with ``b > 1``).
     tol : float, default=1e-3
-        Stop at the first evaluation with duality gap ``<= tol``.
+        Stop at the first evaluation with duality gap ``<= tol``.  With several
+        outputs (2-D ``y``), each output has its own gap and the run stops when all
+        are ``<= tol``; an output certified earlier stops there (its ``alpha`` and
+        best point are kept, the later segments and certificates run on the other
+        outputs only, through the backend's ``outputs_m`` where it has one), so each
+        output ends as its own binary fit would on the same batches and cadence.
     sampling : str
         See :class:`~gpusvm.solvers._sampling.CounterSampler` (``"without_replacement"``
         is the paper's Rand(b)).
@@ -400,20 +405,32 @@ def sdca(backend, *, lam: float, b: int, max_iter: int, variant: str = "aggressi
         backend.init_dual_m(beta0, loss, alpha0, lam)                         # alpha^(0), beta^(0)
 
         best_m = None                               # [W, P(W)]: each output's best point
+        latest = None                               # [P(w(alpha)), D(alpha)] of each output
 
         def certify():
-            """Per output, the best primal point seen and the latest dual."""
-            nonlocal best_m
-            W, p, d_, _ = certificate_m(backend, lam, loss)
-            if best_m is None:
-                best_m = [W.copy(), p.copy()]
+            """Per output, the best primal point seen and the latest dual; outputs already
+            certified (not in ``live``) have not moved since, and keep their figures."""
+            nonlocal best_m, latest
+            if live is None:
+                W, p, d_, _ = certificate_m(backend, lam, loss)
+                idx = np.arange(p.size)
             else:
-                for c in np.flatnonzero(p < best_m[1]):
-                    best_m[0][:, c] = W[:, c]
-                    best_m[1][c] = p[c]
-            g = best_m[1] - d_
-            return (best_m[0], best_m[1].copy(), d_, g, float(np.mean(p)), float(np.mean(d_)),
-                    float(np.max(g)))
+                with backend.outputs_m(live):
+                    W, p, d_, _ = certificate_m(backend, lam, loss)
+                idx = live
+            if best_m is None:
+                best_m = [W, p.copy()]                # W is the certificate's own new array
+                latest = [p.copy(), d_.copy()]
+            else:
+                latest[0][idx] = p
+                latest[1][idx] = d_
+                better = np.flatnonzero(p < best_m[1][idx])
+                if better.size:
+                    best_m[0][:, idx[better]] = W[:, better]
+                    best_m[1][idx[better]] = p[better]
+            g = best_m[1] - latest[1]
+            return (best_m[0], best_m[1].copy(), latest[1].copy(), g,
+                    float(np.mean(latest[0])), float(np.mean(latest[1])), float(np.max(g)))
     else:
         backend.init_state()                                                  # w^(0) = 0
         backend.init_dual(beta0)                                              # alpha^(0) = 0, beta^(0)
@@ -441,12 +458,17 @@ def sdca(backend, *, lam: float, b: int, max_iter: int, variant: str = "aggressi
     history: list = []
     t = 0
     stop = "max_iter"
+    live = None                 # general path: the outputs whose certificate is above tol
     while t < max_iter:
         if adaptive:
             steps = min(max_iter - t, next_certificate(history, tol, epoch))
         else:
             steps = segment_length(t, max_iter - t, eval_every, eval_at)
-        segment(sampler, t, t + steps, plan)                                  # eq. (15) / Alg. 2
+        if live is None:
+            segment(sampler, t, t + steps, plan)                              # eq. (15) / Alg. 2
+        else:
+            with backend.outputs_m(live):             # the outputs not yet certified only
+                segment(sampler, t, t + steps, plan)
         t += steps
         dual_before = history[-1][2] if history else None
         last = certify()
@@ -457,6 +479,9 @@ def sdca(backend, *, lam: float, b: int, max_iter: int, variant: str = "aggressi
             progress(t, primal, gap)
         if shrinking and dual_before is not None and dual - dual_before <= SHRINK_STALL * gap:
             backend.sdca_unshrink()                       # the active set stalled: every row
+        if general and hasattr(backend, "outputs_m"):
+            open_ = np.flatnonzero(np.asarray(last[3]) > tol)
+            live = open_ if 0 < open_.size < np.size(last[3]) else None
         if gap <= tol:
             stop = "tol"
         elif callback is not None and callback(t, primal, elapsed) is False:
