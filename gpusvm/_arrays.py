@@ -18,10 +18,15 @@ products above copy ``coef_`` to the device once per call (``d`` values).
 Detection is by protocol, without importing CuPy: a dense device array has
 ``__cuda_array_interface__`` and ``get()`` (CuPy's ndarray); a device sparse
 matrix is an object of a ``cupyx.scipy.sparse`` class with ``get()``.
+
+The CuPy work of these hooks runs on the estimator's ``device`` (the GPU the fit runs
+on), not on whichever device is current, so that the data are validated, converted and
+multiplied where the device backend will read them.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import numpy as np
@@ -57,6 +62,20 @@ def _backend_name(estimator) -> str:
     return resolve_backend_name(estimator.backend)
 
 
+def _on_device(estimator):
+    """A context in which CuPy works on ``estimator.device``.
+
+    ``cupy.cuda.Device(estimator.device)``, or a no-op for ``device=None`` (the current
+    device) and for estimators without a ``device`` parameter; CuPy is imported only
+    when a device id is given.
+    """
+    device = getattr(estimator, "device", None)
+    if device is None:
+        return contextlib.nullcontext()
+    import cupy  # noqa: PLC0415  (only reached with device input)
+    return cupy.cuda.Device(device)
+
+
 def prepare(estimator, X, y, reset=True):
     """``estimator._prepare(X, y)`` for device input, kept on the device for the cupy backend.
 
@@ -78,7 +97,8 @@ def prepare(estimator, X, y, reset=True):
     """
     if not is_device(X) or _backend_name(estimator) != "cupy":
         return estimator._prepare(to_host(X), to_host(y), reset=reset)
-    return _prepare_on_device(estimator, X, to_host(y), reset)
+    with _on_device(estimator):
+        return _prepare_on_device(estimator, X, to_host(y), reset)
 
 
 def _prepare_on_device(estimator, X, y, reset):
@@ -133,6 +153,12 @@ def decision_function(estimator, X):
     """
     if _backend_name(estimator) != "cupy":
         return type(estimator).decision_function(estimator, to_host(X))
+    with _on_device(estimator):
+        return _decision_function_on_device(estimator, X)
+
+
+def _decision_function_on_device(estimator, X):
+    """The CuPy products of :func:`decision_function` (on the current device)."""
     import cupy  # noqa: PLC0415
 
     if int(X.shape[1]) != estimator.n_features_in_:
@@ -158,8 +184,9 @@ def predict(estimator, X):
         return type(estimator).predict(estimator, to_host(X))
     import cupy  # noqa: PLC0415
 
-    scores = decision_function(estimator, X)
-    index = (scores > 0).astype(np.int64) if scores.ndim == 1 else scores.argmax(axis=1)
-    if estimator.classes_.dtype.kind in "biuf":
-        return cupy.asarray(estimator.classes_)[cupy.asarray(index)]
-    return estimator.classes_[to_host(index)]
+    with _on_device(estimator):
+        scores = decision_function(estimator, X)
+        index = (scores > 0).astype(np.int64) if scores.ndim == 1 else scores.argmax(axis=1)
+        if estimator.classes_.dtype.kind in "biuf":
+            return cupy.asarray(estimator.classes_)[cupy.asarray(index)]
+        return estimator.classes_[to_host(index)]

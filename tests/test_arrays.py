@@ -8,6 +8,9 @@ exactly the host result.  The tests that need CuPy and a device are marked ``gpu
 
 from __future__ import annotations
 
+import sys
+import types
+
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -108,3 +111,73 @@ def test_cupy_input_stays_on_the_device(data, form, Est):
     assert isinstance(labels, cupy.ndarray)
     np.testing.assert_array_equal(cupy.asnumpy(labels), ref.predict(X))
 
+
+
+class _FakeCupy(types.ModuleType):
+    """What gpusvm._arrays calls of CuPy, recording the device current at each call."""
+
+    def __init__(self):
+        super().__init__("cupy")
+        self.current, self.seen, self.float64 = None, [], np.float64
+        fake = self
+
+        class Device:
+            def __init__(self, device_id):
+                self.id = device_id
+
+            def __enter__(self):
+                self.previous, fake.current = fake.current, self.id
+                return self
+
+            def __exit__(self, *exc):
+                fake.current = self.previous
+
+        self.cuda = types.SimpleNamespace(Device=Device)
+
+    def asarray(self, a):
+        self.seen.append(self.current)
+        return np.asarray(a)
+
+
+class _HostBackedDeviceArray(np.ndarray):
+    """A NumPy array that gpusvm._arrays takes for a CuPy array (for the products' path)."""
+
+    @property
+    def __cuda_array_interface__(self):
+        return {"shape": self.shape, "typestr": self.dtype.str, "data": (0, False), "version": 3}
+
+    def get(self):
+        return np.asarray(self).copy()
+
+
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+@pytest.mark.parametrize("Est", [PegasosSVC, SDCASVC])
+@pytest.mark.parametrize("device", [None, 2])
+def test_device_input_is_handled_on_the_estimators_device(monkeypatch, data, Est, device):
+    """With ``backend="cupy"`` the checks and products run under ``cupy.cuda.Device(device)``
+    (the current device when ``device=None``), observed through a stand-in for CuPy."""
+    fake = _FakeCupy()
+    monkeypatch.setitem(sys.modules, "cupy", fake)
+    monkeypatch.setattr(_arrays, "_backend_name", lambda estimator: "cupy")
+    X, y = data
+
+    class Validated(Exception):
+        pass
+
+    def on_device(estimator, X, y, reset):
+        fake.seen.append(fake.current)
+        raise Validated
+
+    monkeypatch.setattr(_arrays, "_prepare_on_device", on_device)
+    with pytest.raises(Validated):
+        Est(lam=1e-2, backend="cupy", device=device).fit(DeviceArrayShim(X.toarray()), y)
+    assert fake.seen == [device] and fake.current is None
+
+    clf = Est(lam=1e-2, backend="numpy", batch_size=8, max_iter=20, random_state=0).fit(X, y)
+    clf.set_params(device=device)
+    Xd = X.toarray().view(_HostBackedDeviceArray)
+    fake.seen.clear()
+    np.testing.assert_allclose(np.asarray(clf.decision_function(Xd)),
+                               clf.decision_function(X), rtol=1e-6)
+    np.testing.assert_array_equal(np.asarray(clf.predict(Xd)), clf.predict(X))
+    assert fake.seen and set(fake.seen) == {device} and fake.current is None

@@ -282,9 +282,13 @@ def test_make_backend_threads_the_device_id():
         make_backend("numpy", X, y, device=0)
 
 
-def test_estimator_passes_device_to_the_backend(monkeypatch):
-    from gpusvm import SDCASVC
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+@pytest.mark.parametrize("name", ["SDCASVC", "PegasosSVC"])
+def test_estimator_passes_device_to_the_backend(monkeypatch, name):
+    import gpusvm
     from gpusvm.backends import device as device_module
+
+    Est = getattr(gpusvm, name)
 
     seen = []
     real = device_module.make_device_backend
@@ -297,13 +301,15 @@ def test_estimator_passes_device_to_the_backend(monkeypatch):
     rng = np.random.default_rng(0)
     X = rng.normal(size=(40, 5))
     y = (X[:, 0] > 0).astype(int)
-    clf = SDCASVC(lam=1e-2, backend="emulated", device=0, max_iter=2, batch_size=8,
-                  random_state=0).fit(X, y)
+    clf = Est(lam=1e-2, backend="emulated", device=0, max_iter=2, batch_size=8,
+              random_state=0).fit(X, y)
     assert seen == [0] and clf.backend_ == "emulated"
     with pytest.raises(ValueError, match="one device, id 0"):
-        SDCASVC(lam=1e-2, backend="emulated", device=1, max_iter=2).fit(X, y)
+        Est(lam=1e-2, backend="emulated", device=1, max_iter=2).fit(X, y)
     with pytest.raises(ValueError, match="runs on the CPU"):
-        SDCASVC(lam=1e-2, backend="numpy", device=0, max_iter=2).fit(X, y)
+        Est(lam=1e-2, backend="numpy", device=0, max_iter=2).fit(X, y)
+    with pytest.raises(ValueError, match="device"):            # a GPU id is an integer >= 0
+        Est(lam=1e-2, backend="emulated", device=-1, max_iter=2).fit(X, y)
 
 
 @pytest.mark.parametrize("M, weighted", [(1, False), (3, False), (4, True)])

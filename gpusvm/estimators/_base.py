@@ -372,6 +372,7 @@ class _LinearSVCBase(ClassifierMixin, BaseEstimator):
         "max_time": [Interval(Real, 0, None, closed="neither"), None],
         "callback": [callable, None],
         "backend": [StrOptions(set(BACKENDS))],
+        "device": [Interval(Integral, 0, None, closed="left"), None],
         "dtype": [StrOptions({"float32", "float64"}), type],
         "random_state": ["random_state", np.random.Generator],
         "verbose": ["verbose"],

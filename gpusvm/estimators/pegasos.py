@@ -139,6 +139,11 @@ class PegasosSVC(_LinearSVCBase):
         Seed of the batch stream; the same seed gives every backend the same batches.
     verbose : int, default=0
         Progress bar with the live objective when > 0.
+    device : int or None, default=None
+        CUDA device id of ``backend="cupy"`` (as ``cupy.cuda.Device(id)``; None: the
+        current device): every allocation and launch of the fit happens on that device,
+        on a stream of its own, so one process can fit on several GPUs at once.
+        ``backend="emulated"`` is device 0; a CPU backend refuses a device id.
 
     Attributes
     ----------
@@ -207,7 +212,7 @@ class PegasosSVC(_LinearSVCBase):
                  projection=True, averaging="auto", tol=1e-3, schedule="pegasos", eta0=None,
                  norma_p=0.7, bias="augmented", intercept_scaling=1.0, eval_every=None,
                  max_time=None, target_objective=None, callback=None, backend="auto",
-                 dtype="float32", random_state=None, verbose=0):
+                 dtype="float32", random_state=None, verbose=0, device=None):
         self.lam = lam
         self.C = C
         self.loss = loss
@@ -232,6 +237,7 @@ class PegasosSVC(_LinearSVCBase):
         self.dtype = dtype
         self.random_state = random_state
         self.verbose = verbose
+        self.device = device
 
     def _initial_point(self, coef_init, intercept_init, d_aug, lam, clip=False):
         if coef_init is None and intercept_init is None:
@@ -453,8 +459,7 @@ class PegasosSVC(_LinearSVCBase):
                     "sample_weight and class_weight need a Pegasos solver with weights, which "
                     "this gpusvm does not provide yet; use SDCASVC(loss='squared_hinge', "
                     "solver='newton') for weighted fits")
-        be = make_backend(backend, Xs, y, sample_weight=s) if s is not None else \
-            make_backend(backend, Xs, y)
+        be = make_backend(backend, Xs, y, sample_weight=s, device=self.device)
         if self.loss != "hinge":
             extra["loss"] = self.loss
         if t_start:

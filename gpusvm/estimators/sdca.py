@@ -268,7 +268,6 @@ class SDCASVC(_LinearSVCBase):
     _parameter_constraints: dict = {
         **_LinearSVCBase._parameter_constraints,
         "solver": [StrOptions(set(SOLVERS))],
-        "device": [Interval(Integral, 0, None, closed="left"), None],
         "warm_start": ["boolean"],
         "variant": [StrOptions(set(VARIANTS) | {"auto"})],
         "theta": [Interval(Real, 0, 1, closed="neither")],
