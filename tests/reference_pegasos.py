@@ -21,7 +21,13 @@ Conventions checked against the solver's docstring:
   margin and are not in ``A_t^+``; the reported ``b`` is the optimal bias of
   the output ``w`` over all rows;
 * the objective is ``lam/2 ||w||^2 + mean hinge`` (``b`` never regularised;
-  ``bias="augmented"`` puts it in ``w`` through a constant feature).
+  ``bias="augmented"`` puts it in ``w`` through a constant feature);
+* the projection radius is the smaller of ``1/sqrt(lam)`` and
+  ``sqrt(2 P(u) / lam)``, ``P(u)`` the least objective of a constant predictor
+  ``u`` (the bias alone: ``lam/2 ||w*||^2 <= P(w*) <= P(u)``), found here by
+  brute force over the candidates of a piecewise quadratic;
+* ``bias="augmented"``: the output's bias weight (last entry) is replaced by the
+  minimiser of the objective over that entry alone, found the same way.
 """
 
 from __future__ import annotations
@@ -51,6 +57,42 @@ def minimise_hinge_over_bias(y, s):
     g = np.array([np.mean(np.maximum(0.0, 1.0 - y * (s + c))) for c in bp])
     best = g.min()
     return float(np.min(bp[g <= best + 1e-12 * max(1.0, best)]))
+
+
+def piecewise_minimum(loss, reg, breakpoints):
+    """``(argmin, min)`` of ``reg u^2 + loss(u)``, ``loss`` convex piecewise linear, by brute force.
+
+    The minimum of a convex piecewise quadratic is at a breakpoint or at the stationary
+    point of a piece: every breakpoint is a candidate, and so is ``-a / (2 reg)`` of each
+    piece where it falls inside the piece, ``a`` the slope of ``loss`` there (from two of
+    its points; exact, the piece is linear).
+    """
+    bps = np.unique(np.asarray(breakpoints, dtype=np.float64))
+    cands = list(bps)
+    if reg > 0:
+        edges = np.concatenate([[bps[0] - 2.0], bps, [bps[-1] + 2.0]])
+        for lo, hi in zip(edges[:-1], edges[1:]):
+            p, q = lo + (hi - lo) / 3.0, lo + 2.0 * (hi - lo) / 3.0
+            u = -((loss(q) - loss(p)) / (q - p)) / (2.0 * reg)
+            first, last = lo == edges[0], hi == edges[-1]
+            if (first or u >= lo) and (last or u <= hi):
+                cands.append(u)
+    values = [reg * u * u + loss(u) for u in cands]
+    j = int(np.argmin(values))
+    return float(cands[j]), float(values[j])
+
+
+def constant_predictor_radius(y, lam, bias, intercept_scaling):
+    """``min(1/sqrt(lam), sqrt(2 min_u P(u) / lam))`` over the constant predictors ``u``."""
+    dual = 1.0 / math.sqrt(lam)
+    if bias not in ("augmented", "unregularized", "optimal"):
+        return dual
+    c = float(intercept_scaling)
+    reg = 0.5 * lam / (c * c) if bias == "augmented" else 0.0
+
+    def loss(u):
+        return float(np.mean(np.maximum(0.0, 1.0 - y * u)))
+    return min(dual, math.sqrt(2.0 * piecewise_minimum(loss, reg, [-1.0, 1.0])[1] / lam))
 
 
 def learning_rate(schedule, t, lam, eta0, norma_p):
@@ -109,6 +151,7 @@ def reference_pegasos(X, y, *, lam, k, max_iter, sampling="without_replacement",
     T = max_iter
     first_averaged = 1 if averaging == "all" else T // 2 + 1   # average w_{t+1} for t >= this
 
+    radius = constant_predictor_radius(y, lam, bias, intercept_scaling)
     w = np.zeros(d) if w0 is None else np.array(w0, dtype=np.float64)
     b = float(b0)
     w_sum, b_sum, count = np.zeros(d), 0.0, 0
@@ -141,7 +184,6 @@ def reference_pegasos(X, y, *, lam, k, max_iter, sampling="without_replacement",
             b = b + (eta / k) * float(np.sum(yA[active]))             # b - eta_t * (-(1/k) sum y_i)
         if projection:
             norm = float(np.linalg.norm(w))
-            radius = 1.0 / math.sqrt(lam)
             if norm > radius:
                 w = (radius / norm) * w                               # w_{t+1}
                 n_projected += 1
@@ -153,5 +195,13 @@ def reference_pegasos(X, y, *, lam, k, max_iter, sampling="without_replacement",
             history.append((t, primal_objective(X, y, *output(), lam)))
 
     w_out, b_out = output()
+    if bias == "augmented":             # the best bias weight given the other entries
+        rest = X[:, :-1] @ w_out[:-1]
+        c = float(intercept_scaling)
+
+        def loss(beta):
+            return float(np.mean(np.maximum(0.0, 1.0 - y * (rest + c * beta))))
+        w_out = w_out.copy()
+        w_out[-1] = piecewise_minimum(loss, 0.5 * lam, (y - rest) / c)[0]
     history.append((T, primal_objective(X, y, w_out, b_out, lam)))
     return {"w": w_out, "b": float(b_out), "history": history, "n_projected": n_projected}

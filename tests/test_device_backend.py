@@ -150,13 +150,16 @@ def test_no_transfer_between_evaluations(a9a_slice, backend, bias):
     pegasos(be, lam=1e-2, k=256, max_iter=60, seed=1, eval_every=20, averaging="tail", bias=bias)
     trace = "".join(events)
     assert trace.count("S") == 3 and trace.count("E") == 3
-    # a copy happens only where an evaluation runs, never inside a segment
-    for part in trace.split("S"):
+    # before the loop one copy: the class weights S+ and S- of the projection radius
+    setup, *loop = trace.split("S")
+    assert setup == "H", trace
+    # in the loop a copy happens only where an evaluation runs, never inside a segment
+    for part in loop:
         if "H" in part:
             assert "E" in part, trace
     assert len(be.transfers) == trace.count("H")
     # evaluate copies once, plus the optimal bias over all rows before it; at the end w and b
-    assert trace.count("H") == 3 * (2 if bias == "optimal" else 1) + 2
+    assert trace.count("H") == 1 + 3 * (2 if bias == "optimal" else 1) + 2
     per = 4 if bias == "optimal" else 3
     assert launches == [(20, (per + 1) * 20), (20, per * 20), (20, per * 20)]
 

@@ -47,15 +47,7 @@ ESTIMATORS = [
 
 #: {estimator class name: {check name: reason}}; empty while every check passes
 WAIVED: dict[str, dict[str, str]] = {
-    "PegasosSVC": {
-        "check_class_weight_classifiers": (
-            "class weights 1000 and 1e-4 on unscaled blobs (rows of norm up to 53) put the "
-            "optimum, w = 0 and b = -1, on a kink where every class-0 row has margin 1 and a "
-            "subgradient is up to 1000 times a row: Pegasos' error bound G^2 ln(T)/(lam T) "
-            "needs about 1e5 full-batch iterations (measured: 1e5 pass the check, at 50 times "
-            "the optimal objective) where the check allows 1000 (measured: 5e6 times the "
-            "optimal objective, 62% class 0); SDCASVC, which reaches the optimum, passes it"),
-    },
+    "PegasosSVC": {},
     "KernelPegasosSVC": {},
     "SDCASVC": {},
 }

@@ -99,6 +99,87 @@ def test_projection_radius_is_the_mean_weight_bound_and_holds_the_optimum():
     assert rw == pytest.approx(rd, rel=1e-12)
 
 
+def augmented(X, c):
+    """``X`` with the constant feature ``c`` appended (the estimators' augmented bias)."""
+    return sp.hstack([X, sp.csr_matrix(np.full((X.shape[0], 1), c))], format="csr")
+
+
+@pytest.mark.parametrize("loss", ["hinge", "squared_hinge"])
+@pytest.mark.parametrize("bias", ["augmented", "unregularized"])
+def test_projection_radius_of_the_constant_predictor_holds_the_optimum(loss, bias):
+    """Imbalanced weights: ``lam/2 ||w*||^2 <= P_s(best constant)``, a smaller ball."""
+    X, y, s = small_problem(n=60, seed=4)
+    s = np.where(y > 0, 200.0, 0.01) * (1.0 + s)        # one class dominates the loss
+    lam, c = 1e-2, 2.0
+    r_dual = projection_radius(make_backend("numpy", X, y, s), lam, loss)
+    r = projection_radius(make_backend("numpy", X, y, s), lam, loss, bias, c)
+    assert r < 0.2 * r_dual
+    # brute force: the constant predictor's best objective on a fine grid of its margin u
+    u = np.linspace(-1.5, 1.5, 300_001)
+    slack = np.maximum(0.0, 1.0 - y[:, None] * u[None, :])
+    if loss == "squared_hinge":
+        slack = slack ** 2
+    values = (s[:, None] * slack).mean(axis=0)
+    if bias == "augmented":
+        values = values + 0.5 * lam * (u / c) ** 2
+    assert r == pytest.approx(math.sqrt(2.0 * values.min() / lam), rel=1e-6)
+    if bias == "augmented":              # the optimum of the augmented problem, from SDCA
+        opt = sdca(make_backend("numba", augmented(X, c), y, s), lam=lam, b=1, max_iter=10**6,
+                   tol=1e-10, variant="safe", loss=loss)
+        assert opt.stop_reason == "tol"
+        assert np.linalg.norm(opt.w) <= r
+
+
+def brute_minimum(y, sc, s, lam, c, loss):
+    """``min_beta lam/2 beta^2 + mean(s L(1 - y (sc + c beta)))`` by bounded Brent search."""
+    from scipy.optimize import minimize_scalar
+
+    def f(beta):
+        slack = np.maximum(0.0, 1.0 - y * (sc + c * beta))
+        return 0.5 * lam * beta * beta + np.mean(s * (slack ** 2 if loss == "squared_hinge"
+                                                       else slack))
+    bound = (np.abs(sc).max() + 1.0) / c + 1.0
+    res = minimize_scalar(f, bounds=(-bound, bound), method="bounded",
+                          options={"xatol": 1e-12, "maxiter": 10_000})
+    return f, res.fun
+
+
+@pytest.mark.parametrize("loss", ["hinge", "squared_hinge"])
+@pytest.mark.parametrize("seed", range(4))
+def test_regularized_bias_is_the_exact_minimiser(loss, seed):
+    from gpusvm.backends._general import regularized_bias_xp
+    rng = np.random.default_rng(seed)
+    n = 40
+    y = np.where(rng.random(n) < 0.3, 1.0, -1.0)
+    sc = rng.normal(scale=2.0, size=n)
+    s = rng.integers(0, 4, n) * rng.choice([0.01, 1.0, 100.0], n)
+    lam, c = 10.0 ** rng.uniform(-3, 0), rng.choice([0.5, 1.0, 3.0])
+    beta = float(regularized_bias_xp(np, y, sc, s, lam, c, loss))
+    f, best = brute_minimum(y, sc, s, lam, c, loss)
+    assert f(beta) <= best + 1e-12 * max(1.0, abs(best))
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+@pytest.mark.parametrize("weights", [False, True])
+def test_pegasos_returns_the_best_augmented_bias_of_its_point(backend, weights):
+    """The returned point's bias weight minimises ``P_s`` given the other weights."""
+    from gpusvm.backends._general import regularized_bias_xp
+    X, y, s = small_problem(n=50, seed=6)
+    c, lam = 1.5, 1e-3
+    Xa = augmented(X, c)
+    s = s if weights else None
+    res = pegasos(make_backend(backend, Xa, y, s), lam=lam, k=4, max_iter=300, seed=1,
+                  averaging="tail", bias="augmented", intercept_scaling=c)
+    w = res.w
+    sc = X @ w[:-1]
+    wts = np.ones(len(y)) if s is None else s
+    f, best = brute_minimum(y, sc, wts, lam, c, "hinge")
+    assert f(w[-1]) <= best + 1e-9 * max(1.0, abs(best))
+    assert w[-1] == pytest.approx(float(regularized_bias_xp(np, y, sc, wts, lam, c)), abs=1e-12)
+    # the history's last objective is the returned point's
+    assert res.history[-1][1] == pytest.approx(objective(Xa, y, w, lam, wts), rel=1e-6)
+
+
 @pytest.mark.parametrize("backend", ["numpy", "numba"])
 @pytest.mark.parametrize("sparse", [False, True])
 def test_estimator_integer_weights_equal_repeated_rows(backend, sparse):

@@ -125,6 +125,64 @@ def optimal_bias_weighted_xp(xp, y_b, sc, wts):
     return bp[order[j]]
 
 
+def regularized_bias_xp(xp, y, sc, wts, lam: float, c: float, loss: str = "hinge"):
+    """Minimiser over ``beta`` of ``lam/2 beta^2 + (1/n) sum_i s_i L(1 - y_i (sc_i + c beta))``.
+
+    The weight ``beta`` of a constant feature of value ``c`` (the augmented bias, which
+    is regularised), the rest of ``w`` fixed: ``sc_i`` are the margins without it and
+    ``L`` the hinge or the squared hinge.  The function is convex; its breakpoints are
+    ``beta_i = (y_i - sc_i) / c`` (row ``i`` is violated for ``beta < beta_i`` when
+    ``y_i = +1``, for ``beta > beta_i`` when ``y_i = -1``).  Between two sorted
+    breakpoints the derivative is ``A_j beta - B_j`` with
+
+    * hinge: ``A_j = lam``, ``B_j = (c/n) (S+_j - S-_j)``,
+    * squared hinge: ``A_j = lam + (2 c^2/n) S_j``, ``B_j = (2 c^2/n) sum_viol s_i beta_i``,
+
+    where ``S+_j`` (``S-_j``) is the weight of the violated positive (negative) rows on
+    interval ``j`` and ``S_j = S+_j + S-_j``.  The derivative does not decrease, so the
+    minimiser is ``max(lo_j, B_j / A_j)`` on the first interval ``[lo_j, hi_j)`` where
+    ``A_j hi_j - B_j >= 0`` (a kink at ``lo_j`` or the root inside).
+
+    Parameters
+    ----------
+    xp : module
+        NumPy or CuPy (the arrays' module; the result stays there).
+    y, sc, wts : arrays of float64, shape (n,)
+        Labels in {-1, +1}, margins without the constant feature, sample weights.
+    lam : float
+    c : float
+        Value of the constant feature (``intercept_scaling``).
+    loss : {"hinge", "squared_hinge"}
+
+    Returns
+    -------
+    0-d array of ``xp``
+    """
+    n = y.shape[0]
+    bp = (y - sc) / c
+    order = xp.argsort(bp, kind="stable") if xp is np else xp.argsort(bp)
+    bps, ys, ws = bp[order], y[order], wts[order]
+    pos = xp.where(ys > 0, ws, 0.0)
+    neg = xp.where(ys < 0, ws, 0.0)
+    zero = xp.zeros(1)
+    # interval j = 0..n lies between bps[j-1] and bps[j]: violated are the positives of
+    # index >= j and the negatives of index < j
+    pos_ge = xp.concatenate([xp.cumsum(pos[::-1])[::-1], zero])
+    neg_lt = xp.concatenate([zero, xp.cumsum(neg)])
+    if loss == "squared_hinge":
+        pos_b = xp.concatenate([xp.cumsum((pos * bps)[::-1])[::-1], zero])
+        neg_b = xp.concatenate([zero, xp.cumsum(neg * bps)])
+        A = lam + (2.0 * c * c / n) * (pos_ge + neg_lt)
+        B = (2.0 * c * c / n) * (pos_b + neg_b)
+    else:
+        A = xp.full(n + 1, lam)
+        B = (c / n) * (pos_ge - neg_lt)
+    hi = xp.concatenate([bps, xp.full(1, xp.inf)])
+    lo = xp.concatenate([xp.full(1, -xp.inf), bps])
+    j = xp.argmax(A * hi - B >= 0)
+    return xp.maximum(lo[j], B[j] / A[j])
+
+
 def optimal_bias_weighted(y_b, sc, wts) -> float:
     """:func:`optimal_bias_weighted_xp` on host arrays, as a float."""
     return float(optimal_bias_weighted_xp(np, y_b, sc, wts))

@@ -87,7 +87,9 @@ class PegasosSVC(_LinearSVCBase):
         indices (Pegasos Sec. 2.3), or consecutive slices of a per-epoch permutation
         (every example once per epoch: fewer epochs to a given accuracy).
     projection : bool, default=True
-        Project onto the ball of radius ``1/sqrt(lam)`` (Fig. 1, step 5).
+        Project onto a ball that holds the optimum (Fig. 1, step 5): radius
+        ``1/sqrt(lam)``, or smaller where weights or imbalanced classes allow
+        (:func:`gpusvm.solvers.pegasos.projection_radius`).
     averaging : {"auto", "none", "all", "tail", "doubling"}, default="auto"
         Return the last iterate, the average of all iterates, the average of the
         last half (``t > T/2``, Takáč et al. Theorem 1), or that tail average for
@@ -118,7 +120,9 @@ class PegasosSVC(_LinearSVCBase):
         (which needs ``batch_size >= 8``: a smaller batch's optimal bias puts its
         margins at 1 and ``w`` barely moves).
     intercept_scaling : float, default=1.0
-        Value of the appended constant feature for ``bias="augmented"``.
+        Value of the appended constant feature for ``bias="augmented"``.  ``fit`` returns
+        the point with that feature's weight the exact minimiser of the objective given
+        the other weights (:func:`gpusvm.solvers.pegasos.polished_augmented_bias`).
     eval_every : int or None, default=None
         Iterations between evaluations of the objective (``history_``, stopping
         rules, callback); ``None`` means once per epoch. Evaluations are the only
@@ -464,6 +468,10 @@ class PegasosSVC(_LinearSVCBase):
             extra["loss"] = self.loss
         if t_start:
             extra["t_start"] = int(t_start)
+        if self.bias == "augmented":
+            extra["intercept_scaling"] = float(self.intercept_scaling)
+            # partial_fit goes on from the solver's own point, on the next chunk of rows
+            extra["polish_bias"] = self._averaging is None
         progress, close = _progress_bar(self.verbose, max_iter)
         try:
             res = pegasos(be, lam=float(lam), k=k, max_iter=max_iter, sampling=self.sampling,

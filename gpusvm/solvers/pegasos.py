@@ -139,7 +139,8 @@ def pegasos(backend, *, lam: float, k: int, max_iter: int, sampling: str = "with
             w0=None, b0: float = 0.0, eval_every: int | None = None, max_time: float | None = None,
             target_objective: float | None = None, callback: Callable | None = None,
             progress=None, eval_at: Callable[[int], bool] | None = None,
-            tol: float | None = None, loss: str = "hinge", t_start: int = 0) -> SolverResult:
+            tol: float | None = None, loss: str = "hinge", t_start: int = 0,
+            intercept_scaling: float = 1.0, polish_bias: bool = True) -> SolverResult:
     """Run mini-batch Pegasos on a prepared backend.
 
     Parameters
@@ -160,9 +161,11 @@ def pegasos(backend, *, lam: float, k: int, max_iter: int, sampling: str = "with
     seed : int or numpy.random.Generator
         Seed of the counter-based batch stream (:func:`gpusvm.solvers._sampling.seed_u64`).
     projection : bool
-        Project onto the ball that holds the optimum (Fig. 1, step 5): radius
+        Project onto a ball that holds the optimum (Fig. 1, step 5): radius
         ``1/sqrt(lam)``; ``sqrt(mean(s) / lam)`` with weights; ``sqrt(2 mean(s) / lam)``
-        for the squared hinge (:func:`projection_radius`); each output on its own.
+        for the squared hinge; smaller where the best constant predictor (the bias
+        alone) has a small objective, as with imbalanced classes
+        (:func:`projection_radius`).
     averaging : {"none", "all", "tail", "doubling"}
         Output the last iterate, the average of all iterates ``w_2..w_{T+1}``
         (Corollary 1), or the average of the iterates after steps
@@ -217,6 +220,15 @@ def pegasos(backend, *, lam: float, k: int, max_iter: int, sampling: str = "with
         the stream, with their step sizes, from ``w0``/``b0``; two runs of
         ``T/2`` chained this way take the steps of one run of ``T`` (averages
         restart with each run).
+    intercept_scaling : float, default=1.0
+        ``bias="augmented"``: the value of the constant feature, the last column of
+        ``X`` (it tightens the projection radius, :func:`projection_radius`).
+    polish_bias : bool, default=True
+        ``bias="augmented"``: return the point with its bias weight the exact minimiser of
+        ``P_s`` given the other weights (:func:`polished_augmented_bias`); the last
+        objective of ``history`` is that point's.  ``False`` returns Pegasos' point as it
+        is, for runs that go on from it (``partial_fit``: a run on one chunk of rows,
+        whose bias must not be fitted to that chunk alone).
 
     Returns
     -------
@@ -271,7 +283,7 @@ def pegasos(backend, *, lam: float, k: int, max_iter: int, sampling: str = "with
     per_weight = 1.0 / weight_scale(backend)
     # every batch holds every row: a deterministic run, whose objective has no noise floor
     full_batch = k >= n and sampling != "with_replacement"
-    radius = projection_radius(backend, lam, loss) if projection else 0.0
+    radius = projection_radius(backend, lam, loss, bias, intercept_scaling) if projection else 0.0
     unreg = bias == "unregularized"
     optimal = bias == "optimal"
 
@@ -291,17 +303,24 @@ def pegasos(backend, *, lam: float, k: int, max_iter: int, sampling: str = "with
     t = t_start
     stop = "max_iter"
 
-    def evaluate():
+    # the returned point's augmented bias is the exact minimiser given the rest of w
+    polish = polish_bias and bias == "augmented" and t_end > t_start
+
+    def evaluate(final=False):
         if general:
             W, b = backend.output_m(averaged and t >= t_avg)
             if optimal and t > 0:
                 b = backend.final_optimal_bias_m(W)
+            if final and polish:
+                W = polished_augmented_bias(backend, W, lam, loss, intercept_scaling)
             objs = np.asarray(backend.to_host(backend.evaluate_m(W, b, lam, loss, reg_bias)[0]),
                               dtype=np.float64)
             return W, b, float(np.mean(objs)), objs
         w, b = backend.output(averaged and t >= t_avg)
         if optimal and t > 0:
             b = final_optimal_bias(backend, w)
+        if final and polish:
+            w = polished_augmented_bias(backend, w, lam, loss, intercept_scaling)
         ev = backend.evaluate(w, b, lam, reg_bias)
         return w, b, ev.objective, None
 
@@ -336,8 +355,10 @@ def pegasos(backend, *, lam: float, k: int, max_iter: int, sampling: str = "with
                 levels.append(obj * per_weight)
                 reset_average()
 
-    w, b, obj, objs = evaluate()
-    if not history or history[-1][0] != t:
+    w, b, obj, objs = evaluate(final=True)
+    if history and history[-1][0] == t:
+        history[-1] = (t, obj, history[-1][2])       # the point returned, bias polished
+    else:
         elapsed = time.perf_counter() - start
         history.append((t, obj, elapsed))
         if progress is not None:
@@ -384,23 +405,41 @@ def weight_scale(backend) -> float:
     return float(np.mean(backend.to_host(s)))
 
 
-def projection_radius(backend, lam: float, loss: str = "hinge") -> float:
-    """Radius of the ball that holds the optimum (Fig. 1 step 5; ALGORITHMS.md, "Weights").
+def projection_radius(backend, lam: float, loss: str = "hinge", bias: str = "none",
+                      intercept_scaling: float = 1.0) -> float:
+    """Radius of a ball that holds the optimum (Fig. 1 step 5; ALGORITHMS.md, "Weights").
 
-    ``sqrt(mean(s) / lam)`` for the hinge: strong duality gives ``lam ||w*||^2 <=
-    (1/n) sum_i alpha_i <= mean(s)`` (dual box ``0 <= alpha_i <= s_i``), which is
-    ``1/sqrt(lam)`` without weights.  ALGORITHMS.md states the looser
-    ``sqrt(max_i s_i / lam)``; the mean is tighter and, with ``lam = 1/(C n)``, equal to
-    ``sqrt(C sum_i s_i)``: the same for integer weights as for repeated rows, so the
-    projection does not break that equivalence.  ``sqrt(2 mean(s) / lam)`` for the
-    squared hinge (``lam/2 ||w*||^2 <= P_s(0) = mean(s)``).
+    The smaller of two bounds on ``||w*||``:
+
+    * the dual bound, ``sqrt(mean(s) / lam)`` for the hinge: strong duality gives
+      ``lam ||w*||^2 <= (1/n) sum_i alpha_i <= mean(s)`` (dual box ``0 <= alpha_i <= s_i``),
+      which is the paper's ``1/sqrt(lam)`` without weights; ``sqrt(2 mean(s) / lam)``
+      for the squared hinge (``lam/2 ||w*||^2 <= P_s(0) = mean(s)``);
+    * the constant-predictor bound ``sqrt(2 P_s(u) / lam)``: ``lam/2 ||w*||^2 <=
+      P_s(w*) <= P_s(u)`` for any point ``u`` whose margins are a constant, the bias
+      alone (``w = 0`` with the best free ``b`` for ``bias="unregularized"`` or
+      ``"optimal"``; ``w = c e_bias``, only the constant feature of value
+      ``intercept_scaling``, for ``"augmented"``).  Its loss depends only on the
+      weights of the two classes, ``S+`` and ``S-``, and its best value has a closed
+      form (:func:`_constant_objective`).  With balanced classes it is no tighter
+      than the dual bound; with imbalanced ones (or large class weights) much tighter:
+      ``sqrt(2 (2 S- / n) / lam)`` against ``sqrt(mean(s) / lam)`` for a free bias and
+      a minority class of weight ``S-``.
+
+    ALGORITHMS.md states the looser ``sqrt(max_i s_i / lam)``.  Both bounds are, with
+    ``lam = 1/(C n)``, the same for integer weights as for repeated rows (they depend
+    on ``n lam`` and the class weights ``S+``, ``S-``), so the projection keeps that
+    equivalence.  With ``M`` outputs the largest radius of the outputs serves all.
 
     Parameters
     ----------
     backend : Backend
-        Its ``sample_weight`` (None for unit weights) is read.
+        Its ``y`` and ``sample_weight`` (None for unit weights) are read.
     lam : float
     loss : {"hinge", "squared_hinge"}
+    bias : {"none", "augmented", "unregularized", "optimal"}, default="none"
+    intercept_scaling : float, default=1.0
+        Value of the constant feature (the last column of ``X``) for ``"augmented"``.
 
     Returns
     -------
@@ -408,10 +447,51 @@ def projection_radius(backend, lam: float, loss: str = "hinge") -> float:
     """
     mean_s = weight_scale(backend)
     if loss == "squared_hinge":
-        return math.sqrt(2.0 * mean_s / lam)
-    if getattr(backend, "sample_weight", None) is None:
-        return 1.0 / math.sqrt(lam)
-    return math.sqrt(mean_s / lam)
+        dual = 2.0 * mean_s / lam
+    elif getattr(backend, "sample_weight", None) is None:
+        dual = 1.0 / lam
+    else:
+        dual = mean_s / lam
+    if bias == "none":
+        return math.sqrt(dual)
+    xp = backend.xp
+    y = backend.y.reshape(backend.y.shape[0], -1)
+    s = getattr(backend, "sample_weight", None)
+    s = 1.0 if s is None else s[:, None]
+    # S+/n and S-/n of each output, summed where the labels are: one copy of 2 M numbers
+    sums = xp.stack([xp.sum(xp.where(y > 0, s, 0.0), axis=0, dtype=xp.float64),
+                     xp.sum(xp.where(y < 0, s, 0.0), axis=0, dtype=xp.float64)])
+    s_pos, s_neg = np.asarray(backend.to_host(sums), dtype=np.float64) / y.shape[0]
+    c = float(intercept_scaling) if bias == "augmented" else None
+    best = max(_constant_objective(p, q, lam, loss, c) for p, q in zip(s_pos, s_neg))
+    return math.sqrt(min(dual, 2.0 * best / lam)) if best > 0.0 else math.sqrt(dual)
+
+
+def _constant_objective(p: float, q: float, lam: float, loss: str, c: float | None) -> float:
+    """The least objective of a constant margin, an upper bound of ``P_s(w*)``.
+
+    The margin ``y_i u`` is the same ``u`` for every row: ``P(u) = R(u) + p L(1 - u) +
+    q L(1 + u)`` with ``p = S+/n``, ``q = S-/n``, ``L`` the hinge or the squared hinge,
+    and ``R(u) = lam/2 (u/c)^2`` for the augmented bias (the constant feature ``c``
+    carries ``u`` with weight ``u/c``), ``R = 0`` for a free bias (``c`` None).  Both
+    are convex in ``u`` with their minimum in ``[-1, 1]`` (outside it one loss term
+    is zero and the other, with ``R``, grows), where the loss terms are linear
+    (hinge) or quadratic (squared hinge): the minimiser is the stationary point of
+    that piece, clipped to ``[-1, 1]``.
+    """
+    r = 0.0 if c is None else lam / (c * c)            # R(u) = r/2 u^2
+    if loss == "squared_hinge":                        # r u - 2p (1 - u) + 2q (1 + u) = 0
+        u = 2.0 * (p - q) / (r + 2.0 * (p + q)) if r + p + q > 0 else 0.0
+    elif r > 0:                                        # r u - p + q = 0
+        u = (p - q) / r
+    else:                                              # linear: the end the larger class wants
+        u = 1.0 if p >= q else -1.0
+    u = min(1.0, max(-1.0, u))
+    if loss == "squared_hinge":
+        losses = p * (1.0 - u) ** 2 + q * (1.0 + u) ** 2
+    else:
+        losses = p * (1.0 - u) + q * (1.0 + u)
+    return 0.5 * r * u * u + losses
 
 
 def _uses_general_path(backend, loss: str) -> bool:
@@ -422,6 +502,49 @@ def _uses_general_path(backend, loss: str) -> bool:
 def _check_general_backend(backend) -> None:
     from .sdca import check_general_backend  # noqa: PLC0415
     check_general_backend(backend)
+
+
+def polished_augmented_bias(backend, w, lam: float, loss: str, intercept_scaling: float):
+    """``w`` with its augmented-bias weight (last entry) the exact minimiser of ``P_s``.
+
+    ``bias="augmented"`` regularises the bias: it is the weight ``beta`` of the constant
+    feature ``c = intercept_scaling``, the last column of ``X``.  Given the other weights,
+    ``P_s`` is a convex one-dimensional function of ``beta``, minimised exactly by
+    :func:`gpusvm.backends._general.regularized_bias_xp` (one sort of the ``n``
+    breakpoints); the objective of the returned point is never above the one of ``w``.
+    Pegasos' last steps ``1/(lam t)`` still move ``beta`` by up to ``||x_i||/(lam t)``, far
+    from its best value where rows are long or weights large (class weights of 1000);
+    the other weights keep Pegasos' values (Fig. 1).
+
+    Parameters
+    ----------
+    backend : Backend
+    w : array of shape (d,) or (d, M)
+        Pegasos' output point (the tail average, or the last iterate).
+    lam : float
+    loss : {"hinge", "squared_hinge"}
+    intercept_scaling : float
+
+    Returns
+    -------
+    array like ``w``
+        A copy, last row replaced.
+    """
+    from ..backends._general import regularized_bias_xp  # noqa: PLC0415
+    xp = backend.xp
+    c = float(intercept_scaling)
+    w = xp.array(w, dtype=xp.float64, copy=True)
+    if w.ndim == 1:
+        sc = backend.decision_function(w, 0.0) - c * w[-1]
+        y = backend.y.astype(xp.float64)
+        w[-1] = regularized_bias_xp(xp, y, sc, xp.ones_like(y), lam, c, loss)
+        return w
+    Z = backend.decision_function_m(w, 0.0) - c * w[-1][None, :]
+    Y = backend.Y.astype(xp.float64)
+    wts = backend._weights()
+    w[-1] = xp.stack([regularized_bias_xp(xp, Y[:, m], Z[:, m], wts, lam, c, loss)
+                      for m in range(w.shape[1])])
+    return w
 
 
 def final_optimal_bias(backend, w) -> float:
