@@ -314,35 +314,56 @@ def ptxas_resources(ptx: str, sm_arch: str, names: dict | None = None) -> list[K
     return out
 
 
-def check_all(archs=None, sm_archs=None):
+#: the architecture each kernel file is compiled for on its own (the module, which holds every
+#: file, is compiled for every architecture of :func:`archs`)
+FILE_ARCH = "compute_90"
+
+
+def check_all(archs=None, sm_archs=None, file_arch=FILE_ARCH):
     """Compile every kernel file and the whole module, as the backend does, and run ptxas.
+
+    Each file is compiled on its own once, for ``file_arch`` (it must hold its includes
+    and template instances); the module, the concatenation of every file that the
+    backend loads, for each architecture of ``archs``, so every kernel is checked for
+    every architecture.  The compilations and the ptxas runs go on in a pool of
+    threads, one per core: NVRTC calls through ctypes release the GIL, and calls on
+    distinct programs may run concurrently (NVRTC User Guide, "Thread Safety").
 
     Returns
     -------
     logs : dict
-        ``(file or "module", arch)`` -> NVRTC log (empty when clean).
+        ``(file, file_arch)`` and ``("module", arch)`` -> NVRTC log (empty when clean).
     resources : list of KernelResources
         ptxas report of every template instance of the module for each ``sm_archs``.
     """
+    from concurrent.futures import ThreadPoolExecutor  # noqa: PLC0415
+
     archs = globals()["archs"]() if archs is None else tuple(archs)
     sm_archs = globals()["sm_archs"]() if sm_archs is None else tuple(sm_archs)
     opts = _kernels.compile_options()
-    logs = {}
-    for name in _kernels.KERNEL_FILES:
-        exprs = _kernels.file_name_expressions(name)
-        for arch in archs:
-            res = compile_ptx(_kernels.read_source(name), arch, opts, exprs, name)
-            logs[(name, arch)] = res.log
     exprs = _kernels.name_expressions()
-    resources = []
     module = _kernels.module_source()
-    for arch in archs:
+
+    def one_file(name):
+        res = compile_ptx(_kernels.read_source(name), file_arch, opts,
+                          _kernels.file_name_expressions(name), name)
+        return (name, file_arch), res.log, []
+
+    def whole_module(arch):
         res = compile_ptx(module, arch, opts, exprs, "gpusvm_kernels.cu")
-        logs[("module", arch)] = res.log
         sm = "sm_" + arch.split("_")[1]
+        found = []
         if sm in sm_archs:
             inverse = {v: k for k, v in res.lowered.items()}
-            resources += ptxas_resources(res.ptx, sm, inverse)
+            found = ptxas_resources(res.ptx, sm, inverse)
+        return ("module", arch), res.log, found
+
+    with ThreadPoolExecutor(max_workers=max(1, os.cpu_count() or 1)) as pool:
+        jobs = [pool.submit(whole_module, arch) for arch in archs]
+        jobs += [pool.submit(one_file, name) for name in _kernels.KERNEL_FILES]
+        done = [job.result() for job in jobs]
+    logs = {key: log for key, log, _ in done}
+    resources = [r for _, _, found in done for r in found]
     return logs, resources
 
 

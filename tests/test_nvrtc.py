@@ -26,13 +26,19 @@ def test_nvrtc_is_a_cuda_12_release():
 
 
 @pytest.mark.parametrize("arch", nvrtc.ARCHS + nvrtc.OPTIONAL_ARCHS)
-@pytest.mark.parametrize("name", [*_kernels.KERNEL_FILES, "module"])
-def test_compiles_without_warnings(compiled, name, arch):
+def test_module_compiles_without_warnings(compiled, arch):
+    """The module (every kernel file, as the backend loads it) for every architecture."""
     logs, _ = compiled
     if arch not in nvrtc.archs():
         pytest.skip(f"the installed NVRTC {nvrtc.version()} does not know {arch}")
-    assert (name, arch) in logs
-    assert nvrtc.warnings_in(logs[(name, arch)]) == "", logs[(name, arch)]
+    assert nvrtc.warnings_in(logs[("module", arch)]) == "", logs[("module", arch)]
+
+
+@pytest.mark.parametrize("name", _kernels.KERNEL_FILES)
+def test_each_file_compiles_on_its_own_without_warnings(compiled, name):
+    logs, _ = compiled
+    log = logs[(name, nvrtc.FILE_ARCH)]
+    assert nvrtc.warnings_in(log) == "", log
 
 
 def test_blackwell_is_checked_where_nvrtc_knows_it():
@@ -72,8 +78,18 @@ def test_ptxas_reports_no_spills(compiled):
         assert 0 < r.registers <= 64, r
 
 
-def test_cli_prints_the_table(capsys):
+def test_cli_prints_the_table(compiled, capsys, monkeypatch):
+    chosen = []
+
+    def check_all(archs):                # the compilations of the fixture, for the chosen arch
+        chosen.append(archs)
+        logs, resources = compiled
+        return ({k: v for k, v in logs.items() if k[1] in archs},
+                [r for r in resources if "compute_" + r.arch.split("_")[1] in archs])
+    monkeypatch.setattr(nvrtc, "check_all", check_all)
     assert nvrtc.main(["--arch", "compute_90"]) == 0
+    assert chosen == [("compute_90",)]
     out = capsys.readouterr().out
     assert "gpusvm_pegasos_step<32,float>" in out and "sm_90" in out
     assert "0 compilations with warnings; 0 with spills" in out
+    assert "sm_80" not in out
