@@ -366,7 +366,7 @@ def test_a_stray_index_0_does_not_shift_the_columns(capsys, tmp_path, shared_dat
     train = shared_data / "a9a" / "a9a"
     model = tmp_path / "a9a.npz"
     status, out, err = run(capsys, "fit", train, "--backend", "numpy", "--batch-size", "64",
-                           "--lam", "1e-4", "--max-iter", "20000", "--out", model)
+                           "--lam", "1e-4", "--max-iter", "500", "--out", model)
     assert status == 0 and err == ""
     assert read_model_metadata(model)["extra"]["zero_based"] is False
     lines = (shared_data / "a9a" / "a9a.t").read_text().splitlines(keepends=True)

@@ -256,8 +256,8 @@ def test_sdca_outputs_certified_below_tol_stop_where_they_were(backend, loss):
     others go on, so each output ends exactly as its own binary fit stopped on its own gap."""
     X, y = toy()
     Y = three_outputs(y)
-    kw = dict(lam=1e-2, b=1, variant="safe", seed=3, eval_every=150, max_iter=10**5,
-              tol=1e-4, loss=loss)
+    kw = dict(lam=1e-2, b=8, variant="safe", seed=3, eval_every=20, max_iter=10**5,
+              tol=1e-3, loss=loss)
     multi = sdca(make_backend(backend, X, Y), **kw)
     singles = [sdca(make_backend(backend, X, Y[:, c]), **kw) for c in range(3)]
     assert len({r.n_iter for r in singles}) > 1                  # they do stop apart
@@ -267,7 +267,7 @@ def test_sdca_outputs_certified_below_tol_stop_where_they_were(backend, loss):
                                    atol=1e-14)
         np.testing.assert_allclose(multi.w[:, c], r.w, rtol=1e-10, atol=1e-13)
         assert multi.extra["gap"][c] == pytest.approx(r.extra["gap"], rel=1e-9, abs=1e-14)
-        assert multi.extra["gap"][c] <= 1e-4
+        assert multi.extra["gap"][c] <= 1e-3
 
 
 def test_numba_column_norms_and_resynchronisation_match_numpy():

@@ -86,7 +86,9 @@ def cluster_data(seed=0):
 
 
 # ---------------------------------------------------------------- plain SDCA (b = 1)
-@pytest.mark.parametrize("data,lam", [("unit_a9a", 1e-2), ("unit_rcv1", 1e-2)])
+# a9a's 32,561 rows take a minute of the NumPy reference's one-row steps: a long run
+@pytest.mark.parametrize("data,lam", [pytest.param("unit_a9a", 1e-2, marks=pytest.mark.slow),
+                                      ("unit_rcv1", 1e-2)])
 def test_plain_sdca_certifies_1e6_and_matches_liblinear(request, data, lam):
     X, y = request.getfixturevalue(data)
     n = X.shape[0]

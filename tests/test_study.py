@@ -216,7 +216,8 @@ def tiny_optimum(tiny):
 
 
 @pytest.mark.parametrize("method,b,settings", [
-    ("pegasos", 1, SearchSettings()),
+    # Pegasos one row at a time: the brute force takes half a minute, a long run
+    pytest.param("pegasos", 1, SearchSettings(), marks=pytest.mark.slow),
     ("pegasos", 4, SearchSettings(predict_dense=False)),
     ("sdca-safe", 2, SearchSettings()),
     ("sdca-naive", 1, SearchSettings()),                      # noisy primal: dips below eps
