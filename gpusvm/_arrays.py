@@ -21,7 +21,8 @@ matrix is an object of a ``cupyx.scipy.sparse`` class with ``get()``.
 
 The CuPy work of these hooks runs on the estimator's ``device`` (the GPU the fit runs
 on), not on whichever device is current, so that the data are validated, converted and
-multiplied where the device backend will read them.
+multiplied where the device backend will read them; input that lives on another GPU
+is copied to that device once (:func:`_to_current_device`).
 """
 
 from __future__ import annotations
@@ -76,6 +77,25 @@ def _on_device(estimator):
     return cupy.cuda.Device(device)
 
 
+def _to_current_device(X):
+    """``X`` on the current CuPy device: as it is when it lives there, else a copy there.
+
+    Data on another GPU than the estimator's ``device`` are copied across once
+    (``cupy.copy`` copies between devices), as the fit and the products read them
+    on that device.
+    """
+    import cupy  # noqa: PLC0415  (only reached with device input)
+    here = cupy.cuda.runtime.getDevice()
+    if is_device_sparse(X):
+        X = X.tocsr()
+        if X.data.device.id == here:
+            return X
+        import cupyx.scipy.sparse as csp  # noqa: PLC0415
+        return csp.csr_matrix((cupy.copy(X.data), cupy.copy(X.indices), cupy.copy(X.indptr)),
+                              shape=X.shape)
+    return X if X.device.id == here else cupy.copy(X)
+
+
 def prepare(estimator, X, y, reset=True):
     """``estimator._prepare(X, y)`` for device input, kept on the device for the cupy backend.
 
@@ -111,6 +131,7 @@ def _prepare_on_device(estimator, X, y, reset):
     dtype = _as_dtype(estimator.dtype)
     if getattr(X, "ndim", 2) != 2:
         raise ValueError(f"Expected 2D array, got {X.ndim}D array instead")
+    X = _to_current_device(X)
     y = np.asarray(y).ravel()
     n, d = int(X.shape[0]), int(X.shape[1])
     if y.shape[0] != n:
@@ -164,6 +185,7 @@ def _decision_function_on_device(estimator, X):
     if int(X.shape[1]) != estimator.n_features_in_:
         raise ValueError(f"X has {X.shape[1]} features, but {type(estimator).__name__} is "
                          f"expecting {estimator.n_features_in_} features as input")
+    X = _to_current_device(X)
     coef = cupy.asarray(estimator.coef_).astype(X.dtype)
     scores = (X @ coef.T).reshape(int(X.shape[0]), -1).astype(cupy.float64) \
         + cupy.asarray(estimator.intercept_)

@@ -132,11 +132,20 @@ class _FakeCupy(types.ModuleType):
             def __exit__(self, *exc):
                 fake.current = self.previous
 
-        self.cuda = types.SimpleNamespace(Device=Device)
+        self.cuda = types.SimpleNamespace(
+            Device=Device, runtime=types.SimpleNamespace(getDevice=lambda: fake.current or 0))
+        self.copied = []
 
     def asarray(self, a):
         self.seen.append(self.current)
         return np.asarray(a)
+
+    def copy(self, a):
+        """A copy on the current device (CuPy copies across devices)."""
+        self.copied.append((a.device.id, self.current or 0))
+        out = np.array(a).view(type(a))
+        out.on = self.current or 0
+        return out
 
 
 class _HostBackedDeviceArray(np.ndarray):
@@ -148,6 +157,10 @@ class _HostBackedDeviceArray(np.ndarray):
 
     def get(self):
         return np.asarray(self).copy()
+
+    @property
+    def device(self):
+        return types.SimpleNamespace(id=getattr(self, "on", 0))
 
 
 @pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
@@ -181,3 +194,24 @@ def test_device_input_is_handled_on_the_estimators_device(monkeypatch, data, Est
                                clf.decision_function(X), rtol=1e-6)
     np.testing.assert_array_equal(np.asarray(clf.predict(Xd)), clf.predict(X))
     assert fake.seen and set(fake.seen) == {device} and fake.current is None
+
+
+@pytest.mark.parametrize("on", [0, 1])
+def test_input_on_another_gpu_is_copied_to_the_estimators_device(monkeypatch, data, on):
+    """``device=2`` and data on GPU ``on``: one copy to device 2 before the products."""
+    fake = _FakeCupy()
+    monkeypatch.setitem(sys.modules, "cupy", fake)
+    monkeypatch.setattr(_arrays, "_backend_name", lambda estimator: "cupy")
+    X, y = data
+    clf = PegasosSVC(lam=1e-2, backend="numpy", batch_size=8, max_iter=20, random_state=0)
+    clf.fit(X, y).set_params(device=2)
+    Xd = X.toarray().view(_HostBackedDeviceArray)
+    Xd.on = on
+    np.testing.assert_allclose(np.asarray(clf.decision_function(Xd)), clf.decision_function(X),
+                               rtol=1e-6)
+    assert fake.copied == [(on, 2)]
+    here = X.toarray().view(_HostBackedDeviceArray)
+    here.on = 2                                   # already there: no copy
+    fake.copied.clear()
+    clf.decision_function(here)
+    assert fake.copied == []
