@@ -425,7 +425,9 @@ def sdca(backend, *, lam: float, b: int, max_iter: int, variant: str = "aggressi
                 latest[0][idx] = p
                 latest[1][idx] = d_
                 better = np.flatnonzero(p < best_m[1][idx])
-                if better.size:
+                if better.size == best_m[1].size:     # every output improved: take W itself
+                    best_m[0], best_m[1] = W, p.copy()
+                elif better.size:
                     best_m[0][:, idx[better]] = W[:, better]
                     best_m[1][idx[better]] = p[better]
             g = best_m[1] - latest[1]
