@@ -66,6 +66,42 @@ def _margins_m(indptr, indices, data, Y, V, sm, rows, m, wk):
 
 
 @njit(cache=True, inline="always")
+def _sum_rows_m(indptr, indices, data, rows, coef, slot, acc, touched, skip_still):
+    """``acc[q, c] = sum_i coef_ic x_{rows_i, touched[q]}``: the batch summed per column.
+
+    The columns are numbered in first-touch order (``touched[:nt]``, ``slot[j] = q``);
+    returns ``nt``.  ``skip_still``: rows whose coefficients are all zero are passed
+    over.  The caller resets ``slot`` of the touched columns to -1 when done.
+    """
+    M = coef.shape[1]
+    nt = 0
+    for i in range(rows.size):
+        if skip_still:
+            moves = False
+            for c in range(M):
+                if coef[i, c] != 0.0:
+                    moves = True
+                    break
+            if not moves:
+                continue
+        r = rows[i]
+        for p in range(indptr[r], indptr[r + 1]):
+            j = indices[p]
+            q = slot[j]
+            if q < 0:
+                q = nt
+                slot[j] = nt
+                touched[nt] = j
+                nt += 1
+                for c in range(M):
+                    acc[q, c] = 0.0
+            x = data[p]
+            for c in range(M):
+                acc[q, c] += x * coef[i, c]
+    return nt
+
+
+@njit(cache=True, inline="always")
 def _add_rows_m(indptr, indices, data, V, U, u_scale, use_u, rows, coef, single, slot, acc,
                 touched, dn):
     """``V[:, c] += sum_i coef_ic x_{rows_i}`` (``U[:, c] += u_scale_c *`` the same); exact
@@ -105,29 +141,7 @@ def _add_rows_m(indptr, indices, data, V, U, u_scale, use_u, rows, coef, single,
                 s += (new - old) * (new + old)
             dn[c] = s
         return
-    nt = 0
-    for i in range(rows.size):
-        moves = False
-        for c in range(M):
-            if coef[i, c] != 0.0:
-                moves = True
-                break
-        if not moves:
-            continue
-        r = rows[i]
-        for p in range(indptr[r], indptr[r + 1]):
-            j = indices[p]
-            q = slot[j]
-            if q < 0:
-                q = nt
-                slot[j] = nt
-                touched[nt] = j
-                nt += 1
-                for c in range(M):
-                    acc[q, c] = 0.0
-            x = data[p]
-            for c in range(M):
-                acc[q, c] += x * coef[i, c]
+    nt = _sum_rows_m(indptr, indices, data, rows, coef, slot, acc, touched, True)
     for q in range(nt):
         j = touched[q]
         for c in range(M):
@@ -147,22 +161,7 @@ def _add_rows_m(indptr, indices, data, V, U, u_scale, use_u, rows, coef, single,
 def _sum_sq_norms_m(indptr, indices, data, rows, coef, slot, acc, touched, out):
     """``out_c = ||sum_i coef_ic x_{rows_i}||^2`` (scratch left clean)."""
     M = coef.shape[1]
-    nt = 0
-    for i in range(rows.size):
-        r = rows[i]
-        for p in range(indptr[r], indptr[r + 1]):
-            j = indices[p]
-            q = slot[j]
-            if q < 0:
-                q = nt
-                slot[j] = nt
-                touched[nt] = j
-                nt += 1
-                for c in range(M):
-                    acc[q, c] = 0.0
-            x = data[p]
-            for c in range(M):
-                acc[q, c] += x * coef[i, c]
+    nt = _sum_rows_m(indptr, indices, data, rows, coef, slot, acc, touched, False)
     for c in range(M):
         out[c] = 0.0
     for q in range(nt):
