@@ -102,6 +102,25 @@ def _sum_rows_m(indptr, indices, data, rows, coef, slot, acc, touched, skip_stil
 
 
 @njit(cache=True, inline="always")
+def _add_row_to_column(indices, data, lo, hi, V, U, u_scale, use_u, c, cc):
+    """``V[:, c] += cc x`` for the row ``x`` stored at ``lo:hi`` (``U[:, c] += u_scale cc x``
+    when ``use_u``); returns the exact ``d||v_c||^2``.  The row's entries of ``V`` are
+    independent read-modify-writes (no branch: a zero product leaves ``V[j, c]`` as it is).
+    """
+    dn = 0.0
+    for p in range(lo, hi):
+        j = indices[p]
+        g = data[p] * cc
+        old = np.float64(V[j, c])
+        V[j, c] = old + g
+        new = np.float64(V[j, c])
+        if use_u:
+            U[j, c] += u_scale * g
+        dn += (new - old) * (new + old)
+    return dn
+
+
+@njit(cache=True, inline="always")
 def _add_rows_m(indptr, indices, data, V, U, u_scale, use_u, rows, coef, single, slot, acc,
                 touched, dn):
     """``V[:, c] += sum_i coef_ic x_{rows_i}`` (``U[:, c] += u_scale_c *`` the same); exact
@@ -126,20 +145,10 @@ def _add_rows_m(indptr, indices, data, V, U, u_scale, use_u, rows, coef, single,
         r = rows[0]
         lo = indptr[r]
         hi = indptr[r + 1]
-        for qc in range(nmov):                # an output at a time: the row's entries of V
-            c = touched[qc]                   # are independent read-modify-writes (no branch;
-            cc = coef[0, c]                   # a zero product leaves V[j, c] as it is)
-            s = 0.0
-            for p in range(lo, hi):
-                j = indices[p]
-                g = data[p] * cc
-                old = np.float64(V[j, c])
-                V[j, c] = old + g
-                new = np.float64(V[j, c])
-                if use_u:
-                    U[j, c] += u_scale[c] * g
-                s += (new - old) * (new + old)
-            dn[c] = s
+        for qc in range(nmov):                # an output at a time
+            c = touched[qc]
+            dn[c] = _add_row_to_column(indices, data, lo, hi, V, U, u_scale[c], use_u, c,
+                                       coef[0, c])
         return
     nt = _sum_rows_m(indptr, indices, data, rows, coef, slot, acc, touched, True)
     for q in range(nt):
@@ -465,15 +474,7 @@ def _sdca_row_m(indptr, indices, data, Y, sw, weighted, V, sm, alpha, inv_q, row
             nmov += 1
     for qc in range(nmov):                                     # w step, output by output
         c = touched[qc]
-        cc = wk[W_YACT, qc]
-        dn = 0.0
-        for p in range(lo, hi):
-            j = indices[p]
-            g = data[p] * cc
-            old = np.float64(V[j, c])
-            V[j, c] = old + g
-            new = np.float64(V[j, c])
-            dn += (new - old) * (new + old)
+        dn = _add_row_to_column(indices, data, lo, hi, V, V, 0.0, False, c, wk[W_YACT, qc])
         sm[S_DNORM, c] = dn
         sm[S_VSQ, c] += dn
         alpha[r, c] += wk[W_ANEW, qc]
