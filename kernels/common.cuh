@@ -4,6 +4,7 @@
 // - the launch geometry: every kernel runs blocks of BLOCK threads (launch_bounds), row kernels map
 //   a group of LANES consecutive lanes of one warp to one CSR row and stride over rows with a loop
 //   whose trip count is the same for all lanes of a warp, so full-warp shuffles are always legal;
+//   elementwise kernels (and the general path's (row, output) pairs) stride over the grid;
 // - reductions: inside a lane group (xor butterfly), over a block (warp shuffles + shared memory),
 //   and the "last block" ticket that lets the final block of a grid finish a computation without a
 //   second launch or a host synchronisation.
@@ -44,6 +45,26 @@ enum Geometry : int {
 enum Mask : unsigned {
     FULL_MASK = 0xffffffffu,            // every lane of a warp
 };
+
+// Grid-stride loop over 0 .. count - 1: f(j) for j = blockIdx.x BLOCK + threadIdx.x, then in steps
+// of the grid's threads (gridDim.x BLOCK), the elementwise kernels' thread mapping.
+template <typename F>
+__device__ __forceinline__ void grid_stride(const long long count, F&& f) {
+    const long long stride = static_cast<long long>(gridDim.x) * BLOCK;
+    for (long long j = static_cast<long long>(blockIdx.x) * BLOCK + threadIdx.x; j < count;
+         j += stride) {
+        f(j);
+    }
+}
+
+// The general path's pair loop (M outputs): a grid-stride loop over the k M (batch position,
+// output) pairs t = i M + c, f(t, i, c) for every pair of this thread.
+template <typename F>
+__device__ __forceinline__ void grid_stride_pairs(const int k, const int M, F&& f) {
+    grid_stride(static_cast<long long>(k) * M, [&](const long long t) {
+        f(t, static_cast<int>(t / M), static_cast<int>(t % M));
+    });
+}
 
 // Sum of x over the LANES lanes of this thread's lane group (LANES in 1..32, a power of two).
 // Every lane of the warp must call it (full-mask shuffles); every lane of the group gets the sum.
