@@ -76,6 +76,36 @@ __device__ __forceinline__ double group_sum(double x) {
     return x;
 }
 
+// Index in the grid of the first lane group (LANES lanes) of this thread's warp.
+template <int LANES>
+__device__ __forceinline__ int warp_first_group() {
+    const int tid = blockIdx.x * BLOCK + threadIdx.x;
+    return (tid / WARP) * (WARP / LANES);                           // groups per warp
+}
+
+// The row loop of the row kernels that shuffle (group_row_dot): the LANES consecutive lanes of a
+// group share one row; the groups of a warp take the consecutive rows base + group, base = the
+// warp's first group and then in steps of the grid's groups, so every lane of a warp makes the same
+// number of calls f(g, lane) (g >= count: past the end, the group must still take part in the
+// shuffles).
+template <int LANES, typename F>
+__device__ __forceinline__ void warp_rows(const int count, F&& f) {
+    const int lane = threadIdx.x % LANES;
+    const int warp_first = warp_first_group<LANES>();
+    const int group_in_warp = (threadIdx.x % WARP) / LANES;
+    const int stride = gridDim.x * (BLOCK / LANES);                 // groups in the grid
+    for (int base = warp_first; base < count; base += stride) {     // warp-uniform trip count
+        f(base + group_in_warp, lane);
+    }
+}
+
+// True in every lane of a warp whose first group is past count (warp_rows calls nothing there):
+// such a warp may leave at once when no block-wide step follows.
+template <int LANES>
+__device__ __forceinline__ bool warp_past_end(const int count) {
+    return warp_first_group<LANES>() >= count;
+}
+
 // <x_r, w> of CSR row r by this thread's lane group of LANES lanes, in double: lane l reads
 // nonzeros l, l + LANES, ... (coalesced within the group), then the group sums. Every lane of the
 // warp must call it (group_sum shuffles with the full mask); valid = false (a group past the end)
