@@ -85,18 +85,6 @@ __device__ __forceinline__ int table_slot(int* keys, const int j) {
     return -1;
 }
 
-// Atomically add `add` to *p (a float, or a double) and return new^2 - old^2 in double, from the
-// value the atomic returned (the exact change of the target's squared norm).
-template <typename V>
-__device__ __forceinline__ double add_exact(V* p, const double contrib) {
-    const V add = static_cast<V>(contrib);
-    const V old = atomicAdd(p, add);
-    const V now = old + add;                             // the value the atomic stored
-    const double o = static_cast<double>(old);
-    const double w = static_cast<double>(now);
-    return (w - o) * (w + o);
-}
-
 // ---- gather: the dot products <x_r, v> of a tile's rows (margins_balanced.cu,
 // sdca_margins_balanced.cu).  Rows rows[first .. first + nr - 1]; start, len (BLOCK), off
 // (BLOCK + 1) and csum (CHUNK_WINDOW) are the caller's shared arrays.  One thread per row loads

@@ -107,11 +107,7 @@ __global__ void __launch_bounds__(gpusvm::BLOCK, gpusvm::MIN_BLOCKS) gpusvm_pega
     if (gpusvm::last_block_done(ticket)) {
         if (threadIdx.x == 0) {
             double tot[4];
-            for (int i = 0; i < 4; ++i) {
-                tot[i] = gpusvm::load_coherent(&acc[i]);
-                acc[i] = 0.0;
-            }
-            gpusvm::reset_ticket(ticket);
+            gpusvm::take_block_sums<4>(acc, ticket, tot);
             gpusvm::pegasos_finish(state, tot[0], tot[1], tot[2], tot[3], eta, shrink, k, unreg,
                                    radius, average);
             scale[0] = state[gpusvm::S_A];

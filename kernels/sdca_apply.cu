@@ -42,11 +42,7 @@ __device__ __forceinline__ void sdca_apply_close(double (&sums)[3], double* __re
     block_sums_to<3>(sums, acc + ACC_NORM);              // ACC_NORM, ACC_DSUM, ACC_DABS
     if (last_block_done(ticket) && threadIdx.x == 0) {
         double tot[3];
-        for (int i = 0; i < 3; ++i) {
-            tot[i] = load_coherent(&acc[ACC_NORM + i]);
-            acc[ACC_NORM + i] = 0.0;
-        }
-        reset_ticket(ticket);
+        take_block_sums<3>(acc + ACC_NORM, ticket, tot);
         const double dn = tot[0];
         if (phase == 0) {
             state[S_DNORM] = dn;
@@ -89,10 +85,6 @@ __global__ void __launch_bounds__(gpusvm::BLOCK, gpusvm::MIN_BLOCKS) gpusvm_sdca
     const int check,                       // 1: Alg. 2, keep the step only if D does not drop
     const int phase)                       // 0: step; 1: settle a checked step
 {
-    const int lane = threadIdx.x % LANES;
-    const int group = (blockIdx.x * gpusvm::BLOCK + threadIdx.x) / LANES;
-    const int stride = gridDim.x * (gpusvm::BLOCK / LANES);
-
     // read before this block takes its ticket, hence before the last block writes them
     const double a = state[gpusvm::S_A];
     const double vsq = state[gpusvm::S_VSQ];
@@ -102,10 +94,10 @@ __global__ void __launch_bounds__(gpusvm::BLOCK, gpusvm::MIN_BLOCKS) gpusvm_sdca
     const double scale = (phase == 0 ? 1.0 : -1.0) / (lam * n * a);
 
     double sums[3] = {0.0, 0.0, 0.0};  // dn, dsum, dabs
-    for (int g = group; g < k; g += stride) {                        // no shuffles: any trip count
+    gpusvm::group_rows<LANES>(k, [&](const int g, const int lane) {
         const double dg = delta[g];
         if (dg == 0.0) {
-            continue;                                                // nothing to add or count
+            return;                                                  // nothing to add or count
         }
         const int r = rows[g];
         if (lane == 0) {
@@ -116,18 +108,13 @@ __global__ void __launch_bounds__(gpusvm::BLOCK, gpusvm::MIN_BLOCKS) gpusvm_sdca
             }
         }
         if (!move_v) {
-            continue;
+            return;
         }
         const double coef = dg * static_cast<double>(y[r]) * scale;  // (+-) delta y / (lam n a)
         const long long end = indptr[r + 1];
         for (long long p = indptr[r] + lane; p < end; p += LANES) {
-            const T add = static_cast<T>(static_cast<double>(data[p]) * coef);
-            const T old = atomicAdd(&v[indices[p]], add);
-            const T now = old + add;                                 // the value the atomic stored
-            const double o = static_cast<double>(old);
-            const double w = static_cast<double>(now);
-            sums[0] += (w - o) * (w + o);                            // new^2 - old^2
+            sums[0] += gpusvm::add_exact(&v[indices[p]], static_cast<double>(data[p]) * coef);
         }
-    }
+    });
     gpusvm::sdca_apply_close<T>(sums, state, acc, ticket, lam, n, check, phase, a, vsq, rejected);
 }
