@@ -41,12 +41,7 @@ __global__ void __launch_bounds__(gpusvm::BLOCK, gpusvm::MIN_BLOCKS) gpusvm_sdca
     const int phase)                       // 0: step; 1: settle a checked step
 {
     // read before this block takes its ticket, hence before the last block writes them
-    const double a = state[gpusvm::S_A];
-    const double vsq = state[gpusvm::S_VSQ];
-    const bool rejected = phase == 1 && acc[gpusvm::ACC_REJECT] != 0.0;
-    const bool move_v = phase == 0 || rejected;
-    const bool move_alpha = phase == 0 ? check == 0 : !rejected;
-    const double scale = (phase == 0 ? 1.0 : -1.0) / (lam * n * a);
+    const gpusvm::SdcaApplyPlan plan = gpusvm::sdca_apply_plan(state, acc, lam, n, check, phase);
     double sums[3] = {0.0, 0.0, 0.0};  // dn, dsum, dabs
     sums[0] = gpusvm::tile_rows_scatter(indptr, indices, data, k, tile_rows, v,
                                         static_cast<double*>(nullptr), 0.0,
@@ -58,14 +53,14 @@ __global__ void __launch_bounds__(gpusvm::BLOCK, gpusvm::MIN_BLOCKS) gpusvm_sdca
         const int r = rows[g];
         sums[1] += dg;
         sums[2] += fabs(dg);
-        if (move_alpha) {
+        if (plan.move_alpha) {
             atomicAdd(&alpha[r], dg);                                // a repeated row adds twice
         }
-        if (!move_v) {
+        if (!plan.move_v) {
             return -1;
         }
-        coef = dg * static_cast<double>(y[r]) * scale;
+        coef = dg * static_cast<double>(y[r]) * plan.scale;
         return r;
     });
-    gpusvm::sdca_apply_close<T>(sums, state, acc, ticket, lam, n, check, phase, a, vsq, rejected);
+    gpusvm::sdca_apply_close<T>(sums, state, acc, ticket, lam, n, check, phase, plan);
 }
