@@ -32,23 +32,18 @@ __global__ void __launch_bounds__(gpusvm::BLOCK, gpusvm::MIN_BLOCKS) gpusvm_accu
     const int zero,                        // 1: set V = 0 at the batch's nonzeros instead
     double* __restrict__ dn)               // M exact changes of ||v_c||^2, accumulated
 {
-    const long long total = static_cast<long long>(k) * M;
-    const long long stride = static_cast<long long>(gridDim.x) * gpusvm::BLOCK;
-    for (long long t = static_cast<long long>(blockIdx.x) * gpusvm::BLOCK + threadIdx.x; t < total;
-         t += stride) {
-        const int i = static_cast<int>(t / M);
-        const int c = static_cast<int>(t % M);
+    gpusvm::grid_stride_pairs(k, M, [&](const long long t, const int i, const int c) {
         const int r = rows[i];
         const long long end = indptr[r + 1];
         if (zero != 0) {
             for (long long p = indptr[r]; p < end; ++p) {
                 V[static_cast<long long>(indices[p]) * M + c] = static_cast<T>(0);
             }
-            continue;
+            return;
         }
         const double ci = coef[t];
         if (ci == 0.0) {
-            continue;                                          // this output does not move
+            return;                                            // this output does not move
         }
         const bool add_u = u_on != 0 && u_scale[c] != 0.0;
         double sum = 0.0;
@@ -69,5 +64,5 @@ __global__ void __launch_bounds__(gpusvm::BLOCK, gpusvm::MIN_BLOCKS) gpusvm_accu
             }
         }
         atomicAdd(&dn[c], sum);
-    }
+    });
 }

@@ -1,6 +1,7 @@
 // balanced.cuh: work on a batch's rows balanced by nonzeros, not by rows (the kernels
 // margins_balanced.cu, pegasos_segment_step.cu and sdca_*_balanced.cu share its gather,
-// tile_row_dot, and its aggregated scatter, tile_scatter).
+// tile_row_dot, and its aggregated scatter, tile_scatter, with their tile loops tile_rows_dot and
+// tile_rows_scatter).
 // A batch of k rows is cut into tiles of tile_rows <= BLOCK consecutive batch positions; block b
 // takes tiles b, b + gridDim.x, ... (the host picks tile_rows = ceil(k / grid) so that every block
 // gets about as many rows).  Inside a tile the block scans the rows' lengths in shared memory and
@@ -85,18 +86,6 @@ __device__ __forceinline__ int table_slot(int* keys, const int j) {
     return -1;
 }
 
-// Atomically add `add` to *p (a float, or a double) and return new^2 - old^2 in double, from the
-// value the atomic returned (the exact change of the target's squared norm).
-template <typename V>
-__device__ __forceinline__ double add_exact(V* p, const double contrib) {
-    const V add = static_cast<V>(contrib);
-    const V old = atomicAdd(p, add);
-    const V now = old + add;                             // the value the atomic stored
-    const double o = static_cast<double>(old);
-    const double w = static_cast<double>(now);
-    return (w - o) * (w + o);
-}
-
 // ---- gather: the dot products <x_r, v> of a tile's rows (margins_balanced.cu,
 // sdca_margins_balanced.cu).  Rows rows[first .. first + nr - 1]; start, len (BLOCK), off
 // (BLOCK + 1) and csum (CHUNK_WINDOW) are the caller's shared arrays.  One thread per row loads
@@ -155,6 +144,31 @@ __device__ __forceinline__ double tile_row_dot(const long long* __restrict__ ind
     return dot;
 }
 
+// The tile loop of the gather kernels (margins_balanced.cu, sdca_margins_balanced.cu): block b
+// takes the tiles of tile_rows batch positions b, b + gridDim.x, ... of the k, gets the dots of
+// their rows by tile_row_dot (its shared arrays are declared here), and calls f(g, dot) in the
+// thread of each tile row (g its batch position).  Every thread of the block must call it.
+template <typename T, typename W, typename F>
+__device__ __forceinline__ void tile_rows_dot(const long long* __restrict__ indptr,
+                                              const int* __restrict__ indices,
+                                              const T* __restrict__ data, const W* __restrict__ v,
+                                              const int* __restrict__ rows, const int k,
+                                              const int tile_rows, F&& f) {
+    __shared__ long long start[BLOCK];
+    __shared__ int len[BLOCK];
+    __shared__ int off[BLOCK + 1];
+    __shared__ double csum[CHUNK_WINDOW];
+    const int tid = threadIdx.x;
+    for (int first = blockIdx.x * tile_rows; first < k; first += gridDim.x * tile_rows) {
+        const int nr = min(tile_rows, k - first);
+        const double dot = tile_row_dot(indptr, indices, data, v, rows, first, nr, start, len, off,
+                                        csum);
+        if (tid < nr) {
+            f(first + tid, dot);
+        }
+    }
+}
+
 // ---- scatter with column aggregation (pegasos_segment_step.cu, sdca_apply_balanced.cu,
 // sdca_rho_balanced.cu).  Before the tile: table_clear, then the caller sets start[i], coef[i]
 // and the length of each moving row i < nr (0 for the others) and scans the lengths with
@@ -208,6 +222,48 @@ __device__ __forceinline__ double tile_scatter(const int* __restrict__ indices,
         }
     }
     __syncthreads();                                                 // the next tile clears them
+    return dn;
+}
+
+// The tile loop of the scatter kernels (pegasos_segment_step.cu, sdca_apply_balanced.cu,
+// sdca_rho_balanced.cu), with the shared arrays of tile_scatter: block b takes the tiles of
+// tile_rows batch positions b, b + gridDim.x, ... of the k; in the thread of each tile row,
+// row(g, c) (g its batch position) returns the CSR row to add, setting its coefficient c, or -1 for
+// a row that adds nothing; then the tile's rows are scattered into target (and u) by tile_scatter.
+// Returns this thread's share of the exact change of ||target||^2, summed over its tiles.  Every
+// thread of the block must call it.
+template <typename T, typename V, typename F>
+__device__ __forceinline__ double tile_rows_scatter(const long long* __restrict__ indptr,
+                                                    const int* __restrict__ indices,
+                                                    const T* __restrict__ data, const int k,
+                                                    const int tile_rows, V* __restrict__ target,
+                                                    double* __restrict__ u, const double u_scale,
+                                                    F&& row) {
+    __shared__ long long start[BLOCK];
+    __shared__ int off[BLOCK + 1];
+    __shared__ double coef[BLOCK];
+    __shared__ int keys[TABLE];
+    __shared__ double vals[TABLE];
+    const int tid = threadIdx.x;
+    double dn = 0.0;
+    for (int first = blockIdx.x * tile_rows; first < k; first += gridDim.x * tile_rows) {
+        const int nr = min(tile_rows, k - first);
+        int len = 0;
+        if (tid < nr) {
+            double c = 0.0;
+            const int r = row(first + tid, c);
+            if (r >= 0) {
+                coef[tid] = c;
+                const long long s0 = indptr[r];
+                start[tid] = s0;
+                len = static_cast<int>(indptr[r + 1] - s0);
+            }
+        }
+        table_clear(keys, vals);
+        const int total = tile_scan(len, off);                      // also orders the clear
+        dn += tile_scatter(indices, data, start, off, coef, nr, total, keys, vals, target, u,
+                           u_scale);
+    }
     return dn;
 }
 

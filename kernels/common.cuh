@@ -3,10 +3,13 @@
 //   that both lists agree);
 // - the launch geometry: every kernel runs blocks of BLOCK threads (launch_bounds), row kernels map
 //   a group of LANES consecutive lanes of one warp to one CSR row and stride over rows with a loop
-//   whose trip count is the same for all lanes of a warp, so full-warp shuffles are always legal;
+//   whose trip count is the same for all lanes of a warp, so full-warp shuffles are always legal
+//   (warp_rows; row kernels without shuffles: group_rows); elementwise kernels (and the general
+//   path's (row, output) pairs) stride over the grid;
+// - atomic additions that return the exact change of the target's squared norm (add_exact);
 // - reductions: inside a lane group (xor butterfly), over a block (warp shuffles + shared memory),
 //   and the "last block" ticket that lets the final block of a grid finish a computation without a
-//   second launch or a host synchronisation.
+//   second launch or a host synchronisation (take_block_sums collects the blocks' sums there).
 #ifndef GPUSVM_COMMON_CUH
 #define GPUSVM_COMMON_CUH
 
@@ -45,6 +48,51 @@ enum Mask : unsigned {
     FULL_MASK = 0xffffffffu,            // every lane of a warp
 };
 
+// Grid-stride loop over 0 .. count - 1: f(j) for j = blockIdx.x BLOCK + threadIdx.x, then in steps
+// of the grid's threads (gridDim.x BLOCK), the elementwise kernels' thread mapping.
+template <typename F>
+__device__ __forceinline__ void grid_stride(const long long count, F&& f) {
+    const long long stride = static_cast<long long>(gridDim.x) * BLOCK;
+    for (long long j = static_cast<long long>(blockIdx.x) * BLOCK + threadIdx.x; j < count;
+         j += stride) {
+        f(j);
+    }
+}
+
+// The general path's pair loop (M outputs): a grid-stride loop over the k M (batch position,
+// output) pairs t = i M + c, f(t, i, c) for every pair of this thread.
+template <typename F>
+__device__ __forceinline__ void grid_stride_pairs(const int k, const int M, F&& f) {
+    grid_stride(static_cast<long long>(k) * M, [&](const long long t) {
+        f(t, static_cast<int>(t / M), static_cast<int>(t % M));
+    });
+}
+
+// The row loop of the row kernels without shuffles (any trip count per lane): the LANES
+// consecutive lanes of a group share one batch position g, from the group's index in the grid in
+// steps of the grid's groups; f(g, lane) for each g < count.
+template <int LANES, typename F>
+__device__ __forceinline__ void group_rows(const int count, F&& f) {
+    const int lane = threadIdx.x % LANES;
+    const int group = (blockIdx.x * BLOCK + threadIdx.x) / LANES;
+    const int stride = gridDim.x * (BLOCK / LANES);
+    for (int g = group; g < count; g += stride) {                 // no shuffles: any trip count
+        f(g, lane);
+    }
+}
+
+// Atomically add contrib, rounded to V (float or double), to *p and return new^2 - old^2 in double,
+// from the value the atomic returned (the exact change of the target's squared norm).
+template <typename V>
+__device__ __forceinline__ double add_exact(V* p, const double contrib) {
+    const V add = static_cast<V>(contrib);
+    const V old = atomicAdd(p, add);
+    const V now = old + add;                             // the value the atomic stored
+    const double o = static_cast<double>(old);
+    const double w = static_cast<double>(now);
+    return (w - o) * (w + o);
+}
+
 // Sum of x over the LANES lanes of this thread's lane group (LANES in 1..32, a power of two).
 // Every lane of the warp must call it (full-mask shuffles); every lane of the group gets the sum.
 template <int LANES>
@@ -53,6 +101,36 @@ __device__ __forceinline__ double group_sum(double x) {
         x += __shfl_xor_sync(FULL_MASK, x, off);
     }
     return x;
+}
+
+// Index in the grid of the first lane group (LANES lanes) of this thread's warp.
+template <int LANES>
+__device__ __forceinline__ int warp_first_group() {
+    const int tid = blockIdx.x * BLOCK + threadIdx.x;
+    return (tid / WARP) * (WARP / LANES);                           // groups per warp
+}
+
+// The row loop of the row kernels that shuffle (group_row_dot): the LANES consecutive lanes of a
+// group share one row; the groups of a warp take the consecutive rows base + group, base = the
+// warp's first group and then in steps of the grid's groups, so every lane of a warp makes the same
+// number of calls f(g, lane) (g >= count: past the end, the group must still take part in the
+// shuffles).
+template <int LANES, typename F>
+__device__ __forceinline__ void warp_rows(const int count, F&& f) {
+    const int lane = threadIdx.x % LANES;
+    const int warp_first = warp_first_group<LANES>();
+    const int group_in_warp = (threadIdx.x % WARP) / LANES;
+    const int stride = gridDim.x * (BLOCK / LANES);                 // groups in the grid
+    for (int base = warp_first; base < count; base += stride) {     // warp-uniform trip count
+        f(base + group_in_warp, lane);
+    }
+}
+
+// True in every lane of a warp whose first group is past count (warp_rows calls nothing there):
+// such a warp may leave at once when no block-wide step follows.
+template <int LANES>
+__device__ __forceinline__ bool warp_past_end(const int count) {
+    return warp_first_group<LANES>() >= count;
 }
 
 // <x_r, w> of CSR row r by this thread's lane group of LANES lanes, in double: lane l reads
@@ -148,6 +226,18 @@ __device__ __forceinline__ double load_coherent(const double* p) {
 // non-coherent read-only path: a pointer written by the device must not be read as __ldg).
 __device__ __forceinline__ long long load_coherent_ll(const long long* p) {
     return *static_cast<const volatile long long*>(p);
+}
+
+// In the one thread that finishes for the last block: the NV sums that block_sums_to added into
+// acc[0 .. NV - 1], with acc zeroed and the ticket reset for the next launch.
+template <int NV>
+__device__ __forceinline__ void take_block_sums(double* __restrict__ acc, unsigned int* ticket,
+                                                double (&tot)[NV]) {
+    for (int i = 0; i < NV; ++i) {
+        tot[i] = load_coherent(&acc[i]);
+        acc[i] = 0.0;
+    }
+    reset_ticket(ticket);
 }
 
 }  // namespace gpusvm

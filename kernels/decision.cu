@@ -18,21 +18,14 @@ __global__ void __launch_bounds__(gpusvm::BLOCK, gpusvm::MIN_BLOCKS) gpusvm_deci
     const double* __restrict__ b,          // bias, 1
     double* __restrict__ z)                // output decision values, n
 {
-    constexpr int GROUPS_PER_WARP = gpusvm::WARP / LANES;
-    const int tid = blockIdx.x * gpusvm::BLOCK + threadIdx.x;
-    const int lane = threadIdx.x % LANES;
-    const int warp_first = (tid / gpusvm::WARP) * GROUPS_PER_WARP;
-    const int group_in_warp = (threadIdx.x % gpusvm::WARP) / LANES;
-    const int stride = gridDim.x * (gpusvm::BLOCK / LANES);
-    if (warp_first >= n) {
+    if (gpusvm::warp_past_end<LANES>(n)) {
         return;                                                      // whole warp past the end
     }
     const double bias = b[0];
-    for (int base = warp_first; base < n; base += stride) {          // warp-uniform trip count
-        const int r = base + group_in_warp;
+    gpusvm::warp_rows<LANES>(n, [&](const int r, const int lane) {
         const double s = gpusvm::group_row_dot<LANES>(indptr, indices, data, w, r, r < n, lane);
         if (r < n && lane == 0) {
             z[r] = s + bias;
         }
-    }
+    });
 }

@@ -21,21 +21,14 @@ __global__ void __launch_bounds__(gpusvm::BLOCK, gpusvm::MIN_BLOCKS) gpusvm_hing
     const double* __restrict__ b,          // bias, 1
     double* __restrict__ partial)          // output: one hinge-loss sum per block
 {
-    constexpr int GROUPS_PER_WARP = gpusvm::WARP / LANES;
-    const int tid = blockIdx.x * gpusvm::BLOCK + threadIdx.x;
-    const int lane = threadIdx.x % LANES;
-    const int warp_first = (tid / gpusvm::WARP) * GROUPS_PER_WARP;
-    const int group_in_warp = (threadIdx.x % gpusvm::WARP) / LANES;
-    const int stride = gridDim.x * (gpusvm::BLOCK / LANES);
     const double bias = b[0];
     double h[1] = {0.0};
-    for (int base = warp_first; base < n; base += stride) {          // warp-uniform trip count
-        const int r = base + group_in_warp;
+    gpusvm::warp_rows<LANES>(n, [&](const int r, const int lane) {
         const double s = gpusvm::group_row_dot<LANES>(indptr, indices, data, w, r, r < n, lane);
         if (r < n && lane == 0) {
             h[0] += fmax(0.0, 1.0 - static_cast<double>(y[r]) * (s + bias));
         }
-    }
+    });
     gpusvm::block_sum<1>(h);
     if (threadIdx.x == 0) {
         partial[blockIdx.x] = h[0];

@@ -22,23 +22,16 @@ __global__ void __launch_bounds__(gpusvm::BLOCK, gpusvm::MIN_BLOCKS) gpusvm_marg
     const double* __restrict__ state,      // scalar state (a, b)
     double* __restrict__ m)                // output margins, k
 {
-    constexpr int GROUPS_PER_WARP = gpusvm::WARP / LANES;
-    const int tid = blockIdx.x * gpusvm::BLOCK + threadIdx.x;
-    const int lane = threadIdx.x % LANES;
-    const int warp_first = (tid / gpusvm::WARP) * GROUPS_PER_WARP;  // first group of this warp
-    const int group_in_warp = (threadIdx.x % gpusvm::WARP) / LANES;
-    const int stride = gridDim.x * (gpusvm::BLOCK / LANES);          // groups in the grid
-    if (warp_first >= k) {
+    if (gpusvm::warp_past_end<LANES>(k)) {
         return;                                                      // whole warp past the end
     }
     const double a = state[gpusvm::S_A];
     const double b = state[gpusvm::S_B];
-    for (int base = warp_first; base < k; base += stride) {          // warp-uniform trip count
-        const int g = base + group_in_warp;
+    gpusvm::warp_rows<LANES>(k, [&](const int g, const int lane) {
         const int r = g < k ? rows[g] : 0;
         const double z = gpusvm::group_row_dot<LANES>(indptr, indices, data, v, r, g < k, lane);
         if (g < k && lane == 0) {
             m[g] = static_cast<double>(y[r]) * (a * z + b);
         }
-    }
+    });
 }

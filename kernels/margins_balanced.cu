@@ -31,20 +31,10 @@ __global__ void __launch_bounds__(gpusvm::BLOCK, gpusvm::MIN_BLOCKS) gpusvm_marg
     const double* __restrict__ state,      // scalar state (a, b)
     double* __restrict__ m)                // output margins, k
 {
-    __shared__ long long start[gpusvm::BLOCK];
-    __shared__ int len[gpusvm::BLOCK];
-    __shared__ int off[gpusvm::BLOCK + 1];
-    __shared__ double csum[gpusvm::CHUNK_WINDOW];
-    const int tid = threadIdx.x;
     const double a = state[gpusvm::S_A];
     const double b = state[gpusvm::S_B];
-    for (int first = blockIdx.x * tile_rows; first < k; first += gridDim.x * tile_rows) {
-        const int nr = min(tile_rows, k - first);
-        const double dot = gpusvm::tile_row_dot(indptr, indices, data, v, rows, first, nr, start,
-                                                len, off, csum);
-        if (tid < nr) {
-            const int g = first + tid;
-            m[g] = static_cast<double>(y[rows[g]]) * (a * dot + b);
-        }
-    }
+    gpusvm::tile_rows_dot(indptr, indices, data, v, rows, k, tile_rows,
+                          [&](const int g, const double dot) {
+        m[g] = static_cast<double>(y[rows[g]]) * (a * dot + b);
+    });
 }

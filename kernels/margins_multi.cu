@@ -26,12 +26,7 @@ __global__ void __launch_bounds__(gpusvm::BLOCK, gpusvm::MIN_BLOCKS) gpusvm_marg
     const double* __restrict__ state,      // scalar state, N_SLOTS x M
     double* __restrict__ m)                // output margins, k x M
 {
-    const long long total = static_cast<long long>(k) * M;
-    const long long stride = static_cast<long long>(gridDim.x) * gpusvm::BLOCK;
-    for (long long t = static_cast<long long>(blockIdx.x) * gpusvm::BLOCK + threadIdx.x; t < total;
-         t += stride) {
-        const int i = static_cast<int>(t / M);
-        const int c = static_cast<int>(t % M);
+    gpusvm::grid_stride_pairs(k, M, [&](const long long t, const int i, const int c) {
         const int r = rows[i];
         const long long end = indptr[r + 1];
         double z = 0.0;
@@ -42,5 +37,5 @@ __global__ void __launch_bounds__(gpusvm::BLOCK, gpusvm::MIN_BLOCKS) gpusvm_marg
         const double a = state[gpusvm::S_A * M + c];
         const double b = state[gpusvm::S_B * M + c];
         m[t] = static_cast<double>(Y[static_cast<long long>(r) * M + c]) * (a * z + b);
-    }
+    });
 }

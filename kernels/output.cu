@@ -21,12 +21,10 @@ __global__ void __launch_bounds__(gpusvm::BLOCK, gpusvm::MIN_BLOCKS) gpusvm_outp
     const double navg = state[gpusvm::S_NAVG];
     const bool avg = averaged != 0 && navg > 0.0;
     const double scale = avg ? state[gpusvm::S_ASUM] : state[gpusvm::S_A];
-    const long long stride = static_cast<long long>(gridDim.x) * gpusvm::BLOCK;
-    for (long long j = static_cast<long long>(blockIdx.x) * gpusvm::BLOCK + threadIdx.x; j < d;
-         j += stride) {
+    gpusvm::grid_stride(d, [&](const long long j) {
         const double vj = static_cast<double>(v[j]);
         w[j] = avg ? (scale * vj - u[j]) / navg : scale * vj;
-    }
+    });
     if (blockIdx.x == 0 && threadIdx.x == 0) {
         b[0] = avg ? state[gpusvm::S_BSUM] / navg : state[gpusvm::S_B];
     }

@@ -53,17 +53,12 @@ __global__ void __launch_bounds__(gpusvm::BLOCK, gpusvm::MIN_BLOCKS) gpusvm_pega
             dn[c] = 0.0;
         }
     }
-    const long long total = static_cast<long long>(k) * M;
-    const long long stride = static_cast<long long>(gridDim.x) * gpusvm::BLOCK;
-    for (long long t = static_cast<long long>(blockIdx.x) * gpusvm::BLOCK + threadIdx.x; t < total;
-         t += stride) {
-        const int i = static_cast<int>(t / M);
-        const int c = static_cast<int>(t % M);
+    gpusvm::grid_stride_pairs(k, M, [&](const long long t, const int i, const int c) {
         const int r = rows[i];
         const double mi = m[t];
         if (!(mi < 1.0)) {
             coef[t] = 0.0;
-            continue;
+            return;
         }
         const double s = weighted != 0 ? sw[r] : 1.0;
         const double y = static_cast<double>(Y[static_cast<long long>(r) * M + c]);
@@ -74,5 +69,5 @@ __global__ void __launch_bounds__(gpusvm::BLOCK, gpusvm::MIN_BLOCKS) gpusvm_pega
         atomicAdd(&acc[c], 1.0);
         atomicAdd(&acc[M + c], squared != 0 ? s * slack * slack : s * slack);
         atomicAdd(&acc[2 * M + c], g * y);
-    }
+    });
 }

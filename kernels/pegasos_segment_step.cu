@@ -73,45 +73,28 @@ __global__ void __launch_bounds__(gpusvm::BLOCK, gpusvm::MIN_BLOCKS) gpusvm_pega
     const double c = eta / (k * (state[gpusvm::S_A] * shrink));
     const double asum = state[gpusvm::S_ASUM];
 
-    __shared__ long long start[gpusvm::BLOCK];
-    __shared__ int off[gpusvm::BLOCK + 1];
-    __shared__ double coef[gpusvm::BLOCK];
-    __shared__ int keys[gpusvm::TABLE];
-    __shared__ double vals[gpusvm::TABLE];
-    const int tid = threadIdx.x;
     double sums[4] = {0.0, 0.0, 0.0, 0.0};  // dnorm, nact, loss, yact
-    for (int first = blockIdx.x * tile_rows; first < nrows; first += gridDim.x * tile_rows) {
-        const int nr = min(tile_rows, nrows - first);
-        int len = 0;
-        if (tid < nr) {
-            const double mg = m[first + tid];
-            if (mg < 1.0) {                                        // active row
-                const int r = rows[first + tid];
-                const double yr = static_cast<double>(y[r]);
-                sums[1] += 1.0;
-                sums[2] += 1.0 - mg;
-                sums[3] += yr;
-                coef[tid] = yr * c;                                // (eta_t / k) y_r, units of a
-                const long long s0 = indptr[r];
-                start[tid] = s0;
-                len = static_cast<int>(indptr[r + 1] - s0);
-            }
+    sums[0] = gpusvm::tile_rows_scatter(indptr, indices, data, nrows, tile_rows, v,
+                                        u_on != 0 ? u : nullptr, asum,
+                                        [&](const int g, double& coef) {
+        const double mg = m[g];
+        if (!(mg < 1.0)) {
+            return -1;                                             // inactive row
         }
-        gpusvm::table_clear(keys, vals);
-        const int total = gpusvm::tile_scan(len, off);           // also orders the table clear
-        sums[0] += gpusvm::tile_scatter(indices, data, start, off, coef, nr, total, keys, vals, v,
-                                        u_on != 0 ? u : nullptr, asum);
-    }
+        const int r = rows[g];
+        const double yr = static_cast<double>(y[r]);
+        sums[1] += 1.0;
+        sums[2] += 1.0 - mg;
+        sums[3] += yr;
+        coef = yr * c;                                             // (eta_t / k) y_r, units of a
+        return r;
+    });
     gpusvm::block_sums_to<4>(sums, acc);
     __shared__ double scale[2];                           // the new a and A, for the fold
     if (gpusvm::last_block_done(ticket)) {
         if (threadIdx.x == 0) {
             double tot[4];
-            for (int i = 0; i < 4; ++i) {
-                tot[i] = gpusvm::load_coherent(&acc[i]);
-                acc[i] = 0.0;
-            }
-            gpusvm::reset_ticket(ticket);
+            gpusvm::take_block_sums<4>(acc, ticket, tot);
             gpusvm::pegasos_finish(state, tot[0], tot[1], tot[2], tot[3], eta, shrink, k, unreg,
                                    radius, average);
             scale[0] = state[gpusvm::S_A];

@@ -63,13 +63,10 @@ __device__ __forceinline__ void pegasos_add(
     const int nrows, const double* __restrict__ m, T* __restrict__ v, double* __restrict__ u,
     const bool add_u, const double c, const double asum, double (&sums)[4])
 {
-    const int lane = threadIdx.x % LANES;
-    const int group = (blockIdx.x * BLOCK + threadIdx.x) / LANES;
-    const int stride = gridDim.x * (BLOCK / LANES);
-    for (int g = group; g < nrows; g += stride) {                 // no shuffles: any trip count
+    group_rows<LANES>(nrows, [&](const int g, const int lane) {
         const double mg = m[g];
         if (!(mg < 1.0)) {
-            continue;                                          // inactive row: nothing to add
+            return;                                            // inactive row: nothing to add
         }
         const int r = rows[g];
         const double yr = static_cast<double>(y[r]);
@@ -83,17 +80,12 @@ __device__ __forceinline__ void pegasos_add(
         for (long long p = indptr[r] + lane; p < end; p += LANES) {
             const int j = indices[p];
             const double contrib = static_cast<double>(data[p]) * coef;
-            const T add = static_cast<T>(contrib);
-            const T old = atomicAdd(&v[j], add);
-            const T now = old + add;                           // the value the atomic stored
-            const double o = static_cast<double>(old);
-            const double n = static_cast<double>(now);
-            sums[0] += (n - o) * (n + o);                      // new^2 - old^2
+            sums[0] += add_exact(&v[j], contrib);             // new^2 - old^2
             if (add_u) {
                 atomicAdd(&u[j], asum * contrib);
             }
         }
-    }
+    });
 }
 
 }  // namespace gpusvm
@@ -128,19 +120,10 @@ __global__ void __launch_bounds__(gpusvm::BLOCK, gpusvm::MIN_BLOCKS) gpusvm_pega
     double sums[4] = {0.0, 0.0, 0.0, 0.0};  // dnorm, nact, loss, yact
     gpusvm::pegasos_add<LANES>(indptr, indices, data, y, rows, nrows, m, v, u, add_u, c, asum,
                                sums);
-    gpusvm::block_sum<4>(sums);
-    if (threadIdx.x == 0) {
-        for (int i = 0; i < 4; ++i) {
-            atomicAdd(&acc[i], sums[i]);
-        }
-    }
+    gpusvm::block_sums_to<4>(sums, acc);
     if (gpusvm::last_block_done(ticket) && threadIdx.x == 0) {
         double tot[4];
-        for (int i = 0; i < 4; ++i) {
-            tot[i] = gpusvm::load_coherent(&acc[i]);
-            acc[i] = 0.0;
-        }
-        gpusvm::reset_ticket(ticket);
+        gpusvm::take_block_sums<4>(acc, ticket, tot);
         gpusvm::pegasos_finish(state, tot[0], tot[1], tot[2], tot[3], eta, shrink, k, unreg,
                                radius, average);
     }

@@ -29,15 +29,13 @@ __global__ void __launch_bounds__(gpusvm::BLOCK, gpusvm::MIN_BLOCKS) gpusvm_reno
     }
     const double asum = state[gpusvm::S_ASUM];
     const T f = static_cast<T>(a);
-    const long long stride = static_cast<long long>(gridDim.x) * gpusvm::BLOCK;
-    for (long long j = static_cast<long long>(blockIdx.x) * gpusvm::BLOCK + threadIdx.x; j < d;
-         j += stride) {
+    gpusvm::grid_stride(d, [&](const long long j) {
         const T vj = v[j];
         if (u_on) {
             u[j] -= asum * static_cast<double>(vj);
         }
         v[j] = vj * f;
-    }
+    });
     if (gpusvm::last_block_done(ticket) && threadIdx.x == 0) {
         state[gpusvm::S_VSQ] *= a * a;
         state[gpusvm::S_ASUM] = 0.0;

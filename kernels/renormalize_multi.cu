@@ -33,21 +33,18 @@ __global__ void __launch_bounds__(gpusvm::BLOCK, gpusvm::MIN_BLOCKS) gpusvm_reno
     if (!any) {
         return;                            // uniform over the grid: no block takes a ticket
     }
-    const long long total = d * M;
-    const long long stride = static_cast<long long>(gridDim.x) * gpusvm::BLOCK;
-    for (long long t = static_cast<long long>(blockIdx.x) * gpusvm::BLOCK + threadIdx.x; t < total;
-         t += stride) {
+    gpusvm::grid_stride(d * M, [&](const long long t) {
         const int c = static_cast<int>(t % M);
         const double a = state[gpusvm::S_A * M + c];
         if (!(fabs(a) < threshold)) {
-            continue;
+            return;
         }
         const T vj = V[t];
         if (u_on) {
             U[t] -= state[gpusvm::S_ASUM * M + c] * static_cast<double>(vj);
         }
         V[t] = vj * static_cast<T>(a);
-    }
+    });
     if (gpusvm::last_block_done(ticket) && threadIdx.x == 0) {
         for (int c = 0; c < M; ++c) {
             const double a = state[gpusvm::S_A * M + c];

@@ -8,6 +8,28 @@
 // determinism: elementwise, no atomics -> bitwise repeatable.
 #include "common.cuh"
 
+namespace gpusvm {
+
+// The reset itself, by the whole grid (gpusvm_reset_scale, and gpusvm_reset_scale_next at a zero
+// shrink): u -= A v, v = 0 (grid-stride over d); thread 0 of block 0 sets ||v||^2 = 0 and a = 1.
+template <typename T>
+__device__ __forceinline__ void reset_w(T* __restrict__ v, double* __restrict__ u, const int u_on,
+                                        const long long d, double* __restrict__ state) {
+    const double asum = state[S_ASUM];
+    grid_stride(d, [&](const long long j) {
+        if (u_on) {
+            u[j] -= asum * static_cast<double>(v[j]);
+        }
+        v[j] = static_cast<T>(0);
+    });
+    if (blockIdx.x == 0 && threadIdx.x == 0) {
+        state[S_VSQ] = 0.0;
+        state[S_A] = 1.0;
+    }
+}
+
+}  // namespace gpusvm
+
 template <typename T>
 __global__ void __launch_bounds__(gpusvm::BLOCK, gpusvm::MIN_BLOCKS) gpusvm_reset_scale(
     T* __restrict__ v,                     // w = a v, d (zeroed)
@@ -16,17 +38,5 @@ __global__ void __launch_bounds__(gpusvm::BLOCK, gpusvm::MIN_BLOCKS) gpusvm_rese
     const long long d,                     // length of v
     double* __restrict__ state)            // scalar state
 {
-    const double asum = state[gpusvm::S_ASUM];
-    const long long stride = static_cast<long long>(gridDim.x) * gpusvm::BLOCK;
-    for (long long j = static_cast<long long>(blockIdx.x) * gpusvm::BLOCK + threadIdx.x; j < d;
-         j += stride) {
-        if (u_on) {
-            u[j] -= asum * static_cast<double>(v[j]);
-        }
-        v[j] = static_cast<T>(0);
-    }
-    if (blockIdx.x == 0 && threadIdx.x == 0) {
-        state[gpusvm::S_VSQ] = 0.0;
-        state[gpusvm::S_A] = 1.0;
-    }
+    gpusvm::reset_w(v, u, u_on, d, state);
 }

@@ -27,22 +27,15 @@ __global__ void __launch_bounds__(gpusvm::BLOCK, gpusvm::MIN_BLOCKS) gpusvm_rese
     const double eta0,
     const double norma_p)
 {
-    double eta = 0.0;
-    double shrink = 0.0;
-    gpusvm::step_size(schedule, gpusvm::load_coherent_ll(counter), lam, eta0, norma_p, &eta,
-                      &shrink);
-    if (shrink != 0.0) {
+    if (!gpusvm::zero_shrink_at(counter, schedule, lam, eta0, norma_p)) {
         return;                                          // uniform over the grid
     }
-    const long long total = d * M;
-    const long long stride = static_cast<long long>(gridDim.x) * gpusvm::BLOCK;
-    for (long long t = static_cast<long long>(blockIdx.x) * gpusvm::BLOCK + threadIdx.x; t < total;
-         t += stride) {
+    gpusvm::grid_stride(d * M, [&](const long long t) {
         if (u_on) {
             U[t] -= state[gpusvm::S_ASUM * M + t % M] * static_cast<double>(V[t]);
         }
         V[t] = static_cast<T>(0);
-    }
+    });
     if (blockIdx.x == 0) {
         for (int c = threadIdx.x; c < M; c += gpusvm::BLOCK) {
             state[gpusvm::S_VSQ * M + c] = 0.0;

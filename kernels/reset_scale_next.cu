@@ -10,6 +10,7 @@
 // determinism: elementwise, no atomics -> bitwise repeatable.
 #include "common.cuh"
 #include "schedule.cuh"
+#include "reset_scale.cu"
 
 template <typename T>
 __global__ void __launch_bounds__(gpusvm::BLOCK, gpusvm::MIN_BLOCKS) gpusvm_reset_scale_next(
@@ -24,24 +25,8 @@ __global__ void __launch_bounds__(gpusvm::BLOCK, gpusvm::MIN_BLOCKS) gpusvm_rese
     const double eta0,
     const double norma_p)
 {
-    double eta = 0.0;
-    double shrink = 0.0;
-    gpusvm::step_size(schedule, gpusvm::load_coherent_ll(counter), lam, eta0, norma_p, &eta,
-                      &shrink);
-    if (shrink != 0.0) {
+    if (!gpusvm::zero_shrink_at(counter, schedule, lam, eta0, norma_p)) {
         return;                                          // uniform over the grid
     }
-    const double asum = state[gpusvm::S_ASUM];
-    const long long stride = static_cast<long long>(gridDim.x) * gpusvm::BLOCK;
-    for (long long j = static_cast<long long>(blockIdx.x) * gpusvm::BLOCK + threadIdx.x; j < d;
-         j += stride) {
-        if (u_on) {
-            u[j] -= asum * static_cast<double>(v[j]);
-        }
-        v[j] = static_cast<T>(0);
-    }
-    if (blockIdx.x == 0 && threadIdx.x == 0) {
-        state[gpusvm::S_VSQ] = 0.0;
-        state[gpusvm::S_A] = 1.0;
-    }
+    gpusvm::reset_w(v, u, u_on, d, state);
 }

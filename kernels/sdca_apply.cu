@@ -28,6 +28,35 @@
 
 namespace gpusvm {
 
+// What a gpusvm_sdca_apply launch moves (shared with sdca_apply_balanced.cu), from a, ||v||^2 and
+// the reject flag read before the block takes its ticket (hence before the last block writes
+// them): phase 0 steps v (and alpha unless checked); phase 1 settles a checked step, moving v back
+// when it was rejected and alpha when it was kept; scale = (+-) 1 / (lam n a), the sign of the
+// phase, multiplies v's coefficients.
+struct SdcaApplyPlan {
+    double a;
+    double vsq;
+    bool rejected;
+    bool move_v;
+    bool move_alpha;
+    double scale;
+};
+
+__device__ __forceinline__ SdcaApplyPlan sdca_apply_plan(const double* __restrict__ state,
+                                                         const double* __restrict__ acc,
+                                                         const double lam, const double n,
+                                                         const int check, const int phase)
+{
+    SdcaApplyPlan p;
+    p.a = state[S_A];
+    p.vsq = state[S_VSQ];
+    p.rejected = phase == 1 && acc[ACC_REJECT] != 0.0;
+    p.move_v = phase == 0 || p.rejected;
+    p.move_alpha = phase == 0 ? check == 0 : !p.rejected;
+    p.scale = (phase == 0 ? 1.0 : -1.0) / (lam * n * p.a);
+    return p;
+}
+
 // The end of a gpusvm_sdca_apply launch (shared with sdca_apply_balanced.cu): block sums of
 // {dn, dsum, dabs} into acc, and the last block's scalar update (the step's acceptance test, or
 // the settle).  Every thread of the block must call it.
@@ -36,21 +65,17 @@ __device__ __forceinline__ void sdca_apply_close(double (&sums)[3], double* __re
                                                  double* __restrict__ acc,
                                                  unsigned int* __restrict__ ticket,
                                                  const double lam, const double n,
-                                                 const int check, const int phase, const double a,
-                                                 const double vsq, const bool rejected)
+                                                 const int check, const int phase,
+                                                 const SdcaApplyPlan& plan)
 {
     block_sums_to<3>(sums, acc + ACC_NORM);              // ACC_NORM, ACC_DSUM, ACC_DABS
     if (last_block_done(ticket) && threadIdx.x == 0) {
         double tot[3];
-        for (int i = 0; i < 3; ++i) {
-            tot[i] = load_coherent(&acc[ACC_NORM + i]);
-            acc[ACC_NORM + i] = 0.0;
-        }
-        reset_ticket(ticket);
+        take_block_sums<3>(acc + ACC_NORM, ticket, tot);
         const double dn = tot[0];
         if (phase == 0) {
             state[S_DNORM] = dn;
-            if (check && dual_drops(tot[1], tot[2], dn, vsq, a, lam, n, eps_of<T>())) {
+            if (check && dual_drops(tot[1], tot[2], dn, plan.vsq, plan.a, lam, n, eps_of<T>())) {
                 acc[ACC_REJECT] = 1.0;                       // the settle undoes the step
                 state[S_NREJ] += 1.0;
             } else {
@@ -59,7 +84,7 @@ __device__ __forceinline__ void sdca_apply_close(double (&sums)[3], double* __re
                 state[S_ASUMD] += tot[1];
             }
         } else {
-            if (rejected) {
+            if (plan.rejected) {
                 state[S_VSQ] += state[S_DNORM] + dn;
             }
             acc[ACC_REJECT] = 0.0;
@@ -89,45 +114,31 @@ __global__ void __launch_bounds__(gpusvm::BLOCK, gpusvm::MIN_BLOCKS) gpusvm_sdca
     const int check,                       // 1: Alg. 2, keep the step only if D does not drop
     const int phase)                       // 0: step; 1: settle a checked step
 {
-    const int lane = threadIdx.x % LANES;
-    const int group = (blockIdx.x * gpusvm::BLOCK + threadIdx.x) / LANES;
-    const int stride = gridDim.x * (gpusvm::BLOCK / LANES);
-
     // read before this block takes its ticket, hence before the last block writes them
-    const double a = state[gpusvm::S_A];
-    const double vsq = state[gpusvm::S_VSQ];
-    const bool rejected = phase == 1 && acc[gpusvm::ACC_REJECT] != 0.0;
-    const bool move_v = phase == 0 || rejected;
-    const bool move_alpha = phase == 0 ? check == 0 : !rejected;
-    const double scale = (phase == 0 ? 1.0 : -1.0) / (lam * n * a);
+    const gpusvm::SdcaApplyPlan plan = gpusvm::sdca_apply_plan(state, acc, lam, n, check, phase);
 
     double sums[3] = {0.0, 0.0, 0.0};  // dn, dsum, dabs
-    for (int g = group; g < k; g += stride) {                        // no shuffles: any trip count
+    gpusvm::group_rows<LANES>(k, [&](const int g, const int lane) {
         const double dg = delta[g];
         if (dg == 0.0) {
-            continue;                                                // nothing to add or count
+            return;                                                  // nothing to add or count
         }
         const int r = rows[g];
         if (lane == 0) {
             sums[1] += dg;
             sums[2] += fabs(dg);
-            if (move_alpha) {
+            if (plan.move_alpha) {
                 atomicAdd(&alpha[r], dg);                            // a repeated row adds twice
             }
         }
-        if (!move_v) {
-            continue;
+        if (!plan.move_v) {
+            return;
         }
-        const double coef = dg * static_cast<double>(y[r]) * scale;  // (+-) delta y / (lam n a)
+        const double coef = dg * static_cast<double>(y[r]) * plan.scale;  // +-delta y / (lam n a)
         const long long end = indptr[r + 1];
         for (long long p = indptr[r] + lane; p < end; p += LANES) {
-            const T add = static_cast<T>(static_cast<double>(data[p]) * coef);
-            const T old = atomicAdd(&v[indices[p]], add);
-            const T now = old + add;                                 // the value the atomic stored
-            const double o = static_cast<double>(old);
-            const double w = static_cast<double>(now);
-            sums[0] += (w - o) * (w + o);                            // new^2 - old^2
+            sums[0] += gpusvm::add_exact(&v[indices[p]], static_cast<double>(data[p]) * coef);
         }
-    }
-    gpusvm::sdca_apply_close<T>(sums, state, acc, ticket, lam, n, check, phase, a, vsq, rejected);
+    });
+    gpusvm::sdca_apply_close<T>(sums, state, acc, ticket, lam, n, check, phase, plan);
 }

@@ -40,44 +40,27 @@ __global__ void __launch_bounds__(gpusvm::BLOCK, gpusvm::MIN_BLOCKS) gpusvm_sdca
     const int check,                       // 1: Alg. 2, keep the step only if D does not drop
     const int phase)                       // 0: step; 1: settle a checked step
 {
-    __shared__ long long start[gpusvm::BLOCK];
-    __shared__ int off[gpusvm::BLOCK + 1];
-    __shared__ double coef[gpusvm::BLOCK];
-    __shared__ int keys[gpusvm::TABLE];
-    __shared__ double vals[gpusvm::TABLE];
-    const int tid = threadIdx.x;
     // read before this block takes its ticket, hence before the last block writes them
-    const double a = state[gpusvm::S_A];
-    const double vsq = state[gpusvm::S_VSQ];
-    const bool rejected = phase == 1 && acc[gpusvm::ACC_REJECT] != 0.0;
-    const bool move_v = phase == 0 || rejected;
-    const bool move_alpha = phase == 0 ? check == 0 : !rejected;
-    const double scale = (phase == 0 ? 1.0 : -1.0) / (lam * n * a);
+    const gpusvm::SdcaApplyPlan plan = gpusvm::sdca_apply_plan(state, acc, lam, n, check, phase);
     double sums[3] = {0.0, 0.0, 0.0};  // dn, dsum, dabs
-    for (int first = blockIdx.x * tile_rows; first < k; first += gridDim.x * tile_rows) {
-        const int nr = min(tile_rows, k - first);
-        int len = 0;
-        if (tid < nr) {
-            const double dg = delta[first + tid];
-            if (dg != 0.0) {
-                const int r = rows[first + tid];
-                sums[1] += dg;
-                sums[2] += fabs(dg);
-                if (move_alpha) {
-                    atomicAdd(&alpha[r], dg);                        // a repeated row adds twice
-                }
-                if (move_v) {
-                    coef[tid] = dg * static_cast<double>(y[r]) * scale;
-                    const long long s0 = indptr[r];
-                    start[tid] = s0;
-                    len = static_cast<int>(indptr[r + 1] - s0);
-                }
-            }
+    sums[0] = gpusvm::tile_rows_scatter(indptr, indices, data, k, tile_rows, v,
+                                        static_cast<double*>(nullptr), 0.0,
+                                        [&](const int g, double& coef) {
+        const double dg = delta[g];
+        if (dg == 0.0) {
+            return -1;                                               // nothing to add or count
         }
-        gpusvm::table_clear(keys, vals);
-        const int total = gpusvm::tile_scan(len, off);              // also orders the clear
-        sums[0] += gpusvm::tile_scatter(indices, data, start, off, coef, nr, total, keys, vals, v,
-                                        static_cast<double*>(nullptr), 0.0);
-    }
-    gpusvm::sdca_apply_close<T>(sums, state, acc, ticket, lam, n, check, phase, a, vsq, rejected);
+        const int r = rows[g];
+        sums[1] += dg;
+        sums[2] += fabs(dg);
+        if (plan.move_alpha) {
+            atomicAdd(&alpha[r], dg);                                // a repeated row adds twice
+        }
+        if (!plan.move_v) {
+            return -1;
+        }
+        coef = dg * static_cast<double>(y[r]) * plan.scale;
+        return r;
+    });
+    gpusvm::sdca_apply_close<T>(sums, state, acc, ticket, lam, n, check, phase, plan);
 }

@@ -43,11 +43,7 @@ __global__ void __launch_bounds__(gpusvm::BLOCK, gpusvm::MIN_BLOCKS) gpusvm_sdca
     const double eps,                      // machine epsilon of V's type
     double* __restrict__ undo)             // out: coefficients undoing rejected outputs, k x M
 {
-    const long long total = static_cast<long long>(k) * M;
-    const long long stride = static_cast<long long>(gridDim.x) * gpusvm::BLOCK;
-    for (long long t = static_cast<long long>(blockIdx.x) * gpusvm::BLOCK + threadIdx.x; t < total;
-         t += stride) {
-        const int c = static_cast<int>(t % M);
+    gpusvm::grid_stride_pairs(k, M, [&](const long long t, int, const int c) {
         undo[t] = gpusvm::sdca_multi_ok(acc, dn, state, M, c, lam, n, eps) ? 0.0 : -coef[t];
-    }
+    });
 }

@@ -55,12 +55,7 @@ __global__ void __launch_bounds__(gpusvm::BLOCK, gpusvm::MIN_BLOCKS) gpusvm_sdca
             dn2[c] = 0.0;
         }
     }
-    const long long total = static_cast<long long>(k) * M;
-    const long long stride = static_cast<long long>(gridDim.x) * gpusvm::BLOCK;
-    for (long long t = static_cast<long long>(blockIdx.x) * gpusvm::BLOCK + threadIdx.x; t < total;
-         t += stride) {
-        const int i = static_cast<int>(t / M);
-        const int c = static_cast<int>(t % M);
+    gpusvm::grid_stride_pairs(k, M, [&](const long long t, const int i, const int c) {
         const int r = rows[i];
         const double x = delta[t];
         const double y = static_cast<double>(Y[static_cast<long long>(r) * M + c]);
@@ -69,12 +64,12 @@ __global__ void __launch_bounds__(gpusvm::BLOCK, gpusvm::MIN_BLOCKS) gpusvm_sdca
             if (x != 0.0) {
                 atomicAdd(&acc[gpusvm::MACC_DEN * M + c], x * x * row_sq[r]);
             }
-            continue;
+            return;
         }
         const double a = state[gpusvm::S_A * M + c];
         coef[t] = x * y * (1.0 / (lam * n * a));
         if (x == 0.0) {
-            continue;
+            return;
         }
         double gain = x;
         if (squared != 0) {
@@ -85,5 +80,5 @@ __global__ void __launch_bounds__(gpusvm::BLOCK, gpusvm::MIN_BLOCKS) gpusvm_sdca
         atomicAdd(&acc[gpusvm::MACC_GAIN * M + c], gain);
         atomicAdd(&acc[gpusvm::MACC_ABS * M + c], fabs(x));
         atomicAdd(&acc[gpusvm::MACC_SUM * M + c], x);
-    }
+    });
 }

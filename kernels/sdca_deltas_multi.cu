@@ -30,15 +30,10 @@ __global__ void __launch_bounds__(gpusvm::BLOCK, gpusvm::MIN_BLOCKS) gpusvm_sdca
     const int squared,                     // 1: the squared hinge, 0: the hinge
     double* __restrict__ delta)            // output steps, k x M
 {
-    const long long total = static_cast<long long>(k) * M;
-    const long long stride = static_cast<long long>(gridDim.x) * gpusvm::BLOCK;
-    for (long long t = static_cast<long long>(blockIdx.x) * gpusvm::BLOCK + threadIdx.x; t < total;
-         t += stride) {
-        const int i = static_cast<int>(t / M);
-        const int c = static_cast<int>(t % M);
+    gpusvm::grid_stride_pairs(k, M, [&](const long long t, const int i, const int c) {
         if (has_first != 0 && first[i] == 0) {
             delta[t] = 0.0;
-            continue;
+            return;
         }
         const int r = rows[i];
         const double s = weighted != 0 ? sw[r] : 1.0;
@@ -58,5 +53,5 @@ __global__ void __launch_bounds__(gpusvm::BLOCK, gpusvm::MIN_BLOCKS) gpusvm_sdca
             x = x < s - a ? x : s - a;
         }
         delta[t] = x;
-    }
+    });
 }

@@ -25,18 +25,15 @@ __global__ void __launch_bounds__(gpusvm::BLOCK, gpusvm::MIN_BLOCKS) gpusvm_sdca
     const double lam_n,                    // lam n
     double* __restrict__ w)                // output w(alpha), d (zero on entry)
 {
-    const int lane = threadIdx.x % LANES;
-    const int group = (blockIdx.x * gpusvm::BLOCK + threadIdx.x) / LANES;
-    const int stride = gridDim.x * (gpusvm::BLOCK / LANES);
-    for (int r = group; r < n; r += stride) {                        // no shuffles: any trip count
+    gpusvm::group_rows<LANES>(n, [&](const int r, const int lane) {
         const double ar = alpha[r];
         if (ar == 0.0) {
-            continue;                                                // not a support vector
+            return;                                                  // not a support vector
         }
         const double c = ar * static_cast<double>(y[r]) / lam_n;    // alpha_i y_i / (lam n)
         const long long end = indptr[r + 1];
         for (long long p = indptr[r] + lane; p < end; p += LANES) {
             atomicAdd(&w[indices[p]], static_cast<double>(data[p]) * c);
         }
-    }
+    });
 }

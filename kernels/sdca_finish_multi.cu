@@ -33,18 +33,13 @@ __global__ void __launch_bounds__(gpusvm::BLOCK, gpusvm::MIN_BLOCKS) gpusvm_sdca
     double* __restrict__ acc,              // accumulators, N_MACC x M
     unsigned int* __restrict__ ticket)     // last-block ticket
 {
-    const long long total = static_cast<long long>(k) * M;
-    const long long stride = static_cast<long long>(gridDim.x) * gpusvm::BLOCK;
-    for (long long t = static_cast<long long>(blockIdx.x) * gpusvm::BLOCK + threadIdx.x; t < total;
-         t += stride) {
-        const int i = static_cast<int>(t / M);
-        const int c = static_cast<int>(t % M);
+    gpusvm::grid_stride_pairs(k, M, [&](const long long t, const int i, const int c) {
         const double x = delta[t];
         if (x == 0.0 || (check != 0 && !gpusvm::sdca_multi_ok(acc, dn, state, M, c, lam, n, eps))) {
-            continue;
+            return;
         }
         atomicAdd(&alpha[static_cast<long long>(rows[i]) * M + c], x);
-    }
+    });
     if (gpusvm::last_block_done(ticket)) {
         for (int c = threadIdx.x; c < M; c += gpusvm::BLOCK) {
             const bool ok = check == 0 || gpusvm::sdca_multi_ok(acc, dn, state, M, c, lam, n, eps);

@@ -36,20 +36,13 @@ __global__ void __launch_bounds__(gpusvm::BLOCK, gpusvm::MIN_BLOCKS) gpusvm_sdca
     double* __restrict__ m,                // output margins y_i <w, x_i>, k
     double* __restrict__ delta)            // output coordinate steps, k
 {
-    constexpr int GROUPS_PER_WARP = gpusvm::WARP / LANES;
-    const int tid = blockIdx.x * gpusvm::BLOCK + threadIdx.x;
-    const int lane = threadIdx.x % LANES;
-    const int warp_first = (tid / gpusvm::WARP) * GROUPS_PER_WARP;  // first group of this warp
-    const int group_in_warp = (threadIdx.x % gpusvm::WARP) / LANES;
-    const int stride = gridDim.x * (gpusvm::BLOCK / LANES);          // groups in the grid
-    if (warp_first >= k) {
+    if (gpusvm::warp_past_end<LANES>(k)) {
         return;                                                      // whole warp past the end
     }
     const double a = state[gpusvm::S_A];
     const double b = state[gpusvm::S_B];
     const double c = lam * n / state[gpusvm::S_BETA];               // lam n / beta
-    for (int base = warp_first; base < k; base += stride) {          // warp-uniform trip count
-        const int g = base + group_in_warp;
+    gpusvm::warp_rows<LANES>(k, [&](const int g, const int lane) {
         const int r = g < k ? rows[g] : 0;
         const double z = gpusvm::group_row_dot<LANES>(indptr, indices, data, v, r, g < k, lane);
         if (g < k && lane == 0) {
@@ -58,5 +51,5 @@ __global__ void __launch_bounds__(gpusvm::BLOCK, gpusvm::MIN_BLOCKS) gpusvm_sdca
             delta[g] = (has_first && first[g] == 0) ? 0.0
                                                     : gpusvm::sdca_delta(alpha[r], c, mg, row_sq[r]);
         }
-    }
+    });
 }

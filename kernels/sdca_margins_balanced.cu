@@ -38,25 +38,15 @@ __global__ void __launch_bounds__(gpusvm::BLOCK, gpusvm::MIN_BLOCKS) gpusvm_sdca
     double* __restrict__ m,                // output margins, k
     double* __restrict__ delta)            // output coordinate steps, k
 {
-    __shared__ long long start[gpusvm::BLOCK];
-    __shared__ int len[gpusvm::BLOCK];
-    __shared__ int off[gpusvm::BLOCK + 1];
-    __shared__ double csum[gpusvm::CHUNK_WINDOW];
-    const int tid = threadIdx.x;
     const double a = state[gpusvm::S_A];
     const double b = state[gpusvm::S_B];
     const double c = lam * n / state[gpusvm::S_BETA];               // lam n / beta
-    for (int first_g = blockIdx.x * tile_rows; first_g < k; first_g += gridDim.x * tile_rows) {
-        const int nr = min(tile_rows, k - first_g);
-        const double dot = gpusvm::tile_row_dot(indptr, indices, data, v, rows, first_g, nr,
-                                                start, len, off, csum);
-        if (tid < nr) {
-            const int g = first_g + tid;
-            const int r = rows[g];
-            const double mg = static_cast<double>(y[r]) * (a * dot + b);
-            m[g] = mg;
-            delta[g] = (has_first && first[g] == 0) ? 0.0
-                                                    : gpusvm::sdca_delta(alpha[r], c, mg, row_sq[r]);
-        }
-    }
+    gpusvm::tile_rows_dot(indptr, indices, data, v, rows, k, tile_rows,
+                          [&](const int g, const double dot) {
+        const int r = rows[g];
+        const double mg = static_cast<double>(y[r]) * (a * dot + b);
+        m[g] = mg;
+        delta[g] = (has_first && first[g] == 0) ? 0.0
+                                                : gpusvm::sdca_delta(alpha[r], c, mg, row_sq[r]);
+    });
 }

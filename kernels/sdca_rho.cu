@@ -71,15 +71,11 @@ __global__ void __launch_bounds__(gpusvm::BLOCK, gpusvm::MIN_BLOCKS) gpusvm_sdca
     const double beta_b,                   // upper end of beta's range (eq. 11)
     const double theta)                    // beta <- beta^theta rho^(1 - theta)
 {
-    const int lane = threadIdx.x % LANES;
-    const int group = (blockIdx.x * gpusvm::BLOCK + threadIdx.x) / LANES;
-    const int stride = gridDim.x * (gpusvm::BLOCK / LANES);
-
     double sums[2] = {0.0, 0.0};  // num, den
-    for (int g = group; g < k; g += stride) {                        // no shuffles: any trip count
+    gpusvm::group_rows<LANES>(k, [&](const int g, const int lane) {
         const double dg = delta[g];
         if (dg == 0.0) {
-            continue;                                                // adds nothing
+            return;                                                  // adds nothing
         }
         const int r = rows[g];
         if (lane == 0) {
@@ -88,11 +84,8 @@ __global__ void __launch_bounds__(gpusvm::BLOCK, gpusvm::MIN_BLOCKS) gpusvm_sdca
         const double coef = dg * static_cast<double>(y[r]);          // delta_i y_i
         const long long end = indptr[r + 1];
         for (long long p = indptr[r] + lane; p < end; p += LANES) {
-            const double add = static_cast<double>(data[p]) * coef;
-            const double o = atomicAdd(&scratch[indices[p]], add);
-            const double now = o + add;                              // the value the atomic stored
-            sums[0] += (now - o) * (now + o);                        // new^2 - old^2
+            sums[0] += gpusvm::add_exact(&scratch[indices[p]], static_cast<double>(data[p]) * coef);
         }
-    }
+    });
     gpusvm::sdca_rho_close(sums, state, acc, ticket, beta_b, theta);
 }

@@ -36,31 +36,18 @@ __global__ void __launch_bounds__(gpusvm::BLOCK, gpusvm::MIN_BLOCKS) gpusvm_sdca
     const double beta_b,                   // upper end of beta's range
     const double theta)                    // beta <- beta^theta rho^(1 - theta)
 {
-    __shared__ long long start[gpusvm::BLOCK];
-    __shared__ int off[gpusvm::BLOCK + 1];
-    __shared__ double coef[gpusvm::BLOCK];
-    __shared__ int keys[gpusvm::TABLE];
-    __shared__ double vals[gpusvm::TABLE];
-    const int tid = threadIdx.x;
     double sums[2] = {0.0, 0.0};  // num, den
-    for (int first = blockIdx.x * tile_rows; first < k; first += gridDim.x * tile_rows) {
-        const int nr = min(tile_rows, k - first);
-        int len = 0;
-        if (tid < nr) {
-            const double dg = delta[first + tid];
-            if (dg != 0.0) {
-                const int r = rows[first + tid];
-                sums[1] += dg * dg * row_sq[r];
-                coef[tid] = dg * static_cast<double>(y[r]);         // delta_i y_i
-                const long long s0 = indptr[r];
-                start[tid] = s0;
-                len = static_cast<int>(indptr[r + 1] - s0);
-            }
+    sums[0] = gpusvm::tile_rows_scatter(indptr, indices, data, k, tile_rows, scratch,
+                                        static_cast<double*>(nullptr), 0.0,
+                                        [&](const int g, double& coef) {
+        const double dg = delta[g];
+        if (dg == 0.0) {
+            return -1;                                               // adds nothing
         }
-        gpusvm::table_clear(keys, vals);
-        const int total = gpusvm::tile_scan(len, off);              // also orders the clear
-        sums[0] += gpusvm::tile_scatter(indices, data, start, off, coef, nr, total, keys, vals,
-                                        scratch, static_cast<double*>(nullptr), 0.0);
-    }
+        const int r = rows[g];
+        sums[1] += dg * dg * row_sq[r];
+        coef = dg * static_cast<double>(y[r]);                       // delta_i y_i
+        return r;
+    });
     gpusvm::sdca_rho_close(sums, state, acc, ticket, beta_b, theta);
 }
