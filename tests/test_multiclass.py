@@ -330,6 +330,32 @@ def test_two_partial_fits_equal_one_fit_of_two_epochs(blobs, bias):
     assert np.any(objectives(full) < objectives(inc) - 1e-6)
 
 
+def test_partial_fit_bounds_the_stream_not_its_chunk(blobs, monkeypatch):
+    """A chunk of one class would put the constant-predictor ball around a tiny radius (the
+    chunk's best constant fits it perfectly) and shrink the model: partial_fit projects onto
+    the dual bound only and keeps Pegasos' bias, fit uses both refinements."""
+    import gpusvm.solvers.pegasos as solver
+    X, y = blobs
+    seen = []
+    real = solver.projection_radius
+
+    def spy(backend, lam, loss="hinge", bias="none", intercept_scaling=1.0):
+        seen.append(bias)
+        return real(backend, lam, loss, bias, intercept_scaling)
+    monkeypatch.setattr(solver, "projection_radius", spy)
+    params = dict(lam=1e-2, batch_size=16, backend="numpy", random_state=0)
+    est = PegasosSVC(**params).partial_fit(X, y, classes=np.unique(y))
+    one = y == y[0]
+    before = np.linalg.norm(est.coef_)
+    est.partial_fit(X[one], y[one])
+    assert seen == ["none", "none"]
+    assert np.linalg.norm(est.coef_) > 0.5 * before     # the model is not shrunk to the chunk
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        PegasosSVC(max_iter=30, **params).fit(X, y)
+    assert seen[-1] == "augmented"
+
+
 @pytest.mark.skipif(not sdca_module._solver_has("alpha0"),
                     reason="the SDCA solver has no alpha0: SDCASVC(warm_start=True) needs it")
 def test_sdca_warm_start_resumes_from_alpha(blobs):

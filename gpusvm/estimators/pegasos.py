@@ -470,8 +470,8 @@ class PegasosSVC(_LinearSVCBase):
             extra["t_start"] = int(t_start)
         if self.bias == "augmented":
             extra["intercept_scaling"] = float(self.intercept_scaling)
-            # partial_fit goes on from the solver's own point, on the next chunk of rows
-            extra["polish_bias"] = self._averaging is None
+        if self._averaging is not None:          # partial_fit: one chunk of a stream
+            extra["whole_problem"] = False
         progress, close = _progress_bar(self.verbose, max_iter)
         try:
             res = pegasos(be, lam=float(lam), k=k, max_iter=max_iter, sampling=self.sampling,

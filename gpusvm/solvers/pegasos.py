@@ -140,7 +140,7 @@ def pegasos(backend, *, lam: float, k: int, max_iter: int, sampling: str = "with
             target_objective: float | None = None, callback: Callable | None = None,
             progress=None, eval_at: Callable[[int], bool] | None = None,
             tol: float | None = None, loss: str = "hinge", t_start: int = 0,
-            intercept_scaling: float = 1.0, polish_bias: bool = True) -> SolverResult:
+            intercept_scaling: float = 1.0, whole_problem: bool = True) -> SolverResult:
     """Run mini-batch Pegasos on a prepared backend.
 
     Parameters
@@ -223,12 +223,13 @@ def pegasos(backend, *, lam: float, k: int, max_iter: int, sampling: str = "with
     intercept_scaling : float, default=1.0
         ``bias="augmented"``: the value of the constant feature, the last column of
         ``X`` (it tightens the projection radius, :func:`projection_radius`).
-    polish_bias : bool, default=True
-        ``bias="augmented"``: return the point with its bias weight the exact minimiser of
-        ``P_s`` given the other weights (:func:`polished_augmented_bias`); the last
-        objective of ``history`` is that point's.  ``False`` returns Pegasos' point as it
-        is, for runs that go on from it (``partial_fit``: a run on one chunk of rows,
-        whose bias must not be fitted to that chunk alone).
+    whole_problem : bool, default=True
+        The rows are the whole problem (``fit``).  ``False`` for one chunk of a stream
+        (``partial_fit``), whose optimum is not that of the chunk alone: the projection
+        radius is the dual bound only (the constant-predictor bound of
+        :func:`projection_radius` reads the chunk's labels), and the returned point keeps
+        Pegasos' bias (:func:`polished_augmented_bias` would fit it to the chunk), so
+        that the next chunk goes on from the solver's own point.
 
     Returns
     -------
@@ -283,7 +284,10 @@ def pegasos(backend, *, lam: float, k: int, max_iter: int, sampling: str = "with
     per_weight = 1.0 / weight_scale(backend)
     # every batch holds every row: a deterministic run, whose objective has no noise floor
     full_batch = k >= n and sampling != "with_replacement"
-    radius = projection_radius(backend, lam, loss, bias, intercept_scaling) if projection else 0.0
+    # one chunk of a stream (partial_fit) does not bound the whole problem's constant predictor
+    radius_bias = bias if whole_problem else "none"
+    radius = projection_radius(backend, lam, loss, radius_bias, intercept_scaling) \
+        if projection else 0.0
     unreg = bias == "unregularized"
     optimal = bias == "optimal"
 
@@ -304,7 +308,7 @@ def pegasos(backend, *, lam: float, k: int, max_iter: int, sampling: str = "with
     stop = "max_iter"
 
     # the returned point's augmented bias is the exact minimiser given the rest of w
-    polish = polish_bias and bias == "augmented" and t_end > t_start
+    polish = whole_problem and bias == "augmented" and t_end > t_start
 
     def evaluate(final=False):
         if general:
