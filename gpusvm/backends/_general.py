@@ -274,6 +274,16 @@ class GeneralEvaluation:
         return xp.stack([optimal_bias_weighted_xp(xp, Y[:, c], Z[:, c], wts)
                          for c in range(self.n_outputs)])
 
+    def regularized_bias_m(self, W, lam: float, c: float, loss: str = "hinge"):
+        """Per output, the best weight of the constant feature ``c`` (the last row of ``W``)
+        given the other weights (:func:`regularized_bias_xp`), shape (M,)."""
+        xp = self.xp
+        Z = self.decision_function_m(W, 0.0) - c * W[-1][None, :]
+        Y = self.Y.astype(np.float64)
+        wts = self._weights()
+        return xp.stack([regularized_bias_xp(xp, Y[:, m], Z[:, m], wts, lam, c, loss)
+                         for m in range(self.n_outputs)])
+
     def dual_weights_m(self, lam: float):
         """``W(alpha) = X^T (alpha * Y) / (lam n)`` (float64 (d, M)); resynchronises ``V``."""
         xp = self.xp

@@ -543,11 +543,7 @@ def polished_augmented_bias(backend, w, lam: float, loss: str, intercept_scaling
         y = backend.y.astype(xp.float64)
         w[-1] = regularized_bias_xp(xp, y, sc, xp.ones_like(y), lam, c, loss)
         return w
-    Z = backend.decision_function_m(w, 0.0) - c * w[-1][None, :]
-    Y = backend.Y.astype(xp.float64)
-    wts = backend._weights()
-    w[-1] = xp.stack([regularized_bias_xp(xp, Y[:, m], Z[:, m], wts, lam, c, loss)
-                      for m in range(w.shape[1])])
+    w[-1] = backend.regularized_bias_m(w, lam, c, loss)
     return w
 
 
