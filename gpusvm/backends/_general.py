@@ -296,6 +296,10 @@ class GeneralEvaluation:
         self.sm[S_ASUMD] = self.alpha.sum(axis=0)
         return W
 
+    def copy_columns_m(self, dst, dst_cols, src, src_cols) -> None:
+        """``dst[:, dst_cols] = src[:, src_cols]`` (both ``(d, .)`` arrays of the backend)."""
+        dst[:, dst_cols] = src[:, src_cols]
+
     def dual_objective_m(self, lam: float, W, loss: str = "hinge"):
         """``D(alpha)`` (hinge) or ``D2(alpha)`` (squared hinge) of every output (M,)."""
         xp = self.xp

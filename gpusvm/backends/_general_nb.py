@@ -29,7 +29,7 @@ from numba import njit
 
 from ._state import (S_A, S_ASUM, S_ASUMD, S_B, S_BETA, S_BSUM, S_DNORM, S_LOSS, S_NACT,
                      S_NAVG, S_NREJ, S_TMP0, S_VSQ, S_YACT)
-from .numba_ import PREFETCH_DISTANCE, _draw_ahead, _fill_ring, _step_size
+from .numba_ import PREFETCH_DISTANCE, _draw_ahead, _fill_ring, _prefetch, _step_size
 
 _EPS64 = float(np.finfo(np.float64).eps)
 
@@ -46,6 +46,24 @@ W_DABS = 8     # sum_i |delta_ic|
 W_VSQ0 = 9     # ||v_c||^2 before the step
 W_OK = 10      # 1.0 when output c's step is kept
 N_WORK = 11
+
+
+@njit(cache=True, inline="always")
+def _prefetch_v_m(indptr, indices, vflat, M, rows):
+    """Ask for the cache lines of ``V[j, :]`` of every nonzero ``x_ij`` of the rows (``vflat``
+    is ``V`` (d, M) flattened row-major; nothing when it is empty, ``V`` within the L2
+    cache).  A ``V`` of many outputs is megabytes: without the hint each nonzero of a
+    row waits on its line in turn (the binary loops' ``prefetch_v``, M lines wide)."""
+    if vflat.size == 0:
+        return
+    step = max(1, 64 // vflat.itemsize)
+    for i in range(rows.size):
+        r = rows[i]
+        for p in range(indptr[r], indptr[r + 1]):
+            base = indices[p] * M
+            for o in range(0, M, step):
+                _prefetch(vflat, base + o)
+            _prefetch(vflat, base + M - 1)
 
 
 @njit(cache=True, inline="always")
@@ -102,22 +120,31 @@ def _sum_rows_m(indptr, indices, data, rows, coef, slot, acc, touched, skip_stil
 
 
 @njit(cache=True, inline="always")
-def _add_row_to_column(indices, data, lo, hi, V, U, u_scale, use_u, c, cc):
-    """``V[:, c] += cc x`` for the row ``x`` stored at ``lo:hi`` (``U[:, c] += u_scale cc x``
-    when ``use_u``); returns the exact ``d||v_c||^2``.  The row's entries of ``V`` are
-    independent read-modify-writes (no branch: a zero product leaves ``V[j, c]`` as it is).
+def _add_row_to_columns(indices, data, lo, hi, V, U, u_scale, use_u, cols, cc, nmov, dn):
+    """``V[:, cols[q]] += cc[q] x`` for ``q < nmov`` and the row ``x`` stored at ``lo:hi``
+    (``U[:, c] += u_scale[c] cc[q] x`` when ``use_u``); ``dn[cols[q]]`` is set to the exact
+    ``d||v_c||^2``.
+
+    A nonzero at a time, its moving outputs inside: they share the cache lines of
+    ``V[j, :]``, so a row costs one pass over its entries of ``V`` however many
+    outputs move.  Each output's additions and its ``dn`` run in the row's order, as
+    they would an output at a time (bit for bit).  The entries are independent
+    read-modify-writes (no branch: a zero product leaves ``V[j, c]`` as it is).
     """
-    dn = 0.0
+    for q in range(nmov):
+        dn[cols[q]] = 0.0
     for p in range(lo, hi):
         j = indices[p]
-        g = data[p] * cc
-        old = np.float64(V[j, c])
-        V[j, c] = old + g
-        new = np.float64(V[j, c])
-        if use_u:
-            U[j, c] += u_scale * g
-        dn += (new - old) * (new + old)
-    return dn
+        x = data[p]
+        for q in range(nmov):
+            c = cols[q]
+            g = x * cc[q]
+            old = np.float64(V[j, c])
+            V[j, c] = old + g
+            new = np.float64(V[j, c])
+            if use_u:
+                U[j, c] += u_scale[c] * g
+            dn[c] += (new - old) * (new + old)
 
 
 @njit(cache=True, inline="always")
@@ -139,16 +166,13 @@ def _add_rows_m(indptr, indices, data, V, U, u_scale, use_u, rows, coef, single,
         for c in range(M):
             if coef[0, c] != 0.0:
                 touched[nmov] = c
+                acc[0, nmov] = coef[0, c]
                 nmov += 1
         if nmov == 0:
             return
         r = rows[0]
-        lo = indptr[r]
-        hi = indptr[r + 1]
-        for qc in range(nmov):                # an output at a time
-            c = touched[qc]
-            dn[c] = _add_row_to_column(indices, data, lo, hi, V, U, u_scale[c], use_u, c,
-                                       coef[0, c])
+        _add_row_to_columns(indices, data, indptr[r], indptr[r + 1], V, U, u_scale, use_u,
+                            touched, acc[0], nmov, dn)
         return
     nt = _sum_rows_m(indptr, indices, data, rows, coef, slot, acc, touched, True)
     for q in range(nt):
@@ -309,6 +333,7 @@ def pegasos_loop_m(indptr, indices, data, Y, sw, weighted, V, U, use_u, sm, smp,
     for t in range(t0 + 1, t1 + 1):
         _draw_ahead(indptr, indices, data, vflat, smp, t - 1, ring, ringf, ringh, rk, ecache,
                     stamp, False)
+        _prefetch_v_m(indptr, indices, vflat, V.shape[1], ring[t % (PREFETCH_DISTANCE + 1)])
         rows = ring[(t - 1) % (PREFETCH_DISTANCE + 1)]                        # step 1: A_t
         _margins_m(indptr, indices, data, Y, V, sm, rows, m, wk)              # step 2
         if optimal:
@@ -472,11 +497,13 @@ def _sdca_row_m(indptr, indices, data, Y, sw, weighted, V, sm, alpha, inv_q, row
             wk[W_ANEW, nmov] = dl
             wk[W_YACT, nmov] = dl * yc * (1.0 / (lam * n * sm[S_A, c]))
             nmov += 1
-    for qc in range(nmov):                                     # w step, output by output
+    if nmov == 0:
+        return
+    _add_row_to_columns(indices, data, lo, hi, V, V, sm[S_DNORM], False, touched,  # w step
+                        wk[W_YACT], nmov, sm[S_DNORM])
+    for qc in range(nmov):
         c = touched[qc]
-        dn = _add_row_to_column(indices, data, lo, hi, V, V, 0.0, False, c, wk[W_YACT, qc])
-        sm[S_DNORM, c] = dn
-        sm[S_VSQ, c] += dn
+        sm[S_VSQ, c] += sm[S_DNORM, c]
         alpha[r, c] += wk[W_ANEW, qc]
         sm[S_ASUMD, c] += wk[W_ANEW, qc]
 
@@ -493,6 +520,8 @@ def sdca_loop_m(indptr, indices, data, Y, sw, weighted, V, sm, alpha, inv_q, row
     for bt in range(t0, t1):
         _draw_ahead(indptr, indices, data, vflat, smp, bt, ring, ringf, ringh, rk, ecache,
                     stamp, False)
+        _prefetch_v_m(indptr, indices, vflat, V.shape[1],
+                      ring[(bt + 1) % (PREFETCH_DISTANCE + 1)])
         sl = bt % (PREFETCH_DISTANCE + 1)
         rows = ring[sl]                                                       # A_t
         if single and not aggressive:
@@ -519,28 +548,40 @@ def csr_matmat(indptr, indices, data, W, b, out):
     """``out[i, c] = <x_i, w_c> + b_c`` in float64 (one pass over ``X``, ``W`` row-major)."""
     n = indptr.size - 1
     M = W.shape[1]
+    z = np.empty(M)                      # a local row: no store to ``out`` per nonzero
+    wflat = W.reshape(-1)
+    ahead = np.empty(1, dtype=np.int64)
     for i in range(n):
+        if i + 1 < n:                    # W's lines of the next row (W is megabytes)
+            ahead[0] = i + 1
+            _prefetch_v_m(indptr, indices, wflat, M, ahead)
         for c in range(M):
-            out[i, c] = 0.0
+            z[c] = 0.0
         for p in range(indptr[i], indptr[i + 1]):
             x = np.float64(data[p])
             j = indices[p]
             for c in range(M):
-                out[i, c] += x * W[j, c]
+                z[c] += x * W[j, c]
         for c in range(M):
-            out[i, c] += b[c]
+            out[i, c] = z[c] + b[c]
 
 
 @njit(cache=True)
 def csr_rmatmat(indptr, indices, data, alpha, Y, out):
     """``out += X^T (alpha * Y)`` in float64, visiting only the (row, output) pairs whose
-    ``alpha`` is not 0 (one-vs-rest on text: a few of a row's M outputs); each entry of
-    ``out`` receives its rows' terms in row order."""
+    ``alpha`` is not 0 (one-vs-rest on text: a few of a row's M outputs), all of them per
+    nonzero (they share the cache lines of ``out[j, :]``); each entry of ``out`` receives
+    its rows' terms in row order."""
     n = indptr.size - 1
     M = out.shape[1]
     nz = np.empty(M, dtype=np.int64)
     coef = np.empty(M, dtype=np.float64)
+    oflat = out.reshape(-1)
+    ahead = np.empty(1, dtype=np.int64)
     for i in range(n):
+        if i + 1 < n:                    # out's lines of the next row (out is megabytes)
+            ahead[0] = i + 1
+            _prefetch_v_m(indptr, indices, oflat, M, ahead)
         k = 0
         for c in range(M):
             cf = alpha[i, c] * np.float64(Y[i, c])
@@ -548,13 +589,21 @@ def csr_rmatmat(indptr, indices, data, alpha, Y, out):
                 nz[k] = c
                 coef[k] = cf
                 k += 1
-        lo = indptr[i]
-        hi = indptr[i + 1]
-        for q in range(k):
-            c = nz[q]
-            cf = coef[q]
-            for p in range(lo, hi):
-                out[indices[p], c] += np.float64(data[p]) * cf
+        if k == 0:
+            continue
+        for p in range(indptr[i], indptr[i + 1]):   # a nonzero at a time: one line of out
+            j = indices[p]
+            x = np.float64(data[p])
+            for q in range(k):
+                out[j, nz[q]] += x * coef[q]
+
+
+@njit(cache=True)
+def copy_columns(dst, dst_cols, src, src_cols):
+    """``dst[:, dst_cols] = src[:, src_cols]``, a row at a time (both row-major)."""
+    for j in range(dst.shape[0]):
+        for q in range(dst_cols.size):
+            dst[j, dst_cols[q]] = src[j, src_cols[q]]
 
 
 @njit(cache=True)

@@ -54,6 +54,7 @@ raises an ImportError that says what to install.
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 from pathlib import Path
@@ -1138,7 +1139,7 @@ class NumbaBackend(NumpyBackend):
                 "m": np.empty((k, M)), "delta": np.empty((k, M)), "coef": np.empty((k, M)),
                 "slot": np.full(self.d, -1, dtype=np.int32), "acc": np.empty((cap, M)),
                 "touched": np.empty(cap, dtype=np.int32), "wk": np.zeros((N_WORK, M)),
-                "tmp": np.empty(1, dtype=self.dtype), "vflat": np.empty(1, dtype=self.dtype),
+                "tmp": np.empty(1, dtype=self.dtype),
                 "yb": np.empty(k), "sc": np.empty(k), "bp": np.empty(k), "wt": np.empty(k),
                 "no_u": np.empty((1, M)),
             }
@@ -1167,8 +1168,8 @@ class NumbaBackend(NumpyBackend):
                        bool(p.unreg_bias), bool(p.optimal), float(p.radius), bool(p.averaged),
                        int(p.t_avg), float(p.renorm_threshold), p.loss == "squared_hinge",
                        self._nb_canonical, g["m"], g["coef"], g["slot"], g["acc"],
-                       g["touched"], g["wk"], g["tmp"], g["vflat"], g["yb"], g["sc"], g["bp"],
-                       g["wt"])
+                       g["touched"], g["wk"], g["tmp"], self._nb_vflat(), g["yb"], g["sc"],
+                       g["bp"], g["wt"])
 
     def sdca_segment_m(self, sampler, t0: int, t1: int, plan) -> None:
         """SDCA iterations ``t0 + 1 .. t1`` on the general path in one compiled call
@@ -1184,7 +1185,14 @@ class NumbaBackend(NumpyBackend):
                     int(t1), float(p.lam), self.n, float(p.beta_b), float(p.theta), bool(p.aggressive),
                     p.loss == "squared_hinge", self._nb_canonical, self._nb_eps, g["m"],
                     g["delta"], g["coef"], g["no_u"], g["slot"], g["acc"], g["touched"], g["wk"],
-                    g["vflat"])
+                    self._nb_vflat())
+
+    def _nb_vflat(self) -> np.ndarray:
+        """``V`` flattened (a view) when it exceeds the L2 cache, so that the loops prefetch
+        its lines (:func:`~gpusvm.backends._general_nb._prefetch_v_m`); else empty."""
+        if self.V.nbytes > l2_cache_bytes() and self.V.flags.c_contiguous:
+            return self.V.reshape(-1)
+        return np.empty(0, dtype=self.V.dtype)
 
     def decision_function_m(self, W, b) -> np.ndarray:
         """``<w_c, x_i> + b_c`` on all rows, float64 (n, M), without an upcast copy of ``X``."""
@@ -1208,6 +1216,17 @@ class NumbaBackend(NumpyBackend):
         self.sm[S_VSQ] = vsq
         self.sm[S_ASUMD] = self.alpha.sum(axis=0)
         return W
+
+    def copy_columns_m(self, dst, dst_cols, src, src_cols) -> None:
+        """``dst[:, dst_cols] = src[:, src_cols]`` in one compiled row-major pass (NumPy's
+        fancy indexing walks a column at a time: 20 ms for 20 columns of news20)."""
+        from ._general_nb import copy_columns  # noqa: PLC0415
+
+        if not (dst.flags.c_contiguous and src.flags.c_contiguous and dst.dtype == src.dtype):
+            dst[:, dst_cols] = src[:, src_cols]
+            return
+        copy_columns(dst, np.asarray(dst_cols, dtype=np.int64), src,
+                     np.asarray(src_cols, dtype=np.int64))
 
     def col_sq_norms_m(self, W) -> np.ndarray:
         """``||w_c||^2`` of every column of ``W`` (d, M) in one compiled pass (float64)."""
@@ -1246,6 +1265,7 @@ def _announce_compilation(dispatcher) -> None:
                       stacklevel=4)
 
 
+@functools.lru_cache(maxsize=None)
 def l2_cache_bytes() -> int:
     """Size of the L2 cache of CPU 0 from sysfs (512 KiB when it cannot be read)."""
     try:

@@ -428,7 +428,7 @@ def sdca(backend, *, lam: float, b: int, max_iter: int, variant: str = "aggressi
                 if better.size == best_m[1].size:     # every output improved: take W itself
                     best_m[0], best_m[1] = W, p.copy()
                 elif better.size:
-                    best_m[0][:, idx[better]] = W[:, better]
+                    backend.copy_columns_m(best_m[0], idx[better], W, better)
                     best_m[1][idx[better]] = p[better]
             g = best_m[1] - latest[1]
             return (best_m[0], best_m[1].copy(), latest[1].copy(), g,
