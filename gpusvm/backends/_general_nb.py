@@ -34,7 +34,7 @@ from .numba_ import PREFETCH_DISTANCE, _draw_ahead, _fill_ring, _prefetch, _step
 _EPS64 = float(np.finfo(np.float64).eps)
 
 # rows of the per-output work array
-W_Z = 0        # a row's dot products <v_c, x_i>
+W_Z = 0        # (unused: the loops keep a row's dot products in an array of their own)
 W_DN = 1       # exact change of ||v_c||^2 of an addition
 W_DN2 = 2      # ... of the undo of a rejected step
 W_ANEW = 3     # Pegasos: a_c (1 - eta_t lam)
@@ -67,20 +67,43 @@ def _prefetch_v_m(indptr, indices, vflat, M, rows):
 
 
 @njit(cache=True, inline="always")
-def _margins_m(indptr, indices, data, Y, V, sm, rows, m, wk):
-    """``m_ic = y_ic (a_c <v_c, x_i> + b_c)`` for the batch: one gather per row for all M."""
+def _prefetch_duals_m(aflat, yflat, inv_q, row_sq, M, rows):
+    """Ask for the lines of ``alpha[r, :]``, ``Y[r, :]``, ``1/||x_r||^2`` and ``||x_r||^2``
+    of the rows (``aflat``, ``yflat``: the row-major arrays flattened): a shuffled epoch
+    visits them cold, a few lines per row that each step would otherwise wait on."""
+    for i in range(rows.size):
+        r = rows[i]
+        base = r * M
+        for o in range(0, M, 8):
+            _prefetch(aflat, base + o)
+        _prefetch(aflat, base + M - 1)
+        for o in range(0, M, 16):
+            _prefetch(yflat, base + o)
+        _prefetch(yflat, base + M - 1)
+        _prefetch(inv_q, r)
+        _prefetch(row_sq, r)
+
+
+@njit(cache=True, inline="always")
+def _margins_m(indptr, indices, data, Y, V, sm, rows, m, z):
+    """``m_ic = y_ic (a_c <v_c, x_i> + b_c)`` for the batch: one gather per row for all M.
+
+    ``z`` (M,) holds a row's dot products: the loops pass an array of their own, which the
+    compiler knows no other argument aliases, so the sums stay in vector registers
+    (``wk[W_Z]`` costs a store per nonzero and output).
+    """
     M = V.shape[1]
     for i in range(rows.size):
         r = rows[i]
         for c in range(M):
-            wk[W_Z, c] = 0.0
+            z[c] = 0.0
         for p in range(indptr[r], indptr[r + 1]):
             x = data[p]
             j = indices[p]
             for c in range(M):
-                wk[W_Z, c] += x * V[j, c]
+                z[c] += x * V[j, c]
         for c in range(M):
-            m[i, c] = np.float64(Y[r, c]) * (sm[S_A, c] * wk[W_Z, c] + sm[S_B, c])
+            m[i, c] = np.float64(Y[r, c]) * (sm[S_A, c] * z[c] + sm[S_B, c])
 
 
 @njit(cache=True, inline="always")
@@ -329,13 +352,14 @@ def pegasos_loop_m(indptr, indices, data, Y, sw, weighted, V, U, use_u, sm, smp,
     """Iterations ``t0 + 1 .. t1`` of Pegasos on the general path, batches drawn in place
     (``GeneralPath.pegasos_segment_m``)."""
     single = canonical and k == 1
+    z = np.empty(V.shape[1])                  # a row's dot products (_margins_m)
     _fill_ring(smp, t0, ring, ringf, ringh, rk, ecache, stamp)
     for t in range(t0 + 1, t1 + 1):
         _draw_ahead(indptr, indices, data, vflat, smp, t - 1, ring, ringf, ringh, rk, ecache,
                     stamp, False)
         _prefetch_v_m(indptr, indices, vflat, V.shape[1], ring[t % (PREFETCH_DISTANCE + 1)])
         rows = ring[(t - 1) % (PREFETCH_DISTANCE + 1)]                        # step 1: A_t
-        _margins_m(indptr, indices, data, Y, V, sm, rows, m, wk)              # step 2
+        _margins_m(indptr, indices, data, Y, V, sm, rows, m, z)               # step 2
         if optimal:
             _optimal_bias_m(Y, sw, weighted, rows, m, sm, yb, sc, bp, wt)     # Sec. 4
         eta, shrink = _step_size(schedule, t, lam, eta0, norma_p)             # step 3
@@ -456,31 +480,31 @@ def _sdca_apply_m(indptr, indices, data, Y, sw, weighted, V, sm, alpha, rows, de
 
 @njit(cache=True, inline="always")
 def _sdca_row_m(indptr, indices, data, Y, sw, weighted, V, sm, alpha, inv_q, row_sq, r, lam,
-                n, squared, touched, wk):
+                n, squared, touched, wk, z):
     """One safe/naive step on the one-row batch ``{r}``: :func:`_margins_m`,
     :func:`_sdca_deltas_m` and :func:`_sdca_apply_m` (without the check) fused, with the
     same arithmetic, and the bookkeeping of the outputs whose ``delta`` is 0 skipped.
 
-    ``wk[W_Z]`` holds the row's dot products, ``wk[W_ANEW]`` the deltas and
+    ``z`` holds the row's dot products (:func:`_margins_m`), ``wk[W_ANEW]`` the deltas and
     ``wk[W_YACT]`` the coefficients of the outputs that move (``touched[:nmov]``).
     """
     M = V.shape[1]
     lamn = lam * n
     for c in range(M):
-        wk[W_Z, c] = 0.0
+        z[c] = 0.0
     lo = indptr[r]
     hi = indptr[r + 1]
     for p in range(lo, hi):                                    # one gather serves all M
         x = data[p]
         j = indices[p]
         for c in range(M):
-            wk[W_Z, c] += x * V[j, c]
+            z[c] += x * V[j, c]
     si = sw[r] if weighted else 1.0
     q = row_sq[r]
     nmov = 0
     for c in range(M):                                         # eq. (15) per output
         yc = np.float64(Y[r, c])
-        m = yc * (sm[S_A, c] * wk[W_Z, c] + sm[S_B, c])
+        m = yc * (sm[S_A, c] * z[c] + sm[S_B, c])
         a = alpha[r, c]
         if squared:
             x = (2.0 * si * (1.0 - m) - a) / (1.0 + 2.0 * si * sm[S_BETA, c] * q / lamn)
@@ -516,21 +540,25 @@ def sdca_loop_m(indptr, indices, data, Y, sw, weighted, V, sm, alpha, inv_q, row
     place (``GeneralPath.sdca_segment_m``)."""
     single = canonical and smp[2] == 1
     lamn = lam * n
+    z = np.empty(V.shape[1])                  # a row's dot products (_margins_m)
+    aflat = alpha.reshape(alpha.size)
+    yflat = Y.reshape(Y.size)
     _fill_ring(smp, t0, ring, ringf, ringh, rk, ecache, stamp)
     for bt in range(t0, t1):
         _draw_ahead(indptr, indices, data, vflat, smp, bt, ring, ringf, ringh, rk, ecache,
                     stamp, False)
-        _prefetch_v_m(indptr, indices, vflat, V.shape[1],
-                      ring[(bt + 1) % (PREFETCH_DISTANCE + 1)])
+        ahead = ring[(bt + 1) % (PREFETCH_DISTANCE + 1)]
+        _prefetch_v_m(indptr, indices, vflat, V.shape[1], ahead)
+        _prefetch_duals_m(aflat, yflat, inv_q, row_sq, V.shape[1], ahead)
         sl = bt % (PREFETCH_DISTANCE + 1)
         rows = ring[sl]                                                       # A_t
         if single and not aggressive:
             _sdca_row_m(indptr, indices, data, Y, sw, weighted, V, sm, alpha, inv_q, row_sq,
-                        rows[0], lam, n, squared, touched, wk)
+                        rows[0], lam, n, squared, touched, wk, z)
             continue
         first = ringf[sl]
         has_first = ringh[sl]
-        _margins_m(indptr, indices, data, Y, V, sm, rows, m, wk)              # y_ic <w_c, x_i>
+        _margins_m(indptr, indices, data, Y, V, sm, rows, m, z)               # y_ic <w_c, x_i>
         _sdca_deltas_m(Y, sw, weighted, alpha, inv_q, row_sq, sm, rows, m, lamn, first,
                        has_first, squared, delta)                             # eq. (15)
         if aggressive:                                                        # Alg. 2
