@@ -20,7 +20,7 @@ from gpusvm.datasets import normalize_rows
 from gpusvm.estimators import DataScaleWarning
 from gpusvm.estimators_sdca import SDCASVC
 from gpusvm.solvers.pegasos import doubling_estimate, pegasos
-from gpusvm.solvers.sdca import next_certificate, next_certificate_m, sdca
+from gpusvm.solvers.sdca import next_certificate, sdca
 
 LAM = 1e-4
 
@@ -153,23 +153,6 @@ def test_certificate_cadence_adapts_to_the_gap():
     assert next_certificate([(100, 1, 0, 0.00101, 0), (200, 1, 0, 0.001009, 0)], 1e-3,
                             epoch) >= 25
     assert next_certificate([(100, 1, 0, 0.1, 0), (300, 1, 0, 0.2, 0)], 1e-3, epoch) == 200
-
-
-def test_certificate_cadence_of_many_outputs_is_the_median_of_the_open_outputs():
-    epoch = 100
-    g0 = np.array([0.04, 0.004, 0.0016, 0.0005])
-    g1 = np.array([0.02, 0.002, 0.0012, 0.0004])      # the last output is certified
-    trail = [(100, g0), (200, g1)]
-    own = [next_certificate([(100, 1, 0, a, 0), (200, 1, 0, b, 0)], 1e-3, epoch)
-           for a, b in zip(g0[:3], g1[:3])]
-    assert own == [400, 120, 76]
-    assert next_certificate_m(trail, 1e-3, epoch) == 120          # their median
-    # one output: the binary cadence, after the first certificate and after the second
-    for c in range(3):
-        assert next_certificate_m([(100, g0[c:c + 1])], 1e-3, epoch) == \
-            next_certificate([(100, 1, 0, g0[c], 0)], 1e-3, epoch)
-        assert next_certificate_m([(100, g0[c:c + 1]), (200, g1[c:c + 1])], 1e-3, epoch) \
-            == own[c]
 
 
 def test_doubling_estimate_reads_the_rate_from_the_decreases():

@@ -303,9 +303,7 @@ def sdca(backend, *, lam: float, b: int, max_iter: int, variant: str = "aggressi
         Seed of the batch stream.
     eval_every : int, optional
         Iterations between two certificates; default: adapted to the gap by
-        :func:`next_certificate` (unless ``eval_at`` is given), with several
-        outputs, on a backend that retires the certified ones (``outputs_m``), by
-        :func:`next_certificate_m` (the median of the open outputs' own cadences).
+        :func:`next_certificate` (unless ``eval_at`` is given).
     max_time : float, optional
         Time budget in seconds, checked at evaluations.
     callback : callable, optional
@@ -463,12 +461,8 @@ def sdca(backend, *, lam: float, b: int, max_iter: int, variant: str = "aggressi
     t = 0
     stop = "max_iter"
     live = None                 # general path: the outputs whose certificate is above tol
-    gap_trail: list = []        # general path: (t, gaps (M,)) of the last two certificates
-    retires = general and hasattr(backend, "outputs_m")
     while t < max_iter:
-        if adaptive and gap_trail and retires:      # several outputs, retired one by one
-            steps = min(max_iter - t, next_certificate_m(gap_trail, tol, epoch))
-        elif adaptive:
+        if adaptive:
             steps = min(max_iter - t, next_certificate(history, tol, epoch))
         else:
             steps = segment_length(t, max_iter - t, eval_every, eval_at)
@@ -487,8 +481,7 @@ def sdca(backend, *, lam: float, b: int, max_iter: int, variant: str = "aggressi
             progress(t, primal, gap)
         if shrinking and dual_before is not None and dual - dual_before <= SHRINK_STALL * gap:
             backend.sdca_unshrink()                       # the active set stalled: every row
-        if retires:
-            gap_trail = (gap_trail + [(t, np.asarray(last[3], dtype=float).copy())])[-2:]
+        if general and hasattr(backend, "outputs_m"):
             open_ = np.flatnonzero(np.asarray(last[3]) > tol)
             live = open_ if 0 < open_.size < np.size(last[3]) else None
         if gap <= tol:
@@ -574,42 +567,6 @@ def next_certificate(history: list, tol: float, epoch: int) -> int:
     rate = math.log(g0 / g1) / last
     left = math.log(g1 / tol) / rate
     return int(max(1, epoch // 4, min(4 * last, CADENCE_OVERSHOOT * left)))
-
-
-def next_certificate_m(trail: list, tol: float, epoch: int) -> int:
-    """:func:`next_certificate` with several outputs: the median of the outputs' own.
-
-    Each output whose gap is above ``tol`` predicts its own crossing from its gaps
-    at the last two certificates (``trail``: ``[(t, gaps), ...]``, the last one or
-    two); the next certificate comes at the median of those predictions.  Waiting
-    for the slowest output instead runs every output to its crossing (one-vs-rest
-    on 20 Newsgroups: certificates at 10 and 18 epochs with all 20 outputs open at
-    the first, where the binary fits stop at 7-17); certifying at the median
-    retires about half of the open outputs each time, and the later certificates
-    and segments cost only the outputs left (:meth:`outputs_m`).
-
-    Parameters
-    ----------
-    trail : list of (int, ndarray)
-        Iteration and per-output gaps of the last certificates (at most the last two
-        are read).
-    tol : float
-    epoch : int
-
-    Returns
-    -------
-    int
-        At least 1.
-    """
-    t1, g1 = trail[-1]
-    open_ = np.flatnonzero(g1 > tol)
-    if open_.size == 0:
-        open_ = np.arange(g1.size)
-    preds = []
-    for c in open_:
-        hist = [(t, 0.0, 0.0, float(g[c]), 0.0) for t, g in trail[-2:]]
-        preds.append(next_certificate(hist, tol, epoch))
-    return int(max(1, np.median(preds)))
 
 
 def default_max_iter(n: int, b: int, epochs: int = 100) -> int:
