@@ -136,6 +136,22 @@ def test_newton_matches_linearsvc_one_vs_rest_on_letter(letter, class_weight):
         assert abs(ours - theirs) <= 1e-6 * max(1.0, theirs), (c, ours, theirs)
 
 
+def test_newton_runs_blas_on_one_thread_and_restores_it(letter):
+    from threadpoolctl import threadpool_info  # noqa: PLC0415
+
+    def blas_threads():
+        return [i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"]
+
+    before = blas_threads()
+    assert before, "threadpoolctl finds no BLAS library under NumPy"
+    seen = []
+    X, y = letter[0][:2000], letter[1][:2000]
+    be = make_backend("numpy", sp.csr_matrix(X), np.where(y == y[0], 1.0, -1.0))
+    newton(be, lam=1e-3, tol=1e-6, callback=lambda *a: seen.append(blas_threads()))
+    assert seen and all(threads == [1] * len(before) for threads in seen)
+    assert blas_threads() == before
+
+
 def test_newton_certificate_is_zero_at_the_closed_form_optimum():
     # ALGORITHMS.md's check: n = 1, x = y = s = 1: w* = 2 / (lam + 2), P2* = D2* = lam / (lam + 2)
     lam = 0.3
