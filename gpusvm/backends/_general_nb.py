@@ -33,19 +33,18 @@ from .numba_ import PREFETCH_DISTANCE, _draw_ahead, _fill_ring, _prefetch, _step
 
 _EPS64 = float(np.finfo(np.float64).eps)
 
-# rows of the per-output work array
-W_Z = 0        # (unused: the loops keep a row's dot products in an array of their own)
-W_DN = 1       # exact change of ||v_c||^2 of an addition
-W_DN2 = 2      # ... of the undo of a rejected step
-W_ANEW = 3     # Pegasos: a_c (1 - eta_t lam)
-W_YACT = 4     # Pegasos: sum of s_i g_i y_ic over the active rows
-W_DEN = 5      # Alg. 2: sum_i delta_ic^2 ||x_i||^2
-W_NUM = 6      # Alg. 2: ||sum_i delta_ic y_ic x_i||^2
-W_GAIN = 7     # n times the separable part of Delta D_c
-W_DABS = 8     # sum_i |delta_ic|
-W_VSQ0 = 9     # ||v_c||^2 before the step
-W_OK = 10      # 1.0 when output c's step is kept
-N_WORK = 11
+# rows of the per-output work array (a row's dot products live in an array of the loop's own)
+W_DN = 0       # exact change of ||v_c||^2 of an addition
+W_DN2 = 1      # ... of the undo of a rejected step
+W_ANEW = 2     # Pegasos: a_c (1 - eta_t lam)
+W_YACT = 3     # Pegasos: sum of s_i g_i y_ic over the active rows
+W_DEN = 4      # Alg. 2: sum_i delta_ic^2 ||x_i||^2
+W_NUM = 5      # Alg. 2: ||sum_i delta_ic y_ic x_i||^2
+W_GAIN = 6     # n times the separable part of Delta D_c
+W_DABS = 7     # sum_i |delta_ic|
+W_VSQ0 = 8     # ||v_c||^2 before the step
+W_OK = 9       # 1.0 when output c's step is kept
+N_WORK = 10
 
 
 @njit(cache=True, inline="always")
@@ -90,7 +89,7 @@ def _margins_m(indptr, indices, data, Y, V, sm, rows, m, z):
 
     ``z`` (M,) holds a row's dot products: the loops pass an array of their own, which the
     compiler knows no other argument aliases, so the sums stay in vector registers
-    (``wk[W_Z]`` costs a store per nonzero and output).
+    (a row of the shared work array costs a store per nonzero and output).
     """
     M = V.shape[1]
     for i in range(rows.size):
