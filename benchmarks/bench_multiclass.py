@@ -130,7 +130,8 @@ def run(datasets, C, skip, seeds=0):
                                 convergence_warning=bool(flags)))
         if seeds:
             ratio_rows(name, X_train, y_train, seeds, results)
-    print("\n* the fit ended with a ConvergenceWarning (max_iter reached before tol)")
+    if any(r.get("convergence_warning") for r in results):
+        print("\n* the fit ended with a ConvergenceWarning (max_iter reached before tol)")
     return results
 
 
