@@ -534,14 +534,15 @@ def _sdca_row_m(indptr, indices, data, Y, sw, weighted, V, sm, alpha, inv_q, row
 @njit(cache=True)
 def sdca_loop_m(indptr, indices, data, Y, sw, weighted, V, sm, alpha, inv_q, row_sq, smp, ring,
                 ringf, ringh, rk, ecache, stamp, t0, t1, lam, n, beta_b, theta, aggressive,
-                squared, canonical, eps, m, delta, coef, no_u, slot, acc, touched, wk, vflat):
+                squared, canonical, eps, m, delta, coef, no_u, slot, acc, touched, wk, vflat,
+                aflat, yflat):
     """Iterations ``t0 + 1 .. t1`` of mini-batch SDCA on the general path, batches drawn in
-    place (``GeneralPath.sdca_segment_m``)."""
+    place (``GeneralPath.sdca_segment_m``; ``vflat``, ``aflat`` and ``yflat`` are ``V``,
+    ``alpha`` and ``Y`` flattened by the caller, for the prefetches: flattening them here
+    costs seconds of compilation)."""
     single = canonical and smp[2] == 1
     lamn = lam * n
     z = np.empty(V.shape[1])                  # a row's dot products (_margins_m)
-    aflat = alpha.reshape(alpha.size)
-    yflat = Y.reshape(Y.size)
     _fill_ring(smp, t0, ring, ringf, ringh, rk, ecache, stamp)
     for bt in range(t0, t1):
         _draw_ahead(indptr, indices, data, vflat, smp, bt, ring, ringf, ringh, rk, ecache,

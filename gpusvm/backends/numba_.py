@@ -1185,7 +1185,7 @@ class NumbaBackend(NumpyBackend):
                     int(t1), float(p.lam), self.n, float(p.beta_b), float(p.theta), bool(p.aggressive),
                     p.loss == "squared_hinge", self._nb_canonical, self._nb_eps, g["m"],
                     g["delta"], g["coef"], g["no_u"], g["slot"], g["acc"], g["touched"], g["wk"],
-                    self._nb_vflat())
+                    self._nb_vflat(), self.alpha.reshape(-1), self.Y.reshape(-1))
 
     def _nb_vflat(self) -> np.ndarray:
         """``V`` flattened (a view) when it exceeds the L2 cache, so that the loops prefetch
