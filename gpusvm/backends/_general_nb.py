@@ -142,6 +142,18 @@ def _sum_rows_m(indptr, indices, data, rows, coef, slot, acc, touched, skip_stil
 
 
 @njit(cache=True, inline="always")
+def _add_exact(V, U, u_scale, use_u, j, c, g):
+    """``V[j, c] += g`` (``U[j, c] += u_scale[c] g`` when ``use_u``); returns the exact change
+    of ``V[j, c]^2``, ``(new - old)(new + old)`` of the values as stored."""
+    old = np.float64(V[j, c])
+    V[j, c] = old + g
+    new = np.float64(V[j, c])
+    if use_u:
+        U[j, c] += u_scale[c] * g
+    return (new - old) * (new + old)
+
+
+@njit(cache=True, inline="always")
 def _add_row_to_columns(indices, data, lo, hi, V, U, u_scale, use_u, cols, cc, nmov, dn):
     """``V[:, cols[q]] += cc[q] x`` for ``q < nmov`` and the row ``x`` stored at ``lo:hi``
     (``U[:, c] += u_scale[c] cc[q] x`` when ``use_u``); ``dn[cols[q]]`` is set to the exact
@@ -160,13 +172,7 @@ def _add_row_to_columns(indices, data, lo, hi, V, U, u_scale, use_u, cols, cc, n
         x = data[p]
         for q in range(nmov):
             c = cols[q]
-            g = x * cc[q]
-            old = np.float64(V[j, c])
-            V[j, c] = old + g
-            new = np.float64(V[j, c])
-            if use_u:
-                U[j, c] += u_scale[c] * g
-            dn[c] += (new - old) * (new + old)
+            dn[c] += _add_exact(V, U, u_scale, use_u, j, c, x * cc[q])
 
 
 @njit(cache=True, inline="always")
@@ -201,14 +207,8 @@ def _add_rows_m(indptr, indices, data, V, U, u_scale, use_u, rows, coef, single,
         j = touched[q]
         for c in range(M):
             g = acc[q, c]
-            if g == 0.0:
-                continue
-            old = np.float64(V[j, c])
-            V[j, c] = old + g
-            new = np.float64(V[j, c])
-            if use_u:
-                U[j, c] += u_scale[c] * g
-            dn[c] += (new - old) * (new + old)
+            if g != 0.0:
+                dn[c] += _add_exact(V, U, u_scale, use_u, j, c, g)
         slot[j] = -1
 
 
