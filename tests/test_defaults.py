@@ -153,6 +153,12 @@ def test_certificate_cadence_adapts_to_the_gap():
     assert next_certificate([(100, 1, 0, 0.00101, 0), (200, 1, 0, 0.001009, 0)], 1e-3,
                             epoch) >= 25
     assert next_certificate([(100, 1, 0, 0.1, 0), (300, 1, 0, 0.2, 0)], 1e-3, epoch) == 200
+    # from the third certificate on, the rate is that since the first: a lucky fall of the
+    # best point's gap (0.1 -> 0.004) followed by a slow interval (0.004 -> 0.0035) would
+    # predict 2800 iterations more (capped at 4 x 300); the steady rate predicts 1.2 x 262
+    history = [(100, 1, 0, 0.1, 0), (500, 1, 0, 0.004, 0), (800, 1, 0, 0.0035, 0)]
+    steady = math.log(0.1 / 0.0035) / 700
+    assert next_certificate(history, 1e-3, epoch) == int(1.2 * math.log(3.5) / steady) == 313
 
 
 def test_doubling_estimate_reads_the_rate_from_the_decreases():

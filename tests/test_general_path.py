@@ -9,6 +9,7 @@ implementation; the M-output runs against M binary runs on the same batches.
 from __future__ import annotations
 
 import math
+import re
 import warnings
 
 import numpy as np
@@ -287,6 +288,23 @@ def test_numba_column_norms_and_resynchronisation_match_numpy():
     np.testing.assert_allclose(b.sm, a.sm, rtol=1e-12, atol=1e-15)
 
 
+def test_numba_column_dots_and_combinations_match_numpy():
+    X, y = toy()
+    a, b = (make_backend(name, X, three_outputs(y)) for name in BACKENDS)
+    rng = np.random.default_rng(2)
+    dst, src = rng.standard_normal((40, 5)), rng.standard_normal((40, 3))
+    cols, t = np.array([4, 0, 2]), np.array([0.25, 1.0, 0.0])
+    np.testing.assert_allclose(b.col_dots_m(dst, cols, src), a.col_dots_m(dst, cols, src),
+                               rtol=1e-13)
+    expect = dst.copy()
+    expect[:, 4] += 0.25 * (src[:, 0] - expect[:, 4])
+    expect[:, 0] = src[:, 1]                               # t = 1: an exact copy
+    for be in (a, b):
+        out = dst.copy()
+        be.mix_columns_m(out, cols, src, t)
+        np.testing.assert_array_equal(out, expect)
+
+
 @pytest.mark.parametrize("backend", ["numba"])     # runs to 1e-6: the compiled backend
 @pytest.mark.parametrize("loss", ["hinge", "squared_hinge"])
 def test_sdca_m_outputs_weighted_equal_m_weighted_fits_and_stop_on_every_gap(backend, loss):
@@ -370,8 +388,13 @@ def test_sdca_warm_start_from_a_converged_alpha_certifies_at_once(backend, multi
     kw = dict(lam=1e-2, b=1, max_iter=10**6, variant="safe", tol=1e-7, loss=loss, seed=0)
     cold = sdca(make_backend(backend, X, yy), **kw)
     assert cold.stop_reason == "tol" and cold.n_iter > 300
-    warm = sdca(make_backend(backend, X, yy), alpha0=cold.extra["alpha"], eval_every=1, **kw)
+    warm = sdca(make_backend(backend, X, yy), alpha0=cold.extra["alpha"], w0=cold.w,
+                eval_every=1, **kw)
     assert warm.stop_reason == "tol" and warm.n_iter == 1
+    with pytest.raises(ValueError, match=re.escape("w0 must come with alpha0 and be finite")):
+        sdca(make_backend(backend, X, yy), w0=cold.w, **kw)
+    with pytest.raises(ValueError, match=re.escape("of shape (40,")):
+        sdca(make_backend(backend, X, yy), alpha0=cold.extra["alpha"], w0=cold.w[:-1], **kw)
     # both within their gaps of the one optimum: lam/2 ||w - w*||^2 <= gap
     gaps = np.atleast_1d(cold.extra["gap"]) + np.atleast_1d(warm.extra["gap"])
     dist = np.linalg.norm(np.reshape(warm.w - cold.w, (40, -1)), axis=0)

@@ -160,18 +160,21 @@ def test_gap_is_nonnegative_and_bounds_the_primal_suboptimality(unit_rcv1, varia
     svc = liblinear_optimum(X, y, lam)
     res = sdca(NumpyBackend(X, y), lam=lam, b=b, max_iter=max(4000 // b, 40), variant=variant,
                tol=0.0, eval_every=max(1, 100 // b), seed=2)
-    # P* <= min of every primal value seen, so P(w) - p_star_upper <= P(w) - P*
-    p_star_upper = min(primal(X, y, svc.coef_.ravel(), lam), min(h[1] for h in res.history))
-    best = np.inf
+    # P* <= every primal value seen, so weak duality puts every D below p_star_upper
+    p_star_upper = min(primal(X, y, svc.coef_.ravel(), lam), res.extra["primal"])
+    lowest, previous = np.inf, np.inf
     for t, p, d, gap, _ in res.history:
-        best = min(best, p)                    # the gap certifies the best primal point so far
+        lowest = min(lowest, p)
+        best = gap + d                         # the gap certifies the best primal point so far:
         assert gap >= -1e-14
-        assert gap == pytest.approx(best - d, abs=1e-15)
-        assert best - p_star_upper <= gap + 1e-14
+        assert best <= lowest + 1e-15          # no worse than any certified point w(alpha)
+        assert best <= previous + 1e-15        # and never worse than before
+        assert d <= p_star_upper + 1e-14
+        previous = best
     assert res.history[-1][3] < res.history[0][3]
     # the returned point is that best point, and the reported primal is its objective
-    assert res.extra["primal"] == best
-    assert primal(X, y, res.w, lam) == pytest.approx(best, rel=1e-12)
+    assert res.extra["primal"] == pytest.approx(best, rel=1e-14)
+    assert primal(X, y, res.w, lam) == pytest.approx(res.extra["primal"], rel=1e-12)
 
 
 # ---------------------------------------------------------------- a textbook twin
@@ -390,7 +393,8 @@ def test_backend_without_sdca_primitives_is_refused():
 
     with pytest.raises(NotImplementedError, match=re.escape(
             "the 'pegasos-only' backend does not implement the SDCA primitives (sdca_deltas, "
-            "sdca_adapt_beta, sdca_apply, dual_weights, dual_objective, sdca_segment); use backend='numpy'")):
+            "sdca_adapt_beta, sdca_apply, dual_weights, dual_objective, sdca_segment, "
+            "decision_function, col_dots_m, mix_columns_m); use backend='numpy'")):
         sdca(PegasosOnly(), lam=1e-3, b=2, max_iter=1)
 
 
@@ -432,3 +436,74 @@ def test_acceptance_b1024_certifies_1e3(request, name, variant):
     assert clf.stop_reason_ == "tol"
     assert 0.0 <= clf.duality_gap_ <= 1e-3
     assert clf.primal_objective_ == pytest.approx(primal(X, y, clf.coef_.ravel(), 1e-4), abs=1e-9)
+
+
+# ---------------------------------------------------------------- the best point of a segment
+def weighted_objective(X, y, w, lam, s, loss):
+    """``P_s(w)`` straight from the definition (hinge or squared hinge, weights ``s``)."""
+    slack = np.maximum(0.0, 1.0 - y * (X @ w))
+    return 0.5 * lam * w @ w + np.mean(s * (slack ** 2 if loss == "squared_hinge" else slack))
+
+
+@pytest.mark.parametrize("loss", ["hinge", "squared_hinge"])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_segment_minimum_finds_the_lowest_objective_between_two_points(loss, weighted):
+    from gpusvm.solvers.sdca import segment_minimum  # noqa: PLC0415
+
+    rng = np.random.default_rng(7)
+    n, d, lam = 300, 20, 1e-2
+    X = rng.standard_normal((n, d))
+    y = np.where(rng.random(n) < 0.5, -1.0, 1.0)
+    s = rng.uniform(0.2, 2.0, n) if weighted else np.ones(n)
+    grid = np.linspace(0.0, 1.0, 20001)
+    pairs = [(0.3 * rng.standard_normal(d), 0.3 * rng.standard_normal(d)) for _ in range(3)]
+    g = X.T @ (s * y) / n                       # minus the loss's gradient at w = 0
+    pairs += [(np.zeros(d), -g),                # uphill from w = 0: the minimum at t = 0
+              (np.zeros(d), 1e-3 * g)]          # a short step downhill: at t = 1
+    A0 = np.stack([y * (X @ w0) for w0, _ in pairs])
+    E = np.stack([y * (X @ w1) for _, w1 in pairs]) - A0
+    q1 = np.array([w0 @ (w1 - w0) for w0, w1 in pairs])
+    q2 = np.array([(w1 - w0) @ (w1 - w0) for w0, w1 in pairs])
+    t = segment_minimum(np, A0, E, s if weighted else None, q1, q2, lam, loss)
+    for c, (w0, w1) in enumerate(pairs):
+        f = [weighted_objective(X, y, w0 + g * (w1 - w0), lam, s, loss) for g in grid]
+        at_t = weighted_objective(X, y, w0 + t[c] * (w1 - w0), lam, s, loss)
+        assert at_t <= min(f) + 1e-12                       # no grid point is lower
+        assert 0.0 <= t[c] <= 1.0
+        if np.argmin(f) == 0 and f[1] > f[0]:
+            assert t[c] == 0.0                              # an end is returned exactly
+        if np.argmin(f) == grid.size - 1 and f[-2] > f[-1]:
+            assert t[c] == 1.0
+    assert t[3] == 0.0 and t[4] == 1.0                      # the ends are exercised
+    assert np.all((t[:3] > 0.0) & (t[:3] < 1.0))            # and so is the inside
+
+
+def test_best_points_keep_the_lowest_objective_and_its_exact_margins():
+    from gpusvm.solvers.sdca import BestPoints, primal_point_m  # noqa: PLC0415
+
+    from gpusvm.backends import make_backend  # noqa: PLC0415
+
+    rng = np.random.default_rng(3)
+    n, d, M, lam = 200, 15, 3, 1e-2
+    X = sp.random(n, d, density=0.4, format="csr", random_state=1)
+    Y = np.where(rng.random((n, M)) < 0.5, -1.0, 1.0)
+    be = make_backend("numpy", X, Y)
+    best = BestPoints(be, lam, "hinge")
+    offered = []
+    for k in range(4):
+        W = rng.standard_normal((d, M)) * (0.5 / (k + 1))
+        A, P, sq = primal_point_m(be, W, lam, "hinge")
+        idx = np.arange(M) if k != 2 else np.array([0, 2])    # a certificate of two outputs
+        if k == 2:
+            W, A, P, sq = W[:, idx].copy(), A[idx].copy(), P[idx], sq[idx]
+        offered.append((idx, P))
+        best.offer(idx, W, A, P, sq)
+        lowest = np.full(M, np.inf)
+        for i, p in offered:
+            lowest[i] = np.minimum(lowest[i], p)
+        assert np.all(best.P <= lowest + 1e-15)               # no worse than any point offered
+        A_exact, P_exact, sq_exact = primal_point_m(be, best.W, lam, "hinge")
+        np.testing.assert_allclose(best.A, A_exact, rtol=1e-12, atol=1e-13)
+        np.testing.assert_allclose(best.P, P_exact, rtol=1e-12)
+        np.testing.assert_allclose(best.sq, sq_exact, rtol=1e-12)
+    assert np.any(best.P < lowest - 1e-6)                     # and strictly better somewhere

@@ -296,9 +296,23 @@ class GeneralEvaluation:
         self.sm[S_ASUMD] = self.alpha.sum(axis=0)
         return W
 
-    def copy_columns_m(self, dst, dst_cols, src, src_cols) -> None:
-        """``dst[:, dst_cols] = src[:, src_cols]`` (both ``(d, .)`` arrays of the backend)."""
-        dst[:, dst_cols] = src[:, src_cols]
+    def col_dots_m(self, A, a_cols, B):
+        """``<A[:, a_cols[q]], B[:, q]>`` for every column ``q`` of ``B``, float64 (q,) in ``xp``
+        (``A`` and ``B`` float64 ``(d, .)`` arrays of the backend)."""
+        return self.xp.einsum("ij,ij->j", A[:, a_cols], B)
+
+    def mix_columns_m(self, dst, dst_cols, src, t) -> None:
+        """``dst[:, dst_cols[q]] += t_q (src[:, q] - dst[:, dst_cols[q]])`` in place, for the
+        host weights ``0 <= t_q <= 1``: ``t_q = 1`` copies the column exactly, ``t_q = 0``
+        leaves it (``dst``, ``src``: float64 ``(d, .)`` arrays of the backend)."""
+        t = np.asarray(t, dtype=np.float64)
+        cols = np.asarray(dst_cols, dtype=np.intp)
+        copy, mix = np.flatnonzero(t == 1.0), np.flatnonzero((t > 0.0) & (t < 1.0))
+        if copy.size:
+            dst[:, cols[copy]] = src[:, copy]
+        if mix.size:
+            old = dst[:, cols[mix]]
+            dst[:, cols[mix]] = old + self.xp.asarray(t[mix]) * (src[:, mix] - old)
 
     def dual_objective_m(self, lam: float, W, loss: str = "hinge"):
         """``D(alpha)`` (hinge) or ``D2(alpha)`` (squared hinge) of every output (M,)."""

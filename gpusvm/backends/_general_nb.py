@@ -627,11 +627,28 @@ def csr_rmatmat(indptr, indices, data, alpha, Y, out):
 
 
 @njit(cache=True)
-def copy_columns(dst, dst_cols, src, src_cols):
-    """``dst[:, dst_cols] = src[:, src_cols]``, a row at a time (both row-major)."""
+def col_dots(A, a_cols, B, out):
+    """``out_q = <A[:, a_cols[q]], B[:, q]>`` in float64, one row-major pass over both."""
+    Q = a_cols.size
+    for q in range(Q):
+        out[q] = 0.0
+    for j in range(A.shape[0]):
+        for q in range(Q):
+            out[q] += A[j, a_cols[q]] * B[j, q]
+
+
+@njit(cache=True)
+def mix_columns(dst, dst_cols, src, t):
+    """``dst[:, dst_cols[q]] += t_q (src[:, q] - dst[:, dst_cols[q]])``, a row at a time;
+    ``t_q = 1`` copies, ``t_q = 0`` skips (both row-major)."""
     for j in range(dst.shape[0]):
         for q in range(dst_cols.size):
-            dst[j, dst_cols[q]] = src[j, src_cols[q]]
+            tq = t[q]
+            if tq == 1.0:
+                dst[j, dst_cols[q]] = src[j, q]
+            elif tq > 0.0:
+                old = dst[j, dst_cols[q]]
+                dst[j, dst_cols[q]] = old + tq * (src[j, q] - old)
 
 
 @njit(cache=True)

@@ -1217,16 +1217,27 @@ class NumbaBackend(NumpyBackend):
         self.sm[S_ASUMD] = self.alpha.sum(axis=0)
         return W
 
-    def copy_columns_m(self, dst, dst_cols, src, src_cols) -> None:
-        """``dst[:, dst_cols] = src[:, src_cols]`` in one compiled row-major pass (NumPy's
-        fancy indexing walks a column at a time: 20 ms for 20 columns of news20)."""
-        from ._general_nb import copy_columns  # noqa: PLC0415
+    def col_dots_m(self, A, a_cols, B) -> np.ndarray:
+        """:meth:`GeneralEvaluation.col_dots_m` in one compiled row-major pass."""
+        from ._general_nb import col_dots  # noqa: PLC0415
 
-        if not (dst.flags.c_contiguous and src.flags.c_contiguous and dst.dtype == src.dtype):
-            dst[:, dst_cols] = src[:, src_cols]
+        out = np.empty(np.shape(B)[1])
+        if not (A.flags.c_contiguous and B.flags.c_contiguous and A.dtype == B.dtype == np.float64):
+            return super().col_dots_m(A, a_cols, B)
+        col_dots(A, np.asarray(a_cols, dtype=np.int64), B, out)
+        return out
+
+    def mix_columns_m(self, dst, dst_cols, src, t) -> None:
+        """:meth:`GeneralEvaluation.mix_columns_m` in one compiled row-major pass (NumPy's
+        fancy indexing walks a column at a time: 20 ms for 20 columns of news20)."""
+        from ._general_nb import mix_columns  # noqa: PLC0415
+
+        if not (dst.flags.c_contiguous and src.flags.c_contiguous
+                and dst.dtype == src.dtype == np.float64):
+            super().mix_columns_m(dst, dst_cols, src, t)
             return
-        copy_columns(dst, np.asarray(dst_cols, dtype=np.int64), src,
-                     np.asarray(src_cols, dtype=np.int64))
+        mix_columns(dst, np.asarray(dst_cols, dtype=np.int64), src,
+                    np.asarray(t, dtype=np.float64))
 
     def col_sq_norms_m(self, W) -> np.ndarray:
         """``||w_c||^2`` of every column of ``W`` (d, M) in one compiled pass (float64)."""

@@ -462,6 +462,12 @@ class SDCASVC(_LinearSVCBase):
                     f"warm_start: the last fit had {alpha0.shape[0]} rows, this one has {n}; "
                     "warm starts need the same rows (set warm_start=False)")
             extra["alpha0"] = alpha0
+            w0 = np.column_stack([i["w"] for i in inits]) if y.ndim == 2 else inits[0]["w"]
+            if w0.shape[0] != Xs.shape[1]:
+                raise ValueError(
+                    f"warm_start: the last fit had {w0.shape[0]} weights, this one has "
+                    f"{Xs.shape[1]}; fit the same features, or set warm_start=False")
+            extra["w0"] = w0
         progress, close = _gap_progress_bar(self.verbose, max_iter)
         try:
             res = sdca(be, lam=float(lam), b=b, max_iter=max_iter, variant=variant,

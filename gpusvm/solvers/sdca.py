@@ -59,7 +59,9 @@ Decisions
 * **Certificates.** At every evaluation ``w(alpha)`` is recomputed from
   ``alpha`` in float64 (O(nnz), the cost of evaluating ``P``), so the gap is a
   true certificate for the float32 path too, and the iterate is resynchronised
-  with it.
+  with it.  The gap is that of the best primal point, the minimiser of ``P`` on
+  the segments between the certified points (:class:`BestPoints`), against the
+  latest dual.
 
 SDCA part of the backend contract
 ---------------------------------
@@ -106,6 +108,10 @@ SDCA (``init_state`` sets it; only :meth:`dual_weights` rewrites ``v``).
     ``s[S_ASUMD] = sum alpha``.  Evaluation only.
 ``dual_objective(lam, w) -> float``
     host float ``sum(alpha)/n - (lam/2) ||w||^2``: a synchronisation point.
+``decision_function(w, b)``, ``col_dots_m``, ``mix_columns_m``
+    the margins of a certified point, and the column dot products and in-place
+    combinations of :class:`BestPoints` (those of
+    :class:`~gpusvm.backends._general.GeneralEvaluation`).
 """
 
 from __future__ import annotations
@@ -128,7 +134,8 @@ LOSSES = ("hinge", "squared_hinge")
 
 #: the SDCA part of the backend contract (see the module docstring)
 SDCA_PRIMITIVES = ("init_dual", "sdca_deltas", "sdca_adapt_beta", "sdca_apply", "dual_weights",
-                   "dual_objective", "sdca_segment")
+                   "dual_objective", "sdca_segment", "decision_function", "col_dots_m",
+                   "mix_columns_m")
 
 
 def check_sdca_args(n: int, lam: float, b: int, variant: str, theta: float, tol: float) -> None:
@@ -184,8 +191,66 @@ def step_bound(backend, b: int, variant: str, sigma2: float | None):
     return sigma2, spectral.beta_b(b, n, sigma2)
 
 
+def primal_from_margins(xp, A, s, sq, lam: float, loss: str = "hinge"):
+    """``P_s(w_c) = lam/2 ||w_c||^2 + (1/n) sum_i s_i loss(A_ci)`` of every output.
+
+    Parameters
+    ----------
+    xp : module
+        The array module of ``A`` (NumPy or CuPy).
+    A : array of float64, shape (M, n)
+        Signed margins ``A_ci = y_ic <w_c, x_i>`` (one row per output).
+    s : array of float64, shape (n,), or None
+        Example weights (None: all 1).
+    sq : array of float64, shape (M,)
+        ``||w_c||^2``.
+    lam : float
+    loss : {"hinge", "squared_hinge"}
+
+    Returns
+    -------
+    array of float64, shape (M,), in ``xp``
+    """
+    slack = xp.maximum(0.0, 1.0 - A)
+    if loss == "squared_hinge":
+        slack = slack * slack
+    if s is not None:
+        slack = slack * s
+    return 0.5 * lam * sq + slack.sum(axis=1) / A.shape[1]
+
+
+def primal_point(backend, w, lam: float):
+    """The signed margins, ``P(w)`` and ``||w||^2`` of a binary point ``w`` (a pass over ``X``).
+
+    Returns
+    -------
+    A : array of float64, shape (1, n)
+        ``y_i <w, x_i>``, in the backend's array module (for :class:`BestPoints`).
+    primal, sq : float
+    """
+    xp = getattr(backend, "xp", np)
+    A = (backend.decision_function(w, 0.0) * backend.y)[None, :]
+    sq = xp.dot(w, w).reshape(1)
+    primal, sq = (float(v) for v in backend.to_host(                       # one copy
+        xp.concatenate([primal_from_margins(xp, A, None, sq, lam), sq])))
+    return A, primal, sq
+
+
+def primal_point_m(backend, W, lam: float, loss: str):
+    """:func:`primal_point` of every output of the general path: ``A`` (M, n), ``P`` and
+    ``sq`` (host float64 (M,))."""
+    xp = backend.xp
+    A = xp.ascontiguousarray((backend.decision_function_m(W, 0.0) * backend.Y).T)
+    sq = xp.asarray(backend.col_sq_norms_m(W))
+    primal = primal_from_margins(xp, A, backend.sample_weight, sq, lam, loss)
+    primal, sq = np.asarray(backend.to_host(xp.stack([primal, sq])), dtype=float)  # one copy
+    return A, primal, sq
+
+
 def certificate(backend, lam: float):
-    """Exact ``w(alpha)``, ``P(w)``, ``D(alpha)`` and the gap (a synchronisation point).
+    """Exact ``w(alpha)``, ``P(w)``, ``D(alpha)``, the gap, and the signed margins of ``w``.
+
+    A synchronisation point.
 
     Parameters
     ----------
@@ -194,13 +259,17 @@ def certificate(backend, lam: float):
 
     Returns
     -------
-    w : array of float64 (backend's array module)
+    w : array of float64 (backend's array module), shape (d,)
     primal, dual, gap : float
+    A : array of float64, shape (1, n)
+        ``y_i <w, x_i>`` (for :class:`BestPoints`).
+    sq : float
+        ``||w||^2``.
     """
     w = backend.dual_weights(lam)                           # w(alpha), exactly
-    primal = backend.evaluate(w, 0.0, lam).objective        # P(w(alpha))
+    A, primal, sq = primal_point(backend, w, lam)           # P(w(alpha))
     dual = backend.dual_objective(lam, w)                   # D(alpha)
-    return w, primal, dual, primal - dual
+    return w, primal, dual, primal - dual, A, sq
 
 
 def certificate_m(backend, lam: float, loss: str):
@@ -212,11 +281,154 @@ def certificate_m(backend, lam: float, loss: str):
     primal, dual, gap : ndarray of float64, shape (M,)
         ``P_s(w_c(alpha))``, ``D_s(alpha_c)`` (``D2`` for the squared hinge) and their
         difference (ALGORITHMS.md, "Weights, and the squared hinge").
+    A : array of float64, shape (M, n)
+        ``y_ic <w_c, x_i>``, in the backend's array module.
+    sq : ndarray of float64, shape (M,)
+        ``||w_c||^2``.
     """
     W = backend.dual_weights_m(lam)
-    primal = np.asarray(backend.to_host(backend.evaluate_m(W, 0.0, lam, loss)[0]), dtype=float)
+    A, primal, sq = primal_point_m(backend, W, lam, loss)
     dual = np.asarray(backend.to_host(backend.dual_objective_m(lam, W, loss)), dtype=float)
-    return W, primal, dual, primal - dual
+    return W, primal, dual, primal - dual, A, sq
+
+
+#: bisection steps of :func:`segment_minimum` (the minimiser to 2^-30 of the segment)
+LINE_STEPS = 30
+
+
+def segment_minimum(xp, A0, E, s, q1, q2, lam: float, loss: str = "hinge",
+                    steps: int = LINE_STEPS):
+    """Per output, the ``t`` in ``[0, 1]`` that minimises ``P_s`` on a segment of primal points.
+
+    The points ``w_t = w_0 + t (w_1 - w_0)`` have the signed margins
+    ``A0 + t E`` (``E = A1 - A0``) and ``||w_t||^2 = ||w_0||^2 + 2 t q1 + t^2 q2``
+    (``q1 = <w_0, w_1 - w_0>``, ``q2 = ||w_1 - w_0||^2``), so ``f(t) = P_s(w_t)`` is
+    a convex function of ``t`` evaluated without touching the data.  Its slope
+    ``f'(t) = lam (q1 + q2 t) + (1/n) sum_i s_i loss'(A0_i + t E_i) E_i`` is
+    bisected; only the rows whose margin crosses 1 inside the segment are
+    re-read at each step (the others add a constant, or for the squared hinge a
+    linear, term computed once).
+
+    Parameters
+    ----------
+    xp : module
+    A0, E : arrays of float64, shape (M, n)
+    s : array of float64, shape (n,), or None
+    q1, q2 : arrays of float64, shape (M,), in ``xp``
+    lam : float
+    loss : {"hinge", "squared_hinge"}
+    steps : int
+
+    Returns
+    -------
+    array of float64, shape (M,), in ``xp``
+        Exactly 0 where ``f'(0) >= 0``, exactly 1 where ``f'(1) <= 0``, else the
+        bisection's midpoint.
+    """
+    M, n = A0.shape
+    in0, in1 = A0 < 1.0, (A0 + E) < 1.0
+    both = in0 & in1
+    sE = E if s is None else E * s
+    if loss == "squared_hinge":                 # loss'(u) = -2 (1 - u) for u < 1
+        c0 = -2.0 * xp.where(both, (1.0 - A0) * sE, 0.0).sum(axis=1)
+        c1 = 2.0 * xp.where(both, sE * E, 0.0).sum(axis=1)
+    else:                                       # loss'(u) = -1 for u < 1
+        c0 = -xp.where(both, sE, 0.0).sum(axis=1)
+        c1 = xp.zeros(M)
+    oi, ri = xp.nonzero(in0 != in1)             # the margins that cross 1 inside the segment
+    a, e, se = A0[oi, ri], E[oi, ri], sE[oi, ri]
+
+    def slope(t):
+        u = a + t[oi] * e
+        g = xp.where(u < 1.0, -se if loss == "hinge" else -2.0 * (1.0 - u) * se, 0.0)
+        cross = xp.bincount(oi, weights=g, minlength=M)
+        return lam * (q1 + q2 * t) + (c0 + c1 * t + cross) / n
+
+    lo, hi = xp.zeros(M), xp.ones(M)
+    for _ in range(steps):
+        mid = 0.5 * (lo + hi)
+        down = slope(mid) < 0.0
+        lo, hi = xp.where(down, mid, lo), xp.where(down, hi, mid)
+    t = 0.5 * (lo + hi)
+    t = xp.where(slope(xp.zeros(M)) >= 0.0, 0.0, t)
+    return xp.where(slope(xp.ones(M)) <= 0.0, 1.0, t)
+
+
+class BestPoints:
+    """Per output, the lowest-``P`` primal point on the segments between certified points.
+
+    At ``b = 1`` the certified point ``w(alpha)`` moves by up to ``||x_i||/(lam n)``
+    at every step, so ``P(w(alpha))`` at one certificate is noisy; the gap of the
+    best point seen so far was the remedy (any primal point and any dual-feasible
+    ``alpha`` certify each other by weak duality).  Here each new certified point
+    ``w_1`` is also combined with the best point ``w_0``: the minimiser of ``P_s``
+    on the segment ``[w_0, w_1]`` (:func:`segment_minimum`, from the signed margins
+    both certificates computed anyway: no pass over the data) becomes the best
+    point, an average of the certified iterates whose weights the objective
+    chooses.  Its ``P`` is at most that of both ends, and its gap to the latest
+    dual reaches ``tol`` earlier (20 Newsgroups, one-vs-rest: 8.7-11.2 epochs
+    against 10.3-17.8 over five seeds).
+
+    Parameters
+    ----------
+    backend : Backend
+        Supplies ``xp`` (NumPy when absent), ``to_host``, ``col_dots_m`` and
+        ``mix_columns_m`` (:class:`~gpusvm.backends._general.GeneralEvaluation`).
+    lam : float
+    loss : {"hinge", "squared_hinge"}
+    s : array of float64, shape (n,), or None
+        Example weights, in the backend's array module.
+
+    Attributes
+    ----------
+    W : array of float64, shape (d, M)
+        The best points (the first certified ones until a second arrives).
+    A : array of float64, shape (M, n)
+        Their signed margins.
+    P, sq : ndarray of float64, shape (M,)
+        Their objectives and squared norms (host).
+    """
+
+    def __init__(self, backend, lam: float, loss: str, s=None):
+        self.backend, self.lam, self.loss, self.s = backend, lam, loss, s
+        self.xp = getattr(backend, "xp", np)
+        self.W = self.A = self.P = self.sq = None
+
+    def offer(self, idx, W, A, P, sq) -> None:
+        """Combine the certified points ``W`` (d, q) of the outputs ``idx`` with the best ones.
+
+        ``A`` (q, n), ``P`` and ``sq`` (q,) are those of ``W``; the first call must
+        offer every output, and keeps its arrays.
+        """
+        if self.W is None:
+            self.W, self.A = W, A
+            self.P, self.sq = np.array(P, dtype=float), np.array(sq, dtype=float)
+            return
+        xp, be = self.xp, self.backend
+        idx = np.asarray(idx, dtype=np.intp)
+        P, sq = np.asarray(P, dtype=float), np.asarray(sq, dtype=float)
+        whole = idx.size == self.P.size
+        q0 = xp.asarray(self.sq[idx])
+        cross = xp.asarray(be.col_dots_m(self.W, idx, W))                    # <w_0, w_1>
+        q1, q2 = cross - q0, xp.asarray(sq) - 2.0 * cross + q0
+        A0 = self.A if whole else self.A[xp.asarray(idx)]
+        E = A - A0
+        t_d = segment_minimum(xp, A0, E, self.s, q1, q2, self.lam, self.loss)
+        At = A0 + t_d[:, None] * E
+        sqt_d = q0 + t_d * (2.0 * q1 + t_d * q2)
+        pt_d = primal_from_margins(xp, At, self.s, sqt_d, self.lam, self.loss)
+        t, pt, sqt = np.asarray(be.to_host(xp.stack([t_d, pt_d, sqt_d])), dtype=float)
+        inner = (t > 0.0) & (t < 1.0)
+        worse = inner & (pt >= np.minimum(self.P[idx], P))  # rounding only: keep the better end
+        t = np.where(worse, np.where(P < self.P[idx], 1.0, 0.0), t)
+        inner &= ~worse
+        take = t == 1.0
+        be.mix_columns_m(self.W, idx, W, t)
+        for pick, src in ((take, A), (inner, At)):
+            if pick.any():
+                self.A[xp.asarray(idx[pick])] = src[xp.asarray(np.flatnonzero(pick))]
+        self.P[idx] = np.where(take, P, np.where(inner, pt, self.P[idx]))
+        self.sq[idx] = np.where(take, sq, np.where(inner, sqt, self.sq[idx]))
 
 
 def uses_general_path(backend, loss: str) -> bool:
@@ -264,7 +476,7 @@ def sdca(backend, *, lam: float, b: int, max_iter: int, variant: str = "aggressi
          sampling: str = "without_replacement", seed=0, eval_every: int | None = None,
          max_time: float | None = None, callback: Callable | None = None,
          progress=None, eval_at: Callable[[int], bool] | None = None,
-         shrinking: bool = False, loss: str = "hinge", alpha0=None) -> SolverResult:
+         shrinking: bool = False, loss: str = "hinge", alpha0=None, w0=None) -> SolverResult:
     """Run mini-batch SDCA (Takáč et al. 2013) on a prepared backend.
 
     Parameters
@@ -331,8 +543,11 @@ def sdca(backend, *, lam: float, b: int, max_iter: int, variant: str = "aggressi
     alpha0 : array of the shape of ``y``, optional
         Warm start: the dual variables of a previous fit on the same rows and
         outputs (inside the box ``[0, s_i]`` for the hinge, ``>= 0`` for the
-        squared hinge); the iterate starts at ``w(alpha0)``, so a converged
-        ``alpha0`` certifies at the first certificate.
+        squared hinge); the iterate starts at ``w(alpha0)``.
+    w0 : array of float64 of shape (d,) or (d, M), optional
+        With ``alpha0``: the best primal point of that fit (its ``w``), the first
+        best point of this one (:class:`BestPoints`), so that a fit certified with
+        ``alpha0`` and ``w0`` certifies again at the first certificate.
 
     Returns
     -------
@@ -391,6 +606,12 @@ def sdca(backend, *, lam: float, b: int, max_iter: int, variant: str = "aggressi
         raise ValueError(f"sampling must be one of {SAMPLING_MODES}, got {sampling!r}")
     if alpha0 is not None:
         alpha0 = check_alpha0(alpha0, backend, loss)
+    if w0 is not None:
+        w0 = np.asarray(w0, dtype=np.float64)
+        shape = (backend.d,) + tuple(np.shape(backend.y)[1:])
+        if alpha0 is None or w0.shape != shape or not np.all(np.isfinite(w0)):
+            raise ValueError(f"w0 must come with alpha0 and be finite, of shape {shape} (the "
+                             f"weights of the fit that produced alpha0), got {w0.shape}")
     adaptive = eval_every is None and eval_at is None
     epoch = default_eval_every(n, b, max_iter)
     if eval_every is None:
@@ -404,34 +625,31 @@ def sdca(backend, *, lam: float, b: int, max_iter: int, variant: str = "aggressi
         backend.init_state_m()                                                # W^(0) = 0
         backend.init_dual_m(beta0, loss, alpha0, lam)                         # alpha^(0), beta^(0)
 
-        best_m = None                               # [W, P(W)]: each output's best point
+        best_m = BestPoints(backend, lam, loss, backend.sample_weight)
         latest = None                               # [P(w(alpha)), D(alpha)] of each output
 
         def certify():
             """Per output, the best primal point seen and the latest dual; outputs already
             certified (not in ``live``) have not moved since, and keep their figures."""
-            nonlocal best_m, latest
+            nonlocal latest
             if live is None:
-                W, p, d_, _ = certificate_m(backend, lam, loss)
+                W, p, d_, _, A, sq = certificate_m(backend, lam, loss)
                 idx = np.arange(p.size)
             else:
                 with backend.outputs_m(live):
-                    W, p, d_, _ = certificate_m(backend, lam, loss)
+                    W, p, d_, _, A, sq = certificate_m(backend, lam, loss)
                 idx = live
-            if best_m is None:
-                best_m = [W, p.copy()]                # W is the certificate's own new array
+            if latest is None:
                 latest = [p.copy(), d_.copy()]
+                if w0 is not None:                    # the previous fit's best point first
+                    W0 = backend.xp.array(w0.reshape(backend.d, -1))    # a copy
+                    best_m.offer(idx, W0, *primal_point_m(backend, W0, lam, loss))
             else:
                 latest[0][idx] = p
                 latest[1][idx] = d_
-                better = np.flatnonzero(p < best_m[1][idx])
-                if better.size == best_m[1].size:     # every output improved: take W itself
-                    best_m[0], best_m[1] = W, p.copy()
-                elif better.size:
-                    backend.copy_columns_m(best_m[0], idx[better], W, better)
-                    best_m[1][idx[better]] = p[better]
-            g = best_m[1] - latest[1]
-            return (best_m[0], best_m[1].copy(), latest[1].copy(), g,
+            best_m.offer(idx, W, A, p, sq)
+            g = best_m.P - latest[1]
+            return (best_m.W, best_m.P.copy(), latest[1].copy(), g,
                     float(np.mean(latest[0])), float(np.mean(latest[1])), float(np.max(g)))
     else:
         backend.init_state()                                                  # w^(0) = 0
@@ -439,16 +657,19 @@ def sdca(backend, *, lam: float, b: int, max_iter: int, variant: str = "aggressi
         if alpha0 is not None:
             backend.load_dual(alpha0, lam)                                    # warm start
 
-        best = None                                 # (w, P(w)): the lowest primal certified
+        best = BestPoints(backend, lam, "hinge")
 
         def certify():
             """The best primal point seen and the latest dual certify each other."""
-            nonlocal best
-            w, p, d_, _ = certificate(backend, lam)
-            if best is None or p < best[1]:
-                best = (w.copy(), p)
-            g = best[1] - d_
-            return best[0], best[1], d_, g, p, d_, g
+            w, p, d_, _, A, sq = certificate(backend, lam)
+            if best.W is None and w0 is not None:     # the previous fit's best point first
+                xp = getattr(backend, "xp", np)
+                v0 = xp.array(w0)                     # a copy: BestPoints writes into it
+                A0, p0, sq0 = primal_point(backend, v0, lam)
+                best.offer([0], v0.reshape(-1, 1), A0, [p0], [sq0])
+            best.offer([0], w.reshape(-1, 1), A, [p], [sq])    # w is a new array
+            g = float(best.P[0]) - d_
+            return best.W[:, 0], float(best.P[0]), d_, g, p, d_, g
     sampler = CounterSampler(n, b, sampling, seed)                            # A_t from (seed, t)
     shrinking = bool(shrinking) and b == 1 and not general
     if shrinking and not hasattr(backend, "sdca_unshrink"):
@@ -534,15 +755,19 @@ CADENCE_OVERSHOOT = 1.2
 def next_certificate(history: list, tol: float, epoch: int) -> int:
     """Iterations until the next certificate when the cadence adapts to the gap.
 
-    The gap's rate of decrease per iteration between the last two certificates,
-    ``r = log(G_prev / G) / (t - t_prev)`` (before the second one: from the
-    starting point ``alpha = 0``, ``w = 0``, whose gap is at most 1), predicts the
-    iterations left to ``tol``, ``log(G / tol) / r``; the next certificate comes
-    after :data:`CADENCE_OVERSHOOT` times that, at least a quarter epoch and at
-    most 4 times the last interval.  The gap is that of the best primal point
-    seen (:func:`sdca`), so it never rises and its rate is not thrown off by the
-    noise of ``P(w(alpha))``.  Far from ``tol`` few certificates are computed
-    (each costs about two passes over the data), near it they come often.
+    The gap's rate of decrease per iteration, ``r = log(G_0 / G) / (t - t_0)``,
+    predicts the iterations left to ``tol``, ``log(G / tol) / r``; the next
+    certificate comes after :data:`CADENCE_OVERSHOOT` times that, at least a
+    quarter epoch and at most 4 times the last interval.  The rate is measured
+    from the first certificate (``t_0``, ``G_0``) once there are three, else over
+    the last interval (before the second certificate: from the starting point
+    ``alpha = 0``, ``w = 0``, whose gap is at most 1): SDCA's gap falls at a
+    roughly steady linear rate, and the rate of one interval swings with the
+    luck of the best primal point, which overshot ``tol`` by several epochs
+    (20 Newsgroups, one-vs-rest: the last certificate at 17.8 epochs where 10
+    sufficed).  The gap is that of the best primal point (:class:`BestPoints`),
+    so it never rises.  Far from ``tol`` few certificates are computed (each
+    costs about two passes over the data), near it they come often.
 
     Parameters
     ----------
@@ -564,7 +789,9 @@ def next_certificate(history: list, tol: float, epoch: int) -> int:
     last = t1 - t0
     if not (g1 > 0 and g0 > g1 and tol > 0):
         return max(1, last)
-    rate = math.log(g0 / g1) / last
+    if len(history) >= 3 and history[0][3] > g1:     # the rate since the first certificate
+        t0, g0 = history[0][0], history[0][3]
+    rate = math.log(g0 / g1) / (t1 - t0)
     left = math.log(g1 / tol) / rate
     return int(max(1, epoch // 4, min(4 * last, CADENCE_OVERSHOOT * left)))
 
