@@ -230,7 +230,7 @@ def primal_point(backend, w, lam: float):
     """
     xp = getattr(backend, "xp", np)
     A = (backend.decision_function(w, 0.0) * backend.y)[None, :]
-    sq = xp.dot(w, w).reshape(1)
+    sq = xp.asarray(backend.col_sq_norms_m(w.reshape(-1, 1)))   # not BLAS: its idle threads spin
     primal, sq = (float(v) for v in backend.to_host(                       # one copy
         xp.concatenate([primal_from_margins(xp, A, None, sq, lam), sq])))
     return A, primal, sq
