@@ -47,7 +47,8 @@ class SDCASVC(_LinearSVCBase):
 
     with ``w(alpha) = (1/(lam n)) sum_i alpha_i y_i x_i``, updating ``batch_size``
     dual coordinates per iteration, and stops once the duality gap
-    ``P(w(alpha)) - D(alpha)``, an upper bound on ``P(w) - P(w*)``, is ``<= tol``.
+    ``P(w) - D(alpha)`` of its best primal point ``w`` (``coef_``), an upper bound on
+    ``P(w) - P(w*)``, is ``<= tol``.
 
     Parameters
     ----------
@@ -77,8 +78,10 @@ class SDCASVC(_LinearSVCBase):
         rule), or ordinal (ordered labels: a problem per pair of neighbouring classes,
         Duros & Katzman 2014; decision rule :func:`gpusvm.estimators._base.ordinal_scores`).
     warm_start : bool, default=False
-        Start the next ``fit`` from this fit's solution: ``alpha_`` for SDCA, ``coef_``
-        and ``intercept_`` for Newton (the same rows and classes are expected).
+        Start the next ``fit`` from this fit's solution: ``alpha_`` for SDCA (with
+        ``coef_`` and ``intercept_`` as the first best primal point, so a certified
+        fit certifies again at once), ``coef_`` and ``intercept_`` for Newton (the
+        same rows and classes are expected).
     batch_size : int or "auto", default="auto"
         Mini-batch size ``b``, from 1 to ``n``; ``b = 1`` is plain SDCA.  ``"auto"``:
         1 on a CPU backend (the fewest epochs; BENCHMARKS.md), ``min(n, 4096)`` on a
@@ -156,9 +159,11 @@ class SDCASVC(_LinearSVCBase):
     coef_ : ndarray of shape (1, n_features) or (n_outputs, n_features)
         One row for two classes; one per class (``"ovr"``), per pair of classes
         (``"ovo"``) or per pair of neighbouring classes (``"ordinal"``) otherwise.
-        For a binary hinge fit, ``w(alpha)`` at the certificate with the lowest
-        primal objective (the last one, unless ``P(w(alpha))``, which is noisy at
-        small batches, was lower at an earlier certificate).
+        Per output, the best primal point of the fit: the certified points
+        ``w(alpha)`` combined along the way, each with the best point before it, at
+        the minimiser of ``P`` on the segment between them (``P(w(alpha))`` is noisy
+        at small batches; see :class:`~gpusvm.solvers.sdca.BestPoints`).  With
+        ``warm_start=True`` the next fit starts from it as well as from ``alpha_``.
     intercept_ : ndarray of shape (1,) or (n_outputs,)
     classes_ : ndarray of shape (n_classes,)
     alpha_ : ndarray of shape (n_samples,) or (n_samples, n_outputs)
