@@ -54,7 +54,7 @@ def objective(X, y, w, lam, s=None, loss="hinge", b=0.0):
 def liblinear(X, y, lam, loss, s=None):
     """LIBLINEAR's optimum with ``C = 1/(lam n)`` (and the same ``sample_weight``)."""
     svc = LinearSVC(loss=loss, C=1.0 / (lam * X.shape[0]), fit_intercept=False, tol=1e-12,
-                    max_iter=10**6)
+                    max_iter=10**6, random_state=0)   # liblinear permutes rows at random
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)   # tol=1e-12 is below its habit
         svc.fit(X, y, sample_weight=s)

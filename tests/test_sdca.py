@@ -65,7 +65,7 @@ def dual(X, y, alpha, lam):
 def liblinear_optimum(X, y, lam, fit_intercept=False):
     """An independent optimum: LIBLINEAR's dual coordinate descent with ``C = 1/(lam n)``."""
     svc = LinearSVC(loss="hinge", fit_intercept=fit_intercept, C=1.0 / (lam * X.shape[0]),
-                    tol=1e-10, max_iter=10**6)
+                    tol=1e-10, max_iter=10**6, random_state=0)   # liblinear permutes at random
     with warnings.catch_warnings():
         warnings.simplefilter("error", ConvergenceWarning)
         svc.fit(X, y)

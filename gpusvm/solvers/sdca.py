@@ -366,7 +366,7 @@ class BestPoints:
     both certificates computed anyway: no pass over the data) becomes the best
     point, an average of the certified iterates whose weights the objective
     chooses.  Its ``P`` is at most that of both ends, and its gap to the latest
-    dual reaches ``tol`` earlier (20 Newsgroups, one-vs-rest: 8.7-11.2 epochs
+    dual reaches ``tol`` earlier (20 Newsgroups, one-vs-rest: 8.6-11.2 epochs
     against 10.3-17.8 over five seeds).
 
     Parameters
