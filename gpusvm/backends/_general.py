@@ -314,17 +314,19 @@ class GeneralEvaluation:
             old = dst[:, cols[mix]]
             dst[:, cols[mix]] = old + self.xp.asarray(t[mix]) * (src[:, mix] - old)
 
-    def dual_objective_m(self, lam: float, W, loss: str = "hinge"):
-        """``D(alpha)`` (hinge) or ``D2(alpha)`` (squared hinge) of every output (M,)."""
+    def dual_objective_m(self, lam: float, W, loss: str = "hinge", sq=None):
+        """``D(alpha)`` (hinge) or ``D2(alpha)`` (squared hinge) of every output (M,);
+        ``sq``: the ``||w_c||^2`` of ``W`` when the caller has them (a pass less)."""
         xp = self.xp
-        W = xp.asarray(W, dtype=np.float64)
         lin = self.alpha
         if loss == "squared_hinge":
             s = self._weights()[:, None]
             with np.errstate(divide="ignore", invalid="ignore"):
                 lin = xp.where(s > 0.0,
                                self.alpha - self.alpha ** 2 / (4.0 * xp.where(s > 0, s, 1.0)), 0.0)
-        return lin.sum(axis=0) / self.n - 0.5 * lam * self.col_sq_norms_m(W)
+        if sq is None:
+            sq = self.col_sq_norms_m(xp.asarray(W, dtype=np.float64))
+        return lin.sum(axis=0) / self.n - 0.5 * lam * xp.asarray(sq)
 
 
 class GeneralPath(GeneralEvaluation):

@@ -1221,9 +1221,9 @@ class NumbaBackend(NumpyBackend):
         """:meth:`GeneralEvaluation.col_dots_m` in one compiled row-major pass."""
         from ._general_nb import col_dots  # noqa: PLC0415
 
-        out = np.empty(np.shape(B)[1])
         if not (A.flags.c_contiguous and B.flags.c_contiguous and A.dtype == B.dtype == np.float64):
             return super().col_dots_m(A, a_cols, B)
+        out = np.empty(np.shape(B)[1])
         col_dots(A, np.asarray(a_cols, dtype=np.int64), B, out)
         return out
 

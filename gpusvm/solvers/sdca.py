@@ -288,7 +288,8 @@ def certificate_m(backend, lam: float, loss: str):
     """
     W = backend.dual_weights_m(lam)
     A, primal, sq = primal_point_m(backend, W, lam, loss)
-    dual = np.asarray(backend.to_host(backend.dual_objective_m(lam, W, loss)), dtype=float)
+    dual = np.asarray(backend.to_host(backend.dual_objective_m(lam, W, loss, sq=sq)),
+                      dtype=float)
     return W, primal, dual, primal - dual, A, sq
 
 
