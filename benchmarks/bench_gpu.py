@@ -6,7 +6,7 @@ On a CUDA machine (``--backend cupy``, the default when a device exists)::
     python benchmarks/bench_gpu.py --json gpu.json      # also write the results
 
 Measures
-  * seconds per iteration of the whole solver loop (3 launches per iteration, no host
+  * seconds per iteration of the whole solver loop (2 launches per iteration, no host
     synchronisation) for each batch size k;
   * time and iterations to primal suboptimality eps (Takáč et al. 2013 use eps = 1e-3)
     on imdb and news20, against ``P*`` from LIBLINEAR (``LinearSVC``, hinge loss, no

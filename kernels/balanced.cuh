@@ -16,6 +16,7 @@
 #define GPUSVM_BALANCED_CUH
 
 #include "common.cuh"
+#include "sampler.cuh"
 
 namespace gpusvm {
 
@@ -87,7 +88,8 @@ __device__ __forceinline__ int table_slot(int* keys, const int j) {
 }
 
 // ---- gather: the dot products <x_r, v> of a tile's rows (margins_balanced.cu,
-// sdca_margins_balanced.cu).  Rows rows[first .. first + nr - 1]; start, len (BLOCK), off
+// sdca_margins_balanced.cu).  Thread tid < nr passes its row r (the others anything); start, len
+// (BLOCK), off
 // (BLOCK + 1) and csum (CHUNK_WINDOW) are the caller's shared arrays.  One thread per row loads
 // indptr; the rows' chunks of 32 consecutive nonzeros are scanned; the block's warps stride over
 // the chunks (one per warp at a time: coalesced reads, a fixed butterfly sum); one thread per row
@@ -98,8 +100,7 @@ template <typename T, typename W>
 __device__ __forceinline__ double tile_row_dot(const long long* __restrict__ indptr,
                                                const int* __restrict__ indices,
                                                const T* __restrict__ data,
-                                               const W* __restrict__ v,
-                                               const int* __restrict__ rows, const int first,
+                                               const W* __restrict__ v, const int r,
                                                const int nr, long long* start, int* len, int* off,
                                                double* csum) {
     const int tid = threadIdx.x;
@@ -107,7 +108,6 @@ __device__ __forceinline__ double tile_row_dot(const long long* __restrict__ ind
     const int warp = tid / WARP;
     int chunks = 0;
     if (tid < nr) {
-        const int r = rows[first + tid];
         const long long s0 = indptr[r];
         start[tid] = s0;
         len[tid] = static_cast<int>(indptr[r + 1] - s0);
@@ -145,15 +145,16 @@ __device__ __forceinline__ double tile_row_dot(const long long* __restrict__ ind
 }
 
 // The tile loop of the gather kernels (margins_balanced.cu, sdca_margins_balanced.cu): block b
-// takes the tiles of tile_rows batch positions b, b + gridDim.x, ... of the k, gets the dots of
-// their rows by tile_row_dot (its shared arrays are declared here), and calls f(g, dot) in the
-// thread of each tile row (g its batch position).  Every thread of the block must call it.
-template <typename T, typename W, typename F>
+// takes the tiles of tile_rows batch positions b, b + gridDim.x, ... of the k; in the thread of
+// each tile row, row_at(g) gives the CSR row at batch position g (read or drawn: SegmentBatch);
+// the dots come from tile_row_dot (its shared arrays are declared here), and f(g, r, dot) is
+// called in the same thread.  Every thread of the block must call it.
+template <typename T, typename W, typename R, typename F>
 __device__ __forceinline__ void tile_rows_dot(const long long* __restrict__ indptr,
                                               const int* __restrict__ indices,
                                               const T* __restrict__ data, const W* __restrict__ v,
-                                              const int* __restrict__ rows, const int k,
-                                              const int tile_rows, F&& f) {
+                                              R&& row_at, const int k, const int tile_rows,
+                                              F&& f) {
     __shared__ long long start[BLOCK];
     __shared__ int len[BLOCK];
     __shared__ int off[BLOCK + 1];
@@ -161,13 +162,62 @@ __device__ __forceinline__ void tile_rows_dot(const long long* __restrict__ indp
     const int tid = threadIdx.x;
     for (int first = blockIdx.x * tile_rows; first < k; first += gridDim.x * tile_rows) {
         const int nr = min(tile_rows, k - first);
-        const double dot = tile_row_dot(indptr, indices, data, v, rows, first, nr, start, len, off,
-                                        csum);
+        const int r = tid < nr ? row_at(first + tid) : 0;
+        const double dot = tile_row_dot(indptr, indices, data, v, r, nr, start, len, off, csum);
         if (tid < nr) {
-            f(first + tid, dot);
+            f(first + tid, r, dot);
         }
     }
 }
+
+// ---- the batch of a captured segment's gather kernel: read, or drawn where it is used.  With
+// draw < 0 the rows come from rows[] (written by gpusvm_sample_next); with draw = 0 or 2 (the
+// sampling mode codes without replacement and epochs) the thread of batch position g draws its row
+// from (seed, t = counter[0]) itself (sampler.cuh: what gpusvm_sample_next<draw> writes at g),
+// writes rows[g] and first[g] for the iteration's later kernels, and finish() lets the block that
+// ends last advance counter[0] to t + 1: the gather kernel replaces the sampler's launch.  Every
+// thread reads counter[0] on construction, before its block takes the ticket in finish().
+// rows and first are written by the thread that later reads them (program order): never read
+// them through the read-only path (no const __restrict__ on these pointers).
+struct SegmentBatch {
+    BatchDraw draw;
+    int* rows;
+    int* first;
+    long long* counter;
+    long long t;
+    int drawing;
+
+    __device__ __forceinline__ SegmentBatch(const int mode, const unsigned long long seed,
+                                            const int n, const int k, const int half,
+                                            const unsigned int mask, long long* counter_,
+                                            int* rows_, int* first_)
+        : rows(rows_), first(first_), counter(counter_), t(0), drawing(mode >= 0 ? 1 : 0) {
+        if (drawing) {
+            t = load_coherent_ll(counter);
+            draw.init(mode, seed, n, k, half, mask, t);
+        }
+    }
+
+    // the row at batch position g (in the thread that owns g)
+    __device__ __forceinline__ int at(const int g) const {
+        if (!drawing) {
+            return rows[g];
+        }
+        int f = 1;
+        const int r = draw.row(g, &f);
+        rows[g] = r;
+        first[g] = f;
+        return r;
+    }
+
+    // after the block's last use of the batch: the last block advances the counter (drawing only)
+    __device__ __forceinline__ void finish(unsigned int* ticket) const {
+        if (drawing && last_block_done(ticket) && threadIdx.x == 0) {
+            counter[0] = t + 1;
+            reset_ticket(ticket);
+        }
+    }
+};
 
 // ---- scatter with column aggregation (pegasos_segment_step.cu, sdca_apply_balanced.cu,
 // sdca_rho_balanced.cu).  Before the tile: table_clear, then the caller sets start[i], coef[i]

@@ -1,6 +1,7 @@
 // pegasos_segment_step.cu: gpusvm_pegasos_step (pegasos_step.cu) as a captured segment replays
-// it: the iteration t = counter[0] (1-based: gpusvm_sample_next / gpusvm_sample_firsts_next of
-// this iteration advanced it) is read from device memory, and from it
+// it: the iteration t = counter[0] (1-based: the kernel that drew this iteration's batch,
+// gpusvm_margins_balanced or gpusvm_sample_next, advanced it) is read from device memory, and
+// from it
 //   eta_t, 1 - eta_t lam (schedule.cuh; a zero shrink means gpusvm_reset_scale_next already set
 //   w = 0, so the step keeps a), and whether the new iterate enters the average (t >= t_avg);
 // then steps 4-5 of gpusvm_pegasos_step with the work balanced by nonzeros and the updates

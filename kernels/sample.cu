@@ -26,41 +26,23 @@ __device__ __forceinline__ void sample_batch(
     unsigned long long* __restrict__ stamp)
 {
     const int stride = gridDim.x * BLOCK;
-    unsigned int rk[ROUNDS];
-    if (MODE == 0 || MODE == 1) {
+    if (MODE == 1) {
         const unsigned long long key = stream_key(seed, static_cast<unsigned long long>(t));
-        if (MODE == 0) {
-            round_keys(key, rk);
-        }
         for (int j = blockIdx.x * BLOCK + threadIdx.x; j < k; j += stride) {
-            if (MODE == 0) {
-                rows[j] = static_cast<int>(permute<false>(j, n, rk, half, mask));
-            } else {
-                const long long r = uniform_row(n, key, static_cast<unsigned long long>(j));
-                rows[j] = static_cast<int>(r);
-                atomicMax(stamp + r, (static_cast<unsigned long long>(t + 1) << 32)
-                                     | (0xFFFFFFFFull - static_cast<unsigned long long>(j)));
-            }
+            const long long r = uniform_row(n, key, static_cast<unsigned long long>(j));
+            rows[j] = static_cast<int>(r);
+            atomicMax(stamp + r, (static_cast<unsigned long long>(t + 1) << 32)
+                                 | (0xFFFFFFFFull - static_cast<unsigned long long>(j)));
         }
         return;
     }
-    const long long p0 = t * static_cast<long long>(k);
-    const long long e0 = p0 / n;
-    const long long q0 = p0 - e0 * n;
-    const long long tail = n - q0;                      // positions left in epoch e0
-    round_keys(stream_key(seed, static_cast<unsigned long long>(e0)), rk);
-    unsigned int rk1[ROUNDS];
-    if (q0 + k > n) {
-        round_keys(stream_key(seed, static_cast<unsigned long long>(e0 + 1)), rk1);
-    }
+    BatchDraw draw;
+    draw.init(MODE, seed, n, k, half, mask, t);
     for (int j = blockIdx.x * BLOCK + threadIdx.x; j < k; j += stride) {
-        if (j < tail) {
-            rows[j] = static_cast<int>(permute<false>(q0 + j, n, rk, half, mask));
-            first[j] = 1;
-        } else {
-            const long long r = permute<false>(j - tail, n, rk1, half, mask);
-            rows[j] = static_cast<int>(r);
-            first[j] = permute<true>(r, n, rk, half, mask) < q0 ? 1 : 0;
+        int f = 1;
+        rows[j] = draw.row(j, &f);
+        if (MODE == 2) {
+            first[j] = f;
         }
     }
 }

@@ -80,6 +80,57 @@ __device__ __forceinline__ long long uniform_row(long long n, unsigned long long
     return static_cast<long long>((hi * nn + ((lo * nn) >> 32)) >> 32);
 }
 
+// The rows of batch t drawn one position at a time, for sampling modes 0 (without replacement:
+// row j = pi_{key(seed, t)}(j)) and 2 (epochs: position p = t k + j, row = pi_{key(seed, p div n)}
+// (p mod n), first = 0 for a row of the next epoch that repeats one of this batch's tail of the
+// previous epoch).  init() derives the round keys of t once (12 or 18 64-bit mixes); row(j) is
+// then a Feistel walk (two for a repeated-epoch check): what gpusvm_sample writes at j, so that a
+// kernel can draw exactly the positions it works on (the balanced gathers' fused sampling).
+struct BatchDraw {
+    unsigned int rk[ROUNDS];
+    unsigned int rk1[ROUNDS];
+    long long n;
+    long long q0;
+    long long tail;
+    int half;
+    unsigned int mask;
+    int mode;
+
+    __device__ __forceinline__ void init(const int mode_, const unsigned long long seed,
+                                         const int n_, const int k, const int half_,
+                                         const unsigned int mask_, const long long t) {
+        mode = mode_;
+        n = n_;
+        half = half_;
+        mask = mask_;
+        if (mode == 0) {
+            round_keys(stream_key(seed, static_cast<unsigned long long>(t)), rk);
+            q0 = 0;
+            tail = k;
+            return;
+        }
+        const long long p0 = t * static_cast<long long>(k);
+        const long long e0 = p0 / n;
+        q0 = p0 - e0 * n;
+        tail = n - q0;                                       // positions left in epoch e0
+        round_keys(stream_key(seed, static_cast<unsigned long long>(e0)), rk);
+        if (q0 + k > n) {
+            round_keys(stream_key(seed, static_cast<unsigned long long>(e0 + 1)), rk1);
+        }
+    }
+
+    // the row at position j < k; *first = 0 for a repeat of the previous epoch's tail, else 1
+    __device__ __forceinline__ int row(const int j, int* first) const {
+        if (mode == 0 || j < tail) {
+            *first = 1;
+            return static_cast<int>(permute<false>(q0 + j, n, rk, half, mask));
+        }
+        const long long r = permute<false>(j - tail, n, rk1, half, mask);
+        *first = permute<true>(r, n, rk, half, mask) < q0 ? 1 : 0;
+        return static_cast<int>(r);
+    }
+};
+
 }  // namespace gpusvm
 
 #endif  // GPUSVM_SAMPLER_CUH

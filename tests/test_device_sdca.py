@@ -404,11 +404,13 @@ def test_solver_matches_numpy_float64(a9a_unit, backend, variant, b):
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("variant", ["safe", "aggressive"])
 @pytest.mark.parametrize("sampling", ["with_replacement", "epoch"])
-def test_solver_separate_primitives_and_repeated_rows(a9a_unit, backend, variant, sampling):
-    """Batches with repeated rows (the first-occurrence mask) through the separate primitives."""
+@pytest.mark.parametrize("fused", [True, False])
+def test_solver_repeated_rows(a9a_unit, backend, variant, sampling, fused):
+    """Batches with repeated rows (the first-occurrence mask): drawn by the sampler's kernels
+    (i.i.d.) or by the gather itself (epochs) in a segment, or through the separate primitives."""
     X, y, sigma2 = a9a_unit
     _, ref = run("numpy", X, y, sigma2, variant, 1024, sampling=sampling)
-    _, res = run(backend, X, y, sigma2, variant, 1024, sampling=sampling, fused=False)
+    _, res = run(backend, X, y, sigma2, variant, 1024, sampling=sampling, fused=fused)
     assert_same_run(res, ref, 1e-5)
 
 
@@ -430,9 +432,12 @@ def test_solver_matches_numpy_float32(a9a_unit, backend, variant, b):
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("variant, per_iteration", [("naive", 2), ("safe", 2), ("aggressive", 5)])
 @pytest.mark.parametrize("fused", [True, False])
-def test_no_transfer_between_evaluations(a9a_unit, backend, variant, per_iteration, fused):
+@pytest.mark.parametrize("sampling, sample_launches", [("with_replacement", 2), ("epoch", 0)])
+def test_no_transfer_between_evaluations(a9a_unit, backend, variant, per_iteration, fused,
+                                         sampling, sample_launches):
     """Device-to-host copies happen only in certificates; 2 or 5 launches per iteration (one
-    more through the separate primitives), none of them waiting for the host."""
+    more through the separate primitives), none of them waiting for the host; i.i.d. batches
+    add the sampler's two launches, epochs none (the gather draws them)."""
     X, y, sigma2 = a9a_unit
     be = make_backend(backend, X, y)
     events, per_call = [], []
@@ -466,7 +471,7 @@ def test_no_transfer_between_evaluations(a9a_unit, backend, variant, per_iterati
         be.margins = margins
     be.dual_weights, be.to_host = dual_weights, to_host
     sdca(be, lam=LAM, b=256, max_iter=60, variant=variant, sigma2=sigma2, eval_every=20,
-         sampling="with_replacement", seed=1, tol=0.0)
+         sampling=sampling, seed=1, tol=0.0)
     trace = "".join(events)
     assert trace.count("W") == 3
     assert trace.count("I") == (3 if fused else 60)
@@ -477,7 +482,7 @@ def test_no_transfer_between_evaluations(a9a_unit, backend, variant, per_iterati
     # best point's combination (t, its P and norm) once more; the end copies s, w and alpha
     assert trace.count("H") == len(be.transfers) == 2 + 2 * 3 + 3
     if fused:                                  # + the sampler and the i.i.d. first mask
-        assert per_call == [per_iteration + 2] * 3
+        assert per_call == [per_iteration + sample_launches] * 3
     else:
         steps = np.diff(per_call)
         # one iteration, plus the 2 launches of a certificate after iterations 20 and 40

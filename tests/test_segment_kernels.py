@@ -146,16 +146,20 @@ def test_tsan_is_silent_on_the_segment_kernels():
     sched = (np.int32(0), np.float64(1e-2), np.float64(0.0), np.float64(0.7))
     step = _kernels.vector_kernel("gpusvm_pegasos_segment_step", "float")
     tile = np.int32(24)                                  # 4 tiles of 24 rows over 4 blocks
-    m_bal = np.empty(k)
+    m_bal, m_bal2 = np.empty(k), np.empty(k)
     launches = [
         ("gpusvm_sample_next<1>", 4, B, head + (np.int32(0), rows, first, stamp)),
         ("gpusvm_sample_firsts_next", 4, B, (rows, stamp, np.int32(k), counter, sticket, first)),
         ("gpusvm_optimal_bias<float>", 1, B, (y, rows, np.int32(k), s, m, bp)),
         ("gpusvm_reset_scale_next<float>", 4, B, (v, u, np.int32(1), np.int64(d), s, counter)
          + sched),
-        ("gpusvm_sample_next<2>", 4, B, head + (np.int32(1), rows, first, stamp)),
+        # batch 1 of the epochs stream drawn by the gather itself (it advances the counter)
         ("gpusvm_margins_balanced<float>", 4, B, (ip, ix, dx, y, v, rows, np.int32(k), tile, s,
-                                                  m_bal)),
+                                                  m_bal, np.int32(2)) + head[:2] + head[3:]
+         + (first,)),
+        ("gpusvm_margins_balanced<float>", 4, B, (ip, ix, dx, y, v, rows, np.int32(k), tile, s,
+                                                  m_bal2, np.int32(-1)) + head[:2] + head[3:]
+         + (first,)),
         (step, 4, B, (ip, ix, dx, y, rows, np.int32(k), tile, np.float64(k), m, v, u, np.int32(1),
                       np.int64(d), s, acc, ticket, counter) + sched
          + (np.int32(1), np.float64(10.0), np.int32(1), np.int64(1), np.float64(1e300))),
@@ -168,7 +172,11 @@ def test_tsan_is_silent_on_the_segment_kernels():
     assert rep.arrays[6][16][0] == 2                 # two batches drawn
     assert st[S_A] == 1.0 and st[S_ASUM] == 0.0     # folded (threshold 1e300)
     assert not rep.arrays[6][14].any() and rep.arrays[6][15][0] == 0   # acc, ticket clean
-    assert np.isfinite(rep.arrays[5][9]).all()      # every balanced margin written
+    assert rep.arrays[4][-2][0] == 0                # the sampler's ticket clean
+    drawn, _ = CounterSampler(n, k, "epoch", 9).batch(1)
+    np.testing.assert_array_equal(rep.arrays[4][5], drawn)
+    assert np.isfinite(rep.arrays[4][9]).all()      # every balanced margin written
+    np.testing.assert_array_equal(rep.arrays[5][9], rep.arrays[4][9])   # read rows = drawn
 
 
 @pytest.mark.parametrize("k, tile, dtype", [(1, 1, np.float64), (37, 10, np.float64),
@@ -197,10 +205,68 @@ def test_balanced_margins_match_the_definition(mod, k, tile, dtype):
     vt = _kernels.VALUE_TYPES[np.dtype(dtype).name]
     mod.get_function(f"gpusvm_margins_balanced<{vt}>")(
         (min(grid, 4),), (B,), (X.indptr.astype(np.int64), X.indices.astype(np.int32), X.data, y,
-                                v, rows, np.int32(k), np.int32(tile), s, m))
+                                v, rows, np.int32(k), np.int32(tile), s, m, np.int32(-1),
+                                np.uint64(0), np.int32(n), np.int32(1), np.uint32(1),
+                                np.zeros(1, np.int64), np.zeros(1, np.uint32),
+                                np.ones(k, np.int32)))
     ref = y[rows].astype(np.float64) * (0.7 * (X.astype(np.float64) @ v.astype(np.float64))[rows]
                                         + (-0.2))
     np.testing.assert_allclose(m, ref, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("code, mode", [(0, "without_replacement"), (2, "epoch")])
+@pytest.mark.parametrize("kernel", ["margins", "sdca_margins"])
+def test_gather_draws_the_batch_the_sampler_draws(mod, code, mode, kernel):
+    """A balanced gather that draws its batch (draw = mode code) writes the sampler's rows and
+    first-occurrence mask for every position (batches across epoch boundaries, with repeats),
+    gives the margins of the drawn rows, and advances the counter once, leaving its ticket clean."""
+    from gpusvm.backends._state import S_BETA
+    rng = np.random.default_rng(code + 3)
+    n, d, k, tile = 400, 30, 300, 40          # 8 tiles over 4 blocks; epochs of 400 rows
+    X = sp.random(n, d, density=0.2, random_state=rng, format="csr", dtype=np.float64)
+    X.sort_indices()
+    ip, ix = X.indptr.astype(np.int64), X.indices.astype(np.int32)
+    y = np.where(rng.random(n) < 0.5, 1.0, -1.0)
+    v = rng.normal(size=d)
+    s = np.zeros(N_SLOTS)
+    s[S_A], s[S_B], s[S_BETA] = 0.7, -0.2, 3.0
+    q = np.asarray(X.multiply(X).sum(axis=1)).ravel()
+    alpha = rng.uniform(0.0, 1.0, size=n)
+    half, mask = feistel_shape(n)
+    sampler = CounterSampler(n, k, mode, 11)
+    counter, ticket = np.zeros(1, np.int64), np.zeros(1, np.uint32)
+    draw = (np.int32(code), np.uint64(11), np.int32(n), np.int32(half), np.uint32(mask), counter,
+            ticket)
+    seen_repeat = False
+    for t in range(4):                          # batch 1 (positions 300-599) crosses an epoch
+        rows, first = np.full(k, -1, np.int32), np.full(k, -1, np.int32)
+        m, delta = np.full(k, np.nan), np.full(k, np.nan)
+        counter[0] = t
+        if kernel == "margins":
+            mod.get_function("gpusvm_margins_balanced<double>")(
+                (4,), (B,), (ip, ix, X.data, y, v, rows, np.int32(k), np.int32(tile), s, m)
+                + draw + (first,))
+        else:
+            mod.get_function("gpusvm_sdca_margins_balanced<double>")(
+                (4,), (B,), (ip, ix, X.data, y, v, rows, np.int32(k), np.int32(tile), s, alpha,
+                             q, first, np.int32(code != 0), np.float64(1e-2), np.float64(n), m,
+                             delta) + draw)
+        ref_rows, ref_first = sampler.batch(t)
+        ref_first = np.ones(k, bool) if ref_first is None else ref_first
+        seen_repeat |= not ref_first.all()
+        np.testing.assert_array_equal(rows, ref_rows)
+        np.testing.assert_array_equal(first, ref_first.astype(np.int32))
+        assert counter[0] == t + 1 and ticket[0] == 0
+        ref_m = y[ref_rows] * (0.7 * (X @ v)[ref_rows] - 0.2)
+        np.testing.assert_allclose(m, ref_m, rtol=1e-12, atol=1e-12)
+        if kernel == "sdca_margins":
+            c = 1e-2 * n / 3.0
+            with np.errstate(divide="ignore"):                 # zero rows: 1 - alpha
+                ref_d = np.clip(c * (1 - ref_m) / q[ref_rows], -alpha[ref_rows],
+                                1 - alpha[ref_rows])
+            ref_d[~ref_first] = 0.0
+            np.testing.assert_allclose(delta, ref_d, rtol=1e-12, atol=1e-12)
+    assert seen_repeat == (code == 2)
 
 
 def test_tsan_is_silent_on_the_balanced_sdca_kernels():
@@ -238,7 +304,10 @@ def test_tsan_is_silent_on_the_balanced_sdca_kernels():
     launches = [
         ("gpusvm_sdca_margins_balanced<float>", 4, B, (ip, ix, dx, y, v, rows, k, tile, s, alpha,
                                                        q, first, np.int32(1), lam, nd, m,
-                                                       tentative)),
+                                                       tentative, np.int32(-1), np.uint64(0),
+                                                       k, np.int32(1), np.uint32(1),
+                                                       np.zeros(1, np.int64),
+                                                       np.zeros(1, np.uint32))),
         ("gpusvm_sdca_rho_balanced<float>", 4, B, (ip, ix, dx, y, rows, k, tile, tentative, q,
                                                    scratch, s, acc, ticket, np.float64(8.0),
                                                    np.float64(0.5))),

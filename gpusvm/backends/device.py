@@ -8,18 +8,22 @@ with ``xp = numpy`` and the kernels on the CPU emulator (``"emulated"``).
 
 A segment (the iterations between two evaluations) runs on the device alone.
 Every quantity that changes from one iteration to the next lives in device
-memory: the batch index ``t`` (a counter that ``gpusvm_sample_next`` reads and
+memory: the batch index ``t`` (a counter that the iteration's first kernel reads and
 advances; the batch is a function of ``(seed, t, j)``), the step sizes
 (computed from ``t`` in the step kernel, ``kernels/schedule.cuh``) and every
 scalar (the state vector).  An iteration is therefore a fixed sequence of
 launches with fixed arguments:
 
-* Pegasos: ``gpusvm_sample_next``, ``gpusvm_margins_balanced``, (``gpusvm_optimal_bias``:
-  one block, radix selection in O(k)), (``gpusvm_reset_scale_next`` in a segment
-  that holds an iteration with ``1 - eta_t lam = 0``), and
-  ``gpusvm_pegasos_segment_step``, whose last block also does the scalar part of
-  the step and folds ``a`` into ``v`` when ``|a|`` falls below the threshold
-  (what ``renormalize`` did in a launch of its own): 3 to 5 launches.  The margin
+* Pegasos: ``gpusvm_margins_balanced``, which also draws the batch (sampling
+  without replacement or by epochs: the thread of a batch position computes its row
+  from ``(seed, t)``, ``kernels/balanced.cuh``'s ``SegmentBatch``; i.i.d. batches,
+  whose first-occurrence stamps need the whole batch, keep a ``gpusvm_sample_next``
+  launch before it), (``gpusvm_optimal_bias``: one block, radix selection in O(k)),
+  (``gpusvm_reset_scale_next`` in a segment that holds an iteration with
+  ``1 - eta_t lam = 0``), and ``gpusvm_pegasos_segment_step``, whose last block also
+  does the scalar part of the step and folds ``a`` into ``v`` when ``|a|`` falls below
+  the threshold (what ``renormalize`` did in a launch of its own): 2 to 4 launches
+  (one more for i.i.d. batches).  The margin
   and step kernels are balanced by nonzeros (``kernels/balanced.cuh``: tiles of
   the batch whose nonzeros the whole block walks, so a 14,000-nonzero row of
   news20 no longer holds its kernel for the time of 440 dependent steps of 32
@@ -27,11 +31,13 @@ launches with fixed arguments:
   memory before one atomic per column (the hot columns of text data, in 91-100%
   of the rows, no longer take one same-address atomic per row);
 * SDCA (Takáč et al. 2013; the contract is in :mod:`gpusvm.solvers.sdca`):
-  ``gpusvm_sample_next`` (and ``gpusvm_sample_firsts_next`` for i.i.d. batches),
-  ``gpusvm_sdca_margins_balanced`` (margins and the steps of eq. 15 in one pass)
+  ``gpusvm_sdca_margins_balanced`` (margins and the steps of eq. 15 in one pass;
+  it draws the batch as Pegasos' margins do, or reads what ``gpusvm_sample_next``
+  and ``gpusvm_sample_firsts_next`` drew for i.i.d. batches)
   and ``gpusvm_sdca_apply_balanced``; the aggressive variant adds
   ``gpusvm_sdca_rho_balanced``, ``gpusvm_sdca_deltas_balanced`` and the settling
-  ``gpusvm_sdca_apply_balanced``: 3 to 7 launches, all balanced by nonzeros as
+  ``gpusvm_sdca_apply_balanced``: 2 or 5 launches (2 more for i.i.d. batches), all
+  balanced by nonzeros as
   Pegasos' are, and the scatters (``rho``'s scratch, the step into ``v``) sum
   a tile's updates per column before one atomic, through the same code of
   ``kernels/balanced.cuh`` as Pegasos' step.  The separate SDCA primitives keep
@@ -618,6 +624,27 @@ class DeviceBackend(DeviceGeneralPath):
                      (self.v, u, u_on, np.int64(self.d), self.s, self._ticket[1:2],
                       np.float64(threshold)))
 
+    #: sampling mode codes whose batches a segment's gather kernel draws itself (without
+    #: replacement, epochs: kernels/balanced.cuh's SegmentBatch); i.i.d. batches (code 1) keep
+    #: the sampler's launches, whose first-occurrence stamps need the whole batch
+    DRAWN_IN_GATHER = (0, 2)
+
+    def _draw_args(self, sampler, needs_first: bool):
+        """The sampling arguments of a balanced gather kernel: it draws the batch, or reads it.
+
+        Returns ``(launches, args)``: no launch and ``(mode, seed, n, half, mask, counter,
+        ticket)`` when the gather draws the batch (:data:`DRAWN_IN_GATHER`), else the
+        sampler's launches (:meth:`_sample_launches`; with the first-occurrence mask of
+        i.i.d. batches when ``needs_first``) and ``mode = -1``.
+        """
+        _, _, _, head, _, _, _ = self._sampler_buffers(sampler)
+        seed, n, _, half, mask = head
+        if sampler.code in self.DRAWN_IN_GATHER:
+            return [], (np.int32(sampler.code), seed, n, half, mask, self._counter,
+                        self._sample_ticket)
+        return (self._sample_launches(sampler, bump_in_firsts=needs_first),
+                (np.int32(-1), seed, n, half, mask, self._counter, self._sample_ticket))
+
     def _sample_launches(self, sampler, bump_in_firsts: bool):
         """The launches that draw a batch from the device counter (and advance it)."""
         rows, first, stamp, head, grid, _, _ = self._sampler_buffers(sampler)
@@ -653,13 +680,15 @@ class DeviceBackend(DeviceGeneralPath):
     def pegasos_segment(self, sampler, t0: int, t1: int, plan) -> None:
         """Pegasos iterations ``t0 + 1 .. t1`` on the device alone (no sync, no upload).
 
-        Per iteration: ``gpusvm_sample_next`` draws ``A_t`` from ``(seed, t)`` with ``t``
-        read from a device counter (and advances it), ``gpusvm_margins_balanced``,
+        Per iteration: ``gpusvm_margins_balanced`` draws ``A_t`` from ``(seed, t)``
+        with ``t`` read from a device counter (and advances it; i.i.d. batches:
+        ``gpusvm_sample_next`` does, in a launch of its own) and computes the margins,
         ``gpusvm_optimal_bias`` (``bias="optimal"``), ``gpusvm_reset_scale_next`` (only
         in a segment that holds an iteration with ``1 - eta_t lam = 0``) and
         ``gpusvm_pegasos_segment_step``, which computes ``eta_t`` from ``t`` and folds
-        ``renormalize`` into its last block: 3 to 5 launches.  The sequence is recorded
-        once per (sampler, plan) and replayed (see :meth:`_replay`).
+        ``renormalize`` into its last block: 2 to 4 launches (3 to 5 for i.i.d.
+        batches).  The sequence is recorded once per (sampler, plan) and replayed (see
+        :meth:`_replay`).
 
         Parameters
         ----------
@@ -691,10 +720,10 @@ class DeviceBackend(DeviceGeneralPath):
         grid, tile = self._tile_grid(k)
         sched = (np.int32(SCHEDULES.index(p.schedule)), np.float64(p.lam),
                  np.float64(p.eta0 or 0.0), np.float64(p.norma_p))
-        out = self._sample_launches(sampler, bump_in_firsts=False)        # step 1: A_t
+        out, draw = self._draw_args(sampler, needs_first=False)            # step 1: A_t
         out.append((self._kernel("gpusvm_margins_balanced"), grid,        # step 2
                     (self._indptr, self._indices, self._data, self.y, self.v, rows, np.int32(k),
-                     tile, self.s, m)))
+                     tile, self.s, m) + draw + (buffers[1],)))
         if p.optimal:                                                     # Sec. 4
             out.append((self._kernel("gpusvm_optimal_bias"), 1,
                         (self.y, rows, np.int32(k), self.s, m, self._breakpoints(k))))
@@ -904,13 +933,14 @@ class DeviceBackend(DeviceGeneralPath):
     def sdca_segment(self, sampler, t0: int, t1: int, plan) -> None:
         """SDCA iterations ``t0 + 1 .. t1`` on the device alone (no sync, no upload).
 
-        Per iteration: ``gpusvm_sample_next`` (plus ``gpusvm_sample_firsts_next`` for
-        i.i.d. batches), reading and advancing the device batch counter,
-        ``gpusvm_sdca_margins_balanced`` (margins and the steps of eq. 15 with
-        ``beta^(t)``) and ``gpusvm_sdca_apply_balanced`` (naive, safe: 3 or 4 launches),
+        Per iteration: ``gpusvm_sdca_margins_balanced`` (which draws the batch from the
+        device batch counter and advances it; i.i.d. batches: ``gpusvm_sample_next`` and
+        ``gpusvm_sample_firsts_next`` before it; then the margins and the steps of eq. 15
+        with ``beta^(t)``) and ``gpusvm_sdca_apply_balanced`` (naive, safe: 2 launches),
         or for the aggressive variant ``gpusvm_sdca_rho_balanced``,
         ``gpusvm_sdca_deltas_balanced`` (which also zeroes rho's scratch) and two
-        ``gpusvm_sdca_apply_balanced`` launches (step, then settle): 6 or 7.
+        ``gpusvm_sdca_apply_balanced`` launches (step, then settle): 5.  i.i.d. batches
+        add 2.
         The sequence is recorded once per (sampler, plan) and replayed (:meth:`_replay`).
 
         Parameters
@@ -935,11 +965,11 @@ class DeviceBackend(DeviceGeneralPath):
         has_first = np.int32(sampler.code != 0)
         lam, n = np.float64(p.lam), np.float64(self.n)
         grid, tile = self._tile_grid(k)
-        out = self._sample_launches(sampler, bump_in_firsts=True)          # A_t
+        out, draw = self._draw_args(sampler, needs_first=True)              # A_t
         out.append((self._kernel("gpusvm_sdca_margins_balanced"), grid,    # eq. (15), beta^(t)
                     (self._indptr, self._indices, self._data, self.y, self.v, rows, np.int32(k),
                      tile, self.s, self.alpha, self.row_sq_norms, first, has_first, lam, n, m,
-                     tentative)))
+                     tentative) + draw))
         delta = final if p.aggressive else tentative
         if p.aggressive:
             out.append((self._kernel("gpusvm_sdca_rho_balanced"), grid,    # Alg. 2: beta^(t+1)
