@@ -12,7 +12,10 @@ iteration, from the batches' actual rows:
 
 * **bytes** through device memory: the CSR rows of the batch streamed (8 B of ``indptr``
   twice, 4 B of index and ``itemsize`` of value per nonzero), the per-row vectors, and the
-  gathers and read-modify-writes of ``v`` (32 B sectors; in L2 when ``v`` fits in half of it);
+  gathers and read-modify-writes of ``v`` (32 B sectors; in L2 when ``v`` fits in half of it;
+  a gather request of consecutive nonzeros of a row costs one sector per distinct sector of its
+  columns, :attr:`BatchStats.coalesced`, and the balanced scatters make one read-modify-write per
+  distinct column of a tile, :attr:`BatchStats.aggregated`, both counted from the batches);
 * **launches** (graph nodes in a captured segment, host launches otherwise);
 * **hot-column atomics**: the largest number of updates one column of ``v`` receives in the
   batch (its rows' nonzeros), which serialise at one L2 atomic unit;
@@ -24,7 +27,8 @@ launched from Python one by one (the previous release), the per-row kernels repl
 captured segment (not built: a step between the two), and the kernels balanced by nonzeros,
 replayed (what the segments run: ``kernels/balanced.cuh``; Pegasos' step and SDCA's
 ``sdca_rho`` and ``sdca_apply`` sum a tile's updates per column before one atomic, so the
-hottest column costs one atomic per block, not one per row).
+hottest column costs one atomic per block, not one per row, and the gather draws the batch
+itself, so an iteration has no sampler launch).
 
 The modelled time of a kernel is ``floor + max(HBM bytes / bandwidth, L2 bytes / L2
 bandwidth, longest-row chain, hot-column atomics)``; the traffic roofline of an iteration is
@@ -187,6 +191,16 @@ class BatchStats:
         Rows of the batch that contain its most frequent column.
     batches : int
         Batches sampled.
+    aggregated : float
+        Global atomics of the balanced scatters per nonzero of their active rows: a tile sums
+        its rows' updates per column in a shared table of ``TABLE`` slots, so a tile costs one
+        atomic per distinct column; a tile with more than ``TABLE / 2`` distinct columns is
+        counted at one atomic per nonzero (its linear probes start to fail: no credit taken).
+    coalesced : dict
+        Sectors per nonzero of the gathers' reads of ``v``, by ``(width, item size)``: one
+        request reads ``width`` consecutive nonzeros of a row at once (32: a warp on a chunk of
+        balanced.cuh; ``LANES``: a group of the per-row kernels), and the columns of a request
+        that fall in one 32 B sector cost one sector.
     """
 
     k: int
@@ -194,10 +208,17 @@ class BatchStats:
     max_row: float
     hot: float
     batches: int
+    aggregated: float = 1.0
+    coalesced: dict | None = None
+
+
+#: slots of the balanced scatters' per-block column table (``TABLE`` in kernels/balanced.cuh)
+TABLE = 2048
 
 
 def batch_stats(X: sp.csr_matrix, k: int, batches: int = 8, seed: int = 0,
-                mode: str = "without_replacement") -> BatchStats:
+                mode: str = "without_replacement", active: float = 0.5,
+                blocks: int = 132 * 4) -> BatchStats:
     """Nonzeros, longest row and hottest column of the solver's own batches of ``k`` rows.
 
     Parameters
@@ -210,6 +231,11 @@ def batch_stats(X: sp.csr_matrix, k: int, batches: int = 8, seed: int = 0,
     seed : int
     mode : str
         Sampling mode of :class:`~gpusvm.solvers._sampling.CounterSampler`.
+    active : float
+        Fraction of the rows that update ``v`` (drawn at random, seeded) for ``aggregated``.
+    blocks : int
+        Blocks of the balanced kernels' grid (``min(k, blocks)``; tiles of
+        ``ceil(k / grid)`` batch positions, as the device backend cuts them).
 
     Returns
     -------
@@ -220,15 +246,43 @@ def batch_stats(X: sp.csr_matrix, k: int, batches: int = 8, seed: int = 0,
     X = sp.csr_matrix(X)
     lengths = np.diff(X.indptr)
     sampler = CounterSampler(X.shape[0], k, mode, seed)
-    nnz, longest, hot = [], [], []
+    rng = np.random.default_rng(seed)
+    tile = math.ceil(k / max(1, min(k, blocks)))
+    nnz, longest, hot, entries, atomics = [], [], [], 0, 0
+    from .backends.device import choose_lanes  # noqa: PLC0415
+    widths = sorted({32, choose_lanes(X.nnz / max(X.shape[0], 1))})
+    sectors = {(w, item): 0 for w in widths for item in (4, 8)}
     for t in range(batches):
         rows, _ = sampler.batch(t)
         nnz.append(int(lengths[rows].sum()))
         longest.append(int(lengths[rows].max()))
         cols = np.concatenate([X.indices[X.indptr[r]:X.indptr[r + 1]] for r in rows])
         hot.append(int(np.bincount(cols, minlength=X.shape[1]).max()) if cols.size else 0)
+        # the gathers' requests: runs of `width` consecutive nonzeros of a row
+        starts = np.repeat(np.cumsum(lengths[rows]) - lengths[rows], lengths[rows])
+        position = np.arange(cols.size) - starts
+        owner = np.repeat(np.arange(k), lengths[rows]).astype(np.int64) * (2**31)
+        for width, item in sectors:
+            if cols.size:
+                pairs = np.stack([owner + position // width, cols.astype(np.int64) * item // SECTOR])
+                sectors[(width, item)] += np.unique(pairs, axis=1).shape[1]
+        # the active rows' nonzeros, by tile: one atomic per distinct (tile, column) pair
+        moving = rng.random(k) < active
+        tiles = np.repeat(np.arange(k) // tile, lengths[rows])[np.repeat(moving, lengths[rows])]
+        acols = cols[np.repeat(moving, lengths[rows])].astype(np.int64)
+        if acols.size:
+            pairs = np.unique(tiles.astype(np.int64) * X.shape[1] + acols)
+            distinct = np.bincount(pairs // X.shape[1], minlength=tiles.max() + 1)
+            per_tile = np.bincount(tiles, minlength=tiles.max() + 1)
+            crowded = distinct > TABLE // 2
+            entries += int(per_tile.sum())
+            atomics += int(distinct[~crowded].sum() + per_tile[crowded].sum())
+    total = float(np.sum(nnz))
     return BatchStats(k=int(k), nnz=float(np.mean(nnz)), max_row=float(np.mean(longest)),
-                      hot=float(np.mean(hot)), batches=int(batches))
+                      hot=float(np.mean(hot)), batches=int(batches),
+                      aggregated=atomics / entries if entries else 1.0,
+                      coalesced={key: (c / total if total else 1.0)
+                                 for key, c in sectors.items()})
 
 
 def _gather_bytes(dev: Device, d: int, itemsize: int, count: float) -> tuple[float, float]:
@@ -253,8 +307,11 @@ def iteration_costs(X, stats: BatchStats, dev: Device, *, solver: str = "pegasos
     balanced : bool
         True: kernels balanced by nonzeros (no chain); the scatters (Pegasos' step, SDCA's
         ``sdca_rho`` and ``sdca_apply``) aggregate a tile's updates per column in shared
-        memory (the hottest column costs one atomic per block).  False: one group of lanes
-        per row with global atomics (the longest row and the hottest column bound the time).
+        memory (the hottest column costs one atomic per block), and the gather draws the
+        batch itself (sampling without replacement or by epochs: no sampler launch; its rows
+        and first-occurrence mask are written by the gather).  False: one group of lanes
+        per row with global atomics (the longest row and the hottest column bound the time),
+        and a sampler launch before the gather.
     active : float
         Fraction of the batch's rows that update ``v`` (Pegasos: margin < 1; SDCA:
         ``delta != 0``).
@@ -275,10 +332,16 @@ def iteration_costs(X, stats: BatchStats, dev: Device, *, solver: str = "pegasos
     blocks = dev.sms * 4
     row_bytes = k * (4 + 2 * INDPTR + item)                    # rows[g], indptr[r..r+1], y[r]
     stream = nnz * (INDEX + item)                               # the batch's CSR nonzeros
-    costs = [KernelCost("sample", hbm_bytes=k * 4.0)]           # rows[j] written
-    g_hbm, g_l2 = _gather_bytes(dev, d, item, nnz)
+    # the batch: a sampler launch writing rows[j], or drawn by the gather (rows[j] and first[j]
+    # written there, rows[j] no longer read)
+    costs = [] if balanced else [KernelCost("sample", hbm_bytes=k * 4.0)]
+    drawn = k * 4.0 if balanced else 0.0
+    # the gathers of v: one sector per distinct sector of a request (a chunk of 32 nonzeros, or
+    # of LANES in the per-row kernels); one per nonzero where the batches were not counted
+    per = (stats.coalesced or {}).get((32 if balanced else lanes, item), 1.0)
+    g_hbm, g_l2 = _gather_bytes(dev, d, item, nnz * per)
     if solver.startswith("pegasos"):
-        costs.append(KernelCost("margins", hbm_bytes=row_bytes + stream + k * 8 + g_hbm,
+        costs.append(KernelCost("margins", hbm_bytes=row_bytes + drawn + stream + k * 8 + g_hbm,
                                 l2_bytes=g_l2, chain_s=chain))
         if solver == "pegasos-optimal":
             # radix selection over the k breakpoints by ONE block: the breakpoints written once,
@@ -287,7 +350,8 @@ def iteration_costs(X, stats: BatchStats, dev: Device, *, solver: str = "pegasos
             costs.append(KernelCost("optimal_bias", hbm_bytes=k * (8 + 4 + item) + k * 8,
                                     chain_s=one_sm + 8 * 2 * dev.lane_step_s))
         a_nnz = active * nnz
-        a_hbm, a_l2 = _gather_bytes(dev, d, item, 2 * a_nnz)   # read-modify-write of v
+        atoms = a_nnz * (stats.aggregated if balanced else 1.0)    # global atomics on v
+        a_hbm, a_l2 = _gather_bytes(dev, d, item, 2 * atoms)   # read-modify-write of v
         hot = int(round(active * stats.hot))
         hot = min(hot, blocks) if balanced else hot
         costs.append(KernelCost("pegasos_step",
@@ -297,17 +361,18 @@ def iteration_costs(X, stats: BatchStats, dev: Device, *, solver: str = "pegasos
         return costs
     # SDCA: margins + deltas, the step (and, aggressive, rho, deltas again and the settle)
     costs.append(KernelCost("sdca_margins",
-                            hbm_bytes=row_bytes + stream + k * (8 + 8 + 16) + g_hbm,
+                            hbm_bytes=row_bytes + drawn + stream + k * (8 + 8 + 16) + g_hbm,
                             l2_bytes=g_l2, chain_s=chain))
     a_nnz = active * nnz
-    a_hbm, a_l2 = _gather_bytes(dev, d, item, 2 * a_nnz)
+    atoms = a_nnz * (stats.aggregated if balanced else 1.0)        # one per column and tile
+    a_hbm, a_l2 = _gather_bytes(dev, d, item, 2 * atoms)
     hot = int(round(active * stats.hot))
     hot = min(hot, blocks) if balanced else hot    # column table: one atomic per block and column
     step = KernelCost("sdca_apply", hbm_bytes=k * (4 + 8) + active * (row_bytes + k * 8)
                       + a_nnz * (INDEX + item) + a_hbm, l2_bytes=a_l2, hot_atomics=hot,
                       chain_s=chain)
     if solver == "sdca-aggressive":
-        s_hbm, s_l2 = _gather_bytes(dev, d, 8, 2 * a_nnz)      # float64 scratch vector
+        s_hbm, s_l2 = _gather_bytes(dev, d, 8, 2 * atoms)      # float64 scratch vector
         costs.append(KernelCost("sdca_rho", hbm_bytes=k * (4 + 8) + active * row_bytes
                                 + a_nnz * (INDEX + item) + s_hbm, l2_bytes=s_l2,
                                 hot_atomics=hot, chain_s=chain))
@@ -462,7 +527,7 @@ def model_table(X, ks, dev: Device, solvers=SOLVERS, active: float = 0.5,
     """Rows of the model: one per (solver, k, design), with time to eps where counts are known."""
     rows = []
     for k in ks:
-        stats = batch_stats(X, k, batches=batches)
+        stats = batch_stats(X, k, batches=batches, active=active, blocks=dev.sms * 4)
         for solver in solvers:
             for balanced in (False, True):
                 costs = iteration_costs(X, stats, dev, solver=solver, balanced=balanced,

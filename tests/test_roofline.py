@@ -51,7 +51,8 @@ def test_pegasos_iteration_bytes_by_hand(tiny):
     assert costs["sample"].hbm_bytes == 4 * 4                       # rows[j]
     # per row: rows 4 + indptr 16 + y 4 + m 8; per nonzero: index 4 + value 4; v (12 B) in L2
     assert costs["margins"].hbm_bytes == 4 * (4 + 16 + 4) + 8 * 8 + 4 * 8
-    assert costs["margins"].l2_bytes == 8 * 32                      # one sector per gather
+    # one sector per request: a row's (<= 4) nonzeros are read at once, its columns in one sector
+    assert costs["margins"].l2_bytes == 4 * 32
     # step: rows + m, every row active (indptr, y), its nonzeros, read-modify-write of v in L2
     assert costs["pegasos_step"].hbm_bytes == 4 * (4 + 8) + 4 * (4 + 16 + 4) + 8 * 8
     assert costs["pegasos_step"].l2_bytes == 2 * 8 * 32
@@ -80,11 +81,14 @@ def test_balanced_design_drops_the_chain(tiny):
     s = batch_stats(tiny, k=4, batches=1)
     per_row = iteration_costs(tiny, s, DEV, solver="sdca-aggressive", balanced=False, active=1.0)
     bal = iteration_costs(tiny, s, DEV, solver="sdca-aggressive", balanced=True, active=1.0)
-    assert [c.kernel for c in bal] == ["sample", "sdca_margins", "sdca_rho", "sdca_deltas",
+    # the gather draws the batch: no sampler launch; its rows[j] written there (first[j] too)
+    assert [c.kernel for c in bal] == ["sdca_margins", "sdca_rho", "sdca_deltas",
                                        "sdca_apply", "sdca_apply (settle)"]
+    assert per_row[0].kernel == "sample" and per_row[0].hbm_bytes == 4 * 4
     assert all(c.chain_s == 0 for c in bal)
     assert max(c.hot_atomics for c in bal) == 3        # 3 rows < 4 blocks: no cap reached
-    assert [c.hbm_bytes for c in bal] == [c.hbm_bytes for c in per_row]
+    assert bal[0].hbm_bytes == per_row[1].hbm_bytes + 4 * 4
+    assert [c.hbm_bytes for c in bal[1:]] == [c.hbm_bytes for c in per_row[2:]]
 
 
 def test_time_to_eps_adds_setup_iterations_and_evaluations(tiny):
@@ -159,3 +163,31 @@ def test_printed_time_to_eps_says_whose_cadence(tmp_path, capsys, tiny):
     text = capsys.readouterr().out
     assert "3 evaluations (as the measured run made them, on the solver's own cadence)" in text
     assert "5 evaluations (one per epoch, as recorded)" in text
+
+
+def test_aggregated_counts_one_atomic_per_distinct_column_of_a_tile():
+    """Tiles of 2 rows (10 rows over 5 blocks) sharing both columns: half the nonzeros become
+    atomics; a tile with more distinct columns than half the shared table gets no credit."""
+    X = sp.csr_matrix(np.ones((10, 2), dtype=np.float32))
+    s = batch_stats(X, k=10, batches=1, active=1.0, blocks=5)
+    assert s.aggregated == 0.5
+    bal = {c.kernel: c for c in iteration_costs(X, s, DEV, balanced=True, active=1.0)}
+    per_row = {c.kernel: c for c in iteration_costs(X, s, DEV, balanced=False, active=1.0)}
+    assert bal["pegasos_step"].l2_bytes == 0.5 * per_row["pegasos_step"].l2_bytes
+    wide = sp.csr_matrix(np.ones((2, roofline.TABLE // 2 + 1), dtype=np.float32))
+    assert batch_stats(wide, k=2, batches=1, active=1.0, blocks=1).aggregated == 1.0
+    narrow = sp.csr_matrix(np.ones((2, roofline.TABLE // 2), dtype=np.float32))
+    assert batch_stats(narrow, k=2, batches=1, active=1.0, blocks=1).aggregated == 0.5
+
+
+def test_coalesced_counts_the_sectors_of_each_request():
+    """A request reads 32 consecutive nonzeros of a row (balanced) or LANES (per row); columns
+    that share a 32 B sector (8 float32 or 4 float64 values) cost one sector."""
+    X = sp.csr_matrix((np.ones(64, np.float32), np.arange(64), [0, 64]), shape=(1, 64))
+    s = batch_stats(X, k=1, batches=1)
+    assert s.coalesced[(32, 4)] == 8 / 64          # 2 chunks of 32 columns, 4 sectors each
+    assert s.coalesced[(32, 8)] == 16 / 64
+    spread = sp.csr_matrix((np.ones(3, np.float32), [0, 8, 16], [0, 3]), shape=(1, 24))
+    assert batch_stats(spread, k=1, batches=1).coalesced[(32, 4)] == 1.0
+    bal = {c.kernel: c for c in iteration_costs(X, s, DEV, balanced=True, active=1.0)}
+    assert bal["margins"].l2_bytes == 8 * 32
