@@ -162,8 +162,19 @@ def test_tsan_is_silent_on_the_multi_output_kernels(a9a, dtype):
     dn, ticket = np.zeros(M), np.zeros(1, dtype=np.uint32)
     name = {op: _kernels.vector_kernel(op, vt) for op in _kernels.MULTI_KERNELS}
     B, kk, MM = _kernels.BLOCK, np.int32(k), np.int32(M)
+    from gpusvm.solvers._sampling import CounterSampler, feistel_shape
+    half, mask = feistel_shape(n)
+    drawn, drawn_first = np.zeros(k, np.int32), np.zeros(k, np.int32)
+    dcounter, dticket = np.array([1], np.int64), np.zeros(1, np.uint32)
     launches = [
-        (name["gpusvm_margins_multi"], 4, B, (ip, ix, dx, Y, V, rows, kk, MM, sm, m)),
+        (name["gpusvm_margins_multi"], 4, B, (ip, ix, dx, Y, V, rows, kk, MM, sm, m, np.int32(-1),
+                                               np.uint64(0), np.int32(n), np.int32(1),
+                                               np.uint32(1), dcounter, dticket, first)),
+        # batch 1 of the epochs stream drawn by the gather: M threads per row, one records it
+        (name["gpusvm_margins_multi"], 4, B, (ip, ix, dx, Y, V, drawn, kk, MM, sm, np.empty((k, M)),
+                                               np.int32(2), np.uint64(5), np.int32(n),
+                                               np.int32(half), np.uint32(mask), dcounter, dticket,
+                                               drawn_first)),
         (name["gpusvm_sdca_deltas_multi"], 4, B, (rows, kk, MM, m, alpha, row_sq, sw,
                                                    np.int32(1), first, np.int32(1), sm,
                                                    np.float64(0.5), np.int32(1), delta)),
@@ -207,3 +218,7 @@ def test_tsan_is_silent_on_the_multi_output_kernels(a9a, dtype):
                          name_expressions=sorted(name.values()),
                          options=_kernels.compile_options())
     assert rep.ok, rep.output
+    ref_rows, ref_first = CounterSampler(n, k, "epoch", 5).batch(1)
+    np.testing.assert_array_equal(rep.arrays[1][5], ref_rows)
+    assert rep.arrays[1][15][0] == 2 and rep.arrays[1][16][0] == 0    # counter advanced, ticket
+    assert rep.arrays[1][17].all() == (ref_first is None or ref_first.all())

@@ -102,7 +102,9 @@ class DeviceGeneralPath(GeneralEvaluation):
     def _margins_into(self, rows, k: int, m) -> None:
         self._call(self._multi("gpusvm_margins_multi"), self._pair_grid(k),
                    (self._indptr, self._indices, self._data, self.Y, self.V, rows, np.int32(k),
-                    np.int32(self.n_outputs), self.sm, m))
+                    np.int32(self.n_outputs), self.sm, m)
+                   + (np.int32(-1), np.uint64(0), np.int32(self.n), np.int32(1), np.uint32(1),
+                      self._counter, self._sample_ticket, rows))   # read rows (nothing written)
 
     def margins_m(self, rows):
         """``m_ic = y_ic (a_c <v_c, x_i> + b_c)``, (k, M) float64 on the device (one launch)."""
@@ -138,10 +140,12 @@ class DeviceGeneralPath(GeneralEvaluation):
         """Pegasos iterations ``t0 + 1 .. t1`` on the general path (Fig. 1 for M outputs).
 
         Per iteration, all kernels reading ``t`` from the device counter:
-        ``gpusvm_sample_next``, ``gpusvm_margins_multi``, (``gpusvm_optimal_bias_multi``),
+        ``gpusvm_margins_multi`` (which draws the batch, or reads what ``gpusvm_sample_next``
+        drew for i.i.d. batches), (``gpusvm_optimal_bias_multi``),
         (``gpusvm_reset_scale_multi_next`` in a segment holding an iteration with
         ``1 - eta_t lam = 0``), ``gpusvm_pegasos_coef_multi``, ``gpusvm_accumulate_multi``,
-        ``gpusvm_pegasos_scalars_multi`` and ``gpusvm_renormalize_multi``: 6 to 8 launches,
+        ``gpusvm_pegasos_scalars_multi`` and ``gpusvm_renormalize_multi``: 5 to 7 launches
+        (one more for i.i.d. batches),
         recorded once per (sampler, plan) and replayed as the binary path's are (``_replay``).
         """
         p = plan
@@ -152,7 +156,7 @@ class DeviceGeneralPath(GeneralEvaluation):
 
     def _pegasos_launches_m(self, sampler, p, reset: bool):
         """One general-path Pegasos iteration as (kernel, grid, args) launches."""
-        rows = self._sampler_buffers(sampler)[0]
+        rows, first = self._sampler_buffers(sampler)[:2]
         k = int(sampler.k)
         M = np.int32(self.n_outputs)
         m, _, coef, _, bp = self._segment_buffers_m(k)
@@ -161,10 +165,10 @@ class DeviceGeneralPath(GeneralEvaluation):
         use_u = self.U is not None
         U = self.U if use_u else self._no_u
         pairs = self._pair_grid(k)
-        out = self._sample_launches(sampler, bump_in_firsts=False)              # step 1: A_t
+        out, draw = self._draw_args(sampler, needs_first=False)                # step 1: A_t
         out.append((self._multi("gpusvm_margins_multi"), pairs,                 # step 2
                     (self._indptr, self._indices, self._data, self.Y, self.V, rows, np.int32(k),
-                     M, self.sm, m)))
+                     M, self.sm, m) + draw + (first,)))
         if p.optimal:                                                           # Sec. 4
             out.append((self._multi("gpusvm_optimal_bias_multi"), int(M),
                         (self.Y, self._weights(), weighted, rows, np.int32(k), M, self.sm,
@@ -226,7 +230,8 @@ class DeviceGeneralPath(GeneralEvaluation):
     def sdca_segment_m(self, sampler, t0: int, t1: int, plan) -> None:
         """SDCA iterations ``t0 + 1 .. t1`` on the general path (eq. 15 / Alg. 2 per output).
 
-        Per iteration: the sampler (and the first-occurrence mask), ``gpusvm_margins_multi``,
+        Per iteration: ``gpusvm_margins_multi``, which draws the batch (i.i.d. batches: the
+        sampler and the first-occurrence mask in two launches before it),
         ``gpusvm_sdca_deltas_multi``; for Alg. 2 the measure of ``rho``
         (``gpusvm_sdca_coef_multi`` with ``den``, ``gpusvm_accumulate_multi`` into the zeroed
         scratch matrix, whose exact norm change is ``||sum_i delta_ic y_ic x_i||^2``, the same
@@ -234,7 +239,7 @@ class DeviceGeneralPath(GeneralEvaluation):
         ``gpusvm_sdca_deltas_multi``; then ``gpusvm_sdca_coef_multi``,
         ``gpusvm_accumulate_multi`` into ``V``, for Alg. 2 ``gpusvm_sdca_check_multi`` and one
         more ``gpusvm_accumulate_multi`` undoing the outputs whose dual would drop, and
-        ``gpusvm_sdca_finish_multi`` (``alpha`` and the scalars): 6 to 14 launches, recorded
+        ``gpusvm_sdca_finish_multi`` (``alpha`` and the scalars): 5 to 13 launches, recorded
         once per (sampler, plan) and replayed (``_replay``).
         """
         if plan.aggressive and self._scratch_m is None:
@@ -273,10 +278,10 @@ class DeviceGeneralPath(GeneralEvaluation):
             return (acc_fn, pairs, csr + (c, target, self._no_u, self._no_u, np.int32(0),
                                           np.int32(zero), dn))
 
-        out = self._sample_launches(sampler, bump_in_firsts=True)                     # A_t
+        out, draw = self._draw_args(sampler, needs_first=True)                        # A_t
         out.append((self._multi("gpusvm_margins_multi"), pairs,                        # y <w, x>
                     (self._indptr, self._indices, self._data, self.Y, self.V, rows, kk, M,
-                     self.sm, m)))
+                     self.sm, m) + draw + (first,)))
         out.append(deltas)
         if p.aggressive:                                                               # Alg. 2
             out.append(coefs(0))
