@@ -149,9 +149,10 @@ def test_certificate_cadence_adapts_to_the_gap():
     # the certified gap (of the best primal point) is not noisy: a slow rate near tol is
     # believed (1.05 -> 1 at the rate 1.1 -> 1.05 took: 1.05 epochs, 1.2 of it)
     assert next_certificate([(100, 1, 0, 0.0011, 0), (200, 1, 0, 0.00105, 0)], 1e-3, epoch) == 125
-    # never below a quarter epoch; a gap that did not fall keeps the last interval
-    assert next_certificate([(100, 1, 0, 0.00101, 0), (200, 1, 0, 0.001009, 0)], 1e-3,
-                            epoch) >= 25
+    # never below half an epoch (a certificate costs about that much: 0.00101 -> 1e-3 is 6
+    # iterations away); a gap that did not fall keeps the last interval
+    assert next_certificate([(100, 1, 0, 0.0012, 0), (200, 1, 0, 0.00101, 0)], 1e-3,
+                            epoch) == 50
     assert next_certificate([(100, 1, 0, 0.1, 0), (300, 1, 0, 0.2, 0)], 1e-3, epoch) == 200
     # from the third certificate on, the rate is that since the first: a lucky fall of the
     # best point's gap (0.1 -> 0.004) followed by a slow interval (0.004 -> 0.0035) would

@@ -758,8 +758,14 @@ def next_certificate(history: list, tol: float, epoch: int) -> int:
 
     The gap's rate of decrease per iteration, ``r = log(G_0 / G) / (t - t_0)``,
     predicts the iterations left to ``tol``, ``log(G / tol) / r``; the next
-    certificate comes after :data:`CADENCE_OVERSHOOT` times that, at least a
-    quarter epoch and at most 4 times the last interval.  The rate is measured
+    certificate comes after :data:`CADENCE_OVERSHOOT` times that, at least half
+    an epoch and at most 4 times the last interval.  Half an epoch is about what
+    a certificate costs (two passes over the data, one of them over the support
+    vectors only, against an epoch's two over every row at ``b = 1``): near
+    ``tol`` the fit never spends more time certifying than iterating (a quarter
+    epoch, as before, cost imdb a fifth certificate at 4.5 epochs whose gap was
+    a hair above ``tol``; default fits 3-9% faster on imdb, news20 and 20
+    Newsgroups, no slower on a9a and w8a).  The rate is measured
     from the first certificate (``t_0``, ``G_0``) once there are three, else over
     the last interval (before the second certificate: from the starting point
     ``alpha = 0``, ``w = 0``, whose gap is at most 1): SDCA's gap falls at a
@@ -794,7 +800,7 @@ def next_certificate(history: list, tol: float, epoch: int) -> int:
         t0, g0 = history[0][0], history[0][3]
     rate = math.log(g0 / g1) / (t1 - t0)
     left = math.log(g1 / tol) / rate
-    return int(max(1, epoch // 4, min(4 * last, CADENCE_OVERSHOOT * left)))
+    return int(max(1, epoch // 2, min(4 * last, CADENCE_OVERSHOOT * left)))
 
 
 def default_max_iter(n: int, b: int, epochs: int = 100) -> int:
