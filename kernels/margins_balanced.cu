@@ -9,14 +9,15 @@
 //   row does not depend on where it sits in the batch, so equal rows get equal margins (the
 //   optimal bias's ties), and a long row is spread over every warp of its block.
 // sampling: with draw = 0 or 2 (sampling modes without replacement, epochs) the kernel draws the
-//   batch itself (balanced.cuh's SegmentBatch: the thread of a tile row computes its row from
+//   batch itself (segment_batch.cuh's SegmentBatch: the thread of a tile row computes its row from
 //   (seed, t = counter[0]), writes rows[g] and first[g], and the last block advances counter[0] to
 //   t + 1), so a segment's iteration needs no gpusvm_sample_next launch; draw = -1 reads rows[].
 // in: indptr[n+1] (int64), indices[nnz], data[nnz] (T), y[n] (T), v[d] (T), rows[k] (draw < 0),
 //   k, tile_rows, state (a, b), draw, seed, n, half, mask; in/out (draw >= 0): counter[1],
 //   ticket[1] (zero on entry and exit); out: m[k] (double), rows[k] and first[k] (draw >= 0).
 //   Products and sums in double.
-// traffic: per row 4 B rows (read, or written with 4 B first) + 16 B indptr + 4 B y + 8 B m; per nonzero 4 + sizeof(T) B streamed
+// traffic: per row 4 B rows (read, or written with 4 B first and a Feistel walk of some 30-60
+//   integer operations) + 16 B indptr + 4 B y + 8 B m; per nonzero 4 + sizeof(T) B streamed
 //   plus one random gather of v (a 32 B sector; v stays in L2 when it fits).  Shared memory:
 //   BLOCK x 16 B + CHUNK_WINDOW x 8 B (about 20 KB).
 // determinism: no atomics, a fixed order per row (butterfly within a chunk, chunks in row order)

@@ -15,8 +15,9 @@
 //   (draw < 0), k, M, state[N_SLOTS x M], draw, seed, n, half, mask; in/out (draw >= 0):
 //   counter[1], ticket[1] (zero on entry and exit); out: m[k x M] (double), rows[k] and first[k]
 //   (draw >= 0).  Products and sums in double.
-// traffic: per row, 4 B of rows (read, or written with 4 B of first), 4 + sizeof(T) B per nonzero (shared by the row's threads) plus M sizeof(T) B
-//   of V per nonzero; 8 B of m per pair.
+// traffic: per row, 4 B of rows (read, or written with 4 B of first; drawn, each of its M
+//   threads walks the Feistel network), 4 + sizeof(T) B per nonzero (shared by the row's threads)
+//   plus M sizeof(T) B of V per nonzero; 8 B of m per pair.
 // determinism: each thread sums its row in CSR order, no atomics -> bitwise repeatable.
 #include "common.cuh"
 #include "segment_batch.cuh"
