@@ -5,12 +5,18 @@
 //   S_DNORM = dn_c, S_VSQ += dn_c, S_A = a'_c, S_NACT, S_LOSS from acc,
 //   unreg: S_YACT = acc, b_c += eta_t S_YACT / k;  radius: a'_c scaled so ||w_c|| <= radius;
 //   averaged and t >= t_avg: S_ASUM += a'_c, S_NAVG += 1, S_BSUM += b_c;
-// then zeroes acc for the next iteration.
+// then zeroes acc for the next iteration, and folds a'_c into column c of V for each output with
+// |a'_c| < threshold (renormalize_multi.cu, GeneralPath.renormalize_m: U[:, c] -= A_c V[:, c],
+// V[:, c] *= a'_c, ||v_c||^2 *= a'_c^2, A_c = 0, a_c = 1), so an iteration needs no
+// renormalize launch.
 // grid: ONE block of BLOCK threads; thread c strides over the M outputs (one column of the
-//   state each, no sharing).
+//   state each, no sharing); when a scale is below the threshold (rare: |a| shrinks like 1/t),
+//   the block strides over the d M entries of V after a barrier, and thread c settles output c
+//   after another.
 // in: counter[1], M, kk, schedule, lam, eta0, norma_p, unreg, radius, averaged, t_avg, dn[M];
 //   in/out: state[N_SLOTS x M], acc[3 M] (zero on exit).
-// traffic: about 15 doubles per output; one launch of one block.
+// traffic: about 15 doubles per output; one launch of one block; when folding, 2 sizeof(T) B per
+//   entry of a folded column (+ 16 B with U).
 // determinism: per output sequential arithmetic, no atomics -> bitwise repeatable.
 #include "common.cuh"
 #include "schedule.cuh"
@@ -30,7 +36,12 @@ __global__ void __launch_bounds__(gpusvm::BLOCK, gpusvm::MIN_BLOCKS) gpusvm_pega
     const long long t_avg,                 // first averaged iteration
     const double* __restrict__ dn,         // exact changes of ||v_c||^2 of the step, M
     double* __restrict__ state,            // scalar state, N_SLOTS x M
-    double* __restrict__ acc)              // {nact, loss, yact} x M, zeroed here
+    double* __restrict__ acc,              // {nact, loss, yact} x M, zeroed here
+    T* __restrict__ V,                     // W = V diag(a), d x M (rescaled columns when folding)
+    double* __restrict__ U,                // averaging sums, d x M (updated when u_on)
+    const int u_on,                        // 1 when U exists
+    const long long d,                     // rows of V
+    const double threshold)                // fold output c when |a_c| < threshold
 {
     const long long t = gpusvm::load_coherent_ll(counter);
     double eta = 0.0;
@@ -71,5 +82,40 @@ __global__ void __launch_bounds__(gpusvm::BLOCK, gpusvm::MIN_BLOCKS) gpusvm_pega
         acc[c] = 0.0;
         acc[M + c] = 0.0;
         acc[2 * M + c] = 0.0;
+    }
+    __shared__ int fold;
+    __syncthreads();                                     // every a'_c written
+    if (threadIdx.x == 0) {
+        int any = 0;
+        for (int c = 0; c < M; ++c) {
+            any = any || fabs(state[gpusvm::S_A * M + c]) < threshold;
+        }
+        fold = any;
+    }
+    __syncthreads();
+    if (!fold) {
+        return;                                          // block-uniform
+    }
+    for (long long e = threadIdx.x; e < d * M; e += gpusvm::BLOCK) {
+        const int c = static_cast<int>(e % M);
+        const double a = state[gpusvm::S_A * M + c];
+        if (!(fabs(a) < threshold)) {
+            continue;
+        }
+        const T vj = V[e];
+        if (u_on) {
+            U[e] -= state[gpusvm::S_ASUM * M + c] * static_cast<double>(vj);
+        }
+        V[e] = vj * static_cast<T>(a);
+    }
+    __syncthreads();                                     // the entries read a_c and A_c
+#pragma unroll 1
+    for (int c = threadIdx.x; c < M; c += gpusvm::BLOCK) {
+        const double a = state[gpusvm::S_A * M + c];
+        if (fabs(a) < threshold) {
+            state[gpusvm::S_VSQ * M + c] *= a * a;
+            state[gpusvm::S_ASUM * M + c] = 0.0;
+            state[gpusvm::S_A * M + c] = 1.0;
+        }
     }
 }

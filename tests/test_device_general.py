@@ -66,6 +66,19 @@ def test_emulated_pegasos_equals_numpy(loss, bias, averaging, projection, k):
     np.testing.assert_allclose(emu.extra["objectives"], ref.extra["objectives"], rtol=1e-9)
 
 
+@pytest.mark.parametrize("averaging", ["tail", "none"])
+def test_emulated_pegasos_folds_small_scales_like_numpy(averaging):
+    """1 - eta lam = 0.01 per step: every few iterations |a_c| falls below the threshold and
+    the scalars kernel folds it into V (and A_c V into U) in its one block, as renormalize_m."""
+    X, Y, s = small(1)
+    kw = dict(lam=1e-2, k=4, max_iter=24, averaging=averaging, seed=3, schedule="constant",
+              eta0=99.0, projection=False, eval_every=12, sampling="epoch")
+    ref = pegasos(make_backend("numpy", X, Y, s), **kw)
+    emu = pegasos(make_backend("emulated", X, Y, s), **kw)
+    np.testing.assert_allclose(emu.w, ref.w, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(emu.extra["objectives"], ref.extra["objectives"], rtol=1e-9)
+
+
 def test_emulated_binary_weighted_squared_fit_is_one_dimensional_like_numpy():
     X, Y, s = small(2)
     kw = dict(lam=1e-2, b=4, max_iter=20, variant="aggressive", tol=0.0, eval_every=10, seed=1,
@@ -202,8 +215,10 @@ def test_tsan_is_silent_on_the_multi_output_kernels(a9a, dtype):
         (name["gpusvm_pegasos_coef_multi"], 4, B, (rows, kk, MM, Y, sw, one, m2, sm, counter,
                                                     np.float64(k)) + sched
          + (one, coef2, acc, dn)),
+        # the scalars with the fold of every output (threshold 10 > |a'_c|) in their one block
         (name["gpusvm_pegasos_scalars_multi"], 1, B, (counter, MM, np.float64(k)) + sched
-         + (one, np.float64(5.0), one, np.int64(1), dn, sm, acc)),
+         + (one, np.float64(5.0), one, np.int64(1), dn, sm, acc, V, U, one, np.int64(d),
+            np.float64(10.0))),
         (name["gpusvm_sdca_coef_multi"], 4, B, (rows, kk, MM, Y, delta2, alpha, row_sq, sw, one,
                                                  sm, lam, nn, one, zero, coef2, acc, dn, dn2)),
         (name["gpusvm_sdca_rho_multi"], 1, B, (MM, dn2, np.float64(3.0), np.float64(0.5), sm,

@@ -144,7 +144,8 @@ class DeviceGeneralPath(GeneralEvaluation):
         drew for i.i.d. batches), (``gpusvm_optimal_bias_multi``),
         (``gpusvm_reset_scale_multi_next`` in a segment holding an iteration with
         ``1 - eta_t lam = 0``), ``gpusvm_pegasos_coef_multi``, ``gpusvm_accumulate_multi``,
-        ``gpusvm_pegasos_scalars_multi`` and ``gpusvm_renormalize_multi``: 5 to 7 launches
+        and ``gpusvm_pegasos_scalars_multi``, whose one block also folds a small scale into
+        ``V`` (what ``gpusvm_renormalize_multi`` does in a launch of its own): 4 to 6 launches
         (one more for i.i.d. batches),
         recorded once per (sampler, plan) and replayed as the binary path's are (``_replay``).
         """
@@ -189,10 +190,8 @@ class DeviceGeneralPath(GeneralEvaluation):
                     (self._counter, M, np.float64(p.k)) + sched
                     + (np.int32(bool(p.unreg_bias)), np.float64(p.radius),
                        np.int32(bool(p.averaged)), np.int64(p.t_avg), self._dn, self.sm,
-                       self._acc_m)))
-        out.append((self._multi("gpusvm_renormalize_multi"), self._entry_grid(),
-                    (self.V, U, np.int32(use_u), np.int64(self.d), M, self.sm,
-                     self._renorm_ticket, np.float64(p.renorm_threshold))))
+                       self._acc_m, self.V, U, np.int32(use_u), np.int64(self.d),
+                       np.float64(p.renorm_threshold))))                  # + renormalize
         return out
 
     def _entry_grid(self) -> int:
