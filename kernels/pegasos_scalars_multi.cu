@@ -20,6 +20,7 @@
 // determinism: per output sequential arithmetic, no atomics -> bitwise repeatable.
 #include "common.cuh"
 #include "schedule.cuh"
+#include "renormalize_multi.cu"
 
 template <typename T>
 __global__ void __launch_bounds__(gpusvm::BLOCK, gpusvm::MIN_BLOCKS) gpusvm_pegasos_scalars_multi(
@@ -97,25 +98,11 @@ __global__ void __launch_bounds__(gpusvm::BLOCK, gpusvm::MIN_BLOCKS) gpusvm_pega
         return;                                          // block-uniform
     }
     for (long long e = threadIdx.x; e < d * M; e += gpusvm::BLOCK) {
-        const int c = static_cast<int>(e % M);
-        const double a = state[gpusvm::S_A * M + c];
-        if (!(fabs(a) < threshold)) {
-            continue;
-        }
-        const T vj = V[e];
-        if (u_on) {
-            U[e] -= state[gpusvm::S_ASUM * M + c] * static_cast<double>(vj);
-        }
-        V[e] = vj * static_cast<T>(a);
+        gpusvm::fold_scale_entry(V, U, u_on, state, M, e, threshold);
     }
     __syncthreads();                                     // the entries read a_c and A_c
 #pragma unroll 1
     for (int c = threadIdx.x; c < M; c += gpusvm::BLOCK) {
-        const double a = state[gpusvm::S_A * M + c];
-        if (fabs(a) < threshold) {
-            state[gpusvm::S_VSQ * M + c] *= a * a;
-            state[gpusvm::S_ASUM * M + c] = 0.0;
-            state[gpusvm::S_A * M + c] = 1.0;
-        }
+        gpusvm::fold_scale_settle(state, M, c, threshold);
     }
 }

@@ -15,6 +15,39 @@
 // determinism: elementwise, the ticket only orders the scalar update -> bitwise repeatable.
 #include "common.cuh"
 
+namespace gpusvm {
+
+// Fold entry e = (j, c) of V when |a_c| < threshold (U[e] -= A_c V[e] first, when u_on): the
+// entry loop of this kernel and of pegasos_scalars_multi.cu's fold.
+template <typename T>
+__device__ __forceinline__ void fold_scale_entry(T* __restrict__ V, double* __restrict__ U,
+                                                 const int u_on, const double* state, const int M,
+                                                 const long long e, const double threshold) {
+    const int c = static_cast<int>(e % M);
+    const double a = state[S_A * M + c];
+    if (!(fabs(a) < threshold)) {
+        return;
+    }
+    const T vj = V[e];
+    if (u_on) {
+        U[e] -= state[S_ASUM * M + c] * static_cast<double>(vj);
+    }
+    V[e] = vj * static_cast<T>(a);
+}
+
+// After every entry of a folded column: ||v_c||^2 *= a_c^2, A_c = 0, a_c = 1.
+__device__ __forceinline__ void fold_scale_settle(double* state, const int M, const int c,
+                                                  const double threshold) {
+    const double a = state[S_A * M + c];
+    if (fabs(a) < threshold) {
+        state[S_VSQ * M + c] *= a * a;
+        state[S_ASUM * M + c] = 0.0;
+        state[S_A * M + c] = 1.0;
+    }
+}
+
+}  // namespace gpusvm
+
 template <typename T>
 __global__ void __launch_bounds__(gpusvm::BLOCK, gpusvm::MIN_BLOCKS) gpusvm_renormalize_multi(
     T* __restrict__ V,                     // W = V diag(a), d x M (rescaled columns)
@@ -34,25 +67,11 @@ __global__ void __launch_bounds__(gpusvm::BLOCK, gpusvm::MIN_BLOCKS) gpusvm_reno
         return;                            // uniform over the grid: no block takes a ticket
     }
     gpusvm::grid_stride(d * M, [&](const long long t) {
-        const int c = static_cast<int>(t % M);
-        const double a = state[gpusvm::S_A * M + c];
-        if (!(fabs(a) < threshold)) {
-            return;
-        }
-        const T vj = V[t];
-        if (u_on) {
-            U[t] -= state[gpusvm::S_ASUM * M + c] * static_cast<double>(vj);
-        }
-        V[t] = vj * static_cast<T>(a);
+        gpusvm::fold_scale_entry(V, U, u_on, state, M, t, threshold);
     });
     if (gpusvm::last_block_done(ticket) && threadIdx.x == 0) {
         for (int c = 0; c < M; ++c) {
-            const double a = state[gpusvm::S_A * M + c];
-            if (fabs(a) < threshold) {
-                state[gpusvm::S_VSQ * M + c] *= a * a;
-                state[gpusvm::S_ASUM * M + c] = 0.0;
-                state[gpusvm::S_A * M + c] = 1.0;
-            }
+            gpusvm::fold_scale_settle(state, M, c, threshold);
         }
         gpusvm::reset_ticket(ticket);
     }
