@@ -16,7 +16,7 @@ launches with fixed arguments:
 
 * Pegasos: ``gpusvm_margins_balanced``, which also draws the batch (sampling
   without replacement or by epochs: the thread of a batch position computes its row
-  from ``(seed, t)``, ``kernels/balanced.cuh``'s ``SegmentBatch``; i.i.d. batches,
+  from ``(seed, t)``, ``kernels/segment_batch.cuh``'s ``SegmentBatch``; i.i.d. batches,
   whose first-occurrence stamps need the whole batch, keep a ``gpusvm_sample_next``
   launch before it), (``gpusvm_optimal_bias``: one block, radix selection in O(k)),
   (``gpusvm_reset_scale_next`` in a segment that holds an iteration with
@@ -625,7 +625,7 @@ class DeviceBackend(DeviceGeneralPath):
                       np.float64(threshold)))
 
     #: sampling mode codes whose batches a segment's gather kernel draws itself (without
-    #: replacement, epochs: kernels/balanced.cuh's SegmentBatch); i.i.d. batches (code 1) keep
+    #: replacement, epochs: kernels/segment_batch.cuh's SegmentBatch); i.i.d. batches (code 1) keep
     #: the sampler's launches, whose first-occurrence stamps need the whole batch
     DRAWN_IN_GATHER = (0, 2)
 
@@ -637,13 +637,11 @@ class DeviceBackend(DeviceGeneralPath):
         sampler's launches (:meth:`_sample_launches`; with the first-occurrence mask of
         i.i.d. batches when ``needs_first``) and ``mode = -1``.
         """
-        _, _, _, head, _, _, _ = self._sampler_buffers(sampler)
-        seed, n, _, half, mask = head
+        seed, n, _, half, mask = self._sampler_buffers(sampler)[3]
+        tail = (seed, n, half, mask, self._counter, self._sample_ticket)
         if sampler.code in self.DRAWN_IN_GATHER:
-            return [], (np.int32(sampler.code), seed, n, half, mask, self._counter,
-                        self._sample_ticket)
-        return (self._sample_launches(sampler, bump_in_firsts=needs_first),
-                (np.int32(-1), seed, n, half, mask, self._counter, self._sample_ticket))
+            return [], (np.int32(sampler.code),) + tail
+        return self._sample_launches(sampler, bump_in_firsts=needs_first), (np.int32(-1),) + tail
 
     def _sample_launches(self, sampler, bump_in_firsts: bool):
         """The launches that draw a batch from the device counter (and advance it)."""
