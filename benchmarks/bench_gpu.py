@@ -1,24 +1,30 @@
-"""GPU benchmark of mini-batch Pegasos: time per iteration against k, time to eps, kernel bandwidth.
+"""GPU benchmark of the device backend as the segments run it, each figure beside the model's.
 
 On a CUDA machine (``--backend cupy``, the default when a device exists)::
 
-    python benchmarks/bench_gpu.py                      # imdb and news20, k = 1 .. 16384
+    python benchmarks/bench_gpu.py                      # imdb and news20
     python benchmarks/bench_gpu.py --json gpu.json      # also write the results
 
-Measures
-  * seconds per iteration of the whole solver loop (2 launches per iteration, no host
-    synchronisation) for each batch size k;
-  * time and iterations to primal suboptimality eps (Takáč et al. 2013 use eps = 1e-3)
-    on imdb and news20, against ``P*`` from LIBLINEAR (``LinearSVC``, hinge loss, no
-    intercept, ``C = 1 / (lam n)``: the same minimiser);
-  * each kernel alone (``cupyx.profiler.benchmark`` around exactly one launch), the
-    bytes it must move (the traffic model in its header comment) and the achieved
-    bandwidth against the device's peak; ``evaluate()`` (the hinge-sum kernel plus
-    its reductions and one device-to-host copy) is timed and labelled as such.
+Measures, for mini-batch Pegasos and aggressive mini-batch SDCA (the solvers of the GPU
+section of BENCHMARKS.md), each beside the performance model's figure for the design the
+backend runs (:mod:`gpusvm.roofline`: the kernels balanced by nonzeros, replayed as a
+captured graph, the gather drawing its own batch), for the device the model knows by name
+(H100, H200; others are compared with the H100 figures and say so):
 
-Beside every measured figure stands the performance model's prediction
-(:mod:`gpusvm.roofline`, "modelled"), for the device the model knows by name (H100,
-H200; others are compared with the H100 figures and say so).
+  * **seconds per iteration** of a replayed segment (the solver's own launch sequence, the
+    CUDA graph of :meth:`DeviceBackend.pegasos_segment` / ``sdca_segment``), timed with CUDA
+    events on the backend's stream after a run of the solver has put the state where a run
+    is (its active rows, its step sizes); the fraction of the traffic roofline it reaches;
+  * **each kernel of one iteration**, replayed alone: the iteration's launches, each
+    captured ``R`` times in a graph of its own and timed per launch, against the model's
+    time for that kernel and its bytes (the achieved bandwidth on the model's byte count);
+    ``evaluate()`` (the hinge-sum kernel, its reductions and one copy to the host) timed as
+    the whole call and labelled so;
+  * **time to** ``P(w) - P* <= eps``, setup included (the upload; NVRTC's compilation is
+    left out by a warm-up run), with the solver's own evaluation cadence, as
+    :func:`gpusvm.roofline.measure_iterations` runs it, against LinearSVC's one-core CPU
+    time at its defaults on the same machine (``P*`` from LinearSVC at ``tol=1e-8``), and
+    the model's time for the same iteration and evaluation counts.
 
 Peak bandwidth: CUDA 13 removed ``memoryClockRate`` from the device properties, so
 the peak is read, in this order, from the properties (CUDA <= 12), the device
@@ -47,10 +53,11 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from gpusvm import _kernels  # noqa: E402
+from gpusvm import roofline  # noqa: E402
 from gpusvm.backends import cuda_available, make_backend  # noqa: E402
 from gpusvm.datasets import load_svmlight  # noqa: E402
 from gpusvm.solvers.pegasos import pegasos  # noqa: E402
+from gpusvm.solvers.sdca import sdca  # noqa: E402
 
 DATA = REPO.parent / "shared" / "data"
 FILES = {
@@ -69,55 +76,6 @@ def load(name: str, rows: int | None = None):
     if rows is not None:
         X, y = X[:rows], y[:rows]
     return X, y
-
-
-def sync(be) -> None:
-    """Wait for the device (a small copy through the backend's recorded path)."""
-    be.to_host(be.s[:1])
-
-
-def per_iteration(backend: str, X, y, ks, iterations: int, lam: float):
-    """Seconds per solver iteration for each k (one evaluation, at the end, excluded)."""
-    out = []
-    for k in ks:
-        if k > X.shape[0]:
-            continue
-        be = make_backend(backend, X, y)
-        pegasos(be, lam=lam, k=k, max_iter=2, seed=0, eval_every=2)      # warm up, compile
-        res = pegasos(be, lam=lam, k=k, max_iter=iterations, seed=1, eval_every=iterations)
-        t_loop = res.history[-1][2]
-        t0 = time.perf_counter()
-        w, b = be.output(False)
-        be.evaluate(w, b, lam)
-        t_eval = time.perf_counter() - t0
-        sec = max(t_loop - t_eval, 1e-12) / iterations
-        out.append({"k": int(k), "iterations": int(iterations), "seconds_per_iteration": sec,
-                    "rows_per_second": k / sec})
-    return out
-
-
-def reference_optimum(X, y, lam: float) -> float:
-    """``P*`` of ``lam/2 ||w||^2 + mean hinge`` from LIBLINEAR's dual coordinate descent."""
-    from sklearn.svm import LinearSVC
-    n = X.shape[0]
-    clf = LinearSVC(C=1.0 / (lam * n), loss="hinge", fit_intercept=False, tol=1e-8,
-                    max_iter=200_000, dual=True).fit(X.astype(np.float64), y)
-    w = clf.coef_.ravel()
-    loss = np.maximum(0.0, 1.0 - y * (X @ w)).mean()
-    return float(0.5 * lam * w @ w + loss)
-
-
-def time_to_eps(backend: str, name: str, X, y, lam: float, k: int, eps: float, max_iter: int):
-    """Wall time and iterations until ``P(w) - P* <= eps`` (checked once per epoch)."""
-    p_star = reference_optimum(X, y, lam)
-    be = make_backend(backend, X, y)
-    pegasos(be, lam=lam, k=k, max_iter=2, seed=0, eval_every=2)          # warm up
-    res = pegasos(be, lam=lam, k=k, max_iter=max_iter, seed=1, averaging="tail",
-                  eval_every=max(1, math.ceil(X.shape[0] / k)),
-                  target_objective=p_star + eps)
-    return {"data": name, "k": int(k), "lam": lam, "eps": eps, "p_star": p_star,
-            "objective": res.history[-1][1], "iterations": res.n_iter,
-            "seconds": res.history[-1][2], "reached": res.stop_reason == "target_objective"}
 
 
 #: datasheet peak bandwidth (bytes/s) by a substring of the device name, the last resort
@@ -178,93 +136,155 @@ def model_device(name: str):
     return DEVICES["h100"], " (model: H100 figures)"
 
 
-def time_call(backend: str, fn, repeat: int) -> float:
-    """Median seconds of ``fn()``: CUDA events on a GPU, wall time when emulated."""
-    if backend == "cupy":
-        from cupyx.profiler import benchmark
-        r = benchmark(fn, n_repeat=repeat, n_warmup=max(1, repeat // 10))
-        return float(np.median(r.gpu_times[0]))
-    fn()
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return float(np.median(times))
+#: the solvers measured, by the model's names
+SOLVERS = ("pegasos", "sdca-aggressive")
 
 
-def kernel_timings(backend: str, X, y, k: int, lam: float, repeat: int, device_name: str = ""):
-    """Each kernel alone (exactly one launch) on one batch of k rows, with its minimal traffic,
-    bandwidth and the model's time; ``evaluate()`` timed whole and labelled as such."""
-    from gpusvm import roofline
-    be = make_backend(backend, X, y)
-    be.init_state(averaging=True)
-    rng = np.random.default_rng(0)
-    rows = be._rows(rng.choice(X.shape[0], size=k, replace=False).astype(np.int32))
-    rows_h = be.to_host(rows)
-    nnz_b = int((X.indptr[rows_h + 1] - X.indptr[rows_h]).sum())
-    item = X.dtype.itemsize
-    xp = be.xp
-    m = be.margins(rows)
-    m_all_active = xp.zeros(k, dtype=np.float64)                       # every row adds
-    w, b = be.output(False)
-    n, nnz, d = X.shape[0], X.nnz, X.shape[1]
-    bd = be._scalar64(b)
-    grid = be._row_grid(n)
-    partial = xp.empty(grid, dtype=np.float64)
-    hinge = be._kernel("gpusvm_hinge_sum")
-    hinge_args = (be._indptr, be._indices, be._data, be.y, np.int32(n), w, bd, partial)
-    bp = xp.empty(k, dtype=np.float64)
-    m_copy = m.copy()
-    cases = {
-        "gpusvm_margins": (lambda: be.margins(rows),
-                           k * (4 + 16 + item + 8) + nnz_b * (4 + 2 * item)),
-        "gpusvm_pegasos_step": (lambda: be.pegasos_step(rows, m_all_active, 1.0 / lam, 1.0, k,
-                                                        False, 0.0, True),
-                                k * (4 + 8 + 16 + item) + nnz_b * (4 + item + 2 * item + 16)),
-        "gpusvm_optimal_bias": (lambda: be._launch("gpusvm_optimal_bias", 1,
-                                                   (be.y, rows, np.int32(k), be.s, m_copy, bp)),
-                                k * (4 + item + 8 + 8 + 8 * 8 + 8)),
-        "gpusvm_renormalize": (lambda: be.renormalize(1e-300), 0),      # the no-op path
-        "gpusvm_output": (lambda: be.output(True), d * (item + 8 + 8)),
-        "gpusvm_hinge_sum": (lambda: be._call(hinge, grid, hinge_args),
-                             n * (16 + item) + nnz * (4 + item + 8)),
-        "evaluate() (hinge_sum + 2 reductions + copy)": (lambda: be.evaluate(w, b, lam), 0),
-    }
-    del m
-    peak, _ = peak_bandwidth(backend)
-    dev, note = model_device(device_name)
-    stats = roofline.batch_stats(X, k, batches=1)
-    model = {c.kernel: c for c in roofline.iteration_costs(X, stats, dev, solver="pegasos-optimal",
-                                                           balanced=False, active=1.0)}
-    model_s = {"gpusvm_margins": model["margins"].seconds(dev),
-               "gpusvm_pegasos_step": model["pegasos_step"].seconds(dev),
-               "gpusvm_optimal_bias": model["optimal_bias"].seconds(dev),
-               "gpusvm_hinge_sum": roofline.evaluation_seconds(X, dev)}
-    out = []
-    for name, (fn, nbytes) in cases.items():
-        sec = time_call(backend, fn, repeat)
-        if name in _kernels.ROW_KERNELS:
-            label = _kernels.row_kernel(name, be.lanes, be.value_type)
-        elif name in _kernels.VECTOR_KERNELS:
-            label = _kernels.vector_kernel(name, be.value_type)
+def run_solver(backend, solver: str, lam: float, k: int, max_iter: int, eval_every: int):
+    """A run of ``solver`` as the model counts it; returns the segment call and its arguments.
+
+    The backend's segment method is wrapped for the run to record the sampler and plan the
+    solver passed, so that the very launch sequence of the run can be replayed and timed.
+    """
+    name = "pegasos_segment" if solver == "pegasos" else "sdca_segment"
+    segment = getattr(backend, name)
+    seen = {}
+
+    def spy(sampler, t0, t1, plan):
+        seen["sampler"], seen["plan"] = sampler, plan
+        return segment(sampler, t0, t1, plan)
+
+    setattr(backend, name, spy)
+    try:
+        if solver == "pegasos":
+            pegasos(backend, lam=lam, k=k, max_iter=max_iter, seed=1, averaging="doubling",
+                    eval_every=eval_every)
         else:
-            label = name
-        row = {"kernel": label, "k": int(k), "seconds": sec,
-               "bytes": int(nbytes), "GBps": nbytes / sec / 1e9 if nbytes else None,
-               "modelled_seconds": model_s.get(name), "model_device": dev.name + note}
-        row["fraction_of_peak"] = (nbytes / sec / peak) if (peak and nbytes) else None
-        out.append(row)
+            sdca(backend, lam=lam, b=k, max_iter=max_iter, variant="aggressive", seed=1,
+                 tol=0.0, eval_every=eval_every)
+    finally:
+        delattr(backend, name)                       # the class's method again
+    return segment, seen["sampler"], seen["plan"]
+
+
+class Timer:
+    """Seconds of a call that launches work on the backend's stream (CUDA events on a GPU,
+    wall time on the emulator, which runs every launch before it returns)."""
+
+    def __init__(self, backend):
+        self.be = backend
+        self.gpu = backend.runtime.name == "cupy"
+
+    def __call__(self, fn, repeat: int) -> float:
+        """Median seconds of ``fn()`` over ``repeat`` calls (after one call not counted)."""
+        fn()
+        times = []
+        if self.gpu:
+            import cupy
+            stream = self.be.runtime.stream
+            start, end = cupy.cuda.Event(), cupy.cuda.Event()
+            for _ in range(repeat):
+                start.record(stream)
+                fn()
+                end.record(stream)
+                end.synchronize()
+                times.append(cupy.cuda.get_elapsed_time(start, end) * 1e-3)
+        else:
+            for _ in range(repeat):
+                t0 = time.perf_counter()
+                fn()
+                times.append(time.perf_counter() - t0)
+        return float(np.median(times))
+
+
+def modelled(X, k: int, solver: str, dev) -> tuple[dict, list]:
+    """The model's iteration (``summarise``) and kernels for the built design."""
+    stats = roofline.batch_stats(X, k, batches=2, blocks=dev.sms * 4)
+    costs = roofline.iteration_costs(X, stats, dev, solver=solver, balanced=True)
+    return roofline.summarise(costs, dev), costs
+
+
+def per_iteration(backend: str, X, y, solver: str, k: int, iterations: int, lam: float, dev,
+                  repeat: int) -> dict:
+    """Seconds per iteration of the replayed segment, with the model's figures beside it."""
+    be = make_backend(backend, X, y)
+    epoch = max(1, math.ceil(X.shape[0] / k))
+    warm = max(2 * epoch, 4)                       # past the first large steps
+    segment, sampler, plan = run_solver(be, solver, lam, k, warm, warm)
+    t = [warm]
+
+    def replay():
+        with be.runtime.activate():
+            segment(sampler, t[0], t[0] + iterations, plan)
+        t[0] += iterations
+
+    sec = Timer(be)(replay, repeat) / iterations
+    model, _ = modelled(X, k, solver, dev)
+    return {"solver": solver, "k": int(k), "iterations": int(iterations),
+            "seconds_per_iteration": sec, "launches_per_iteration": model["launches"],
+            "modelled_seconds_per_iteration": model["seconds"],
+            "roofline_seconds": model["roofline_seconds"],
+            "fraction_of_roofline": model["roofline_seconds"] / sec,
+            "model_error": model["seconds"] / sec - 1.0}
+
+
+def kernel_timings(backend: str, X, y, solver: str, k: int, lam: float, dev, repeat: int,
+                   peak: float | None, copies: int = 20) -> list[dict]:
+    """Each launch of one iteration, captured ``copies`` times in a graph of its own."""
+    be = make_backend(backend, X, y)
+    epoch = max(1, math.ceil(X.shape[0] / k))
+    _, sampler, plan = run_solver(be, solver, lam, k, 2 * epoch, 2 * epoch)
+    with be.runtime.activate():
+        launches = (be._pegasos_launches(sampler, plan, reset=False) if solver == "pegasos"
+                    else be._sdca_launches(sampler, plan))
+    names = {id(fn): name for name, fn in be._functions.items()}
+    _, costs = modelled(X, k, solver, dev)
+    if len(costs) != len(launches):
+        raise RuntimeError(f"{solver}: the backend launches {len(launches)} kernels an iteration, "
+                           f"the model counts {len(costs)}: the model is out of date")
+    timer = Timer(be)
+    out = []
+    for (fn, grid, args), cost in zip(launches, costs):
+        graph = be.runtime.graph([(fn, grid, args)])
+
+        def replay(graph=graph):
+            with be.runtime.activate():
+                graph.launch(copies)
+
+        sec = timer(replay, repeat) / copies
+        nbytes = cost.hbm_bytes
+        out.append({"solver": solver, "kernel": names.get(id(fn), "?"), "model_kernel": cost.kernel,
+                    "k": int(k), "grid": int(grid), "seconds": sec,
+                    "modelled_seconds": cost.seconds(dev), "model_hbm_bytes": nbytes,
+                    "GBps": nbytes / sec / 1e9,
+                    "fraction_of_peak": nbytes / sec / peak if peak else None})
+    if solver == "pegasos":
+        w, b = be.output(False)
+        sec = timer(lambda: be.evaluate(w, b, lam), repeat)
+        out.append({"solver": solver, "kernel": "evaluate() (hinge_sum + 2 reductions + copy)",
+                    "model_kernel": "evaluation", "k": int(k), "grid": None, "seconds": sec,
+                    "modelled_seconds": roofline.evaluation_seconds(X, dev),
+                    "model_hbm_bytes": None, "GBps": None, "fraction_of_peak": None})
     return out
 
 
-def modelled_per_iteration(X, k: int, device_name: str) -> float:
-    """The model's seconds per Pegasos iteration (current kernels, captured segment)."""
-    from gpusvm import roofline
-    dev, _ = model_device(device_name)
-    stats = roofline.batch_stats(X, k, batches=2)
-    costs = roofline.iteration_costs(X, stats, dev, solver="pegasos", balanced=False)
-    return roofline.summarise(costs, dev)["seconds"]
+def time_to_eps(backend: str, X, y, solver: str, k: int, lam: float, eps: float,
+                reference: dict, dev, max_epochs: int) -> dict:
+    """Measured wall time to ``P - P* <= eps`` (setup included), with the model's time."""
+    warm_rows = min(X.shape[0], max(k, 64))
+    roofline.measure_iterations(X[:warm_rows], y[:warm_rows], lam, min(k, warm_rows), solver,
+                                p_star=0.0, eps=1e30, max_epochs=1,
+                                backend=backend)     # compiles the kernels (once per process)
+    r = roofline.measure_iterations(X, y, lam, k, solver, reference["p_star"], eps,
+                                    max_epochs=max_epochs, backend=backend)
+    r["wall_seconds"] = r["setup_seconds"] + r["seconds"]
+    r["liblinear_seconds"] = reference["seconds"]
+    r["ratio_to_liblinear"] = reference["seconds"] / r["wall_seconds"] if r["reached"] else None
+    if r["reached"]:
+        model, _ = modelled(X, k, solver, dev)
+        r["modelled"] = roofline.time_to_eps(X, model["seconds"], r["iterations"],
+                                             r["evaluations"], dev)
+    return r
 
 
 def main(argv=None) -> int:
@@ -272,66 +292,109 @@ def main(argv=None) -> int:
     parser.add_argument("--backend", choices=("cupy", "emulated"),
                         default="cupy" if cuda_available() else "emulated")
     parser.add_argument("--smoke", action="store_true",
-                        help="small data (2000 rows of a9a, lam = 1e-2), few iterations: seconds on the emulator")
+                        help="small data (2000 rows of a9a, lam = 1e-2), few iterations: "
+                             "seconds on the emulator")
     parser.add_argument("--lam", type=float, default=1e-4)
     parser.add_argument("--eps", type=float, default=1e-3)
+    parser.add_argument("--datasets", default="imdb,news20")
+    parser.add_argument("--parts", default="iterations,kernels,eps",
+                        help="which tables: iterations, kernels, eps (comma-separated)")
     parser.add_argument("--json", type=Path, help="write the results to this file")
     args = parser.parse_args(argv)
+    parts = set(args.parts.split(","))
 
     if args.smoke:
         sets = {"a9a": load("a9a", rows=2000)}
-        ks, iters, repeat = [1, 64, 512], 10, 3
+        ks, iters, repeat, copies = [64, 256], 4, 2, 2
         args.lam = 1e-2
-        eps_runs = [("a9a", 256, 0.02, 400)]
+        eps_runs, eps, max_epochs = [256], 0.02, 50
         kernel_k = 256
     else:
         if args.backend != "cupy":
             parser.error("the full benchmark needs a CUDA device; use --smoke on the emulator")
-        sets = {"imdb": load("imdb"), "news20": load("news20")}
-        ks, iters, repeat = [1, 16, 64, 256, 1024, 4096, 16384], 500, 50
-        eps_runs = [(name, k, args.eps, 200_000) for name in sets for k in (64, 1024, 8192)]
+        sets = {name: load(name) for name in args.datasets.split(",") if name}
+        ks, iters, repeat, copies = [256, 1024, 4096, 8192, 16384], 1000, 10, 100
+        eps_runs, eps, max_epochs = [1024, 4096], args.eps, 300
         kernel_k = 4096
     peak, device, peak_source = peak_bandwidth_source(args.backend)
+    dev, note = model_device(device)
     results = {"backend": args.backend, "device": device, "smoke": args.smoke,
+               "model_device": dev.name + note, "lam": args.lam, "eps": eps,
                "peak_bandwidth_GBps": peak / 1e9 if peak else None,
                "peak_bandwidth_source": peak_source,
                "per_iteration": [], "time_to_eps": [], "kernels": []}
 
+    def save():
+        if args.json:
+            args.json.write_text(json.dumps(results, indent=2))
+
     print(f"# {device} ({args.backend})" + (f", peak {peak / 1e9:.0f} GB/s ({peak_source})"
-                                            if peak else ""))
-    print("\n## seconds per iteration (measured; modelled beside it)")
-    print(f"{'data':<8} {'k':>6} {'s/iter':>10} {'modelled':>10} {'rows/s':>12}")
-    for name, (X, y) in sets.items():
-        for r in per_iteration(args.backend, X, y, ks, iters, args.lam):
-            r["data"] = name
-            r["modelled_seconds_per_iteration"] = modelled_per_iteration(X, r["k"], device)
-            results["per_iteration"].append(r)
-            print(f"{name:<8} {r['k']:>6} {r['seconds_per_iteration']:>10.3e} "
-                  f"{r['modelled_seconds_per_iteration']:>10.3e} {r['rows_per_second']:>12.3e}")
+                                            if peak else "") + f"; model: {dev.name}{note}")
+    if "iterations" in parts:
+        print("\n## seconds per iteration: replayed segment (measured), model beside it")
+        print(f"{'data':<8} {'solver':<16} {'k':>6} {'launches':>8} {'us/iter':>9} "
+              f"{'modelled':>9} {'roofline':>9} {'of roof':>8} {'model err':>9}")
+        for name, (X, y) in sets.items():
+            for solver in SOLVERS:
+                for k in ks:
+                    if k > X.shape[0]:
+                        continue
+                    r = per_iteration(args.backend, X, y, solver, k, iters, args.lam, dev,
+                                      repeat)
+                    r["data"] = name
+                    results["per_iteration"].append(r)
+                    save()
+                    print(f"{name:<8} {solver:<16} {k:>6} {r['launches_per_iteration']:>8} "
+                          f"{r['seconds_per_iteration'] * 1e6:>9.2f} "
+                          f"{r['modelled_seconds_per_iteration'] * 1e6:>9.2f} "
+                          f"{r['roofline_seconds'] * 1e6:>9.2f} "
+                          f"{100 * r['fraction_of_roofline']:>7.0f}% "
+                          f"{100 * r['model_error']:>+8.0f}%", flush=True)
 
-    print(f"\n## time to P(w) - P* <= eps (lam = {args.lam:g})")
-    print(f"{'data':<8} {'k':>6} {'eps':>7} {'iters':>8} {'seconds':>9} reached")
-    for name, k, eps, max_iter in eps_runs:
-        X, y = sets[name]
-        r = time_to_eps(args.backend, name, X, y, args.lam, k, eps, max_iter)
-        results["time_to_eps"].append(r)
-        print(f"{name:<8} {k:>6} {eps:>7.0e} {r['iterations']:>8} {r['seconds']:>9.3f} {r['reached']}")
+    if "kernels" in parts:
+        print(f"\n## each kernel of an iteration, replayed alone (k = {kernel_k}); bytes: the "
+              "model's count")
+        print(f"{'data':<8} {'kernel':<52} {'us':>8} {'modelled':>9} {'MB':>7} {'GB/s':>7} "
+              f"{'of peak':>8}")
+        for name, (X, y) in sets.items():
+            for solver in SOLVERS:
+                for r in kernel_timings(args.backend, X, y, solver, min(kernel_k, X.shape[0]),
+                                        args.lam, dev, repeat, peak, copies):
+                    r["data"] = name
+                    results["kernels"].append(r)
+                    mb = f"{r['model_hbm_bytes'] / 1e6:.2f}" if r["model_hbm_bytes"] else "-"
+                    gbps = f"{r['GBps']:.0f}" if r["GBps"] else "-"
+                    frac = f"{100 * r['fraction_of_peak']:.0f}%" if r["fraction_of_peak"] else "-"
+                    label = f"{r['kernel']} [{r['model_kernel']}]"
+                    print(f"{name:<8} {label[:52]:<52} {r['seconds'] * 1e6:>8.2f} "
+                          f"{r['modelled_seconds'] * 1e6:>9.2f} {mb:>7} {gbps:>7} {frac:>8}",
+                          flush=True)
+            save()
 
-    print(f"\n## kernels (k = {kernel_k})")
-    print(f"{'kernel':<46} {'seconds':>10} {'modelled':>10} {'MB':>8} {'GB/s':>8} {'of peak':>8}")
-    for name, (X, y) in sets.items():
-        for r in kernel_timings(args.backend, X, y, min(kernel_k, X.shape[0]), args.lam, repeat,
-                                device):
-            r["data"] = name
-            results["kernels"].append(r)
-            gbps = f"{r['GBps']:.1f}" if r["GBps"] else "-"
-            frac = f"{100 * r['fraction_of_peak']:.0f}%" if r["fraction_of_peak"] else "-"
-            mod = f"{r['modelled_seconds']:.3e}" if r["modelled_seconds"] else "-"
-            print(f"{r['kernel']:<46} {r['seconds']:>10.3e} {mod:>10} {r['bytes'] / 1e6:>8.2f} "
-                  f"{gbps:>8} {frac:>8}")
-
-    if args.json:
-        args.json.write_text(json.dumps(results, indent=2))
+    if "eps" in parts:
+        print(f"\n## time to P(w) - P* <= {eps:g} (lam = {args.lam:g}), setup included; "
+              "LinearSVC: one core, its defaults")
+        print(f"{'data':<8} {'solver':<16} {'k':>6} {'iters':>7} {'evals':>5} {'ms':>9} "
+              f"{'modelled':>9} {'LinearSVC ms':>12} {'ratio':>7}")
+        for name, (X, y) in sets.items():
+            reference = roofline.liblinear_reference(X, y, args.lam)
+            for solver in SOLVERS:
+                for k in eps_runs:
+                    if k > X.shape[0]:
+                        continue
+                    r = time_to_eps(args.backend, X, y, solver, k, args.lam, eps, reference,
+                                    dev, max_epochs)
+                    r["data"] = name
+                    results["time_to_eps"].append(r)
+                    save()
+                    mod = f"{r['modelled']['total_s'] * 1e3:.2f}" if r.get("modelled") else "-"
+                    ratio = (f"{r['ratio_to_liblinear']:.1f}x" if r["ratio_to_liblinear"]
+                             else "not reached")
+                    its = r["iterations"] if r["iterations"] is not None else "-"
+                    print(f"{name:<8} {solver:<16} {k:>6} {its:>7} {r['evaluations']:>5} "
+                          f"{r['wall_seconds'] * 1e3:>9.2f} {mod:>9} "
+                          f"{reference['seconds'] * 1e3:>12.1f} {ratio:>7}", flush=True)
+    save()
     return 0
 
 

@@ -270,8 +270,23 @@ def test_benchmark_smoke_mode_runs_on_the_emulator(tmp_path):
     assert out["backend"] == "emulated"
     assert {"per_iteration", "time_to_eps", "kernels"} <= set(out)
     assert all(r["seconds_per_iteration"] > 0 for r in out["per_iteration"])
-    assert {r["kernel"].split("<")[0] for r in out["kernels"]} >= {"gpusvm_margins",
-                                                                  "gpusvm_pegasos_step"}
+    assert {r["solver"] for r in out["per_iteration"]} == {"pegasos", "sdca-aggressive"}
+    # the kernels timed are the segments' own launches, one per kernel the model counts
+    timed = [(r["kernel"].split("<")[0], r["model_kernel"]) for r in out["kernels"]]
+    assert timed == [("gpusvm_margins_balanced", "margins"),
+                     ("gpusvm_pegasos_segment_step", "pegasos_step"),
+                     ("evaluate() (hinge_sum + 2 reductions + copy)", "evaluation"),
+                     ("gpusvm_sdca_margins_balanced", "sdca_margins"),
+                     ("gpusvm_sdca_rho_balanced", "sdca_rho"),
+                     ("gpusvm_sdca_deltas_balanced", "sdca_deltas"),
+                     ("gpusvm_sdca_apply_balanced", "sdca_apply"),
+                     ("gpusvm_sdca_apply_balanced", "sdca_apply (settle)")]
+    # time to eps: setup and run measured, the model's time for the same counts beside them
+    for r in out["time_to_eps"]:
+        assert r["reached"], r
+        assert r["wall_seconds"] == pytest.approx(r["setup_seconds"] + r["seconds"])
+        assert r["modelled"]["iterations"] == r["iterations"] > 0
+        assert r["modelled"]["evaluations"] == r["evaluations"] > 0
 
 
 def test_make_backend_threads_the_device_id():
