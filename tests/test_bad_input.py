@@ -437,6 +437,22 @@ def test_sdca_stopped_by_time_or_callback_warns(a9a_unit):
                        "run continue to certify the solution")
 
 
+@pytest.mark.parametrize("b, variant, advice", [
+    (1, "auto", "increase max_iter; at batch_size=1 every variant takes the same step (with a "
+                "small lam, loss='squared_hinge' and solver='newton' take few iterations)"),
+    (64, "safe", "increase max_iter, or use the aggressive variant or a smaller batch_size"),
+    (64, "aggressive", "increase max_iter, or use a smaller batch_size"),
+])
+def test_sdca_max_iter_advice_names_only_what_can_help(a9a_unit, b, variant, advice):
+    # at batch size 1 the variants coincide and no batch is smaller: neither is advised
+    X, y = a9a_unit
+    est = sdca(lam=1e-4, batch_size=b, variant=variant, max_iter=40, eval_every=20,
+               shrinking=False)
+    [message] = _convergence_messages(est, X, y)
+    assert message == (f"SDCA stopped after max_iter=40 iterations with duality gap "
+                       f"{est.duality_gap_:.3g} > tol=0.001; {advice}")
+
+
 def test_sdca_divergence_advice(a9a_unit):
     X, y = a9a_unit
     est = sdca(lam=1e-4, batch_size=4096, variant="naive", max_iter=40, eval_every=8)

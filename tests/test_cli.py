@@ -143,7 +143,8 @@ def test_warnings_are_one_line(capsys, tmp_path, train_file):
     assert status == 0
     assert err == ("gpusvm fit: warning: SDCA stopped after max_iter=3 iterations with duality "
                    f"gap {load_model(tmp_path / 's.npz').duality_gap_:.3g} > tol=0.001; increase "
-                   "max_iter, or use the aggressive variant or a smaller batch_size\n")
+                   "max_iter; at batch_size=1 every variant takes the same step (with a small "
+                   "lam, loss='squared_hinge' and solver='newton' take few iterations)\n")
 
 
 def test_fit_sdca_without_sdcasvc(capsys, tmp_path, monkeypatch, train_file):

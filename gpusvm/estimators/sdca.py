@@ -528,8 +528,15 @@ class SDCASVC(_LinearSVCBase):
         elif reason == "max_iter" and variant == "newton":
             advice = "increase max_iter"
         elif reason == "max_iter":
-            advice = ("increase max_iter, or use the aggressive variant or a smaller batch_size"
-                      + (f"; {given}" if given else ""))
+            if b == 1:          # every variant takes the same step: only the problem is slow
+                advice = ("increase max_iter; at batch_size=1 every variant takes the same step "
+                          "(with a small lam, loss='squared_hinge' and solver='newton' take few "
+                          "iterations)")
+            elif variant == "aggressive":
+                advice = "increase max_iter, or use a smaller batch_size"
+            else:
+                advice = "increase max_iter, or use the aggressive variant or a smaller batch_size"
+            advice += f"; {given}" if given else ""
         elif reason == "max_time":
             advice = f"the time budget max_time={self.max_time!r} ran out; give it more time"
         else:
