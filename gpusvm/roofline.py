@@ -54,14 +54,14 @@ import json
 import math
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
 
-__all__ = ["DEVICES", "Device", "KernelCost", "batch_stats", "iteration_costs", "main",
-           "summarise", "time_to_eps"]
+__all__ = ["DEVICES", "Device", "KernelCost", "batch_stats", "break_even_node_cost",
+           "iteration_costs", "main", "summarise", "time_to_eps"]
 
 
 @dataclass(frozen=True)
@@ -426,6 +426,34 @@ def time_to_eps(X, per_iteration_s: float, iterations: int, evaluations: int,
             "evaluations": int(evaluations), "evaluation_s": ev, "total_s": setup + loop + ev}
 
 
+def break_even_node_cost(seconds_at, target: float) -> float | None:
+    """The graph-node cost at which a modelled time equals ``target`` (its largest allowed).
+
+    Every modelled time is affine in ``Device.graph_node_s`` (a fixed cost per kernel node,
+    per upload and per evaluation), so ``seconds_at(c)``, the modelled time with a node cost of
+    ``c`` seconds, is evaluated at ``c = 0`` and ``c = 1 us`` and solved for ``target``: the
+    node cost up to which a target such as "within 2x of the roofline" holds.  ``None`` when
+    no node cost meets it (the rest alone exceeds ``target``).
+
+    Parameters
+    ----------
+    seconds_at : callable
+        ``seconds_at(graph_node_s) -> float``.
+    target : float
+        Seconds not to exceed.
+
+    Returns
+    -------
+    float or None
+        Seconds per node.
+    """
+    base = seconds_at(0.0)
+    slope = (seconds_at(1e-6) - base) / 1e-6
+    if base > target:
+        return None
+    return math.inf if slope <= 0 else (target - base) / slope
+
+
 # ---------------------------------------------------------------- iteration counts (CPU)
 def measure_iterations(X, y, lam: float, k: int, solver: str, p_star: float, eps: float,
                        max_epochs: int = 300, seed: int = 1, backend: str = "numba") -> dict:
@@ -549,13 +577,34 @@ def model_table(X, ks, dev: Device, solvers=SOLVERS, active: float = 0.5,
                            "hot_rows": stats.hot,
                            "kernels": [dict(asdict(c), seconds=c.seconds(dev, graph))
                                        for c in costs], **tot}
+                    if balanced and graph:          # the node cost the targets allow
+                        def per_it(c, costs=costs):
+                            return summarise(costs, replace(dev, graph_node_s=c))["seconds"]
+                        row["node_cost_for_half_roofline"] = break_even_node_cost(
+                            per_it, 2.0 * tot["roofline_seconds"])
                     it = (iterations or {}).get(f"{solver}@{k}")
                     if isinstance(it, dict) and it.get("iterations"):
                         row["time_to_eps"] = time_to_eps(X, tot["seconds"], it["iterations"],
                                                          it.get("evaluations", 1), dev)
                         row["time_to_eps"]["cadence"] = it.get("cadence", "epoch")
+                        ref = (iterations or {}).get("liblinear")
+                        if balanced and graph and isinstance(ref, dict) and ref.get("seconds"):
+                            def eps_at(c, it=it, per_it=per_it):
+                                d = replace(dev, graph_node_s=c)
+                                return time_to_eps(X, per_it(c), it["iterations"],
+                                                   it.get("evaluations", 1), d)["total_s"]
+                            row["time_to_eps"]["node_cost_for_twentieth"] = \
+                                break_even_node_cost(eps_at, ref["seconds"] / 20.0)
                     rows.append(row)
     return rows
+
+
+def _node(c: float | None) -> str:
+    """A break-even node cost as printed: the bound in microseconds, or why there is none."""
+    if c is None:
+        return "at no graph-node cost (the rest of the time alone exceeds it)"
+    return "at any graph-node cost" if math.isinf(c) else \
+        f"for a graph node of at most {c * 1e6:.2f} us"
 
 
 def _print(rows, dev: Device, data: str, reference: dict | None) -> None:
@@ -577,6 +626,9 @@ def _print(rows, dev: Device, data: str, reference: dict | None) -> None:
               f"{r['launches']:>6} {r['hot_atomics']:>8} {'':>8} {r['seconds'] * 1e6:>8.2f}   "
               f"roofline {r['roofline_seconds'] * 1e6:.2f} us = "
               f"{100 * r['fraction_of_roofline']:.0f}% of the modelled time")
+        if "node_cost_for_half_roofline" in r:
+            print(f"within 2x of the roofline {_node(r['node_cost_for_half_roofline'])} "
+                  f"(the model's node: {dev.graph_node_s * 1e6:.2f} us)")
         if "time_to_eps" in r:
             e = r["time_to_eps"]
             how = ("as the measured run made them, on the solver's own cadence"
@@ -590,6 +642,8 @@ def _print(rows, dev: Device, data: str, reference: dict | None) -> None:
                          f"{reference['seconds'] * 1e3:.0f} ms = "
                          f"{reference['seconds'] / e['total_s']:.0f}x")
             print(line)
+            if "node_cost_for_twentieth" in e:
+                print(f"at most 1/20 of LinearSVC's time {_node(e['node_cost_for_twentieth'])}")
 
 
 def main(argv=None) -> int:

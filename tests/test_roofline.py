@@ -191,3 +191,33 @@ def test_coalesced_counts_the_sectors_of_each_request():
     assert batch_stats(spread, k=1, batches=1).coalesced[(32, 4)] == 1.0
     bal = {c.kernel: c for c in iteration_costs(X, s, DEV, balanced=True, active=1.0)}
     assert bal["margins"].l2_bytes == 8 * 32
+
+
+def test_break_even_node_cost_solves_the_affine_time():
+    # 3 us of body and 2 nodes: within 8 us for nodes of at most 2.5 us; never within 2 us
+    def seconds_at(c):
+        return 3e-6 + 2 * c
+    assert roofline.break_even_node_cost(seconds_at, 8e-6) == pytest.approx(2.5e-6)
+    assert roofline.break_even_node_cost(seconds_at, 2e-6) is None
+    assert roofline.break_even_node_cost(lambda c: 1e-6, 2e-6) == float("inf")
+
+
+def test_model_rows_give_the_node_cost_at_which_the_targets_hold(tmp_path, tiny):
+    """At the node cost the row gives, the built design is exactly at half its roofline and
+    exactly at 1/20 of LinearSVC's time to eps; the other designs get no such figure."""
+    from dataclasses import replace
+    its = {"pegasos@4": {"iterations": 10, "evaluations": 3, "cadence": "solver"},
+           "liblinear": {"seconds": 0.02}}
+    rows = roofline.model_table(tiny, [4], DEV, ("pegasos",), iterations=its, batches=2)
+    [built] = [r for r in rows if r["built"] == "built"]
+    assert all("node_cost_for_half_roofline" not in r for r in rows if r is not built)
+    c = built["node_cost_for_half_roofline"]
+    stats = batch_stats(tiny, 4, batches=2, blocks=DEV.sms * 4)
+    dev = replace(DEV, graph_node_s=c)
+    tot = summarise(iteration_costs(tiny, stats, dev, solver="pegasos"), dev)
+    assert tot["fraction_of_roofline"] == pytest.approx(0.5)
+    c20 = built["time_to_eps"]["node_cost_for_twentieth"]
+    dev20 = replace(DEV, graph_node_s=c20)
+    per_it = summarise(iteration_costs(tiny, stats, dev20, solver="pegasos"), dev20)["seconds"]
+    total = roofline.time_to_eps(tiny, per_it, 10, 3, dev20)["total_s"]
+    assert total == pytest.approx(0.02 / 20)
