@@ -64,6 +64,26 @@ def test_defaults_resolve_to_the_documented_settings(a9a_part):
     assert primal(Xn, y, pg.coef_.ravel(), lam) - primal(Xn, y, lin.coef_.ravel(), lam) <= 2e-3
 
 
+def test_pegasos_max_iter_at_a_doubling_reads_its_last_evaluation(a9a_part):
+    """A max_iter that ends at a T_j (as the default 64 epochs do) lets the stopping rule read
+    that last evaluation: a run that settled there stops by tol, without a warning."""
+    X, y, _ = a9a_part
+    Xn, lam = normalize_rows(X), 1e-3
+    free = PegasosSVC(lam=lam, bias="none", random_state=0, backend="numba").fit(Xn, y)
+    assert free.stop_reason_ == "tol"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        capped = PegasosSVC(lam=lam, bias="none", random_state=0, backend="numba",
+                            max_iter=free.n_iter_, averaging="doubling").fit(Xn, y)
+    assert (capped.stop_reason_, capped.n_iter_) == ("tol", free.n_iter_)
+    np.testing.assert_array_equal(capped.coef_, free.coef_)
+    # one iteration short of that T_j the last average is not a doubling's: no estimate
+    with pytest.warns(ConvergenceWarning, match="objective still falling by more than tol"):
+        short = PegasosSVC(lam=lam, bias="none", random_state=0, backend="numba",
+                           max_iter=free.n_iter_ - 1, averaging="doubling").fit(Xn, y)
+    assert short.stop_reason_ == "max_iter"
+
+
 def test_pegasos_that_does_not_settle_warns(a9a_part):
     X, y, _ = a9a_part
     with pytest.warns(ConvergenceWarning, match="objective still falling by more than tol"):

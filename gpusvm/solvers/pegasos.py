@@ -328,6 +328,7 @@ def pegasos(backend, *, lam: float, k: int, max_iter: int, sampling: str = "with
         ev = backend.evaluate(w, b, lam, reg_bias)
         return w, b, ev.objective, None
 
+    at_level = False                  # doubling: the run's last segment ended at a T_j
     while t < t_end:
         if doubling:                  # up to the next T_j = 2^j epochs of this run
             level = epoch
@@ -338,6 +339,7 @@ def pegasos(backend, *, lam: float, k: int, max_iter: int, sampling: str = "with
             steps = segment_length(t - t_start, t_end - t, eval_every, eval_at)
         segment(sampler, t, t + steps, plan)                                  # Fig. 1, steps 1-5
         t += steps
+        at_level = doubling and t == t_start + level
         if t < t_end:
             _, _, obj, _ = evaluate()
             elapsed = time.perf_counter() - start
@@ -360,6 +362,11 @@ def pegasos(backend, *, lam: float, k: int, max_iter: int, sampling: str = "with
                 reset_average()
 
     w, b, obj, objs = evaluate(final=True)
+    # max_iter at a T_j (the default's 64 epochs): the stopping rule reads that last evaluation
+    # too, as it reads every earlier one, instead of calling the run unsettled unseen
+    if stop == "max_iter" and at_level and tol is not None and \
+            doubling_estimate(levels + [obj * per_weight], not full_batch) <= tol:
+        stop = "tol"
     if history and history[-1][0] == t:
         history[-1] = (t, obj, history[-1][2])       # the point returned, bias polished
     else:
