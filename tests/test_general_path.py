@@ -448,3 +448,38 @@ def test_bad_input_messages():
         make_backend("numpy", X, np.ones((300, 2, 1)))
     with pytest.raises(ValueError, match=r"t_start must be an int >= 0"):
         pegasos(make_backend("numpy", X, y), lam=1e-2, k=1, max_iter=10, t_start=-1)
+
+
+@pytest.mark.parametrize("loss", ["hinge", "squared_hinge"])
+@pytest.mark.parametrize("outputs", [1, 3])
+def test_general_path_epoch_order_draws_the_rows_bit_for_bit(loss, outputs, monkeypatch):
+    """One-row batches of "epoch" sampling read the epoch's order, as the binary loops do,
+    instead of drawing each row: the same rows in the same order, so the very same fit
+    (segments that start inside an epoch and cross into the next ones included)."""
+    from gpusvm.backends.numba_ import NumbaBackend
+    X, y = toy()
+    X = sp.csr_matrix(X, dtype=np.float32)
+    Y = (three_outputs(y) if outputs == 3 else y).astype(np.float32)
+    s = np.random.default_rng(2).uniform(0.0, 2.0, 300)            # weights: the general path
+
+    def fit():
+        p = pegasos(make_backend("numba", X, Y, s), lam=1e-2, k=1, max_iter=700,
+                    sampling="epoch", seed=5, loss=loss, averaging="tail", eval_every=250)
+        d = sdca(make_backend("numba", X, Y, s), lam=1e-2, b=1, max_iter=700, variant="safe",
+                 sampling="epoch", seed=5, loss=loss, tol=0.0, eval_every=350)
+        return p, d
+
+    by_order = fit()
+    drawn = NumbaBackend._nb_sampler
+
+    def no_order(self, sampler):                  # the epoch's order withheld: rows drawn
+        state = drawn(self, sampler)
+        assert state[7].size == 300               # the order the loops read otherwise
+        return state[:7] + (np.zeros(0, np.int32), np.zeros(0, np.uint32))
+
+    monkeypatch.setattr(NumbaBackend, "_nb_sampler", no_order)
+    by_draw = fit()
+    for a, b in zip(by_order, by_draw):
+        np.testing.assert_array_equal(a.w, b.w)
+        assert [h[:2] for h in a.history] == [h[:2] for h in b.history]    # (t, objective)
+    np.testing.assert_array_equal(by_order[1].extra["alpha"], by_draw[1].extra["alpha"])

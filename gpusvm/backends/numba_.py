@@ -1163,7 +1163,7 @@ class NumbaBackend(NumpyBackend):
         sw, weighted = self._nb_weights()
         _announce_compilation(pegasos_loop_m)
         pegasos_loop_m(*self._nb_csr(), self.Y, sw, weighted, self.V, U, use_u, self.sm,
-                       *self._nb_sampler(sampler)[:7], int(t0), int(t1), float(p.lam), int(p.k),
+                       *self._nb_sampler(sampler), int(t0), int(t1), float(p.lam), int(p.k),
                        SCHEDULE_CODES[p.schedule], float(p.eta0 or 0.0), float(p.norma_p),
                        bool(p.unreg_bias), bool(p.optimal), float(p.radius), bool(p.averaged),
                        int(p.t_avg), float(p.renorm_threshold), p.loss == "squared_hinge",
@@ -1181,7 +1181,7 @@ class NumbaBackend(NumpyBackend):
         sw, weighted = self._nb_weights()
         _announce_compilation(sdca_loop_m)
         sdca_loop_m(*self._nb_csr(), self.Y, sw, weighted, self.V, self.sm, self.alpha,
-                    self._inv_q, self.row_sq_norms, *self._nb_sampler(sampler)[:7], int(t0),
+                    self._inv_q, self.row_sq_norms, *self._nb_sampler(sampler), int(t0),
                     int(t1), float(p.lam), self.n, float(p.beta_b), float(p.theta), bool(p.aggressive),
                     p.loss == "squared_hinge", self._nb_canonical, self._nb_eps, g["m"],
                     g["delta"], g["coef"], g["no_u"], g["slot"], g["acc"], g["touched"], g["wk"],
