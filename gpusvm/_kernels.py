@@ -26,8 +26,7 @@ KERNEL_FILES = ("margins.cu", "pegasos_step.cu", "renormalize.cu", "reset_scale.
                 # the kernels of a captured segment (after the files they include)
                 "sample_next.cu", "sample_firsts_next.cu", "pegasos_segment_step.cu",
                 "reset_scale_next.cu", "optimal_bias.cu", "margins_balanced.cu",
-                "sdca_margins_balanced.cu", "sdca_rho_balanced.cu", "sdca_deltas_balanced.cu",
-                "sdca_apply_balanced.cu",
+                "sdca_margins_balanced.cu", "sdca_rho_balanced.cu", "sdca_apply_balanced.cu",
                 "margins_multi.cu", "accumulate_multi.cu", "sdca_deltas_multi.cu",
                 "renormalize_multi.cu",
                 # the general path's captured segments (after the files they include)
@@ -48,7 +47,7 @@ VECTOR_KERNELS = ("gpusvm_renormalize", "gpusvm_reset_scale", "gpusvm_output")
 SEGMENT_KERNELS = ("gpusvm_margins_balanced", "gpusvm_pegasos_segment_step",
                    "gpusvm_reset_scale_next", "gpusvm_optimal_bias",
                    "gpusvm_sdca_margins_balanced", "gpusvm_sdca_rho_balanced",
-                   "gpusvm_sdca_deltas_balanced", "gpusvm_sdca_apply_balanced")
+                   "gpusvm_sdca_apply_balanced")
 #: the general path (M outputs, weights, the squared hinge), templated over ``<T>``: one thread per
 #: (batch row, output) pair, or one block for the scalars (launched by
 #: gpusvm/backends/_general_device.py, whose segments are recorded and replayed as the binary

@@ -376,11 +376,24 @@ def iteration_costs(X, stats: BatchStats, dev: Device, *, solver: str = "pegasos
         costs.append(KernelCost("sdca_rho", hbm_bytes=k * (4 + 8) + active * row_bytes
                                 + a_nnz * (INDEX + item) + s_hbm, l2_bytes=s_l2,
                                 hot_atomics=hot, chain_s=chain))
+        # the steps with beta^(t+1) (m, alpha, row_sq read, delta written) and the zeroing of
+        # rho's scratch (the tentative steps read, their rows' indices and one store a nonzero)
+        steps = k * (4 + 8 * 5)
+        zeroing = active * k * 16 + a_nnz * INDEX
         z_hbm, z_l2 = _gather_bytes(dev, d, 8, a_nnz)
-        costs.append(KernelCost("sdca_deltas", hbm_bytes=k * (4 + 8 * 5) + active * k * 16
-                                + a_nnz * INDEX + z_hbm, l2_bytes=z_l2, chain_s=chain))
-        costs.append(step)
-        costs.append(KernelCost("sdca_apply (settle)", hbm_bytes=k * (4 + 8) + active * k * 8))
+        settle = KernelCost("sdca_apply (settle)", hbm_bytes=k * (4 + 8) + active * k * 8)
+        if balanced:        # folded into the step (the steps) and the settle (the zeroing)
+            step.kernel = "sdca_apply (with the steps)"
+            step.hbm_bytes += k * 8 * 3                         # m, alpha, row_sq (delta: written
+            #                                                     where it was read)
+            settle.kernel = "sdca_apply (settle, zeroing)"
+            settle.hbm_bytes += k * 8 + zeroing + z_hbm
+            settle.l2_bytes += z_l2
+            costs += [step, settle]
+        else:               # the previous release: a kernel of its own
+            costs.append(KernelCost("sdca_deltas", hbm_bytes=steps + zeroing + z_hbm,
+                                    l2_bytes=z_l2, chain_s=chain))
+            costs += [step, settle]
     else:
         costs.append(step)
     return costs

@@ -268,6 +268,40 @@ __device__ __forceinline__ double tile_rows_scatter(const long long* __restrict_
     return dn;
 }
 
+// The tile loop of a zeroing pass (sdca_apply_balanced.cu's settle): block b takes the tiles of
+// tile_rows batch positions b, b + gridDim.x, ... of the k; in the thread of each tile row,
+// row(g) returns the CSR row whose columns of target are to be zeroed, or -1; the block's threads
+// then stride over those rows' nonzeros and zero target there with atomic stores (other blocks may
+// zero the same column).  Every thread of the block must call it.
+template <typename F>
+__device__ __forceinline__ void tile_rows_zero(const long long* __restrict__ indptr,
+                                               const int* __restrict__ indices, const int k,
+                                               const int tile_rows, double* __restrict__ target,
+                                               F&& row) {
+    __shared__ long long start[BLOCK];
+    __shared__ int off[BLOCK + 1];
+    const int tid = threadIdx.x;
+    for (int first = blockIdx.x * tile_rows; first < k; first += gridDim.x * tile_rows) {
+        const int nr = min(tile_rows, k - first);
+        int len = 0;
+        if (tid < nr) {
+            const int r = row(first + tid);
+            if (r >= 0) {
+                const long long s0 = indptr[r];
+                start[tid] = s0;
+                len = static_cast<int>(indptr[r + 1] - s0);
+            }
+        }
+        const int total = tile_scan(len, off);
+        for (int q = tid; q < total; q += BLOCK) {
+            const int i = tile_row_of(off, nr, q);
+            double* const slot = &target[indices[start[i] + (q - off[i])]];
+            atomicExch(reinterpret_cast<unsigned long long*>(slot), 0ull);
+        }
+        __syncthreads();                                             // shared arrays reused
+    }
+}
+
 }  // namespace gpusvm
 
 #endif  // GPUSVM_BALANCED_CUH

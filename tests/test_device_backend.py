@@ -278,9 +278,8 @@ def test_benchmark_smoke_mode_runs_on_the_emulator(tmp_path):
                      ("evaluate() (hinge_sum + 2 reductions + copy)", "evaluation"),
                      ("gpusvm_sdca_margins_balanced", "sdca_margins"),
                      ("gpusvm_sdca_rho_balanced", "sdca_rho"),
-                     ("gpusvm_sdca_deltas_balanced", "sdca_deltas"),
-                     ("gpusvm_sdca_apply_balanced", "sdca_apply"),
-                     ("gpusvm_sdca_apply_balanced", "sdca_apply (settle)")]
+                     ("gpusvm_sdca_apply_balanced", "sdca_apply (with the steps)"),
+                     ("gpusvm_sdca_apply_balanced", "sdca_apply (settle, zeroing)")]
     # time to eps: setup and run measured, the model's time for the same counts beside them
     for r in out["time_to_eps"]:
         assert r["reached"], r

@@ -296,10 +296,11 @@ def test_tsan_is_silent_on_the_balanced_sdca_kernels():
     scratch, acc, ticket = np.zeros(d), np.zeros(SDCA_ACC_SLOTS), np.zeros(1, np.uint32)
     k, nd, lam, tile = np.int32(n), np.float64(n), np.float64(1e-2), np.int32(24)
 
-    def apply(lam_, check, phase):
+    def apply(lam_, check, phase, fused=0):
         return ("gpusvm_sdca_apply_balanced<float>", 4, B,
                 (ip, ix, dx, y, rows, k, tile, final, v, alpha, s, acc, ticket, np.float64(lam_),
-                 nd, np.int32(check), np.int32(phase)))
+                 nd, np.int32(check), np.int32(phase), m, q, first, np.int32(1), scratch,
+                 tentative, np.int32(fused)))
 
     launches = [
         ("gpusvm_sdca_margins_balanced<float>", 4, B, (ip, ix, dx, y, v, rows, k, tile, s, alpha,
@@ -311,9 +312,8 @@ def test_tsan_is_silent_on_the_balanced_sdca_kernels():
         ("gpusvm_sdca_rho_balanced<float>", 4, B, (ip, ix, dx, y, rows, k, tile, tentative, q,
                                                    scratch, s, acc, ticket, np.float64(8.0),
                                                    np.float64(0.5))),
-        ("gpusvm_sdca_deltas_balanced<float>", 4, B, (ip, ix, rows, k, tile, m, alpha, q, first,
-                                                      np.int32(1), s, lam, nd, final, scratch,
-                                                      tentative, np.int32(1))),
+        apply(1e-2, 1, 0, 1), apply(1e-2, 1, 1, 1),         # the steps with the adapted beta
+        #                                                     computed, then rho's scratch cleaned
         apply(1e-4, 1, 0), apply(1e-4, 1, 1),               # D drops: rejected, undone
         apply(1e3, 1, 0), apply(1e3, 1, 1),                 # D grows: accepted
         apply(1e3, 0, 0),                                   # unchecked

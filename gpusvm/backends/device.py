@@ -35,9 +35,9 @@ launches with fixed arguments:
   it draws the batch as Pegasos' margins do, or reads what ``gpusvm_sample_next``
   and ``gpusvm_sample_firsts_next`` drew for i.i.d. batches)
   and ``gpusvm_sdca_apply_balanced``; the aggressive variant adds
-  ``gpusvm_sdca_rho_balanced``, ``gpusvm_sdca_deltas_balanced`` and the settling
-  ``gpusvm_sdca_apply_balanced``: 2 or 5 launches (2 more for i.i.d. batches), all
-  balanced by nonzeros as
+  ``gpusvm_sdca_rho_balanced`` and the settling ``gpusvm_sdca_apply_balanced``
+  (its step computes the steps with the adapted beta, its settle cleans rho's
+  scratch): 2 or 4 launches (2 more for i.i.d. batches), all balanced by nonzeros as
   Pegasos' are, and the scatters (``rho``'s scratch, the step into ``v``) sum
   a tile's updates per column before one atomic, through the same code of
   ``kernels/balanced.cuh`` as Pegasos' step.  The separate SDCA primitives keep
@@ -935,10 +935,10 @@ class DeviceBackend(DeviceGeneralPath):
         device batch counter and advances it; i.i.d. batches: ``gpusvm_sample_next`` and
         ``gpusvm_sample_firsts_next`` before it; then the margins and the steps of eq. 15
         with ``beta^(t)``) and ``gpusvm_sdca_apply_balanced`` (naive, safe: 2 launches),
-        or for the aggressive variant ``gpusvm_sdca_rho_balanced``,
-        ``gpusvm_sdca_deltas_balanced`` (which also zeroes rho's scratch) and two
-        ``gpusvm_sdca_apply_balanced`` launches (step, then settle): 5.  i.i.d. batches
-        add 2.
+        or for the aggressive variant ``gpusvm_sdca_rho_balanced`` and two
+        ``gpusvm_sdca_apply_balanced`` launches: the step, which computes the steps of
+        eq. 15 with the adapted ``beta^(t+1)`` before adding them, then the settle, which
+        also zeroes rho's scratch: 4.  i.i.d. batches add 2.
         The sequence is recorded once per (sampler, plan) and replayed (:meth:`_replay`).
 
         Parameters
@@ -974,17 +974,17 @@ class DeviceBackend(DeviceGeneralPath):
                         (self._indptr, self._indices, self._data, self.y, rows, np.int32(k),
                          tile, tentative, self.row_sq_norms, self._scratch, self.s, self._sdca_acc,
                          self._sdca_ticket, np.float64(p.beta_b), np.float64(p.theta))))
-            out.append((self._kernel("gpusvm_sdca_deltas_balanced"), grid,  # Alg. 2: delta
-                        (self._indptr, self._indices, rows, np.int32(k), tile, m, self.alpha,
-                         self.row_sq_norms, first, has_first, self.s, lam, n, final,
-                         self._scratch, tentative, np.int32(1))))
         apply_head = (self._indptr, self._indices, self._data, self.y, rows, np.int32(k), tile,
                       delta, self.v, self.alpha, self.s, self._sdca_acc, self._sdca_ticket, lam, n,
                       np.int32(bool(p.aggressive)))
+        # aggressive: the step computes delta with beta^(t+1) itself, and the settle cleans rho's
+        # scratch (gpusvm_sdca_deltas folded into them: 4 launches, not 5)
+        apply_tail = (m, self.row_sq_norms, first, has_first, self._scratch, tentative,
+                      np.int32(bool(p.aggressive)))
         apply = self._kernel("gpusvm_sdca_apply_balanced")
-        out.append((apply, grid, apply_head + (np.int32(0),)))             # step
+        out.append((apply, grid, apply_head + (np.int32(0),) + apply_tail))   # (delta,) step
         if p.aggressive:
-            out.append((apply, grid, apply_head + (np.int32(1),)))         # keep if D grows
+            out.append((apply, grid, apply_head + (np.int32(1),) + apply_tail))   # keep if D grows
         return out
 
     @_on_device
