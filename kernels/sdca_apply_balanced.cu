@@ -11,8 +11,8 @@
 //   the beta that gpusvm_sdca_rho_balanced's last block just adapted (sdca_delta of m[g], alpha_r
 //   and ||x_r||^2; 0 where first[g] == 0) and writes it to delta[g], which phase 1 reads back;
 //   phase 1 also zeroes rho's scratch at the columns of the rows whose tentative step old[g] was
-//   nonzero (balanced.cuh's tile_rows_zero).  This is gpusvm_sdca_deltas_balanced folded into the
-//   step and the settle: one kernel boundary less per iteration.  Not fused: delta[] is read as
+//   nonzero (balanced.cuh's tile_rows_zero): the work of a kernel of its own before, folded into
+//   the step and the settle, one kernel boundary less per iteration.  Not fused: delta[] is read as
 //   given and m, row_sq, first, scratch and old are not touched.
 // grid: min(k, max_blocks) blocks of BLOCK threads over tiles of tile_rows batch positions.
 // in: indptr, indices, data, y, rows[k], k, tile_rows, lam, n, check, phase; fused: m[k],
