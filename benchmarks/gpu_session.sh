@@ -64,10 +64,12 @@ eps)
     PYTHONUNBUFFERED=1 "$PY" benchmarks/bench_gpu.py --parts eps \
         --json "$OUT/bench_gpu_eps.json" 2>&1 | tee "$OUT/bench_gpu_eps.log"
     ;;
-all)
-    "$0" tests
-    "$0" iterations
-    "$0" eps
+all)                                    # every part, even after one fails; fails if any did
+    status=0
+    for part in tests iterations eps; do
+        "$0" "$part" || status=1
+    done
+    exit $status
     ;;
 *)
     sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'
