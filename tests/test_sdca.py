@@ -478,6 +478,43 @@ def test_segment_minimum_finds_the_lowest_objective_between_two_points(loss, wei
     assert np.all((t[:3] > 0.0) & (t[:3] < 1.0))            # and so is the inside
 
 
+@pytest.mark.parametrize("loss", ["hinge", "squared_hinge"])
+def test_segment_minimum_is_exact_with_many_crossings_and_none(loss):
+    """Outputs whose every margin crosses 1, none does (the same point twice), or some do:
+    the minimiser agrees with a golden-section search of the objective from its definition
+    (an independent method): no higher objective, and the same t to 1e-7 (a search on
+    values locates a smooth minimum only to about the root of the rounding)."""
+    from gpusvm.solvers.sdca import segment_minimum  # noqa: PLC0415
+
+    rng = np.random.default_rng(11)
+    n, d, lam = 400, 12, 1e-3
+    X = rng.standard_normal((n, d))
+    y = np.where(rng.random(n) < 0.5, -1.0, 1.0)
+    s = rng.uniform(0.0, 2.0, n)
+    w_a, w_b = 0.2 * rng.standard_normal(d), 0.2 * rng.standard_normal(d)
+    pairs = [(w_a, w_b), (w_a, w_a), (0.01 * w_b, 3.0 * w_b)]
+    A0 = np.stack([y * (X @ w0) for w0, _ in pairs])
+    E = np.stack([y * (X @ w1) for _, w1 in pairs]) - A0
+    q1 = np.array([w0 @ (w1 - w0) for w0, w1 in pairs])
+    q2 = np.array([(w1 - w0) @ (w1 - w0) for w0, w1 in pairs])
+    crossing = ((A0 < 1.0) != (A0 + E < 1.0)).sum(axis=1)
+    assert crossing[0] > 50 and crossing[1] == 0 and crossing[2] > 50
+    t = segment_minimum(np, A0, E, s, q1, q2, lam, loss)
+    assert t[1] in (0.0, 1.0)                         # one point, a flat f: an end
+    for c in (0, 2):
+        w0, w1 = pairs[c]
+
+        def f(g, w0=w0, w1=w1):
+            return weighted_objective(X, y, w0 + g * (w1 - w0), lam, s, loss)
+        lo, hi = 0.0, 1.0                             # golden-section search of f itself
+        for _ in range(200):
+            m1, m2 = lo + 0.382 * (hi - lo), hi - 0.382 * (hi - lo)
+            lo, hi = (lo, m2) if f(m1) <= f(m2) else (m1, hi)
+        assert 0.0 < t[c] < 1.0
+        assert f(t[c]) <= f(0.5 * (lo + hi)) + 1e-13
+        assert t[c] == pytest.approx(0.5 * (lo + hi), abs=1e-7)
+
+
 def test_best_points_keep_the_lowest_objective_and_its_exact_margins():
     from gpusvm.solvers.sdca import BestPoints, primal_point_m  # noqa: PLC0415
 

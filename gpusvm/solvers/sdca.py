@@ -293,22 +293,19 @@ def certificate_m(backend, lam: float, loss: str):
     return W, primal, dual, primal - dual, A, sq
 
 
-#: bisection steps of :func:`segment_minimum` (the minimiser to 2^-30 of the segment)
-LINE_STEPS = 30
-
-
-def segment_minimum(xp, A0, E, s, q1, q2, lam: float, loss: str = "hinge",
-                    steps: int = LINE_STEPS):
+def segment_minimum(xp, A0, E, s, q1, q2, lam: float, loss: str = "hinge"):
     """Per output, the ``t`` in ``[0, 1]`` that minimises ``P_s`` on a segment of primal points.
 
     The points ``w_t = w_0 + t (w_1 - w_0)`` have the signed margins
     ``A0 + t E`` (``E = A1 - A0``) and ``||w_t||^2 = ||w_0||^2 + 2 t q1 + t^2 q2``
     (``q1 = <w_0, w_1 - w_0>``, ``q2 = ||w_1 - w_0||^2``), so ``f(t) = P_s(w_t)`` is
     a convex function of ``t`` evaluated without touching the data.  Its slope
-    ``f'(t) = lam (q1 + q2 t) + (1/n) sum_i s_i loss'(A0_i + t E_i) E_i`` is
-    bisected; only the rows whose margin crosses 1 inside the segment are
-    re-read at each step (the others add a constant, or for the squared hinge a
-    linear, term computed once).
+    ``n f'(t) = n lam (q1 + q2 t) + sum_i s_i loss'(A0_i + t E_i) E_i`` is affine
+    between the ``t`` at which a margin crosses 1 inside the segment (the hinge's slope
+    jumps there, the squared hinge's bends), and nondecreasing: the rows that do not
+    cross add a constant (hinge) or an affine term (squared hinge) computed once, each
+    crossing row adds its change at its crossing, and the minimiser is found exactly in
+    the piece where the slope reaches 0 (one sort of the crossings, one cumulative sum).
 
     Parameters
     ----------
@@ -318,19 +315,19 @@ def segment_minimum(xp, A0, E, s, q1, q2, lam: float, loss: str = "hinge",
     q1, q2 : arrays of float64, shape (M,), in ``xp``
     lam : float
     loss : {"hinge", "squared_hinge"}
-    steps : int
 
     Returns
     -------
     array of float64, shape (M,), in ``xp``
         Exactly 0 where ``f'(0) >= 0``, exactly 1 where ``f'(1) <= 0``, else the
-        bisection's midpoint.
+        minimiser: a crossing, or the root of the slope's affine piece.
     """
     M, n = A0.shape
     in0, in1 = A0 < 1.0, (A0 + E) < 1.0
     both = in0 & in1
     sE = E if s is None else E * s
-    if loss == "squared_hinge":                 # loss'(u) = -2 (1 - u) for u < 1
+    squared = loss == "squared_hinge"
+    if squared:                                 # loss'(u) = -2 (1 - u) for u < 1
         c0 = -2.0 * xp.where(both, (1.0 - A0) * sE, 0.0).sum(axis=1)
         c1 = 2.0 * xp.where(both, sE * E, 0.0).sum(axis=1)
     else:                                       # loss'(u) = -1 for u < 1
@@ -339,18 +336,53 @@ def segment_minimum(xp, A0, E, s, q1, q2, lam: float, loss: str = "hinge",
     oi, ri = xp.nonzero(in0 != in1)             # the margins that cross 1 inside the segment
     a, e, se = A0[oi, ri], E[oi, ri], sE[oi, ri]
 
-    def slope(t):
+    def slope(t):                               # n f'(t), from its definition
         u = a + t[oi] * e
-        g = xp.where(u < 1.0, -se if loss == "hinge" else -2.0 * (1.0 - u) * se, 0.0)
+        g = xp.where(u < 1.0, -se if not squared else -2.0 * (1.0 - u) * se, 0.0)
         cross = xp.bincount(oi, weights=g, minlength=M)
-        return lam * (q1 + q2 * t) + (c0 + c1 * t + cross) / n
+        return n * lam * (q1 + q2 * t) + c0 + c1 * t + cross
 
-    lo, hi = xp.zeros(M), xp.ones(M)
-    for _ in range(steps):
-        mid = 0.5 * (lo + hi)
-        down = slope(mid) < 0.0
-        lo, hi = xp.where(down, mid, lo), xp.where(down, hi, mid)
-    t = 0.5 * (lo + hi)
+    # a crossing row's term while its margin is below 1 is ga + gb t; below 1 before its
+    # crossing when E > 0 (it leaves the sum there), after it when E < 0 (it joins)
+    ga = -se if not squared else -2.0 * (1.0 - a) * se
+    gb = xp.zeros_like(se) if not squared else 2.0 * e * se
+    rising = e > 0.0
+    base_a = n * lam * q1 + c0 + xp.bincount(oi, weights=xp.where(rising, ga, 0.0), minlength=M)
+    base_b = n * lam * q2 + c1 + xp.bincount(oi, weights=xp.where(rising, gb, 0.0), minlength=M)
+    tau = (1.0 - a) / e                         # in [0, 1]
+    order = xp.lexsort(xp.stack([tau, oi.astype(xp.float64)]))      # by output, then t
+    o, tau = oi[order], tau[order]
+    da = xp.where(rising, -ga, ga)[order]
+    db = xp.where(rising, -gb, gb)[order]
+    count = xp.bincount(o, minlength=M)
+    start = xp.cumsum(count) - count
+    ca, cb = xp.cumsum(da), xp.cumsum(db)
+    before_a = xp.concatenate([xp.zeros(1), ca])[start]             # the sums before a group
+    before_b = xp.concatenate([xp.zeros(1), cb])[start]
+    pa = base_a[o] + ca - before_a[o]          # the piece that starts at tau: pa + pb t
+    pb = base_b[o] + cb - before_b[o]
+    pos = xp.arange(o.size)
+    last = pos == start[o] + count[o] - 1
+    end = xp.where(last, 1.0, xp.concatenate([tau[1:], xp.ones(1)]))
+    if o.size:                                  # where piece 0 ends: the first crossing, or 1
+        first_end = xp.where(count > 0, tau[xp.minimum(start, o.size - 1)], 1.0)
+    else:
+        first_end = xp.ones(M)
+    # the slope is nondecreasing: the minimiser lies in the first piece whose end it reaches
+    # 0 by; piece 0 (before any crossing) per output, then the crossings' pieces in order
+    in_first = base_a + base_b * first_end >= 0.0
+    reached = pa + pb * end >= 0.0
+    before = xp.bincount(o, weights=(~reached).astype(xp.float64), minlength=M).astype(xp.int64)
+    found = before < count
+    j = xp.minimum(start + before, max(o.size - 1, 0))
+    if o.size:
+        aj, bj, tj = pa[j], pb[j], tau[j]
+        root_j = xp.where(aj + bj * tj >= 0.0, tj, -aj / xp.where(bj > 0.0, bj, 1.0))
+        t = xp.where(found, xp.clip(root_j, tj, 1.0), 1.0)
+    else:
+        t = xp.ones(M)
+    root_0 = -base_a / xp.where(base_b > 0.0, base_b, 1.0)
+    t = xp.where(in_first, xp.clip(root_0, 0.0, first_end), t)
     t = xp.where(slope(xp.zeros(M)) >= 0.0, 0.0, t)
     return xp.where(slope(xp.ones(M)) <= 0.0, 1.0, t)
 
