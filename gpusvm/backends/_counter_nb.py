@@ -239,6 +239,30 @@ def epoch_order(n, seed, half, mask, e, rk, ecache, table, order):
     ecache[2] = e
 
 
+@njit(cache=True, inline="always")
+def epoch_position(t0, n, smp, rk, ecache, table, order):
+    """``(e, q)``, the epoch and position of one-row batch ``t0``, with that epoch's order in
+    ``order`` (made unless ``ecache`` says it is there); ``smp`` is the sampler's
+    ``(code, n, k, seed, half, mask)``."""
+    e = t0 // n
+    q = t0 - e * n
+    if ecache[2] != e:
+        epoch_order(n, smp[3], smp[4], smp[5], e, rk, ecache, table, order)
+    return e, q
+
+
+@njit(cache=True, inline="always")
+def epoch_advance(e, q, n, smp, rk, ecache, table, order):
+    """The position after ``q`` of epoch ``e``: at the epoch's end, position 0 of the next
+    epoch, whose order replaces ``order``."""
+    q += 1
+    if q == n:
+        e += 1
+        q = 0
+        epoch_order(n, smp[3], smp[4], smp[5], e, rk, ecache, table, order)
+    return e, q
+
+
 def sampler_state(n: int, epoch_rows: int = 0, half: int = 0):
     """Fresh ``(rk, ecache, stamp, order, table)`` for :func:`batch` and :func:`epoch_order`.
 

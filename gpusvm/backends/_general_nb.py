@@ -29,7 +29,7 @@ from numba import njit
 
 from ._state import (S_A, S_ASUM, S_ASUMD, S_B, S_BETA, S_BSUM, S_DNORM, S_LOSS, S_NACT,
                      S_NAVG, S_NREJ, S_TMP0, S_VSQ, S_YACT)
-from ._counter_nb import epoch_order as _nb_epoch_order
+from ._counter_nb import epoch_advance, epoch_position
 from .numba_ import (ORDER_PREFETCH, PREFETCH_DISTANCE, _draw_ahead, _fill_ring, _prefetch,
                      _prefetch_row, _step_size)
 
@@ -367,11 +367,9 @@ def pegasos_loop_m(indptr, indices, data, Y, sw, weighted, V, U, use_u, sm, smp,
     z = np.empty(V.shape[1])                  # a row's dot products (_margins_m)
     by_epoch = single and order.size > 0
     n = smp[1]
-    e = t0 // n                               # epoch and position of batch t0 (b = 1)
-    q = t0 - e * n
+    e, q = 0, 0
     if by_epoch:
-        if ecache[2] != e:
-            _nb_epoch_order(n, smp[3], smp[4], smp[5], e, rk, ecache, table, order)
+        e, q = epoch_position(t0, n, smp, rk, ecache, table, order)  # batch t0 (b = 1)
     else:
         _fill_ring(smp, t0, ring, ringf, ringh, rk, ecache, stamp)
     for t in range(t0 + 1, t1 + 1):
@@ -382,11 +380,7 @@ def pegasos_loop_m(indptr, indices, data, Y, sw, weighted, V, U, use_u, sm, smp,
                 _prefetch_v_m(indptr, indices, vflat, V.shape[1], order[q + 1:q + 2])
             rows = ring[0]                    # a copy: the next epoch's order overwrites order
             rows[0] = order[q]                                                # step 1: A_t
-            q += 1
-            if q == n:
-                e += 1
-                q = 0
-                _nb_epoch_order(n, smp[3], smp[4], smp[5], e, rk, ecache, table, order)
+            e, q = epoch_advance(e, q, n, smp, rk, ecache, table, order)
         else:
             _draw_ahead(indptr, indices, data, vflat, smp, t - 1, ring, ringf, ringh, rk,
                         ecache, stamp, False)
@@ -580,10 +574,7 @@ def _sdca_epochs_single_m(indptr, indices, data, Y, sw, weighted, V, sm, alpha, 
     binary loop reads them) instead of drawn one at a time: the same rows in the same order,
     at about a quarter of the sampler's cost (25 ns a row against 100 on a9a)."""
     M = V.shape[1]
-    e = t0 // n                                   # epoch and position of batch t0 (b = 1)
-    q = t0 - e * n
-    if ecache[2] != e:
-        _nb_epoch_order(n, smp[3], smp[4], smp[5], e, rk, ecache, table, order)
+    e, q = epoch_position(t0, n, smp, rk, ecache, table, order)     # batch t0 (b = 1)
     for _ in range(t0, t1):
         qa = q + ORDER_PREFETCH
         if qa < n:                                # the row ahead, its duals and labels
@@ -592,11 +583,7 @@ def _sdca_epochs_single_m(indptr, indices, data, Y, sw, weighted, V, sm, alpha, 
         if q + 1 < n:
             _prefetch_v_m(indptr, indices, vflat, M, order[q + 1:q + 2])
         r = order[q]                                                          # A_t = {r}
-        q += 1
-        if q == n:
-            e += 1
-            q = 0
-            _nb_epoch_order(n, smp[3], smp[4], smp[5], e, rk, ecache, table, order)
+        e, q = epoch_advance(e, q, n, smp, rk, ecache, table, order)
         _sdca_row_m(indptr, indices, data, Y, sw, weighted, V, sm, alpha, inv_q, row_sq, r,
                     lam, n, squared, touched, wk, z)
 

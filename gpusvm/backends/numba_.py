@@ -96,7 +96,9 @@ if numba is not None:
     from numba.extending import intrinsic
 
     from ._counter_nb import batch as _nb_batch
+    from ._counter_nb import epoch_advance as _nb_epoch_advance
     from ._counter_nb import epoch_order as _nb_epoch_order
+    from ._counter_nb import epoch_position as _nb_epoch_position
     from ._counter_nb import sampler_state
 
     @intrinsic
@@ -512,11 +514,9 @@ if numba is not None:
         yact = s[S_YACT]
         n = indptr.size - 1
         by_epoch = order.size > 0                     # "epoch": the epoch's rows drawn at once
-        e = t0 // n                                   # epoch and position of batch t0 (k = 1)
-        q = t0 - e * n
-        if by_epoch:
-            if ecache[2] != e:
-                _nb_epoch_order(n, smp[3], smp[4], smp[5], e, rk, ecache, table, order)
+        e, q = 0, 0
+        if by_epoch:                                  # epoch and position of batch t0 (k = 1)
+            e, q = _nb_epoch_position(t0, n, smp, rk, ecache, table, order)
         else:
             _fill_ring(smp, t0, ring, ringf, ringh, rk, ecache, stamp)
         for t in range(t0 + 1, t1 + 1):
@@ -525,11 +525,7 @@ if numba is not None:
                 if q + ORDER_PREFETCH < n:
                     _prefetch(y, order[q + ORDER_PREFETCH])
                 r = order[q]                                                  # A_t = {r}
-                q += 1
-                if q == n:
-                    e += 1
-                    q = 0
-                    _nb_epoch_order(n, smp[3], smp[4], smp[5], e, rk, ecache, table, order)
+                e, q = _nb_epoch_advance(e, q, n, smp, rk, ecache, table, order)
             else:
                 _draw_ahead(indptr, indices, data, v, smp, t - 1, ring, ringf, ringh, rk, ecache,
                             stamp, prefetch_v)
