@@ -10,7 +10,7 @@
 // With unit weights it selects the breakpoint gpusvm_optimal_bias selects.
 // grid: M blocks of BLOCK threads, block c for output c (one histogram bin per thread); threads
 //   stride over g < k.
-// in: Y[n x M] (T), sw[n] (when weighted), rows[k], k, M; in/out: state (S_B row), m[k x M];
+// in: Y[n x M] (T), sw[n x M] (when weighted), rows[k], k, M; in/out: state (S_B row), m[k x M];
 //   scratch: bp[M x k] (double, block c uses bp[c k ..]).
 // traffic: per row and output 4 B rows + sizeof(T) B Y + 8 B weight + 8 B m read, 8 B bp written,
 //   8 passes reading bp (8 B, from L2), 8 B m written: about 100 k B per output, through one
@@ -51,7 +51,7 @@ __device__ __forceinline__ double block_inclusive_scan_d(double x) {
 template <typename T>
 __global__ void __launch_bounds__(gpusvm::BLOCK, gpusvm::MIN_BLOCKS) gpusvm_optimal_bias_multi(
     const T* __restrict__ Y,               // labels in {-1, +1}, n x M
-    const double* __restrict__ sw,         // sample weights, n (when weighted)
+    const double* __restrict__ sw,         // sample weights, n x M (when weighted): s_ic
     const int weighted,                    // 1: sw holds the weights, 0: every weight is 1
     const int* __restrict__ rows,          // the batch A_t, k
     const int k,                           // batch size
@@ -76,7 +76,7 @@ __global__ void __launch_bounds__(gpusvm::BLOCK, gpusvm::MIN_BLOCKS) gpusvm_opti
         const double yg = static_cast<double>(Y[static_cast<long long>(r) * M + c]);
         const double s = yg * m[static_cast<long long>(g) * M + c] - b;
         bp[g] = yg - s;                                 // read back by this thread only
-        pos[0] += yg > 0.0 ? (weighted != 0 ? sw[r] : 1.0) : 0.0;
+        pos[0] += yg > 0.0 ? (weighted != 0 ? sw[static_cast<long long>(r) * M + c] : 1.0) : 0.0;
     }
     gpusvm::block_sum<1>(pos);
     if (tid == 0) {
@@ -102,7 +102,7 @@ __global__ void __launch_bounds__(gpusvm::BLOCK, gpusvm::MIN_BLOCKS) gpusvm_opti
             if ((key & fixed) == prefix) {
                 const unsigned int bin = static_cast<unsigned int>((key >> shift) & 0xFFull);
                 atomicAdd(&count[bin], 1u);
-                atomicAdd(&weight[bin], weighted != 0 ? sw[rows[g]] : 1.0);
+                atomicAdd(&weight[bin], weighted != 0 ? sw[static_cast<long long>(rows[g]) * M + c] : 1.0);
             }
         }
         __syncthreads();

@@ -10,7 +10,7 @@
 // reads acc and dn and zeroes acc.
 // grid: min(ceil(k M / BLOCK), max_blocks) blocks of BLOCK threads; thread t owns the pair
 //   (i, c) = (t / M, t % M) and strides over the k M pairs (as margins_multi.cu).
-// in: rows[k], k, M, Y[n x M] (T), sw[n] (when weighted), m[k x M], state (a_c), counter[1], kk,
+// in: rows[k], k, M, Y[n x M] (T), sw[n x M] (when weighted), m[k x M], state (a_c), counter[1], kk,
 //   schedule, lam, eta0, norma_p, squared; out: coef[k x M], dn[M] (zeroed); in/out: acc[3 M].
 // traffic: per pair 8 B m + 8 B coef + sizeof(T) B of Y (+ 8 B weight and 4 B rows shared by
 //   the row's M threads); three double atomics per pair on 3 M addresses (the general path's
@@ -26,7 +26,7 @@ __global__ void __launch_bounds__(gpusvm::BLOCK, gpusvm::MIN_BLOCKS) gpusvm_pega
     const int k,                           // batch size
     const int M,                           // number of outputs
     const T* __restrict__ Y,               // labels in {-1, +1}, n x M
-    const double* __restrict__ sw,         // sample weights, n (when weighted)
+    const double* __restrict__ sw,         // sample weights, n x M (when weighted): s_ic
     const int weighted,                    // 1: sw holds the weights, 0: every s_i = 1
     const double* __restrict__ m,          // margins, k x M
     const double* __restrict__ state,      // scalar state, N_SLOTS x M (a_c)
@@ -60,7 +60,7 @@ __global__ void __launch_bounds__(gpusvm::BLOCK, gpusvm::MIN_BLOCKS) gpusvm_pega
             coef[t] = 0.0;
             return;
         }
-        const double s = weighted != 0 ? sw[r] : 1.0;
+        const double s = weighted != 0 ? sw[static_cast<long long>(r) * M + c] : 1.0;
         const double y = static_cast<double>(Y[static_cast<long long>(r) * M + c]);
         const double slack = 1.0 - mi;
         const double g = squared != 0 ? 2.0 * s * slack : s;

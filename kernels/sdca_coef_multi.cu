@@ -9,7 +9,7 @@
 // Both modes zero dn[M] and dn2[M] for the accumulate launches that follow.
 // grid: min(ceil(k M / BLOCK), max_blocks) blocks of BLOCK threads; thread t owns the pair
 //   (i, c) = (t / M, t % M) and strides over the k M pairs (as margins_multi.cu).
-// in: rows[k], k, M, Y[n x M] (T), delta[k x M], alpha[n x M], row_sq[n], sw[n] (when weighted),
+// in: rows[k], k, M, Y[n x M] (T), delta[k x M], alpha[n x M], row_sq[n], sw[n x M] (when weighted),
 //   state (a_c), lam, n, squared, mode; out: coef[k x M], dn[M], dn2[M] (zeroed); in/out:
 //   acc[4 M] (zeroed by gpusvm_sdca_rho_multi and gpusvm_sdca_finish_multi).
 // traffic: per pair 8 B delta + 8 B coef + sizeof(T) B Y (+ 8 B alpha and weight in mode 1,
@@ -37,7 +37,7 @@ __global__ void __launch_bounds__(gpusvm::BLOCK, gpusvm::MIN_BLOCKS) gpusvm_sdca
     const double* __restrict__ delta,      // steps, k x M
     const double* __restrict__ alpha,      // dual variables, n x M (before the step)
     const double* __restrict__ row_sq,     // ||x_r||^2, n
-    const double* __restrict__ sw,         // sample weights, n (when weighted)
+    const double* __restrict__ sw,         // sample weights, n x M (when weighted): s_ic
     const int weighted,                    // 1: sw holds the weights, 0: every s_i = 1
     const double* __restrict__ state,      // scalar state, N_SLOTS x M (a_c)
     const double lam,
@@ -73,7 +73,7 @@ __global__ void __launch_bounds__(gpusvm::BLOCK, gpusvm::MIN_BLOCKS) gpusvm_sdca
         }
         double gain = x;
         if (squared != 0) {
-            const double s = weighted != 0 ? sw[r] : 1.0;
+            const double s = weighted != 0 ? sw[static_cast<long long>(r) * M + c] : 1.0;
             const double al = alpha[static_cast<long long>(r) * M + c];
             gain = s > 0.0 ? x - x * (2.0 * al + x) / (4.0 * s) : x;
         }

@@ -7,7 +7,7 @@
 //   delta = 0 where has_first and first[i] == 0 (a repeated row of the batch).
 // grid: min(ceil(k M / BLOCK), max_blocks) blocks of BLOCK threads; thread t owns the pair
 //   (i, c) = (t / M, t % M) and strides over the k M pairs.
-// in: rows[k], k, M, m[k x M], alpha[n x M], row_sq[n], sw[n] (read when weighted), first[k]
+// in: rows[k], k, M, m[k x M], alpha[n x M], row_sq[n], sw[n x M] (read when weighted), first[k]
 //   (int 0/1), state[N_SLOTS x M], lam n, squared; out: delta[k x M] (all double).
 // traffic: ~40 B per pair, no access to X.
 // determinism: elementwise, no atomics -> bitwise repeatable.
@@ -21,7 +21,7 @@ __global__ void __launch_bounds__(gpusvm::BLOCK, gpusvm::MIN_BLOCKS) gpusvm_sdca
     const double* __restrict__ m,          // margins y_ic <w_c, x_i>, k x M
     const double* __restrict__ alpha,      // dual variables, n x M
     const double* __restrict__ row_sq,     // ||x_r||^2, n
-    const double* __restrict__ sw,         // sample weights, n (when weighted)
+    const double* __restrict__ sw,         // sample weights, n x M (when weighted): s_ic
     const int weighted,                    // 1: sw holds the weights, 0: every s_i = 1
     const int* __restrict__ first,         // first-occurrence mask, k (when has_first)
     const int has_first,                   // 1: first is read
@@ -36,7 +36,7 @@ __global__ void __launch_bounds__(gpusvm::BLOCK, gpusvm::MIN_BLOCKS) gpusvm_sdca
             return;
         }
         const int r = rows[i];
-        const double s = weighted != 0 ? sw[r] : 1.0;
+        const double s = weighted != 0 ? sw[static_cast<long long>(r) * M + c] : 1.0;
         const double q = row_sq[r];
         const double a = alpha[static_cast<long long>(r) * M + c];
         const double beta = state[gpusvm::S_BETA * M + c];

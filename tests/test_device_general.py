@@ -170,7 +170,7 @@ def test_tsan_is_silent_on_the_multi_output_kernels(a9a, dtype):
     delta = np.empty((k, M))
     alpha = rng.uniform(0, 1, size=(n, M))
     row_sq = np.asarray(X.multiply(X).sum(axis=1), dtype=np.float64).ravel()
-    sw = rng.uniform(0, 2, n)
+    sw = rng.uniform(0, 2, (n, M))                        # s_ic: a weight per row and output
     first = np.ones(k, dtype=np.int32)
     dn, ticket = np.zeros(M), np.zeros(1, dtype=np.uint32)
     name = {op: _kernels.vector_kernel(op, vt) for op in _kernels.MULTI_KERNELS}

@@ -58,9 +58,12 @@ def make_backend(name: str, X, y, sample_weight=None, device=None):
     y : array of shape (n,) or (n, M)
         One column per output (ALGORITHMS.md, "Many outputs at once");
         ``backend.n_outputs`` is ``M`` (1 for 1-D ``y``).
-    sample_weight : array of shape (n,), optional
-        Example weights ``s_i >= 0``, one per row, shared by every output
-        (sample_weight times class_weight[y_i]; ALGORITHMS.md, "Weights").
+    sample_weight : array of shape (n,) or (n, M), optional
+        Example weights ``s_i >= 0``: one per row, shared by every output
+        (sample_weight times class_weight[y_i]; ALGORITHMS.md, "Weights"), or one
+        per row and output, ``s_ic`` (a cross-validation fold's rows have weight 0
+        for the outputs that hold it out; ALGORITHMS.md, "Model selection in one
+        pass").
     device : int, optional
         CUDA device id the device backend is bound to (as ``cupy.cuda.Device(id)``;
         default: the current device).  ``"emulated"`` emulates one device, id 0.

@@ -80,17 +80,26 @@ def as_2d_labels(y, n: int, dtype) -> np.ndarray:
     return np.ascontiguousarray(y)
 
 
-def check_sample_weight(sample_weight, n: int):
-    """``sample_weight`` as float64 ``(n,)``, or None; clear errors for bad values."""
+def check_sample_weight(sample_weight, n: int, M: int = 1):
+    """``sample_weight`` as float64 ``(n, M)`` (C order), or None; clear errors for bad values.
+
+    A weight of shape ``(n,)`` is one weight per row, shared by every output (it is
+    repeated across the ``M`` columns); ``(n, M)`` gives each output its own row
+    weights ``s_ic`` (ALGORITHMS.md, "Model selection in one pass": a fold's rows have
+    weight 0 for the outputs that hold it out, and a value of ``C`` scales an output's
+    weights).
+    """
     if sample_weight is None:
         return None
     s = np.asarray(sample_weight, dtype=np.float64)
-    if s.shape != (n,):
+    if s.shape not in ((n,), (n, M)):
         raise ValueError(f"sample_weight must have shape ({n},) (one weight per row, shared by "
-                         f"every output), got {s.shape}")
+                         f"every output) or ({n}, {M}) (one per row and output), got {s.shape}")
     if not np.all(np.isfinite(s)) or np.any(s < 0):
         raise ValueError("sample_weight must be finite and >= 0; a row with weight 0 is ignored, "
                          "a negative weight has no meaning in the objective")
+    if s.ndim == 1:
+        s = np.repeat(s[:, None], M, axis=1)
     return np.ascontiguousarray(s)
 
 
@@ -195,7 +204,7 @@ class GeneralEvaluation:
     :class:`GeneralPath`, CuPy or NumPy for the device backend's
     :class:`~gpusvm.backends._general_device.DeviceGeneralPath`); none of these
     methods synchronises a device.  Needs ``xp``, ``X``, ``n``, ``Y`` (n, M),
-    ``sample_weight`` (float64 (n,) or None, in ``xp``), ``V``, ``U``, ``sm`` and
+    ``sample_weight`` (float64 (n, M) or None, in ``xp``), ``V``, ``U``, ``sm`` and
     ``alpha`` from the host class.
     """
 
@@ -205,11 +214,12 @@ class GeneralEvaluation:
         return int(self.Y.shape[1])
 
     def _weights(self):
-        """``s``, float64 (n,) in ``xp``: the sample weights, or ones."""
+        """``s``, float64 (n, M) in ``xp``: each output's row weights, or ones."""
         if self.sample_weight is not None:
             return self.sample_weight
-        if getattr(self, "_ones", None) is None or self._ones.size != self.n:
-            self._ones = self.xp.ones(self.n, dtype=np.float64)
+        shape = (self.n, self.n_outputs)
+        if getattr(self, "_ones", None) is None or self._ones.shape != shape:
+            self._ones = self.xp.ones(shape, dtype=np.float64)
         return self._ones
 
     def reset_average_m(self) -> None:
@@ -259,7 +269,7 @@ class GeneralEvaluation:
         if loss == "squared_hinge":
             slack = slack * slack
         if self.sample_weight is not None:
-            slack = self.sample_weight[:, None] * slack
+            slack = self.sample_weight * slack
         lval = slack.mean(axis=0)
         W = xp.asarray(W, dtype=np.float64)
         sq = self.col_sq_norms_m(W) + (xp.asarray(b) ** 2 if reg_bias else 0.0)
@@ -271,7 +281,7 @@ class GeneralEvaluation:
         Z = self.decision_function_m(W, 0.0)
         Y = self.Y.astype(np.float64)
         wts = self._weights()
-        return xp.stack([optimal_bias_weighted_xp(xp, Y[:, c], Z[:, c], wts)
+        return xp.stack([optimal_bias_weighted_xp(xp, Y[:, c], Z[:, c], wts[:, c])
                          for c in range(self.n_outputs)])
 
     def regularized_bias_m(self, W, lam: float, c: float, loss: str = "hinge"):
@@ -281,7 +291,7 @@ class GeneralEvaluation:
         Z = self.decision_function_m(W, 0.0) - c * W[-1][None, :]
         Y = self.Y.astype(np.float64)
         wts = self._weights()
-        return xp.stack([regularized_bias_xp(xp, Y[:, m], Z[:, m], wts, lam, c, loss)
+        return xp.stack([regularized_bias_xp(xp, Y[:, m], Z[:, m], wts[:, m], lam, c, loss)
                          for m in range(self.n_outputs)])
 
     def dual_weights_m(self, lam: float):
@@ -320,7 +330,7 @@ class GeneralEvaluation:
         xp = self.xp
         lin = self.alpha
         if loss == "squared_hinge":
-            s = self._weights()[:, None]
+            s = self._weights()
             with np.errstate(divide="ignore", invalid="ignore"):
                 lin = xp.where(s > 0.0,
                                self.alpha - self.alpha ** 2 / (4.0 * xp.where(s > 0, s, 1.0)), 0.0)
@@ -333,7 +343,7 @@ class GeneralPath(GeneralEvaluation):
     """Mixin of :class:`~gpusvm.backends.numpy_.NumpyBackend`: the general-path primitives.
 
     Needs ``X``, ``n``, ``d``, ``dtype``, ``row_sq_norms``, ``Y`` (n, M),
-    ``sample_weight`` (float64 (n,) or None) and ``_batch(rows)`` from the host
+    ``sample_weight`` (float64 (n, M) or None) and ``_batch(rows)`` from the host
     class.  Every method name ends in ``_m``; the solvers call them through
     :data:`GENERAL_PRIMITIVES`.
     """
@@ -367,7 +377,7 @@ class GeneralPath(GeneralEvaluation):
         for c in range(self.n_outputs):
             yc = y_b[:, c]
             sc = yc * m[:, c] - self.sm[S_B, c]
-            b = optimal_bias_weighted(yc, sc, wts)
+            b = optimal_bias_weighted(yc, sc, wts[:, c])
             m[:, c] = 1.0 + yc * (b - (yc - sc))
             self.sm[S_B, c] = b
 
@@ -403,7 +413,7 @@ class GeneralPath(GeneralEvaluation):
         """Steps 4-5 of Pegasos Fig. 1 for every output, weighted, per loss (module docstring)."""
         sm = self.sm
         y_b = self.Y[rows].astype(np.float64)
-        s_b = self._weights()[rows][:, None]
+        s_b = self._weights()[rows]
         active = m < 1.0
         slack = np.maximum(0.0, 1.0 - m)
         sm[S_NACT] = np.count_nonzero(active, axis=0)
@@ -479,7 +489,7 @@ class GeneralPath(GeneralEvaluation):
         if alpha0 is None:
             zero = (self.row_sq_norms == 0).astype(np.float64)
             top = 2.0 * s if loss == "squared_hinge" else s
-            self.alpha = np.ascontiguousarray(np.repeat((zero * top)[:, None], M, axis=1))
+            self.alpha = np.ascontiguousarray(zero[:, None] * top)
         else:
             self.alpha = np.array(np.reshape(alpha0, (self.n, M)), dtype=np.float64, order="C")
         with np.errstate(divide="ignore"):
@@ -494,7 +504,7 @@ class GeneralPath(GeneralEvaluation):
     def sdca_deltas_m(self, rows, m, lam: float, first=None, squared: bool = False):
         """Eq. (15) per output with ``beta_c = sm[S_BETA, c]``, weighted, per loss (k, M)."""
         A = self.alpha[rows]
-        s = self._weights()[rows][:, None]
+        s = self._weights()[rows]
         q = self.row_sq_norms[rows][:, None]
         beta = self.sm[S_BETA]
         lamn = lam * self.n
@@ -536,7 +546,7 @@ class GeneralPath(GeneralEvaluation):
         if not squared:
             return delta.sum(axis=0)
         A = self.alpha[rows]
-        s = self._weights()[rows][:, None]
+        s = self._weights()[rows]
         with np.errstate(divide="ignore", invalid="ignore"):
             quad = np.where(s > 0.0, delta * (2.0 * A + delta) / (4.0 * np.where(s > 0, s, 1.0)),
                             0.0)
@@ -595,7 +605,9 @@ class GeneralPath(GeneralEvaluation):
         which then cost the margins and updates of those outputs only.
         """
         outputs = np.asarray(outputs, dtype=np.intp)
-        full = (self.Y, self.V, self.alpha, self.sm)
+        full = (self.Y, self.V, self.alpha, self.sm, self.sample_weight)
+        if full[4] is not None:               # each output keeps its own row weights
+            self.sample_weight = np.ascontiguousarray(full[4][:, outputs])
         self.Y = np.ascontiguousarray(full[0][:, outputs])
         self.V = np.ascontiguousarray(full[1][:, outputs])
         self.alpha = np.ascontiguousarray(full[2][:, outputs])
@@ -606,7 +618,7 @@ class GeneralPath(GeneralEvaluation):
             full[1][:, outputs] = self.V
             full[2][:, outputs] = self.alpha
             full[3][:, outputs] = self.sm
-            self.Y, self.V, self.alpha, self.sm = full
+            self.Y, self.V, self.alpha, self.sm, self.sample_weight = full
 
 
 #: what a backend must implement for the general path (the solvers check it)

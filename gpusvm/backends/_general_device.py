@@ -62,7 +62,7 @@ class DeviceGeneralPath(GeneralEvaluation):
         else:
             host = sample_weight if isinstance(sample_weight, np.ndarray) else \
                 self.runtime.download(sample_weight)
-            self.sample_weight = self.runtime.upload(check_sample_weight(host, self.n),
+            self.sample_weight = self.runtime.upload(check_sample_weight(host, self.n, self.Y.shape[1]),
                                                      np.float64)
 
     def _multi(self, op: str):
@@ -207,7 +207,7 @@ class DeviceGeneralPath(GeneralEvaluation):
         if alpha0 is None:
             zero = (self.row_sq_norms == 0).astype(np.float64)
             top = 2.0 * s if loss == "squared_hinge" else s
-            self.alpha = xp.ascontiguousarray(xp.repeat((zero * top)[:, None], M, axis=1))
+            self.alpha = xp.ascontiguousarray(zero[:, None] * top)
         else:
             self.alpha = xp.ascontiguousarray(
                 self.runtime.upload(np.reshape(alpha0, (self.n, M)), np.float64))

@@ -248,7 +248,7 @@ def _optimal_bias_m(Y, sw, weighted, rows, m, sm, yb, sc, bp, wt):
             yb[i] = Y[r, c]
             sc[i] = yb[i] * m[i, c] - sm[S_B, c]
             bp[i] = yb[i] - sc[i]
-            wt[i] = sw[r] if weighted else 1.0
+            wt[i] = sw[r, c] if weighted else 1.0
             if yb[i] > 0:
                 tot_pos += wt[i]
         order = np.argsort(bp[:k], kind="mergesort")
@@ -316,8 +316,8 @@ def _pegasos_step_m(indptr, indices, data, Y, sw, weighted, V, U, use_u, sm, row
         sm[S_LOSS, c] = 0.0
     for i in range(rows.size):
         r = rows[i]
-        si = sw[r] if weighted else 1.0
         for c in range(M):
+            si = sw[r, c] if weighted else 1.0
             mi = m[i, c]
             sl = max(0.0, 1.0 - mi)
             if squared:
@@ -353,7 +353,7 @@ def _pegasos_step_m(indptr, indices, data, Y, sw, weighted, V, U, use_u, sm, row
             sm[S_BSUM, c] += sm[S_B, c]
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def pegasos_loop_m(indptr, indices, data, Y, sw, weighted, V, U, use_u, sm, smp, ring, ringf,
                    ringh, rk, ecache, stamp, order, table, t0, t1, lam, k, schedule, eta0,
                    norma_p, unreg_bias, optimal, radius, averaged, t_avg, renorm, squared,
@@ -411,9 +411,9 @@ def _sdca_deltas_m(Y, sw, weighted, alpha, inv_q, row_sq, sm, rows, m, lamn, fir
             for c in range(M):
                 delta[i, c] = 0.0
             continue
-        si = sw[r] if weighted else 1.0
         q = row_sq[r]
         for c in range(M):
+            si = sw[r, c] if weighted else 1.0
             a = alpha[r, c]
             if squared:
                 x = (2.0 * si * (1.0 - m[i, c]) - a) / (1.0 + 2.0 * si * sm[S_BETA, c] * q / lamn)
@@ -463,8 +463,8 @@ def _sdca_apply_m(indptr, indices, data, Y, sw, weighted, V, sm, alpha, rows, de
         wk[W_OK, c] = 1.0
     for i in range(rows.size):
         r = rows[i]
-        si = sw[r] if weighted else 1.0
         for c in range(M):
+            si = sw[r, c] if weighted else 1.0
             dl = delta[i, c]
             coef[i, c] = dl * np.float64(Y[r, c]) * (1.0 / (lam * n * sm[S_A, c]))
             if check:
@@ -532,10 +532,10 @@ def _sdca_row_m(indptr, indices, data, Y, sw, weighted, V, sm, alpha, inv_q, row
             j = indices[p]
             for c in range(M):
                 z[c] += x * V[j, c]
-    si = sw[r] if weighted else 1.0
     q = row_sq[r]
     nmov = 0
     for c in range(M):                                         # eq. (15) per output
+        si = sw[r, c] if weighted else 1.0
         yc = np.float64(Y[r, c])
         m = yc * (sm[S_A, c] * z[c] + sm[S_B, c])
         a = alpha[r, c]
@@ -588,7 +588,7 @@ def _sdca_epochs_single_m(indptr, indices, data, Y, sw, weighted, V, sm, alpha, 
                     lam, n, squared, touched, wk, z)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def sdca_loop_m(indptr, indices, data, Y, sw, weighted, V, sm, alpha, inv_q, row_sq, smp, ring,
                 ringf, ringh, rk, ecache, stamp, order, table, t0, t1, lam, n, beta_b, theta,
                 aggressive, squared, canonical, eps, m, delta, coef, no_u, slot, acc, touched,
@@ -634,7 +634,7 @@ def sdca_loop_m(indptr, indices, data, Y, sw, weighted, V, sm, alpha, inv_q, row
 
 
 # ---------------------------------------------------------------------- evaluation
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def csr_matmat(indptr, indices, data, W, b, out):
     """``out[i, c] = <x_i, w_c> + b_c`` in float64 (one pass over ``X``, ``W`` row-major)."""
     n = indptr.size - 1
@@ -657,7 +657,7 @@ def csr_matmat(indptr, indices, data, W, b, out):
             out[i, c] = z[c] + b[c]
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def csr_rmatmat(indptr, indices, data, alpha, Y, out):
     """``out += X^T (alpha * Y)`` in float64, visiting only the (row, output) pairs whose
     ``alpha`` is not 0 (one-vs-rest on text: a few of a row's M outputs), all of them per

@@ -1144,7 +1144,7 @@ class NumbaBackend(NumpyBackend):
 
     def _nb_weights(self):
         if self.sample_weight is None:
-            return np.empty(0, dtype=np.float64), False
+            return np.empty((0, 0), dtype=np.float64), False
         return self.sample_weight, True
 
     def pegasos_segment_m(self, sampler, t0: int, t1: int, plan) -> None:

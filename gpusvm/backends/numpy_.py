@@ -105,7 +105,7 @@ class NumpyBackend(GeneralPath):
         self.n, self.d = X.shape
         self.Y = as_2d_labels(y, self.n, X.dtype)
         self.y = self.Y.ravel() if np.ndim(y) == 1 else self.Y
-        self.sample_weight = check_sample_weight(sample_weight, self.n)
+        self.sample_weight = check_sample_weight(sample_weight, self.n, self.Y.shape[1])
         self.dtype = X.dtype
         self.row_sq_norms = self._row_sq_norms()
         self._gather_rows = None

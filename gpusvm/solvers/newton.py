@@ -179,15 +179,17 @@ def newton(backend, *, lam: float, tol: float = 1e-3, max_iter: int = DEFAULT_MA
         ``y`` is given, the labels ``backend.y``.
     lam : float
         Regularisation ``lambda > 0``.
-    tol : float, default=1e-3
-        Stop when the duality gap ``P_2(w) - D_2(alpha(w))`` is ``<= tol``.
+    tol : float or array of shape (M,), default=1e-3
+        Stop when the duality gap ``P_2(w) - D_2(alpha(w))`` is ``<= tol`` (per
+        output when an array).
     max_iter : int, default=100
         Newton iterations.
     y : array of shape (n,) or (n, M), optional
         Labels in {-1, +1}; M columns are M independent problems on the same rows
         (one after the other, sharing the products).
-    sample_weight : array of shape (n,), optional
-        Row weights ``s_i >= 0`` (None: all 1).
+    sample_weight : array of shape (n,) or (n, M), optional
+        Row weights ``s_i >= 0`` (None: all 1), shared by the outputs or one column
+        per output.
     w0 : array of shape (d,) or (d, M), optional
         Starting point (warm start); zeros by default.
     max_time : float or None
@@ -224,8 +226,9 @@ def newton(backend, *, lam: float, tol: float = 1e-3, max_iter: int = DEFAULT_MA
     multi = Y.ndim == 2
     Ycols = Y if multi else Y.reshape(-1, 1)
     n, d = prod.n, prod.d
-    s = xp.ones(n, dtype=np.float64) if sample_weight is None else \
+    s_all = xp.ones(n, dtype=np.float64) if sample_weight is None else \
         xp.asarray(sample_weight, dtype=np.float64)
+    tols = np.broadcast_to(np.asarray(tol, dtype=np.float64), (Ycols.shape[1],))
     W0 = None
     if w0 is not None:
         W0 = xp.asarray(w0, dtype=np.float64).reshape(d, -1)
@@ -235,6 +238,8 @@ def newton(backend, *, lam: float, tol: float = 1e-3, max_iter: int = DEFAULT_MA
     done = 0                                   # Newton iterations of the earlier outputs
     for c in range(Ycols.shape[1]):
         yc = xp.ascontiguousarray(Ycols[:, c])
+        s = s_all if s_all.ndim == 1 else xp.ascontiguousarray(s_all[:, c])  # output c's weights
+        tol_c = float(tols[c])
         w = xp.zeros(d, dtype=np.float64) if W0 is None else W0[:, min(c, W0.shape[1] - 1)].copy()
         history = []
         reason = "max_iter"
@@ -272,7 +277,7 @@ def newton(backend, *, lam: float, tol: float = 1e-3, max_iter: int = DEFAULT_MA
             history.append((it, primal, dual, gap, elapsed))
             if progress is not None:
                 progress(done + it, primal, gap)
-            if gap <= tol:
+            if gap <= tol_c:
                 reason = "tol"
                 break
             if callback is not None and callback(it, primal, elapsed) is False:

@@ -393,7 +393,8 @@ def pegasos(backend, *, lam: float, k: int, max_iter: int, sampling: str = "with
 
 
 def weight_scale(backend) -> float:
-    """``mean(s)``, the mean sample weight of the backend's rows (1 without weights).
+    """``mean(s)``, the mean sample weight of the backend's rows (1 without weights; with
+    weights per output, the largest of the outputs' means).
 
     ``P_s(w) / mean(s) = (lam / (2 mean(s))) ||w||^2 + sum_i s_i loss_i / sum_i s_i``
     is the objective per unit of weight.  With ``lam = 1/(C n)`` it is
@@ -413,7 +414,9 @@ def weight_scale(backend) -> float:
     s = getattr(backend, "sample_weight", None)
     if s is None:
         return 1.0
-    return float(np.mean(backend.to_host(s)))
+    s = np.asarray(backend.to_host(s), dtype=np.float64)
+    # per output (s of shape (n, M)): the largest of the outputs' means bounds them all
+    return float(np.max(np.mean(s.reshape(s.shape[0], -1), axis=0)))
 
 
 def projection_radius(backend, lam: float, loss: str = "hinge", bias: str = "none",
@@ -468,7 +471,7 @@ def projection_radius(backend, lam: float, loss: str = "hinge", bias: str = "non
     xp = backend.xp
     y = backend.y.reshape(backend.y.shape[0], -1)
     s = getattr(backend, "sample_weight", None)
-    s = 1.0 if s is None else s[:, None]
+    s = 1.0 if s is None else (s if s.ndim == 2 else s[:, None])
     # S+/n and S-/n of each output, summed where the labels are: one copy of 2 M numbers
     sums = xp.stack([xp.sum(xp.where(y > 0, s, 0.0), axis=0, dtype=xp.float64),
                      xp.sum(xp.where(y < 0, s, 0.0), axis=0, dtype=xp.float64)])

@@ -200,8 +200,8 @@ def primal_from_margins(xp, A, s, sq, lam: float, loss: str = "hinge"):
         The array module of ``A`` (NumPy or CuPy).
     A : array of float64, shape (M, n)
         Signed margins ``A_ci = y_ic <w_c, x_i>`` (one row per output).
-    s : array of float64, shape (n,), or None
-        Example weights (None: all 1).
+    s : array of float64, shape (n,) or (n, M), or None
+        Example weights, shared by the outputs or per output (None: all 1).
     sq : array of float64, shape (M,)
         ``||w_c||^2``.
     lam : float
@@ -215,8 +215,14 @@ def primal_from_margins(xp, A, s, sq, lam: float, loss: str = "hinge"):
     if loss == "squared_hinge":
         slack = slack * slack
     if s is not None:
-        slack = slack * s
+        slack = slack * by_output(s)
     return 0.5 * lam * sq + slack.sum(axis=1) / A.shape[1]
+
+
+def by_output(s):
+    """Row weights laid out as the margins ``A`` (M, n): ``s`` (n,) as it is, ``s`` (n, M)
+    transposed (a view)."""
+    return s.T if s.ndim == 2 else s
 
 
 def primal_point(backend, w, lam: float):
@@ -311,7 +317,7 @@ def segment_minimum(xp, A0, E, s, q1, q2, lam: float, loss: str = "hinge"):
     ----------
     xp : module
     A0, E : arrays of float64, shape (M, n)
-    s : array of float64, shape (n,), or None
+    s : array of float64, shape (n,) or (n, M), or None
     q1, q2 : arrays of float64, shape (M,), in ``xp``
     lam : float
     loss : {"hinge", "squared_hinge"}
@@ -325,7 +331,7 @@ def segment_minimum(xp, A0, E, s, q1, q2, lam: float, loss: str = "hinge"):
     M, n = A0.shape
     in0, in1 = A0 < 1.0, (A0 + E) < 1.0
     both = in0 & in1
-    sE = E if s is None else E * s
+    sE = E if s is None else E * by_output(s)
     squared = loss == "squared_hinge"
     if squared:                                 # loss'(u) = -2 (1 - u) for u < 1
         c0 = -2.0 * xp.where(both, (1.0 - A0) * sE, 0.0).sum(axis=1)
@@ -446,10 +452,13 @@ class BestPoints:
         q1, q2 = cross - q0, xp.asarray(sq) - 2.0 * cross + q0
         A0 = self.A if whole else self.A[xp.asarray(idx)]
         E = A - A0
-        t_d = segment_minimum(xp, A0, E, self.s, q1, q2, self.lam, self.loss)
+        s = self.s
+        if s is not None and s.ndim == 2 and not whole:       # the offered outputs' weights
+            s = s[:, xp.asarray(idx)]
+        t_d = segment_minimum(xp, A0, E, s, q1, q2, self.lam, self.loss)
         At = A0 + t_d[:, None] * E
         sqt_d = q0 + t_d * (2.0 * q1 + t_d * q2)
-        pt_d = primal_from_margins(xp, At, self.s, sqt_d, self.lam, self.loss)
+        pt_d = primal_from_margins(xp, At, s, sqt_d, self.lam, self.loss)
         t, pt, sqt = np.asarray(be.to_host(xp.stack([t_d, pt_d, sqt_d])), dtype=float)
         inner = (t > 0.0) & (t < 1.0)
         worse = inner & (pt >= np.minimum(self.P[idx], P))  # rounding only: keep the better end
@@ -495,7 +504,7 @@ def check_alpha0(alpha0, backend, loss: str) -> np.ndarray:
     if loss == "hinge":
         s = getattr(backend, "sample_weight", None)
         top = np.ones(shape[0]) if s is None else np.asarray(backend.to_host(s), dtype=np.float64)
-        top = top.reshape((-1,) + (1,) * (a.ndim - 1))
+        top = top.reshape(shape) if top.size == a.size else top.reshape((-1,) + (1,) * (a.ndim - 1))
         if np.any(a > top * (1.0 + 1e-12)):
             raise ValueError("alpha0 lies outside the hinge dual's box [0, s_i] (s_i the sample "
                              "weight, 1 without weights); was it produced with other weights or "
@@ -509,7 +518,8 @@ def sdca(backend, *, lam: float, b: int, max_iter: int, variant: str = "aggressi
          sampling: str = "without_replacement", seed=0, eval_every: int | None = None,
          max_time: float | None = None, callback: Callable | None = None,
          progress=None, eval_at: Callable[[int], bool] | None = None,
-         shrinking: bool = False, loss: str = "hinge", alpha0=None, w0=None) -> SolverResult:
+         shrinking: bool = False, loss: str = "hinge", alpha0=None, w0=None,
+         output_scale=None) -> SolverResult:
     """Run mini-batch SDCA (Takáč et al. 2013) on a prepared backend.
 
     Parameters
@@ -654,7 +664,14 @@ def sdca(backend, *, lam: float, b: int, max_iter: int, variant: str = "aggressi
     sigma2, beta_b = step_bound(backend, b, variant, sigma2)                  # eq. (11)
     beta0 = 1.0 if variant == "naive" else beta_b
 
+    if output_scale is not None:
+        output_scale = np.asarray(output_scale, dtype=np.float64)
+        if not general or output_scale.shape != (backend.n_outputs,) or \
+                not np.all(np.isfinite(output_scale) & (output_scale > 0)):
+            raise ValueError("output_scale must be positive and finite, one value per output "
+                             "of the general path")
     if general:
+        scale = np.ones(backend.n_outputs) if output_scale is None else output_scale
         backend.init_state_m()                                                # W^(0) = 0
         backend.init_dual_m(beta0, loss, alpha0, lam)                         # alpha^(0), beta^(0)
 
@@ -681,9 +698,10 @@ def sdca(backend, *, lam: float, b: int, max_iter: int, variant: str = "aggressi
                 latest[0][idx] = p
                 latest[1][idx] = d_
             best_m.offer(idx, W, A, p, sq)
-            g = best_m.P - latest[1]
-            return (best_m.W, best_m.P.copy(), latest[1].copy(), g,
-                    float(np.mean(latest[0])), float(np.mean(latest[1])), float(np.max(g)))
+            g = (best_m.P - latest[1]) * scale       # each output in its own units
+            return (best_m.W, best_m.P * scale, latest[1] * scale, g,
+                    float(np.mean(latest[0] * scale)), float(np.mean(latest[1] * scale)),
+                    float(np.max(g)))
     else:
         backend.init_state()                                                  # w^(0) = 0
         backend.init_dual(beta0)                                              # alpha^(0) = 0, beta^(0)

@@ -1,0 +1,565 @@
+r"""Choosing ``C`` by cross-validation in one pass: :class:`SDCASVCCV`.
+
+A search over ``n_Cs`` values of ``C`` and ``K`` folds asks for ``n_Cs x K`` models
+(times the binary problems of a multiclass fit).  Here they are outputs of the same
+solver call on all the rows (ALGORITHMS.md, "Model selection in one pass"): output
+``j = (problem p, C_j, fold f)`` has the labels of problem ``p``, and the row weights
+
+.. math::
+
+    s_{ij} = \text{sample\_weight}_i \cdot \text{class\_weight}_f[y_i]
+             \cdot [i \in \text{train}_f] \cdot [i \in \text{rows}_p] \cdot C_j / C_\text{ref},
+
+with one shared ``lam_ref = 1/(C_ref n)``.  Output ``j`` then minimises
+``(C_j / C_ref) (n_j / n)`` times the objective of ``SDCASVC(C=C_j)`` fitted on
+fold ``f``'s training rows of problem ``p`` (``n_j`` of them), so it reaches the
+same model, and :func:`gpusvm.solvers.sdca.sdca` reports and tests its duality
+gap in that fit's own units (``output_scale``): every output stops on its own
+certificate and leaves the pass, which narrows as the grid converges.  A row with
+weight 0 for an output (its held-out fold) costs that output no step.
+
+Warm starts along ``C`` (Chu, Ho, Tsai, Lin & Lin, KDD 2015, as LIBLINEAR's
+``train -C``): the values of ``C`` are solved in ascending groups (``levels``
+values per pass), each group starting from the dual point of the largest ``C`` of
+the group before (the same ``alpha`` in each fit's own units, clipped to the
+hinge's box), where the small values, which converge first, seed the large ones.
+
+Memory: a pass holds, per output, ``alpha``, the weights, the labels and two
+float64 margin rows (``~ (8 + 8 + 4 + 16) n`` bytes) and its weights (``~ 28 d``
+bytes: ``V``, ``W(alpha)`` and the best point); the outputs of a pass are chosen so
+that the pass stays within :data:`MEMORY_BUDGET` bytes (host or device alike),
+whole groups of ``C`` first, then fewer problems and folds per pass.
+
+Cores: the ``(problem, fold)`` lanes are independent problems, split across
+``n_jobs`` threads; the compiled loops release the GIL.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+import warnings
+from concurrent.futures import ThreadPoolExecutor
+from numbers import Integral, Real
+
+import numpy as np
+from sklearn.base import _fit_context, clone
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.metrics import check_scoring
+from sklearn.model_selection import check_cv
+from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils.class_weight import compute_class_weight
+from sklearn.utils.validation import _check_sample_weight, check_is_fitted
+
+from ..backends import make_backend, resolve_backend_name
+from ..solvers.newton import DEFAULT_MAX_ITER as DEFAULT_NEWTON_ITER
+from ..solvers.newton import newton
+from ..solvers.sdca import default_max_iter, sdca
+from ._base import class_labels, output_problems
+from .sdca import SDCASVC
+
+#: bytes one pass may hold for its outputs (alpha, weights, labels, margins, W): the
+#: outputs of a search are split into passes that fit it (see the module docstring)
+MEMORY_BUDGET = 1 << 30
+
+#: LIBLINEAR's largest C of ``train -C`` (the top of the grid when ``Cs`` is an int)
+LIBLINEAR_MAX_C = 1024.0
+
+
+def default_Cs(n_Cs: int, n: int, max_sq_norm: float, loss: str) -> np.ndarray:
+    """A log grid of ``n_Cs`` values whose ends come from the data, as LIBLINEAR's search.
+
+    The smallest ``C`` is LIBLINEAR's start (``calc_start_C``: ``2^floor(log2(1 /
+    (2 n max_i ||x_i||^2)))`` for the squared hinge, below which every model is
+    nearly ``w = 0``; ``1 / (n max ||x_i||^2)`` for the hinge), the largest is
+    LIBLINEAR's ``max_C`` (1024).
+
+    Parameters
+    ----------
+    n_Cs : int
+    n : int
+        Rows.
+    max_sq_norm : float
+        ``max_i ||x_i||^2`` (bias feature included).
+    loss : {"hinge", "squared_hinge"}
+
+    Returns
+    -------
+    ndarray of shape (n_Cs,)
+    """
+    factor = 2.0 if loss == "squared_hinge" else 1.0
+    low = 2.0 ** math.floor(math.log2(1.0 / (factor * n * max(max_sq_norm, 1e-300))))
+    low = min(low, LIBLINEAR_MAX_C / 2)
+    if n_Cs == 1:
+        return np.array([1.0])
+    return np.logspace(math.log2(low), math.log2(LIBLINEAR_MAX_C), n_Cs, base=2.0)
+
+
+def check_Cs(Cs) -> np.ndarray:
+    """``Cs`` as a sorted float64 array of distinct values; one-line errors for bad ones."""
+    arr = np.asarray(Cs, dtype=np.float64).ravel() if not isinstance(Cs, str) else None
+    if arr is None or arr.size == 0:
+        raise ValueError(f"Cs must be a positive int or a non-empty list of positive values of "
+                         f"C, got {Cs!r}")
+    if not np.all(np.isfinite(arr)) or np.any(arr <= 0):
+        bad = arr[~(np.isfinite(arr) & (arr > 0))][0].item()
+        raise ValueError(f"Cs must hold finite values > 0 (C = 1/(lam n)), got {bad!r}; "
+                         "e.g. Cs=np.logspace(-4, 4, 10)")
+    return np.unique(arr)
+
+
+class _FittedView(SDCASVC):
+    """A fitted-looking SDCASVC made of given coefficients: what a scorer calls ``predict``
+    or ``decision_function`` on, for one (C, fold) model."""
+
+
+class SDCASVCCV(SDCASVC):
+    r"""SDCASVC with ``C`` chosen by cross-validation, every (C, fold) model in one pass.
+
+    Scikit-learn's ``LogisticRegressionCV`` conventions: ``Cs`` values of ``C`` are
+    tried on the folds of ``cv`` and scored by ``scoring``; ``C_`` is the value with
+    the best mean score over the folds (the whole model's score, as GridSearchCV
+    chooses), and with ``refit=True`` the model is then fitted on all rows at
+    ``C_``, warm-started from the folds' dual points.  The models of the search are
+    outputs of one solver call (module docstring): each visited row is read once
+    for all of them, and each stops on its own duality gap.
+
+    Parameters
+    ----------
+    Cs : int or array-like of float, default=10
+        The values of ``C`` (LinearSVC's meaning).  An int asks for a log grid of that
+        many values from LIBLINEAR's smallest useful ``C`` for the data to 1024
+        (:func:`default_Cs`).
+    cv : int, cross-validation generator or iterable, default=None
+        As in scikit-learn: None is 5 folds, an int that many; stratified
+        (``StratifiedKFold``, no shuffling) for int and None.
+    scoring : str or callable, default=None
+        A scikit-learn scorer name or callable; None is accuracy.
+    refit : bool, default=True
+        Fit the final model on all rows at ``C_``; with False, ``coef_`` and
+        ``intercept_`` are the mean over the folds of the models at ``C_``.
+    n_jobs : int or None, default=None
+        Threads the (problem, fold) lanes are split across.  None uses every core
+        this process may run on (a search is many independent problems), -1 too.
+    loss, solver, class_weight, multi_class, batch_size, variant, theta, tol, sigma2, \
+max_iter, sampling, bias, intercept_scaling, eval_every, backend, dtype, random_state, \
+verbose, shrinking, device
+        As in :class:`~gpusvm.estimators.sdca.SDCASVC`, for every model of the search
+        and the refit.  ``solver="newton"`` (squared hinge) solves the models one after
+        the other, each warm-started from the one of the next smaller ``C``, the lanes
+        across threads.
+
+    Attributes
+    ----------
+    Cs_ : ndarray of shape (n_Cs,)
+        The values of ``C`` tried, ascending.
+    C_ : float
+        The chosen value.
+    scores_ : ndarray of shape (n_folds, n_Cs)
+        The score of every (fold, C) model on its fold's held-out rows.
+    duality_gaps_ : ndarray of shape (n_folds, n_Cs, n_problems)
+        The certified duality gap of every model of the search, in the units of an
+        ``SDCASVC(C=C)`` fit on the fold's training rows.
+    coef_, intercept_, classes_, n_features_in_, feature_names_in_
+        Of the final model.
+    lam_, alpha_, duality_gap_, primal_objective_, dual_objective_, n_iter_, \
+stop_reason_, history_, solver_
+        Of the refit (``refit=True``), as in SDCASVC.
+    n_iter_cv_ : ndarray of shape (n_folds, n_Cs, n_problems)
+        Iterations of every model of the search (SDCA: of the pass it was in).
+
+    Notes
+    -----
+    Each output's weights are its own: class weights (``"balanced"``) are
+    computed on each fold's training rows, as a GridSearchCV of SDCASVC would.
+    """
+
+    _parameter_constraints: dict = {
+        **{k: v for k, v in SDCASVC._parameter_constraints.items() if k not in ("lam", "C",
+                                                                              "warm_start")},
+        "Cs": [Interval(Integral, 1, None, closed="left"), "array-like"],
+        "cv": ["cv_object"],
+        "scoring": [str, callable, None],
+        "refit": ["boolean"],
+        "n_jobs": [Integral, None],
+    }
+
+    def __init__(self, *, Cs=10, cv=None, scoring=None, refit=True, n_jobs=None,
+                 loss="hinge", solver="sdca", class_weight=None, multi_class="ovr",
+                 batch_size="auto", variant="auto", theta=0.5, tol=1e-3, sigma2=None,
+                 max_iter=None, sampling="epoch", bias="augmented", intercept_scaling=1.0,
+                 eval_every=None, backend="auto", dtype="float32", random_state=None,
+                 verbose=0, shrinking=True, device=None):
+        self.Cs = Cs
+        self.cv = cv
+        self.scoring = scoring
+        self.refit = refit
+        self.n_jobs = n_jobs
+        self.loss = loss
+        self.solver = solver
+        self.class_weight = class_weight
+        self.multi_class = multi_class
+        self.batch_size = batch_size
+        self.variant = variant
+        self.theta = theta
+        self.tol = tol
+        self.sigma2 = sigma2
+        self.max_iter = max_iter
+        self.sampling = sampling
+        self.bias = bias
+        self.intercept_scaling = intercept_scaling
+        self.eval_every = eval_every
+        self.backend = backend
+        self.dtype = dtype
+        self.random_state = random_state
+        self.verbose = verbose
+        self.shrinking = shrinking
+        self.device = device
+
+    # the parameters SDCASVC has that a search does not take from the user
+    lam = None
+    C = None
+    warm_start = False
+    max_time = None
+    callback = None
+
+    def _base_params(self) -> dict:
+        """The SDCASVC parameters of the models of the search and of the refit."""
+        names = SDCASVC().get_params().keys()
+        own = self.get_params(deep=False)
+        return {k: own[k] for k in names if k in own}
+
+    # ------------------------------------------------------------------ fit
+    @_fit_context(prefer_skip_nested_validation=True)
+    def fit(self, X, y, sample_weight=None):
+        """Score every value of ``Cs`` on the folds of ``cv``, choose ``C_``, refit.
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
+        y : array-like of shape (n_samples,)
+        sample_weight : array-like of shape (n_samples,) or None
+
+        Returns
+        -------
+        self : SDCASVCCV
+        """
+        if self.bias not in ("none", "augmented"):
+            raise ValueError(f"SDCASVCCV supports bias='none' or bias='augmented', got "
+                             f"bias={self.bias!r}")
+        if self.solver == "newton" and self.loss != "squared_hinge":
+            raise ValueError(
+                f"solver='newton' minimises the squared hinge, but loss={self.loss!r}: use "
+                "loss='squared_hinge' with solver='newton', or solver='sdca' for the hinge")
+        Cs = check_Cs(self.Cs) if not isinstance(self.Cs, Integral) else None
+        Xc, y = self._prepare(X, y)
+        name = type(self).__name__
+        classes, y_idx = class_labels(y, name)
+        n, d_aug = Xc.shape
+        sw = None
+        if sample_weight is not None:
+            sw = _check_sample_weight(sample_weight, Xc, dtype=np.float64,
+                                      ensure_non_negative=True, allow_all_zero_weights=False)
+        if Cs is None:
+            Cs = default_Cs(int(self.Cs), n, self._max_sq + (self.bias == "augmented")
+                            * self.intercept_scaling ** 2, self.loss)
+        folds = self._folds(X, y, classes, y_idx)
+        scorer = check_scoring(self, scoring=self.scoring)
+        problems = [(rows, np.asarray(Y, dtype=np.float64))
+                    for rows, Y in output_problems(classes.size, y_idx, self.multi_class)]
+        labels, masks = _problem_columns(problems, n)
+        fold_weights, n_train = self._fold_weights(folds, sw, classes, y_idx, masks, n)
+
+        n_P, n_F, n_C = labels.shape[1], len(folds), Cs.size
+        C_ref = float(Cs[-1])
+        lam_ref = 1.0 / (C_ref * n)
+        result = _SearchResult(n_F, n_C, n_P, n, d_aug, keep_w=self.solver == "newton")
+        lanes = [(p, f) for f in range(n_F) for p in range(n_P)]
+        run = self._run_newton if self.solver == "newton" else self._run_sdca
+        budget_per_output = (36 + Xc.dtype.itemsize) * n + 28 * d_aug
+        workers = _effective_jobs(self.n_jobs, len(lanes))
+        groups = [lanes[i::workers] for i in range(workers)]
+        ctx = dict(Xc=Xc, labels=labels, masks=masks, fold_weights=fold_weights, n_train=n_train, Cs=Cs,
+                   C_ref=C_ref, lam_ref=lam_ref, result=result,
+                   budget=max(1, MEMORY_BUDGET // workers // budget_per_output))
+        if workers == 1:
+            run(groups[0], ctx)
+        else:
+            with ThreadPoolExecutor(max_workers=workers) as pool:
+                for fut in [pool.submit(run, g, ctx) for g in groups]:
+                    fut.result()
+
+        self.Cs_ = Cs
+        self.classes_ = classes
+        self.scores_ = self._score(Xc, y, folds, result, scorer, classes, problems)
+        mean = self.scores_.mean(axis=0)
+        best = int(np.flatnonzero(mean == np.max(mean))[0])   # the smallest C among ties
+        self.C_ = float(Cs[best])
+        self.duality_gaps_ = result.gap
+        self.n_iter_cv_ = result.n_iter
+        self._warn_uncertified(result, Cs)
+        if self.refit:
+            self._refit(X, y, sample_weight, best, result, folds, classes, problems, n)
+        else:
+            W = np.mean([result.model(f, best) for f in range(n_F)], axis=0)
+            self._set_solution(W, np.zeros(W.shape[1]))
+            self.lam_ = 1.0 / (self.C_ * n)
+        return self
+
+    # ------------------------------------------------------------------ pieces
+    def _folds(self, X, y, classes, y_idx):
+        cv = check_cv(self.cv, y, classifier=True)
+        counts = np.bincount(y_idx, minlength=classes.size)
+        k = cv.get_n_splits(X, y) if hasattr(cv, "get_n_splits") else None
+        if type(cv).__name__ in ("StratifiedKFold", "RepeatedStratifiedKFold") and k and \
+                counts.min() < cv.n_splits:
+            small = classes[int(np.argmin(counts))]
+            small = small.item() if hasattr(small, "item") else small
+            raise ValueError(
+                f"cv={cv.n_splits} folds, but class {small!r} has only {int(counts.min())} "
+                f"rows: each stratified fold needs rows of every class; use cv <= "
+                f"{int(counts.min())}, or more data")
+        folds = [(np.asarray(tr), np.asarray(te)) for tr, te in cv.split(np.zeros((y.size, 1)), y)]
+        if not folds:
+            raise ValueError("cv produced no folds")
+        for f, (tr, te) in enumerate(folds):
+            present = np.unique(y_idx[tr])
+            if present.size < 2:
+                one = classes[present[0]]
+                one = one.item() if hasattr(one, "item") else one
+                raise ValueError(
+                    f"fold {f} of cv trains on one class only ({one!r}): "
+                    "every training fold needs two classes; use a stratified splitter "
+                    "(cv=int does) or fewer folds")
+            if te.size == 0:
+                raise ValueError(f"fold {f} of cv has no held-out rows to score")
+        return folds
+
+    def _fold_weights(self, folds, sw, classes, y_idx, masks, n):
+        """Per fold: the row weights of its training rows (0 elsewhere), float64 (n,),
+        and per (fold, problem) the number of training rows of the problem."""
+        weights, n_train = [], np.zeros((len(folds), masks.shape[1]))
+        for f, (tr, _) in enumerate(folds):
+            s = np.zeros(n)
+            s[tr] = 1.0 if sw is None else sw[tr]
+            if self.class_weight is not None:
+                cw = compute_class_weight(self.class_weight, classes=classes,
+                                          y=classes[y_idx[tr]],
+                                          sample_weight=None if sw is None else sw[tr]) \
+                    if np.unique(y_idx[tr]).size == classes.size else \
+                    _partial_class_weight(self.class_weight, classes, y_idx[tr],
+                                          None if sw is None else sw[tr])
+                s[tr] *= cw[y_idx[tr]]
+            weights.append(s)
+            train = np.zeros(n, dtype=bool)
+            train[tr] = True
+            n_train[f] = (masks & train[:, None]).sum(axis=0)
+        return weights, n_train
+
+    def _run_sdca(self, lanes, ctx):
+        """The SDCA passes of the lanes (problem, fold), ``C`` in ascending groups."""
+        Xc, Cs = ctx["Xc"], ctx["Cs"]
+        n = Xc.shape[0]
+        per_level = len(lanes)
+        budget = ctx["budget"]
+        if per_level > budget:                    # even one C for every lane is too much
+            for i in range(0, per_level, budget):
+                self._run_sdca(lanes[i:i + budget], ctx)
+            return
+        levels = max(1, min(len(Cs), budget // per_level, self._levels_per_pass()))
+        backend = resolve_backend_name(self.backend)
+        b = self._resolve(n)[1]
+        variant = self.variant if self.variant != "auto" else ("safe" if b == 1 else "aggressive")
+        max_iter = self.max_iter if self.max_iter is not None else default_max_iter(n, b)
+        prev = None                               # own-unit alpha of the last level (n, lanes)
+        for c0 in range(0, len(Cs), levels):
+            block = range(c0, min(len(Cs), c0 + levels))
+            outs = [(ci, p, f) for ci in block for (p, f) in lanes]
+            Y, S, scale, g = self._outputs(outs, ctx)
+            alpha0 = None
+            if prev is not None:                  # warm start along C, each fit's own units
+                alpha0 = np.tile(prev, (1, len(block))) * g[None, :]
+                if self.loss == "hinge":
+                    alpha0 = np.minimum(alpha0, S)
+            be = make_backend(backend, Xc, Y.astype(Xc.dtype), sample_weight=S,
+                              device=self.device)
+            res = sdca(be, lam=ctx["lam_ref"], b=b, max_iter=max_iter, variant=variant,
+                       theta=float(self.theta), sigma2=self.sigma2, tol=float(self.tol),
+                       sampling=self.sampling, seed=self._seed(), eval_every=self.eval_every,
+                       shrinking=False, loss=self.loss, alpha0=alpha0, output_scale=scale)
+            ex = res.extra
+            W = np.asarray(res.w, dtype=np.float64).reshape(Xc.shape[1], -1)
+            A = np.asarray(ex["alpha"], dtype=np.float64).reshape(n, -1)
+            own = A / g[None, :]
+            prev = own[:, -len(lanes):]
+            ctx["result"].record(outs, W, own, np.atleast_1d(ex["gap"]), res.n_iter)
+
+    def _run_newton(self, lanes, ctx):
+        """Newton on each model of the lanes, ``C`` ascending, each from the last one's ``w``."""
+        Xc, Cs = ctx["Xc"], ctx["Cs"]
+        backend = resolve_backend_name(self.backend)
+        max_iter = self.max_iter if self.max_iter is not None else DEFAULT_NEWTON_ITER
+        be = make_backend(backend, Xc, ctx["labels"][:, 0].astype(Xc.dtype), device=self.device)
+        products = None
+        prev = None
+        for ci in range(len(Cs)):
+            outs = [(ci, p, f) for (p, f) in lanes]
+            Y, S, scale, g = self._outputs(outs, ctx)
+            res = newton(be, lam=ctx["lam_ref"], tol=float(self.tol) / scale,
+                         max_iter=max_iter, y=Y, sample_weight=S, w0=prev, products=products)
+            ex = res.extra
+            products = ex.get("products", products)
+            W = np.asarray(res.w, dtype=np.float64).reshape(Xc.shape[1], -1)
+            prev = W
+            A = np.asarray(ex["alpha"], dtype=np.float64).reshape(Xc.shape[0], -1)
+            gaps = np.atleast_1d(ex["gap"]) * scale
+            ctx["result"].record(outs, W, A / g[None, :], gaps,
+                                 np.atleast_1d(ex["n_iters"]))
+
+    def _outputs(self, outs, ctx):
+        """Labels (n, M), weights (n, M), gap scales and ``C_j / C_ref`` of the outputs."""
+        labels, Cs, C_ref = ctx["labels"], ctx["Cs"], ctx["C_ref"]
+        n = labels.shape[0]
+        Y = np.empty((n, len(outs)))
+        S = np.empty((n, len(outs)))
+        scale = np.empty(len(outs))
+        g = np.empty(len(outs))
+        for j, (ci, p, f) in enumerate(outs):
+            g[j] = Cs[ci] / C_ref
+            Y[:, j] = labels[:, p]
+            S[:, j] = ctx["fold_weights"][f] * ctx["masks"][:, p] * g[j]
+            scale[j] = n / (g[j] * max(ctx["n_train"][f, p], 1.0))
+        return Y, S, scale, g
+
+    def _levels_per_pass(self) -> int:
+        """Values of ``C`` in one pass: all of them on a device (a wide M is the cheap
+        direction there), ``_LEVELS_CPU`` on the CPU, where every output costs its
+        own work and the warm start from the previous group saves more."""
+        if resolve_backend_name(self.backend) in ("numpy", "numba"):
+            return _LEVELS_CPU
+        return 1 << 30
+
+    def _score(self, Xc, y, folds, result, scorer, classes, problems):
+        d = Xc.shape[1] - (self.bias == "augmented")
+        Xs = Xc[:, :d]
+        scores = np.empty((len(folds), result.n_C))
+        view = _FittedView(**self._base_params())
+        view.classes_ = classes
+        view.n_features_in_ = d
+        for f, (_, te) in enumerate(folds):
+            Xte, yte = Xs[te], y[te]
+            for ci in range(result.n_C):
+                view._set_solution(result.model(f, ci), np.zeros(result.n_P))
+                scores[f, ci] = scorer(view, Xte, yte)
+        return scores
+
+    def _warn_uncertified(self, result, Cs):
+        bad = np.argwhere(~(result.gap <= self.tol))
+        if bad.size:
+            f, ci, p = bad[0]
+            warnings.warn(
+                f"{bad.shape[0]} of the {result.gap.size} models of the search ended above "
+                f"tol={self.tol}, e.g. C={Cs[ci]:.4g} on fold {f} (problem {p}) with duality gap "
+                f"{result.gap[f, ci, p]:.3g}; increase max_iter, or use loss='squared_hinge' "
+                "with solver='newton' at large C", ConvergenceWarning, stacklevel=3)
+
+    def _refit(self, X, y, sample_weight, best, result, folds, classes, problems, n):
+        est = SDCASVC(**self._base_params(), C=self.C_)
+        # warm start: each row's alpha from a fold that trained on it, the mean model's w
+        alpha = np.zeros((n, result.n_P))
+        held = np.full(n, -1)
+        for f, (_, te) in enumerate(folds):
+            held[te] = f
+        n_F = len(folds)
+        for f in range(n_F):
+            rows = np.flatnonzero((held + 1) % n_F == f) if n_F > 1 else np.arange(n)
+            alpha[rows] = result.alpha_of(f, best)[rows]
+        W = np.mean([result.model(f, best) for f in range(n_F)], axis=0)
+        if problems[0][0] is None:                 # binary or one-vs-rest: all rows
+            est.alpha_ = alpha[:, 0] if result.n_P == 1 else alpha
+            est._set_solution(W, np.zeros(result.n_P))
+            est.warm_start = True
+        est.fit(X, y, sample_weight=sample_weight)
+        est.warm_start = False
+        for key, value in vars(est).items():
+            if key.endswith("_") and not key.startswith("__"):
+                setattr(self, key, value)
+
+
+#: values of C per pass on the CPU backends (measured: BENCHMARKS.md, "Choosing C")
+_LEVELS_CPU = 1
+
+
+def _effective_jobs(n_jobs, lanes: int) -> int:
+    if n_jobs is None or n_jobs == -1:
+        try:
+            cores = len(os.sched_getaffinity(0))
+        except AttributeError:                     # not Linux
+            cores = os.cpu_count() or 1
+    elif n_jobs < -1:
+        cores = max(1, (os.cpu_count() or 1) + 1 + n_jobs)
+    elif n_jobs == 0:
+        raise ValueError("n_jobs == 0 has no meaning; use n_jobs=None (all cores) or >= 1")
+    else:
+        cores = int(n_jobs)
+    return max(1, min(cores, lanes))
+
+
+def _problem_columns(problems, n):
+    """Labels (n, P) and row masks (n, P) of the binary problems over all rows."""
+    cols, masks = [], []
+    for rows, Y in problems:
+        Y = Y.reshape(Y.shape[0], -1)
+        for c in range(Y.shape[1]):
+            col = np.full(n, -1.0)
+            mask = np.zeros(n, dtype=bool)
+            if rows is None:
+                col[:] = Y[:, c]
+                mask[:] = True
+            else:
+                col[rows] = Y[:, c]
+                mask[rows] = True
+            cols.append(col)
+            masks.append(mask)
+    return np.column_stack(cols), np.column_stack(masks)
+
+
+def _partial_class_weight(class_weight, classes, y_idx, sw):
+    """Class weights when a training fold lacks some classes (their weight is unused)."""
+    present = np.unique(y_idx)
+    cw = np.ones(classes.size)
+    cw[present] = compute_class_weight(class_weight, classes=classes[present],
+                                       y=classes[y_idx], sample_weight=sw)
+    return cw
+
+
+class _SearchResult:
+    """The certified figures, weights and dual points of every (fold, C, problem) model."""
+
+    def __init__(self, n_F, n_C, n_P, n, d, keep_w):
+        self.n_F, self.n_C, self.n_P = n_F, n_C, n_P
+        self.gap = np.full((n_F, n_C, n_P), np.nan)
+        self.n_iter = np.zeros((n_F, n_C, n_P), dtype=np.int64)
+        self.W = np.zeros((n_F, n_C, d, n_P), dtype=np.float32)
+        self.alpha = np.zeros((n_F, n_C, n, n_P), dtype=np.float32)
+        self._lock = threading.Lock()
+
+    def record(self, outs, W, alpha, gaps, n_iter):
+        n_iter = np.broadcast_to(np.asarray(n_iter), (len(outs),))
+        with self._lock:
+            for j, (ci, p, f) in enumerate(outs):
+                self.W[f, ci, :, p] = W[:, j]
+                self.alpha[f, ci, :, p] = alpha[:, j]
+                self.gap[f, ci, p] = gaps[j]
+                self.n_iter[f, ci, p] = n_iter[j]
+
+    def model(self, f, ci):
+        """``W`` (d, P) of the (fold, C) model, float64."""
+        return self.W[f, ci].astype(np.float64)
+
+    def alpha_of(self, f, ci):
+        return self.alpha[f, ci].astype(np.float64)
+
+
+__all__ = ["SDCASVCCV", "default_Cs", "check_Cs"]
