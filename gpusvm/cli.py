@@ -148,6 +148,44 @@ def build_parser() -> argparse.ArgumentParser:
                       help="write the predictions, one per line (a regular file is replaced "
                            "atomically, a device or FIFO is written through)")
 
+    sel = sub.add_parser("select", help="choose C by cross-validation (every C and fold in one "
+                                        "pass) and save the model refitted at it",
+                         description="Score values of C on stratified folds of DATA with "
+                                     "SDCASVCCV (every (C, fold) model an output of one pass), "
+                                     "print the mean and spread of the CV score per C, mark the "
+                                     "chosen C, refit on all of DATA at it and save the model.")
+    sel.add_argument("data", metavar="DATA", help="training data in svmlight/LIBSVM format")
+    sel.add_argument("--Cs", type=_cs, default=None, metavar="CS",
+                     help="the values of C: a count for a log grid whose ends come from the data "
+                          "(LIBLINEAR's smallest useful C to 1024), or values separated by "
+                          "commas (e.g. 0.01,0.1,1,10); default 12 values 2^-6 .. 2^5")
+    sel.add_argument("--folds", type=int, default=5, help="stratified folds (default 5)")
+    sel.add_argument("--loss", choices=("hinge", "squared_hinge"), default="squared_hinge",
+                     help="squared_hinge (LinearSVC's, default) or hinge")
+    sel.add_argument("--solver", choices=("auto", "sdca", "newton"), default="auto",
+                     help="auto (default: chosen from the data), sdca or newton (squared hinge)")
+    sel.add_argument("--scoring", default=None, help="a scikit-learn scorer name (default "
+                                                     "accuracy)")
+    sel.add_argument("--class-weight", type=_class_weight, metavar="WEIGHTS",
+                     help="balanced, or LABEL:WEIGHT pairs separated by commas")
+    sel.add_argument("--multi-class", choices=("ovr", "ovo", "ordinal"),
+                     help="more than two classes: ovr (default), ovo or ordinal")
+    sel.add_argument("--tol", type=float, help="duality gap of every model (default 1e-3)")
+    sel.add_argument("--n-jobs", type=int, help="threads (default: every core)")
+    sel.add_argument("--backend", help=f"{_backend_choices()} (default auto)")
+    sel.add_argument("--seed", type=int, default=0, help="seed of the folds and batches "
+                                                         "(default 0)")
+    sel.add_argument("--n-features", type=int, help="number of features (default: from the file)")
+    sel.add_argument("--zero-based", choices=tuple(ZERO_BASED), default="auto",
+                     help="whether DATA's feature indices start at 0 (as for fit)")
+    sel.add_argument("--normalize", action="store_true",
+                     help="scale every row to unit L2 norm (stored in the model)")
+    sel.add_argument("--out", metavar="MODEL", type=output_path,
+                     help="model file to write (default: DATA's stem + .npz)")
+    sel.add_argument("--plot", metavar="FILE", type=output_path,
+                     help="draw the validation curve (mean CV score against C, with its spread "
+                          "over the folds) to FILE (.png, .pdf, .svg; needs matplotlib)")
+
     demo = sub.add_parser("demo", help="train on the shipped a9a data set and compare with "
                                        "the optimum",
                           description="Train PegasosSVC on a9a (UCI Adult, shipped with gpusvm), "
@@ -216,7 +254,8 @@ def main(argv=None) -> int:
         return EXIT_ERROR
     except SystemExit as exc:  # --help, --version
         return int(exc.code or 0)
-    commands = {"fit": cmd_fit, "predict": cmd_predict, "demo": cmd_demo, "info": cmd_info}
+    commands = {"fit": cmd_fit, "predict": cmd_predict, "demo": cmd_demo, "info": cmd_info,
+                "select": cmd_select}
 
     def show_warning(message, category, filename, lineno, file=None, line=None):
         print(f"gpusvm {args.command}: warning: {_one_line(message)}", file=sys.stderr)
@@ -475,6 +514,100 @@ def format_label(value) -> str:
     if isinstance(value, (np.generic,)):
         value = value.item()
     return str(value)
+
+
+def _cs(text: str):
+    """``--Cs``: a count (int >= 1) or values of C separated by commas."""
+    try:
+        if "," not in text and text.strip().isdigit():
+            count = int(text)
+            if count < 1:
+                raise ValueError
+            return count
+        values = [float(v) for v in text.split(",") if v.strip()]
+        if not values:
+            raise ValueError
+        return values
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a count of values (e.g. 12) or values of C "
+                                         f"separated by commas (e.g. 0.01,0.1,1), got {text!r}") \
+            from None
+
+
+def cmd_select(args) -> int:
+    """``gpusvm select DATA``: choose C by cross-validation in one pass, refit, save."""
+    from sklearn.model_selection import StratifiedKFold
+
+    from ._output import check_output
+    from .datasets import load_svmlight, normalize_rows
+    from .estimators.cv import SDCASVCCV
+    from .model_io import save_model
+
+    if args.folds < 2:
+        raise ValueError(f"--folds must be at least 2, got {args.folds}")
+    Cs = args.Cs if args.Cs is not None else list(2.0 ** np.arange(-6, 6))
+    params = {"Cs": Cs, "loss": args.loss, "solver": args.solver, "scoring": args.scoring,
+              "class_weight": args.class_weight, "multi_class": args.multi_class,
+              "tol": args.tol, "n_jobs": args.n_jobs, "backend": args.backend}
+    params = {k: v for k, v in params.items() if v is not None}
+    out = args.out if args.out is not None else default_model_path(args.data)
+    check_output(out, what="model")
+    if args.plot is not None:
+        check_output(args.plot, what="plot")
+        if _optional_module("matplotlib") is None:
+            raise ImportError("--plot needs matplotlib: pip install 'gpusvm[plot]'")
+    est = SDCASVCCV(**params, cv=StratifiedKFold(args.folds, shuffle=True,
+                                                 random_state=args.seed),
+                    random_state=args.seed)
+    est._validate_params()
+    X, y, zero_based = load_svmlight(args.data, n_features=args.n_features,
+                                     zero_based=ZERO_BASED[args.zero_based],
+                                     return_zero_based=True)
+    if args.normalize:
+        X = normalize_rows(X)
+    n, d = X.shape
+    grid = f"{len(Cs)} values" if not isinstance(Cs, int) else f"{Cs} values from the data"
+    print(f"gpusvm select: {args.data}: n={n} d={d} nnz={X.nnz}; C: {grid}, {args.folds} "
+          f"stratified folds, loss={args.loss}")
+    start = time.perf_counter()
+    est.fit(X, y)
+    seconds = time.perf_counter() - start
+    mean, std = est.scores_.mean(axis=0), est.scores_.std(axis=0)
+    name = args.scoring or "accuracy"
+    print(f"{'C':>12} {'mean ' + name:>16} {'std':>8}")
+    for C, m, s_ in zip(est.Cs_, mean, std):
+        mark = "  <- chosen" if C == est.C_ else ""
+        print(f"{C:>12.6g} {m:>16.4f} {s_:>8.4f}{mark}")
+    gaps = est.duality_gaps_
+    print(f"chosen C = {est.C_:.6g}; {gaps.size} models certified to a duality gap <= "
+          f"{np.nanmax(gaps):.2g}; search and refit {seconds:.2f} s (solver {est.solver_}, "
+          f"backend {getattr(est, 'backend_', '?')})")
+    model = est.to_estimator()
+    save_model(model, out, extra={"normalize": bool(args.normalize), "trained_on": str(args.data),
+                                  "zero_based": zero_based})
+    print(f"model written to {out}")
+    if args.plot is not None:
+        _plot_validation_curve(est, args.plot, name)
+        print(f"validation curve written to {args.plot}")
+    return EXIT_OK
+
+
+def _plot_validation_curve(est, path, name):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    mean, std = est.scores_.mean(axis=0), est.scores_.std(axis=0)
+    fig, ax = plt.subplots(figsize=(5.5, 3.6))
+    ax.semilogx(est.Cs_, mean, "o-", label=f"mean over {est.scores_.shape[0]} folds")
+    ax.fill_between(est.Cs_, mean - std, mean + std, alpha=0.25, label="+- one std")
+    ax.axvline(est.C_, color="k", lw=0.8, ls="--", label=f"chosen C = {est.C_:.4g}")
+    ax.set_xlabel("C")
+    ax.set_ylabel(f"CV {name}")
+    ax.legend(loc="best", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
 
 
 def cmd_predict(args) -> int:

@@ -245,3 +245,60 @@ def test_unknown_scorer():
 
 def test_check_Cs_sorts_and_dedups():
     np.testing.assert_array_equal(check_Cs([4, 1, 4, 0.5]), [0.5, 1.0, 4.0])
+
+
+# ----------------------------------------------------------------- Pegasos
+def test_pegasos_search_matches_its_own_fits_per_fold(a9a):
+    """PegasosSVCCV's (fold, C) models are those of PegasosSVC(C) fitted on the fold's training
+    rows with the folds' weights: same rows, same objective; its scores agree with them to
+    the few rows near the boundary that Pegasos' stopping leaves."""
+    from gpusvm import PegasosSVC, PegasosSVCCV
+    X, y = a9a.X[:1500], a9a.y[:1500]
+    cv = StratifiedKFold(3, shuffle=True, random_state=0)
+    m = PegasosSVCCV(Cs=[0.1, 1.0], cv=cv, random_state=0, refit=False).fit(X, y)
+    assert m.scores_.shape == (3, 2)
+    for f, (tr, te) in enumerate(cv.split(X, y)):
+        for ci, C in enumerate([0.1, 1.0]):
+            ref = LinearSVC(C=C, loss="hinge", tol=1e-8, max_iter=10**6).fit(X[tr], y[tr])
+            acc = (ref.predict(X[te]) == y[te]).mean()
+            assert abs(m.scores_[f, ci] - acc) <= 0.02
+    assert not hasattr(m, "duality_gaps_")
+
+
+def test_pegasos_search_refits_at_the_chosen_C(a9a):
+    from gpusvm import PegasosSVCCV
+    X, y = a9a.X[:1200], a9a.y[:1200]
+    m = PegasosSVCCV(Cs=[0.05, 0.5], cv=3, random_state=0).fit(X, y)
+    assert m.C_ in (0.05, 0.5)
+    assert m.lam_ == pytest.approx(1.0 / (m.C_ * X.shape[0]))
+    assert m.to_estimator().score(X, y) == m.score(X, y)
+
+
+# ----------------------------------------------------------------- CLI
+def test_cli_select_prints_the_curve_marks_the_choice_and_saves_the_refit(tmp_path, capsys,
+                                                                          shared_data):
+    from gpusvm.cli import main
+    from gpusvm.datasets import load_svmlight
+    from gpusvm.model_io import load_model
+    out, plot = tmp_path / "m.npz", tmp_path / "curve.png"
+    status = main(["select", str(shared_data / "a9a" / "a9a.t"), "--Cs", "0.03,0.3,3",
+                   "--folds", "3", "--out", str(out), "--plot", str(plot), "--n-jobs", "1"])
+    text = capsys.readouterr().out
+    assert status == 0, text
+    assert text.count("<- chosen") == 1
+    rows = [line.split() for line in text.splitlines() if line.strip()[:1].isdigit()]
+    assert [float(r[0]) for r in rows[:3]] == [0.03, 0.3, 3.0]
+    chosen = float(next(r for r in rows if r[-1] == "chosen")[0])
+    model = load_model(out)
+    assert model.C == chosen
+    X, y = load_svmlight(str(shared_data / "a9a" / "a9a.t"))[:2]
+    assert model.score(X, y) > 0.8
+    assert plot.stat().st_size > 1000
+
+
+def test_cli_select_bad_Cs_is_one_line(capsys):
+    from gpusvm.cli import main
+    assert main(["select", "no.svm", "--Cs", "a,b"]) == 2
+    err = capsys.readouterr().err
+    assert "expected a count of values (e.g. 12) or values of C separated by commas" in err
+    assert len(err.strip().splitlines()) == 1

@@ -54,9 +54,10 @@ from sklearn.utils.validation import _check_sample_weight, check_is_fitted
 
 from ..backends import make_backend, resolve_backend_name
 from ..solvers.newton import DEFAULT_MAX_ITER as DEFAULT_NEWTON_ITER
-from ..solvers.newton import newton
+from ..solvers.newton import newton_block
 from ..solvers.sdca import default_max_iter, sdca
 from ._base import class_labels, output_problems
+from .pegasos import PegasosSVC
 from .sdca import SDCASVC
 
 #: bytes one pass may hold for its outputs (alpha, weights, labels, margins, W): the
@@ -109,75 +110,16 @@ def check_Cs(Cs) -> np.ndarray:
     return np.unique(arr)
 
 
-class _FittedView(SDCASVC):
-    """A fitted-looking SDCASVC made of given coefficients: what a scorer calls ``predict``
-    or ``decision_function`` on, for one (C, fold) model."""
+class _OnePassSearch:
+    """What SDCASVCCV and PegasosSVCCV share: folds, weights per output, scores, choice.
 
-
-class SDCASVCCV(SDCASVC):
-    r"""SDCASVC with ``C`` chosen by cross-validation, every (C, fold) model in one pass.
-
-    Scikit-learn's ``LogisticRegressionCV`` conventions: ``Cs`` values of ``C`` are
-    tried on the folds of ``cv`` and scored by ``scoring``; ``C_`` is the value with
-    the best mean score over the folds (the whole model's score, as GridSearchCV
-    chooses), and with ``refit=True`` the model is then fitted on all rows at
-    ``C_``, warm-started from the folds' dual points.  The models of the search are
-    outputs of one solver call (module docstring): each visited row is read once
-    for all of them, and each stops on its own duality gap.
-
-    Parameters
-    ----------
-    Cs : int or array-like of float, default=10
-        The values of ``C`` (LinearSVC's meaning).  An int asks for a log grid of that
-        many values from LIBLINEAR's smallest useful ``C`` for the data to 1024
-        (:func:`default_Cs`).
-    cv : int, cross-validation generator or iterable, default=None
-        As in scikit-learn: None is 5 folds, an int that many; stratified
-        (``StratifiedKFold``, no shuffling) for int and None.
-    scoring : str or callable, default=None
-        A scikit-learn scorer name or callable; None is accuracy.
-    refit : bool, default=True
-        Fit the final model on all rows at ``C_``; with False, ``coef_`` and
-        ``intercept_`` are the mean over the folds of the models at ``C_``.
-    n_jobs : int or None, default=None
-        Threads the (problem, fold) lanes are split across.  None uses every core
-        this process may run on (a search is many independent problems), -1 too.
-    loss, solver, class_weight, multi_class, batch_size, variant, theta, tol, sigma2, \
-max_iter, sampling, bias, intercept_scaling, eval_every, backend, dtype, random_state, \
-verbose, shrinking, device
-        As in :class:`~gpusvm.estimators.sdca.SDCASVC`, for every model of the search
-        and the refit.  ``solver="newton"`` (squared hinge) solves the models one after
-        the other, each warm-started from the one of the next smaller ``C``, the lanes
-        across threads.
-
-    Attributes
-    ----------
-    Cs_ : ndarray of shape (n_Cs,)
-        The values of ``C`` tried, ascending.
-    C_ : float
-        The chosen value.
-    scores_ : ndarray of shape (n_folds, n_Cs)
-        The score of every (fold, C) model on its fold's held-out rows.
-    duality_gaps_ : ndarray of shape (n_folds, n_Cs, n_problems)
-        The certified duality gap of every model of the search, in the units of an
-        ``SDCASVC(C=C)`` fit on the fold's training rows.
-    coef_, intercept_, classes_, n_features_in_, feature_names_in_
-        Of the final model.
-    lam_, alpha_, duality_gap_, primal_objective_, dual_objective_, n_iter_, \
-stop_reason_, history_, solver_
-        Of the refit (``refit=True``), as in SDCASVC.
-    n_iter_cv_ : ndarray of shape (n_folds, n_Cs, n_problems)
-        Iterations of every model of the search (SDCA: of the pass it was in).
-
-    Notes
-    -----
-    Each output's weights are its own: class weights (``"balanced"``) are
-    computed on each fold's training rows, as a GridSearchCV of SDCASVC would.
+    A subclass names its base estimator (``_BASE``) and implements ``_run(lanes,
+    ctx)`` (fit the models of the ``(problem, fold)`` lanes for every ``C`` and
+    ``ctx["result"].record`` them), ``_refit`` and ``_check_search``.
     """
 
-    _parameter_constraints: dict = {
-        **{k: v for k, v in SDCASVC._parameter_constraints.items() if k not in ("lam", "C",
-                                                                              "warm_start")},
+    _BASE = None
+    _SEARCH_CONSTRAINTS = {
         "Cs": [Interval(Integral, 1, None, closed="left"), "array-like"],
         "cv": ["cv_object"],
         "scoring": [str, callable, None],
@@ -185,50 +127,44 @@ stop_reason_, history_, solver_
         "n_jobs": [Integral, None],
     }
 
-    def __init__(self, *, Cs=10, cv=None, scoring=None, refit=True, n_jobs=None,
-                 loss="hinge", solver="sdca", class_weight=None, multi_class="ovr",
-                 batch_size="auto", variant="auto", theta=0.5, tol=1e-3, sigma2=None,
-                 max_iter=None, sampling="epoch", bias="augmented", intercept_scaling=1.0,
-                 eval_every=None, backend="auto", dtype="float32", random_state=None,
-                 verbose=0, shrinking=True, device=None):
-        self.Cs = Cs
-        self.cv = cv
-        self.scoring = scoring
-        self.refit = refit
-        self.n_jobs = n_jobs
-        self.loss = loss
-        self.solver = solver
-        self.class_weight = class_weight
-        self.multi_class = multi_class
-        self.batch_size = batch_size
-        self.variant = variant
-        self.theta = theta
-        self.tol = tol
-        self.sigma2 = sigma2
-        self.max_iter = max_iter
-        self.sampling = sampling
-        self.bias = bias
-        self.intercept_scaling = intercept_scaling
-        self.eval_every = eval_every
-        self.backend = backend
-        self.dtype = dtype
-        self.random_state = random_state
-        self.verbose = verbose
-        self.shrinking = shrinking
-        self.device = device
-
-    # the parameters SDCASVC has that a search does not take from the user
+    # the parameters of the base estimator that a search does not take from the user
     lam = None
     C = None
     warm_start = False
     max_time = None
     callback = None
+    target_objective = None
+
+    def _choose_solver(self, n: int, d: int) -> str:
+        return "pegasos"
+
+    def _check_search(self) -> None:
+        """Refuse options the search cannot honour (before any work)."""
 
     def _base_params(self) -> dict:
-        """The SDCASVC parameters of the models of the search and of the refit."""
-        names = SDCASVC().get_params().keys()
+        """The parameters of the base estimator, for the models of the search and the refit."""
+        names = self._BASE().get_params().keys()
         own = self.get_params(deep=False)
         return {k: own[k] for k in names if k in own}
+
+    def to_estimator(self):
+        """The refitted model as a plain estimator (SDCASVC, PegasosSVC) at ``C_``.
+
+        Returns
+        -------
+        SDCASVC or PegasosSVC
+            Fitted: its parameters those of this search with ``C=C_``, its attributes
+            those of the refit (what :func:`gpusvm.model_io.save_model` writes).
+        """
+        check_is_fitted(self)
+        if not self.refit:
+            raise ValueError("to_estimator needs the model refitted at C_; fit with refit=True")
+        est = self._BASE(**self._base_params(), C=self.C_)
+        skip = {"Cs_", "C_", "scores_", "duality_gaps_", "n_iter_cv_"}
+        for key, value in vars(self).items():
+            if key.endswith("_") and not key.startswith("_") and key not in skip:
+                setattr(est, key, value)
+        return est
 
     # ------------------------------------------------------------------ fit
     @_fit_context(prefer_skip_nested_validation=True)
@@ -243,17 +179,12 @@ stop_reason_, history_, solver_
 
         Returns
         -------
-        self : SDCASVCCV
+        self : estimator
         """
-        if self.bias not in ("none", "augmented"):
-            raise ValueError(f"SDCASVCCV supports bias='none' or bias='augmented', got "
-                             f"bias={self.bias!r}")
-        if self.solver == "newton" and self.loss != "squared_hinge":
-            raise ValueError(
-                f"solver='newton' minimises the squared hinge, but loss={self.loss!r}: use "
-                "loss='squared_hinge' with solver='newton', or solver='sdca' for the hinge")
+        self._check_search()
         Cs = check_Cs(self.Cs) if not isinstance(self.Cs, Integral) else None
         Xc, y = self._prepare(X, y)
+        self.solver_ = self._choose_solver(*Xc.shape)
         name = type(self).__name__
         classes, y_idx = class_labels(y, name)
         n, d_aug = Xc.shape
@@ -274,13 +205,13 @@ stop_reason_, history_, solver_
         n_P, n_F, n_C = labels.shape[1], len(folds), Cs.size
         C_ref = float(Cs[-1])
         lam_ref = 1.0 / (C_ref * n)
-        result = _SearchResult(n_F, n_C, n_P, n, d_aug, keep_w=self.solver == "newton")
+        result = _SearchResult(n_F, n_C, n_P, n, d_aug)
         lanes = [(p, f) for f in range(n_F) for p in range(n_P)]
-        run = self._run_newton if self.solver == "newton" else self._run_sdca
+        run = self._run
         budget_per_output = (36 + Xc.dtype.itemsize) * n + 28 * d_aug
         workers = _effective_jobs(self.n_jobs, len(lanes))
         groups = [lanes[i::workers] for i in range(workers)]
-        ctx = dict(Xc=Xc, labels=labels, masks=masks, fold_weights=fold_weights, n_train=n_train, Cs=Cs,
+        ctx = dict(float64=_Float64(Xc), Xc=Xc, labels=labels, masks=masks, fold_weights=fold_weights, n_train=n_train, Cs=Cs,
                    C_ref=C_ref, lam_ref=lam_ref, result=result,
                    budget=max(1, MEMORY_BUDGET // workers // budget_per_output))
         if workers == 1:
@@ -296,14 +227,14 @@ stop_reason_, history_, solver_
         mean = self.scores_.mean(axis=0)
         best = int(np.flatnonzero(mean == np.max(mean))[0])   # the smallest C among ties
         self.C_ = float(Cs[best])
-        self.duality_gaps_ = result.gap
         self.n_iter_cv_ = result.n_iter
-        self._warn_uncertified(result, Cs)
+        self._certificates(result, Cs)
         if self.refit:
             self._refit(X, y, sample_weight, best, result, folds, classes, problems, n)
         else:
             W = np.mean([result.model(f, best) for f in range(n_F)], axis=0)
-            self._set_solution(W, np.zeros(W.shape[1]))
+            b = np.mean([result.intercepts(f, best) for f in range(n_F)], axis=0)
+            self._set_solution(W, b)
             self.lam_ = 1.0 / (self.C_ * n)
         return self
 
@@ -357,6 +288,179 @@ stop_reason_, history_, solver_
             n_train[f] = (masks & train[:, None]).sum(axis=0)
         return weights, n_train
 
+    def _outputs(self, outs, ctx):
+        """Labels (n, M), weights (n, M), gap scales and ``C_j / C_ref`` of the outputs."""
+        labels, Cs, C_ref = ctx["labels"], ctx["Cs"], ctx["C_ref"]
+        n = labels.shape[0]
+        Y = np.empty((n, len(outs)))
+        S = np.empty((n, len(outs)))
+        scale = np.empty(len(outs))
+        g = np.empty(len(outs))
+        for j, (ci, p, f) in enumerate(outs):
+            g[j] = Cs[ci] / C_ref
+            Y[:, j] = labels[:, p]
+            S[:, j] = ctx["fold_weights"][f] * ctx["masks"][:, p] * g[j]
+            scale[j] = n / (g[j] * max(ctx["n_train"][f, p], 1.0))
+        return Y, S, scale, g
+
+    def _score(self, Xc, y, folds, result, scorer, classes, problems):
+        d = Xc.shape[1] - (self.bias == "augmented")
+        Xs = Xc[:, :d]
+        scores = np.empty((len(folds), result.n_C))
+        view = self._BASE(**self._base_params())         # what the scorer calls predict on
+        view.classes_ = classes
+        view.n_features_in_ = d
+        for f, (_, te) in enumerate(folds):
+            Xte, yte = Xs[te], y[te]
+            for ci in range(result.n_C):
+                view._set_solution(result.model(f, ci), result.intercepts(f, ci))
+                scores[f, ci] = scorer(view, Xte, yte)
+        return scores
+
+    def _certificates(self, result, Cs):
+        self.duality_gaps_ = result.gap
+        bad = np.argwhere(~(result.gap <= self.tol))
+        if bad.size:
+            f, ci, p = bad[0]
+            warnings.warn(
+                f"{bad.shape[0]} of the {result.gap.size} models of the search ended above "
+                f"tol={self.tol}, e.g. C={Cs[ci]:.4g} on fold {f} (problem {p}) with duality gap "
+                f"{result.gap[f, ci, p]:.3g}; increase max_iter, or use loss='squared_hinge' "
+                "with solver='newton' at large C", ConvergenceWarning, stacklevel=3)
+
+
+class SDCASVCCV(_OnePassSearch, SDCASVC):
+    r"""SDCASVC with ``C`` chosen by cross-validation, every (C, fold) model in one pass.
+
+    Scikit-learn's ``LogisticRegressionCV`` conventions: ``Cs`` values of ``C`` are
+    tried on the folds of ``cv`` and scored by ``scoring``; ``C_`` is the value with
+    the best mean score over the folds (the whole model's score, as GridSearchCV
+    chooses), and with ``refit=True`` the model is then fitted on all rows at
+    ``C_``, warm-started from the folds' dual points.  The models of the search are
+    outputs of one solver call (module docstring): each visited row is read once
+    for all of them, and each stops on its own duality gap.
+
+    Parameters
+    ----------
+    Cs : int or array-like of float, default=10
+        The values of ``C`` (LinearSVC's meaning).  An int asks for a log grid of that
+        many values from LIBLINEAR's smallest useful ``C`` for the data to 1024
+        (:func:`default_Cs`).
+    cv : int, cross-validation generator or iterable, default=None
+        As in scikit-learn: None is 5 folds, an int that many; stratified
+        (``StratifiedKFold``, no shuffling) for int and None.
+    scoring : str or callable, default=None
+        A scikit-learn scorer name or callable; None is accuracy.
+    refit : bool, default=True
+        Fit the final model on all rows at ``C_``; with False, ``coef_`` and
+        ``intercept_`` are the mean over the folds of the models at ``C_``.
+    n_jobs : int or None, default=None
+        Threads the (problem, fold) lanes are split across.  None uses every core
+        this process may run on (a search is many independent problems), -1 too.
+    solver : {"auto", "sdca", "newton"}, default="auto"
+        ``"sdca"``: the models are outputs of mini-batch SDCA passes (module
+        docstring).  ``"newton"`` (squared hinge): the primal Newton solver on the
+        folds of one ``C`` as one block (:func:`~gpusvm.solvers.newton.newton_block`),
+        ``C`` ascending, each block warm-started from the previous one.  ``"auto"``:
+        Newton for the squared hinge when the data have at most a quarter as many
+        features as rows (dense-like data, ``n >> d``: a9a, w8a, letter, where the dual
+        needs many epochs at large ``C``), SDCA otherwise (sparse text).
+    loss, class_weight, multi_class, batch_size, variant, theta, tol, sigma2, \
+max_iter, sampling, bias, intercept_scaling, eval_every, backend, dtype, random_state, \
+verbose, shrinking, device
+        As in :class:`~gpusvm.estimators.sdca.SDCASVC`, for every model of the search
+        and the refit.
+
+    Attributes
+    ----------
+    Cs_ : ndarray of shape (n_Cs,)
+        The values of ``C`` tried, ascending.
+    C_ : float
+        The chosen value.
+    scores_ : ndarray of shape (n_folds, n_Cs)
+        The score of every (fold, C) model on its fold's held-out rows.
+    duality_gaps_ : ndarray of shape (n_folds, n_Cs, n_problems)
+        The certified duality gap of every model of the search, in the units of an
+        ``SDCASVC(C=C)`` fit on the fold's training rows.
+    coef_, intercept_, classes_, n_features_in_, feature_names_in_
+        Of the final model.
+    lam_, alpha_, duality_gap_, primal_objective_, dual_objective_, n_iter_, \
+stop_reason_, history_, solver_
+        Of the refit (``refit=True``), as in SDCASVC.
+    n_iter_cv_ : ndarray of shape (n_folds, n_Cs, n_problems)
+        Iterations of every model of the search (SDCA: of the pass it was in).
+
+    Notes
+    -----
+    Each output's weights are its own: class weights (``"balanced"``) are
+    computed on each fold's training rows, as a GridSearchCV of SDCASVC would.
+    """
+
+    _BASE = SDCASVC
+    _parameter_constraints: dict = {
+        **{k: v for k, v in SDCASVC._parameter_constraints.items()
+           if k not in ("lam", "C", "warm_start", "max_time", "callback")},
+        **_OnePassSearch._SEARCH_CONSTRAINTS,
+        "solver": [StrOptions({"auto", "sdca", "newton"})],
+    }
+
+    def __init__(self, *, Cs=10, cv=None, scoring=None, refit=True, n_jobs=None,
+                 loss="hinge", solver="auto", class_weight=None, multi_class="ovr",
+                 batch_size="auto", variant="auto", theta=0.5, tol=1e-3, sigma2=None,
+                 max_iter=None, sampling="epoch", bias="augmented", intercept_scaling=1.0,
+                 eval_every=None, backend="auto", dtype="float32", random_state=None,
+                 verbose=0, shrinking=True, device=None):
+        self.Cs = Cs
+        self.cv = cv
+        self.scoring = scoring
+        self.refit = refit
+        self.n_jobs = n_jobs
+        self.loss = loss
+        self.solver = solver
+        self.class_weight = class_weight
+        self.multi_class = multi_class
+        self.batch_size = batch_size
+        self.variant = variant
+        self.theta = theta
+        self.tol = tol
+        self.sigma2 = sigma2
+        self.max_iter = max_iter
+        self.sampling = sampling
+        self.bias = bias
+        self.intercept_scaling = intercept_scaling
+        self.eval_every = eval_every
+        self.backend = backend
+        self.dtype = dtype
+        self.random_state = random_state
+        self.verbose = verbose
+        self.shrinking = shrinking
+        self.device = device
+
+    def _base_params(self) -> dict:
+        params = super()._base_params()
+        params["solver"] = getattr(self, "solver_", "sdca")
+        return params
+
+    def _choose_solver(self, n: int, d: int) -> str:
+        """``solver="auto"``: Newton for the squared hinge on data with ``4 d <= n``."""
+        if self.solver != "auto":
+            return self.solver
+        return "newton" if self.loss == "squared_hinge" and 4 * d <= n else "sdca"
+
+    def _check_search(self) -> None:
+        if self.bias not in ("none", "augmented"):
+            raise ValueError(f"SDCASVCCV supports bias='none' or bias='augmented', got "
+                             f"bias={self.bias!r}")
+        if self.solver == "newton" and self.loss != "squared_hinge":
+            raise ValueError(
+                f"solver='newton' minimises the squared hinge, but loss={self.loss!r}: use "
+                "loss='squared_hinge' with solver='newton', or solver='sdca' for the hinge")
+
+    def _run(self, lanes, ctx):
+        if self.solver_ == "newton":
+            return self._run_newton(lanes, ctx)
+        return self._run_sdca(lanes, ctx)
+
     def _run_sdca(self, lanes, ctx):
         """The SDCA passes of the lanes (problem, fold), ``C`` in ascending groups."""
         Xc, Cs = ctx["Xc"], ctx["Cs"]
@@ -396,41 +500,21 @@ stop_reason_, history_, solver_
             ctx["result"].record(outs, W, own, np.atleast_1d(ex["gap"]), res.n_iter)
 
     def _run_newton(self, lanes, ctx):
-        """Newton on each model of the lanes, ``C`` ascending, each from the last one's ``w``."""
-        Xc, Cs = ctx["Xc"], ctx["Cs"]
-        backend = resolve_backend_name(self.backend)
+        """Newton on the lanes' models, all lanes of one ``C`` as one block
+        (:func:`~gpusvm.solvers.newton.newton_block`), ``C`` ascending, each block
+        starting from the weights of the previous ``C``."""
+        Cs = ctx["Cs"]
         max_iter = self.max_iter if self.max_iter is not None else DEFAULT_NEWTON_ITER
-        be = make_backend(backend, Xc, ctx["labels"][:, 0].astype(Xc.dtype), device=self.device)
-        products = None
+        X64, XT64 = ctx["float64"]()
         prev = None
         for ci in range(len(Cs)):
             outs = [(ci, p, f) for (p, f) in lanes]
             Y, S, scale, g = self._outputs(outs, ctx)
-            res = newton(be, lam=ctx["lam_ref"], tol=float(self.tol) / scale,
-                         max_iter=max_iter, y=Y, sample_weight=S, w0=prev, products=products)
-            ex = res.extra
-            products = ex.get("products", products)
-            W = np.asarray(res.w, dtype=np.float64).reshape(Xc.shape[1], -1)
-            prev = W
-            A = np.asarray(ex["alpha"], dtype=np.float64).reshape(Xc.shape[0], -1)
-            gaps = np.atleast_1d(ex["gap"]) * scale
-            ctx["result"].record(outs, W, A / g[None, :], gaps,
-                                 np.atleast_1d(ex["n_iters"]))
-
-    def _outputs(self, outs, ctx):
-        """Labels (n, M), weights (n, M), gap scales and ``C_j / C_ref`` of the outputs."""
-        labels, Cs, C_ref = ctx["labels"], ctx["Cs"], ctx["C_ref"]
-        n = labels.shape[0]
-        Y = np.empty((n, len(outs)))
-        S = np.empty((n, len(outs)))
-        scale = np.empty(len(outs))
-        g = np.empty(len(outs))
-        for j, (ci, p, f) in enumerate(outs):
-            g[j] = Cs[ci] / C_ref
-            Y[:, j] = labels[:, p]
-            S[:, j] = ctx["fold_weights"][f] * ctx["masks"][:, p] * g[j]
-            scale[j] = n / (g[j] * max(ctx["n_train"][f, p], 1.0))
-        return Y, S, scale, g
+            res = newton_block(X64, Y, S, ctx["lam_ref"], float(self.tol) / scale, W0=prev,
+                               max_iter=max_iter, XT=XT64)
+            prev = res["w"]
+            ctx["result"].record(outs, res["w"], res["alpha"] / g[None, :], res["gap"] * scale,
+                                 res["n_iter"])
 
     def _levels_per_pass(self) -> int:
         """Values of ``C`` in one pass: all of them on a device (a wide M is the cheap
@@ -439,30 +523,6 @@ stop_reason_, history_, solver_
         if resolve_backend_name(self.backend) in ("numpy", "numba"):
             return _LEVELS_CPU
         return 1 << 30
-
-    def _score(self, Xc, y, folds, result, scorer, classes, problems):
-        d = Xc.shape[1] - (self.bias == "augmented")
-        Xs = Xc[:, :d]
-        scores = np.empty((len(folds), result.n_C))
-        view = _FittedView(**self._base_params())
-        view.classes_ = classes
-        view.n_features_in_ = d
-        for f, (_, te) in enumerate(folds):
-            Xte, yte = Xs[te], y[te]
-            for ci in range(result.n_C):
-                view._set_solution(result.model(f, ci), np.zeros(result.n_P))
-                scores[f, ci] = scorer(view, Xte, yte)
-        return scores
-
-    def _warn_uncertified(self, result, Cs):
-        bad = np.argwhere(~(result.gap <= self.tol))
-        if bad.size:
-            f, ci, p = bad[0]
-            warnings.warn(
-                f"{bad.shape[0]} of the {result.gap.size} models of the search ended above "
-                f"tol={self.tol}, e.g. C={Cs[ci]:.4g} on fold {f} (problem {p}) with duality gap "
-                f"{result.gap[f, ci, p]:.3g}; increase max_iter, or use loss='squared_hinge' "
-                "with solver='newton' at large C", ConvergenceWarning, stacklevel=3)
 
     def _refit(self, X, y, sample_weight, best, result, folds, classes, problems, n):
         est = SDCASVC(**self._base_params(), C=self.C_)
@@ -482,8 +542,114 @@ stop_reason_, history_, solver_
             est.warm_start = True
         est.fit(X, y, sample_weight=sample_weight)
         est.warm_start = False
+        solver = self.solver_
         for key, value in vars(est).items():
-            if key.endswith("_") and not key.startswith("__"):
+            if key.endswith("_") and not key.startswith("_"):
+                setattr(self, key, value)
+        self.solver_ = solver
+
+
+
+class PegasosSVCCV(_OnePassSearch, PegasosSVC):
+    r"""PegasosSVC with ``C`` chosen by cross-validation, every (C, fold) model in one pass.
+
+    The search of :class:`SDCASVCCV` with mini-batch Pegasos as the solver: every
+    ``(problem, C, fold)`` model is an output of the same Pegasos run (ALGORITHMS.md,
+    "Model selection in one pass": the shrink ``1 - eta_t lam_j = 1 - 1/t`` is
+    common to all outputs, the step and the projection radius are per output, a
+    held-out row has weight 0).  The run stops by Pegasos' doubling rule read on the
+    outputs' mean objective, each in its own fit's units.  Pegasos' first step
+    multiplies ``w`` by ``1 - eta_1 lam = 0``, so neither the values of ``C`` nor the
+    refit are warm-started.
+
+    Parameters
+    ----------
+    Cs, cv, scoring, refit, n_jobs
+        As in :class:`SDCASVCCV`.
+    loss, class_weight, multi_class, batch_size, max_iter, sampling, projection, \
+averaging, tol, schedule, eta0, norma_p, bias, intercept_scaling, eval_every, backend, \
+dtype, random_state, verbose, device
+        As in :class:`~gpusvm.estimators.pegasos.PegasosSVC`, for every model of the
+        search and the refit.
+
+    Attributes
+    ----------
+    Cs_, C_, scores_, n_iter_cv_
+        As in :class:`SDCASVCCV`.
+    coef_, intercept_, classes_, n_features_in_, feature_names_in_, lam_, n_iter_, \
+stop_reason_, history_
+        Of the final model (the refit, with ``refit=True``).
+    """
+
+    _BASE = PegasosSVC
+    _parameter_constraints: dict = {
+        **{k: v for k, v in PegasosSVC._parameter_constraints.items()
+           if k not in ("lam", "C", "max_time", "callback", "target_objective")},
+        **_OnePassSearch._SEARCH_CONSTRAINTS,
+    }
+
+    def __init__(self, *, Cs=10, cv=None, scoring=None, refit=True, n_jobs=None,
+                 loss="hinge", class_weight=None, multi_class="ovr", batch_size="auto",
+                 max_iter=None, sampling="epoch", projection=True, averaging="auto", tol=1e-3,
+                 schedule="pegasos", eta0=None, norma_p=0.7, bias="augmented",
+                 intercept_scaling=1.0, eval_every=None, backend="auto", dtype="float32",
+                 random_state=None, verbose=0, device=None):
+        self.Cs = Cs
+        self.cv = cv
+        self.scoring = scoring
+        self.refit = refit
+        self.n_jobs = n_jobs
+        self.loss = loss
+        self.class_weight = class_weight
+        self.multi_class = multi_class
+        self.batch_size = batch_size
+        self.max_iter = max_iter
+        self.sampling = sampling
+        self.projection = projection
+        self.averaging = averaging
+        self.tol = tol
+        self.schedule = schedule
+        self.eta0 = eta0
+        self.norma_p = norma_p
+        self.bias = bias
+        self.intercept_scaling = intercept_scaling
+        self.eval_every = eval_every
+        self.backend = backend
+        self.dtype = dtype
+        self.random_state = random_state
+        self.verbose = verbose
+        self.device = device
+
+    def _check_search(self) -> None:
+        self._check_options()
+
+    def _run(self, lanes, ctx):
+        """All values of ``C`` of the lanes in one Pegasos run (passes split by memory)."""
+        Xc, Cs = ctx["Xc"], ctx["Cs"]
+        budget = ctx["budget"]
+        if len(lanes) > budget:
+            for i in range(0, len(lanes), budget):
+                self._run(lanes[i:i + budget], ctx)
+            return
+        levels = max(1, min(len(Cs), budget // len(lanes)))
+        base = PegasosSVC(**self._base_params(), C=1.0)
+        base._averaging = None                            # a fit, not partial_fit
+        for c0 in range(0, len(Cs), levels):
+            outs = [(ci, p, f) for ci in range(c0, min(len(Cs), c0 + levels))
+                    for (p, f) in lanes]
+            Y, S, scale, _ = self._outputs(outs, ctx)
+            W, b, _, per = base._solve_one(Xc, Y.astype(Xc.dtype), S, ctx["lam_ref"], None,
+                                           output_scale=scale)
+            ctx["result"].record(outs, W, None, np.full(len(outs), np.nan), per["n_iter"], b=b)
+
+    def _certificates(self, result, Cs):
+        """Pegasos has no certificate: nothing to report per model."""
+
+    def _refit(self, X, y, sample_weight, best, result, folds, classes, problems, n):
+        est = PegasosSVC(**self._base_params(), C=self.C_)
+        est.fit(X, y, sample_weight=sample_weight)
+        for key, value in vars(est).items():
+            if key.endswith("_") and not key.startswith("_"):
                 setattr(self, key, value)
 
 
@@ -534,23 +700,44 @@ def _partial_class_weight(class_weight, classes, y_idx, sw):
     return cw
 
 
-class _SearchResult:
-    """The certified figures, weights and dual points of every (fold, C, problem) model."""
+class _Float64:
+    """``X`` as float64 CSR and its transpose (a CSC view), made once (by the first thread
+    that asks)."""
 
-    def __init__(self, n_F, n_C, n_P, n, d, keep_w):
-        self.n_F, self.n_C, self.n_P = n_F, n_C, n_P
+    def __init__(self, X):
+        self._X, self._pair, self._lock = X, None, threading.Lock()
+
+    def __call__(self):
+        with self._lock:
+            if self._pair is None:
+                X64 = self._X.astype(np.float64)
+                self._pair = (X64, X64.T)
+        return self._pair
+
+
+class _SearchResult:
+    """The figures, weights and dual points of every (fold, C, problem) model."""
+
+    def __init__(self, n_F, n_C, n_P, n, d):
+        self.n_F, self.n_C, self.n_P, self.n = n_F, n_C, n_P, n
         self.gap = np.full((n_F, n_C, n_P), np.nan)
         self.n_iter = np.zeros((n_F, n_C, n_P), dtype=np.int64)
         self.W = np.zeros((n_F, n_C, d, n_P), dtype=np.float32)
-        self.alpha = np.zeros((n_F, n_C, n, n_P), dtype=np.float32)
+        self.b = np.zeros((n_F, n_C, n_P))
+        self.alpha = None                        # (n_F, n_C, n, n_P) float32, dual solvers
         self._lock = threading.Lock()
 
-    def record(self, outs, W, alpha, gaps, n_iter):
+    def record(self, outs, W, alpha, gaps, n_iter, b=None):
         n_iter = np.broadcast_to(np.asarray(n_iter), (len(outs),))
         with self._lock:
+            if alpha is not None and self.alpha is None:
+                self.alpha = np.zeros((self.n_F, self.n_C, self.n, self.n_P), dtype=np.float32)
             for j, (ci, p, f) in enumerate(outs):
                 self.W[f, ci, :, p] = W[:, j]
-                self.alpha[f, ci, :, p] = alpha[:, j]
+                if alpha is not None:
+                    self.alpha[f, ci, :, p] = alpha[:, j]
+                if b is not None:
+                    self.b[f, ci, p] = b[j]
                 self.gap[f, ci, p] = gaps[j]
                 self.n_iter[f, ci, p] = n_iter[j]
 
@@ -558,8 +745,11 @@ class _SearchResult:
         """``W`` (d, P) of the (fold, C) model, float64."""
         return self.W[f, ci].astype(np.float64)
 
+    def intercepts(self, f, ci):
+        return self.b[f, ci].copy()
+
     def alpha_of(self, f, ci):
         return self.alpha[f, ci].astype(np.float64)
 
 
-__all__ = ["SDCASVCCV", "default_Cs", "check_Cs"]
+__all__ = ["PegasosSVCCV", "SDCASVCCV", "default_Cs", "check_Cs"]

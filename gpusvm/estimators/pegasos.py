@@ -422,8 +422,9 @@ class PegasosSVC(_LinearSVCBase):
         return self._solve_columns(Xs, Y, s, lam, init, self._solve_one,
                                    native=self._native_ovr(_NATIVE))
 
-    def _solve_one(self, Xs, y, s, lam, init):
-        """One Pegasos run on the rows ``Xs`` with labels ``y`` (one output, or M natively)."""
+    def _solve_one(self, Xs, y, s, lam, init, output_scale=None):
+        """One Pegasos run on the rows ``Xs`` with labels ``y`` (one output, or M natively;
+        ``output_scale``: see :func:`~gpusvm.solvers.pegasos.pegasos`)."""
         n = Xs.shape[0]
         backend, k = self._resolve(n)
         full = (self.batch_size == "auto" and self._averaging is None   # fit, not partial_fit
@@ -472,6 +473,8 @@ class PegasosSVC(_LinearSVCBase):
             extra["intercept_scaling"] = float(self.intercept_scaling)
         if self._averaging is not None:          # partial_fit: one chunk of a stream
             extra["whole_problem"] = False
+        if output_scale is not None:
+            extra["output_scale"] = output_scale
         progress, close = _progress_bar(self.verbose, max_iter)
         try:
             res = pegasos(be, lam=float(lam), k=k, max_iter=max_iter, sampling=self.sampling,

@@ -140,7 +140,8 @@ def pegasos(backend, *, lam: float, k: int, max_iter: int, sampling: str = "with
             target_objective: float | None = None, callback: Callable | None = None,
             progress=None, eval_at: Callable[[int], bool] | None = None,
             tol: float | None = None, loss: str = "hinge", t_start: int = 0,
-            intercept_scaling: float = 1.0, whole_problem: bool = True) -> SolverResult:
+            intercept_scaling: float = 1.0, whole_problem: bool = True,
+            output_scale=None) -> SolverResult:
     """Run mini-batch Pegasos on a prepared backend.
 
     Parameters
@@ -230,6 +231,11 @@ def pegasos(backend, *, lam: float, k: int, max_iter: int, sampling: str = "with
         :func:`projection_radius` reads the chunk's labels), and the returned point keeps
         Pegasos' bias (:func:`polished_augmented_bias` would fit it to the chunk), so
         that the next chunk goes on from the solver's own point.
+    output_scale : array of shape (M,), optional
+        General path: output ``c``'s objective is evaluated, reported and read by the
+        stopping rule multiplied by ``output_scale[c] > 0`` (the one-pass search, whose
+        outputs minimise positive multiples of their own objectives; see
+        :func:`gpusvm.solvers.sdca.sdca`).
 
     Returns
     -------
@@ -282,6 +288,14 @@ def pegasos(backend, *, lam: float, k: int, max_iter: int, sampling: str = "with
     # the stopping rule reads P_s / mean(s): the objective per unit of weight, which an integer
     # weight and as many repeated rows give alike (weight_scale)
     per_weight = 1.0 / weight_scale(backend)
+    scale = None
+    if output_scale is not None:      # each output's objective in its own fit's units
+        scale = np.asarray(output_scale, dtype=np.float64)
+        if not general or scale.shape != (backend.n_outputs,) or \
+                not np.all(np.isfinite(scale) & (scale > 0)):
+            raise ValueError("output_scale must be positive and finite, one value per output "
+                             "of the general path")
+        per_weight = 1.0
     # every batch holds every row: a deterministic run, whose objective has no noise floor
     full_batch = k >= n and sampling != "with_replacement"
     # one chunk of a stream (partial_fit) does not bound the whole problem's constant predictor
@@ -319,6 +333,8 @@ def pegasos(backend, *, lam: float, k: int, max_iter: int, sampling: str = "with
                 W = polished_augmented_bias(backend, W, lam, loss, intercept_scaling)
             objs = np.asarray(backend.to_host(backend.evaluate_m(W, b, lam, loss, reg_bias)[0]),
                               dtype=np.float64)
+            if scale is not None:
+                objs = objs * scale
             return W, b, float(np.mean(objs)), objs
         w, b = backend.output(averaged and t >= t_avg)
         if optimal and t > 0:
