@@ -302,3 +302,14 @@ def test_cli_select_bad_Cs_is_one_line(capsys):
     err = capsys.readouterr().err
     assert "expected a count of values (e.g. 12) or values of C separated by commas" in err
     assert len(err.strip().splitlines()) == 1
+
+
+def test_hinge_refit_with_fold_class_weights_starts_inside_its_box():
+    """Balanced class weights differ between a fold and all rows; the refit's warm start is
+    clipped to the refit's dual box (the hinge's [0, s_i]) and certifies."""
+    X, y = toy(n=200)
+    y[:140] = 0
+    m = SDCASVCCV(Cs=[0.1, 0.5], cv=4, class_weight="balanced", tol=1e-4,
+                  random_state=0).fit(X, y)
+    assert m.duality_gap_ <= 1e-4
+    assert np.all(m.alpha_ >= 0)

@@ -56,7 +56,7 @@ from ..backends import make_backend, resolve_backend_name
 from ..solvers.newton import DEFAULT_MAX_ITER as DEFAULT_NEWTON_ITER
 from ..solvers.newton import newton_block
 from ..solvers.sdca import default_max_iter, sdca
-from ._base import class_labels, output_problems
+from ._base import class_labels, output_problems, row_weights
 from .pegasos import PegasosSVC
 from .sdca import SDCASVC
 
@@ -536,6 +536,10 @@ stop_reason_, history_, solver_
             rows = np.flatnonzero((held + 1) % n_F == f) if n_F > 1 else np.arange(n)
             alpha[rows] = result.alpha_of(f, best)[rows]
         W = np.mean([result.model(f, best) for f in range(n_F)], axis=0)
+        if self.loss == "hinge":                   # inside the refit's box [0, s_i]
+            s = row_weights(self.class_weight, sample_weight, classes,
+                            np.searchsorted(classes, y), X)
+            alpha = np.minimum(alpha, 1.0 if s is None else s[:, None])
         if problems[0][0] is None:                 # binary or one-vs-rest: all rows
             est.alpha_ = alpha[:, 0] if result.n_P == 1 else alpha
             est._set_solution(W, np.zeros(result.n_P))
@@ -547,7 +551,6 @@ stop_reason_, history_, solver_
             if key.endswith("_") and not key.startswith("_"):
                 setattr(self, key, value)
         self.solver_ = solver
-
 
 
 class PegasosSVCCV(_OnePassSearch, PegasosSVC):
