@@ -15,6 +15,10 @@ hinge, on the training file of each data set.  Rows, in this order:
   (solver and ``n_jobs`` chosen by the estimator), then with ``solver="newton"``
   and ``solver="sdca"`` where the default is the other one;
 * ``GridSearchCV(LinearSVC(), {"C": Cs}, cv=cv)`` (one core, refit included);
+* modelled, not measured: the time an H100 would spend in the Newton search's
+  sparse-times-block products (their count and width as the CPU run made them, each
+  modelled by :func:`gpusvm.roofline.block_product_seconds`; the host's share of the
+  search, line searches and scoring, left out);
 * LIBLINEAR's own warm-start search, ``train -s 2 -C -v 5`` (liblinear-official;
   the squared hinge, primal solver), which picks its own grid (from its smallest
   useful ``C`` up to 1024, stopping early) and its own folds: its time, chosen ``C``
@@ -100,6 +104,19 @@ def ours(X, y, cv, **kw):
     return seconds, est.C_, float(est.scores_.mean(axis=0).max()), est, warned
 
 
+def modelled_h100(X, est):
+    """Modelled seconds of the Newton search's sparse-times-block products on an H100: the
+    products it made (``search_products_``, counted on the CPU) at their mean width, each
+    as :func:`gpusvm.roofline.block_product_seconds` models it.  Not measured."""
+    from gpusvm.roofline import DEVICES, block_product_seconds  # noqa: PLC0415
+
+    products, columns = est.search_products_
+    if not products:
+        return None
+    width = max(1, round(columns / products))
+    return products * block_product_seconds(X, width, DEVICES["h100"])
+
+
 def warm_up(X, y):
     """Compile the loops a search runs (numba caches them on disk afterwards)."""
     rows = np.random.default_rng(0).permutation(X.shape[0])[:400]
@@ -116,10 +133,13 @@ def run(name, *, peers=True, extra=True):
     rows = []
     t, c, acc, est, warned = ours(X, y, cv)
     rows.append(("SDCASVCCV (defaults: solver=%s)" % est.solver_, t, c, acc, warned))
+    newton_est = est
     if extra:
         other = "sdca" if est.solver_ == "newton" else "newton"
-        t2, c2, acc2, _, warned2 = ours(X, y, cv, solver=other)
+        t2, c2, acc2, est2, warned2 = ours(X, y, cv, solver=other)
         rows.append((f"SDCASVCCV (solver={other!r})", t2, c2, acc2, warned2))
+        newton_est = est2 if other == "newton" else est
+    modelled = modelled_h100(X, newton_est) if newton_est.solver_ == "newton" else None
     grid = lib = None
     if peers:
         grid = gridsearch(X, y, cv)
@@ -133,6 +153,9 @@ def run(name, *, peers=True, extra=True):
     print(f"\n{name}: {X.shape[0]} x {X.shape[1]}, {np.unique(y).size} classes, "
           f"{len(CS)} C x 5 folds")
     print(f"{'method':52s} {'seconds':>8s} {'C':>9s} {'CV acc':>7s} {'/grid':>6s} {'/liblin':>7s}")
+    if modelled is not None:
+        rows.append(("  modelled, H100: the Newton search's block products", modelled,
+                     newton_est.C_, float("nan"), False))
     out = []
     for label, seconds, c, acc, warned in rows:
         r_grid = seconds / grid[0] if grid else float("nan")

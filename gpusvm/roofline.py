@@ -60,7 +60,8 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
-__all__ = ["DEVICES", "Device", "KernelCost", "batch_stats", "break_even_node_cost",
+__all__ = ["DEVICES", "Device", "KernelCost", "batch_stats", "block_product_seconds",
+           "break_even_node_cost",
            "iteration_costs", "main", "summarise", "time_to_eps"]
 
 
@@ -397,6 +398,35 @@ def iteration_costs(X, stats: BatchStats, dev: Device, *, solver: str = "pegasos
     else:
         costs.append(step)
     return costs
+
+
+def block_product_seconds(X, M: int, dev: Device, itemsize: int = 8) -> float:
+    """Modelled seconds of one ``X @ P`` (or ``X^T Z``) with a dense ``M``-column block.
+
+    The M-column step of a one-pass search (:func:`gpusvm.solvers.newton.newton_block`):
+    the CSR stream once for all ``M`` columns, one ``M``-wide row of ``P`` gathered per
+    nonzero (``ceil(8 M / 32)`` sectors; from L2 when ``P`` fits in half of it), the ``n x M``
+    result written, one graph node; against ``2 M`` flops per nonzero, far under the
+    device's arithmetic rate for any ``M`` a search has, so bandwidth decides.
+
+    Parameters
+    ----------
+    X : scipy.sparse matrix
+    M : int
+    dev : Device
+    itemsize : int, default=8
+        Bytes per value of ``X`` (the Newton products run in float64).
+
+    Returns
+    -------
+    float
+    """
+    n, d = X.shape
+    stream = X.nnz * (INDEX + itemsize) + (n + 1) * INDPTR
+    sectors = X.nnz * math.ceil(8 * M / SECTOR)
+    g_hbm, g_l2 = _gather_bytes(dev, d, 8 * M, sectors)
+    hbm = stream + n * M * 8 + g_hbm
+    return dev.graph_node_s + max(hbm / dev.hbm_bandwidth, g_l2 / dev.l2_bandwidth)
 
 
 def summarise(costs: list[KernelCost], dev: Device, graph: bool = True) -> dict:

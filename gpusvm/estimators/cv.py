@@ -160,7 +160,7 @@ class _OnePassSearch:
         if not self.refit:
             raise ValueError("to_estimator needs the model refitted at C_; fit with refit=True")
         est = self._BASE(**self._base_params(), C=self.C_)
-        skip = {"Cs_", "C_", "scores_", "duality_gaps_", "n_iter_cv_"}
+        skip = {"Cs_", "C_", "scores_", "duality_gaps_", "n_iter_cv_", "search_products_"}
         for key, value in vars(self).items():
             if key.endswith("_") and not key.startswith("_") and key not in skip:
                 setattr(est, key, value)
@@ -228,6 +228,7 @@ class _OnePassSearch:
         best = int(np.flatnonzero(mean == np.max(mean))[0])   # the smallest C among ties
         self.C_ = float(Cs[best])
         self.n_iter_cv_ = result.n_iter
+        self.search_products_ = tuple(result.products)
         self._certificates(result, Cs)
         if self.refit:
             self._refit(X, y, sample_weight, best, result, folds, classes, problems, n)
@@ -389,6 +390,10 @@ stop_reason_, history_, solver_
         Of the refit (``refit=True``), as in SDCASVC.
     n_iter_cv_ : ndarray of shape (n_folds, n_Cs, n_problems)
         Iterations of every model of the search (SDCA: of the pass it was in).
+    search_products_ : tuple of (int, int)
+        ``solver="newton"``: the sparse-times-block products the search made and their
+        columns summed (what :func:`gpusvm.roofline.block_product_seconds` models on a
+        GPU); ``(0, 0)`` for SDCA.
 
     Notes
     -----
@@ -513,6 +518,7 @@ stop_reason_, history_, solver_
             res = newton_block(X64, Y, S, ctx["lam_ref"], float(self.tol) / scale, W0=prev,
                                max_iter=max_iter, XT=XT64)
             prev = res["w"]
+            ctx["result"].count_products(res["products"], res["product_columns"])
             ctx["result"].record(outs, res["w"], res["alpha"] / g[None, :], res["gap"] * scale,
                                  res["n_iter"])
 
@@ -728,7 +734,13 @@ class _SearchResult:
         self.W = np.zeros((n_F, n_C, d, n_P), dtype=np.float32)
         self.b = np.zeros((n_F, n_C, n_P))
         self.alpha = None                        # (n_F, n_C, n, n_P) float32, dual solvers
+        self.products = [0, 0]                   # Newton's block products and their columns
         self._lock = threading.Lock()
+
+    def count_products(self, products, columns):
+        with self._lock:
+            self.products[0] += int(products)
+            self.products[1] += int(columns)
 
     def record(self, outs, W, alpha, gaps, n_iter, b=None):
         n_iter = np.broadcast_to(np.asarray(n_iter), (len(outs),))

@@ -375,7 +375,8 @@ def newton_block(X, Y, S, lam: float, tol, *, W0=None, max_iter: int = DEFAULT_M
     dict
         ``w`` (d, M), ``primal``, ``dual``, ``gap`` (M,), ``alpha`` (n, M),
         ``n_iter`` (M,) Newton iterations per output, ``cg_iter`` (total block CG
-        iterations).
+        iterations), ``products`` and ``product_columns`` (the sparse-times-block products
+        made and their columns summed: what a device would run, for the performance model).
     """
     X = sp.csr_matrix(X, dtype=np.float64)
     n, d = X.shape
@@ -384,8 +385,15 @@ def newton_block(X, Y, S, lam: float, tol, *, W0=None, max_iter: int = DEFAULT_M
     M = Y.shape[1]
     tols = np.broadcast_to(np.asarray(tol, dtype=np.float64), (M,))
     XT = X.T if XT is None else XT                       # CSC view: no copy
+    counts = [0, 0]                                      # block products, their columns
+
+    def mm(A, B):
+        counts[0] += 1
+        counts[1] += B.shape[1]
+        return _matmat(A, B)
+
     W = np.zeros((d, M)) if W0 is None else np.array(W0, dtype=np.float64).reshape(d, M)
-    Z = Y * _matmat(X, W)
+    Z = Y * mm(X, W)
     c2 = 2.0 / n
 
     def certify(cols):
@@ -395,7 +403,7 @@ def newton_block(X, Y, S, lam: float, tol, *, W0=None, max_iter: int = DEFAULT_M
         Wc = W[:, cols]
         primal = 0.5 * lam * np.einsum("ij,ij->j", Wc, Wc) + np.einsum("ij,ij->j", Sc, R * R) / n
         A = 2.0 * Sc * R
-        Wa = _matmat(XT, A * Y[:, cols]) / (lam * n)
+        Wa = mm(XT, A * Y[:, cols]) / (lam * n)
         with np.errstate(divide="ignore", invalid="ignore"):
             quad = np.where(Sc > 0, A * A / (4.0 * np.where(Sc > 0, Sc, 1.0)), 0.0).sum(axis=0)
         dual = (A.sum(axis=0) - quad) / n - 0.5 * lam * np.einsum("ij,ij->j", Wa, Wa)
@@ -413,7 +421,7 @@ def newton_block(X, Y, S, lam: float, tol, *, W0=None, max_iter: int = DEFAULT_M
         Zl = Z[:, live]
         R = np.maximum(0.0, 1.0 - Zl)
         Sl, Yl = S[:, live], Y[:, live]
-        G = lam * W[:, live] - c2 * _matmat(XT, Sl * R * Yl)
+        G = lam * W[:, live] - c2 * mm(XT, Sl * R * Yl)
         gnorm = np.sqrt(np.einsum("ij,ij->j", G, G))
         first = np.isnan(g0[live])
         g0[live[first]] = gnorm[first]
@@ -427,22 +435,22 @@ def newton_block(X, Y, S, lam: float, tol, *, W0=None, max_iter: int = DEFAULT_M
         D = (c2 * Sl * (R > 0))[rows]
 
         def hess(P, cols, Xi=Xi, XiT=XiT, D=D):
-            return lam * P + _matmat(XiT, D[:, cols] * _matmat(Xi, P))
+            return lam * P + mm(XiT, D[:, cols] * mm(Xi, P))
 
         P, k = _cg_block(hess, -G, eta, cg_max_iter)
         cg_total += k
-        Q = Yl * _matmat(X, P)
+        Q = Yl * mm(X, P)
         t = np.array([_line_search(np, lam, n, W[:, j], P[:, q], Z[:, j], Q[:, q], S[:, j])
                       if not flat[q] else 0.0 for q, j in enumerate(live)])
         W[:, live] += t * P
-        Z[:, live] = Y[:, live] * _matmat(X, W[:, live])          # exact margins for the certificate
+        Z[:, live] = Y[:, live] * mm(X, W[:, live])          # exact margins for the certificate
         n_iter[live] += 1
         p_l, d_l, a_l = certify(live)
         primal[live], dual[live], alpha[:, live] = p_l, d_l, a_l
         gap[live] = p_l - d_l
         live = live[~((gap[live] <= tols[live]) | flat)]
     return dict(w=W, primal=primal, dual=dual, gap=primal - dual, alpha=alpha, n_iter=n_iter,
-                cg_iter=cg_total)
+                cg_iter=cg_total, products=counts[0], product_columns=counts[1])
 
 
 def _matmat(A, B):
