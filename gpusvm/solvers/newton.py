@@ -340,6 +340,7 @@ def _cg(xp, hess, rhs, eta, max_iter):
     return p, k
 
 
+@_one_blas_thread
 def newton_block(X, Y, S, lam: float, tol, *, W0=None, max_iter: int = DEFAULT_MAX_ITER,
                  cg_max_iter: int = MAX_CG_ITER, XT=None) -> dict:
     """:func:`newton` on ``M`` outputs at once: every product reads ``X`` once for all of them.
@@ -380,11 +381,15 @@ def newton_block(X, Y, S, lam: float, tol, *, W0=None, max_iter: int = DEFAULT_M
     """
     X = sp.csr_matrix(X, dtype=np.float64)
     n, d = X.shape
+    dense = d <= DENSE_COLUMNS and X.nnz >= DENSE_FILL * n * d and n * d * 8 <= DENSE_BYTES
+    if dense:                       # few, mostly filled columns: BLAS products on an array
+        X = X.toarray()
+        XT = None
     Y = np.asarray(Y, dtype=np.float64)
     S = np.asarray(S, dtype=np.float64)
     M = Y.shape[1]
     tols = np.broadcast_to(np.asarray(tol, dtype=np.float64), (M,))
-    XT = X.T if XT is None else XT                       # CSC view: no copy
+    XT = X.T if XT is None else XT                       # CSC view (or array): no copy
     counts = [0, 0]                                      # block products, their columns
 
     def mm(A, B):
@@ -399,14 +404,14 @@ def newton_block(X, Y, S, lam: float, tol, *, W0=None, max_iter: int = DEFAULT_M
     def certify(cols):
         """``P_2``, ``D_2`` of the outputs ``cols`` at ``W``, from the margins ``Z``."""
         R = np.maximum(0.0, 1.0 - Z[:, cols])
-        Sc = S[:, cols]
+        SR = S[:, cols] * R
         Wc = W[:, cols]
-        primal = 0.5 * lam * np.einsum("ij,ij->j", Wc, Wc) + np.einsum("ij,ij->j", Sc, R * R) / n
-        A = 2.0 * Sc * R
+        loss = np.einsum("ij,ij->j", SR, R)                 # sum_i s_i r_i^2
+        primal = 0.5 * lam * np.einsum("ij,ij->j", Wc, Wc) + loss / n
+        A = 2.0 * SR                                        # alpha_i = 2 s_i r_i
         Wa = mm(XT, A * Y[:, cols]) / (lam * n)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            quad = np.where(Sc > 0, A * A / (4.0 * np.where(Sc > 0, Sc, 1.0)), 0.0).sum(axis=0)
-        dual = (A.sum(axis=0) - quad) / n - 0.5 * lam * np.einsum("ij,ij->j", Wa, Wa)
+        # alpha_i^2 / (4 s_i) = s_i r_i^2: the dual's quadratic term is the loss again
+        dual = (A.sum(axis=0) - loss) / n - 0.5 * lam * np.einsum("ij,ij->j", Wa, Wa)
         return primal, dual, A
 
     primal, dual, alpha = certify(np.arange(M))
@@ -453,9 +458,18 @@ def newton_block(X, Y, S, lam: float, tol, *, W0=None, max_iter: int = DEFAULT_M
                 cg_iter=cg_total, products=counts[0], product_columns=counts[1])
 
 
+#: newton_block multiplies by a dense copy of X (BLAS) when it has at most this many columns
+#: and at least this fill: letter (16 columns, all filled), not a9a (123 columns, 11 % filled)
+DENSE_COLUMNS = 256
+DENSE_FILL = 0.5
+#: ... and when that copy takes at most this many bytes
+DENSE_BYTES = 1 << 28
+
+
 def _matmat(A, B):
-    """``A @ B`` for a sparse ``A`` and a dense float64 block ``B`` (SciPy's compiled loop
-    over the rows, the ``M`` entries of a row of ``B`` side by side)."""
+    """``A @ B`` for a sparse or dense ``A`` and a dense float64 block ``B`` (SciPy's
+    compiled loop over the rows, the ``M`` entries of a row of ``B`` side by side; BLAS for
+    an array)."""
     return np.asarray(A @ np.ascontiguousarray(B, dtype=np.float64))
 
 
