@@ -260,12 +260,24 @@ def n_outputs_of(n_classes: int, multi_class: str) -> int:
 
 
 # --------------------------------------------------------------------- loading
+#: the first bytes of a zip archive (every .npz file; an empty archive starts with PK\x05\x06)
+_ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")
+
+
 def _open_archive(path):
     """Open ``path`` as an npz archive, or raise a ValueError that says what is wrong."""
     if not os.path.exists(path):
         raise FileNotFoundError(f"model file not found: {path}")
     if os.path.isdir(path):
         raise ValueError(f"{path} is a directory; pass the path of a model file (.npz)")
+    with open(path, "rb") as f:
+        head = f.read(16)
+    if not head.startswith((*_ZIP_MAGIC, np.lib.format.MAGIC_PREFIX)):
+        # np.load would try the file as a pickle and advise unpickling it: never here
+        what = f"it starts with {head!r}" if head else "it is empty"
+        raise ValueError(
+            f"cannot read model file {path}: it is not a .npz archive ({what}); load files "
+            "written by gpusvm.model_io.save_model or `gpusvm fit`")
     try:
         archive = np.load(path, allow_pickle=False)
     except (ValueError, OSError, EOFError, zipfile.BadZipFile, zlib.error) as exc:
