@@ -213,7 +213,7 @@ def test_garbage_file(tmp_path):
     path.write_bytes(b"this is not a model at all\n" * 10)
     with pytest.raises(ValueError, match=f"^cannot read model file {re.escape(str(path))}: it is "
                                          r"not a \.npz archive \(it starts with b'this is not a "
-                                         r"mode'\); load files written by gpusvm\.model_io\."
+                                         r"mo'\); load files written by gpusvm\.model_io\."
                                          r"save_model or `gpusvm fit`$"):
         load_model(path)
 
