@@ -454,18 +454,37 @@ class _LinearSVCBase(ClassifierMixin, BaseEstimator):
         return Xc, y
 
     def _check_lam(self, lam: float) -> None:
-        """Refuse a ``lam`` whose steps ``1/lam`` overflow the data type."""
+        """Refuse a ``lam`` the data type cannot carry.
+
+        Too small: the steps ``1/lam`` overflow.  Too large: the weights, of size
+        about ``max ||x_i|| / lam`` (at such a ``lam`` every margin is below 1 and
+        ``w = (1/(lam n)) sum_i s_i y_i x_i``), underflow below the smallest normal
+        number of the type, and the model predicts from rounding noise (PegasosSVC
+        with ``C=1e-300`` in float32 scored below the majority class).
+        """
         dtype = _as_dtype(self.dtype)
         max_sq = getattr(self, "_max_sq", 1.0)
+        given = f"lam={lam!r}" if getattr(self, "C", None) is None else \
+            f"C={self.C!r} (lam = 1/(C n) = {lam:.3g})"
         step = math.sqrt(max(max_sq, 1.0)) / lam
         if not step * step < np.finfo(dtype).max:
             smallest = math.sqrt(max(max_sq, 1.0) / np.finfo(dtype).max)
-            given = f"lam={lam!r}" if getattr(self, "C", None) is None else \
-                f"C={self.C!r} (lam = 1/(C n) = {lam:.3g})"
             raise ValueError(
                 f"{given} is too small for dtype={dtype.name}: a step of size 1/lam on "
                 f"rows of norm up to {math.sqrt(max_sq):.3g} overflows; use lam >= "
                 f"{smallest:.1e}")
+        bias_sq = float(self.intercept_scaling) ** 2 if self.bias == "augmented" else 0.0
+        norm = math.sqrt(max_sq + bias_sq)
+        tiny = float(np.finfo(dtype).tiny)
+        if norm > 0 and norm / lam < tiny:
+            largest = norm / tiny
+            fix = (f"C >= {self.C * lam / largest:.1e}" if getattr(self, "C", None) is not None
+                   else f"lam <= {largest:.1e}")
+            other = "" if dtype == np.float64 else " or dtype='float64'"
+            raise ValueError(
+                f"{given} is too large a regularisation for dtype={dtype.name}: the weights, of "
+                f"size about max ||x_i|| / lam = {norm / lam:.3g}, underflow {dtype.name} "
+                f"(smallest normal {tiny:.3g}); use {fix}{other}")
 
     def _resolve(self, n: int):
         """The backend name and the batch size the fit runs with (``"auto"`` resolved).
