@@ -149,7 +149,9 @@ def test_save_unfitted_estimator(tmp_path):
 def test_save_foreign_estimator(tmp_path, data):
     X, y = data
     with pytest.raises(TypeError, match=r"^save_model saves gpusvm estimators; got "
-                                        r"sklearn\.svm\._classes\.LinearSVC$"):
+                                        r"sklearn\.svm\._classes\.LinearSVC: save a Pipeline or "
+                                        r"any other scikit-learn object holding gpusvm "
+                                        r"estimators without pickle with skops: "):
         save_model(LinearSVC().fit(X, y), tmp_path / "m.npz")
 
 

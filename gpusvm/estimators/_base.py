@@ -395,6 +395,13 @@ class _LinearSVCBase(ClassifierMixin, BaseEstimator):
         tags.classifier_tags.multi_class = self._MULTICLASS
         return tags
 
+    def __setstate__(self, state):
+        """Restore (pickle, skops), checking a fitted state like a model file's."""
+        super().__setstate__(state)
+        if "coef_" in state:
+            from ..model_io import check_restored  # noqa: PLC0415
+            check_restored(self)
+
     # ------------------------------------------------------------ helpers
     def _prepare(self, X, y, *, reset=True):
         """Validate, convert to CSR once, map labels, append the bias feature.
