@@ -263,22 +263,42 @@ def test_a_regularisation_the_dtype_cannot_carry_is_refused(three_hundred, cls):
     X, y = three_hundred
     with pytest.raises(ValueError, match=exactly(
             "C=1e-300 (lam = 1/(C n) = 3.33e+297) is too large a regularisation for "
-            "dtype=float32: the weights, of size about max ||x_i|| / lam = 1.95e-297, "
-            "underflow float32 (smallest normal 1.18e-38); use C >= 6.0e-42 or "
-            "dtype='float64'")):
+            "dtype=float32: the weights, of size about max ||x_i|| / lam = 1.95e-297, have "
+            "squares below the smallest normal float32 (weights below 1.08e-19); use C >= "
+            "5.6e-23 or dtype='float64'")):
         cls(C=1e-300, backend="numpy", random_state=0).fit(X, y)
     with pytest.raises(ValueError, match="lam=1e\\+40 is too large a regularisation for "
                                          "dtype=float32"):
         cls(lam=1e40, backend="numpy", random_state=0).fit(X, y)
+    with pytest.raises(ValueError, match=re.escape(
+            "C=1e-300 (lam = 1/(C n) = 3.33e+297) is too large a regularisation for "
+            "dtype=float64: the weights, of size about max ||x_i|| / lam = 1.95e-297, have "
+            "squares below the smallest normal float64 (weights below 1.49e-154); use C >= ")):
+        cls(C=1e-300, dtype="float64", backend="numpy", random_state=0).fit(X, y)
+
+
+def test_newton_with_a_huge_regularisation(three_hundred):
+    """Found by the property-based tests: the Newton step's curvature lam ||p||^2 underflowed
+    to 0 at C=1e-300 in float64 (ZeroDivisionError)."""
+    X, y = three_hundred
+    with pytest.raises(ValueError, match="too large a regularisation for dtype=float64"):
+        SDCASVC(C=1e-300, loss="squared_hinge", solver="newton", dtype="float64").fit(X, y)
+    est = SDCASVC(C=1e-100, loss="squared_hinge", solver="newton", dtype="float64").fit(X, y)
+    # every margin is about 0, so w = (2/(lam n)) sum_i y_i x_i (1 - m_i) = 2 C sum_i y_i x_i
+    # to 1e-90 (LinearSVC's primal solver returns w = 0 at this C)
+    signs = np.where(y == 1, 1.0, -1.0)
+    augmented = np.hstack([X, np.ones((X.shape[0], 1))])
+    expected = 2e-100 * (augmented.T @ signs)
+    np.testing.assert_allclose(np.append(est.coef_[0], est.intercept_[0]), expected, rtol=1e-9)
 
 
 @pytest.mark.parametrize("cls", [PegasosSVC, SDCASVC])
 def test_tiny_c_in_float64_agrees_with_linearsvc(three_hundred, cls):
     X, y = three_hundred
-    ref = LinearSVC(C=1e-300, loss="hinge").fit(X, y)
+    ref = LinearSVC(C=1e-100, loss="hinge").fit(X, y)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        est = cls(C=1e-300, dtype="float64", backend="numpy", random_state=0, max_iter=50,
+        est = cls(C=1e-100, dtype="float64", backend="numpy", random_state=0, max_iter=50,
                   batch_size=32).fit(X, y)
     agreement = np.mean(est.predict(X) == ref.predict(X))
     assert agreement >= 0.97 and est.score(X, y) >= ref.score(X, y) - 0.02

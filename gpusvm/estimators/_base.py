@@ -465,9 +465,10 @@ class _LinearSVCBase(ClassifierMixin, BaseEstimator):
 
         Too small: the steps ``1/lam`` overflow.  Too large: the weights, of size
         about ``max ||x_i|| / lam`` (at such a ``lam`` every margin is below 1 and
-        ``w = (1/(lam n)) sum_i s_i y_i x_i``), underflow below the smallest normal
-        number of the type, and the model predicts from rounding noise (PegasosSVC
-        with ``C=1e-300`` in float32 scored below the majority class).
+        ``w = (1/(lam n)) sum_i s_i y_i x_i``), have squares (``||w||^2`` in the
+        objective, the Newton step's curvature) below the smallest normal number of
+        the type, and the solvers compute with zeros: PegasosSVC with ``C=1e-300``
+        in float32 scored below the majority class, the Newton solver divided by 0.
         """
         dtype = _as_dtype(self.dtype)
         max_sq = getattr(self, "_max_sq", 1.0)
@@ -482,16 +483,16 @@ class _LinearSVCBase(ClassifierMixin, BaseEstimator):
                 f"{smallest:.1e}")
         bias_sq = float(self.intercept_scaling) ** 2 if self.bias == "augmented" else 0.0
         norm = math.sqrt(max_sq + bias_sq)
-        tiny = float(np.finfo(dtype).tiny)
-        if norm > 0 and norm / lam < tiny:
-            largest = norm / tiny
+        smallest = math.sqrt(float(np.finfo(dtype).tiny))    # the least weight whose square
+        if norm > 0 and norm / lam < smallest:              # is a normal number
+            largest = norm / smallest
             fix = (f"C >= {self.C * lam / largest:.1e}" if getattr(self, "C", None) is not None
                    else f"lam <= {largest:.1e}")
             other = "" if dtype == np.float64 else " or dtype='float64'"
             raise ValueError(
                 f"{given} is too large a regularisation for dtype={dtype.name}: the weights, of "
-                f"size about max ||x_i|| / lam = {norm / lam:.3g}, underflow {dtype.name} "
-                f"(smallest normal {tiny:.3g}); use {fix}{other}")
+                f"size about max ||x_i|| / lam = {norm / lam:.3g}, have squares below the "
+                f"smallest normal {dtype.name} (weights below {smallest:.3g}); use {fix}{other}")
 
     def _resolve(self, n: int):
         """The backend name and the batch size the fit runs with (``"auto"`` resolved).
