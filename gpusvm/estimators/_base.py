@@ -129,6 +129,9 @@ def binary_labels(y, estimator_name: str):
         raise ValueError(f"Unknown label type: {estimator_name} needs class labels; got targets "
                          f"of type {target!r}")
     classes, inv = np.unique(y, return_inverse=True)
+    if classes.size == 0:
+        raise ValueError(f"{estimator_name} needs samples of 2 classes, but y is empty; pass "
+                         "at least one sample of each class")
     if classes.size < 2:
         raise ValueError(
             f"{estimator_name} needs samples of 2 classes, but the data contains only one "
@@ -223,6 +226,9 @@ def class_labels(y, estimator_name: str):
         raise ValueError(f"Unknown label type: {estimator_name} needs class labels; got targets "
                          f"of type {target!r}")
     classes, inv = np.unique(y, return_inverse=True)
+    if classes.size == 0:
+        raise ValueError(f"{estimator_name} needs samples of 2 classes, but y is empty; pass "
+                         "at least one sample of each class")
     if classes.size < 2:
         raise ValueError(
             f"{estimator_name} needs samples of 2 classes, but the data contains only one "
