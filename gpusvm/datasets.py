@@ -119,8 +119,9 @@ def load_svmlight(path, n_features=None, dtype=np.float32, *, zero_based="auto",
         # the raw indices, whatever the base: the base is decided below, from the whole file
         with _open_text(path) as f:
             X, y = load_svmlight_file(f, dtype=dtype, zero_based=True)
-    except (ValueError, OverflowError, UnicodeDecodeError, EOFError, gzip.BadGzipFile,
-            OSError) as exc:
+    except (PermissionError, FileNotFoundError, IsADirectoryError):
+        raise                           # the file cannot be opened: its own message says why
+    except (ValueError, OverflowError, UnicodeDecodeError, EOFError, OSError) as exc:
         raise ValueError(_locate_error(path, exc, n_features, zero_based)) from None
     if X.shape[0] == 0:
         raise ValueError(f"{path}: no examples found (the file is empty or holds only comments)")
