@@ -12,7 +12,11 @@ goes through :func:`write_output`:
   stays a link;
 * a character device or a FIFO (``/dev/null``, ``/dev/stdout``, a named pipe)
   is written through, as ``>`` in a shell would, never replaced by a
-  regular file;
+  regular file; the writer sees a stream it cannot seek (``/dev/null`` accepts
+  ``seek`` but keeps no position, which would break a zip archive's directory),
+  so archives are streamed;
+* a path whose directory cannot hold a new file (``/proc/version``, a
+  read-only directory) is refused before any work, with the cause;
 * a directory, a block device or a socket is refused with a ``ValueError``.
 
 New files get the permissions ``0666`` minus the umask, like any file a
@@ -21,6 +25,7 @@ program creates.
 
 from __future__ import annotations
 
+import io
 import os
 import stat
 import tempfile
@@ -66,8 +71,31 @@ def _target(path: str, what: str):
     raise ValueError(f"cannot write the {what} to {path}: it is {kind}{hint}")
 
 
+def _uncreatable(path, what, directory, exc) -> OSError:
+    """The error of a temporary file that cannot be made beside ``path``: target and cause."""
+    cause = f"[Errno {exc.errno}] {exc.strerror}" if exc.errno and exc.strerror else str(exc)
+    error = OSError(f"cannot write the {what} to {path}: a file cannot be created in "
+                    f"{directory} ({cause}); pass a path in a writable directory")
+    error.errno = exc.errno
+    return error
+
+
+def _temporary(path, target, what):
+    """``(fd, name)`` of a new temporary file beside ``target``, or an error naming ``path``."""
+    directory = os.path.dirname(os.path.abspath(target))
+    try:
+        return tempfile.mkstemp(prefix=f".{os.path.basename(target)}.", suffix=".tmp",
+                                dir=directory)
+    except OSError as exc:
+        raise _uncreatable(path, what, directory, exc) from None
+
+
 def check_output(path, *, what: str = "output") -> None:
     """Refuse, before any work, an output path that :func:`write_output` would refuse.
+
+    For a regular file or a new path, a temporary file is created beside it and
+    removed again, so that a directory where nothing can be created is found
+    before the work, not after it.
 
     Parameters
     ----------
@@ -79,8 +107,61 @@ def check_output(path, *, what: str = "output") -> None:
     ------
     ValueError
         When ``path`` is empty, a directory, a block device or a socket.
+    OSError
+        When no file can be created in the directory of ``path`` (the message
+        names ``path`` and the cause).
     """
-    _target(os.fspath(path), what)
+    path = os.fspath(path)
+    target, through = _target(path, what)
+    if not through:
+        fd, tmp = _temporary(path, target, what)
+        os.close(fd)
+        os.unlink(tmp)
+
+
+class _Stream(io.RawIOBase):
+    """A write-only, unseekable view of a file written through (a device or a FIFO).
+
+    ``tell`` counts the bytes written, so that :mod:`zipfile` writes a streamed
+    archive (data descriptors, no seeking back) whatever the device claims.
+    """
+
+    def __init__(self, raw):
+        super().__init__()
+        self._raw = raw
+        self._written = 0
+
+    def writable(self):
+        return True
+
+    def write(self, data):
+        view = memoryview(data).cast("B")
+        done = 0
+        while done < len(view):      # a pipe may take part of a large write
+            done += self._raw.write(view[done:])
+        self._written += done
+        return done
+
+    def tell(self):
+        return self._written
+
+    def flush(self):
+        self._raw.flush()
+
+    def close(self):
+        if not self.closed:
+            try:
+                super().close()             # flushes
+            finally:
+                self._raw.close()
+
+
+def _open_through(target, binary):
+    """``target`` (a device or a FIFO) opened for writing as an unseekable stream."""
+    stream = io.BufferedWriter(_Stream(open(target, "wb", buffering=0)))
+    if binary:
+        return stream
+    return io.TextIOWrapper(stream, encoding="utf-8", newline="\n")
 
 
 def write_output(path, write, *, what: str = "output", binary: bool = True) -> str:
@@ -108,19 +189,18 @@ def write_output(path, write, *, what: str = "output", binary: bool = True) -> s
         When ``path`` is empty, a directory, a block device or a socket.
     OSError
         When writing fails (the destination is then left as it was, unless it
-        is a device or a FIFO written through).
+        is a device or a FIFO written through), or when no file can be created
+        in the directory of ``path`` (the message names ``path`` and the cause).
     """
     path = os.fspath(path)
     target, through = _target(path, what)
     kwargs = {} if binary else {"encoding": "utf-8", "newline": "\n"}
     flag = "wb" if binary else "w"
     if through:
-        with open(target, flag, **kwargs) as f:
+        with _open_through(target, binary) as f:
             write(f)
         return path
-    directory = os.path.dirname(os.path.abspath(target))
-    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(target)}.", suffix=".tmp",
-                               dir=directory)
+    fd, tmp = _temporary(path, target, what)
     try:
         with os.fdopen(fd, flag, **kwargs) as f:
             write(f)

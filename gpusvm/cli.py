@@ -447,18 +447,22 @@ def _print_outputs(est):
     else:
         names = [f"{classes[k + 1]} vs {classes[k]}" for k in range(len(classes) - 1)]
     histories = est.history_
-    dual = bool(histories) and bool(histories[0]) and len(histories[0][-1]) == 5
+    # a certified fit reports each output's certificate: P of its coef_ row, D, their gap
+    certificate = [np.ravel(getattr(est, attr, [])) for attr in
+                   ("primal_objective_", "dual_objective_", "duality_gap_")]
+    dual = all(c.size == len(names) for c in certificate)
     head = f"{'output':>24} {'iteration':>10} {'objective P(w)':>15}"
     if dual:
         head += f" {'dual D(alpha)':>15} {'gap':>10}"
     print(f"{len(names)} outputs ({mode}), last evaluation of each:")
     print(head)
-    for name, history in zip(names, histories):
+    for m, (name, history) in enumerate(zip(names, histories)):
         row = history[-1]
-        line = f"{name:>24} {row[0]:>10d} {row[1]:>15.8f}"
         if dual:
-            line += f" {row[2]:>15.8f} {row[3]:>10.3e}"
-        print(line)
+            print(f"{name:>24} {row[0]:>10d} {certificate[0][m]:>15.8f} "
+                  f"{certificate[1][m]:>15.8f} {certificate[2][m]:>10.3e}")
+        else:
+            print(f"{name:>24} {row[0]:>10d} {row[1]:>15.8f}")
 
 
 def _format_params(params) -> str:

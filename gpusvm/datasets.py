@@ -41,7 +41,7 @@ COLUMNS_PER_VALUE = 16
 
 
 def load_svmlight(path, n_features=None, dtype=np.float32, *, zero_based="auto",
-                  return_zero_based=False):
+                  return_zero_based=False, finite=True):
     """Read a svmlight/LIBSVM file (plain or gzip/bz2-compressed) into CSR.
 
     Parameters
@@ -64,6 +64,10 @@ def load_svmlight(path, n_features=None, dtype=np.float32, *, zero_based="auto",
     return_zero_based : bool, default=False
         Also return the base the file was read with (record it with a model,
         and read the test data with the same base).
+    finite : bool, default=True
+        Refuse NaN and infinite values and labels (and values that overflow
+        ``dtype``) with an error naming the first such line; no gpusvm estimator
+        accepts them. ``False`` loads them as they are (e.g. for an imputer).
 
     Returns
     -------
@@ -82,8 +86,14 @@ def load_svmlight(path, n_features=None, dtype=np.float32, *, zero_based="auto",
         When ``path`` does not exist.
     ValueError
         When the file is malformed (the message names the file and the first bad
-        line), holds no example, uses more than ``n_features`` features, or holds
-        an index 0 with ``zero_based=False``.
+        line), holds no example, uses more than ``n_features`` features, holds
+        an index 0 with ``zero_based=False``, or (with ``finite=True``) a NaN or
+        infinite value or label.
+
+    Notes
+    -----
+    A UTF-8 byte-order mark at the start of the file (which some Windows
+    editors write) is skipped.
 
     Warns
     -----
@@ -107,11 +117,16 @@ def load_svmlight(path, n_features=None, dtype=np.float32, *, zero_based="auto",
         raise ValueError(f"zero_based must be True, False or 'auto', got {zero_based!r}")
     try:
         # the raw indices, whatever the base: the base is decided below, from the whole file
-        X, y = load_svmlight_file(path, dtype=dtype, zero_based=True)
-    except (ValueError, OverflowError, UnicodeDecodeError, EOFError, gzip.BadGzipFile) as exc:
+        with _open_text(path) as f:
+            X, y = load_svmlight_file(f, dtype=dtype, zero_based=True)
+    except (PermissionError, FileNotFoundError, IsADirectoryError):
+        raise                           # the file cannot be opened: its own message says why
+    except (ValueError, OverflowError, UnicodeDecodeError, EOFError, OSError) as exc:
         raise ValueError(_locate_error(path, exc, n_features, zero_based)) from None
     if X.shape[0] == 0:
         raise ValueError(f"{path}: no examples found (the file is empty or holds only comments)")
+    if finite and not (np.all(np.isfinite(X.data)) and np.all(np.isfinite(y))):
+        raise ValueError(_non_finite_error(path, dtype))
     X = X.tocsr()
     has_zero = X.nnz > 0 and int(X.indices.min()) == 0
     if zero_based is False and has_zero:
@@ -182,14 +197,56 @@ def _to_int32_csr(X):
     return X
 
 
+#: the UTF-8 byte-order mark some Windows editors write at the start of a text file
+_BOM = b"\xef\xbb\xbf"
+
+
 def _open_text(path):
-    """Binary file object of a possibly compressed file (as scikit-learn opens it)."""
+    """Binary file object of a possibly compressed file (as scikit-learn opens it), positioned
+    after a UTF-8 byte-order mark when the file starts with one."""
     if path.endswith(".gz"):
-        return gzip.open(path, "rb")
-    if path.endswith(".bz2"):
+        f = gzip.open(path, "rb")
+    elif path.endswith(".bz2"):
         import bz2
-        return bz2.open(path, "rb")
-    return open(path, "rb")
+        f = bz2.open(path, "rb")
+    else:
+        f = open(path, "rb")
+    try:
+        if f.read(len(_BOM)) != _BOM:
+            f.seek(0)
+    except BaseException:
+        f.close()
+        raise
+    return f
+
+
+_NON_FINITE_ADVICE = "remove or impute the missing values first (pass finite=False to load them)"
+
+
+def _non_finite_error(path, dtype):
+    """The message for a NaN, an infinity, or a value that overflows ``dtype``: its line."""
+    with _open_text(path) as f:
+        for lineno, raw in enumerate(f, start=1):
+            parts = raw.split(b"#", 1)[0].decode("ascii", "replace").split()
+            if not parts:
+                continue
+            if not np.isfinite(float(parts[0])):
+                return f"{path}, line {lineno}: label {parts[0]!r} is not finite; " \
+                       f"{_NON_FINITE_ADVICE}"
+            for tok in parts[1:]:
+                idx_s, _, val_s = tok.partition(":")
+                if idx_s == "qid":
+                    continue
+                value = float(val_s)
+                if not np.isfinite(value):
+                    return (f"{path}, line {lineno}: feature value {val_s!r} in {tok!r} is not "
+                            f"finite; {_NON_FINITE_ADVICE}")
+                with np.errstate(over="ignore"):
+                    if not np.isfinite(dtype.type(value)):
+                        return (f"{path}, line {lineno}: feature value {val_s!r} in {tok!r} "
+                                f"overflows {dtype.name}; scale the data, or read it with "
+                                "dtype=numpy.float64")
+    return f"{path}: the data holds NaN or infinite values; {_NON_FINITE_ADVICE}"
 
 
 def _locate_error(path, exc, n_features, zero_based, *, limit=None):

@@ -42,7 +42,8 @@ from sklearn.utils.validation import check_is_fitted
 from ._output import write_output
 from ._version import __version__
 
-__all__ = ["save_model", "load_model", "read_model_metadata", "FORMAT_NAME", "FORMAT_VERSION"]
+__all__ = ["save_model", "load_model", "read_model_metadata", "skops_trusted_types",
+           "check_restored", "FORMAT_NAME", "FORMAT_VERSION"]
 
 FORMAT_NAME = "gpusvm-model"
 #: version of the file layout; readers accept files up to their own version
@@ -142,7 +143,8 @@ def save_model(estimator, path, *, extra=None):
     Raises
     ------
     TypeError
-        When ``estimator`` is not a gpusvm estimator.
+        When ``estimator`` is not a gpusvm estimator (a Pipeline, say: save it
+        with skops, see :func:`skops_trusted_types`).
     sklearn.exceptions.NotFittedError
         When it is not fitted.
     ValueError
@@ -159,7 +161,11 @@ def save_model(estimator, path, *, extra=None):
     """
     cls = type(estimator)
     if not (isinstance(estimator, BaseEstimator) and cls.__module__.split(".")[0] == "gpusvm"):
-        raise TypeError(f"save_model saves gpusvm estimators; got {cls.__module__}.{cls.__name__}")
+        raise TypeError(
+            f"save_model saves gpusvm estimators; got {cls.__module__}.{cls.__name__}: save a "
+            "Pipeline or any other scikit-learn object holding gpusvm estimators without pickle "
+            "with skops: skops.io.dump(obj, path), then skops.io.load(path, "
+            "trusted=gpusvm.model_io.skops_trusted_types()) (pip install \"gpusvm[skops]\")")
     check_is_fitted(estimator)
     params, dropped = {}, []
     for name, value in estimator.get_params(deep=False).items():
@@ -260,12 +266,24 @@ def n_outputs_of(n_classes: int, multi_class: str) -> int:
 
 
 # --------------------------------------------------------------------- loading
+#: the first bytes of a zip archive (every .npz file; an empty archive starts with PK\x05\x06)
+_ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")
+
+
 def _open_archive(path):
     """Open ``path`` as an npz archive, or raise a ValueError that says what is wrong."""
     if not os.path.exists(path):
         raise FileNotFoundError(f"model file not found: {path}")
     if os.path.isdir(path):
         raise ValueError(f"{path} is a directory; pass the path of a model file (.npz)")
+    with open(path, "rb") as f:
+        head = f.read(16)
+    if not head.startswith((*_ZIP_MAGIC, np.lib.format.MAGIC_PREFIX)):
+        # np.load would try the file as a pickle and advise unpickling it: never here
+        what = f"it starts with {head!r}" if head else "it is empty"
+        raise ValueError(
+            f"cannot read model file {path}: it is not a .npz archive ({what}); load files "
+            "written by gpusvm.model_io.save_model or `gpusvm fit`")
     try:
         archive = np.load(path, allow_pickle=False)
     except (ValueError, OSError, EOFError, zipfile.BadZipFile, zlib.error) as exc:
@@ -284,7 +302,17 @@ _MAX_RATIO = 1100
 _HEADER_SLACK = 4096
 
 
+class _Restored:
+    """In place of a path: the checks of :func:`check_restored` (an estimator's state)."""
+
+    def __init__(self, name):
+        self.name = name
+
+
 def _corrupted(path, detail):
+    if isinstance(path, _Restored):
+        return ValueError(f"the restored {path.name} is inconsistent ({detail}); it was altered "
+                          "or not written by gpusvm: fit the estimator again")
     return ValueError(f"model file {path} is corrupted ({detail}); {_AGAIN}")
 
 
@@ -599,6 +627,11 @@ def _check_fitted(estimator, cls, path):
         if sp.issparse(sv):
             if sv.dtype.kind != "f" or not np.all(np.isfinite(sv.data)):
                 raise _corrupted(path, "support_vectors holds NaN, infinity or non-floats")
+            from .estimators._base import check_sparse_structure  # noqa: PLC0415
+            try:
+                check_sparse_structure(sv)
+            except ValueError as exc:
+                raise _corrupted(path, "support_vectors: " + _first_line(exc)) from None
         elif not isinstance(sv, np.ndarray) or sv.ndim != 2 or sv.dtype.kind != "f" \
                 or not np.all(np.isfinite(sv)):
             raise _corrupted(path, "support_vectors is missing or not a finite 2-D float array")
@@ -629,3 +662,51 @@ def _check_fitted(estimator, cls, path):
                                    f"{n_features}")
         _float_array(estimator, "coef_", (m, n_features), path)
         _float_array(estimator, "intercept_", (m,), path)
+
+
+# --------------------------------------------------------------------- skops
+def skops_trusted_types():
+    """The gpusvm types to trust when loading a skops file: whole pipelines without pickle.
+
+    :func:`save_model` writes one gpusvm estimator. A Pipeline (a TF-IDF
+    vectoriser before a gpusvm estimator, say) is saved without pickle by skops
+    (``pip install "gpusvm[skops]"``), whose loader refuses every type it does
+    not trust: list gpusvm's with this function.  A gpusvm estimator restored
+    by skops (or by pickle) has its fitted arrays checked as :func:`load_model`
+    checks a model file's (:func:`check_restored`).
+
+    Returns
+    -------
+    list of str
+        Fully qualified names of gpusvm's estimator classes, as
+        ``skops.io.get_untrusted_types`` reports them.
+
+    Examples
+    --------
+    >>> import skops.io as sio                                        # doctest: +SKIP
+    >>> sio.dump(pipeline, "pipeline.skops")                          # doctest: +SKIP
+    >>> sio.get_untrusted_types(file="pipeline.skops")                # doctest: +SKIP
+    ['gpusvm.estimators.sdca.SDCASVC']
+    >>> pipeline = sio.load("pipeline.skops", trusted=skops_trusted_types())  # doctest: +SKIP
+    """
+    return [f"{module}.{name}" for name, module in sorted(ESTIMATOR_MODULES.items())]
+
+
+def check_restored(estimator) -> None:
+    """Check a fitted estimator's state as :func:`load_model` checks a model file's.
+
+    Called by the estimators' ``__setstate__`` (skops and pickle restore through
+    it), so that a state altered in the file cannot reach compiled code.
+
+    Parameters
+    ----------
+    estimator : gpusvm estimator
+
+    Raises
+    ------
+    ValueError
+        When a fitted array a prediction uses has the wrong shape, type or
+        values (the message names it).
+    """
+    cls = type(estimator)
+    _check_fitted(estimator, cls, _Restored(cls.__name__))

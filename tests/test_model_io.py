@@ -149,7 +149,9 @@ def test_save_unfitted_estimator(tmp_path):
 def test_save_foreign_estimator(tmp_path, data):
     X, y = data
     with pytest.raises(TypeError, match=r"^save_model saves gpusvm estimators; got "
-                                        r"sklearn\.svm\._classes\.LinearSVC$"):
+                                        r"sklearn\.svm\._classes\.LinearSVC: save a Pipeline or "
+                                        r"any other scikit-learn object holding gpusvm "
+                                        r"estimators without pickle with skops: "):
         save_model(LinearSVC().fit(X, y), tmp_path / "m.npz")
 
 
@@ -212,7 +214,9 @@ def test_garbage_file(tmp_path):
     path = tmp_path / "m.npz"
     path.write_bytes(b"this is not a model at all\n" * 10)
     with pytest.raises(ValueError, match=f"^cannot read model file {re.escape(str(path))}: it is "
-                                         r"not a valid \.npz archive"):
+                                         r"not a \.npz archive \(it starts with b'this is not a "
+                                         r"mo'\); load files written by gpusvm\.model_io\."
+                                         r"save_model or `gpusvm fit`$"):
         load_model(path)
 
 

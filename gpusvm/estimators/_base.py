@@ -129,6 +129,9 @@ def binary_labels(y, estimator_name: str):
         raise ValueError(f"Unknown label type: {estimator_name} needs class labels; got targets "
                          f"of type {target!r}")
     classes, inv = np.unique(y, return_inverse=True)
+    if classes.size == 0:
+        raise ValueError(f"{estimator_name} needs samples of 2 classes, but y is empty; pass "
+                         "at least one sample of each class")
     if classes.size < 2:
         raise ValueError(
             f"{estimator_name} needs samples of 2 classes, but the data contains only one "
@@ -223,6 +226,9 @@ def class_labels(y, estimator_name: str):
         raise ValueError(f"Unknown label type: {estimator_name} needs class labels; got targets "
                          f"of type {target!r}")
     classes, inv = np.unique(y, return_inverse=True)
+    if classes.size == 0:
+        raise ValueError(f"{estimator_name} needs samples of 2 classes, but y is empty; pass "
+                         "at least one sample of each class")
     if classes.size < 2:
         raise ValueError(
             f"{estimator_name} needs samples of 2 classes, but the data contains only one "
@@ -395,6 +401,13 @@ class _LinearSVCBase(ClassifierMixin, BaseEstimator):
         tags.classifier_tags.multi_class = self._MULTICLASS
         return tags
 
+    def __setstate__(self, state):
+        """Restore (pickle, skops), checking a fitted state like a model file's."""
+        super().__setstate__(state)
+        if "coef_" in state:
+            from ..model_io import check_restored  # noqa: PLC0415
+            check_restored(self)
+
     # ------------------------------------------------------------ helpers
     def _prepare(self, X, y, *, reset=True):
         """Validate, convert to CSR once, map labels, append the bias feature.
@@ -454,18 +467,38 @@ class _LinearSVCBase(ClassifierMixin, BaseEstimator):
         return Xc, y
 
     def _check_lam(self, lam: float) -> None:
-        """Refuse a ``lam`` whose steps ``1/lam`` overflow the data type."""
+        """Refuse a ``lam`` the data type cannot carry.
+
+        Too small: the steps ``1/lam`` overflow.  Too large: the weights, of size
+        about ``max ||x_i|| / lam`` (at such a ``lam`` every margin is below 1 and
+        ``w = (1/(lam n)) sum_i s_i y_i x_i``), have squares (``||w||^2`` in the
+        objective, the Newton step's curvature) below the smallest normal number of
+        the type, and the solvers compute with zeros: PegasosSVC with ``C=1e-300``
+        in float32 scored below the majority class, the Newton solver divided by 0.
+        """
         dtype = _as_dtype(self.dtype)
         max_sq = getattr(self, "_max_sq", 1.0)
+        given = f"lam={lam!r}" if getattr(self, "C", None) is None else \
+            f"C={self.C!r} (lam = 1/(C n) = {lam:.3g})"
         step = math.sqrt(max(max_sq, 1.0)) / lam
         if not step * step < np.finfo(dtype).max:
             smallest = math.sqrt(max(max_sq, 1.0) / np.finfo(dtype).max)
-            given = f"lam={lam!r}" if getattr(self, "C", None) is None else \
-                f"C={self.C!r} (lam = 1/(C n) = {lam:.3g})"
             raise ValueError(
                 f"{given} is too small for dtype={dtype.name}: a step of size 1/lam on "
                 f"rows of norm up to {math.sqrt(max_sq):.3g} overflows; use lam >= "
                 f"{smallest:.1e}")
+        bias_sq = float(self.intercept_scaling) ** 2 if self.bias == "augmented" else 0.0
+        norm = math.sqrt(max_sq + bias_sq)
+        smallest = math.sqrt(float(np.finfo(dtype).tiny))    # the least weight whose square
+        if norm > 0 and norm / lam < smallest:              # is a normal number
+            largest = norm / smallest
+            fix = (f"C >= {self.C * lam / largest:.1e}" if getattr(self, "C", None) is not None
+                   else f"lam <= {largest:.1e}")
+            other = "" if dtype == np.float64 else " or dtype='float64'"
+            raise ValueError(
+                f"{given} is too large a regularisation for dtype={dtype.name}: the weights, of "
+                f"size about max ||x_i|| / lam = {norm / lam:.3g}, have squares below the "
+                f"smallest normal {dtype.name} (weights below {smallest:.3g}); use {fix}{other}")
 
     def _resolve(self, n: int):
         """The backend name and the batch size the fit runs with (``"auto"`` resolved).

@@ -189,6 +189,13 @@ class KernelPegasosSVC(ClassifierMixin, BaseEstimator):
         tags.classifier_tags.multi_class = False
         return tags
 
+    def __setstate__(self, state):
+        """Restore (pickle, skops), checking a fitted state like a model file's."""
+        super().__setstate__(state)
+        if "support_vectors_" in state:
+            from ..model_io import check_restored  # noqa: PLC0415
+            check_restored(self)
+
     # ------------------------------------------------------------ helpers
     def _seed(self):
         rs = self.random_state

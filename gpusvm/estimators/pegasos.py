@@ -163,9 +163,10 @@ class PegasosSVC(_LinearSVCBase):
         Iterations performed (the most of any output).
     t_ : int
         Iterations of the step-size schedule so far (``partial_fit`` continues from it).
-    history_ : list of (int, float, float)
+    history_ : list of (int, float, float), or a list of such lists
         ``(iteration, objective, elapsed seconds)`` at every evaluation; with more
-        than one output, the list of the outputs' histories.
+        than one output, one such list per output, each with that output's own
+        objective.
     stop_reason_ : str
         Why the run ended (``"tol"``: the doubling average's stopping rule).
     batch_size_ : int
@@ -500,7 +501,8 @@ class PegasosSVC(_LinearSVCBase):
         b = np.broadcast_to(np.asarray(res.b, dtype=np.float64), (m,)).copy()
         common = {"backend": be.name, "batch_size": k, "averaging": averaging,
                   "max_iter": max_iter, "n": n}
-        per = {"n_iter": [res.n_iter] * m, "history": [res.history] * m,
+        per = {"n_iter": [res.n_iter] * m,
+               "history": res.extra.get("histories") or [res.history] * m,
                "stop_reason": [res.stop_reason] * m}
         return W, b, common, per
 

@@ -173,8 +173,10 @@ class SDCASVC(_LinearSVCBase):
         The ``lam`` each problem was fitted with (``C`` resolved).
     n_iter_ : int
         Iterations performed.
-    history_ : list of (int, float, float, float, float)
-        ``(iteration, P, D, gap, elapsed seconds)`` at every evaluation.
+    history_ : list of (int, float, float, float, float), or a list of such lists
+        ``(iteration, P, D, gap, elapsed seconds)`` at every evaluation; with more
+        than one output, one such list per output, each with that output's own
+        figures (its last ``gap`` is its ``duality_gap_``).
     primal_objective_, dual_objective_, duality_gap_ : float or ndarray of shape (n_outputs,)
         ``P(coef_)``, ``D(alpha_)`` and their difference, the certificate:
         ``P(coef_) - P* <= duality_gap_`` by weak duality; one per output for more
@@ -494,7 +496,8 @@ class SDCASVC(_LinearSVCBase):
 
         common = {"sigma2": ex["sigma2"], "beta_b": ex["beta_b"], "backend": be.name,
                   "batch_size": b, "variant": variant, "max_iter": max_iter}
-        per = {"n_iter": [res.n_iter] * m, "history": [res.history] * m,
+        per = {"n_iter": [res.n_iter] * m,
+               "history": ex.get("histories") or [res.history] * m,
                "stop_reason": [res.stop_reason] * m, "primal": per_output(ex["primal"]),
                "dual": per_output(ex["dual"]), "gap": per_output(ex["gap"]),
                "beta": per_output(ex["beta"]), "n_rejected": per_output(ex["n_rejected"]),

@@ -244,7 +244,9 @@ def pegasos(backend, *, lam: float, k: int, max_iter: int, sampling: str = "with
         ``(M,)`` for 2-D ``y``.  The objective values of ``history`` (and
         ``extra["objective"]``, the callbacks' and ``target_objective``'s) are
         the mean over the outputs when ``M > 1``; ``extra["objectives"]`` has
-        every output's.  ``n_iter`` counts the iterations of this run.
+        every output's, and ``extra["histories"]`` every output's own rows
+        ``(iteration, objective, elapsed_seconds)``.  ``n_iter`` counts the
+        iterations of this run.
 
     Notes
     -----
@@ -317,6 +319,9 @@ def pegasos(backend, *, lam: float, k: int, max_iter: int, sampling: str = "with
     segment = backend.pegasos_segment_m if general else backend.pegasos_segment
     reset_average = backend.reset_average_m if general else backend.reset_average
     history: list = []
+    # M outputs: every output's own rows (t, P, seconds) besides the mean of ``history``
+    histories = [[] for _ in range(np.shape(backend.y)[1])] \
+        if general and np.ndim(backend.y) == 2 else None
     start = time.perf_counter()
     t = t_start
     stop = "max_iter"
@@ -357,9 +362,11 @@ def pegasos(backend, *, lam: float, k: int, max_iter: int, sampling: str = "with
         t += steps
         at_level = doubling and t == t_start + level
         if t < t_end:
-            _, _, obj, _ = evaluate()
+            _, _, obj, objs = evaluate()
             elapsed = time.perf_counter() - start
             history.append((t, obj, elapsed))
+            for m, rows in enumerate(histories or ()):
+                rows.append((t, float(objs[m]), elapsed))
             if progress is not None:
                 progress(t, obj)
             if callback is not None and callback(t, obj, elapsed) is False:
@@ -385,9 +392,13 @@ def pegasos(backend, *, lam: float, k: int, max_iter: int, sampling: str = "with
         stop = "tol"
     if history and history[-1][0] == t:
         history[-1] = (t, obj, history[-1][2])       # the point returned, bias polished
+        for m, rows in enumerate(histories or ()):
+            rows[-1] = (t, float(objs[m]), rows[-1][2])
     else:
         elapsed = time.perf_counter() - start
         history.append((t, obj, elapsed))
+        for m, rows in enumerate(histories or ()):
+            rows.append((t, float(objs[m]), elapsed))
         if progress is not None:
             progress(t, obj)
         if callback is not None:
@@ -402,6 +413,7 @@ def pegasos(backend, *, lam: float, k: int, max_iter: int, sampling: str = "with
             w, b = w[:, 0], float(b[0])
         else:
             extra["objectives"] = objs
+            extra["histories"] = histories
     else:
         b = float(backend.to_host(b))                   # a 0-d device array on a device backend
     return SolverResult(w=w, b=b, n_iter=t - t_start, history=history, stop_reason=stop,

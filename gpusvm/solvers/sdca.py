@@ -605,7 +605,9 @@ def sdca(backend, *, lam: float, b: int, max_iter: int, variant: str = "aggressi
         latest dual certify each other; at ``b = 1`` the noise of ``P(w(alpha))``
         between two steps is as large as ``||x_i|| / (lam n)``, and the best
         point reaches ``tol`` epochs earlier than the last one), and ``w`` is that
-        best point (per output).  ``extra`` holds ``primal``, ``dual``, ``gap`` (floats for 1-D ``y``,
+        best point (per output).  With ``M`` outputs, ``extra["histories"]`` holds
+        every output's own rows ``(iteration, P, D, gap, elapsed_seconds)``, the last
+        of which is that output's certificate.  ``extra`` holds ``primal``, ``dual``, ``gap`` (floats for 1-D ``y``,
         arrays of shape ``(M,)`` for 2-D ``y``), ``alpha`` (host float64, the
         shape of ``y``), ``beta`` (final; per output on the general path),
         ``beta_b``, ``sigma2`` and ``n_rejected`` (per output on the general
@@ -701,7 +703,7 @@ def sdca(backend, *, lam: float, b: int, max_iter: int, variant: str = "aggressi
             g = (best_m.P - latest[1]) * scale       # each output in its own units
             return (best_m.W, best_m.P * scale, latest[1] * scale, g,
                     float(np.mean(latest[0] * scale)), float(np.mean(latest[1] * scale)),
-                    float(np.max(g)))
+                    float(np.max(g)), latest[0] * scale)
     else:
         backend.init_state()                                                  # w^(0) = 0
         backend.init_dual(beta0)                                              # alpha^(0) = 0, beta^(0)
@@ -720,7 +722,7 @@ def sdca(backend, *, lam: float, b: int, max_iter: int, variant: str = "aggressi
                 best.offer([0], v0.reshape(-1, 1), A0, [p0], [sq0])
             best.offer([0], w.reshape(-1, 1), A, [p], [sq])    # w is a new array
             g = float(best.P[0]) - d_
-            return best.W[:, 0], float(best.P[0]), d_, g, p, d_, g
+            return best.W[:, 0], float(best.P[0]), d_, g, p, d_, g, p
     sampler = CounterSampler(n, b, sampling, seed)                            # A_t from (seed, t)
     shrinking = bool(shrinking) and b == 1 and not general
     if shrinking and not hasattr(backend, "sdca_unshrink"):
@@ -730,6 +732,16 @@ def sdca(backend, *, lam: float, b: int, max_iter: int, variant: str = "aggressi
                     shrinking=shrinking, loss=loss)
     segment = backend.sdca_segment_m if general else backend.sdca_segment
     history: list = []
+    # M outputs: every output's own rows (t, P(w(alpha)), D(alpha), gap, seconds) besides the
+    # combined ones of ``history``
+    histories = [[] for _ in range(np.shape(backend.y)[1])] \
+        if general and np.ndim(backend.y) == 2 else None
+
+    def record(t, last, elapsed):
+        history.append((t, last[4], last[5], last[6], elapsed))
+        for m, rows in enumerate(histories or ()):
+            rows.append((t, float(last[7][m]), float(last[2][m]), float(last[3][m]), elapsed))
+
     t = 0
     stop = "max_iter"
     live = None                 # general path: the outputs whose certificate is above tol
@@ -746,9 +758,9 @@ def sdca(backend, *, lam: float, b: int, max_iter: int, variant: str = "aggressi
         t += steps
         dual_before = history[-1][2] if history else None
         last = certify()
-        primal, dual, gap = last[4:]
+        primal, dual, gap = last[4:7]
         elapsed = time.perf_counter() - start
-        history.append((t, primal, dual, gap, elapsed))
+        record(t, last, elapsed)
         if progress is not None:
             progress(t, primal, gap)
         if shrinking and dual_before is not None and dual - dual_before <= SHRINK_STALL * gap:
@@ -767,7 +779,7 @@ def sdca(backend, *, lam: float, b: int, max_iter: int, variant: str = "aggressi
 
     if not history or history[-1][0] != t:
         last = certify()
-        history.append((t, last[4], last[5], last[6], time.perf_counter() - start))
+        record(t, last, time.perf_counter() - start)
         if progress is not None:
             progress(t, last[4], last[6])
     w, primal, dual, gap = last[:4]
@@ -787,10 +799,11 @@ def sdca(backend, *, lam: float, b: int, max_iter: int, variant: str = "aggressi
         w = backend.to_host(w).astype(np.float64)
         alpha = backend.to_host(backend.alpha).astype(np.float64)
         beta, n_rej = float(s[S_BETA]), int(s[S_NREJ])
-    return SolverResult(
-        w=w, b=0.0, n_iter=t, history=history, stop_reason=stop,
-        extra={"primal": primal, "dual": dual, "gap": gap, "alpha": alpha,
-               "beta": beta, "beta_b": beta_b, "sigma2": sigma2, "n_rejected": n_rej})
+    extra = {"primal": primal, "dual": dual, "gap": gap, "alpha": alpha,
+             "beta": beta, "beta_b": beta_b, "sigma2": sigma2, "n_rejected": n_rej}
+    if histories is not None:
+        extra["histories"] = histories
+    return SolverResult(w=w, b=0.0, n_iter=t, history=history, stop_reason=stop, extra=extra)
 
 
 #: with shrinking, a certificate whose dual rose by less than this fraction of the gap left
