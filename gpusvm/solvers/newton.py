@@ -50,6 +50,7 @@ from typing import Callable
 import numpy as np
 from threadpoolctl import threadpool_limits
 
+from ..backends.base import on_backend_stream
 from .pegasos import SolverResult
 
 #: outer iterations when none is given (Newton converges in tens at most)
@@ -166,6 +167,7 @@ def _one_blas_thread(func):
 
 
 @_one_blas_thread
+@on_backend_stream
 def newton(backend, *, lam: float, tol: float = 1e-3, max_iter: int = DEFAULT_MAX_ITER,
            y=None, sample_weight=None, w0=None, max_time: float | None = None,
            callback: Callable | None = None, progress=None, cg_max_iter: int = MAX_CG_ITER,
