@@ -26,8 +26,9 @@ Modes (``GPUSVM_EMU_STREAMS``, or :func:`set_mode`): ``"strict"`` (default) rais
 (the pending launch has not run), so that the race gives wrong numbers; ``"sync"`` runs
 every launch at once (the emulator before streams were modelled).
 
-Limits: SciPy sparse products and ``np.asarray`` of a :class:`DeviceArray` read it without
-the check (a CuPy array cannot take either path); one legacy stream, no per-thread default
+Limits: ``np.asarray`` of a :class:`DeviceArray` and SciPy functions given one read it
+without the check (a CuPy array cannot take either path; the products of a
+:class:`DeviceCSR` do check); one legacy stream, no per-thread default
 stream; events order whole launches, not parts of them.
 """
 
@@ -40,8 +41,9 @@ import types
 import weakref
 
 import numpy as np
+import scipy.sparse as sp
 
-__all__ = ["CaptureError", "DeviceArray", "Event", "Graph", "Stream", "StreamOrderError",
+__all__ = ["CaptureError", "DeviceArray", "DeviceCSR", "Event", "Graph", "Stream", "StreamOrderError",
            "get_current_stream", "mode", "null", "races", "set_mode", "stats", "xp"]
 
 MODES = ("strict", "poison", "sync")
@@ -302,8 +304,8 @@ class Stream:
         stream, seq, clock = event._at
         with _lock:
             if self._legacy:
-                if stream is not null:
-                    self._waits.append((stream, seq))
+                if stream is not null:      # at once: a read NumPy does not route through
+                    stream.flush(seq)       # DeviceArray (np.asarray, SciPy) sees the result
             elif stream is null:
                 self._joined = max(self._joined, clock)
             elif stream is not self:
@@ -615,11 +617,14 @@ class _UfuncProxy:
 
 
 def _module_call(func, args, kwargs):
-    _check_capture(f"np.{getattr(func, '__name__', 'function')} (an allocation)")
+    name = getattr(func, "__name__", "function")
+    _check_capture(f"np.{name} (an allocation)")
+    inputs = _arrays_in(args, []) + _arrays_in(kwargs, [])
+    if inputs:          # np.array, np.asarray & co. read without dispatching to DeviceArray
+        host_op(inputs, _arrays_in(kwargs.get("out"), []), f"np.{name}")
     result = func(*args, **kwargs)
     if kwargs.get("out") is not None:
         return kwargs["out"]
-    inputs = _arrays_in(args, []) + _arrays_in(kwargs, [])
     result = _device(result)
     created(_new_arrays(result, inputs))
     return result
@@ -633,6 +638,8 @@ class _ArrayModule(types.ModuleType):
         self._cache: dict = {}
         #: NumPy's sorts take ``kind="stable"`` (the reference backend's tie order)
         self.stable_argsort = True
+        #: as ``cupy.ndarray``: a host ``numpy.ndarray`` is not one (it must be uploaded)
+        self.ndarray = DeviceArray
 
     def __getattr__(self, name):
         if name.startswith("__"):
@@ -682,3 +689,38 @@ def download(a, stream):
         if stream is null and isinstance(a, DeviceArray):
             host_op([a], [], "a download")
         return np.array(_plain(a), copy=True)
+
+
+class DeviceCSR(sp.csr_matrix):
+    """A SciPy CSR matrix standing for a ``cupyx`` one: its products check the stream order.
+
+    Products with a :class:`DeviceArray` are array operations on the current stream (they
+    read the operand after the stream's pending launches, or race with them on the legacy
+    stream) and return device arrays; its transpose and row selections are
+    :class:`DeviceCSR` too.
+    """
+
+    def _matmul_dispatch(self, other):
+        host_op(_arrays_in(other, []), [], "a sparse product")
+        res = super()._matmul_dispatch(_plain(other))
+        if isinstance(res, np.ndarray):
+            res = _device(res)
+            created([res])
+        return res
+
+    def _rmatmul_dispatch(self, other):
+        host_op(_arrays_in(other, []), [], "a sparse product")
+        res = super()._rmatmul_dispatch(_plain(other))
+        if isinstance(res, np.ndarray):
+            res = _device(res)
+            created([res])
+        return res
+
+    def transpose(self, axes=None, copy=False):
+        return DeviceCSR(sp.csr_matrix(self).transpose(axes=axes, copy=copy).tocsr())
+
+    def __getitem__(self, key):
+        if _arrays_in(key, []):
+            host_op(_arrays_in(key, []), [], "indexing a sparse matrix")
+        res = sp.csr_matrix(self)[_plain(key)]
+        return DeviceCSR(res) if sp.issparse(res) and res.format == "csr" else res

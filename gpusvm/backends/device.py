@@ -157,8 +157,8 @@ def estimate_device_bytes(n: int, d: int, nnz: int, itemsize: int, *, csr_reside
 class _SegmentGraph:
     """A segment's launch sequence as a fixed set of graphs, each captured once and replayed.
 
-    Graph ``G_j`` holds ``2**j`` iterations (``j = 0 .. log2 C``, ``C`` the runtime's
-    :attr:`graph_chunk`), captured on the backend's stream the first time a segment needs it
+    Graph ``G_j`` holds ``2**j`` iterations (``j = 0 .. log2 C``, ``C`` the largest power of two
+    with ``C`` iterations in at most the runtime's ``graph_nodes`` kernel nodes), captured on the backend's stream the first time a segment needs it
     (``Stream.begin_capture`` / ``end_capture``: nothing runs while capturing).  A segment of
     ``L`` iterations launches ``G_log2C`` ``L // C`` times and one ``G_j`` per set bit of
     ``L % C``: at most ``L // C + log2 C + 1`` graph launches, and at most ``log2 C + 1``
@@ -361,6 +361,10 @@ class _EmulatedRuntime(_StreamRuntime):
     def free_bytes(self):
         return None
 
+    def device_csr(self, X):
+        """The host CSR matrix as the emulated stand-in for a ``cupyx`` one (its products checked)."""
+        return self._streams.DeviceCSR(X)
+
 
 def _on_device(method):
     """Run ``method`` with the runtime's device and stream current, joined at the boundary."""
@@ -507,7 +511,9 @@ class DeviceBackend(DeviceGeneralPath):
         self._indptr = up(indptr, np.int64)
         self.y = up(y, self.dtype)
         self._init_general_data(y, sample_weight)           # Y (n x M), weights; checks shapes
-        self._X = X if resident or runtime.keeps_host_X else None     # host CSR on a GPU: not kept
+        self._X = X if resident else None                       # host CSR on a GPU: not kept
+        if runtime.keeps_host_X:
+            self._X = runtime.device_csr(X)
         self._row_sq_norms = None
         # scratch of the kernels: accumulators of the step and the last-block tickets
         self._acc = self.xp.zeros(4, dtype=np.float64)
