@@ -560,6 +560,8 @@ class DeviceBackend(DeviceGeneralPath):
         if rt.is_device_sparse(X):
             return X.tocsr(), True
         if rt.is_device(X):
+            if X.dtype not in (np.float32, np.float64):   # cupyx's csr_matrix takes no ints, float16
+                X = X.astype(np.float64)
             return rt.csp.csr_matrix(X), True
         if not sp.issparse(X):
             X = sp.csr_matrix(np.asarray(X))
@@ -578,11 +580,11 @@ class DeviceBackend(DeviceGeneralPath):
     def row_sq_norms(self):
         """``||x_i||^2`` of every row, float64 on the device (computed on first use)."""
         if self._row_sq_norms is None:
-            xp = self.xp
-            sq = self._data.astype(np.float64) ** 2
-            owner = xp.searchsorted(self._indptr, xp.arange(self.nnz, dtype=np.int64),
-                                    side="right") - 1
-            self._row_sq_norms = xp.bincount(owner, weights=sq, minlength=self.n)
+            sq = self.xp.empty(self.n, dtype=np.float64)      # the n doubles of the estimate
+            if self.n:
+                self._launch("gpusvm_row_sq_norms", self._row_grid(self.n),
+                             (self._indptr, self._data, np.int32(self.n), sq))
+            self._row_sq_norms = sq
         return self._row_sq_norms
 
     # ------------------------------------------------------------ transfers
