@@ -43,6 +43,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 import time
 from pathlib import Path
@@ -59,7 +60,9 @@ from gpusvm.datasets import load_svmlight  # noqa: E402
 from gpusvm.solvers.pegasos import pegasos  # noqa: E402
 from gpusvm.solvers.sdca import sdca  # noqa: E402
 
-DATA = REPO.parent / "shared" / "data"
+#: ``$GPUSVM_DATA`` when set, else ``<repo>/../shared/data``
+DATA = Path(os.environ["GPUSVM_DATA"]) if os.environ.get("GPUSVM_DATA") else \
+    REPO.parent / "shared" / "data"
 FILES = {
     "a9a": ("a9a/a9a", 123),
     "imdb": ("imdb/imdb_tfidf_unigram.train.svm.gz", 74849),
