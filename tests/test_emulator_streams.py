@@ -222,7 +222,7 @@ def test_every_array_operation_of_a_fit_runs_on_the_backend_stream(monkeypatch, 
         return original(reads, writes, what)
     monkeypatch.setattr(es, "host_op", spy)
     res = _fits(M)
-    assert res.extra["gap"] is not None if "gap" in res.extra else True
+    assert np.all(np.asarray(res.extra["gap"]) >= -1e-12)       # a certificate was computed
     on_legacy = [what for stream, what in seen if stream is es.null]
     assert seen and on_legacy == [], on_legacy[:5]
     assert es.races == []

@@ -154,11 +154,18 @@ def _check_capture(what):
         raise err
 
 
+def _forget(key):
+    return lambda _ref: _legacy_written.pop(key, None)
+
+
 def _mark_legacy(arrays):
     _clock[0] += 1
     for a in arrays:
         r = _root(a)
-        _legacy_written[id(r)] = (weakref.ref(r), _clock[0])
+        key = id(r)
+        old = _legacy_written.get(key)
+        ref = old[0] if old is not None and old[0]() is r else weakref.ref(r, _forget(key))
+        _legacy_written[key] = (ref, _clock[0])      # dropped when the array is freed
 
 
 def host_op(reads, writes, what="an array operation"):

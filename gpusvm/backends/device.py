@@ -43,11 +43,16 @@ launches with fixed arguments:
   ``kernels/balanced.cuh`` as Pegasos' step.  The separate SDCA primitives keep
   the per-row kernels.
 
-The sequence is recorded once per run and replayed: on a GPU as a CUDA graph
-captured on the backend's own non-blocking stream (one graph per segment
-length, so a segment is one ``Graph.launch``), on the emulated backend by the
-emulator (:class:`gpusvm._emulator.EmulatedGraph`), so that no Python function
+The sequence is captured once per run and replayed: as CUDA graphs of ``2**j``
+iterations captured on the backend's own non-blocking stream (:class:`_SegmentGraph`: a
+segment of any length is a few graph launches, the captures happen at most
+``log2 C + 1`` times per fit), on the emulated backend by the emulated runtime's
+streams and graphs (:mod:`gpusvm._emulator.streams`), so that no Python function
 of the package runs per iteration inside a segment on either.
+
+Streams: every public method and property runs with the backend's stream current,
+joined to the caller's stream with events at the boundary (the rule of
+:mod:`gpusvm.backends.base`).
 
 Why a graph and not a persistent cooperative kernel: the performance model
 (:mod:`gpusvm.roofline`) puts a replayed kernel node at about 1.5 us, and a
