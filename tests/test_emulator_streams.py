@@ -251,7 +251,7 @@ def test_a_segment_of_any_length_is_a_bounded_number_of_graph_launches(kind, pla
     be, sampler, p, run = segment_setup(kind, **plan)
     run(sampler, 0, 1, p)                                   # t = 1: Pegasos' reset sequence
     t = 1
-    lengths = [1, 2, 3, 5, 8, 13, 21, 34, 55, 89, 144, 233, 377, 610]   # a new length each time
+    lengths = [1, 2, 3, 5, 8, 13, 21, 34, 55, 89, 144]         # a new length each time
     for length in lengths:
         g0 = be.graph_stats["graph_launches"]
         run(sampler, t, t + length, p)
@@ -265,7 +265,7 @@ def test_a_segment_of_any_length_is_a_bounded_number_of_graph_launches(kind, pla
         assert g.captures <= int(math.log2(g.chunk)) + 1, (g.captures, g.chunk)
     # replaying more never captures again
     before = be.graph_stats["captures"]
-    run(sampler, t, t + 999, p)
+    run(sampler, t, t + 299, p)
     assert be.graph_stats["captures"] == before
 
 
