@@ -15,9 +15,10 @@ captured graph, the gather drawing its own batch), for the device the model know
     CUDA graph of :meth:`DeviceBackend.pegasos_segment` / ``sdca_segment``), timed with CUDA
     events on the backend's stream after a run of the solver has put the state where a run
     is (its active rows, its step sizes); the fraction of the traffic roofline it reaches;
-  * **each kernel of one iteration**, replayed alone: the iteration's launches, each
-    captured ``R`` times in a graph of its own and timed per launch, against the model's
-    time for that kernel and its bytes (the achieved bandwidth on the model's byte count);
+  * **each kernel of one iteration**, timed inside the real iteration: consecutive iterations
+    of the solver's launch sequence, one kernel at a time with CUDA events between them (the
+    state advances as in a run), against the model's time for that kernel and its bytes (the
+    achieved bandwidth on the model's byte count);
     ``evaluate()`` (the hinge-sum kernel, its reductions and one copy to the host) timed as
     the whole call and labelled so;
   * **time to** ``P(w) - P* <= eps``, setup included (the upload; NVRTC's compilation is
@@ -43,6 +44,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 import time
 from pathlib import Path
@@ -53,13 +55,15 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from gpusvm import roofline  # noqa: E402
+from gpusvm import _kernels, roofline  # noqa: E402
 from gpusvm.backends import cuda_available, make_backend  # noqa: E402
 from gpusvm.datasets import load_svmlight  # noqa: E402
 from gpusvm.solvers.pegasos import pegasos  # noqa: E402
 from gpusvm.solvers.sdca import sdca  # noqa: E402
 
-DATA = REPO.parent / "shared" / "data"
+#: ``$GPUSVM_DATA`` when set, else ``<repo>/../shared/data``
+DATA = Path(os.environ["GPUSVM_DATA"]) if os.environ.get("GPUSVM_DATA") else \
+    REPO.parent / "shared" / "data"
 FILES = {
     "a9a": ("a9a/a9a", 123),
     "imdb": ("imdb/imdb_tfidf_unigram.train.svm.gz", 74849),
@@ -235,10 +239,22 @@ def per_iteration(backend: str, X, y, solver: str, k: int, iterations: int, lam:
 
 def kernel_timings(backend: str, X, y, solver: str, k: int, lam: float, dev, repeat: int,
                    peak: float | None, copies: int = 20) -> list[dict]:
-    """Each launch of one iteration, captured ``copies`` times in a graph of its own."""
+    """Each launch of one iteration, timed inside the real iteration.
+
+    After a run of the solver has put the state where a run is, ``copies`` consecutive
+    iterations of the solver's own launch sequence are launched one kernel at a time on the
+    backend's stream, with a CUDA event between every two kernels (wall time and a stream
+    synchronisation on the emulator), ``repeat`` times; each kernel's time is the median of
+    its intervals.  The state advances as in a run (the batch counter, the step sizes,
+    SDCA's dual variables and rho's scratch, which the settle cleans), so no kernel is timed
+    on a state it left behind, as replaying one stateful kernel alone would.  The intervals
+    include any gap where the device waited for the host to launch the next kernel (about
+    5 us a launch): at small batches they are an upper bound.
+    """
     be = make_backend(backend, X, y)
     epoch = max(1, math.ceil(X.shape[0] / k))
-    _, sampler, plan = run_solver(be, solver, lam, k, 2 * epoch, 2 * epoch)
+    warm = 2 * epoch
+    _, sampler, plan = run_solver(be, solver, lam, k, warm, warm)
     with be.runtime.activate():
         launches = (be._pegasos_launches(sampler, plan, reset=False) if solver == "pegasos"
                     else be._sdca_launches(sampler, plan))
@@ -247,22 +263,46 @@ def kernel_timings(backend: str, X, y, solver: str, k: int, lam: float, dev, rep
     if len(costs) != len(launches):
         raise RuntimeError(f"{solver}: the backend launches {len(launches)} kernels an iteration, "
                            f"the model counts {len(costs)}: the model is out of date")
-    timer = Timer(be)
+    gpu = be.runtime.name == "cupy"
+    samples = [[] for _ in launches]
+    with be.runtime.activate():
+        stream = be.runtime.stream
+        be._counter[...] = warm
+        for round_ in range(repeat + 1):                 # the first round is not counted
+            marks = []
+            for _ in range(copies):
+                for j, (fn, grid, args) in enumerate(launches):
+                    if gpu:
+                        import cupy
+                        ev = cupy.cuda.Event()
+                        ev.record(stream)
+                        marks.append((j, ev))
+                        fn((grid,), (_kernels.BLOCK,), args)
+                    else:
+                        t0 = time.perf_counter()
+                        fn((grid,), (_kernels.BLOCK,), args)
+                        stream.synchronize()
+                        marks.append((j, time.perf_counter() - t0))
+            if gpu:
+                end = cupy.cuda.Event()
+                end.record(stream)
+                end.synchronize()
+                events = [ev for _, ev in marks] + [end]
+                marks = [(j, cupy.cuda.get_elapsed_time(events[i], events[i + 1]) * 1e-3)
+                         for i, (j, _) in enumerate(marks)]
+            if round_ > 0 or repeat == 0:
+                for j, sec in marks:
+                    samples[j].append(sec)
     out = []
-    for (fn, grid, args), cost in zip(launches, costs):
-        graph = be.runtime.graph([(fn, grid, args)])
-
-        def replay(graph=graph):
-            with be.runtime.activate():
-                graph.launch(copies)
-
-        sec = timer(replay, repeat) / copies
+    for (fn, grid, _), cost, secs in zip(launches, costs, samples):
+        sec = float(np.median(secs))
         nbytes = cost.hbm_bytes
         out.append({"solver": solver, "kernel": names.get(id(fn), "?"), "model_kernel": cost.kernel,
                     "k": int(k), "grid": int(grid), "seconds": sec,
                     "modelled_seconds": cost.seconds(dev), "model_hbm_bytes": nbytes,
                     "GBps": nbytes / sec / 1e9,
                     "fraction_of_peak": nbytes / sec / peak if peak else None})
+    timer = Timer(be)
     if solver == "pegasos":
         w, b = be.output(False)
         sec = timer(lambda: be.evaluate(w, b, lam), repeat)

@@ -15,12 +15,13 @@ from __future__ import annotations
 import hashlib
 import re
 import threading
+import time
 from functools import lru_cache
 from pathlib import Path
 
 #: kernel files, one ``gpusvm_<op>`` kernel template per file
 KERNEL_FILES = ("margins.cu", "pegasos_step.cu", "renormalize.cu", "reset_scale.cu",
-                "output.cu", "decision.cu", "hinge_sum.cu",
+                "output.cu", "decision.cu", "hinge_sum.cu", "row_sq_norms.cu",
                 "sdca_margins.cu", "sdca_deltas.cu", "sdca_rho.cu", "sdca_apply.cu",
                 "sdca_dual_weights.cu", "sample.cu", "sample_firsts.cu",
                 # the kernels of a captured segment (after the files they include)
@@ -38,7 +39,8 @@ LANE_COUNTS = (4, 8, 16, 32)
 #: C++ value types of the data and of ``v``, by NumPy dtype name
 VALUE_TYPES = {"float32": "float", "float64": "double"}
 #: kernels templated over ``<LANES, T>``; the others are templated over ``<T>``
-ROW_KERNELS = ("gpusvm_margins", "gpusvm_pegasos_step", "gpusvm_decision", "gpusvm_hinge_sum")
+ROW_KERNELS = ("gpusvm_margins", "gpusvm_pegasos_step", "gpusvm_decision", "gpusvm_hinge_sum",
+               "gpusvm_row_sq_norms")
 VECTOR_KERNELS = ("gpusvm_renormalize", "gpusvm_reset_scale", "gpusvm_output")
 #: the kernels of a captured Pegasos segment, templated over ``<T>``: the two balanced by
 #: nonzeros (kernels/balanced.cuh; their grids are tiles of the batch, not groups of lanes per
@@ -200,6 +202,28 @@ def sampler_kernel(code: int) -> str:
 
 _lock = threading.Lock()
 _cupy_modules: dict = {}
+#: seconds :func:`load_module` spent building the module, by device id (``"emulated"`` for the
+#: emulator): the whole NVRTC and ptxas compile on a cold cache, a disk-cache load after
+compile_seconds: dict = {}
+
+#: CuPy's first version whose disk cache covers modules compiled with ``name_expressions``
+CUPY_CACHING_NAME_EXPRESSIONS = (14, 2)
+
+
+def cupy_caches_module(version: str) -> bool:
+    """Whether CuPy ``version`` keeps this module in its disk cache (one compile per machine).
+
+    Parameters
+    ----------
+    version : str
+        ``cupy.__version__``.
+
+    Returns
+    -------
+    bool
+    """
+    parts = re.findall(r"\d+", version)[:2]
+    return tuple(int(p) for p in parts) >= CUPY_CACHING_NAME_EXPRESSIONS
 
 
 def load_module(kind: str = "cupy"):
@@ -228,14 +252,28 @@ def load_module(kind: str = "cupy"):
     with _lock:
         mod = _cupy_modules.get(dev)
         if mod is None:
+            start = time.perf_counter()
             mod = cupy.RawModule(code=module_source(), options=compile_options(),
                                  name_expressions=name_expressions())
+            compile_seconds[dev] = time.perf_counter() - start
             _cupy_modules[dev] = mod
+            if not cupy_caches_module(cupy.__version__):
+                import warnings  # noqa: PLC0415
+                warnings.warn(
+                    f"CuPy {cupy.__version__} does not cache modules compiled with name "
+                    "expressions, so every process compiles gpusvm's kernels anew "
+                    f"({compile_seconds[dev]:.1f} s here); install CuPy >= 14.2 "
+                    "(pip install 'gpusvm[cuda12]' or 'gpusvm[cuda13]')", RuntimeWarning,
+                    stacklevel=2)
     return mod
 
 
 @lru_cache(maxsize=None)
 def _emulated_module():
     from ._emulator import EmulatedModule  # noqa: PLC0415  (builds a shared library)
-    return EmulatedModule(code=module_source(), options=compile_options(),
-                          name_expressions=tuple(name_expressions()))
+    start = time.perf_counter()
+    try:
+        return EmulatedModule(code=module_source(), options=compile_options(),
+                              name_expressions=tuple(name_expressions()))
+    finally:
+        compile_seconds["emulated"] = time.perf_counter() - start

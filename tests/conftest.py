@@ -7,6 +7,7 @@ of the contract.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import NamedTuple
 
@@ -17,7 +18,10 @@ import scipy.sparse as sp
 from gpusvm.datasets import load_svmlight
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-SHARED_DATA = (REPO_ROOT / ".." / "shared" / "data").resolve()
+#: ``$GPUSVM_DATA`` when set (a machine with the data inside the checkout, as the GPU session
+#: stages it), else ``<repo>/../shared/data``
+SHARED_DATA = Path(os.environ["GPUSVM_DATA"]).resolve() if os.environ.get("GPUSVM_DATA") else \
+    (REPO_ROOT / ".." / "shared" / "data").resolve()
 
 
 class Dataset(NamedTuple):

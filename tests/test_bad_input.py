@@ -183,13 +183,62 @@ def test_unknown_backend_name():
 
 
 def test_cupy_backend_without_a_device(monkeypatch):
-    monkeypatch.setattr(gpusvm.backends, "cuda_available", lambda: False)
+    monkeypatch.setattr(gpusvm.backends, "_problem", [gpusvm.backends.NO_CUPY])
     with pytest.raises(RuntimeError, match=exactly(
             "backend='cupy' needs CuPy and a CUDA device, and none was found; install "
             "gpusvm[cuda12] or gpusvm[cuda13] on a CUDA machine, or use backend='numpy' (run "
             "`gpusvm info` to see which backends can run here)")):
         resolve_backend_name("cupy")
     assert resolve_backend_name("auto") != "cupy"
+
+
+@pytest.mark.parametrize("cause", [
+    "the CUDA driver cannot be used (CUDARuntimeError: cudaErrorInsufficientDriver)",
+    "the GPU's compute capability 5.2 is below 6.0, which the kernels' double-precision "
+    "atomics need",
+    "the CUDA kernels do not compile for this GPU (CompileException: nvrtc: error)",
+])
+def test_an_unusable_gpu_falls_back_with_one_warning(monkeypatch, cause):
+    """CuPy present but the driver, the architecture or the compile fails: ``auto`` runs on the
+    CPU and says why, once; ``cupy`` raises one error naming the cause, without CuPy's traceback."""
+    monkeypatch.setattr(gpusvm.backends, "_problem", [cause])
+    monkeypatch.setattr(gpusvm.backends, "_warned", [])
+    with pytest.warns(RuntimeWarning) as record:
+        assert resolve_backend_name("auto") in ("numba", "numpy")
+        assert resolve_backend_name("auto") in ("numba", "numpy")
+    assert len(record) == 1
+    fallback = "numba" if gpusvm.backends.numba_available() else "numpy"
+    assert str(record[0].message) == (f"backend='auto' runs on the CPU ('{fallback}'): CuPy is "
+                                      f"installed but {cause}")
+    with pytest.raises(RuntimeError, match=exactly(
+            f"backend='cupy' cannot run here: {cause}; install gpusvm[cuda12] or gpusvm[cuda13] "
+            "on a CUDA machine, or use backend='numpy' (run `gpusvm info` to see which backends "
+            "can run here)")) as info:
+        resolve_backend_name("cupy")
+    assert info.value.__cause__ is None and info.value.__context__ is None
+
+
+def test_probe_names_a_failing_compile(monkeypatch):
+    """The probe turns an exception from inside CuPy into its one-line cause."""
+    import sys
+    import types
+
+    fake = types.ModuleType("cupy")
+
+    class Device:
+        compute_capability = "90"
+    fake.cuda = types.SimpleNamespace(runtime=types.SimpleNamespace(getDeviceCount=lambda: 1),
+                                      Device=Device)
+    monkeypatch.setitem(sys.modules, "cupy", fake)
+
+    def fail(kind="cupy"):
+        raise RuntimeError("nvrtc: error: invalid value for --gpu-architecture\nmore lines")
+    monkeypatch.setattr("gpusvm._kernels.load_module", fail)
+    assert gpusvm.backends._probe_device() == (
+        "the CUDA kernels do not compile for this GPU (RuntimeError: nvrtc: error: invalid value "
+        "for --gpu-architecture)")
+    Device.compute_capability = "52"
+    assert "compute capability 5.2 is below 6.0" in gpusvm.backends._probe_device()
 
 
 def test_coef_init_outside_the_ball():

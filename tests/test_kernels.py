@@ -321,6 +321,22 @@ def test_hinge_partials_are_repeatable():
     assert all(be.evaluate(w, 0.0, 1e-2) == first for _ in range(3))
 
 
+@pytest.mark.parametrize("lanes", [4, 32])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_row_sq_norms_in_one_kernel(dtype, lanes):
+    """``||x_i||^2`` by one launch and no scratch per nonzero, an empty matrix included."""
+    X, y = random_csr(dtype)
+    be = emulated(X, y, lanes, blocks=4)
+    launches = be.launches
+    sq = be.to_host(be.row_sq_norms)
+    assert be.launches == launches + 1
+    ref = np.asarray(X.astype(np.float64).multiply(X.astype(np.float64)).sum(axis=1)).ravel()
+    np.testing.assert_allclose(sq, ref, rtol=1e-13, atol=0.0)
+    empty = sp.csr_matrix((5, 3), dtype=dtype)
+    be = emulated(empty, np.array([1.0, -1.0, 1.0, 1.0, -1.0], dtype=dtype), lanes, blocks=2)
+    np.testing.assert_array_equal(be.to_host(be.row_sq_norms), np.zeros(5))
+
+
 # ------------------------------------------------------------------ ThreadSanitizer
 def tsan_launches(X, y, lanes, value_type, rng):
     """Every shipped kernel once, on 4-block grids, as the device backend launches them."""
@@ -336,6 +352,7 @@ def tsan_launches(X, y, lanes, value_type, rng):
     m = np.empty(n)
     acc, ticket = np.zeros(4), np.zeros(2, dtype=np.uint32)
     w, b, z, part = np.empty(d), np.empty(1), np.empty(n), np.empty(4)
+    sq = np.empty(n)
     nr, nd = np.int32(n), np.int64(d)
     row = lambda op: _kernels.row_kernel(op, lanes, value_type)     # noqa: E731
     vec = lambda op: _kernels.vector_kernel(op, value_type)         # noqa: E731
@@ -351,6 +368,7 @@ def tsan_launches(X, y, lanes, value_type, rng):
         (vec("gpusvm_output"), 4, B, (v, u, np.int32(1), nd, s, w, b)),
         (row("gpusvm_decision"), 4, B, (ip, ix, dx, nr, w, b, z)),
         (row("gpusvm_hinge_sum"), 4, B, (ip, ix, dx, y, nr, w, b, part)),
+        (row("gpusvm_row_sq_norms"), 4, B, (ip, dx, nr, sq)),
         (vec("gpusvm_reset_scale"), 4, B, (v, u, np.int32(1), nd, s)),
     ]
 

@@ -4,8 +4,9 @@ The solvers drive every backend through one segment call between two
 evaluations (``pegasos_segment``, ``sdca_segment``).  On the compiled CPU
 backend a segment is one compiled call: the number of package functions
 called during it must not grow with its length.  On the emulated device backend
-a segment's launch sequence is recorded once and replayed by the emulator
-(as a CUDA graph is on a GPU): no package function runs per iteration.
+a segment's launch sequence is captured once per power-of-two length and replayed
+(as CUDA graphs are on a GPU): a segment is a few graph launches, and no package
+function runs per iteration.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from gpusvm.backends.base import PegasosPlan, SDCAPlan
 from gpusvm.solvers._sampling import SAMPLING_MODES, CounterSampler
 
 PACKAGE = str(Path(gpusvm.__file__).resolve().parent)
+#: what a kernel launched from Python calls (the backend's helpers, the emulator's argument check)
+PER_LAUNCH = {"_call", "_draw", "_launch", "_kernel", "_convert"}
 
 
 def problem(n=300, d=40, seed=0):
@@ -97,13 +100,14 @@ def test_emulated_segment_runs_no_python_per_iteration(kind, plan, mode):
     functions a segment calls are the same, in number and name, for 1, 4 and 40 iterations."""
     be, sampler, p = setup("emulated", kind, mode, 8, **plan)
     segment_calls(be, kind, sampler, p, 0, 2)                 # records the sequence with t = 1
-    segment_calls(be, kind, sampler, p, 2, 3)                 # and the one of later iterations
-    runs = {}
-    for t0, t1 in ((3, 4), (4, 8), (8, 48)):
-        runs[t1 - t0] = sorted(segment_calls(be, kind, sampler, p, t0, t1))
-    assert runs[1] == runs[4] == runs[40], runs
-    assert len(runs[40]) <= 8, runs[40]                        # a handful per segment
-    assert not {callee for _, callee in runs[40]} & {"_call", "_draw", "_launch", "_kernel"}
+    segment_calls(be, kind, sampler, p, 2, 33)                # and the graphs of 1 to 16 steps
+    runs, t = {}, 33
+    for steps in (1, 4, 16):
+        runs[steps] = sorted(segment_calls(be, kind, sampler, p, t, t + steps))
+        t += steps
+    assert runs[1] == runs[4] == runs[16], runs                 # one graph launch each
+    assert len(runs[16]) <= 60, runs[16]       # a handful per segment (joins, one graph launch)
+    assert not {callee for _, callee in runs[16]} & PER_LAUNCH
 
 
 @pytest.mark.parametrize("kind, plan", [("pegasos", dict(optimal=True, averaged=True, t_avg=3)),
@@ -173,14 +177,14 @@ def test_emulated_general_segment_runs_no_python_per_iteration(kind, M, weighted
     number and name, for 1, 4 and 40 iterations, and no launch from Python inside them."""
     be, sampler, p = setup_general("emulated", kind, mode, 8, M, weighted, **plan)
     general_segment_calls(be, kind, sampler, p, 0, 2)          # records with t = 1
-    general_segment_calls(be, kind, sampler, p, 2, 3)          # and the later iterations
-    runs = {}
-    for t0, t1 in ((3, 4), (4, 8), (8, 48)):
-        runs[t1 - t0] = sorted(general_segment_calls(be, kind, sampler, p, t0, t1))
-    assert runs[1] == runs[4] == runs[40], runs
-    assert len(runs[40]) <= 8, runs[40]
-    assert not {callee for _, callee in runs[40]} & {"_call", "_draw", "_launch", "_kernel",
-                                                     "_multi"}
+    general_segment_calls(be, kind, sampler, p, 2, 17)         # and the graphs of 1 to 8 steps
+    runs, t = {}, 17
+    for steps in (1, 4, 8):
+        runs[steps] = sorted(general_segment_calls(be, kind, sampler, p, t, t + steps))
+        t += steps
+    assert runs[1] == runs[4] == runs[8], runs                  # one graph launch each
+    assert len(runs[8]) <= 60, runs[8]
+    assert not {callee for _, callee in runs[8]} & (PER_LAUNCH | {"_multi"})
 
 
 @pytest.mark.parametrize("kind, M, weighted, plan",

@@ -5,6 +5,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 from .numpy_ import NumpyBackend
 
 BACKENDS = ("auto", "numpy", "numba", "cupy", "emulated")
@@ -28,21 +30,104 @@ def numba_available() -> bool:
         return False
 
 
+#: the cause :func:`device_problem` gives when CuPy is not installed (no warning for it)
+NO_CUPY = "CuPy is not installed"
+#: the cause when CuPy imports and the driver reports no device
+NO_DEVICE = "CuPy sees no CUDA device"
+#: the oldest compute capability the kernels run on (FP64 atomics: 6.0)
+MIN_COMPUTE_CAPABILITY = 60
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")
+
+
+def _probe_device() -> str | None:
+    """Why the ``"cupy"`` backend cannot run here, or None: CuPy, the driver, the device, the compile."""
+    try:
+        import cupy  # noqa: PLC0415
+    except ImportError:
+        return NO_CUPY
+    except Exception as exc:  # a broken install: a missing CUDA library, for example
+        return f"CuPy fails to import ({_first_line(exc)})"
+    try:
+        if cupy.cuda.runtime.getDeviceCount() < 1:
+            return NO_DEVICE
+        cc = int(cupy.cuda.Device().compute_capability)
+    except Exception as exc:  # CUDARuntimeError, CUDADriverError: no or too old a driver
+        return f"the CUDA driver cannot be used ({_first_line(exc)})"
+    if cc < MIN_COMPUTE_CAPABILITY:
+        return (f"the GPU's compute capability {cc // 10}.{cc % 10} is below "
+                f"{MIN_COMPUTE_CAPABILITY // 10}.{MIN_COMPUTE_CAPABILITY % 10}, which the kernels' "
+                "double-precision atomics need")
+    try:
+        from .. import _kernels  # noqa: PLC0415
+        _kernels.load_module("cupy")
+    except Exception as exc:  # NVRTC's CompileException, a missing libnvrtc
+        return f"the CUDA kernels do not compile for this GPU ({_first_line(exc)})"
+    return None
+
+
+_problem: list = []
+
+
+def device_problem() -> str | None:
+    """Why ``backend="cupy"`` cannot run in this process, or None when it can (checked once).
+
+    Imports CuPy, asks the driver for a device, checks its compute capability and
+    compiles the kernels (which the first fit would do anyway; cached on disk).
+
+    Returns
+    -------
+    str or None
+        A one-line cause (:data:`NO_CUPY` when CuPy is not installed).
+    """
+    if not _problem:
+        _problem.append(_probe_device())
+    return _problem[0]
+
+
+def _cpu_backend() -> str:
+    return "numba" if numba_available() else "numpy"
+
+
 def resolve_backend_name(name: str) -> str:
-    """Map ``"auto"`` to ``"cupy"`` when a device exists, else ``"numba"`` when numba
-    imports, else ``"numpy"``; check the name."""
+    """Map ``"auto"`` to ``"cupy"`` when the device backend can run, else ``"numba"`` when numba
+    imports, else ``"numpy"``; check the name.
+
+    With CuPy installed but unusable (no driver, too old a GPU, a failed compile),
+    ``"auto"`` falls back to the CPU with one warning per process naming the cause, and
+    ``"cupy"`` raises one ``RuntimeError`` that names it.
+    """
     if name not in BACKENDS:
         raise ValueError(f"unknown backend {name!r}; choose one of {', '.join(BACKENDS)}")
     if name == "auto":
-        if cuda_available():
+        problem = device_problem()
+        if problem is None:
             return "cupy"
-        return "numba" if numba_available() else "numpy"
-    if name == "cupy" and not cuda_available():
-        raise RuntimeError(
-            "backend='cupy' needs CuPy and a CUDA device, and none was found; install "
-            "gpusvm[cuda12] or gpusvm[cuda13] on a CUDA machine, or use backend='numpy' "
-            "(run `gpusvm info` to see which backends can run here)")
+        fallback = _cpu_backend()
+        if problem != NO_CUPY and not _warned:
+            _warned.append(problem)
+            warnings.warn(f"backend='auto' runs on the CPU ({fallback!r}): CuPy is installed but "
+                          f"{problem}", RuntimeWarning, stacklevel=3)
+        return fallback
+    if name == "cupy":
+        problem = device_problem()
+        if problem in (NO_CUPY, NO_DEVICE):
+            raise RuntimeError(
+                "backend='cupy' needs CuPy and a CUDA device, and none was found; install "
+                "gpusvm[cuda12] or gpusvm[cuda13] on a CUDA machine, or use backend='numpy' (run "
+                "`gpusvm info` to see which backends can run here)")
+        if problem is not None:
+            raise RuntimeError(
+                f"backend='cupy' cannot run here: {problem}; install gpusvm[cuda12] or "
+                "gpusvm[cuda13] on a CUDA machine, or use backend='numpy' (run `gpusvm info` to "
+                "see which backends can run here)")
     return name
+
+
+_warned: list = []
 
 
 def make_backend(name: str, X, y, sample_weight=None, device=None):

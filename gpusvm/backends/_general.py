@@ -124,7 +124,7 @@ def optimal_bias_weighted_xp(xp, y_b, sc, wts):
     0-d array of ``xp``
     """
     bp = y_b - sc
-    order = xp.argsort(bp, kind="stable") if xp is np else xp.argsort(bp)
+    order = xp.argsort(bp, kind="stable") if getattr(xp, "stable_argsort", xp is np) else xp.argsort(bp)
     ys = y_b[order]
     ws = wts[order]
     neg_le = xp.cumsum(xp.where(ys < 0, ws, 0.0))
@@ -169,7 +169,7 @@ def regularized_bias_xp(xp, y, sc, wts, lam: float, c: float, loss: str = "hinge
     """
     n = y.shape[0]
     bp = (y - sc) / c
-    order = xp.argsort(bp, kind="stable") if xp is np else xp.argsort(bp)
+    order = xp.argsort(bp, kind="stable") if getattr(xp, "stable_argsort", xp is np) else xp.argsort(bp)
     bps, ys, ws = bp[order], y[order], wts[order]
     pos = xp.where(ys > 0, ws, 0.0)
     neg = xp.where(ys < 0, ws, 0.0)

@@ -46,12 +46,63 @@ M outputs, example weights and the squared hinge take the general path: the
 primitives of :mod:`gpusvm.backends._general` (names ending in ``_m``, state
 ``V`` (d x M) and ``sm`` (N_SLOTS x M)); the binary unweighted hinge keeps the
 primitives above.
+
+Streams (the rule every device operation follows): a device backend launches its
+kernels on a non-blocking stream of its own, which has no ordering with the legacy
+default stream, so
+
+1. every device operation of a fit, a decision function or a certificate runs on the
+   backend's stream: the solvers run whole inside :func:`on_backend_stream` (the
+   backend's ``activate()``), and every public method and property of
+   :class:`~gpusvm.backends.device.DeviceBackend` makes the stream current itself;
+2. where the caller's stream and the backend's meet (entering and leaving the
+   outermost of those contexts), they are joined with events: the backend's stream
+   waits for what the caller queued before (device inputs prepared on the legacy
+   stream, for example), and the caller's stream waits for the backend's kernels;
+3. the host reads device memory only through explicit, stream-ordered downloads
+   (``to_host``, which copies on the backend's stream and synchronises it).
+
+The emulated backend checks the rule: its launches wait in a stream queue until
+something synchronises, and an operation outside that order raises
+(:mod:`gpusvm._emulator.streams`).
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import math
 from dataclasses import dataclass
+
+
+def backend_stream(backend):
+    """Context in which array work runs on ``backend``'s stream (a no-op for host backends).
+
+    Parameters
+    ----------
+    backend : Backend
+
+    Returns
+    -------
+    context manager
+        ``backend.activate()`` for a device backend, else a null context.
+    """
+    activate = getattr(backend, "activate", None)
+    return activate() if activate is not None else contextlib.nullcontext()
+
+
+def on_backend_stream(func):
+    """Decorator: run ``func(backend, ...)`` inside :func:`backend_stream` of its first argument.
+
+    The solvers' entry points use it, so that their own array operations (certificates,
+    biases, Newton's products) are ordered with the backend's kernels by the stream rule
+    stated in this module's docstring.
+    """
+    @functools.wraps(func)
+    def run(backend, *args, **kwargs):
+        with backend_stream(backend):
+            return func(backend, *args, **kwargs)
+    return run
 
 
 @dataclass(frozen=True)

@@ -43,11 +43,16 @@ launches with fixed arguments:
   ``kernels/balanced.cuh`` as Pegasos' step.  The separate SDCA primitives keep
   the per-row kernels.
 
-The sequence is recorded once per run and replayed: on a GPU as a CUDA graph
-captured on the backend's own non-blocking stream (one graph per segment
-length, so a segment is one ``Graph.launch``), on the emulated backend by the
-emulator (:class:`gpusvm._emulator.EmulatedGraph`), so that no Python function
+The sequence is captured once per run and replayed: as CUDA graphs of ``2**j``
+iterations captured on the backend's own non-blocking stream (:class:`_SegmentGraph`: a
+segment of any length is a few graph launches, the captures happen at most
+``log2 C + 1`` times per fit), on the emulated backend by the emulated runtime's
+streams and graphs (:mod:`gpusvm._emulator.streams`), so that no Python function
 of the package runs per iteration inside a segment on either.
+
+Streams: every public method and property runs with the backend's stream current,
+joined to the caller's stream with events at the boundary (the rule of
+:mod:`gpusvm.backends.base`).
 
 Why a graph and not a persistent cooperative kernel: the performance model
 (:mod:`gpusvm.roofline`) puts a replayed kernel node at about 1.5 us, and a
@@ -70,7 +75,9 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 import math
+import time
 
 import numpy as np
 import scipy.sparse as sp
@@ -152,60 +159,147 @@ def estimate_device_bytes(n: int, d: int, nnz: int, itemsize: int, *, csr_reside
     return {"csr": csr, "vectors": vectors, "buffers": buffers, "total": csr + vectors + buffers}
 
 
-class _CupyGraph:
-    """A segment's launch sequence captured as CUDA graphs (one per segment length) and replayed.
+class _SegmentGraph:
+    """A segment's launch sequence as a fixed set of graphs, each captured once and replayed.
 
-    The first replay of ``times`` iterations captures the sequence ``times`` times on the
-    backend's stream (``Stream.begin_capture`` / ``end_capture``: nothing runs while capturing)
-    and keeps the graph; later segments of the same length are one ``Graph.launch``.  Every
-    argument that changes between iterations lives in device memory (the batch counter, the
-    state vector), so the captured launches are valid for any segment of that length.
+    Graph ``G_j`` holds ``2**j`` iterations (``j = 0 .. log2 C``, ``C`` the largest power of two
+    with ``C`` iterations in at most the runtime's ``graph_nodes`` kernel nodes), captured on the backend's stream the first time a segment needs it
+    (``Stream.begin_capture`` / ``end_capture``: nothing runs while capturing).  A segment of
+    ``L`` iterations launches ``G_log2C`` ``L // C`` times and one ``G_j`` per set bit of
+    ``L % C``: at most ``L // C + log2 C + 1`` graph launches, and at most ``log2 C + 1``
+    captures per sequence whatever the segment lengths (Pegasos' doubling average and
+    SDCA's adaptive certificates change the length at nearly every segment).  Every
+    argument that changes between iterations lives in device memory (the batch counter,
+    the state vector), so the captured launches are valid for any position in the run.
+
+    Attributes
+    ----------
+    captures : int
+        Graphs captured so far.
+    launches : int
+        Graph launches so far.
+    capture_seconds : float
+        Host time spent capturing and instantiating.
     """
-
-    #: graphs kept per sequence (segment lengths seen: eval_every and the last, shorter one)
-    MAX_LENGTHS = 4
 
     def __init__(self, runtime, launches):
         self._rt = runtime
         self._launches = tuple(launches)
+        per_iteration = max(1, len(self._launches))
+        chunk = max(1, runtime.graph_nodes // per_iteration)
+        self.chunk = 1 << (chunk.bit_length() - 1)           # a power of two
         self._graphs: dict = {}
+        self.captures = 0
+        self.launches = 0
+        self.capture_seconds = 0.0
 
-    def launch(self, times: int) -> None:
-        times = int(times)
-        if times <= 0:
-            return
+    def _graph(self, times: int):
         graph = self._graphs.get(times)
-        stream = self._rt.stream
         if graph is None:
-            if len(self._graphs) >= self.MAX_LENGTHS:
-                self._graphs.pop(next(iter(self._graphs)))
+            stream = self._rt.stream
+            start = time.perf_counter()
             stream.begin_capture()
             try:
                 for _ in range(times):
                     for fn, grid, args in self._launches:
                         fn((grid,), (_kernels.BLOCK,), args)
-            finally:
-                graph = stream.end_capture()
+            except BaseException:
+                with contextlib.suppress(Exception):     # the capture's own error would mask it
+                    stream.end_capture()
+                raise
+            graph = stream.end_capture()
+            if hasattr(graph, "upload"):
+                graph.upload(stream)                      # instantiate now, not at the first replay
+            self.capture_seconds += time.perf_counter() - start
+            self.captures += 1
+            self._rt.captures += 1
+            self._rt.capture_seconds += time.perf_counter() - start
             self._graphs[times] = graph
-        graph.launch(stream)
-
-
-class _EmulatedGraph:
-    """A segment's launch sequence recorded once and replayed by the emulator (no Python between)."""
-
-    def __init__(self, runtime, launches):
-        self._graph = runtime.module.graph()
-        for fn, grid, args in launches:
-            self._graph.add(fn, (grid,), (_kernels.BLOCK,), args)
+        return graph
 
     def launch(self, times: int) -> None:
-        self._graph.launch(times)
+        times = int(times)
+        if times <= 0:
+            return
+        stream = self._rt.stream
+        chunks, rest = divmod(times, self.chunk)
+        parts = [self.chunk] * chunks + [1 << j for j in range(rest.bit_length()) if rest >> j & 1]
+        for size in parts:
+            self._graph(size).launch(stream)
+        self.launches += len(parts)
+        self._rt.graph_launches += len(parts)
 
 
-class _CupyRuntime:
+class _StreamRuntime:
+    """What both runtimes share: a stream of the backend's own, joined to the caller's at the boundary.
+
+    Attributes
+    ----------
+    captures, graph_launches : int
+        Graphs captured and launched by the backends of this runtime.
+    capture_seconds : float
+        Host time spent capturing graphs.
+    """
+
+    #: kernel nodes a segment graph holds at most (its chunk of iterations, see _SegmentGraph)
+    graph_nodes = 1024
+
+    def _init_streams(self, streams) -> None:
+        self._streams = streams                  # cupy.cuda or gpusvm._emulator.streams
+        self.stream = streams.Stream(non_blocking=True)
+        self._enter_event = streams.Event(block=False, disable_timing=True)
+        self._exit_event = streams.Event(block=False, disable_timing=True)
+        self._depth = 0
+        self._callers: list = []
+        self.captures = 0
+        self.graph_launches = 0
+        self.capture_seconds = 0.0
+
+    def _device_context(self):
+        return contextlib.nullcontext()
+
+    @contextlib.contextmanager
+    def activate(self):
+        """Context that makes this runtime's device and stream current, joined to the caller's stream.
+
+        On the outermost entry the backend's stream waits on an event recorded on the
+        caller's current stream (the work queued before, such as the preparation of device
+        inputs, comes first); on its exit the caller's stream waits on an event recorded on
+        the backend's stream (what the caller does next with the backend's arrays comes
+        after the backend's kernels).  A few microseconds per call, nothing per iteration.
+        """
+        with self._device_context():
+            caller = self._streams.get_current_stream()
+            outer = self._depth == 0 and not self._same(caller, self.stream)
+            if outer:
+                self._enter_event.record(caller)
+                self.stream.wait_event(self._enter_event)
+            self._depth += 1
+            try:
+                with self.stream:
+                    yield self
+            finally:
+                self._depth -= 1
+                if outer:
+                    self._exit_event.record(self.stream)
+                    caller.wait_event(self._exit_event)
+
+    @staticmethod
+    def _same(a, b) -> bool:
+        return a is b or (getattr(a, "ptr", None) is not None and getattr(a, "ptr", None) == getattr(b, "ptr", None))
+
+    def graph(self, launches):
+        return _SegmentGraph(self, launches)
+
+
+class _CupyRuntime(_StreamRuntime):
     """Arrays in CuPy, kernels compiled by NVRTC for one device, launched on its own stream."""
 
     name = "cupy"
+    keeps_host_X = False
+    #: a segment graph holds at most this many kernel nodes (capture and instantiation once per
+    #: fit: about 10 us per node)
+    graph_nodes = 1024
 
     def __init__(self, device: int | None = None):
         import cupy  # noqa: PLC0415  (optional dependency)
@@ -216,18 +310,11 @@ class _CupyRuntime:
         self.device_id = int(self.device.id)
         with self.device:
             self.module = _kernels.load_module("cupy")
-            self.stream = cupy.cuda.Stream(non_blocking=True)
+            self._init_streams(cupy.cuda)
             self.max_blocks = int(self.device.attributes["MultiProcessorCount"]) * BLOCKS_PER_SM
 
-    def activate(self):
-        """Context that makes this runtime's device and stream current."""
-        stack = contextlib.ExitStack()
-        stack.enter_context(self.device)
-        stack.enter_context(self.stream)
-        return stack
-
-    def graph(self, launches):
-        return _CupyGraph(self, launches)
+    def _device_context(self):
+        return self.device
 
     def is_device(self, a) -> bool:
         return isinstance(a, self.xp.ndarray)
@@ -239,30 +326,30 @@ class _CupyRuntime:
         return self.xp.ascontiguousarray(self.xp.asarray(a, dtype=dtype))
 
     def download(self, a) -> np.ndarray:
-        return a.get(stream=self.stream)  # synchronizes the stream
+        return a.get(stream=self.stream)  # ordered on the backend's stream, then synchronises it
 
     def free_bytes(self):
         return int(self.xp.cuda.runtime.memGetInfo()[0])
 
 
-class _EmulatedRuntime:
-    """Arrays in NumPy (copies: the "device"), kernels on the CPU emulator."""
+class _EmulatedRuntime(_StreamRuntime):
+    """Arrays standing for CuPy's (:class:`gpusvm._emulator.streams.DeviceArray`), kernels on the CPU
+    emulator, launched on an emulated non-blocking stream (deferred until synchronised)."""
 
     name = "emulated"
-    xp = np
+    keeps_host_X = True
+    #: small graphs: each captured launch costs the emulator an argument conversion
+    graph_nodes = 128
 
     def __init__(self, max_blocks: int = EMULATED_MAX_BLOCKS, device: int | None = None):
         if device is not None and int(device) != 0:
             raise ValueError(f"device={device}: the emulated backend emulates one device, id 0")
+        from .._emulator import streams  # noqa: PLC0415
         self.device_id = 0
-        self.module = _kernels.load_module("emulated")
+        self.xp = streams.xp
+        self.module = streams.StreamModule(_kernels.load_module("emulated"))
         self.max_blocks = int(max_blocks)
-
-    def activate(self):
-        return contextlib.nullcontext()
-
-    def graph(self, launches):
-        return _EmulatedGraph(self, launches)
+        self._init_streams(streams)
 
     def is_device(self, a) -> bool:
         return False
@@ -271,24 +358,51 @@ class _EmulatedRuntime:
         return False
 
     def upload(self, a, dtype):
-        return np.array(a, dtype=dtype, order="C", copy=True)
+        return self._streams.upload(a, dtype)
 
     def download(self, a) -> np.ndarray:
-        return np.array(a, copy=True)
+        return self._streams.download(a, self.stream)
 
     def free_bytes(self):
         return None
 
+    def device_csr(self, X):
+        """The host CSR matrix as the emulated stand-in for a ``cupyx`` one (its products checked)."""
+        return self._streams.DeviceCSR(X)
+
 
 def _on_device(method):
-    """Run ``method`` with the runtime's device and stream current (a no-op when emulated)."""
+    """Run ``method`` with the runtime's device and stream current, joined at the boundary."""
     @functools.wraps(method)
     def bound(self, *args, **kwargs):
         with self.runtime.activate():
             return method(self, *args, **kwargs)
+    bound._on_device = True
     return bound
 
 
+def _bind_public(cls):
+    """Wrap every public method and property of ``cls`` (inherited ones too) in :func:`_on_device`.
+
+    The rule of :mod:`gpusvm.backends.base` by construction: whatever a caller reaches of
+    the backend runs on the backend's stream, joined to the caller's stream at entry and
+    exit, so no method can be added that forgets it.
+    """
+    for name in dir(cls):
+        if name.startswith("_") or name in ("activate",):
+            continue
+        attr = inspect.getattr_static(cls, name)
+        if isinstance(attr, (staticmethod, classmethod)):
+            continue
+        if inspect.isfunction(attr) and not getattr(attr, "_on_device", False):
+            setattr(cls, name, _on_device(attr))
+        elif isinstance(attr, property) and attr.fget is not None \
+                and not getattr(attr.fget, "_on_device", False):
+            setattr(cls, name, property(_on_device(attr.fget), attr.fset, attr.fdel, attr.__doc__))
+    return cls
+
+
+@_bind_public
 class DeviceBackend(DeviceGeneralPath):
     """Pegasos and SDCA primitives as CUDA kernels (see :mod:`gpusvm.backends.base` and
     :mod:`gpusvm.solvers.sdca`).
@@ -402,7 +516,9 @@ class DeviceBackend(DeviceGeneralPath):
         self._indptr = up(indptr, np.int64)
         self.y = up(y, self.dtype)
         self._init_general_data(y, sample_weight)           # Y (n x M), weights; checks shapes
-        self._X = X if resident or runtime.xp is np else None     # host CSR on a GPU: not kept
+        self._X = X if resident else None                       # host CSR on a GPU: not kept
+        if runtime.keeps_host_X:
+            self._X = runtime.device_csr(X)
         self._row_sq_norms = None
         # scratch of the kernels: accumulators of the step and the last-block tickets
         self._acc = self.xp.zeros(4, dtype=np.float64)
@@ -419,6 +535,29 @@ class DeviceBackend(DeviceGeneralPath):
         self._smp = None
         self._m = None
 
+    # ------------------------------------------------------------ streams
+    def activate(self):
+        """Context in which the caller's CuPy work runs on the backend's stream (see :mod:`.base`).
+
+        The solvers run a whole fit in it (:func:`gpusvm.backends.base.on_backend_stream`),
+        so their array operations are ordered with the kernels without any join; entering
+        and leaving it joins the caller's stream with events (a few microseconds).
+        """
+        return self.runtime.activate()
+
+    @property
+    def graph_stats(self) -> dict:
+        """Graphs captured and launched so far and the host time of the captures.
+
+        Returns
+        -------
+        dict
+            ``{"captures", "graph_launches", "capture_seconds"}``.
+        """
+        rt = self.runtime
+        return {"captures": rt.captures, "graph_launches": rt.graph_launches,
+                "capture_seconds": rt.capture_seconds}
+
     # ------------------------------------------------------------ input
     def _as_csr(self, X):
         """``X`` as a CSR matrix and whether it already lives on the device."""
@@ -426,6 +565,8 @@ class DeviceBackend(DeviceGeneralPath):
         if rt.is_device_sparse(X):
             return X.tocsr(), True
         if rt.is_device(X):
+            if X.dtype not in (np.float32, np.float64):   # cupyx's csr_matrix takes no ints, float16
+                X = X.astype(np.float64)
             return rt.csp.csr_matrix(X), True
         if not sp.issparse(X):
             X = sp.csr_matrix(np.asarray(X))
@@ -444,11 +585,11 @@ class DeviceBackend(DeviceGeneralPath):
     def row_sq_norms(self):
         """``||x_i||^2`` of every row, float64 on the device (computed on first use)."""
         if self._row_sq_norms is None:
-            xp = self.xp
-            sq = self._data.astype(np.float64) ** 2
-            owner = xp.searchsorted(self._indptr, xp.arange(self.nnz, dtype=np.int64),
-                                    side="right") - 1
-            self._row_sq_norms = xp.bincount(owner, weights=sq, minlength=self.n)
+            sq = self.xp.empty(self.n, dtype=np.float64)      # the n doubles of the estimate
+            if self.n:
+                self._launch("gpusvm_row_sq_norms", self._row_grid(self.n),
+                             (self._indptr, self._data, np.int32(self.n), sq))
+            self._row_sq_norms = sq
         return self._row_sq_norms
 
     # ------------------------------------------------------------ transfers

@@ -62,7 +62,7 @@ def optimal_bias_xp(xp, y_b, s):
         The optimal bias, in ``xp``.
     """
     bp = y_b - s
-    order = xp.argsort(bp, kind="stable") if xp is np else xp.argsort(bp)
+    order = xp.argsort(bp, kind="stable") if getattr(xp, "stable_argsort", xp is np) else xp.argsort(bp)
     bps = bp[order]
     ys = y_b[order]
     neg_le = xp.cumsum(ys < 0)

@@ -51,6 +51,7 @@ import numpy as np
 import scipy.sparse as sp
 from threadpoolctl import threadpool_limits
 
+from ..backends.base import on_backend_stream
 from .pegasos import SolverResult
 
 #: outer iterations when none is given (Newton converges in tens at most)
@@ -167,6 +168,7 @@ def _one_blas_thread(func):
 
 
 @_one_blas_thread
+@on_backend_stream
 def newton(backend, *, lam: float, tol: float = 1e-3, max_iter: int = DEFAULT_MAX_ITER,
            y=None, sample_weight=None, w0=None, max_time: float | None = None,
            callback: Callable | None = None, progress=None, cg_max_iter: int = MAX_CG_ITER,

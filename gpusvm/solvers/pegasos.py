@@ -16,7 +16,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..backends.base import SCHEDULES, PegasosPlan, step_size  # noqa: F401  (step_size: re-export)
+from ..backends.base import SCHEDULES, PegasosPlan, on_backend_stream, step_size  # noqa: F401  (step_size: re-export)
 from ._sampling import CounterSampler
 AVERAGING = ("none", "all", "tail", "doubling")
 #: the losses (ALGORITHMS.md, "Weights, and the squared hinge")
@@ -133,6 +133,7 @@ def doubling_estimate(levels: list, noise_floor: bool = True) -> float:
     return d * r / (1.0 - r)
 
 
+@on_backend_stream
 def pegasos(backend, *, lam: float, k: int, max_iter: int, sampling: str = "without_replacement",
             seed=0, projection: bool = True, averaging: str = "none", schedule: str = "pegasos",
             eta0: float | None = None, norma_p: float = 0.7, bias: str = "none",
@@ -420,6 +421,7 @@ def pegasos(backend, *, lam: float, k: int, max_iter: int, sampling: str = "with
                         extra=extra)
 
 
+@on_backend_stream
 def weight_scale(backend) -> float:
     """``mean(s)``, the mean sample weight of the backend's rows (1 without weights; with
     weights per output, the largest of the outputs' means).
@@ -447,6 +449,7 @@ def weight_scale(backend) -> float:
     return float(np.max(np.mean(s.reshape(s.shape[0], -1), axis=0)))
 
 
+@on_backend_stream
 def projection_radius(backend, lam: float, loss: str = "hinge", bias: str = "none",
                       intercept_scaling: float = 1.0) -> float:
     """Radius of a ball that holds the optimum (Fig. 1 step 5; ALGORITHMS.md, "Weights").
@@ -546,6 +549,7 @@ def _check_general_backend(backend) -> None:
     check_general_backend(backend)
 
 
+@on_backend_stream
 def polished_augmented_bias(backend, w, lam: float, loss: str, intercept_scaling: float):
     """``w`` with its augmented-bias weight (last entry) the exact minimiser of ``P_s``.
 
@@ -585,6 +589,7 @@ def polished_augmented_bias(backend, w, lam: float, loss: str, intercept_scaling
     return w
 
 
+@on_backend_stream
 def final_optimal_bias(backend, w) -> float:
     """Optimal bias of ``w`` over all rows (Pegasos Sec. 4 applied to the whole set)."""
     from ..backends.numpy_ import optimal_bias_xp

@@ -124,7 +124,7 @@ import numpy as np
 
 from .. import spectral
 from ..backends._state import S_BETA, S_NREJ
-from ..backends.base import SDCAPlan
+from ..backends.base import SDCAPlan, on_backend_stream
 from ._sampling import SAMPLING_MODES, CounterSampler, first_occurrences  # noqa: F401
 from .pegasos import SolverResult, default_eval_every, segment_length
 
@@ -162,6 +162,7 @@ def check_sdca_args(n: int, lam: float, b: int, variant: str, theta: float, tol:
         raise ValueError(f"tol must be >= 0, got {tol!r}")
 
 
+@on_backend_stream
 def step_bound(backend, b: int, variant: str, sigma2: float | None):
     """``(sigma^2, beta_b)`` for the run: ``beta_b`` of eq. (11) on row-normalised data.
 
@@ -225,6 +226,7 @@ def by_output(s):
     return s.T if s.ndim == 2 else s
 
 
+@on_backend_stream
 def primal_point(backend, w, lam: float):
     """The signed margins, ``P(w)`` and ``||w||^2`` of a binary point ``w`` (a pass over ``X``).
 
@@ -242,6 +244,7 @@ def primal_point(backend, w, lam: float):
     return A, primal, sq
 
 
+@on_backend_stream
 def primal_point_m(backend, W, lam: float, loss: str):
     """:func:`primal_point` of every output of the general path: ``A`` (M, n), ``P`` and
     ``sq`` (host float64 (M,))."""
@@ -253,6 +256,7 @@ def primal_point_m(backend, W, lam: float, loss: str):
     return A, primal, sq
 
 
+@on_backend_stream
 def certificate(backend, lam: float):
     """Exact ``w(alpha)``, ``P(w)``, ``D(alpha)``, the gap, and the signed margins of ``w``.
 
@@ -278,6 +282,7 @@ def certificate(backend, lam: float):
     return w, primal, dual, primal - dual, A, sq
 
 
+@on_backend_stream
 def certificate_m(backend, lam: float, loss: str):
     """:func:`certificate` of every output on the general path (weights, loss, M outputs).
 
@@ -513,6 +518,7 @@ def check_alpha0(alpha0, backend, loss: str) -> np.ndarray:
     return a
 
 
+@on_backend_stream
 def sdca(backend, *, lam: float, b: int, max_iter: int, variant: str = "aggressive",
          theta: float = 0.5, sigma2: float | None = None, tol: float = 1e-3,
          sampling: str = "without_replacement", seed=0, eval_every: int | None = None,

@@ -1,0 +1,286 @@
+"""Streams, events and graph capture of the emulated runtime (gpusvm._emulator.streams).
+
+The emulated device backend stands in for CuPy: its launches wait on their stream until
+something synchronises, and an operation outside the stream order raises (``strict``) or
+reads stale memory (``poison``).  These tests check the model on a small kernel, then
+that the device backend follows the stream rule of :mod:`gpusvm.backends.base`, that it
+would be caught if it did not, and that a segment of any length costs a bounded number of
+graph launches and captures.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from gpusvm._emulator import EmulatedModule
+from gpusvm._emulator import streams as es
+from gpusvm.backends import base, make_backend
+from gpusvm.backends import device as device_module
+from gpusvm.backends.base import PegasosPlan, SDCAPlan
+from gpusvm.solvers._sampling import CounterSampler
+from gpusvm.solvers.pegasos import pegasos
+from gpusvm.solvers.sdca import sdca
+
+SCALE = r"""
+extern "C" __global__ void scale(const double* __restrict__ x, double* __restrict__ out,
+                                 const double c, const int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = c * x[i];
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def scale():
+    return es.StreamModule(EmulatedModule(code=SCALE)).get_function("scale")
+
+
+@pytest.fixture(autouse=True)
+def strict():
+    with es.using_mode("strict"):
+        es.races.clear()
+        yield
+
+
+def launch(kernel, x, out, c=2.0):
+    kernel((1,), (32,), (x, out, np.float64(c), np.int32(x.shape[0])))
+
+
+# ------------------------------------------------------------------------- the stream model
+def test_a_launch_waits_on_its_stream_until_synchronised(scale):
+    with es.Stream(non_blocking=True) as s:
+        x = es.upload(np.arange(4.0), np.float64)
+        out = es.xp.zeros(4)
+        launch(scale, x, out)
+        assert s.pending == 1
+    np.testing.assert_array_equal(out.view(np.ndarray), 0.0)       # nothing ran yet
+    s.synchronize()
+    np.testing.assert_array_equal(out.view(np.ndarray), [0.0, 2.0, 4.0, 6.0])
+
+
+def test_a_legacy_read_of_a_pending_write_is_a_race(scale):
+    s = es.Stream(non_blocking=True)
+    with s:
+        x = es.upload(np.arange(4.0), np.float64)
+        out = es.xp.zeros(4)
+        launch(scale, x, out)
+    with pytest.raises(es.StreamOrderError, match=r"np.add.reduce on the legacy default stream "
+                                                   r"uses an array that scale \(launched on"):
+        out.sum()
+    s.synchronize()
+
+
+def test_poison_mode_reads_the_stale_contents(scale):
+    with es.using_mode("poison"):
+        s = es.Stream(non_blocking=True)
+        with s:
+            x = es.upload(np.arange(4.0), np.float64)
+            out = es.xp.zeros(4)
+            launch(scale, x, out)
+        assert float(out.sum()) == 0.0                  # the kernel has not run: a wrong answer
+        assert len(es.races) >= 1 and "scale" in es.races[0]
+        s.synchronize()
+        assert float(out.sum()) == 12.0
+
+
+def test_an_event_orders_the_legacy_stream_after_the_launch(scale):
+    s = es.Stream(non_blocking=True)
+    with s:
+        x = es.upload(np.arange(4.0), np.float64)
+        out = es.xp.zeros(4)
+        launch(scale, x, out)
+    ev = es.Event()
+    ev.record(s)
+    es.null.wait_event(ev)
+    assert float(out.sum()) == 12.0                      # the wait ran the launch first
+    assert es.races == []
+
+
+def test_a_launch_after_an_unjoined_legacy_write_is_a_race(scale):
+    s = es.Stream(non_blocking=True)
+    x = es.xp.arange(4.0)                                 # made on the legacy stream
+    with s:
+        out = es.xp.zeros(4)
+        with pytest.raises(es.StreamOrderError, match="written on the legacy default stream"):
+            launch(scale, x, out)
+    ev = es.Event()
+    ev.record(es.null)
+    s.wait_event(ev)                                      # joined: no race
+    with s:
+        launch(scale, x, out)
+    s.synchronize()
+    assert float(out.sum()) == 12.0
+
+
+def test_an_operation_on_the_stream_is_ordered_after_its_launches(scale):
+    with es.Stream(non_blocking=True) as s:
+        x = es.upload(np.arange(4.0), np.float64)
+        out = es.xp.zeros(4)
+        launch(scale, x, out)
+        assert float(out.sum()) == 12.0                   # queued after the launch
+        assert s.pending == 0
+
+
+# ------------------------------------------------------------------------- capture rules
+def test_capture_records_and_the_graph_replays(scale):
+    s = es.Stream(non_blocking=True)
+    with s:
+        x = es.upload(np.arange(4.0), np.float64)
+        out = es.xp.zeros(4)
+        s.begin_capture()
+        launch(scale, x, out, 3.0)
+        graph = s.end_capture()
+        assert s.pending == 0 and graph.nodes == 1        # nothing ran while capturing
+        graph.launch(s)
+    s.synchronize()
+    assert float(out.view(np.ndarray).sum()) == 18.0
+
+
+@pytest.mark.parametrize("what, call", [
+    ("an allocation", lambda s, x: es.xp.zeros(3)),
+    ("a stream synchronisation", lambda s, x: s.synchronize()),
+    ("a device-to-host copy", lambda s, x: es.download(x, s)),
+    ("np.add.reduce", lambda s, x: x.sum()),
+])
+def test_what_capture_forbids_raises_and_invalidates_it(scale, what, call):
+    x = es.upload(np.arange(4.0), np.float64)
+    s = es.Stream(non_blocking=True)
+    with s:
+        s.begin_capture()
+        with pytest.raises(es.CaptureError, match=f"{what}.*while .* is capturing a graph"):
+            call(s, x)
+        with pytest.raises(es.CaptureError, match="invalidated"):
+            s.end_capture()
+
+
+def test_legacy_stream_work_during_a_capture_raises(scale):
+    x = es.upload(np.arange(4.0), np.float64)
+    s = es.Stream(non_blocking=True)
+    s.begin_capture()
+    with pytest.raises(es.CaptureError, match="capturing"):
+        x * 2.0                                             # on the legacy stream
+    with pytest.raises(es.CaptureError):
+        s.end_capture()
+    with pytest.raises(es.CaptureError, match="legacy default stream cannot be captured"):
+        es.null.begin_capture()
+
+
+# ------------------------------------------------------------------------- the device backend
+def problem(n=300, d=30, seed=0):
+    rng = np.random.default_rng(seed)
+    X = sp.random(n, d, density=0.2, random_state=seed, format="csr", dtype=np.float64)
+    y = np.where(rng.random(n) < 0.5, -1.0, 1.0)
+    return X, y
+
+
+def _fits(M=1):
+    X, y = problem()
+    if M > 1:
+        Y = np.stack([y, -y * np.sign(X[:, 0].toarray().ravel() - 0.1)], axis=1)
+        y = Y
+    be = make_backend("emulated", X, y)
+    pegasos(be, lam=1e-2, k=16, max_iter=60, seed=3, eval_every=25)
+    be = make_backend("emulated", X, y)
+    return sdca(be, lam=1e-2, b=16, max_iter=60, seed=3, tol=1e-12)
+
+
+@contextlib.contextmanager
+def without_the_stream_rule(monkeypatch):
+    """The backend as it was before the rule: solvers on the legacy stream, no joins."""
+    monkeypatch.setattr(base, "backend_stream", lambda backend: contextlib.nullcontext())
+
+    @contextlib.contextmanager
+    def activate(self):
+        with self.stream:
+            yield self
+    monkeypatch.setattr(device_module._StreamRuntime, "activate", activate)
+    yield
+
+
+@pytest.mark.parametrize("M", [1, 2])
+def test_reverting_the_stream_rule_is_caught(monkeypatch, M):
+    """Point 1 reverted (no solver on the backend's stream, no joins): the emulator raises."""
+    with without_the_stream_rule(monkeypatch):
+        with pytest.raises(es.StreamOrderError, match="legacy default stream"):
+            _fits(M)
+
+
+@pytest.mark.parametrize("M", [1, 2])
+def test_every_array_operation_of_a_fit_runs_on_the_backend_stream(monkeypatch, M):
+    """No legacy-stream work in a fit path: the current stream at every device operation."""
+    seen = []
+    original = es.host_op
+
+    def spy(reads, writes, what="an array operation"):
+        if reads or writes:
+            seen.append((es.get_current_stream(), what))
+        return original(reads, writes, what)
+    monkeypatch.setattr(es, "host_op", spy)
+    res = _fits(M)
+    assert np.all(np.asarray(res.extra["gap"]) >= -1e-12)       # a certificate was computed
+    on_legacy = [what for stream, what in seen if stream is es.null]
+    assert seen and on_legacy == [], on_legacy[:5]
+    assert es.races == []
+
+
+def segment_setup(kind, k=4, **plan):
+    X, y = problem()
+    be = make_backend("emulated", X, y)
+    sampler = CounterSampler(X.shape[0], k, "without_replacement", 1)
+    if kind == "pegasos":
+        be.init_state(averaging=plan.get("averaged", False))
+        return be, sampler, PegasosPlan(lam=1e-2, k=k, **plan), be.pegasos_segment
+    be.init_state()
+    be.init_dual(plan.get("beta_b", 1.0))
+    return be, sampler, SDCAPlan(lam=1e-2, **plan), be.sdca_segment
+
+
+def _segment_graphs(be):
+    return [v[0] for key, v in be._graphs.items() if key != "sampler"]
+
+
+@pytest.mark.parametrize("kind, plan", [("pegasos", dict(optimal=True)),
+                                        ("sdca", dict(aggressive=True, beta_b=3.0))])
+def test_a_segment_of_any_length_is_a_bounded_number_of_graph_launches(kind, plan):
+    """Captured once per fit: a new length at every segment adds no capture past log2(C) + 1."""
+    be, sampler, p, run = segment_setup(kind, **plan)
+    run(sampler, 0, 1, p)                                   # t = 1: Pegasos' reset sequence
+    t = 1
+    lengths = [1, 2, 3, 5, 8, 13, 21, 34, 55, 89, 144]         # a new length each time
+    for length in lengths:
+        g0 = be.graph_stats["graph_launches"]
+        run(sampler, t, t + length, p)
+        t += length
+        chunk = min(g.chunk for g in _segment_graphs(be))
+        assert be.graph_stats["graph_launches"] - g0 <= length // chunk + int(math.log2(chunk)) + 1
+    graphs = _segment_graphs(be)
+    assert all(g.chunk >= 16 for g in graphs)
+    assert be.graph_stats["captures"] == sum(g.captures for g in graphs)
+    for g in graphs:
+        assert g.captures <= int(math.log2(g.chunk)) + 1, (g.captures, g.chunk)
+    # replaying more never captures again
+    before = be.graph_stats["captures"]
+    run(sampler, t, t + 299, p)
+    assert be.graph_stats["captures"] == before
+
+
+def test_an_error_during_a_capture_is_raised_as_itself(monkeypatch):
+    be, sampler, p, run = segment_setup("sdca")
+
+    class Boom(Exception):
+        pass
+
+    def fail(self, kernel, grid, block, args, shared_mem=0):
+        if self.is_capturing:
+            raise Boom("the launch failed")
+        return original(self, kernel, grid, block, args, shared_mem)
+    original = es.Stream.launch
+    monkeypatch.setattr(es.Stream, "launch", fail)
+    with pytest.raises(Boom, match="the launch failed"):
+        run(sampler, 0, 5, p)
+    assert not be.runtime.stream.is_capturing
