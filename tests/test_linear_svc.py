@@ -151,3 +151,24 @@ def test_choose_solver_rule():
     bound = DUAL_MAX_C_SQNORM_MULTICLASS
     assert choose_solver(10_000, 100, 1.0, bound, n_classes=3) == "sdca"
     assert choose_solver(10_000, 100, 1.0, bound * 1.01, n_classes=3) == "newton"
+
+
+def test_newton_dense_direct_steps_reach_the_cg_optimum(monkeypatch):
+    """Dense data with few columns: exact Newton steps on a dense copy find the optimum that CG
+    on the CSR matrix finds (the same certified objective)."""
+    from gpusvm.backends import make_backend  # noqa: PLC0415
+    from gpusvm.solvers import newton as newton_mod  # noqa: PLC0415
+
+    X, y = load_digits(n_class=3, return_X_y=True)
+    X = sp.csr_matrix(X / 16.0)
+    y = np.where(y == 1, 1.0, -1.0)
+    lam = 1.0 / X.shape[0]
+    assert newton_mod._Products(make_backend("numpy", X, y)).direct
+    direct = newton_mod.newton(make_backend("numpy", X, y), lam=lam, tol=1e-12)
+    monkeypatch.setattr(newton_mod, "DENSE_MIN_DENSITY", 2.0)        # never dense: CG on CSR
+    assert not newton_mod._Products(make_backend("numpy", X, y)).direct
+    cg = newton_mod.newton(make_backend("numpy", X, y), lam=lam, tol=1e-12)
+    assert direct.extra["gap"] <= 1e-12 and cg.extra["gap"] <= 1e-12
+    assert direct.extra["cg_iter"] == 0 < cg.extra["cg_iter"]
+    assert abs(direct.extra["primal"] - cg.extra["primal"]) <= 1e-11
+    np.testing.assert_allclose(direct.w, cg.w, atol=1e-5)

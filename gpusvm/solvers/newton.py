@@ -37,7 +37,10 @@ The products run on the backend's CSR matrix in its own array module
 compiled loop there), cuSPARSE through CuPy for ``cupy`` (vectors stay on the
 device; the line search sorts on the device), and NumPy for ``emulated``.  Data
 stored in float32 are copied once to float64 for the products, so that the
-Newton steps and the certificate are computed in double precision.
+Newton steps and the certificate are computed in double precision.  On the CPU a matrix
+with a quarter or more nonzeros is copied to a dense array instead (BLAS products), and
+with at most 64 columns each Newton step is then solved exactly, ``H`` formed and factored,
+in place of CG (pendigits, 10 classes, 17 columns: 0.07 s against 0.14 s by CG on CSR).
 """
 
 from __future__ import annotations
@@ -48,7 +51,9 @@ import time
 from typing import Callable
 
 import numpy as np
-from threadpoolctl import threadpool_limits
+import scipy.linalg
+import scipy.sparse as sp
+from threadpoolctl import ThreadpoolController
 
 from .pegasos import SolverResult
 
@@ -58,30 +63,63 @@ DEFAULT_MAX_ITER = 100
 MAX_CG_ITER = 250
 
 
+#: the products use a dense float64 copy of ``X`` when it holds at least this fraction of
+#: nonzeros (and at most :data:`DENSE_MAX_ENTRIES` entries): BLAS reads a dense row faster than
+#: a CSR product its nonzeros, and a dense copy is then no larger than the CSR arrays
+DENSE_MIN_DENSITY = 0.25
+#: the largest ``n * d`` copied to a dense matrix (160 MB of float64)
+DENSE_MAX_ENTRIES = 20_000_000
+#: with dense products and at most this many columns, each Newton step solves ``H p = -g``
+#: exactly (the ``d x d`` generalised Hessian, a Cholesky solve) instead of by CG: forming
+#: ``H`` costs ``|I| d^2``, about the ``2 k |I| d`` of ``k`` CG steps for ``k = d / 2``
+DIRECT_MAX_FEATURES = 64
+
+
 class _Products:
-    """``X v`` and ``X^T u`` in float64 on the backend's CSR matrix (``X^T u`` reads the
-    CSR arrays as CSC: no transposed copy)."""
+    """``X v`` and ``X^T u`` in float64 on the backend's matrix (``X^T u`` reads the CSR arrays
+    as CSC: no transposed copy).
+
+    A CPU matrix with at least :data:`DENSE_MIN_DENSITY` nonzeros is copied once to a dense
+    array (BLAS products); with at most :data:`DIRECT_MAX_FEATURES` columns, ``direct`` is
+    then True and the Newton steps are solved exactly (:func:`_direct_step`).
+    """
 
     def __init__(self, backend, X=None):
         X = backend.X if X is None else X
         self.xp = getattr(backend, "xp", np) if backend is not None else np
         if X.dtype != np.float64:
             X = X.astype(np.float64)
-        self.X = X
+        n, d = X.shape
+        if self.xp is np and sp.issparse(X) and n * d <= DENSE_MAX_ENTRIES \
+                and X.nnz >= DENSE_MIN_DENSITY * n * d:
+            X = X.toarray()
+        self.X, self.XT = X, X.T
         self.n, self.d = X.shape
+        self.direct = isinstance(X, np.ndarray) and self.d <= DIRECT_MAX_FEATURES
 
     def matvec(self, v):
         return self.X @ v
 
     def rmatvec(self, u):
-        return self.X.T @ u
+        return self.XT @ u
 
     def rows(self, index):
         """The products of the rows ``index`` only (the active set of a Newton step)."""
         sub = _Products.__new__(_Products)
         sub.xp, sub.X = self.xp, self.X[index]
+        sub.XT, sub.direct = sub.X.T, self.direct
         sub.n, sub.d = sub.X.shape
         return sub
+
+
+def _direct_step(sub, D, lam, g):
+    """The Newton step ``p = -H^{-1} g`` with ``H = lam I + X_I^T diag(D) X_I`` formed (dense
+    ``X_I`` of few columns) and solved by Cholesky; ``H`` is positive definite (``lam > 0``)."""
+    XI = sub.X
+    H = (XI.T * D) @ XI
+    H[np.diag_indices_from(H)] += lam
+    return scipy.linalg.cho_solve(scipy.linalg.cho_factor(H, lower=True, check_finite=False),
+                                  -g, check_finite=False)
 
 
 def _line_search(xp, lam, n, w, p, z, q, s):
@@ -160,9 +198,16 @@ def _one_blas_thread(func):
     the CPU time (5.7 s wall, 11.2 s CPU against 5.3 s and 5.3 s)."""
     @functools.wraps(func)
     def wrapper(*args, **kwargs):
-        with threadpool_limits(limits=1, user_api="blas"):
+        with _threadpools().limit(limits=1, user_api="blas"):
             return func(*args, **kwargs)
     return wrapper
+
+
+@functools.lru_cache(maxsize=1)
+def _threadpools() -> ThreadpoolController:
+    """The process's thread pools, found once: finding them reads every loaded library (about
+    10 ms, which a small fit would pay on every call)."""
+    return ThreadpoolController()
 
 
 @_one_blas_thread
@@ -261,7 +306,10 @@ def newton(backend, *, lam: float, tol: float = 1e-3, max_iter: int = DEFAULT_MA
                 return lam * v + sub.rmatvec(D * sub.matvec(v))
 
             eta = min(0.1, math.sqrt(gnorm / g0)) if g0 > 0 else 0.1
-            p, k = _cg(xp, hess, -g, eta, cg_max_iter)
+            if sub.direct:
+                p, k = _direct_step(sub, D, lam, g), 0
+            else:
+                p, k = _cg(xp, hess, -g, eta, cg_max_iter)
             cg_total += k
             q = yc * prod.matvec(p)
             t = _line_search(xp, lam, n, w, p, z, q, s)
