@@ -15,8 +15,7 @@ from sklearn.svm import LinearSVC as SkLinearSVC
 
 import gpusvm
 from gpusvm import LinearSVC
-from gpusvm.estimators.linear_svc import (DUAL_MAX_C_SQNORM, DUAL_MAX_C_SQNORM_MULTICLASS,
-                                          choose_solver)
+from gpusvm.estimators.linear_svc import DUAL_MAX_C_SQNORM, choose_solver
 
 
 def objective(X, y, coef, intercept, C, loss="squared_hinge", intercept_scaling=1.0,
@@ -146,11 +145,9 @@ def test_choose_solver_rule():
     assert choose_solver(100, 10_000, 1e-3, 1e-3, dual=False) == "newton"
     assert choose_solver(100, 10_000, 100.0, 1.0) == "sdca"            # wide: the dual
     bound = DUAL_MAX_C_SQNORM
-    assert choose_solver(10_000, 100, 1.0, bound) == "sdca"
-    assert choose_solver(10_000, 100, 1.0, bound * 1.01) == "newton"
-    bound = DUAL_MAX_C_SQNORM_MULTICLASS
-    assert choose_solver(10_000, 100, 1.0, bound, n_classes=3) == "sdca"
-    assert choose_solver(10_000, 100, 1.0, bound * 1.01, n_classes=3) == "newton"
+    for n_classes in (2, 26):
+        assert choose_solver(10_000, 100, 1.0, bound, n_classes) == "sdca"
+        assert choose_solver(10_000, 100, 1.0, bound * 1.01, n_classes) == "newton"
 
 
 def test_newton_dense_direct_steps_reach_the_cg_optimum(monkeypatch):
@@ -172,3 +169,34 @@ def test_newton_dense_direct_steps_reach_the_cg_optimum(monkeypatch):
     assert direct.extra["cg_iter"] == 0 < cg.extra["cg_iter"]
     assert abs(direct.extra["primal"] - cg.extra["primal"]) <= 1e-11
     np.testing.assert_allclose(direct.w, cg.w, atol=1e-5)
+
+
+@pytest.mark.parametrize("limit", [1, 16, 10**6])
+def test_newton_line_search_finds_the_exact_minimiser(monkeypatch, limit):
+    """The bracketed line search (breakpoints sorted inside a bisected bracket only) returns the
+    root of phi', checked against the objective along the line, for any bracket size."""
+    from gpusvm.solvers import newton as newton_mod  # noqa: PLC0415
+
+    monkeypatch.setattr(newton_mod, "LINE_SEARCH_EVENTS", limit)
+    rng = np.random.default_rng(0)
+    n, d, lam = 2000, 30, 1e-3
+    for trial in range(5):
+        X = rng.standard_normal((n, d))
+        y = np.where(rng.random(n) < 0.5, 1.0, -1.0)
+        s = rng.random(n) + 0.5
+        w = rng.standard_normal(d) * 0.3
+        z = y * (X @ w)
+        g = lam * w - (2.0 / n) * X.T @ (s * np.maximum(0.0, 1.0 - z) * y)
+        p = -g * (1.0 + trial)                  # a descent direction of several lengths
+        q = y * (X @ p)
+        t = newton_mod._line_search(np, lam, n, w, p, z, q, s)
+
+        def phi(t):
+            v = w + t * p
+            return 0.5 * lam * v @ v + np.sum(s * np.maximum(0.0, 1.0 - y * (X @ v)) ** 2) / n
+
+        slope = lam * (w @ p + t * (p @ p)) - (2.0 / n) * np.sum(
+            s * q * np.maximum(0.0, 1.0 - z - t * q))
+        assert t > 0 and abs(slope) <= 1e-10 * (1.0 + abs(lam * (w @ p)))
+        for other in (t * 0.999, t * 1.001, t * 0.5, t * 2.0):
+            assert phi(t) <= phi(other)
