@@ -200,3 +200,29 @@ def test_newton_line_search_finds_the_exact_minimiser(monkeypatch, limit):
         assert t > 0 and abs(slope) <= 1e-10 * (1.0 + abs(lam * (w @ p)))
         for other in (t * 0.999, t * 1.001, t * 0.5, t * 2.0):
             assert phi(t) <= phi(other)
+
+
+def test_slow_sdca_hands_over_to_newton(monkeypatch, a9a_part):
+    """dual='auto' on wide data: SDCA that has not converged after SWITCH_EPOCHS epochs hands over
+    to Newton, which finishes from its point at liblinear's optimum."""
+    from gpusvm.estimators import linear_svc  # noqa: PLC0415
+
+    X, y = a9a_part
+    X, y = X[:100], y[:100]                     # 100 rows, 123 columns: the dual is chosen
+    C = 1.0
+    assert LinearSVC(C=C, random_state=0).fit(X, y).solver_ == "sdca"
+    monkeypatch.setattr(linear_svc, "SWITCH_EPOCHS", 2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")          # no warning from the SDCA stage
+        est = LinearSVC(C=C, random_state=0).fit(X, y)
+    assert est.solver_ == "sdca+newton" and est.stop_reason_ == "tol"
+    inner = est._inner_estimator
+    assert est.n_iter_ == 2 + inner.n_iter_
+    ref = SkLinearSVC(C=C, dual=False, tol=1e-12, max_iter=10_000).fit(X.toarray(), y)
+    f_star = objective(X, y, ref.coef_, ref.intercept_, C)
+    f = objective(X, y, est.coef_, est.intercept_, C)
+    assert f_star * (1 - 1e-6) <= f <= f_star + 1.5e-4 * C * X.shape[0]
+    # a user's max_iter below the hand-over leaves SDCA alone (and warns as LinearSVC would)
+    with pytest.warns(ConvergenceWarning):
+        capped = LinearSVC(C=C, random_state=0, max_iter=1).fit(X, y)
+    assert capped.solver_ == "sdca"
