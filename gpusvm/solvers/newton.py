@@ -103,6 +103,13 @@ class _Products:
     def rmatvec(self, u):
         return self.XT @ u
 
+    def sq_rmatvec(self, u):
+        """``(X * X)^T u``, the squares taken elementwise (made once, on first use)."""
+        if getattr(self, "_sqT", None) is None:
+            self._sqT = (self.X.multiply(self.X) if not isinstance(self.X, np.ndarray)
+                         else self.X * self.X).T
+        return self._sqT @ u
+
     def rows(self, index):
         """The products of the rows ``index`` only (the active set of a Newton step)."""
         sub = _Products.__new__(_Products)
@@ -353,8 +360,11 @@ def newton(backend, *, lam: float, tol: float = 1e-3, max_iter: int = DEFAULT_MA
             eta = min(0.1, math.sqrt(gnorm / g0)) if g0 > 0 else 0.1
             if sub.direct:
                 p, k = _direct_step(sub, D, lam, g), 0
-            else:
-                p, k = _cg(xp, hess, -g, eta, cg_max_iter)
+            else:           # Jacobi preconditioner: diag(H) = lam + X^2^T (D on the active rows)
+                weights = xp.zeros(n, dtype=np.float64)
+                weights[index] = D
+                p, k = _cg(xp, hess, -g, eta, cg_max_iter,
+                           inv_diag=1.0 / (lam + prod.sq_rmatvec(weights)))
             cg_total += k
             q = yc * prod.matvec(p)
             t = _line_search(xp, lam, n, w, p, z, q, s)
@@ -407,22 +417,27 @@ def newton(backend, *, lam: float, tol: float = 1e-3, max_iter: int = DEFAULT_MA
                         stop_reason=reason, extra=out)
 
 
-def _cg(xp, hess, rhs, eta, max_iter):
-    """Conjugate gradients for ``H p = rhs`` from ``p = 0`` to ``||r|| <= eta ||rhs||``."""
+def _cg(xp, hess, rhs, eta, max_iter, inv_diag=None):
+    """Conjugate gradients for ``H p = rhs`` from ``p = 0`` to ``||r|| <= eta ||rhs||``,
+    preconditioned by ``diag(H)`` when ``inv_diag`` (its inverse) is given (Jacobi PCG)."""
     p = xp.zeros_like(rhs)
     r = rhs.copy()
-    direction = r.copy()
+    z = r if inv_diag is None else inv_diag * r
+    direction = z.copy()
     rr = float(r @ r)
+    rz = float(r @ z)
     stop = (eta ** 2) * rr
     k = 0
     while k < max_iter and rr > stop:
         Hd = hess(direction)
-        step = rr / float(direction @ Hd)
+        step = rz / float(direction @ Hd)
         p += step * direction
         r -= step * Hd
-        rr_new = float(r @ r)
-        direction = r + (rr_new / rr) * direction
-        rr = rr_new
+        rr = float(r @ r)
+        z = r if inv_diag is None else inv_diag * r
+        rz_new = float(r @ z)
+        direction = z + (rz_new / rz) * direction
+        rz = rz_new
         k += 1
     return p, k
 
