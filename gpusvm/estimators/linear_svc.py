@@ -44,7 +44,7 @@ def choose_solver(n_samples: int, n_features: int, C: float, mean_sq_norm: float
     * more features than rows (text): SDCA.  Its epoch is one pass over the
       nonzeros, and it needs few of them, while every conjugate-gradient step of
       Newton costs two passes and their number grows with the dimension (imdb,
-      news20 and 20 Newsgroups TF-IDF, every C from 0.01 to 100: SDCA 1.8 to 8
+      news20 and 20 Newsgroups TF-IDF, every C from 0.01 to 100: SDCA 1.6 to 8
       times faster; BENCHMARKS.md, "gpusvm.LinearSVC").  The exception is
       handled by the estimator, not by this rule: SDCA (squared hinge) that has
       not converged after :data:`SWITCH_EPOCHS` epochs hands over to Newton,
