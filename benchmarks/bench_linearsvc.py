@@ -129,6 +129,7 @@ def run(datasets, Cs, repeats, solvers):
                 if key == "sklearn":
                     continue
                 ok, parts = meets(sk, gp)
+                missed = ", ".join(k for k, v in parts.items() if not v)
                 gp.update(ok=ok, meets=parts, cpu_ratio=gp["cpu_s"] / sk["cpu_s"],
                           wall_ratio=gp["wall_s"] / sk["wall_s"])
                 label = name if key == "gpusvm" else f"  {key[7:]}"
@@ -137,7 +138,7 @@ def run(datasets, Cs, repeats, solvers):
                       f"{gp['cpu_s']:>7.3f} {gp['cpu_ratio']:>6.2f} {gp['wall_ratio']:>6.2f} "
                       f"{','.join(sk['warnings']) or '-':>8} {','.join(gp['warnings']) or '-':>8} "
                       f"{gp['solver']:>8} {sk['n_iter']:>5} {gp['n_iter']:>5} "
-                      f"{'yes' if ok else 'NO (' + ', '.join(k for k, v in parts.items() if not v) + ')'}",
+                      f"{'yes' if ok else f'NO ({missed})'}",
                       flush=True)
             results.extend(rows.values())
     main_rows = [r for r in results if r["estimator"] == "gpusvm"]

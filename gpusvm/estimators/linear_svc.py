@@ -1,4 +1,4 @@
-"""LinearSVC: scikit-learn's ``LinearSVC`` interface on gpusvm's solvers, the solver chosen by the data.
+"""LinearSVC: scikit-learn's ``LinearSVC`` interface on gpusvm's solvers, chosen by the data.
 
 The estimator validates LinearSVC's parameters, picks the solver (dual SDCA or primal
 Newton, :func:`choose_solver`), runs :class:`~gpusvm.estimators.sdca.SDCASVC` with
@@ -71,6 +71,10 @@ def choose_solver(n_samples: int, n_features: int, C: float, mean_sq_norm: float
         callers pass what a rule may need).
     loss : {"hinge", "squared_hinge"}, default="squared_hinge"
     dual : bool or "auto", default="auto"
+
+    The rule was measured on a CPU (compiled SDCA loops, SciPy or BLAS products for
+    Newton); a GPU backend applies the same rule, both solvers running on the device,
+    until a measurement there says otherwise.
 
     Returns
     -------
