@@ -1,14 +1,35 @@
 """gpusvm: large mini-batch linear and kernel SVMs on NVIDIA GPUs.
 
-Public estimators: :class:`PegasosSVC` (mini-batch Pegasos), :class:`SDCASVC`
-(mini-batch SDCA with duality-gap certificates), :class:`SDCASVCCV` and :class:`PegasosSVCCV` (with
-``C`` chosen by cross-validation, every (C, fold) model an output of one pass) and
-:class:`KernelPegasosSVC` (Pegasos with Mercer kernels).
+Public estimators: :class:`LinearSVC` (scikit-learn's ``LinearSVC`` interface, the solver
+chosen by the data), :class:`PegasosSVC` (mini-batch Pegasos), :class:`SDCASVC`
+(mini-batch SDCA with duality-gap certificates), :class:`SDCASVCCV` and :class:`PegasosSVCCV`
+(``C`` chosen by cross-validation, every (C, fold) model an output of one pass) and
+:class:`KernelPegasosSVC` (Pegasos with Mercer kernels).  :func:`patch_sklearn` makes ``sklearn.svm.LinearSVC``
+resolve to gpusvm's (:mod:`gpusvm.accel`; ``python -m gpusvm.accel script.py``).
 """
 
 from ._version import __version__
-from .estimators import KernelPegasosSVC, PegasosSVC, SDCASVC
+from .estimators import KernelPegasosSVC, LinearSVC, PegasosSVC, SDCASVC
 from .estimators.cv import PegasosSVCCV, SDCASVCCV
 
-__all__ = ["KernelPegasosSVC", "PegasosSVC", "PegasosSVCCV", "SDCASVC", "SDCASVCCV",
-           "__version__"]
+
+def patch_sklearn(verbose: bool = False) -> None:
+    """Make ``sklearn.svm.LinearSVC`` resolve to gpusvm's (see :func:`gpusvm.accel.patch_sklearn`).
+
+    Parameters
+    ----------
+    verbose : bool, default=False
+        Log every fit (which implementation ran it) on stderr.
+    """
+    from .accel import patch_sklearn as patch  # noqa: PLC0415
+    patch(verbose=verbose)
+
+
+def unpatch_sklearn() -> None:
+    """Put scikit-learn's own ``LinearSVC`` back (see :func:`gpusvm.accel.unpatch_sklearn`)."""
+    from .accel import unpatch_sklearn as unpatch  # noqa: PLC0415
+    unpatch()
+
+
+__all__ = ["KernelPegasosSVC", "LinearSVC", "PegasosSVC", "PegasosSVCCV", "SDCASVC",
+           "SDCASVCCV", "__version__", "patch_sklearn", "unpatch_sklearn"]

@@ -31,7 +31,7 @@ EXIT_BROKEN_PIPE = 141
 
 ZERO_BASED = {"auto": "auto", "yes": True, "no": False}
 
-SOLVERS = ("pegasos", "sdca", "newton")
+SOLVERS = ("auto", "pegasos", "sdca", "newton")
 
 #: demo settings: a9a, lam = 1e-3 (C = 1/(lam n) = 0.0307 in LinearSVC terms), 100 epochs of
 #: batches of 256 with tail averaging (Takáč et al. 2013, Theorem 1): about 3 s on 2 CPU cores
@@ -92,14 +92,17 @@ def build_parser() -> argparse.ArgumentParser:
                                      "accepted), print the objective trace and the training "
                                      "accuracy, and save the model as .npz.")
     fit.add_argument("data", metavar="DATA", help="training data in svmlight/LIBSVM format")
-    fit.add_argument("--solver", choices=SOLVERS, default="pegasos",
-                     help="pegasos (PegasosSVC, default), sdca (SDCASVC) or newton "
+    fit.add_argument("--solver", choices=SOLVERS, default="auto",
+                     help="auto (default: the solver gpusvm.LinearSVC chooses for the data, "
+                          "sdca or newton, on LinearSVC's model: squared hinge, C=1, "
+                          "tol=1e-4), pegasos (PegasosSVC), sdca (SDCASVC) or newton "
                           "(SDCASVC(solver='newton'): primal Newton, squared hinge only)")
     fit.add_argument("--lam", type=float, help="regularisation lambda > 0 (default 1e-4)")
     fit.add_argument("--C", dest="C", type=float,
                      help="LinearSVC's C instead of --lam: lam = 1/(C n)")
     fit.add_argument("--loss", choices=("hinge", "squared_hinge"),
-                     help="hinge (default; squared_hinge with --solver newton)")
+                     help="hinge (default of pegasos and sdca) or squared_hinge (default of "
+                          "auto and newton)")
     fit.add_argument("--class-weight", type=_class_weight, metavar="WEIGHTS",
                      help="balanced, or LABEL:WEIGHT pairs separated by commas (e.g. "
                           "1:5,-1:1); unlisted classes weigh 1")
@@ -381,15 +384,21 @@ def cmd_fit(args) -> int:
     from .datasets import load_svmlight, normalize_rows
     from .model_io import save_model
 
-    cls = _estimator_class(args.solver)
+    auto = args.solver == "auto"
+    cls = _estimator_class("sdca" if auto else args.solver)
     loss = args.loss
-    if args.solver == "newton" and loss is None:
+    if args.solver in ("newton", "auto") and loss is None:
         loss = "squared_hinge"
-    options = {"lam": args.lam, "C": args.C, "loss": loss, "class_weight": args.class_weight,
+    C = args.C
+    tol = args.tol
+    if auto:               # gpusvm.LinearSVC's model: squared hinge, C = 1, tol = 1e-4
+        C = 1.0 if C is None and args.lam is None else C
+        tol = 1e-4 if tol is None else tol
+    options = {"lam": args.lam, "C": C, "loss": loss, "class_weight": args.class_weight,
                "multi_class": args.multi_class,
                "solver": "newton" if args.solver == "newton" else None,
                "batch_size": args.batch_size, "max_iter": args.max_iter,
-               "sampling": args.sampling, "tol": args.tol,
+               "sampling": args.sampling, "tol": tol,
                "bias": args.bias, "averaging": args.averaging, "eval_every": args.eval_every,
                "max_time": args.max_time, "backend": args.backend, "dtype": args.dtype}
     accepted = cls().get_params(deep=False)
@@ -398,8 +407,9 @@ def cmd_fit(args) -> int:
         if value is None:
             continue
         if name not in accepted:
-            raise ValueError(f"--{name.replace('_', '-')} is not an option of the "
-                             f"{args.solver} solver ({cls.__name__})")
+            what = "sdca and newton solvers (SDCASVC) that --solver auto chooses from" if auto \
+                else f"{args.solver} solver ({cls.__name__})"
+            raise ValueError(f"--{name.replace('_', '-')} is not an option of the {what}")
         params[name] = value
     params["random_state"] = args.seed
     out = args.out if args.out is not None else default_model_path(args.data)
@@ -416,6 +426,9 @@ def cmd_fit(args) -> int:
     if args.normalize:
         X = normalize_rows(X)
     n, d = X.shape
+    if auto:
+        params["solver"] = _auto_solver(X, y, params)
+        est.set_params(solver=params["solver"])
     print(f"gpusvm fit: {args.data}: n={n} d={d} nnz={X.nnz}; "
           f"{cls.__name__}({_format_params(params)})")
     start = time.perf_counter()
@@ -433,6 +446,20 @@ def cmd_fit(args) -> int:
                                 "zero_based": zero_based})
     print(f"model written to {out}")
     return EXIT_OK
+
+
+def _auto_solver(X, y, params) -> str:
+    """``--solver auto``: the solver gpusvm.LinearSVC would choose for this data and these
+    settings (:func:`gpusvm.estimators.linear_svc.choose_solver`)."""
+    import numpy as np  # noqa: PLC0415
+
+    from .estimators.linear_svc import _mean_sq_norm, choose_solver  # noqa: PLC0415
+
+    n, d = X.shape
+    C = params["C"] if params.get("C") is not None else 1.0 / (params["lam"] * n)
+    intercept = 0.0 if params.get("bias") == "none" else 1.0
+    return choose_solver(n, d, C, _mean_sq_norm(X, intercept), np.unique(y).size,
+                         params.get("loss", "hinge"), "auto")
 
 
 def _print_outputs(est):

@@ -44,8 +44,9 @@ def assert_one_line_error(status, err, message):
 def test_fit_reports_trace_accuracy_and_writes_default_model(capsys, tmp_path, monkeypatch,
                                                              train_file):
     monkeypatch.chdir(tmp_path)
-    status, out, err = run(capsys, "fit", train_file, "--lam", "1e-2", "--batch-size", "16",
-                           "--max-iter", "200", "--eval-every", "50", "--backend", "numpy")
+    status, out, err = run(capsys, "fit", train_file, "--solver", "pegasos", "--lam", "1e-2",
+                           "--batch-size", "16", "--max-iter", "200", "--eval-every", "50",
+                           "--backend", "numpy")
     assert status == 0 and err == ""
     lines = out.splitlines()
     assert lines[0] == (f"gpusvm fit: {train_file}: n=300 d=12 nnz=3600; PegasosSVC(lam=0.01, "
@@ -66,9 +67,9 @@ def test_fit_reports_trace_accuracy_and_writes_default_model(capsys, tmp_path, m
 
 def test_fit_then_predict(capsys, tmp_path, train_file):
     model = tmp_path / "m.npz"
-    status, out, _ = run(capsys, "fit", train_file, "--lam", "1e-2", "--batch-size", "32",
-                         "--normalize", "--backend", "numpy", "--out", model, "--dtype",
-                         "float64")
+    status, out, _ = run(capsys, "fit", train_file, "--solver", "pegasos", "--lam", "1e-2",
+                         "--batch-size", "32", "--normalize", "--backend", "numpy", "--out",
+                         model, "--dtype", "float64")
     assert status == 0
     train_acc = re.search(r"training accuracy: (\S+)", out).group(1)
     assert read_model_metadata(model)["extra"]["normalize"] is True
@@ -108,10 +109,28 @@ def test_predict_data_with_too_many_features(capsys, tmp_path, train_file):
 
 
 def test_fit_progress_bar_shows_the_objective(capsys, tmp_path, train_file):
-    status, _, err = run(capsys, "fit", train_file, "--backend", "numpy", "--batch-size", "8",
-                         "--out", tmp_path / "m.npz", "--progress")
+    status, _, err = run(capsys, "fit", train_file, "--solver", "pegasos", "--backend", "numpy",
+                         "--batch-size", "8", "--out", tmp_path / "m.npz", "--progress")
     assert status == 0
     assert "objective=" in err and "100%" in err
+
+
+@pytest.mark.parametrize("C", ["1", "0.001"])
+def test_fit_default_solver_is_the_one_linearsvc_chooses(capsys, tmp_path, train_file, C):
+    from gpusvm import LinearSVC
+    from gpusvm.datasets import load_svmlight
+
+    model = tmp_path / "m.npz"
+    status, out, _ = run(capsys, "fit", train_file, "--C", C, "--backend", "numpy", "--out",
+                         model)
+    assert status == 0
+    X, y = load_svmlight(train_file)
+    chosen = LinearSVC(C=float(C), backend="numpy").fit(X, y).solver_
+    assert out.splitlines()[0].endswith(
+        f"SDCASVC(C={float(C)}, loss='squared_hinge', tol=0.0001, backend='numpy', "
+        f"random_state=0, solver={chosen!r})")
+    assert load_model(model).solver == chosen
+    assert {"1": "newton", "0.001": "sdca"}[C] == chosen      # both branches of the rule
 
 
 def test_fit_sdca(capsys, tmp_path, train_file):
@@ -161,7 +180,7 @@ def test_fit_sdca_without_sdcasvc(capsys, tmp_path, monkeypatch, train_file):
 @pytest.mark.parametrize("argv, message", [
     (["fit", "missing.svm"], "gpusvm fit: error: svmlight file not found: missing.svm"),
     (["fit", "{train}", "--lam", "-1"],
-     "gpusvm fit: error: The 'lam' parameter of PegasosSVC must be a float in the range "
+     "gpusvm fit: error: The 'lam' parameter of SDCASVC must be a float in the range "
      "(0.0, inf) or None. Got -1.0 instead."),
     (["fit", "{train}", "--batch-size", "301", "--backend", "numpy"],
      "gpusvm fit: error: batch_size=301 exceeds the number of samples n=300; choose 1 <= "
@@ -170,7 +189,7 @@ def test_fit_sdca_without_sdcasvc(capsys, tmp_path, monkeypatch, train_file):
      "gpusvm fit: error: argument --lam: invalid float value: 'abc' (see `gpusvm fit --help`)"),
     (["fit", "{train}", "--solver", "svm"],  # argparse quotes the choices on newer Pythons
      re.compile(r"gpusvm fit: error: argument --solver: invalid choice: 'svm' \(choose from "
-                r"'?pegasos'?, '?sdca'?, '?newton'?\) \(see `gpusvm fit --help`\)")),
+                r"'?auto'?, '?pegasos'?, '?sdca'?, '?newton'?\) \(see `gpusvm fit --help`\)")),
     (["predict", "missing.npz", "{train}"],
      "gpusvm predict: error: model file not found: missing.npz"),
     ([], "gpusvm: error: the following arguments are required: COMMAND (see `gpusvm --help`)"),

@@ -271,8 +271,9 @@ def test_unknown_estimator_class(tmp_path, fitted):
 def test_estimator_outside_gpusvm_is_never_imported(tmp_path, fitted):
     path = tmp_path / "m.npz"
     save_model(fitted, path)
-    _rewrite_metadata(path, estimator="LinearSVC", module="sklearn.svm")
-    with pytest.raises(ValueError, match="holds a 'LinearSVC' estimator, which this gpusvm"):
+    # (SVC: gpusvm has a LinearSVC of its own, which a file naming sklearn.svm.LinearSVC gets)
+    _rewrite_metadata(path, estimator="SVC", module="sklearn.svm")
+    with pytest.raises(ValueError, match="holds a 'SVC' estimator, which this gpusvm"):
         load_model(path)
 
 

@@ -15,7 +15,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from ..backends import make_backend
 from ..solvers.pegasos import AVERAGING, SCHEDULES, pegasos
 from ._base import (MAX_EPOCHS_DOUBLING, MIN_OPTIMAL_BIAS_BATCH, _LinearSVCBase, _progress_bar,
-                    solver_has, warn_short_tail)
+                    solver_has, warn_if_rows_unscaled, warn_short_tail)
 
 #: ``batch_size="auto"`` on a CPU backend uses every row in every batch (the deterministic
 #: subgradient method) up to this many rows.  Measured on 15-500 rows of a9a and letter
@@ -520,6 +520,7 @@ class PegasosSVC(_LinearSVCBase):
                 f"epochs) with the objective still falling by more than tol={self.tol} per "
                 "doubling; increase max_iter, scale the data (gpusvm.datasets.normalize_rows), "
                 "or use SDCASVC, which certifies its result", ConvergenceWarning, stacklevel=3)
+            warn_if_rows_unscaled(math.sqrt(getattr(self, "_max_sq", 0.0)), unconverged=True)
 
 
 __all__ = ["PegasosSVC"]

@@ -16,7 +16,7 @@ from ..backends import make_backend, resolve_backend_name
 from ..solvers.newton import DEFAULT_MAX_ITER as DEFAULT_NEWTON_ITER
 from ..solvers.newton import newton
 from ..solvers.sdca import VARIANTS, default_max_iter, sdca
-from ._base import _gap_progress_bar, _LinearSVCBase, solver_has
+from ._base import _gap_progress_bar, _LinearSVCBase, solver_has, warn_if_rows_unscaled
 
 #: the solvers of SDCASVC: mini-batch SDCA on the dual, primal Newton for the squared hinge
 SOLVERS = ("sdca", "newton")
@@ -371,6 +371,7 @@ class SDCASVC(_LinearSVCBase):
         message = self._uncertified_message(common, per)
         if message is not None:
             warnings.warn(message, ConvergenceWarning, stacklevel=2)
+            warn_if_rows_unscaled(math.sqrt(getattr(self, "_max_sq", 0.0)), unconverged=True)
         return self
 
     # ------------------------------------------------------------ internals

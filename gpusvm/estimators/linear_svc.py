@@ -1,0 +1,397 @@
+"""LinearSVC: scikit-learn's ``LinearSVC`` interface on gpusvm's solvers, chosen by the data.
+
+The estimator validates LinearSVC's parameters, picks the solver (dual SDCA or primal
+Newton, :func:`choose_solver`), runs :class:`~gpusvm.estimators.sdca.SDCASVC` with
+LinearSVC's ``C``, intercept and stopping settings translated, and reports the result in
+LinearSVC's attributes.  No mathematics here.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from numbers import Integral, Real
+
+import numpy as np
+import scipy.sparse as sp
+from sklearn.base import _fit_context
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils.validation import check_is_fitted, validate_data
+
+from .. import _arrays
+from ..backends import BACKENDS, resolve_backend_name
+from ._base import DEVICE_AUTO_BATCH, _LinearSVCBase, check_sparse_structure
+from .sdca import SDCASVC
+
+#: ``dual="auto"`` with ``n_samples >= n_features`` takes the dual (SDCA) while
+#: ``C * mean_i ||x_i||^2`` is at most this, the primal Newton solver above it (measured
+#: crossover, see :func:`choose_solver`)
+DUAL_MAX_C_SQNORM = 0.2
+#: with ``dual="auto"``, SDCA (squared hinge) that has not converged after this many epochs
+#: hands over to Newton, started from its point (news20, 20 classes, ``C = 100``: SDCA
+#: alone stops at 1,000 epochs after 17 s; the text sets SDCA finishes need at most 160)
+SWITCH_EPOCHS = 200
+
+
+def choose_solver(n_samples: int, n_features: int, C: float, mean_sq_norm: float,
+                  n_classes: int = 2, loss: str = "squared_hinge", dual="auto") -> str:
+    """The solver ``gpusvm.LinearSVC`` runs: ``"sdca"`` (dual) or ``"newton"`` (primal).
+
+    ``loss="hinge"`` has only the dual; ``dual=True``/``False`` choose it as in
+    LinearSVC.  ``dual="auto"``:
+
+    * more features than rows (text): SDCA.  Its epoch is one pass over the
+      nonzeros, and it needs few of them, while every conjugate-gradient step of
+      Newton costs two passes and their number grows with the dimension (imdb,
+      news20 and 20 Newsgroups TF-IDF, every C from 0.01 to 100: SDCA 1.6 to 8
+      times faster; BENCHMARKS.md, "gpusvm.LinearSVC").  The exception is
+      handled by the estimator, not by this rule: SDCA (squared hinge) that has
+      not converged after :data:`SWITCH_EPOCHS` epochs hands over to Newton,
+      started from its point (news20 with 20 classes at ``C = 100``);
+    * otherwise by ``C * mean_i ||x_i||^2``, which sets the conditioning of the
+      dual (its coordinate curvature is ``||x_i||^2 + 1/(2C)``): SDCA up to
+      :data:`DUAL_MAX_C_SQNORM` (0.2), Newton above.  At ``C = 0.01`` (0.03 to
+      0.15 on a9a, w8a, ijcnn1, letter, pendigits) SDCA needs 4 epochs and is as
+      fast as Newton or faster (pendigits: 0.03 s against 0.05 s); at ``C >= 1``
+      SDCA needs tens of epochs (a9a: 136 at ``C = 1``) or stops at ``max_iter``
+      (every one of them at ``C = 100``), while Newton takes 4 to 14 iterations
+      (letter, 26 classes, ``C = 1``: 0.26 s against 0.53 s for SDCA).
+
+    Parameters
+    ----------
+    n_samples, n_features : int
+        Shape of the training data (without the intercept column).
+    C : float
+        LinearSVC's regularisation.
+    mean_sq_norm : float
+        ``mean_i ||x_i||^2`` of the training rows (the intercept column included).
+    n_classes : int, default=2
+        The number of classes (the rule does not depend on it today; kept so that
+        callers pass what a rule may need).
+    loss : {"hinge", "squared_hinge"}, default="squared_hinge"
+    dual : bool or "auto", default="auto"
+
+    The rule was measured on a CPU (compiled SDCA loops, SciPy or BLAS products for
+    Newton); a GPU backend applies the same rule, both solvers running on the device,
+    until a measurement there says otherwise.
+
+    Returns
+    -------
+    {"sdca", "newton"}
+    """
+    if loss == "hinge" or dual is True:
+        return "sdca"
+    if dual is False:
+        return "newton"
+    if n_features > n_samples:
+        return "sdca"
+    return "sdca" if C * mean_sq_norm <= DUAL_MAX_C_SQNORM else "newton"
+
+
+def _mean_sq_norm(X, intercept: float) -> float:
+    """``mean_i ||x_i||^2`` of ``X`` with the constant column ``intercept`` (0: none)."""
+    data = X.data if sp.issparse(X) else X
+    if hasattr(data, "get"):                    # CuPy: reduced on the device
+        total = float((data.ravel() @ data.ravel()).get()) if data.size else 0.0
+    else:
+        data = np.asarray(data).ravel()
+        total = float(np.dot(data, data)) if data.size else 0.0
+    return total / max(X.shape[0], 1) + intercept * intercept
+
+
+class LinearSVC(_LinearSVCBase):
+    r"""Linear Support Vector Classification: scikit-learn's ``LinearSVC`` on gpusvm's solvers.
+
+    The same parameters, defaults and attributes as :class:`sklearn.svm.LinearSVC`,
+    and the same problem: for two classes (one-vs-rest for more, one problem per
+    class)
+
+    .. math::
+
+        \min_w\ \frac12\|w\|^2 + C\sum_i s_i \max(0, 1 - y_i\langle w, x_i\rangle)^2
+
+    (``loss="squared_hinge"``; the hinge without the square for ``loss="hinge"``),
+    with the intercept, when ``fit_intercept=True``, the weight of a constant feature
+    ``intercept_scaling`` appended to every row and regularised with ``w``, as
+    liblinear does.  The solver is chosen by the data (:func:`choose_solver`): dual
+    coordinate ascent (:class:`~gpusvm.estimators.sdca.SDCASVC`, mini-batch SDCA) for
+    wide data and small ``C``, primal truncated Newton
+    (``SDCASVC(solver="newton")``) for ``n_samples >= n_features`` and larger ``C``;
+    ``solver_`` says which ran.  Both stop on a duality gap, a certificate of the
+    distance to the optimum.
+
+    Parameters
+    ----------
+    penalty : {"l2"}, default="l2"
+        Only the L2 penalty; ``"l1"`` raises an error that names the alternatives
+        (``sklearn.svm.LinearSVC(penalty="l1", dual=False)``).
+    loss : {"squared_hinge", "hinge"}, default="squared_hinge"
+        The squared hinge (LinearSVC's default) or the hinge (dual solver only).
+    dual : "auto" or bool, default="auto"
+        ``True``: the dual solver (SDCA); ``False``: the primal Newton solver
+        (squared hinge only, as in LinearSVC); ``"auto"``: chosen from the data
+        (:func:`choose_solver`).
+    tol : float, default=1e-4
+        Stop when the duality gap of the problem divided by ``C n`` (the objective
+        at ``w = 0`` without weights) is ``<= tol``: a certified bound on the
+        suboptimality, relative to where the solvers start.
+    C : float, default=1.0
+        Regularisation parameter, as LinearSVC's (strictly positive).
+    multi_class : {"ovr"}, default="ovr"
+        One-vs-rest; ``"crammer_singer"`` raises an error that names the
+        alternative.
+    fit_intercept : bool, default=True
+        Fit an intercept (a regularised constant feature, as liblinear).
+    intercept_scaling : float, default=1
+        The value of that constant feature; a larger value regularises the
+        intercept less.
+    class_weight : dict or "balanced", default=None
+        ``{label: weight}`` or ``"balanced"`` (``n / (n_classes * count)``), as
+        LinearSVC.  With more than two classes every row keeps its weight in every
+        one-vs-rest output (liblinear weights only the positive class of each).
+    verbose : int, default=0
+        A progress bar with the live duality gap when > 0.
+    random_state : int, RandomState instance or None, default=None
+        Seed of the order in which the dual solver visits the rows.
+    max_iter : int, default=1000
+        The most epochs of the dual solver, or Newton iterations of the primal one
+        (each output of one-vs-rest has its own), as LinearSVC's.
+    backend : {"auto", "numpy", "numba", "cupy", "emulated"}, default="auto"
+        Where to run (gpusvm's backends): a CUDA device when one is found, else the
+        compiled CPU loops.
+    device : int or None, default=None
+        CUDA device id of ``backend="cupy"``.
+
+    Attributes
+    ----------
+    coef_ : ndarray of shape (1, n_features) or (n_classes, n_features)
+    intercept_ : ndarray of shape (1,) or (n_classes,)
+    classes_ : ndarray of shape (n_classes,)
+    n_iter_ : int
+        Epochs of the dual solver, or Newton iterations of the primal one (the most
+        of any output); for ``solver_ == "sdca+newton"``, the epochs of SDCA plus the
+        Newton iterations.
+    n_features_in_ : int
+    feature_names_in_ : ndarray of shape (n_features_in_,)
+        Defined when ``X`` has feature names that are all strings.
+    solver_ : {"sdca", "newton", "sdca+newton"}
+        The solver that ran; ``"sdca+newton"``: with ``dual="auto"``, SDCA had not
+        converged after :data:`SWITCH_EPOCHS` (200) epochs and Newton finished from
+        its point.
+    duality_gap_ : float or ndarray of shape (n_classes,)
+        The certificate: the duality gap divided by ``C n`` (see ``tol``), one per
+        output for more than two classes.
+    backend_ : str
+        The backend that ran.
+
+    See Also
+    --------
+    sklearn.svm.LinearSVC : the liblinear estimator this one mirrors.
+    gpusvm.SDCASVC : the solvers, with all their settings.
+    gpusvm.patch_sklearn : make ``sklearn.svm.LinearSVC`` this class in unmodified code.
+
+    Notes
+    -----
+    Measured on the shared data sets (two CPU cores, compilation excluded), the
+    rule of :func:`choose_solver` picks the faster of the two solvers on every set
+    and ``C`` of BENCHMARKS.md ("gpusvm.LinearSVC"), whose table compares every fit
+    with ``sklearn.svm.LinearSVC()``.
+
+    Examples
+    --------
+    >>> from sklearn.datasets import make_classification
+    >>> from gpusvm import LinearSVC
+    >>> X, y = make_classification(n_samples=200, random_state=0)
+    >>> clf = LinearSVC(random_state=0).fit(X, y)
+    >>> clf.solver_
+    'newton'
+    """
+
+    _MULTICLASS = True
+
+    _parameter_constraints: dict = {
+        "penalty": [StrOptions({"l1", "l2"})],
+        "loss": [StrOptions({"hinge", "squared_hinge"})],
+        "dual": ["boolean", StrOptions({"auto"})],
+        "tol": [Interval(Real, 0.0, None, closed="neither")],
+        "C": [Interval(Real, 0.0, None, closed="neither")],
+        "multi_class": [StrOptions({"ovr", "crammer_singer"})],
+        "fit_intercept": ["boolean"],
+        "intercept_scaling": [Interval(Real, 0, None, closed="neither")],
+        "class_weight": [None, dict, StrOptions({"balanced"})],
+        "verbose": ["verbose"],
+        "random_state": ["random_state"],
+        "max_iter": [Interval(Integral, 0, None, closed="left")],
+        "backend": [StrOptions(set(BACKENDS))],
+        "device": [Interval(Integral, 0, None, closed="left"), None],
+    }
+
+    def __init__(self, penalty="l2", loss="squared_hinge", *, dual="auto", tol=1e-4, C=1.0,
+                 multi_class="ovr", fit_intercept=True, intercept_scaling=1, class_weight=None,
+                 verbose=0, random_state=None, max_iter=1000, backend="auto", device=None):
+        self.penalty = penalty
+        self.loss = loss
+        self.dual = dual
+        self.tol = tol
+        self.C = C
+        self.multi_class = multi_class
+        self.fit_intercept = fit_intercept
+        self.intercept_scaling = intercept_scaling
+        self.class_weight = class_weight
+        self.verbose = verbose
+        self.random_state = random_state
+        self.max_iter = max_iter
+        self.backend = backend
+        self.device = device
+
+    def unsupported(self):
+        """Why gpusvm cannot fit these parameters, in one line, or None when it can.
+
+        Returns
+        -------
+        str or None
+        """
+        if self.penalty == "l1":
+            return ("penalty='l1' (sparse weights) is not available in gpusvm.LinearSVC, which "
+                    "solves the L2-regularised problem; use "
+                    "sklearn.svm.LinearSVC(penalty='l1', dual=False) for an L1 penalty")
+        if self.multi_class == "crammer_singer":
+            return ("multi_class='crammer_singer' is not available in gpusvm.LinearSVC; use "
+                    "multi_class='ovr' (one-vs-rest), or "
+                    "sklearn.svm.LinearSVC(multi_class='crammer_singer') for the joint problem")
+        if self.loss == "hinge" and self.dual is False:
+            return ("loss='hinge' has no primal solver (the hinge is not differentiable), as in "
+                    "sklearn.svm.LinearSVC: use dual=True or dual='auto', or "
+                    "loss='squared_hinge' with dual=False")
+        return None
+
+    @_fit_context(prefer_skip_nested_validation=True)
+    def fit(self, X, y, sample_weight=None):
+        """Fit the model on the training data.
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
+            Training vectors.
+        y : array-like of shape (n_samples,)
+            Class labels (two or more classes).
+        sample_weight : array-like of shape (n_samples,), default=None
+            Non-negative weight of every row (multiplied by ``class_weight``).
+
+        Returns
+        -------
+        self : LinearSVC
+            The fitted estimator.
+        """
+        reason = self.unsupported()
+        if reason is not None:
+            raise ValueError(reason)
+        device = _arrays.is_device(X) or _arrays.is_device(y)
+        if not device:         # once here, to read the shape and norms; SDCASVC copies nothing
+            check_sparse_structure(X)
+            X, y = validate_data(self, X, y, accept_sparse="csr", dtype=[np.float64, np.float32],
+                                 order="C", y_numeric=False)
+        inner = self._inner(X, y)
+        switch = self.dual == "auto" and inner.solver == "sdca" and self.loss == "squared_hinge"
+        max_iter = inner.max_iter
+        if switch:                  # SDCA first, Newton from its point if it is slow
+            inner.set_params(max_iter=min(max_iter, SWITCH_EPOCHS * max_iter // self._max_epochs()))
+        caught = self._fit_quietly(inner, X, y, sample_weight)
+        sdca_epochs = None
+        if switch and inner.stop_reason_ == "max_iter" and max_iter > inner.max_iter:
+            sdca_epochs = math.ceil(inner.n_iter_ * inner.batch_size_ / max(inner._n_rows, 1))
+            inner.set_params(solver="newton", warm_start=True, max_iter=max(self.max_iter, 1))
+            caught = self._fit_quietly(inner, X, y, sample_weight)
+        for w in caught:
+            if not issubclass(w.category, ConvergenceWarning):
+                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+        self._copy_fit(inner, device)
+        if sdca_epochs is not None:
+            self.solver_ = "sdca+newton"
+            self.n_iter_ += sdca_epochs
+        if inner.stop_reason_ != "tol":
+            warnings.warn(self._convergence_message(inner), ConvergenceWarning, stacklevel=2)
+        return self
+
+    # ------------------------------------------------------------ internals
+    @staticmethod
+    def _fit_quietly(inner, X, y, sample_weight):
+        """Fit ``inner``, returning the warnings it raised instead of showing them."""
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            inner.fit(X, y, sample_weight=sample_weight)
+        return caught
+
+    def _max_epochs(self):
+        return max(int(self.max_iter), 1)
+
+    def _inner(self, X, y):
+        """The SDCASVC that fits this problem (solver chosen, settings translated)."""
+        n, d = X.shape
+        intercept = float(self.intercept_scaling) if self.fit_intercept else 0.0
+        solver = self.dual if self.dual != "auto" else "auto"
+        if solver == "auto" and self.loss != "hinge" and d <= n:
+            n_classes = len(np.unique(y))
+            sq = _mean_sq_norm(X, intercept)
+            solver = choose_solver(n, d, float(self.C), sq, n_classes, self.loss, "auto")
+        else:
+            solver = choose_solver(n, d, float(self.C), 0.0, 2, self.loss, self.dual)
+        backend = resolve_backend_name(self.backend)
+        max_iter = max(int(self.max_iter), 1)
+        if solver == "sdca":
+            batch = 1 if backend in ("numpy", "numba") else min(max(n, 1), DEVICE_AUTO_BATCH)
+            max_iter = max_iter * max(math.ceil(n / batch), 1)
+        return SDCASVC(
+            C=float(self.C), loss=self.loss, solver=solver, class_weight=self.class_weight,
+            multi_class="ovr", tol=float(self.tol), max_iter=max_iter,
+            bias="augmented" if self.fit_intercept else "none",
+            intercept_scaling=float(self.intercept_scaling), backend=self.backend,
+            random_state=self.random_state, verbose=self.verbose, device=self.device)
+
+    def _copy_fit(self, inner, device):
+        names = ("coef_", "intercept_", "classes_", "duality_gap_", "backend_", "solver_",
+                 "stop_reason_") + (("n_features_in_",) if device else ())
+        for name in names:
+            setattr(self, name, getattr(inner, name))
+        if inner.solver_ == "sdca":
+            n = inner._n_rows
+            self.n_iter_ = int(math.ceil(inner.n_iter_ * inner.batch_size_ / max(n, 1)))
+        else:
+            self.n_iter_ = int(inner.n_iter_)
+        self._inner_estimator = inner
+
+    def _convergence_message(self, inner):
+        gap = float(np.max(inner.duality_gap_))
+        what = ("epochs of the dual solver (SDCA)" if inner.solver_ == "sdca"
+                else "Newton iterations")
+        fix = ("increase max_iter, or use dual=False (the primal Newton solver, faster for "
+               "large C when n_samples >= n_features), or scale the data"
+               if inner.solver_ == "sdca" else "increase max_iter")
+        if inner.stop_reason_ != "max_iter":
+            what = f"{what}, stopped by {inner.stop_reason_}"
+        return (f"gpusvm.LinearSVC did not converge: {self.n_iter_} {what} ended with relative "
+                f"duality gap {gap:.3g} > tol={self.tol}; {fix}")
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.sparse = True
+        tags.classifier_tags.multi_class = True
+        return tags
+
+    def decision_function(self, X):
+        """Confidence scores: ``<w, x> + b``; one column per class for more than two classes.
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
+
+        Returns
+        -------
+        ndarray of shape (n_samples,) or (n_samples, n_classes)
+        """
+        check_is_fitted(self)
+        return super().decision_function(X)
+
+
+__all__ = ["LinearSVC", "choose_solver"]

@@ -1,0 +1,228 @@
+"""gpusvm.LinearSVC: scikit-learn's LinearSVC interface, the problem it solves, the solver rule."""
+
+from __future__ import annotations
+
+import inspect
+import warnings
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from sklearn.datasets import load_digits
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.preprocessing import StandardScaler
+from sklearn.svm import LinearSVC as SkLinearSVC
+
+import gpusvm
+from gpusvm import LinearSVC
+from gpusvm.estimators.linear_svc import DUAL_MAX_C_SQNORM, choose_solver
+
+
+def objective(X, y, coef, intercept, C, loss="squared_hinge", intercept_scaling=1.0,
+              fit_intercept=True):
+    """LinearSVC's objective ``1/2 ||w||^2 + C sum loss`` (the intercept regularised as a
+    weight ``intercept / intercept_scaling`` of the constant feature, as liblinear)."""
+    w = np.asarray(coef, dtype=np.float64).ravel()
+    b = float(np.ravel(intercept)[0]) if fit_intercept else 0.0
+    m = y * (X @ w + b)
+    hinge = np.maximum(0.0, 1.0 - m)
+    loss_sum = np.sum(hinge ** 2 if loss == "squared_hinge" else hinge)
+    reg = w @ w + ((b / intercept_scaling) ** 2 if fit_intercept else 0.0)
+    return 0.5 * reg + C * loss_sum
+
+
+@pytest.fixture(scope="module")
+def a9a_part(a9a):
+    X = sp.csr_matrix(a9a.X[:4000], dtype=np.float64)
+    y = np.where(a9a.y[:4000] > 0, 1.0, -1.0)
+    return X, y
+
+
+def test_signature_is_sklearns_plus_backend():
+    ours = inspect.signature(LinearSVC).parameters
+    theirs = inspect.signature(SkLinearSVC).parameters
+    assert list(ours)[:len(theirs)] == list(theirs)
+    for name, p in theirs.items():
+        assert (ours[name].default, ours[name].kind) == (p.default, p.kind), name
+    assert list(ours)[len(theirs):] == ["backend", "device"]
+    assert gpusvm.LinearSVC is LinearSVC
+
+
+@pytest.mark.parametrize("dual", [True, False, "auto"])
+@pytest.mark.parametrize("C", [0.01, 1.0])
+def test_solves_linearsvcs_problem(a9a_part, dual, C):
+    """Both solvers reach liblinear's optimum of the same objective, within the certificate."""
+    X, y = a9a_part
+    ref = SkLinearSVC(C=C, tol=1e-10, max_iter=100_000, dual=True).fit(X, y)
+    f_star = objective(X, y, ref.coef_, ref.intercept_, C)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        est = LinearSVC(C=C, dual=dual, random_state=0).fit(X, y)
+    expected = {True: "sdca", False: "newton"}.get(dual, choose_solver(
+        *X.shape, C, X.multiply(X).sum() / X.shape[0] + 1.0))
+    assert est.solver_ == expected
+    f = objective(X, y, est.coef_, est.intercept_, C)
+    # tol bounds the gap relative to C n; float32 data add a little rounding
+    assert f_star - 1e-6 * f_star <= f <= f_star + 1.5e-4 * C * X.shape[0]
+    assert est.duality_gap_ <= 1e-4
+    assert np.mean(est.predict(X) == ref.predict(X)) >= 0.995
+    assert est.coef_.shape == (1, X.shape[1]) and est.intercept_.shape == (1,)
+
+
+def test_hinge_and_intercept_settings(a9a_part):
+    X, y = a9a_part
+    C = 0.1
+    for kwargs in (dict(loss="hinge"), dict(fit_intercept=False),
+                   dict(intercept_scaling=10.0)):
+        ref = SkLinearSVC(C=C, tol=1e-10, max_iter=100_000, dual=True, **kwargs).fit(X, y)
+        est = LinearSVC(C=C, random_state=0, **kwargs).fit(X, y)
+        args = dict(loss=kwargs.get("loss", "squared_hinge"),
+                    intercept_scaling=kwargs.get("intercept_scaling", 1.0),
+                    fit_intercept=kwargs.get("fit_intercept", True))
+        f_star = objective(X, y, ref.coef_, ref.intercept_, C, **args)
+        f = objective(X, y, est.coef_, est.intercept_, C, **args)
+        assert f_star * (1 - 1e-6) <= f <= f_star + 1.5e-4 * C * X.shape[0], kwargs
+        if kwargs.get("fit_intercept") is False:
+            np.testing.assert_array_equal(est.intercept_, [0.0])
+        if kwargs.get("loss") == "hinge":
+            assert est.solver_ == "sdca"
+
+
+def test_multiclass_agrees_with_liblinear():
+    X, y = load_digits(return_X_y=True)
+    X = StandardScaler().fit_transform(X) / 8.0
+    ref = SkLinearSVC(tol=1e-10, max_iter=100_000).fit(X, y)
+    est = LinearSVC(random_state=0).fit(X, y)
+    assert est.coef_.shape == (10, 64) and est.intercept_.shape == (10,)
+    np.testing.assert_array_equal(est.classes_, np.arange(10))
+    assert np.mean(est.predict(X) == ref.predict(X)) >= 0.99
+    for c in range(10):                 # each one-vs-rest output at liblinear's optimum
+        yc = np.where(y == c, 1.0, -1.0)
+        f_star = objective(X, yc, ref.coef_[c], ref.intercept_[c:c + 1], 1.0)
+        f = objective(X, yc, est.coef_[c], est.intercept_[c:c + 1], 1.0)
+        assert f_star * (1 - 1e-6) <= f <= f_star + 1.5e-4 * X.shape[0], c
+
+
+def test_n_iter_counts_epochs_and_max_iter_caps_them(a9a_part):
+    X, y = a9a_part
+    est = LinearSVC(C=1.0, dual=True, random_state=0).fit(X, y)
+    inner = est._inner_estimator
+    assert est.n_iter_ == -(-inner.n_iter_ // X.shape[0]) and 1 < est.n_iter_ < 1000
+    with pytest.warns(ConvergenceWarning) as caught:
+        capped = LinearSVC(C=1.0, dual=True, max_iter=2, random_state=0).fit(X, y)
+    assert capped.n_iter_ == 2 and capped.stop_reason_ == "max_iter"
+    message = str(caught[0].message)
+    assert message.startswith("gpusvm.LinearSVC did not converge: 2 epochs of the dual solver "
+                              "(SDCA) ended with relative duality gap ")
+    assert message.endswith(f"> tol=0.0001; increase max_iter, or use dual=False (the primal "
+                            "Newton solver, faster for large C when n_samples >= n_features), "
+                            "or scale the data")
+    newton = LinearSVC(C=1.0, dual=False).fit(X, y)
+    assert newton.n_iter_ == newton._inner_estimator.n_iter_ <= 20
+
+
+@pytest.mark.parametrize("params, message", [
+    (dict(penalty="l1"), "penalty='l1' (sparse weights) is not available in gpusvm.LinearSVC, "
+     "which solves the L2-regularised problem; use sklearn.svm.LinearSVC(penalty='l1', "
+     "dual=False) for an L1 penalty"),
+    (dict(multi_class="crammer_singer"), "multi_class='crammer_singer' is not available in "
+     "gpusvm.LinearSVC; use multi_class='ovr' (one-vs-rest), or "
+     "sklearn.svm.LinearSVC(multi_class='crammer_singer') for the joint problem"),
+    (dict(loss="hinge", dual=False), "loss='hinge' has no primal solver (the hinge is not "
+     "differentiable), as in sklearn.svm.LinearSVC: use dual=True or dual='auto', or "
+     "loss='squared_hinge' with dual=False"),
+])
+def test_what_gpusvm_cannot_honour_names_the_alternative(params, message):
+    X, y = load_digits(n_class=2, return_X_y=True)
+    with pytest.raises(ValueError) as info:
+        LinearSVC(**params).fit(X, y)
+    assert str(info.value) == message
+
+
+def test_choose_solver_rule():
+    assert choose_solver(100, 10, 1e3, 1e3, loss="hinge") == "sdca"
+    assert choose_solver(100, 10, 1e3, 1e3, dual=True) == "sdca"
+    assert choose_solver(100, 10_000, 1e-3, 1e-3, dual=False) == "newton"
+    assert choose_solver(100, 10_000, 100.0, 1.0) == "sdca"            # wide: the dual
+    bound = DUAL_MAX_C_SQNORM
+    for n_classes in (2, 26):
+        assert choose_solver(10_000, 100, 1.0, bound, n_classes) == "sdca"
+        assert choose_solver(10_000, 100, 1.0, bound * 1.01, n_classes) == "newton"
+
+
+def test_newton_dense_direct_steps_reach_the_cg_optimum(monkeypatch):
+    """Dense data with few columns: exact Newton steps on a dense copy find the optimum that CG
+    on the CSR matrix finds (the same certified objective)."""
+    from gpusvm.backends import make_backend  # noqa: PLC0415
+    from gpusvm.solvers import newton as newton_mod  # noqa: PLC0415
+
+    X, y = load_digits(n_class=3, return_X_y=True)
+    X = sp.csr_matrix(X / 16.0)
+    y = np.where(y == 1, 1.0, -1.0)
+    lam = 1.0 / X.shape[0]
+    assert newton_mod._Products(make_backend("numpy", X, y)).direct
+    direct = newton_mod.newton(make_backend("numpy", X, y), lam=lam, tol=1e-12)
+    monkeypatch.setattr(newton_mod, "DENSE_MIN_DENSITY", 2.0)        # never dense: CG on CSR
+    assert not newton_mod._Products(make_backend("numpy", X, y)).direct
+    cg = newton_mod.newton(make_backend("numpy", X, y), lam=lam, tol=1e-12)
+    assert direct.extra["gap"] <= 1e-12 and cg.extra["gap"] <= 1e-12
+    assert direct.extra["cg_iter"] == 0 < cg.extra["cg_iter"]
+    assert abs(direct.extra["primal"] - cg.extra["primal"]) <= 1e-11
+    np.testing.assert_allclose(direct.w, cg.w, atol=1e-5)
+
+
+@pytest.mark.parametrize("limit", [1, 16, 10**6])
+def test_newton_line_search_finds_the_exact_minimiser(monkeypatch, limit):
+    """The bracketed line search (breakpoints sorted inside a bisected bracket only) returns the
+    root of phi', checked against the objective along the line, for any bracket size."""
+    from gpusvm.solvers import newton as newton_mod  # noqa: PLC0415
+
+    monkeypatch.setattr(newton_mod, "LINE_SEARCH_EVENTS", limit)
+    rng = np.random.default_rng(0)
+    n, d, lam = 2000, 30, 1e-3
+    for trial in range(5):
+        X = rng.standard_normal((n, d))
+        y = np.where(rng.random(n) < 0.5, 1.0, -1.0)
+        s = rng.random(n) + 0.5
+        w = rng.standard_normal(d) * 0.3
+        z = y * (X @ w)
+        g = lam * w - (2.0 / n) * X.T @ (s * np.maximum(0.0, 1.0 - z) * y)
+        p = -g * (1.0 + trial)                  # a descent direction of several lengths
+        q = y * (X @ p)
+        t = newton_mod._line_search(np, lam, n, w, p, z, q, s)
+
+        def phi(t):
+            v = w + t * p
+            return 0.5 * lam * v @ v + np.sum(s * np.maximum(0.0, 1.0 - y * (X @ v)) ** 2) / n
+
+        slope = lam * (w @ p + t * (p @ p)) - (2.0 / n) * np.sum(
+            s * q * np.maximum(0.0, 1.0 - z - t * q))
+        assert t > 0 and abs(slope) <= 1e-10 * (1.0 + abs(lam * (w @ p)))
+        for other in (t * 0.999, t * 1.001, t * 0.5, t * 2.0):
+            assert phi(t) <= phi(other)
+
+
+def test_slow_sdca_hands_over_to_newton(monkeypatch, a9a_part):
+    """dual='auto' on wide data: SDCA that has not converged after SWITCH_EPOCHS epochs hands over
+    to Newton, which finishes from its point at liblinear's optimum."""
+    from gpusvm.estimators import linear_svc  # noqa: PLC0415
+
+    X, y = a9a_part
+    X, y = X[:100], y[:100]                     # 100 rows, 123 columns: the dual is chosen
+    C = 1.0
+    assert LinearSVC(C=C, random_state=0).fit(X, y).solver_ == "sdca"
+    monkeypatch.setattr(linear_svc, "SWITCH_EPOCHS", 2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")          # no warning from the SDCA stage
+        est = LinearSVC(C=C, random_state=0).fit(X, y)
+    assert est.solver_ == "sdca+newton" and est.stop_reason_ == "tol"
+    inner = est._inner_estimator
+    assert est.n_iter_ == 2 + inner.n_iter_
+    ref = SkLinearSVC(C=C, dual=False, tol=1e-12, max_iter=10_000).fit(X.toarray(), y)
+    f_star = objective(X, y, ref.coef_, ref.intercept_, C)
+    f = objective(X, y, est.coef_, est.intercept_, C)
+    assert f_star * (1 - 1e-6) <= f <= f_star + 1.5e-4 * C * X.shape[0]
+    # a user's max_iter below the hand-over leaves SDCA alone (and warns as LinearSVC would)
+    with pytest.warns(ConvergenceWarning):
+        capped = LinearSVC(C=C, random_state=0, max_iter=1).fit(X, y)
+    assert capped.solver_ == "sdca"
