@@ -702,6 +702,10 @@ class _LinearSVCBase(ClassifierMixin, BaseEstimator):
                           dtype=[np.float64, np.float32])
         coef = self.coef_.astype(X.dtype, copy=False)
         scores = np.asarray(X @ coef.T, dtype=np.float64).reshape(X.shape[0], -1) + self.intercept_
+        return self._class_scores(scores)
+
+    def _class_scores(self, scores):
+        """The decision function from the outputs' scores ``<w_c, x> + b_c`` (n, M)."""
         n_classes = len(self.classes_)
         if n_classes == 2:
             return scores[:, 0]
@@ -711,6 +715,13 @@ class _LinearSVCBase(ClassifierMixin, BaseEstimator):
         if mode == "ordinal":
             return ordinal_scores(scores)
         return scores
+
+    def _labels(self, scores):
+        """Predicted labels from the outputs' scores (n, M), as :meth:`predict` gives them."""
+        scores = self._class_scores(scores)
+        if scores.ndim == 1:
+            return self.classes_[(scores > 0).astype(int)]
+        return self.classes_[np.argmax(scores, axis=1)]
 
     def predict(self, X):
         """Predict class labels.

@@ -209,7 +209,12 @@ class _OnePassSearch:
         lanes = [(p, f) for f in range(n_F) for p in range(n_P)]
         run = self._run
         budget_per_output = (36 + Xc.dtype.itemsize) * n + 28 * d_aug
-        workers = _effective_jobs(self.n_jobs, len(lanes))
+        # the Newton products are SciPy's, which hold the GIL: more threads only contend; a
+        # device runs one stream (a graph capture forbids other threads' allocations), where
+        # the width of the pass is the parallelism
+        on_device = resolve_backend_name(self.backend) not in ("numpy", "numba")
+        workers = 1 if on_device or (self.solver_ == "newton" and self.n_jobs is None) else \
+            _effective_jobs(self.n_jobs, len(lanes))
         groups = [lanes[i::workers] for i in range(workers)]
         ctx = dict(float64=_Float64(Xc), Xc=Xc, labels=labels, masks=masks, fold_weights=fold_weights, n_train=n_train, Cs=Cs,
                    C_ref=C_ref, lam_ref=lam_ref, result=result,
@@ -311,8 +316,21 @@ class _OnePassSearch:
         view = self._BASE(**self._base_params())         # what the scorer calls predict on
         view.classes_ = classes
         view.n_features_in_ = d
+        accuracy = self.scoring is None or self.scoring == "accuracy"
         for f, (_, te) in enumerate(folds):
             Xte, yte = Xs[te], y[te]
+            if accuracy:                # every C's model in one product: Xte @ [W_C1 W_C2 ...]
+                views = []
+                for ci in range(result.n_C):
+                    view._set_solution(result.model(f, ci), result.intercepts(f, ci))
+                    views.append((view.coef_.copy(), view.intercept_.copy()))
+                coef = np.vstack([c for c, _ in views])
+                Z = np.asarray(Xte @ coef.T.astype(Xte.dtype), dtype=np.float64)
+                Z += np.concatenate([b for _, b in views])
+                for ci in range(result.n_C):
+                    block = Z[:, ci * result.n_P:(ci + 1) * result.n_P]
+                    scores[f, ci] = np.mean(view._labels(block) == yte)
+                continue
             for ci in range(result.n_C):
                 view._set_solution(result.model(f, ci), result.intercepts(f, ci))
                 scores[f, ci] = scorer(view, Xte, yte)
@@ -357,7 +375,10 @@ class SDCASVCCV(_OnePassSearch, SDCASVC):
         ``intercept_`` are the mean over the folds of the models at ``C_``.
     n_jobs : int or None, default=None
         Threads the (problem, fold) lanes are split across.  None uses every core
-        this process may run on (a search is many independent problems), -1 too.
+        this process may run on (a search is many independent problems) for SDCA,
+        whose compiled loops release the GIL, and one thread for Newton, whose SciPy
+        products hold it; -1 is every core.  On a GPU backend the search runs on one
+        thread (one stream), where the width of a pass is the parallelism.
     solver : {"auto", "sdca", "newton"}, default="auto"
         ``"sdca"``: the models are outputs of mini-batch SDCA passes (module
         docstring).  ``"newton"`` (squared hinge): the primal Newton solver on the
