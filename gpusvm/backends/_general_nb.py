@@ -353,22 +353,22 @@ def _pegasos_step_m(indptr, indices, data, Y, sw, weighted, V, U, use_u, sm, row
             sm[S_BSUM, c] += sm[S_B, c]
 
 
-def _make_pegasos_loop_m(by_epoch):
+def _make_pegasos_loop_m(by_epoch, optimal):
     """:func:`pegasos_loop_m` compiled for rows read from the epoch's order (``by_epoch``:
-    one-row batches of ``"epoch"`` sampling on a canonical CSR) or drawn by the sampler:
-    each fit compiles only the branch it runs."""
+    one-row batches of ``"epoch"`` sampling on a canonical CSR) or drawn by the sampler, with
+    or without the batch-optimal bias (``optimal``): each fit compiles only what it runs."""
 
     @njit(cache=True)
     def pegasos_loop_m(indptr, indices, data, Y, sw, weighted, V, U, use_u, sm, smp, ring, ringf,
                        ringh, rk, ecache, stamp, order, table, t0, t1, lam, k, schedule, eta0,
-                       norma_p, unreg_bias, optimal, radius, averaged, t_avg, renorm, squared,
+                       norma_p, unreg_bias, radius, averaged, t_avg, renorm, squared,
                        canonical, m, coef, slot, acc, touched, wk, tmp, vflat, yb, sc, bp, wt):
         """Iterations ``t0 + 1 .. t1`` of Pegasos on the general path, batches drawn in place
         (``GeneralPath.pegasos_segment_m``).  ``order`` and ``table``: the epoch order's arrays
         when the backend made them (``"epoch"`` sampling of one row per batch), from which the
         rows are read as the binary loop reads them (the same rows, a quarter of the sampler's
         cost), else empty."""
-        single = canonical and k == 1
+        single = True if by_epoch else (canonical and k == 1)   # (a constant when by_epoch)
         z = np.empty(V.shape[1])                  # a row's dot products (_margins_m)
         n = smp[1]
         e, q = 0, 0
@@ -388,7 +388,8 @@ def _make_pegasos_loop_m(by_epoch):
             else:
                 _draw_ahead(indptr, indices, data, vflat, smp, t - 1, ring, ringf, ringh, rk,
                             ecache, stamp, False)
-                _prefetch_v_m(indptr, indices, vflat, V.shape[1], ring[t % (PREFETCH_DISTANCE + 1)])
+                _prefetch_v_m(indptr, indices, vflat, V.shape[1],
+                              ring[t % (PREFETCH_DISTANCE + 1)])
                 rows = ring[(t - 1) % (PREFETCH_DISTANCE + 1)]                    # step 1: A_t
             _margins_m(indptr, indices, data, Y, V, sm, rows, m, z)               # step 2
             if optimal:
@@ -402,12 +403,13 @@ def _make_pegasos_loop_m(by_epoch):
                             single, slot, acc, touched, wk)                       # steps 4-5
             _renormalize_m(V, U, use_u, sm, renorm, tmp)
 
-
     return pegasos_loop_m
 
 
-#: the Pegasos loop of the general path by ``by_epoch`` (``"epoch"`` sampling, one row a batch)
-PEGASOS_LOOP_M = {by: _make_pegasos_loop_m(by) for by in (False, True)}
+#: the Pegasos loop of the general path by ``(by_epoch, optimal)``: rows in the epoch's order
+#: (``"epoch"`` sampling, one row a batch), batch-optimal bias
+PEGASOS_LOOP_M = {(by, opt): _make_pegasos_loop_m(by, opt)
+                  for by in (False, True) for opt in (False, True)}
 
 # ---------------------------------------------------------------------- SDCA
 @njit(cache=True, inline="always")

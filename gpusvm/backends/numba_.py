@@ -1188,11 +1188,11 @@ class NumbaBackend(NumpyBackend):
         U = self.U if use_u else g["no_u"]
         sw, weighted = self._nb_weights()
         smp = self._nb_sampler(sampler)
-        loop = PEGASOS_LOOP_M[smp[7].size > 0]                # rows in the epoch's order?
+        loop = PEGASOS_LOOP_M[smp[7].size > 0, bool(p.optimal)]   # rows in the epoch's order?
         _call_loop(loop, *self._nb_csr(), self.Y, sw, weighted, self.V, U, use_u, self.sm, *smp,
                    int(t0), int(t1), float(p.lam), int(p.k), SCHEDULE_CODES[p.schedule],
-                   float(p.eta0 or 0.0), float(p.norma_p), bool(p.unreg_bias), bool(p.optimal),
-                   float(p.radius), bool(p.averaged), int(p.t_avg), float(p.renorm_threshold),
+                   float(p.eta0 or 0.0), float(p.norma_p), bool(p.unreg_bias), float(p.radius),
+                   bool(p.averaged), int(p.t_avg), float(p.renorm_threshold),
                    p.loss == "squared_hinge", self._nb_canonical, g["m"], g["coef"], g["slot"],
                    g["acc"], g["touched"], g["wk"], g["tmp"], self._nb_vflat(), g["yb"],
                    g["sc"], g["bp"], g["wt"])
