@@ -160,7 +160,12 @@ def main(argv=None) -> None:
         before = run_path(path, args.before) if args.before else None
         after = run_path(path, args.after)
         rows.append((path, before, after))
-        print(f"  {path} done", file=sys.stderr, flush=True)
+        print(f"  {path}: compile CPU s {before['compile_cpu_s'] if before else float('nan'):.2f} "
+              f"-> {after['compile_cpu_s']:.2f}, first fit s "
+              f"{before['first_s'] if before else float('nan'):.2f} -> {after['first_s']:.2f}",
+              file=sys.stderr, flush=True)
+        if args.json:                 # after every path, so that a long run keeps its figures
+            args.json.write_text(json.dumps(rows, indent=1))
 
     def cell(r, key):
         return f"{r[key]:.2f}" if r else "-"

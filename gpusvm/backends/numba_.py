@@ -1296,35 +1296,40 @@ COMPILE_SECONDS = "2-6 s"
 
 def _call_loop(dispatcher, *args):
     """Call the compiled loop ``dispatcher(*args)``, first saying (:func:`_announce_compilation`)
-    when numba is about to compile it rather than load it from its cache."""
-    if not dispatcher.signatures:       # nothing compiled or loaded yet in this process
+    when numba is about to compile it rather than load it from its cache.
+
+    ``args`` start with the CSR arrays ``(indptr, indices, data, ...)``: the loops are
+    compiled once per dtype of ``data``.
+    """
+    key = (id(dispatcher), str(args[2].dtype))
+    if key not in _announced:         # once per loop, dtype and process
+        _announced.add(key)
         _announce_compilation(dispatcher, args)
     return dispatcher(*args)
 
 
 def _announce_compilation(dispatcher, args) -> None:
-    """Say once per loop and process when it is about to be compiled rather than loaded.
+    """Warn (:class:`CompilationNotice`) when the call ``dispatcher(*args)`` will compile.
 
     numba compiles a loop for the argument types of the first call and keeps it
     in its on-disk cache (``__pycache__`` beside this module, or
-    ``NUMBA_CACHE_DIR``), keyed by those types, the CPU and the source; only a
-    loop whose cache has no entry for this call is announced.
+    ``NUMBA_CACHE_DIR``), keyed by those types, the CPU and the source; a call
+    already compiled in this process, or whose entry is in the cache, is not
+    announced.
     """
-    if id(dispatcher) in _announced:
-        return
-    _announced.add(id(dispatcher))
     try:
-        cache = dispatcher._cache
         sig = tuple(dispatcher.typeof_pyval(a) for a in args)
-        cached = cache._index_key(sig, dispatcher.targetctx.codegen()) in \
-            cache._cache_file._load_index()
+        if sig in dispatcher.overloads:
+            return
+        cache = dispatcher._cache
+        if cache._index_key(sig, dispatcher.targetctx.codegen()) in \
+                cache._cache_file._load_index():
+            return
     except Exception:                 # noqa: BLE001  another numba: say nothing rather than guess
         return
-    if not cached:
-        dtype = getattr(args[2], "dtype", "this")    # (indptr, indices, data, ...)
-        warnings.warn(f"gpusvm: compiling the CPU loops of this solver for {dtype} data, once "
-                      f"(about {COMPILE_SECONDS} of CPU on 2 cores, more on a busy machine); numba "
-                      "caches them on disk for later runs", CompilationNotice, stacklevel=5)
+    warnings.warn(f"gpusvm: compiling the CPU loops of this solver for {args[2].dtype} data, "
+                  f"once (about {COMPILE_SECONDS} of CPU on 2 cores, more on a busy machine); "
+                  "numba caches them on disk for later runs", CompilationNotice, stacklevel=5)
 
 
 @functools.lru_cache(maxsize=None)
