@@ -47,6 +47,21 @@ column in a float64 scratch vector (``acc``, with the list of touched columns)
 exactly like the reference's ``np.unique`` + ``np.bincount``, so ``v`` is
 written once per column per step.
 
+What a first fit compiles: numba compiles a loop, with everything it calls,
+for the argument types of its first call, and caches the machine code on disk
+(``__pycache__`` beside the module, or ``NUMBA_CACHE_DIR``).  So that a cold
+first fit compiles only what it runs, the backend calls the loop for the
+case at hand (one row per batch, or a batch; rows from the epoch's order, or
+drawn by the sampler; with or without the batch-optimal bias), each a
+specialisation of one source (a factory whose flags are closure constants:
+numba prunes the branches they rule out before typing).  The small helpers
+of the loops stay ``inline="always"``: without it numba compiles each once
+(half the compilation), but LLVM then leaves the per-row helpers as calls,
+with reference counting around each.  :class:`CompilationNotice` says when a
+loop is about to be compiled rather than loaded, and what that costs
+(BENCHMARKS.md, "One-off compilation", measured by
+``benchmarks/bench_compile.py``).
+
 numba is a dependency of every install (``backend="auto"`` picks this backend
 when no GPU is present); where it cannot be imported, building this backend
 raises an ImportError that says what to install.
@@ -1290,8 +1305,8 @@ class CompilationNotice(UserWarning):
 _announced: set = set()
 
 #: what the notice says a cold first fit compiles for (BENCHMARKS.md, "One-off compilation":
-#: the CPU seconds numba spends on a path's first fit with an empty cache, 2 cores)
-COMPILE_SECONDS = "2-6 s"
+#: the CPU seconds numba spent on each path's first fit with an empty cache)
+COMPILE_SECONDS = "3-7 s"
 
 
 def _call_loop(dispatcher, *args):
@@ -1328,8 +1343,9 @@ def _announce_compilation(dispatcher, args) -> None:
     except Exception:                 # noqa: BLE001  another numba: say nothing rather than guess
         return
     warnings.warn(f"gpusvm: compiling the CPU loops of this solver for {args[2].dtype} data, "
-                  f"once (about {COMPILE_SECONDS} of CPU on 2 cores, more on a busy machine); "
-                  "numba caches them on disk for later runs", CompilationNotice, stacklevel=5)
+                  f"once: about {COMPILE_SECONDS} of CPU time (longer in wall time when other "
+                  "work shares the cores); numba caches them on disk for later runs",
+                  CompilationNotice, stacklevel=5)
 
 
 @functools.lru_cache(maxsize=None)
