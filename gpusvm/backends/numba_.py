@@ -602,34 +602,43 @@ if numba is not None:
     #: the one-row Pegasos loop by ``by_epoch`` (``"epoch"`` sampling)
     _PEGASOS_LOOP_SINGLE = {by: _make_pegasos_loop_single(by) for by in (False, True)}
 
-    @njit(cache=True)
-    def _pegasos_loop(indptr, indices, data, y, v, u, use_u, s, smp, ring, ringf, ringh, rk,
-                      ecache, stamp, order, table, t0, t1, lam, k, schedule, eta0, norma_p, unreg_bias,
-                      optimal, radius, averaged, t_avg, renorm, canonical, prefetch_v, m, coef,
-                      acc, mark, touched):
-        """Iterations ``t0 + 1 .. t1``: the loop of the Pegasos solver, batches drawn in place.
+    def _make_pegasos_loop(optimal):
+        """:func:`_pegasos_loop` compiled with or without the batch-optimal bias (``optimal``):
+        a fit without it compiles no sort."""
 
-        Batches of one row of a canonical CSR without the optimal bias run
-        :func:`_pegasos_loop_single` instead (the caller picks, so that a fit
-        compiles only the loop it runs).
-        """
-        single = canonical and k == 1
-        _fill_ring(smp, t0, ring, ringf, ringh, rk, ecache, stamp)
-        for t in range(t0 + 1, t1 + 1):
-            _draw_ahead(indptr, indices, data, v, smp, t - 1, ring, ringf, ringh, rk, ecache,
-                        stamp, prefetch_v)
-            rows = ring[(t - 1) % (PREFETCH_DISTANCE + 1)]                    # A_t
-            _margins(indptr, indices, data, y, v, s[S_A], s[S_B], rows, m)    # step 2
-            if optimal:
-                _optimal_bias(y, rows, m, s)                                  # Sec. 4, b*
-            eta, shrink = _step_size(schedule, t, lam, eta0, norma_p)         # step 3
-            if shrink == 0.0:
-                _reset_scale(v, u, use_u, s)
-                shrink = 1.0
-            _pegasos_step(indptr, indices, data, y, v, u, use_u, s, rows, m, coef, eta,   # 4-5
-                          shrink, k, unreg_bias, radius, averaged and t >= t_avg, single,
-                          acc, mark, touched)
-            _renormalize(v, u, use_u, s, renorm)
+        @njit(cache=True)
+        def _pegasos_loop(indptr, indices, data, y, v, u, use_u, s, smp, ring, ringf, ringh, rk,
+                          ecache, stamp, order, table, t0, t1, lam, k, schedule, eta0, norma_p,
+                          unreg_bias, radius, averaged, t_avg, renorm, canonical, prefetch_v, m,
+                          coef, acc, mark, touched):
+            """Iterations ``t0 + 1 .. t1``: the loop of the Pegasos solver, batches drawn in place.
+
+            Batches of one row of a canonical CSR without the optimal bias run
+            :func:`_pegasos_loop_single` instead (the caller picks, so that a fit
+            compiles only the loop it runs).
+            """
+            single = canonical and k == 1
+            _fill_ring(smp, t0, ring, ringf, ringh, rk, ecache, stamp)
+            for t in range(t0 + 1, t1 + 1):
+                _draw_ahead(indptr, indices, data, v, smp, t - 1, ring, ringf, ringh, rk, ecache,
+                            stamp, prefetch_v)
+                rows = ring[(t - 1) % (PREFETCH_DISTANCE + 1)]                    # A_t
+                _margins(indptr, indices, data, y, v, s[S_A], s[S_B], rows, m)    # step 2
+                if optimal:
+                    _optimal_bias(y, rows, m, s)                                  # Sec. 4, b*
+                eta, shrink = _step_size(schedule, t, lam, eta0, norma_p)         # step 3
+                if shrink == 0.0:
+                    _reset_scale(v, u, use_u, s)
+                    shrink = 1.0
+                _pegasos_step(indptr, indices, data, y, v, u, use_u, s, rows, m, coef, eta,   # 4-5
+                              shrink, k, unreg_bias, radius, averaged and t >= t_avg, single,
+                              acc, mark, touched)
+                _renormalize(v, u, use_u, s, renorm)
+
+        return _pegasos_loop
+
+    #: the Pegasos loop for batches, by ``optimal`` (the batch-optimal bias)
+    _PEGASOS_LOOP = {opt: _make_pegasos_loop(opt) for opt in (False, True)}
 
     # ------------------------------------------------------------------ SDCA
     @njit(cache=True, inline="always")
@@ -1062,11 +1071,11 @@ class NumbaBackend(NumpyBackend):
                        float(p.radius), bool(p.averaged), int(p.t_avg),
                        float(p.renorm_threshold), self._nb_prefetch_v)
             return
-        _call_loop(_pegasos_loop, *self._nb_csr(), self.y, self.v, u, use_u, self.s, *smp,
-                   int(t0), int(t1), float(p.lam), int(p.k), SCHEDULE_CODES[p.schedule],
-                   float(p.eta0 or 0.0), float(p.norma_p), bool(p.unreg_bias), bool(p.optimal),
-                   float(p.radius), bool(p.averaged), int(p.t_avg), float(p.renorm_threshold),
-                   self._nb_canonical, self._nb_prefetch_v, m, coef, *self._nb_scratch(p.k))
+        _call_loop(_PEGASOS_LOOP[bool(p.optimal)], *self._nb_csr(), self.y, self.v, u, use_u,
+                   self.s, *smp, int(t0), int(t1), float(p.lam), int(p.k),
+                   SCHEDULE_CODES[p.schedule], float(p.eta0 or 0.0), float(p.norma_p),
+                   bool(p.unreg_bias), float(p.radius), bool(p.averaged), int(p.t_avg),
+                   float(p.renorm_threshold), self._nb_canonical, self._nb_prefetch_v, m, coef, *self._nb_scratch(p.k))
 
     # ------------------------------------------------------------ evaluation
     def decision_function(self, w, b) -> np.ndarray:
