@@ -16,7 +16,8 @@ from gpusvm import PegasosSVC  # noqa: E402
 from gpusvm import backends  # noqa: E402
 from gpusvm.backends import make_backend, resolve_backend_name  # noqa: E402
 from gpusvm.backends._state import S_NREJ  # noqa: E402
-from gpusvm.backends.numba_ import NUMBA_MISSING, NumbaBackend  # noqa: E402
+from gpusvm.backends import numba_  # noqa: E402
+from gpusvm.backends.numba_ import NUMBA_MISSING, CompilationNotice, NumbaBackend  # noqa: E402
 from gpusvm.backends.numpy_ import NumpyBackend  # noqa: E402
 from gpusvm.estimators_sdca import SDCASVC  # noqa: E402
 from gpusvm.solvers.pegasos import pegasos, segment_length  # noqa: E402
@@ -327,3 +328,46 @@ def test_rejections_slot_is_kept_in_the_state(rcv1_64):
     res = sdca(be, lam=LAM, b=256, max_iter=40, variant="aggressive", tol=0.0, seed=1,
                sigma2=1.0 / X.shape[0])
     assert res.extra["n_rejected"] == int(be.s[S_NREJ]) > 0
+
+
+_TINY_LOOP = """
+from numba import njit
+
+
+@njit(cache=True)
+def tiny_loop(indptr, indices, data):
+    acc = 0.0
+    for p in range(data.size):
+        acc += data[p]
+    return acc
+"""
+
+
+def test_compile_notice_fires_exactly_when_numba_compiles(tmp_path, monkeypatch):
+    """The notice says so when a call has no entry in numba's cache (a cold cache, or another
+    dtype beside a cached one, whose index file already exists), names the dtype, and says
+    nothing when the call's machine code is loaded from the cache (as in a later process)."""
+    (tmp_path / "gpusvm_tiny_loop.py").write_text(_TINY_LOOP)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(numba_, "_announced", set())
+    import importlib  # noqa: PLC0415
+
+    ip = np.array([0, 1], dtype=np.int32)
+    ix = np.array([0], dtype=np.int32)
+    try:
+        mod = importlib.import_module("gpusvm_tiny_loop")
+        with pytest.warns(CompilationNotice, match=r"compiling the CPU loops of this solver for "
+                          r"float32 data, once: about \d+-\d+ s of CPU time"):
+            assert numba_._call_loop(mod.tiny_loop, ip, ix, np.ones(1, np.float32)) == 1.0
+        old = mod.tiny_loop                 # kept alive, so that its id is not reused
+        fresh = importlib.reload(mod).tiny_loop
+        assert fresh is not old
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", CompilationNotice)
+            assert numba_._call_loop(fresh, ip, ix, np.full(1, 2.0, np.float32)) == 2.0
+        assert sum(fresh.stats.cache_hits.values()) == 1 and not fresh.stats.cache_misses
+        with pytest.warns(CompilationNotice, match="for float64 data"):
+            assert numba_._call_loop(fresh, ip, ix, np.ones(1)) == 1.0
+        assert sum(fresh.stats.cache_misses.values()) == 1
+    finally:
+        sys.modules.pop("gpusvm_tiny_loop", None)

@@ -353,51 +353,63 @@ def _pegasos_step_m(indptr, indices, data, Y, sw, weighted, V, U, use_u, sm, row
             sm[S_BSUM, c] += sm[S_B, c]
 
 
-@njit(cache=True, nogil=True)
-def pegasos_loop_m(indptr, indices, data, Y, sw, weighted, V, U, use_u, sm, smp, ring, ringf,
-                   ringh, rk, ecache, stamp, order, table, t0, t1, lam, k, schedule, eta0,
-                   norma_p, unreg_bias, optimal, radius, averaged, t_avg, renorm, squared,
-                   canonical, m, coef, slot, acc, touched, wk, tmp, vflat, yb, sc, bp, wt):
-    """Iterations ``t0 + 1 .. t1`` of Pegasos on the general path, batches drawn in place
-    (``GeneralPath.pegasos_segment_m``).  ``order`` and ``table``: the epoch order's arrays
-    when the backend made them (``"epoch"`` sampling of one row per batch), from which the
-    rows are read as the binary loop reads them (the same rows, a quarter of the sampler's
-    cost), else empty."""
-    single = canonical and k == 1
-    z = np.empty(V.shape[1])                  # a row's dot products (_margins_m)
-    by_epoch = single and order.size > 0
-    n = smp[1]
-    e, q = 0, 0
-    if by_epoch:
-        e, q = epoch_position(t0, n, smp, rk, ecache, table, order)  # batch t0 (b = 1)
-    else:
-        _fill_ring(smp, t0, ring, ringf, ringh, rk, ecache, stamp)
-    for t in range(t0 + 1, t1 + 1):
-        if by_epoch:
-            if q + ORDER_PREFETCH < n:
-                _prefetch_row(indptr, indices, data, order[q + ORDER_PREFETCH])
-            if q + 1 < n:
-                _prefetch_v_m(indptr, indices, vflat, V.shape[1], order[q + 1:q + 2])
-            rows = ring[0]                    # a copy: the next epoch's order overwrites order
-            rows[0] = order[q]                                                # step 1: A_t
-            e, q = epoch_advance(e, q, n, smp, rk, ecache, table, order)
-        else:
-            _draw_ahead(indptr, indices, data, vflat, smp, t - 1, ring, ringf, ringh, rk,
-                        ecache, stamp, False)
-            _prefetch_v_m(indptr, indices, vflat, V.shape[1], ring[t % (PREFETCH_DISTANCE + 1)])
-            rows = ring[(t - 1) % (PREFETCH_DISTANCE + 1)]                    # step 1: A_t
-        _margins_m(indptr, indices, data, Y, V, sm, rows, m, z)               # step 2
-        if optimal:
-            _optimal_bias_m(Y, sw, weighted, rows, m, sm, yb, sc, bp, wt)     # Sec. 4
-        eta, shrink = _step_size(schedule, t, lam, eta0, norma_p)             # step 3
-        if shrink == 0.0:
-            _reset_scale_m(V, U, use_u, sm)
-            shrink = 1.0
-        _pegasos_step_m(indptr, indices, data, Y, sw, weighted, V, U, use_u, sm, rows, m, coef,
-                        eta, shrink, k, unreg_bias, radius, averaged and t >= t_avg, squared,
-                        single, slot, acc, touched, wk)                       # steps 4-5
-        _renormalize_m(V, U, use_u, sm, renorm, tmp)
+def _make_pegasos_loop_m(by_epoch, optimal):
+    """:func:`pegasos_loop_m` compiled for rows read from the epoch's order (``by_epoch``:
+    one-row batches of ``"epoch"`` sampling on a canonical CSR) or drawn by the sampler, with
+    or without the batch-optimal bias (``optimal``): each fit compiles only what it runs."""
 
+    @njit(cache=True, nogil=True)
+    def pegasos_loop_m(indptr, indices, data, Y, sw, weighted, V, U, use_u, sm, smp, ring, ringf,
+                       ringh, rk, ecache, stamp, order, table, t0, t1, lam, k, schedule, eta0,
+                       norma_p, unreg_bias, radius, averaged, t_avg, renorm, squared,
+                       canonical, m, coef, slot, acc, touched, wk, tmp, vflat, yb, sc, bp, wt):
+        """Iterations ``t0 + 1 .. t1`` of Pegasos on the general path, batches drawn in place
+        (``GeneralPath.pegasos_segment_m``).  ``order`` and ``table``: the epoch order's arrays
+        when the backend made them (``"epoch"`` sampling of one row per batch), from which the
+        rows are read as the binary loop reads them (the same rows, a quarter of the sampler's
+        cost), else empty."""
+        single = True if by_epoch else (canonical and k == 1)   # (a constant when by_epoch)
+        z = np.empty(V.shape[1])                  # a row's dot products (_margins_m)
+        n = smp[1]
+        e, q = 0, 0
+        if by_epoch:
+            e, q = epoch_position(t0, n, smp, rk, ecache, table, order)  # batch t0 (b = 1)
+        else:
+            _fill_ring(smp, t0, ring, ringf, ringh, rk, ecache, stamp)
+        for t in range(t0 + 1, t1 + 1):
+            if by_epoch:
+                if q + ORDER_PREFETCH < n:
+                    _prefetch_row(indptr, indices, data, order[q + ORDER_PREFETCH])
+                if q + 1 < n:
+                    _prefetch_v_m(indptr, indices, vflat, V.shape[1], order[q + 1:q + 2])
+                rows = ring[0]                    # a copy: the next epoch's order overwrites order
+                rows[0] = order[q]                                                # step 1: A_t
+                e, q = epoch_advance(e, q, n, smp, rk, ecache, table, order)
+            else:
+                _draw_ahead(indptr, indices, data, vflat, smp, t - 1, ring, ringf, ringh, rk,
+                            ecache, stamp, False)
+                _prefetch_v_m(indptr, indices, vflat, V.shape[1],
+                              ring[t % (PREFETCH_DISTANCE + 1)])
+                rows = ring[(t - 1) % (PREFETCH_DISTANCE + 1)]                    # step 1: A_t
+            _margins_m(indptr, indices, data, Y, V, sm, rows, m, z)               # step 2
+            if optimal:
+                _optimal_bias_m(Y, sw, weighted, rows, m, sm, yb, sc, bp, wt)     # Sec. 4
+            eta, shrink = _step_size(schedule, t, lam, eta0, norma_p)             # step 3
+            if shrink == 0.0:
+                _reset_scale_m(V, U, use_u, sm)
+                shrink = 1.0
+            _pegasos_step_m(indptr, indices, data, Y, sw, weighted, V, U, use_u, sm, rows, m, coef,
+                            eta, shrink, k, unreg_bias, radius, averaged and t >= t_avg, squared,
+                            single, slot, acc, touched, wk)                       # steps 4-5
+            _renormalize_m(V, U, use_u, sm, renorm, tmp)
+
+    return pegasos_loop_m
+
+
+#: the Pegasos loop of the general path by ``(by_epoch, optimal)``: rows in the epoch's order
+#: (``"epoch"`` sampling, one row a batch), batch-optimal bias
+PEGASOS_LOOP_M = {(by, opt): _make_pegasos_loop_m(by, opt)
+                  for by in (False, True) for opt in (False, True)}
 
 # ---------------------------------------------------------------------- SDCA
 @njit(cache=True, inline="always")
@@ -565,15 +577,16 @@ def _sdca_row_m(indptr, indices, data, Y, sw, weighted, V, sm, alpha, inv_q, row
         sm[S_ASUMD, c] += wk[W_ANEW, qc]
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _sdca_epochs_single_m(indptr, indices, data, Y, sw, weighted, V, sm, alpha, inv_q, row_sq,
                           smp, rk, ecache, order, table, t0, t1, lam, n, squared, touched, wk,
-                          z, vflat, aflat, yflat):
+                          vflat, aflat, yflat):
     """:func:`sdca_loop_m`'s safe/naive steps on one-row batches of ``"epoch"`` sampling, the
     rows read from the epoch's order (:func:`gpusvm.backends._counter_nb.epoch_order`, as the
     binary loop reads them) instead of drawn one at a time: the same rows in the same order,
     at about a quarter of the sampler's cost (25 ns a row against 100 on a9a)."""
     M = V.shape[1]
+    z = np.empty(M)                           # a row's dot products (_margins_m)
     e, q = epoch_position(t0, n, smp, rk, ecache, table, order)     # batch t0 (b = 1)
     for _ in range(t0, t1):
         qa = q + ORDER_PREFETCH
@@ -597,15 +610,13 @@ def sdca_loop_m(indptr, indices, data, Y, sw, weighted, V, sm, alpha, inv_q, row
     place (``GeneralPath.sdca_segment_m``; ``vflat``, ``aflat`` and ``yflat`` are ``V``,
     ``alpha`` and ``Y`` flattened by the caller, for the prefetches: flattening them here
     costs seconds of compilation).  ``order`` and ``table``: the epoch order's arrays when
-    the backend made them (``"epoch"`` sampling of one row per batch), else empty."""
+    the backend made them (``"epoch"`` sampling of one row per batch), else empty.  The safe
+    and naive steps on one row at a time of ``"epoch"`` sampling run
+    :func:`_sdca_epochs_single_m` instead (the caller picks, so that a fit compiles only the
+    loop it runs)."""
     single = canonical and smp[2] == 1
     lamn = lam * n
     z = np.empty(V.shape[1])                  # a row's dot products (_margins_m)
-    if single and not aggressive and order.size > 0:
-        _sdca_epochs_single_m(indptr, indices, data, Y, sw, weighted, V, sm, alpha, inv_q,
-                              row_sq, smp, rk, ecache, order, table, t0, t1, lam, n, squared,
-                              touched, wk, z, vflat, aflat, yflat)
-        return
     _fill_ring(smp, t0, ring, ringf, ringh, rk, ecache, stamp)
     for bt in range(t0, t1):
         _draw_ahead(indptr, indices, data, vflat, smp, bt, ring, ringf, ringh, rk, ecache,

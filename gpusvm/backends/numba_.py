@@ -47,6 +47,21 @@ column in a float64 scratch vector (``acc``, with the list of touched columns)
 exactly like the reference's ``np.unique`` + ``np.bincount``, so ``v`` is
 written once per column per step.
 
+What a first fit compiles: numba compiles a loop, with everything it calls,
+for the argument types of its first call, and caches the machine code on disk
+(``__pycache__`` beside the module, or ``NUMBA_CACHE_DIR``).  So that a cold
+first fit compiles only what it runs, the backend calls the loop for the
+case at hand (one row per batch, or a batch; rows from the epoch's order, or
+drawn by the sampler; with or without the batch-optimal bias), each a
+specialisation of one source (a factory whose flags are closure constants:
+numba prunes the branches they rule out before typing).  The small helpers
+of the loops stay ``inline="always"``: without it numba compiles each once
+(half the compilation), but LLVM then leaves the per-row helpers as calls,
+with reference counting around each.  :class:`CompilationNotice` says when a
+loop is about to be compiled rather than loaded, and what that costs
+(BENCHMARKS.md, "One-off compilation", measured by
+``benchmarks/bench_compile.py``).
+
 numba is a dependency of every install (``backend="auto"`` picks this backend
 when no GPU is present); where it cannot be imported, building this backend
 raises an ImportError that says what to install.
@@ -489,123 +504,141 @@ if numba is not None:
             s[S_ASUM] = 0.0
             s[S_A] = 1.0
 
-    @njit(cache=True)
-    def _pegasos_loop_single(indptr, indices, data, y, v, u, use_u, s, smp, ring, ringf, ringh,
-                             rk, ecache, stamp, order, table, t0, t1, lam, k, schedule, eta0,
-                             norma_p,
-                             unreg_bias, radius, averaged, t_avg, renorm, prefetch_v):
-        """:func:`_pegasos_loop` for batches of one row of a canonical CSR (no optimal bias).
+    def _make_pegasos_loop_single(by_epoch):
+        """:func:`_pegasos_loop_single` compiled for rows read from the epoch's order
+        (``by_epoch``) or drawn by the sampler: each fit compiles only the branch it runs."""
 
-        The operations of :func:`_margins`, :func:`_pegasos_step` and
-        :func:`_renormalize` with ``rows.size == 1``, in the same order (so
-        bitwise the same iterates), with scalars instead of one-element arrays, and
-        the scalars of ``s`` held in locals for the whole segment (written back
-        around the rare calls that read them, and at the end).
-        """
-        sa = s[S_A]
-        sb = s[S_B]
-        vsq = s[S_VSQ]
-        asum = s[S_ASUM]
-        navg = s[S_NAVG]
-        bsum = s[S_BSUM]
-        nact = s[S_NACT]
-        loss = s[S_LOSS]
-        dnorm = s[S_DNORM]
-        yact = s[S_YACT]
-        n = indptr.size - 1
-        by_epoch = order.size > 0                     # "epoch": the epoch's rows drawn at once
-        e, q = 0, 0
-        if by_epoch:                                  # epoch and position of batch t0 (k = 1)
-            e, q = _nb_epoch_position(t0, n, smp, rk, ecache, table, order)
-        else:
-            _fill_ring(smp, t0, ring, ringf, ringh, rk, ecache, stamp)
-        for t in range(t0 + 1, t1 + 1):
-            if by_epoch:
-                _order_ahead(indptr, indices, data, v, order, q, n, prefetch_v)
-                if q + ORDER_PREFETCH < n:
-                    _prefetch(y, order[q + ORDER_PREFETCH])
-                r = order[q]                                                  # A_t = {r}
-                e, q = _nb_epoch_advance(e, q, n, smp, rk, ecache, table, order)
+        @njit(cache=True)
+        def _pegasos_loop_single(indptr, indices, data, y, v, u, use_u, s, smp, ring, ringf, ringh,
+                                 rk, ecache, stamp, order, table, t0, t1, lam, k, schedule, eta0,
+                                 norma_p,
+                                 unreg_bias, radius, averaged, t_avg, renorm, prefetch_v):
+            """:func:`_pegasos_loop` for batches of one row of a canonical CSR (no optimal bias).
+
+            The operations of :func:`_margins`, :func:`_pegasos_step` and
+            :func:`_renormalize` with ``rows.size == 1``, in the same order (so
+            bitwise the same iterates), with scalars instead of one-element arrays, and
+            the scalars of ``s`` held in locals for the whole segment (written back
+            around the rare calls that read them, and at the end).
+            """
+            sa = s[S_A]
+            sb = s[S_B]
+            vsq = s[S_VSQ]
+            asum = s[S_ASUM]
+            navg = s[S_NAVG]
+            bsum = s[S_BSUM]
+            nact = s[S_NACT]
+            loss = s[S_LOSS]
+            dnorm = s[S_DNORM]
+            yact = s[S_YACT]
+            n = indptr.size - 1
+            e, q = 0, 0
+            if by_epoch:                                  # epoch and position of batch t0 (k = 1)
+                e, q = _nb_epoch_position(t0, n, smp, rk, ecache, table, order)
             else:
+                _fill_ring(smp, t0, ring, ringf, ringh, rk, ecache, stamp)
+            for t in range(t0 + 1, t1 + 1):
+                if by_epoch:
+                    _order_ahead(indptr, indices, data, v, order, q, n, prefetch_v)
+                    if q + ORDER_PREFETCH < n:
+                        _prefetch(y, order[q + ORDER_PREFETCH])
+                    r = order[q]                                                  # A_t = {r}
+                    e, q = _nb_epoch_advance(e, q, n, smp, rk, ecache, table, order)
+                else:
+                    _draw_ahead(indptr, indices, data, v, smp, t - 1, ring, ringf, ringh, rk, ecache,
+                                stamp, prefetch_v)
+                    r = ring[(t - 1) % (PREFETCH_DISTANCE + 1), 0]                # A_t = {r}
+                yi = np.float64(y[r])
+                m = yi * (sa * _row_dot(indptr, indices, data, v, r) + sb)       # step 2
+                eta, shrink = _step_size(schedule, t, lam, eta0, norma_p)         # step 3
+                if shrink == 0.0:
+                    s[S_ASUM] = asum
+                    _reset_scale(v, u, use_u, s)
+                    sa = s[S_A]
+                    vsq = s[S_VSQ]
+                    shrink = 1.0
+                a = sa * shrink                                                   # step 4
+                active = m < 1.0
+                nact = 1.0 if active else 0.0
+                loss = 0.0 + max(0.0, 1.0 - m)
+                ci = yi * (eta / (k * a)) if active else 0.0
+                dn = _add_row(indptr, indices, data, v, u, asum, use_u, r, ci)
+                dnorm = dn
+                vsq += dn
+                sa = a
+                if unreg_bias:
+                    yact = (0.0 + yi) if active else 0.0
+                    sb += eta * yact / k
+                if radius > 0.0:                                                  # step 5
+                    wsq = a * a * vsq
+                    if wsq > radius * radius:
+                        sa = a * (radius / np.sqrt(wsq))
+                if averaged and t >= t_avg:
+                    asum += sa
+                    navg += 1.0
+                    bsum += sb
+                if abs(sa) < renorm:                                              # _renormalize
+                    s[S_A] = sa
+                    s[S_VSQ] = vsq
+                    s[S_ASUM] = asum
+                    _renormalize(v, u, use_u, s, renorm)
+                    sa = s[S_A]
+                    vsq = s[S_VSQ]
+                    asum = s[S_ASUM]
+            s[S_A] = sa
+            s[S_B] = sb
+            s[S_VSQ] = vsq
+            s[S_ASUM] = asum
+            s[S_NAVG] = navg
+            s[S_BSUM] = bsum
+            s[S_NACT] = nact
+            s[S_LOSS] = loss
+            s[S_DNORM] = dnorm
+            s[S_YACT] = yact
+
+
+        return _pegasos_loop_single
+
+    #: the one-row Pegasos loop by ``by_epoch`` (``"epoch"`` sampling)
+    _PEGASOS_LOOP_SINGLE = {by: _make_pegasos_loop_single(by) for by in (False, True)}
+
+    def _make_pegasos_loop(optimal):
+        """:func:`_pegasos_loop` compiled with or without the batch-optimal bias (``optimal``):
+        a fit without it compiles no sort."""
+
+        @njit(cache=True)
+        def _pegasos_loop(indptr, indices, data, y, v, u, use_u, s, smp, ring, ringf, ringh, rk,
+                          ecache, stamp, order, table, t0, t1, lam, k, schedule, eta0, norma_p,
+                          unreg_bias, radius, averaged, t_avg, renorm, canonical, prefetch_v, m,
+                          coef, acc, mark, touched):
+            """Iterations ``t0 + 1 .. t1``: the loop of the Pegasos solver, batches drawn in place.
+
+            Batches of one row of a canonical CSR without the optimal bias run
+            :func:`_pegasos_loop_single` instead (the caller picks, so that a fit
+            compiles only the loop it runs).
+            """
+            single = canonical and k == 1
+            _fill_ring(smp, t0, ring, ringf, ringh, rk, ecache, stamp)
+            for t in range(t0 + 1, t1 + 1):
                 _draw_ahead(indptr, indices, data, v, smp, t - 1, ring, ringf, ringh, rk, ecache,
                             stamp, prefetch_v)
-                r = ring[(t - 1) % (PREFETCH_DISTANCE + 1), 0]                # A_t = {r}
-            yi = np.float64(y[r])
-            m = yi * (sa * _row_dot(indptr, indices, data, v, r) + sb)       # step 2
-            eta, shrink = _step_size(schedule, t, lam, eta0, norma_p)         # step 3
-            if shrink == 0.0:
-                s[S_ASUM] = asum
-                _reset_scale(v, u, use_u, s)
-                sa = s[S_A]
-                vsq = s[S_VSQ]
-                shrink = 1.0
-            a = sa * shrink                                                   # step 4
-            active = m < 1.0
-            nact = 1.0 if active else 0.0
-            loss = 0.0 + max(0.0, 1.0 - m)
-            ci = yi * (eta / (k * a)) if active else 0.0
-            dn = _add_row(indptr, indices, data, v, u, asum, use_u, r, ci)
-            dnorm = dn
-            vsq += dn
-            sa = a
-            if unreg_bias:
-                yact = (0.0 + yi) if active else 0.0
-                sb += eta * yact / k
-            if radius > 0.0:                                                  # step 5
-                wsq = a * a * vsq
-                if wsq > radius * radius:
-                    sa = a * (radius / np.sqrt(wsq))
-            if averaged and t >= t_avg:
-                asum += sa
-                navg += 1.0
-                bsum += sb
-            if abs(sa) < renorm:                                              # _renormalize
-                s[S_A] = sa
-                s[S_VSQ] = vsq
-                s[S_ASUM] = asum
+                rows = ring[(t - 1) % (PREFETCH_DISTANCE + 1)]                    # A_t
+                _margins(indptr, indices, data, y, v, s[S_A], s[S_B], rows, m)    # step 2
+                if optimal:
+                    _optimal_bias(y, rows, m, s)                                  # Sec. 4, b*
+                eta, shrink = _step_size(schedule, t, lam, eta0, norma_p)         # step 3
+                if shrink == 0.0:
+                    _reset_scale(v, u, use_u, s)
+                    shrink = 1.0
+                _pegasos_step(indptr, indices, data, y, v, u, use_u, s, rows, m, coef, eta,   # 4-5
+                              shrink, k, unreg_bias, radius, averaged and t >= t_avg, single,
+                              acc, mark, touched)
                 _renormalize(v, u, use_u, s, renorm)
-                sa = s[S_A]
-                vsq = s[S_VSQ]
-                asum = s[S_ASUM]
-        s[S_A] = sa
-        s[S_B] = sb
-        s[S_VSQ] = vsq
-        s[S_ASUM] = asum
-        s[S_NAVG] = navg
-        s[S_BSUM] = bsum
-        s[S_NACT] = nact
-        s[S_LOSS] = loss
-        s[S_DNORM] = dnorm
-        s[S_YACT] = yact
 
-    @njit(cache=True)
-    def _pegasos_loop(indptr, indices, data, y, v, u, use_u, s, smp, ring, ringf, ringh, rk,
-                      ecache, stamp, order, table, t0, t1, lam, k, schedule, eta0, norma_p, unreg_bias,
-                      optimal, radius, averaged, t_avg, renorm, canonical, prefetch_v, m, coef,
-                      acc, mark, touched):
-        """Iterations ``t0 + 1 .. t1``: the loop of the Pegasos solver, batches drawn in place."""
-        single = canonical and k == 1
-        if single and not optimal:
-            _pegasos_loop_single(indptr, indices, data, y, v, u, use_u, s, smp, ring, ringf,
-                                 ringh, rk, ecache, stamp, order, table, t0, t1, lam, k, schedule, eta0,
-                                 norma_p, unreg_bias, radius, averaged, t_avg, renorm, prefetch_v)
-            return
-        _fill_ring(smp, t0, ring, ringf, ringh, rk, ecache, stamp)
-        for t in range(t0 + 1, t1 + 1):
-            _draw_ahead(indptr, indices, data, v, smp, t - 1, ring, ringf, ringh, rk, ecache,
-                        stamp, prefetch_v)
-            rows = ring[(t - 1) % (PREFETCH_DISTANCE + 1)]                    # A_t
-            _margins(indptr, indices, data, y, v, s[S_A], s[S_B], rows, m)    # step 2
-            if optimal:
-                _optimal_bias(y, rows, m, s)                                  # Sec. 4, b*
-            eta, shrink = _step_size(schedule, t, lam, eta0, norma_p)         # step 3
-            if shrink == 0.0:
-                _reset_scale(v, u, use_u, s)
-                shrink = 1.0
-            _pegasos_step(indptr, indices, data, y, v, u, use_u, s, rows, m, coef, eta,   # 4-5
-                          shrink, k, unreg_bias, radius, averaged and t >= t_avg, single,
-                          acc, mark, touched)
-            _renormalize(v, u, use_u, s, renorm)
+        return _pegasos_loop
+
+    #: the Pegasos loop for batches, by ``optimal`` (the batch-optimal bias)
+    _PEGASOS_LOOP = {opt: _make_pegasos_loop(opt) for opt in (False, True)}
 
     # ------------------------------------------------------------------ SDCA
     @njit(cache=True, inline="always")
@@ -716,116 +749,122 @@ if numba is not None:
         shr[2] = -np.inf
         shr[3] = np.inf
 
-    @njit(cache=True)
-    def _sdca_loop_single(indptr, indices, data, y, y64, v, s, alpha, inv_q, row_sq, smp, ring,
-                          ringf, ringh, rk, ecache, stamp, order, table, t0, t1, lam, n, beta_b,
-                          theta, aggressive, eps, prefetch_v, no_u, shrinking, active, shr):
-        """:func:`_sdca_loop` for batches of one row of a canonical CSR, with scalars for arrays.
+    def _make_sdca_loop_single(by_epoch):
+        """:func:`_sdca_loop_single` compiled for rows read from the epoch's order
+        (``by_epoch``) or drawn by the sampler: each fit compiles only the branch it runs."""
 
-        The same operations in the same order as :func:`_margins`,
-        :func:`_sdca_deltas`, :func:`_sdca_adapt_beta` and :func:`_sdca_apply`
-        with ``rows.size == 1`` (so bitwise the same iterates), without their
-        per-iteration array bookkeeping, which costs more than the arithmetic
-        of a 100-400-nonzero row.  A batch of one row never repeats a row.
-        With ``shrinking``, LIBLINEAR's active set as in
-        ``NumpyBackend._sdca_segment_shrinking``.
-        """
-        # the scalars of s live in registers for the whole segment: a and b never change
-        # inside it, beta only in Alg. 2's branch; the sums run in the same order as s[...] += ...
-        a = s[S_A]
-        b = s[S_B]
-        c = lam * n / s[S_BETA]                                               # eq. (15) factor
-        g = 1.0 / (lam * n * a)                                               # w step factor
-        vsq = s[S_VSQ]
-        asumd = s[S_ASUMD]
-        nrej = s[S_NREJ]
-        by_epoch = order.size > 0                     # "epoch": the epoch's rows drawn at once
-        e = t0 // n                                   # epoch and position of batch t0 (b = 1)
-        q = t0 - e * n
-        if by_epoch:
-            if ecache[2] != e:
-                _nb_epoch_order(n, smp[3], smp[4], smp[5], e, rk, ecache, table, order)
-        else:
-            _fill_ring(smp, t0, ring, ringf, ringh, rk, ecache, stamp)
-        for bt in range(t0, t1):
+        @njit(cache=True)
+        def _sdca_loop_single(indptr, indices, data, y, y64, v, s, alpha, inv_q, row_sq, smp, ring,
+                              ringf, ringh, rk, ecache, stamp, order, table, t0, t1, lam, n, beta_b,
+                              theta, aggressive, eps, prefetch_v, no_u, shrinking, active, shr):
+            """:func:`_sdca_loop` for batches of one row of a canonical CSR, with scalars for arrays.
+
+            The same operations in the same order as :func:`_margins`,
+            :func:`_sdca_deltas`, :func:`_sdca_adapt_beta` and :func:`_sdca_apply`
+            with ``rows.size == 1`` (so bitwise the same iterates), without their
+            per-iteration array bookkeeping, which costs more than the arithmetic
+            of a 100-400-nonzero row.  A batch of one row never repeats a row.
+            With ``shrinking``, LIBLINEAR's active set as in
+            ``NumpyBackend._sdca_segment_shrinking``.
+            """
+            # the scalars of s live in registers for the whole segment: a and b never change
+            # inside it, beta only in Alg. 2's branch; the sums run in the same order as s[...] += ...
+            a = s[S_A]
+            b = s[S_B]
+            c = lam * n / s[S_BETA]                                               # eq. (15) factor
+            g = 1.0 / (lam * n * a)                                               # w step factor
+            vsq = s[S_VSQ]
+            asumd = s[S_ASUMD]
+            nrej = s[S_NREJ]
+            e = t0 // n                                   # epoch and position of batch t0 (b = 1)
+            q = t0 - e * n
             if by_epoch:
-                if q + ORDER_PREFETCH < n:            # the row ahead, with its own scalars
-                    ra = order[q + ORDER_PREFETCH]
-                    if not shrinking or active[ra]:   # (a shrunk row is only looked at)
-                        _prefetch_row(indptr, indices, data, ra)
-                        _prefetch(alpha, ra)
-                        _prefetch(inv_q, ra)
-                        _prefetch(y, ra)
-                        _prefetch(y64, ra)
-                if prefetch_v and q + 1 < n:
-                    _prefetch_columns(indptr, indices, v, order[q + 1])
-                r = order[q]                                                  # A_t = {r}
-            else:
-                _draw_ahead(indptr, indices, data, v, smp, bt, ring, ringf, ringh, rk, ecache,
-                            stamp, prefetch_v)
-                r = ring[bt % (PREFETCH_DISTANCE + 1), 0]                     # A_t = {r}
-            q += 1
-            epoch_ends = q == n
-            if epoch_ends:
-                e += 1
-                q = 0
-                if by_epoch:
+                if ecache[2] != e:
                     _nb_epoch_order(n, smp[3], smp[4], smp[5], e, rk, ecache, table, order)
-            step = True
-            if shrinking and not active[r]:
-                step = False
-            if step:
-                z = _row_dot(indptr, indices, data, v, r)                     # y_r <w, x_r>
-                m = np.float64(y[r]) * (a * z + b)
-                if shrinking and _shrink_test(alpha, active, shr, r, m):
-                    step = False
-            if step:
-                delta = _clipped_step(alpha[r], c, m, inv_q[r])
-                if aggressive:                                                # Alg. 2
-                    den = 0.0 + delta * delta * row_sq[r]
-                    if den > 0.0:
-                        ci = delta * y64[r]
-                        num = 0.0
-                        for p in range(indptr[r], indptr[r + 1]):
-                            x = data[p] * ci
-                            num += x * x
-                        rho = min(max(num / den, 1.0), beta_b)
-                        s[S_TMP0] = rho
-                        beta = s[S_BETA] ** theta * rho ** (1.0 - theta)
-                        s[S_BETA] = min(max(beta, 1.0), beta_b)
-                        c = lam * n / s[S_BETA]
-                    delta = _clipped_step(alpha[r], c, m, inv_q[r])
-                ci = delta * y64[r] * g                                       # alpha, w step
-                dsum = 0.0 + delta
-                dn = _add_row(indptr, indices, data, v, no_u, 0.0, False, r, ci)
-                s[S_DNORM] = dn
-                if aggressive and _dual_drops(dsum, 0.0 + abs(delta), dn, vsq, a, lam, n, eps):
-                    dn2 = _add_row(indptr, indices, data, v, no_u, 0.0, False, r, -ci)   # undo
-                    vsq += dn + dn2
-                    nrej += 1.0
+            else:
+                _fill_ring(smp, t0, ring, ringf, ringh, rk, ecache, stamp)
+            for bt in range(t0, t1):
+                if by_epoch:
+                    if q + ORDER_PREFETCH < n:            # the row ahead, with its own scalars
+                        ra = order[q + ORDER_PREFETCH]
+                        if not shrinking or active[ra]:   # (a shrunk row is only looked at)
+                            _prefetch_row(indptr, indices, data, ra)
+                            _prefetch(alpha, ra)
+                            _prefetch(inv_q, ra)
+                            _prefetch(y, ra)
+                            _prefetch(y64, ra)
+                    if prefetch_v and q + 1 < n:
+                        _prefetch_columns(indptr, indices, v, order[q + 1])
+                    r = order[q]                                                  # A_t = {r}
                 else:
-                    vsq += dn
-                    alpha[r] += delta
-                    asumd += dsum
-            if shrinking and epoch_ends:
-                _shrink_epoch(active, shr)
-        s[S_VSQ] = vsq
-        s[S_ASUMD] = asumd
-        s[S_NREJ] = nrej
+                    _draw_ahead(indptr, indices, data, v, smp, bt, ring, ringf, ringh, rk, ecache,
+                                stamp, prefetch_v)
+                    r = ring[bt % (PREFETCH_DISTANCE + 1), 0]                     # A_t = {r}
+                q += 1
+                epoch_ends = q == n
+                if epoch_ends:
+                    e += 1
+                    q = 0
+                    if by_epoch:
+                        _nb_epoch_order(n, smp[3], smp[4], smp[5], e, rk, ecache, table, order)
+                step = True
+                if shrinking and not active[r]:
+                    step = False
+                if step:
+                    z = _row_dot(indptr, indices, data, v, r)                     # y_r <w, x_r>
+                    m = np.float64(y[r]) * (a * z + b)
+                    if shrinking and _shrink_test(alpha, active, shr, r, m):
+                        step = False
+                if step:
+                    delta = _clipped_step(alpha[r], c, m, inv_q[r])
+                    if aggressive:                                                # Alg. 2
+                        den = 0.0 + delta * delta * row_sq[r]
+                        if den > 0.0:
+                            ci = delta * y64[r]
+                            num = 0.0
+                            for p in range(indptr[r], indptr[r + 1]):
+                                x = data[p] * ci
+                                num += x * x
+                            rho = min(max(num / den, 1.0), beta_b)
+                            s[S_TMP0] = rho
+                            beta = s[S_BETA] ** theta * rho ** (1.0 - theta)
+                            s[S_BETA] = min(max(beta, 1.0), beta_b)
+                            c = lam * n / s[S_BETA]
+                        delta = _clipped_step(alpha[r], c, m, inv_q[r])
+                    ci = delta * y64[r] * g                                       # alpha, w step
+                    dsum = 0.0 + delta
+                    dn = _add_row(indptr, indices, data, v, no_u, 0.0, False, r, ci)
+                    s[S_DNORM] = dn
+                    if aggressive and _dual_drops(dsum, 0.0 + abs(delta), dn, vsq, a, lam, n, eps):
+                        dn2 = _add_row(indptr, indices, data, v, no_u, 0.0, False, r, -ci)   # undo
+                        vsq += dn + dn2
+                        nrej += 1.0
+                    else:
+                        vsq += dn
+                        alpha[r] += delta
+                        asumd += dsum
+                if shrinking and epoch_ends:
+                    _shrink_epoch(active, shr)
+            s[S_VSQ] = vsq
+            s[S_ASUMD] = asumd
+            s[S_NREJ] = nrej
+
+        return _sdca_loop_single
+
+    #: the one-row SDCA loop by ``by_epoch`` (``"epoch"`` sampling)
+    _SDCA_LOOP_SINGLE = {by: _make_sdca_loop_single(by) for by in (False, True)}
 
     @njit(cache=True)
     def _sdca_loop(indptr, indices, data, y, y64, v, s, alpha, inv_q, row_sq, smp, ring, ringf,
                    ringh, rk, ecache, stamp, order, table, t0, t1, lam, n, beta_b, theta, aggressive,
                    canonical, eps, prefetch_v, m, delta, coef, no_u, acc, mark, touched,
                    shrinking, active, shr):
-        """Iterations ``t0 + 1 .. t1``: the loop of the SDCA solver, batches drawn in place."""
+        """Iterations ``t0 + 1 .. t1``: the loop of the SDCA solver, batches drawn in place.
+
+        Batches of one row of a canonical CSR run :func:`_sdca_loop_single`
+        instead (the caller picks, so that a fit compiles only the loop it runs).
+        """
         single = canonical and smp[2] == 1
-        if single:
-            _sdca_loop_single(indptr, indices, data, y, y64, v, s, alpha, inv_q, row_sq, smp,
-                              ring, ringf, ringh, rk, ecache, stamp, order, table, t0, t1, lam,
-                              n, beta_b,
-                              theta, aggressive, eps, prefetch_v, no_u, shrinking, active, shr)
-            return
         _fill_ring(smp, t0, ring, ringf, ringh, rk, ecache, stamp)
         for bt in range(t0, t1):
             _draw_ahead(indptr, indices, data, v, smp, bt, ring, ringf, ringh, rk, ecache,
@@ -1023,13 +1062,20 @@ class NumbaBackend(NumpyBackend):
         p = plan
         u, use_u = self._nb_u()
         m, coef, _ = self._nb_work(p.k)
-        _announce_compilation(_pegasos_loop)
-        _pegasos_loop(*self._nb_csr(), self.y, self.v, u, use_u, self.s,
-                      *self._nb_sampler(sampler), int(t0), int(t1), float(p.lam), int(p.k),
-                      SCHEDULE_CODES[p.schedule], float(p.eta0 or 0.0), float(p.norma_p),
-                      bool(p.unreg_bias), bool(p.optimal), float(p.radius), bool(p.averaged),
-                      int(p.t_avg), float(p.renorm_threshold), self._nb_canonical,
-                      self._nb_prefetch_v, m, coef, *self._nb_scratch(p.k))
+        smp = self._nb_sampler(sampler)
+        if self._nb_canonical and p.k == 1 and not p.optimal:    # one row at a time
+            loop = _PEGASOS_LOOP_SINGLE[smp[7].size > 0]          # rows in the epoch's order?
+            _call_loop(loop, *self._nb_csr(), self.y, self.v, u, use_u, self.s, *smp, int(t0),
+                       int(t1), float(p.lam), int(p.k), SCHEDULE_CODES[p.schedule],
+                       float(p.eta0 or 0.0), float(p.norma_p), bool(p.unreg_bias),
+                       float(p.radius), bool(p.averaged), int(p.t_avg),
+                       float(p.renorm_threshold), self._nb_prefetch_v)
+            return
+        _call_loop(_PEGASOS_LOOP[bool(p.optimal)], *self._nb_csr(), self.y, self.v, u, use_u,
+                   self.s, *smp, int(t0), int(t1), float(p.lam), int(p.k),
+                   SCHEDULE_CODES[p.schedule], float(p.eta0 or 0.0), float(p.norma_p),
+                   bool(p.unreg_bias), float(p.radius), bool(p.averaged), int(p.t_avg),
+                   float(p.renorm_threshold), self._nb_canonical, self._nb_prefetch_v, m, coef, *self._nb_scratch(p.k))
 
     # ------------------------------------------------------------ evaluation
     def decision_function(self, w, b) -> np.ndarray:
@@ -1095,12 +1141,20 @@ class NumbaBackend(NumpyBackend):
         m, coef, delta = self._nb_work(b)
         # Alg. 2 measures rho by aggregating even a single row: it needs the scratch for b = 1
         acc, mark, touched = self._nb_scratch(2 if p.aggressive and b > 1 else b)
-        _announce_compilation(_sdca_loop)
-        _sdca_loop(*self._nb_csr(), self.y, self._y64, self.v, self.s, self.alpha, self._inv_q,
-                   self.row_sq_norms, *self._nb_sampler(sampler), int(t0), int(t1),
-                   float(p.lam), self.n, float(p.beta_b), float(p.theta), bool(p.aggressive),
-                   self._nb_canonical, self._nb_eps, self._nb_prefetch_v, m, delta, coef,
-                   self._nb_no_u, acc, mark, touched, bool(p.shrinking), self._active, self._shr)
+        smp = self._nb_sampler(sampler)
+        if self._nb_canonical and b == 1:                          # one row at a time
+            loop = _SDCA_LOOP_SINGLE[smp[7].size > 0]             # rows in the epoch's order?
+            _call_loop(loop, *self._nb_csr(), self.y, self._y64, self.v, self.s, self.alpha,
+                       self._inv_q, self.row_sq_norms, *smp, int(t0), int(t1), float(p.lam),
+                       self.n, float(p.beta_b), float(p.theta), bool(p.aggressive),
+                       self._nb_eps, self._nb_prefetch_v, self._nb_no_u, bool(p.shrinking),
+                       self._active, self._shr)
+            return
+        _call_loop(_sdca_loop, *self._nb_csr(), self.y, self._y64, self.v, self.s, self.alpha,
+                   self._inv_q, self.row_sq_norms, *smp, int(t0), int(t1), float(p.lam), self.n,
+                   float(p.beta_b), float(p.theta), bool(p.aggressive), self._nb_canonical,
+                   self._nb_eps, self._nb_prefetch_v, m, delta, coef, self._nb_no_u, acc, mark,
+                   touched, bool(p.shrinking), self._active, self._shr)
 
     def dual_weights(self, lam: float) -> np.ndarray:
         """``w(alpha) = X^T (alpha y) / (lam n)`` in float64, resynchronising ``v`` (O(nnz)).
@@ -1150,38 +1204,47 @@ class NumbaBackend(NumpyBackend):
     def pegasos_segment_m(self, sampler, t0: int, t1: int, plan) -> None:
         """Pegasos iterations ``t0 + 1 .. t1`` on the general path in one compiled call
         (:meth:`GeneralPath.pegasos_segment_m <gpusvm.backends._general.GeneralPath.pegasos_segment_m>`)."""
-        from ._general_nb import pegasos_loop_m  # noqa: PLC0415
+        from ._general_nb import PEGASOS_LOOP_M  # noqa: PLC0415
 
         p = plan
         g = self._nb_general(p.k)
         use_u = self.U is not None
         U = self.U if use_u else g["no_u"]
         sw, weighted = self._nb_weights()
-        _announce_compilation(pegasos_loop_m)
-        pegasos_loop_m(*self._nb_csr(), self.Y, sw, weighted, self.V, U, use_u, self.sm,
-                       *self._nb_sampler(sampler), int(t0), int(t1), float(p.lam), int(p.k),
-                       SCHEDULE_CODES[p.schedule], float(p.eta0 or 0.0), float(p.norma_p),
-                       bool(p.unreg_bias), bool(p.optimal), float(p.radius), bool(p.averaged),
-                       int(p.t_avg), float(p.renorm_threshold), p.loss == "squared_hinge",
-                       self._nb_canonical, g["m"], g["coef"], g["slot"], g["acc"],
-                       g["touched"], g["wk"], g["tmp"], self._nb_vflat(), g["yb"], g["sc"],
-                       g["bp"], g["wt"])
+        smp = self._nb_sampler(sampler)
+        loop = PEGASOS_LOOP_M[smp[7].size > 0, bool(p.optimal)]   # rows in the epoch's order?
+        _call_loop(loop, *self._nb_csr(), self.Y, sw, weighted, self.V, U, use_u, self.sm, *smp,
+                   int(t0), int(t1), float(p.lam), int(p.k), SCHEDULE_CODES[p.schedule],
+                   float(p.eta0 or 0.0), float(p.norma_p), bool(p.unreg_bias), float(p.radius),
+                   bool(p.averaged), int(p.t_avg), float(p.renorm_threshold),
+                   p.loss == "squared_hinge", self._nb_canonical, g["m"], g["coef"], g["slot"],
+                   g["acc"], g["touched"], g["wk"], g["tmp"], self._nb_vflat(), g["yb"],
+                   g["sc"], g["bp"], g["wt"])
 
     def sdca_segment_m(self, sampler, t0: int, t1: int, plan) -> None:
         """SDCA iterations ``t0 + 1 .. t1`` on the general path in one compiled call
         (:meth:`GeneralPath.sdca_segment_m <gpusvm.backends._general.GeneralPath.sdca_segment_m>`)."""
-        from ._general_nb import sdca_loop_m  # noqa: PLC0415
+        from ._general_nb import _sdca_epochs_single_m, sdca_loop_m  # noqa: PLC0415
 
         p = plan
         g = self._nb_general(sampler.k)
         sw, weighted = self._nb_weights()
-        _announce_compilation(sdca_loop_m)
-        sdca_loop_m(*self._nb_csr(), self.Y, sw, weighted, self.V, self.sm, self.alpha,
-                    self._inv_q, self.row_sq_norms, *self._nb_sampler(sampler), int(t0),
-                    int(t1), float(p.lam), self.n, float(p.beta_b), float(p.theta), bool(p.aggressive),
-                    p.loss == "squared_hinge", self._nb_canonical, self._nb_eps, g["m"],
-                    g["delta"], g["coef"], g["no_u"], g["slot"], g["acc"], g["touched"], g["wk"],
-                    self._nb_vflat(), self.alpha.reshape(-1), self.Y.reshape(-1))
+        smp, _, _, _, rk, ecache, _, order, table = self._nb_sampler(sampler)
+        if self._nb_canonical and sampler.k == 1 and not p.aggressive and order.size > 0:
+            # one row at a time in the epoch's order (what sdca_loop_m would run)
+            _call_loop(_sdca_epochs_single_m, *self._nb_csr(), self.Y, sw, weighted, self.V,
+                       self.sm, self.alpha, self._inv_q, self.row_sq_norms, smp, rk, ecache,
+                       order, table, int(t0), int(t1), float(p.lam), self.n,
+                       p.loss == "squared_hinge", g["touched"], g["wk"], self._nb_vflat(),
+                       self.alpha.reshape(-1), self.Y.reshape(-1))
+            return
+        _call_loop(sdca_loop_m, *self._nb_csr(), self.Y, sw, weighted, self.V, self.sm,
+                   self.alpha, self._inv_q, self.row_sq_norms, *self._nb_sampler(sampler),
+                   int(t0), int(t1), float(p.lam), self.n, float(p.beta_b), float(p.theta),
+                   bool(p.aggressive), p.loss == "squared_hinge", self._nb_canonical,
+                   self._nb_eps, g["m"], g["delta"], g["coef"], g["no_u"], g["slot"], g["acc"],
+                   g["touched"], g["wk"], self._nb_vflat(), self.alpha.reshape(-1),
+                   self.Y.reshape(-1))
 
     def _nb_vflat(self) -> np.ndarray:
         """``V`` flattened (a view) when it exceeds the L2 cache, so that the loops prefetch
@@ -1250,26 +1313,48 @@ class CompilationNotice(UserWarning):
 
 _announced: set = set()
 
+#: what the notice says a cold first fit compiles for (BENCHMARKS.md, "One-off compilation":
+#: the CPU seconds numba spent on each path's first fit with an empty cache)
+COMPILE_SECONDS = "3-7 s"
 
-def _announce_compilation(dispatcher) -> None:
-    """Say once per process when a loop is about to be compiled rather than loaded.
 
-    numba compiles a loop for the argument types of the first call and keeps
-    it in its on-disk cache (``__pycache__`` beside this module, or
-    ``NUMBA_CACHE_DIR``); only a loop with no cache index yet is announced.
+def _call_loop(dispatcher, *args):
+    """Call the compiled loop ``dispatcher(*args)``, first saying (:func:`_announce_compilation`)
+    when numba is about to compile it rather than load it from its cache.
+
+    ``args`` start with the CSR arrays ``(indptr, indices, data, ...)``: the loops are
+    compiled once per dtype of ``data``.
     """
-    name = getattr(dispatcher, "__name__", "loop")
-    if name in _announced or getattr(dispatcher, "signatures", None):
-        return
-    _announced.add(name)
+    key = (id(dispatcher), str(args[2].dtype))
+    if key not in _announced:         # once per loop, dtype and process
+        _announced.add(key)
+        _announce_compilation(dispatcher, args)
+    return dispatcher(*args)
+
+
+def _announce_compilation(dispatcher, args) -> None:
+    """Warn (:class:`CompilationNotice`) when the call ``dispatcher(*args)`` will compile.
+
+    numba compiles a loop for the argument types of the first call and keeps it
+    in its on-disk cache (``__pycache__`` beside this module, or
+    ``NUMBA_CACHE_DIR``), keyed by those types, the CPU and the source; a call
+    already compiled in this process, or whose entry is in the cache, is not
+    announced.
+    """
     try:
-        index = Path(dispatcher._cache._cache_file._index_path)
-    except AttributeError:           # another numba: say nothing rather than guess
+        sig = tuple(dispatcher.typeof_pyval(a) for a in args)
+        if sig in dispatcher.overloads:
+            return
+        cache = dispatcher._cache
+        if cache._index_key(sig, dispatcher.targetctx.codegen()) in \
+                cache._cache_file._load_index():
+            return
+    except Exception:                 # noqa: BLE001  another numba: say nothing rather than guess
         return
-    if not index.exists():
-        warnings.warn(f"gpusvm: compiling the CPU loop {name} for this data type, once (about "
-                      "10 s); numba caches it on disk for later runs", CompilationNotice,
-                      stacklevel=4)
+    warnings.warn(f"gpusvm: compiling the CPU loops of this solver for {args[2].dtype} data, "
+                  f"once: about {COMPILE_SECONDS} of CPU time (longer in wall time when other "
+                  "work shares the cores); numba caches them on disk for later runs",
+                  CompilationNotice, stacklevel=5)
 
 
 @functools.lru_cache(maxsize=None)

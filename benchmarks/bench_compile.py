@@ -1,0 +1,193 @@
+"""The first fit from a cold numba cache: how long each path waits for compilation.
+
+Run from the repository root (the data sets are read from ``../shared/data``)::
+
+    python benchmarks/bench_compile.py                          # every path, this checkout
+    python benchmarks/bench_compile.py --before /tmp/gpusvm_old # and an older checkout, interleaved
+    python benchmarks/bench_compile.py --paths sdca pegasos --detail
+
+Every path runs in a fresh Python process with ``NUMBA_CACHE_DIR`` set to a new,
+empty temporary directory, so nothing compiled by an earlier run (or another
+path) is reused.  In that process the data are loaded and converted first (not
+timed), then the estimator is fitted twice on the same data:
+
+* ``compile s``: the seconds numba spends compiling during the first fit
+  (numba's ``numba:compile`` events, nested compilations counted once), in the
+  fitting process, as wall time and as CPU time of the process (the CPU time
+  does not grow when other processes share the cores);
+* ``first fit s``: the wall time of the first ``fit`` (compilation, loading of
+  the compiled code, the fit itself, and any wait for a compilation elsewhere);
+* ``warm fit s``: the wall time of the second ``fit`` (everything compiled).
+
+Paths (the ones ``gpusvm.LinearSVC`` dispatches to, and Pegasos):
+binary data are a9a (32,561 x 123), multiclass data are letter (15,000 x 16,
+26 classes); ``C = 1``; float32 unless the name ends in ``_f64``.
+
+``--before PATH`` runs the same paths with the ``gpusvm`` package of another
+checkout (for example ``git archive <commit> | tar -x -C PATH``) in the same
+run, each before/after pair back to back, so that both columns share the
+machine's load.  ``--detail`` prints, per path, the functions compiled and
+their seconds (outermost compilations only).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / ".." / "shared" / "data"
+
+#: path -> (estimator, keyword arguments, data set)
+PATHS = {
+    "sdca": ("SDCASVC", {}, "a9a"),
+    "sdca_sqhinge": ("SDCASVC", {"loss": "squared_hinge"}, "a9a"),
+    "sdca_multiclass": ("SDCASVC", {"loss": "squared_hinge"}, "letter"),
+    "newton": ("SDCASVC", {"loss": "squared_hinge", "solver": "newton"}, "a9a"),
+    "pegasos": ("PegasosSVC", {}, "a9a"),
+    "pegasos_multiclass": ("PegasosSVC", {}, "letter"),
+    "sdca_f64": ("SDCASVC", {"dtype": "float64"}, "a9a"),
+    "sdca_sqhinge_f64": ("SDCASVC", {"loss": "squared_hinge", "dtype": "float64"}, "a9a"),
+    "sdca_multiclass_f64": ("SDCASVC", {"loss": "squared_hinge", "dtype": "float64"}, "letter"),
+    "newton_f64": ("SDCASVC", {"loss": "squared_hinge", "solver": "newton", "dtype": "float64"},
+                   "a9a"),
+    "pegasos_f64": ("PegasosSVC", {"dtype": "float64"}, "a9a"),
+}
+
+
+def _load(name):
+    from sklearn.datasets import load_svmlight_file  # noqa: PLC0415
+
+    if name == "a9a":
+        X, y = load_svmlight_file(str(DATA / "a9a" / "a9a"), n_features=123)
+    else:
+        X, y = load_svmlight_file(str(DATA / "letter" / "letter.scale"))
+    return X, y
+
+
+def child(path: str) -> dict:
+    """Fit one path twice in this (fresh) process; the figures as a dict."""
+    import numpy as np  # noqa: PLC0415
+
+    est_name, kwargs, data = PATHS[path]
+    X, y = _load(data)
+    dtype = np.float64 if kwargs.get("dtype") == "float64" else np.float32
+    X = X.astype(dtype)
+    X.indices = X.indices.astype(np.int32)
+    X.indptr = X.indptr.astype(np.int32)
+
+    t = time.perf_counter()
+    import gpusvm  # noqa: PLC0415
+    t_import = time.perf_counter() - t
+    from numba.core import event  # noqa: PLC0415
+
+    class Compiles(event.Listener):
+        """Outermost ``numba:compile`` events: total seconds and per function."""
+
+        def __init__(self):
+            self.depth, self.total, self.cpu, self.per = 0, 0.0, 0.0, []
+
+        def on_start(self, ev):
+            if self.depth == 0:
+                self.t0, self.c0 = time.perf_counter(), time.process_time()
+                disp = (ev.data or {}).get("dispatcher")
+                self.name = getattr(disp, "__qualname__", None) or getattr(
+                    getattr(disp, "py_func", None), "__qualname__", "?")
+            self.depth += 1
+
+        def on_end(self, ev):
+            self.depth -= 1
+            if self.depth == 0:
+                dt = time.perf_counter() - self.t0
+                self.total += dt
+                self.cpu += time.process_time() - self.c0
+                self.per.append((self.name, round(dt, 2)))
+
+    est_cls = getattr(gpusvm, est_name)
+    fits = []
+    listener = Compiles()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with event.install_listener("numba:compile", listener):
+            t = time.perf_counter()
+            est_cls(C=1.0, random_state=0, **kwargs).fit(X, y)
+            fits.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        est_cls(C=1.0, random_state=0, **kwargs).fit(X, y)
+        fits.append(time.perf_counter() - t)
+    notices = [str(w.message) for w in caught if type(w.message).__name__ == "CompilationNotice"]
+    return {"path": path, "import_s": t_import, "compile_s": listener.total,
+            "compile_cpu_s": listener.cpu,
+            "first_s": fits[0], "warm_s": fits[1], "compiled": listener.per,
+            "notices": notices}
+
+
+def run_path(path: str, package_root: Path) -> dict:
+    """One path in a fresh process with an empty numba cache (and the given checkout)."""
+    with tempfile.TemporaryDirectory(prefix="gpusvm-bench-cache-") as cache:
+        env = dict(os.environ, NUMBA_CACHE_DIR=cache,
+                   PYTHONPATH=os.pathsep.join([str(package_root), os.environ.get("PYTHONPATH", "")]))
+        out = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--child", path],
+                             env=env, capture_output=True, text=True, check=False)
+    if out.returncode != 0:
+        raise RuntimeError(f"path {path} failed:\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--paths", nargs="+", choices=sorted(PATHS), default=list(PATHS))
+    parser.add_argument("--before", type=Path, default=None,
+                        help="root of an older checkout to measure in the same run")
+    parser.add_argument("--after", type=Path, default=ROOT, help=argparse.SUPPRESS)
+    parser.add_argument("--detail", action="store_true", help="list the functions compiled")
+    parser.add_argument("--json", type=Path, default=None, help="write the figures here")
+    parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        print(json.dumps(child(args.child)))
+        return
+
+    rows = []
+    for path in args.paths:
+        before = run_path(path, args.before) if args.before else None
+        after = run_path(path, args.after)
+        rows.append((path, before, after))
+        print(f"  {path}: compile CPU s {before['compile_cpu_s'] if before else float('nan'):.2f} "
+              f"-> {after['compile_cpu_s']:.2f}, first fit s "
+              f"{before['first_s'] if before else float('nan'):.2f} -> {after['first_s']:.2f}",
+              file=sys.stderr, flush=True)
+        if args.json:                 # after every path, so that a long run keeps its figures
+            args.json.write_text(json.dumps(rows, indent=1))
+
+    def cell(r, key):
+        return f"{r[key]:.2f}" if r else "-"
+
+    print("| path | compile CPU s before | compile CPU s after | compile s before | compile s after "
+          "| first fit s before | first fit s after | warm fit s before | warm fit s after |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for path, b, a in rows:
+        print(f"| {path} | {cell(b, 'compile_cpu_s')} | {cell(a, 'compile_cpu_s')} "
+              f"| {cell(b, 'compile_s')} | {cell(a, 'compile_s')} | {cell(b, 'first_s')} "
+              f"| {cell(a, 'first_s')} | {cell(b, 'warm_s')} | {cell(a, 'warm_s')} |")
+    print(f"\nimport gpusvm: {sum(a['import_s'] for _, _, a in rows) / len(rows):.2f} s (mean)")
+    if args.detail:
+        for path, b, a in rows:
+            for label, r in (("before", b), ("after", a)):
+                if r:
+                    print(f"\n{path} ({label}): {r['compiled']}")
+                    for n in r["notices"]:
+                        print(f"  notice: {n}")
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1))
+
+
+if __name__ == "__main__":
+    main()
