@@ -247,3 +247,21 @@ def test_acceptance_multiclass_matches_local(client, name, backend):
                          random_state=0).fit(X, y)
     assert np.all(dist.duality_gap_ <= 1e-3)
     assert abs(dist.score(Xt, yt) - local.score(Xt, yt)) <= 0.003
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["imdb", "news20"])
+def test_acceptance_stored_order_one_class_per_partition(client, name, request):
+    """Done-when: imdb and news20 as stored (sorted by label), in 2 partitions of one class
+    each: a certified gap <= 1e-3 within the default rounds."""
+    ds = request.getfixturevalue(name)
+    X, y = ds.X.astype(np.float64), ds.y
+    change = np.flatnonzero(np.diff(y)) + 1
+    assert change.size == 1                        # the file is sorted by label
+    cut = int(change[0])
+    Xd = da.from_array(X, chunks=((cut, X.shape[0] - cut), (X.shape[1],)), asarray=False)
+    clf = gd.SDCASVC(lam=1e-4, tol=1e-3, random_state=0).fit(Xd, y)
+    assert clf.rebalanced_ and clf.stop_reason_ == "tol" and clf.n_iter_ < 200
+    P, D, W_alpha = certificate(X, y[:, None], None, clf.alpha_, clf.coef_.T, 1e-4, "hinge")
+    assert float(P[0] - D[0]) <= 1e-3
+    np.testing.assert_allclose(clf.coef_.T, W_alpha, rtol=0, atol=1e-10)

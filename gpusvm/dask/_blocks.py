@@ -82,10 +82,14 @@ def local_columns(Xc: sp.csr_matrix):
     cols : ndarray of int64, shape (d_k,)
     X_local : csr_matrix of shape (n_k, d_k), canonical, int32 indices
     """
-    cols, inv = np.unique(Xc.indices, return_inverse=True)
+    used = np.zeros(Xc.shape[1], dtype=bool)       # O(nnz + d): no sort of the indices
+    used[Xc.indices] = True
+    cols = np.flatnonzero(used)
     if cols.size == 0:                      # all-zero rows: keep one column so shapes stay valid
         cols = np.zeros(1, dtype=np.int64)
-    X_local = sp.csr_matrix((Xc.data, inv.astype(np.int32).ravel(), Xc.indptr),
+    remap = np.zeros(Xc.shape[1], dtype=np.int32)
+    remap[cols] = np.arange(cols.size, dtype=np.int32)
+    X_local = sp.csr_matrix((Xc.data, remap[Xc.indices], Xc.indptr),
                             shape=(Xc.shape[0], cols.size))
     X_local.has_sorted_indices = True
     return cols.astype(np.int64), X_local
@@ -122,7 +126,7 @@ def dual_sums(alpha, s, loss: str) -> np.ndarray:
 
 
 class SDCABlock:
-    """One row block of distributed SDCA (CoCoA+), resident on a worker.
+    """One row block of distributed SDCA (CoCoA+ with a line search), resident on a worker.
 
     Parameters
     ----------
@@ -137,8 +141,8 @@ class SDCABlock:
     n : int
         Total number of training rows (the global ``n`` of ``lam n``).
     lam : float
-    n_blocks : int
-        ``K`` of CoCoA+ (``sigma' = K``).
+    sigma : float
+        ``sigma'`` of the local subproblem (Ma et al. 2015, eq. 9).
     seed : int
     bias : {"none", "augmented"}
     intercept_scaling : float
@@ -152,38 +156,41 @@ class SDCABlock:
 
     Notes
     -----
-    The local subproblem of Ma et al. (2015, eq. 9) with ``sigma' = K`` is
-    maximised by SDCA steps against the local point ``v = w + K u`` with
+    The local subproblem of Ma et al. (2015, eq. 9) with parameter ``sigma'`` is
+    maximised by SDCA steps against the local point ``v = w + sigma' u`` with
     ``u = (1/(lam n)) sum_{i in P_k} dalpha_i y_i x_i``:
     ``delta_i`` is eq. (15) with ``beta = sigma'`` (ALGORITHMS.md, CoCoA+), and
     ``v`` moves by ``sigma'`` times ``u``'s change.  Both are exactly the
     backend's SDCA step with ``beta = 1`` at ``lam' = lam / sigma'`` (for the
     hinge, ``lam n (1 - m) / (sigma' q) = lam' n (1 - m) / q``; for the squared
     hinge, numerator and denominator of its step scale alike), with the
-    global ``n``: the segment runs with ``plan.lam = lam n / (K n_k)`` on the
+    global ``n``: the segment runs with ``plan.lam = lam n / (sigma' n_k)`` on the
     block's ``n_k`` rows, its ``V`` set to the broadcast ``w`` and its
-    ``alpha`` the committed ``alpha_k`` (its box is that of
-    ``alpha + dalpha``).  The block returns ``u_k = (v - w) / K``.
+    ``alpha`` the committed ``alpha_k`` (its box is that of ``alpha + dalpha``).
+    The block returns ``u_k = (v - w) / sigma'`` and keeps ``alpha_k + dalpha_k``
+    pending: the next call commits ``alpha_k + gamma dalpha_k`` with the
+    driver's step ``gamma`` (:func:`line_search`).
     """
 
-    def __init__(self, X, Y, s, block, n, lam, n_blocks, seed, bias, intercept_scaling, loss,
+    def __init__(self, X, Y, s, block, n, lam, sigma, seed, bias, intercept_scaling, loss,
                  backend, alpha, round_):
         Xc = block_csr(X, bias, intercept_scaling)
         self.d = Xc.shape[1]
         self.cols, Xl = local_columns(Xc)
         self.Y = np.ascontiguousarray(np.reshape(Y, (Xc.shape[0], -1)), dtype=np.float64)
         self.s = None if s is None else np.ascontiguousarray(s, dtype=np.float64)
-        self.block, self.n, self.lam, self.K = block, n, float(lam), n_blocks
+        self.block, self.n, self.lam, self.sigma = block, n, float(lam), float(sigma)
         self.loss = loss
         n_k = Xc.shape[0]
         self.be = make_backend(backend, Xl, self.Y, sample_weight=self.s)
         self.be.init_state_m(None)
-        self.lam_local = self.lam * n / (n_blocks * n_k)
+        self.lam_local = self.lam * n / (self.sigma * n_k)
         self.be.init_dual_m(1.0, loss, alpha0=alpha, lam=self.lam_local)
         self.xp = getattr(self.be, "xp", np)
         self.sampler = CounterSampler(n_k, 1, "epoch", block_seed(seed, block))
         self.plan = SDCAPlan(lam=self.lam_local, beta_b=1.0, theta=0.5, aggressive=False,
                              shrinking=False, loss=loss)
+        self.pending = None
         self.round = round_
 
     def info(self):
@@ -198,19 +205,30 @@ class SDCABlock:
         v = be.V.astype(np.float64)
         be.sm[S_VSQ] = (v * v).sum(axis=0)
 
+    def _commit(self, round_, gamma):
+        """Refuse a stale call; commit the pending ``alpha + gamma dalpha``."""
+        if round_ != self.round:
+            raise StaleBlockError(
+                f"block {self.block} holds round {self.round}, the driver expects {round_}")
+        if self.pending is not None:
+            if gamma is None:
+                raise StaleBlockError(f"block {self.block} has a step pending and no gamma")
+            before, after = self.pending
+            self.be.alpha[...] = commit(before, after, self.xp.asarray(gamma))
+            self.pending = None
+
     def _certificate(self, w):
-        """Loss sums at ``w`` and dual sums of the committed ``alpha`` (host float64 (M,))."""
-        Z = _host(self.be.decision_function_m(self.xp.asarray(w), 0.0))
-        return loss_sums(Z, self.Y, self.s, self.loss), dual_sums(_host(self.be.alpha), self.s,
-                                                                   self.loss)
+        """Loss sums at ``w``, dual sums and ``X_k^T (alpha_k * Y_k)`` of the committed ``alpha``
+        (host float64; the last in the local columns, (d_k, M))."""
+        be = self.be
+        Z = _host(be.decision_function_m(self.xp.asarray(w), 0.0))
+        A = be.alpha * be.Y.astype(np.float64)
+        xty = _host(be.X.T @ A).reshape(self.cols.size, -1)
+        return (loss_sums(Z, self.Y, self.s, self.loss),
+                dual_sums(_host(be.alpha), self.s, self.loss), xty)
 
-    def _xty(self):
-        """``X_k^T (alpha_k * Y_k)`` in the local columns (host float64 (d_k, M))."""
-        A = self.be.alpha * self.be.Y.astype(np.float64)
-        return _host(self.be.X.T @ A).reshape(self.cols.size, -1)
-
-    def step(self, w, round_, t0, t1, certify, recompute):
-        """One CoCoA+ round on this block (Ma et al. 2015, Algorithm 1, steps 4-6).
+    def step(self, w, round_, t0, t1, gamma):
+        """One round on this block: commit, certify, then the local solver.
 
         Parameters
         ----------
@@ -221,69 +239,108 @@ class SDCABlock:
         t0, t1 : int
             The block's counter positions (one-row batches of its epoch stream) before
             and after the round: ``t1 - t0`` coordinate steps (``H``).
-        certify : bool
-            Also return the loss sums at ``w`` and the dual sums of ``alpha`` (before
-            the round): the block's share of ``P(w)`` and ``D(alpha)``, per output.
-        recompute : bool
-            Return ``X_k^T(alpha_k Y_k)`` after the round instead of ``u_k``, so the
-            driver rebuilds ``W(alpha)`` exactly.
+        gamma : ndarray of shape (M,) or None
+            The driver's step for the pending change of the last round (None: none pending).
 
         Returns
         -------
         dict
-            ``loss``, ``dual`` (when ``certify``), ``alpha`` (after the round, float64
-            (n_k, M): the driver's copy of the committed state, bit for bit),
-            ``u`` (``(v - w)/K``) or ``xty``, and ``seconds`` (the local solver's time).
+            ``loss``, ``dual``, ``xty`` (the certificate's sums at the committed state and
+            ``w``), ``u`` (``(v - w)/sigma'``, (d_k, M)), ``alpha`` (after the local solver,
+            (n_k, M), pending), ``b`` and ``q`` (:func:`line_search`'s sums, (M,)) and
+            ``seconds`` (the local solver's time).
         """
-        if round_ != self.round:
-            raise StaleBlockError(
-                f"block {self.block} holds round {self.round}, the driver expects {round_}")
-        out = {}
+        self._commit(round_, gamma)
         w = np.asarray(w, dtype=np.float64)
-        if certify:
-            out["loss"], out["dual"] = self._certificate(w)
-        self._set_w(w)
+        out = {}
+        out["loss"], out["dual"], out["xty"] = self._certificate(w)
         be = self.be
+        before = be.alpha.copy()
+        self._set_w(w)
         start = time.perf_counter()
         be.sdca_segment_m(self.sampler, int(t0), int(t1), self.plan)
         if hasattr(be, "synchronize"):
             be.synchronize()
         out["seconds"] = time.perf_counter() - start
+        after = be.alpha.copy()
+        self.pending = (before, after)
         self.round = round_ + 1
-        out["alpha"] = _host(be.alpha).copy()
-        if recompute:
-            out["xty"] = self._xty()
-        else:
-            out["u"] = (_host(be.V).astype(np.float64) - w) / self.K
+        out["alpha"] = _host(after)
+        out["u"] = (_host(be.V).astype(np.float64) - w) / self.sigma
+        out["b"], out["q"] = step_sums(_host(before), out["alpha"], self.s, self.loss)
         return out
 
     def alpha_copy(self):
         """The block's committed dual variables (float64, shape (n_k, M))."""
         return _host(self.be.alpha).copy()
 
-    def certify(self, w, round_):
-        """Loss sums at ``w``, dual sums and ``X_k^T(alpha_k Y_k)`` (no step).
+    def certify(self, w, round_, gamma=None):
+        """Commit the pending step, then the certificate's sums (no step).
 
         Parameters
         ----------
         w : ndarray of float64 of shape (d_k, M), or None
-            Where to evaluate the loss (``None``: skip it, return zeros).
+            Where to evaluate the loss (``None``: at 0).
         round_ : int
+        gamma : ndarray of shape (M,) or None
 
         Returns
         -------
         dict with ``loss``, ``dual``, ``xty``
         """
-        if round_ != self.round:
-            raise StaleBlockError(
-                f"block {self.block} holds round {self.round}, the driver expects {round_}")
-        M = self.Y.shape[1]
+        self._commit(round_, gamma)
         if w is None:
-            loss = np.zeros(M)
-            dual = dual_sums(_host(self.be.alpha), self.s, self.loss)
-        else:
-            loss, dual = self._certificate(np.asarray(w, dtype=np.float64))
-        return {"loss": loss, "dual": dual, "xty": self._xty()}
+            w = np.zeros((self.cols.size, self.Y.shape[1]))
+        loss, dual, xty = self._certificate(np.asarray(w, dtype=np.float64))
+        return {"loss": loss, "dual": dual, "xty": xty}
+
+
+def commit(before, after, gamma):
+    """``before + gamma (after - before)``: the committed duals, the same arithmetic on the
+    block and on the driver (so the driver's copy is the block's, bit for bit)."""
+    return before + gamma * (after - before)
+
+
+def step_sums(before, after, s, loss: str):
+    """``(b, q)`` of the change ``d = after - before``: the separable part of ``n D`` moves by
+    ``gamma b - gamma^2 q`` along ``gamma d`` (hinge: ``b = sum d``, ``q = 0``; squared hinge:
+    ``b = sum (d - alpha d / (2 s))``, ``q = sum d^2 / (4 s)`` over ``s > 0``)."""
+    d = after - before
+    if loss != "squared_hinge":
+        return d.sum(axis=0), np.zeros(d.shape[1])
+    w = np.ones(d.shape[0]) if s is None else s
+    pos = (w > 0)[:, None]
+    inv = 1.0 / np.where(w > 0, w, 1.0)[:, None]
+    b = np.where(pos, d - before * d * inv / 2.0, 0.0).sum(axis=0)
+    q = np.where(pos, d * d * inv / 4.0, 0.0).sum(axis=0)
+    return b, q
+
+
+def line_search(W, U, b, q, lam, n):
+    """The step ``gamma`` in ``[0, 1]`` that maximises ``D`` along the round's change, per output.
+
+    With ``w(alpha) = W`` and the change ``U = w(alpha + d) - w(alpha)``,
+    ``n (D(alpha + gamma d) - D(alpha)) = gamma b - gamma^2 q - lam n (gamma <W, U> +
+    gamma^2 ||U||^2 / 2)``, a concave quadratic in ``gamma``; ``[0, 1]`` keeps
+    ``alpha + gamma d`` feasible (a convex combination of two feasible points).
+
+    Parameters
+    ----------
+    W, U : ndarray of shape (d, M)
+    b, q : ndarray of shape (M,)
+    lam : float
+    n : int
+
+    Returns
+    -------
+    ndarray of shape (M,)
+    """
+    slope = b / n - lam * np.einsum("ij,ij->j", W, U)
+    curve = 2.0 * q / n + lam * np.einsum("ij,ij->j", U, U)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        gamma = np.where(curve > 0, slope / np.where(curve > 0, curve, 1.0),
+                         np.where(slope > 0, 1.0, 0.0))
+    return np.clip(gamma, 0.0, 1.0)
 
 
 def pegasos_apply(V, s, idx, vals, eta, lam, radius, project):
