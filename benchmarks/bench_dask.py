@@ -148,17 +148,17 @@ def main(argv=None):
     for name, (X, y) in data.items():
         perm = np.random.default_rng(0).permutation(X.shape[0])
         shuffled[name] = (X[perm], y[perm])
+    warm = {name: shuffled[name][0][:2000] for name in data}       # mixed classes
+    warm_y = {name: shuffled[name][1][:2000] for name in data}
     for name in names:                                         # warm the local loops up
-        X, y = data[name]
-        fit_local(X[:2000], y[:2000], args.lam, 1.0)
+        fit_local(warm[name], warm_y[name], args.lam, 1.0)
     measured, throughput, by_K = [], {}, {}
     for W in workers:
         with LocalCluster(n_workers=W, threads_per_worker=1, processes=True,
                           dashboard_address=None) as cluster, Client(cluster) as client:
             client.wait_for_workers(W, timeout=120)
             for name in names:
-                X, y = data[name]
-                fit_dask(X[:2000], y[:2000], W, args.lam, 1.0, 2)  # warm up (numba cache)
+                fit_dask(warm[name], warm_y[name], W, args.lam, 1.0, 2)  # warm up (numba cache)
                 for order in orders:
                     X, y = data[name] if order == "stored" else shuffled[name]
                     local, epochs = fit_local(X, y, args.lam, args.tol)
@@ -169,16 +169,19 @@ def main(argv=None):
                                      f"{r['bytes'] / 1e6:.1f}", f"{r['gap']:.2g}",
                                      f"{local:.2f}", f"{epochs:.1f}",
                                      f"{r['wall'] / local:.1f}"))
+                    print("measured:", measured[-1], file=sys.stderr, flush=True)
                     if r["rounds"]:
                         throughput[name] = X.nnz / W / (r["worker"] / r["rounds"])
             if W == max(workers):
                 for name in k_names:
+                    fit_dask(warm[name], warm_y[name], W, args.lam, 1.0, 2)
                     X, y = shuffled[name]
                     by_K[name] = {}
                     for K in Ks:
                         by_K[name][K] = (fit_dask(X, y, K, args.lam, args.tol, args.max_rounds),
                                          fit_dask(X, y, K, args.lam, args.tol, args.max_rounds,
                                                   sigma="K"))
+                        print("by K:", name, K, by_K[name][K], file=sys.stderr, flush=True)
     print(f"lam = {args.lam}, tol = {args.tol}, bias='none'; one single-threaded worker "
           f"process per worker, {os.cpu_count()} cores; local: gpusvm.SDCASVC defaults "
           "(numba, float32, b = 1) in the driver process")
@@ -187,7 +190,7 @@ def main(argv=None):
           "against the local fit of the same rows in the same run")
     table(measured, ["data", "order", "workers", "rounds", "fit s", "solver s", "rebalanced",
                      "MB/round", "gap", "local s", "local epochs", "ratio"], args.markdown)
-    if by_K:
+    if any(by_K.values()):
         rows = []
         for name, per in by_K.items():
             for K, (ls, plus) in per.items():

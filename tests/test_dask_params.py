@@ -131,21 +131,24 @@ def test_c_weights_and_loss_give_the_local_model(client, rcv1_small, loss):
 
 def test_emulated_device_backend_in_the_workers(client, rcv1_small):
     """backend="emulated": the device backend's segment on the CPU kernel emulator in every
-    worker takes the steps the compiled CPU backend takes (same seed, same blocks)."""
+    worker takes the steps the compiled CPU backend takes (same seed, same blocks), with 3
+    one-vs-rest outputs, C, class and sample weights and the squared hinge."""
     X, y = rcv1_small.X[:160].astype(np.float64), rcv1_small.y[:160]
+    y3 = np.where(y > 0, 2, np.arange(160) % 2)
     s = np.linspace(0.5, 1.5, 160)
-    kw = dict(lam=1e-2, loss="squared_hinge", tol=1e-6, max_iter=3, local_epochs=1.0,
+    kw = dict(C=0.5, loss="squared_hinge", class_weight="balanced", tol=1e-6, max_iter=3,
               random_state=4)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")       # 3 rounds do not reach tol
-        emu = gd.SDCASVC(backend="emulated", **kw).fit(X, y, sample_weight=s)
-        cpu = gd.SDCASVC(backend="numba", **kw).fit(X, y, sample_weight=s)
-    assert emu.n_iter_ == cpu.n_iter_ == 3
+        emu = gd.SDCASVC(backend="emulated", **kw).fit(X, y3, sample_weight=s)
+        cpu = gd.SDCASVC(backend="numba", **kw).fit(X, y3, sample_weight=s)
+    assert emu.n_iter_ == cpu.n_iter_ == 3 and emu.coef_.shape == (3, X.shape[1])
     np.testing.assert_allclose(emu.alpha_, cpu.alpha_, rtol=1e-9, atol=1e-12)
     np.testing.assert_allclose(emu.coef_, cpu.coef_, rtol=1e-9, atol=1e-12)
-    P, D, _ = certificate(X, np.where(y > 0, 1.0, -1.0), s, emu.alpha_, emu.coef_.T, 1e-2,
-                          "squared_hinge")
-    assert float(P[0] - D[0]) == pytest.approx(emu.duality_gap_, abs=1e-9)
+    cw = s.sum() / (3.0 * np.bincount(y3, weights=s))
+    P, D, _ = certificate(X, ovr_labels(y3, emu.classes_), s * cw[y3], emu.alpha_, emu.coef_.T,
+                          emu.lam_, "squared_hinge")
+    np.testing.assert_allclose(P - D, emu.duality_gap_, rtol=0, atol=1e-9)
 
 
 def test_sorted_chunks_are_dealt_out_afresh(client, rcv1_small):
@@ -241,9 +244,8 @@ def test_acceptance_multiclass_matches_local(client, name, backend):
     else:
         X, Xt, y, yt = _news20_multiclass()
     lam = 1e-4
-    dist = gd.SDCASVC(lam=lam, tol=1e-3, bias="augmented", random_state=0,
-                      backend=backend).fit(X, y)
-    local = LocalSDCASVC(lam=lam, tol=1e-3, bias="augmented", dtype="float64",
+    dist = gd.SDCASVC(lam=lam, tol=1e-3, random_state=0, backend=backend).fit(X, y)
+    local = LocalSDCASVC(lam=lam, tol=1e-3, bias="none", dtype="float64",
                          random_state=0).fit(X, y)
     assert np.all(dist.duality_gap_ <= 1e-3)
     assert abs(dist.score(Xt, yt) - local.score(Xt, yt)) <= 0.003

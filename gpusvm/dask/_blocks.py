@@ -96,7 +96,7 @@ def local_columns(Xc: sp.csr_matrix):
 
 
 def block_seed(seed: int, block: int) -> int:
-    """The counter stream's seed of one block: ``key(seed, block)`` (a different stream per block)."""
+    """The counter stream's seed of one block: ``key(seed, block)`` (a stream per block)."""
     return stream_key(int(seed) & (2**64 - 1), int(block))
 
 
