@@ -25,11 +25,9 @@ from ._blocks import (PegasosBlock, SDCABlock, StaleBlockError, commit, line_sea
 DASK_BIAS_MODES = ("none", "augmented")
 #: a dask graph larger than this holds in-memory data: its chunks are scattered instead
 GRAPH_SCATTER_BYTES = 1 << 20
-#: ``rebalance="auto"``: deal the rows out afresh once when a block's share of some class
-#: differs from the data's by more than this (class-sorted or time-sorted chunks; random chunks
-#: of a few thousand rows differ by about 0.01, which costs rounds too: imdb, 8 blocks, 84
-#: rounds against 27 with every block's class shares those of the data)
-REBALANCE_SKEW = 0.01
+#: ``rebalance="auto"``: shuffle the rows once when a block's share of some class differs
+#: from the data's by more than this (class-sorted or time-sorted chunks)
+REBALANCE_SKEW = 0.1
 
 
 class DistributedFitError(RuntimeError):
@@ -81,31 +79,20 @@ def _host_vector(v, name, n):
     return v
 
 
-def deal_rows(y_idx, K, seed):
-    """The block of every row: each class's rows in a seeded random order, dealt out in turn.
-
-    Every block then holds each class's share of the data to within one row, and the blocks'
-    sizes differ by at most one (the classes are dealt one after the other, continuing the
-    turn), so no block's local problem pulls ``w`` towards one class.
+def deal_rows(n, K, seed):
+    """The block of every row after a seeded shuffle: ``K`` blocks of ``n / K`` random rows.
 
     Parameters
     ----------
-    y_idx : ndarray of int, shape (n,)
-        Class index of every row.
-    K : int
-    seed : int
+    n, K, seed : int
 
     Returns
     -------
     ndarray of int64, shape (n,)
     """
     rng = np.random.default_rng(seed & (2**63 - 1))
-    owner = np.empty(y_idx.shape[0], dtype=np.int64)
-    start = 0
-    for c in range(int(y_idx.max()) + 1):
-        rows = np.flatnonzero(y_idx == c)
-        owner[rng.permutation(rows)] = (start + np.arange(rows.size)) % K
-        start += rows.size
+    owner = np.empty(n, dtype=np.int64)
+    owner[rng.permutation(n)] = np.arange(n) * K // n
     return owner
 
 
@@ -238,13 +225,9 @@ class _DaskLinearBase(_LinearSVCBase):
             if P > n:
                 raise ValueError(f"n_partitions={P} exceeds the number of samples n={n}")
             Xc = sp.csr_matrix(Xc) if not sp.issparse(Xc) else Xc.tocsr()
-            # every block with the data's class shares, whatever the rows' order
-            _, y_idx = np.unique(y_local, return_inverse=True)
-            owner = deal_rows(y_idx.ravel(), P, self._seed_int())
-            sources = []
-            for b in range(P):
-                rows = np.flatnonzero(owner == b)
-                sources.append({"rows": rows, "local": Xc[rows], "future": None})
+            # strided: a sorted file still gives blocks of the same mix
+            sources = [{"rows": np.arange(b, n, P), "local": Xc[np.arange(b, n, P)],
+                        "future": None} for b in range(P)]
         classes, Y, s = self._labels(y_local, n, sw)
         self.classes_ = classes
         self.n_features_in_ = d
@@ -268,9 +251,9 @@ class _DaskLinearBase(_LinearSVCBase):
 
         Sorted or time-ordered chunks give blocks whose local problems pull ``w`` apart, and
         CoCoA then needs many rounds (imdb as stored, 2 blocks of one class each: gap 0.41
-        after 200 rounds).  The rows are dealt out by :func:`deal_rows` and moved once, on
-        the workers (each new block is a task that takes its rows from the chunks), never
-        through the client.
+        after 200 rounds).  The rows are dealt out by :func:`deal_rows` (a seeded shuffle)
+        and moved once, on the workers (each new block is a task that takes its rows from
+        the chunks), never through the client.
         """
         K = len(sources)
         self.rebalanced_ = False
@@ -285,8 +268,7 @@ class _DaskLinearBase(_LinearSVCBase):
             if skew <= REBALANCE_SKEW:
                 return sources
         self.rebalanced_ = True
-        _, y_idx = np.unique(y_local, return_inverse=True)
-        owner = deal_rows(y_idx.ravel(), K, self._seed_int())
+        owner = deal_rows(n, K, self._seed_int())
         out = []
         for b in range(K):
             pieces, rows = [], []
@@ -574,9 +556,10 @@ class SDCASVC(_DaskLinearBase):
         raises it while communication dominates.
     sigma : float >= 1 or "K", default=1.0
         ``sigma'`` of the local subproblems: ``1`` lets each block step as plain
-        SDCA on its rows (the line search then damps the sum); ``"K"`` is
-        CoCoA+'s safe value (the line search then mostly returns 1).  Measured
-        with 2 blocks: imdb 11 rounds against 14, news20 23 against 35.
+        SDCA on its rows (the line search then damps the sum; every round gains at
+        least what CoCoA's averaging, ``gamma = 1/K``, would); ``"K"`` is CoCoA+'s
+        safe value (the line search then mostly returns 1).  Measured with 2
+        blocks: imdb 11 rounds against 14, news20 23 against 35.
     bias : {"none", "augmented"}, default="none"
         No intercept, or a constant feature ``intercept_scaling`` appended to every
         row (regularised intercept).  The default differs from
@@ -584,16 +567,14 @@ class SDCASVC(_DaskLinearBase):
     intercept_scaling : float, default=1.0
     n_partitions : int or None, default=None
         Blocks ``K`` for in-memory input (NumPy / SciPy); ``None``: one per worker.
-        Each class's rows are dealt out in a seeded random order (:func:`deal_rows`),
-        so every block holds the data's class shares.  A dask array keeps its row
-        chunks as blocks (see ``rebalance``).
+        Rows are dealt out strided (row ``i`` to block ``i mod K``).  A dask
+        array keeps its row chunks as blocks (see ``rebalance``).
     rebalance : bool or "auto", default="auto"
-        For a dask array: deal its rows out afresh, once, as in-memory rows are
-        (the new blocks are tasks on the workers that take their rows from the
-        chunks).  ``"auto"``: when a block's share of some class differs from the
-        data's by more than 0.01 (chunks of a file sorted by label or time, and
-        random chunks of a few thousand rows: imdb, 8 chunks, 84 rounds against 27
-        dealt out).  ``rebalanced_`` tells whether it happened.
+        For a dask array: deal its rows out afresh, once, by a seeded shuffle
+        (:func:`deal_rows`; the new blocks are tasks on the workers that take their
+        rows from the chunks).  ``"auto"``: when a block's share of some class
+        differs from the data's by more than 0.1 (chunks of a file sorted by label
+        or time).  ``rebalanced_`` tells whether it happened.
     backend : {"auto", "numba", "numpy", "cupy", "emulated"}, default="auto"
         The backend of every block's local solver: the compiled CPU backend, the
         device backend on a GPU worker (``"auto"`` picks it where the worker sees
@@ -756,7 +737,7 @@ class SDCASVC(_DaskLinearBase):
         max_rounds = self.max_iter if self.max_iter is not None else 200
         loss = self.loss
         backend = self.backend
-        sigma = float(K) if self.sigma == "K" else float(self.sigma)
+        sigma = {"value": float(K) if self.sigma == "K" else min(float(self.sigma), float(K))}
         self.n_blocks_ = K
         self.worker_seconds_ = 0.0
         H = float(self.local_epochs)
@@ -766,9 +747,9 @@ class SDCASVC(_DaskLinearBase):
 
         def make(r):
             def maker(b, data):
-                return SDCABlock, (data, sources[b]["Y"], sources[b]["s"], b, n, lam, sigma,
-                                   seed, self.bias, float(self.intercept_scaling), loss,
-                                   backend, committed[b], r)
+                return SDCABlock, (data, sources[b]["Y"], sources[b]["s"], b, n, lam,
+                                   sigma["value"], seed, self.bias,
+                                   float(self.intercept_scaling), loss, backend, committed[b], r)
             return maker
 
         from tqdm.auto import tqdm
