@@ -227,17 +227,7 @@ class SDCABlock:
         return (loss_sums(Z, self.Y, self.s, self.loss),
                 dual_sums(_host(be.alpha), self.s, self.loss), xty)
 
-    def _set_sigma(self, sigma):
-        """Use ``sigma'`` for the local subproblems from now on."""
-        sigma = float(sigma)
-        if sigma != self.sigma:
-            self.sigma = sigma
-            n_k = self.Y.shape[0]
-            self.lam_local = self.lam * self.n / (sigma * n_k)
-            self.plan = SDCAPlan(lam=self.lam_local, beta_b=1.0, theta=0.5, aggressive=False,
-                                 shrinking=False, loss=self.loss)
-
-    def step(self, w, round_, t0, t1, gamma, sigma=None):
+    def step(self, w, round_, t0, t1, gamma):
         """One round on this block: commit, certify, then the local solver.
 
         Parameters
@@ -251,8 +241,6 @@ class SDCABlock:
             and after the round: ``t1 - t0`` coordinate steps (``H``).
         gamma : ndarray of shape (M,) or None
             The driver's step for the pending change of the last round (None: none pending).
-        sigma : float or None
-            ``sigma'`` of this round's local subproblem (None: unchanged).
 
         Returns
         -------
@@ -263,8 +251,6 @@ class SDCABlock:
             ``seconds`` (the local solver's time).
         """
         self._commit(round_, gamma)
-        if sigma is not None:
-            self._set_sigma(sigma)
         w = np.asarray(w, dtype=np.float64)
         out = {}
         out["loss"], out["dual"], out["xty"] = self._certificate(w)

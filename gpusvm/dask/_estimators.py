@@ -555,7 +555,7 @@ class SDCASVC(_DaskLinearBase):
         BENCHMARKS.md), so one epoch is the default rather than a rule that
         raises it while communication dominates.
     sigma : float >= 1 or "K", default=1.0
-        ``sigma'`` of the local subproblems: ``1`` lets each block step as plain
+        ``sigma'`` of the local subproblems (at most ``K``): ``1`` lets each block step as plain
         SDCA on its rows (the line search then damps the sum; every round gains at
         least what CoCoA's averaging, ``gamma = 1/K``, would); ``"K"`` is CoCoA+'s
         safe value (the line search then mostly returns 1).  Measured with 2
@@ -737,7 +737,7 @@ class SDCASVC(_DaskLinearBase):
         max_rounds = self.max_iter if self.max_iter is not None else 200
         loss = self.loss
         backend = self.backend
-        sigma = {"value": float(K) if self.sigma == "K" else min(float(self.sigma), float(K))}
+        sigma = float(K) if self.sigma == "K" else min(float(self.sigma), float(K))
         self.n_blocks_ = K
         self.worker_seconds_ = 0.0
         H = float(self.local_epochs)
@@ -748,7 +748,7 @@ class SDCASVC(_DaskLinearBase):
         def make(r):
             def maker(b, data):
                 return SDCABlock, (data, sources[b]["Y"], sources[b]["s"], b, n, lam,
-                                   sigma["value"], seed, self.bias,
+                                   sigma, seed, self.bias,
                                    float(self.intercept_scaling), loss, backend, committed[b], r)
             return maker
 
