@@ -1,26 +1,30 @@
-"""Distributed SDCA (CoCoA+) and Pegasos on a dask LocalCluster: rounds, time and bytes to eps.
+"""Distributed SDCA on a dask LocalCluster against the local SDCASVC: rounds and time to a gap.
 
 Usage::
 
-    python benchmarks/bench_dask.py                         # imdb, 1 and 2 workers, H = 0.5, 1, 2
-    python benchmarks/bench_dask.py --datasets imdb,news20 --blocks 4,8,16,32,64
-    python benchmarks/bench_dask.py --markdown              # the tables as Markdown (BENCHMARKS.md)
+    python benchmarks/bench_dask.py                                  # imdb, news20, news20_multiclass
+    python benchmarks/bench_dask.py --datasets imdb --blocks 4,8,16,32,64
+    python benchmarks/bench_dask.py --markdown                       # tables as Markdown
 
 Three tables:
 
-1. *Measured*: for every data set, number of workers (a ``LocalCluster`` with one
-   single-threaded worker process each, one block per worker) and ``H``
-   (``local_epochs``), the CoCoA+ rounds and the wall time to a certified duality
-   gap ``<= tol``, the workers' compute time (sum over rounds of the slowest
-   block), and the bytes of one round, *computed* as ``2 K d 8`` (``w`` to every
-   block and one ``d``-vector back) plus ``8 n`` (the ``dalpha`` kept by the driver).
-2. *Measured rounds against K*: ``K`` blocks on the same two workers (rounds do
-   not depend on where a block runs), ``H = 1``.
-3. *Modelled* time per round and to eps for ``K = 8 .. 64`` GPU workers, from the
-   measured rounds of table 2, the measured per-worker throughput of table 1
-   (nonzeros per second of a block's round) scaled by ``--gpu-speedup``, and a
-   star all-reduce through the driver at ``--bandwidth`` bytes/s plus
-   ``--latency`` seconds per round.  Nothing in table 3 is measured.
+1. *Measured*: for every data set, row order (``stored``: the file's order, cut into one
+   contiguous chunk per worker, so a file sorted by label gives blocks of one class;
+   ``shuffled``: the rows permuted by a seeded permutation first) and number of workers (a
+   ``LocalCluster`` of single-threaded worker processes, one block each), the rounds and
+   the wall time of ``gpusvm.dask.SDCASVC().fit`` to a certified duality gap ``<= tol``
+   (everything: placing the blocks, the rounds, the certificates; the cluster is warmed
+   up first), the workers' solver time (sum over rounds of the slowest block), whether
+   the rows were rebalanced, and the local ``gpusvm.SDCASVC`` on the same rows, same
+   ``lam``, ``tol`` and ``bias="none"``, timed in the same run, with the ratio of the two.
+2. *Measured rounds against K*: ``K`` blocks on the same two workers (rounds do not
+   depend on where a block runs), ``sigma' = 1`` with the line search (the default)
+   against CoCoA+'s ``sigma' = K``.
+3. *Modelled* time per round and to eps for ``K`` GPU workers, from the measured rounds
+   of table 2, the measured solver throughput of table 1 (nonzeros per second of a
+   block's local epoch) scaled by ``--gpu-speedup``, and a star all-reduce through the
+   driver at ``--bandwidth`` bytes/s plus ``--latency`` seconds per round.  Nothing in
+   table 3 is measured.
 
 The data are read from ``../shared/data`` (see its README.md).
 """
@@ -48,25 +52,51 @@ FILES = {
 
 
 def load(name):
-    """Training rows of a shared data set (CSR float64, labels in {-1, +1})."""
+    """Training rows of a shared data set (CSR float64, labels as stored)."""
+    if name == "news20_multiclass":            # 20 classes; the 80% training split (seed 0)
+        from sklearn.datasets import load_svmlight_file
+        from sklearn.model_selection import train_test_split
+
+        from gpusvm.datasets import normalize_rows
+        X, y = load_svmlight_file(str(DATA / "news20_multiclass" / "news20.bz2"))
+        X = normalize_rows(X.astype(np.float64))
+        idx = np.arange(X.shape[0])
+        train, _ = train_test_split(idx, test_size=0.2, random_state=0, stratify=y)
+        train.sort()                               # the stored order of the kept rows
+        return X[train], y[train]
     from gpusvm.datasets import load_svmlight
     rel, d = FILES[name]
     X, y = load_svmlight(DATA / rel, n_features=d)
     return X.astype(np.float64), y.astype(np.float64)
 
 
-def run_sdca(X, y, lam, tol, H, n_partitions, max_rounds):
-    """One distributed SDCA fit; returns its measurements."""
+def fit_dask(X, y, parts, lam, tol, max_rounds, sigma=1.0, n_partitions=None):
+    """One distributed fit on a dask array of ``parts`` contiguous chunks; its measurements."""
+    import dask.array as da
+
     from gpusvm.dask import SDCASVC
+    n = X.shape[0]
+    Xd = da.from_array(X, chunks=(-(-n // parts), X.shape[1]), asarray=False)
     t = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        clf = SDCASVC(lam=lam, tol=tol, local_epochs=H, bias="none", n_partitions=n_partitions,
-                      max_iter=max_rounds, random_state=0).fit(X, y)
+        clf = SDCASVC(lam=lam, tol=tol, sigma=sigma, max_iter=max_rounds,
+                      random_state=0).fit(Xd, y)
     wall = time.perf_counter() - t
+    gap = float(np.max(clf.duality_gap_))
     return {"rounds": clf.n_iter_, "reached": clf.stop_reason_ == "tol", "wall": wall,
-            "worker": clf.worker_seconds_, "gap": clf.duality_gap_,
-            "bytes": clf.bytes_per_round_, "K": clf.n_blocks_}
+            "worker": clf.worker_seconds_, "gap": gap, "bytes": clf.bytes_per_round_,
+            "K": clf.n_blocks_, "rebalanced": clf.rebalanced_}
+
+
+def fit_local(X, y, lam, tol):
+    """The local SDCASVC on the same problem (its defaults otherwise); wall time and epochs."""
+    from gpusvm import SDCASVC
+    t = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        clf = SDCASVC(lam=lam, tol=tol, bias="none", random_state=0).fit(X, y)
+    return time.perf_counter() - t, clf.n_iter_ / X.shape[0]
 
 
 def table(rows, header, markdown):
@@ -87,136 +117,107 @@ def table(rows, header, markdown):
 def main(argv=None):
     """Run the benchmark and print the three tables."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--datasets", default="imdb")
+    ap.add_argument("--datasets", default="imdb,news20,news20_multiclass")
+    ap.add_argument("--orders", default="stored,shuffled")
     ap.add_argument("--workers", default="1,2")
-    ap.add_argument("--H", default="0.5,1,2", help="local epochs per round")
-    ap.add_argument("--blocks", default="4,8,16,32,64",
+    ap.add_argument("--blocks", default="4,8",
                     help="K for the rounds-against-K table (on two workers)")
+    ap.add_argument("--blocks-datasets", default="imdb",
+                    help="data sets of the rounds-against-K table")
     ap.add_argument("--lam", type=float, default=1e-4)
     ap.add_argument("--tol", type=float, default=1e-3)
-    ap.add_argument("--max-rounds", type=int, default=400)
+    ap.add_argument("--max-rounds", type=int, default=200)
     ap.add_argument("--gpu-speedup", type=float, default=20.0,
-                    help="assumed GPU / one-CPU-core throughput ratio of a local round (model)")
+                    help="assumed GPU / one-CPU-core throughput ratio of a local epoch (model)")
     ap.add_argument("--bandwidth", type=float, default=10e9,
                     help="assumed driver network bandwidth, bytes/s (model)")
     ap.add_argument("--latency", type=float, default=2e-3,
                     help="assumed fixed cost of one round, seconds (model)")
-    ap.add_argument("--pegasos", default="",
-                    help="also time PegasosSVC on this data set (e.g. news20): the synchronous "
-                         "variant against local steps, P - P* against a single-process SDCA "
-                         "lower bound (several minutes)")
-    ap.add_argument("--pegasos-runs", default="1:3000,1:6000,50:6000,50:8000",
-                    help="local_steps:max_iter pairs for --pegasos (batch 256)")
     ap.add_argument("--markdown", action="store_true")
     args = ap.parse_args(argv)
 
     from distributed import Client, LocalCluster
 
     names = [s for s in args.datasets.split(",") if s]
+    orders = [s for s in args.orders.split(",") if s]
     workers = [int(s) for s in args.workers.split(",") if s]
-    Hs = [float(s) for s in args.H.split(",") if s]
     Ks = [int(s) for s in args.blocks.split(",") if s]
-    data = {name: load(name) for name in names}
+    k_names = [s for s in args.blocks_datasets.split(",") if s]
+    data = {name: load(name) for name in sorted(set(names) | set(k_names))}
+    shuffled = {}
+    for name, (X, y) in data.items():
+        perm = np.random.default_rng(0).permutation(X.shape[0])
+        shuffled[name] = (X[perm], y[perm])
+    warm = {name: shuffled[name][0][:2000] for name in data}       # mixed classes
+    warm_y = {name: shuffled[name][1][:2000] for name in data}
+    for name in names:                                         # warm the local loops up
+        fit_local(warm[name], warm_y[name], args.lam, 1.0)
     measured, throughput, by_K = [], {}, {}
     for W in workers:
         with LocalCluster(n_workers=W, threads_per_worker=1, processes=True,
                           dashboard_address=None) as cluster, Client(cluster) as client:
             client.wait_for_workers(W, timeout=120)
             for name in names:
-                X, y = data[name]
-                run_sdca(X, y, args.lam, 1.0, 1.0, W, 2)  # warm up (numba cache, imports)
-                for H in Hs:
-                    r = run_sdca(X, y, args.lam, args.tol, H, W, args.max_rounds)
+                fit_dask(warm[name], warm_y[name], W, args.lam, 1.0, 2)  # warm up (numba cache)
+                for order in orders:
+                    X, y = data[name] if order == "stored" else shuffled[name]
+                    local, epochs = fit_local(X, y, args.lam, args.tol)
+                    r = fit_dask(X, y, W, args.lam, args.tol, args.max_rounds)
                     rounds = r["rounds"] if r["reached"] else f">{r['rounds']}"
-                    measured.append((name, W, H, rounds, f"{r['wall']:.1f}",
-                                     f"{r['worker']:.1f}", f"{r['bytes'] / 1e6:.2f}",
-                                     f"{r['gap']:.2g}"))
-                    if H == 1.0 and r["rounds"]:
-                        # nonzeros one block processes per second of its round (H epoch +
-                        # hinge + X^T(alpha y): about (H + 2) passes over its nonzeros)
-                        per_round = r["worker"] / r["rounds"]
-                        throughput[name] = (H + 2) * X.nnz / W / per_round
+                    measured.append((name, order, W, rounds, f"{r['wall']:.2f}",
+                                     f"{r['worker']:.2f}", "yes" if r["rebalanced"] else "no",
+                                     f"{r['bytes'] / 1e6:.1f}", f"{r['gap']:.2g}",
+                                     f"{local:.2f}", f"{epochs:.1f}",
+                                     f"{r['wall'] / local:.1f}"))
+                    print("measured:", measured[-1], file=sys.stderr, flush=True)
+                    if r["rounds"]:
+                        throughput[name] = X.nnz / W / (r["worker"] / r["rounds"])
             if W == max(workers):
-                for name in names:
-                    X, y = data[name]
+                for name in k_names:
+                    fit_dask(warm[name], warm_y[name], W, args.lam, 1.0, 2)
+                    X, y = shuffled[name]
                     by_K[name] = {}
                     for K in Ks:
-                        r = run_sdca(X, y, args.lam, args.tol, 1.0, K, args.max_rounds)
-                        by_K[name][K] = r
-    print(f"lam = {args.lam}, tol = {args.tol}; one single-threaded worker process per worker, "
-          f"{os.cpu_count()} cores")
+                        by_K[name][K] = (fit_dask(X, y, K, args.lam, args.tol, args.max_rounds),
+                                         fit_dask(X, y, K, args.lam, args.tol, args.max_rounds,
+                                                  sigma="K"))
+                        print("by K:", name, K, by_K[name][K], file=sys.stderr, flush=True)
+    print(f"lam = {args.lam}, tol = {args.tol}, bias='none'; one single-threaded worker "
+          f"process per worker, {os.cpu_count()} cores; local: gpusvm.SDCASVC defaults "
+          "(numba, float32, b = 1) in the driver process")
     print()
-    print("Measured: rounds and time to a certified gap <= tol (bytes per round computed: "
-          "2 K d 8 + 8 n)")
-    table(measured, ["data", "workers", "H", "rounds", "wall s", "worker s", "MB/round",
-                     "gap"], args.markdown)
-    rows = []
-    for name in names:
-        for K, r in by_K.get(name, {}).items():
-            rows.append((name, K, r["rounds"] if r["reached"] else f">{r['rounds']}",
-                         f"{r['bytes'] / 1e6:.1f}"))
-    if rows:
-        print(f"Measured: CoCoA+ rounds to gap <= tol against the number of blocks K (H = 1, "
-              f"blocks on {max(workers)} workers)")
-        table(rows, ["data", "K", "rounds", "MB/round"], args.markdown)
-    rows = []
-    for name in names:
-        if name not in throughput:
-            continue
-        X, y = data[name]
-        n, d = X.shape
-        thr = throughput[name] * args.gpu_speedup
-        for K, r in by_K.get(name, {}).items():
-            if K < 8:
-                continue
-            compute = 3 * X.nnz / K / thr
-            comm = 2 * K * d * 8 / args.bandwidth + 8 * n / args.bandwidth
-            per_round = compute + comm + args.latency
-            rounds = r["rounds"]
-            rows.append((name, K, rounds if r["reached"] else f">{rounds}",
-                         f"{2 * K * d * 8 / 1e6:.1f}", f"{compute * 1e3:.2f}",
-                         f"{comm * 1e3:.2f}", f"{per_round * 1e3:.2f}",
-                         f"{rounds * per_round:.2f}"))
-    if rows:
-        print(f"Modelled (not measured): K GPU workers, throughput {args.gpu_speedup:g} x the "
-              f"measured CPU worker, driver bandwidth {args.bandwidth / 1e9:g} GB/s, "
-              f"{args.latency * 1e3:g} ms per round")
-        table(rows, ["data", "K", "rounds (measured)", "MB/round", "compute ms", "comm ms",
-                     "round ms", "time to eps s"], args.markdown)
-    for name, thr in throughput.items():
-        print(f"measured per-worker throughput on {name}: {thr / 1e6:.1f} M nonzeros/s")
-    if args.pegasos:
-        print()
-        pegasos_table(args, args.pegasos)
-
-
-def pegasos_table(args, name):
-    """PegasosSVC on two workers: synchronous (local_steps=1) against local steps."""
-    from distributed import Client, LocalCluster
-
-    from gpusvm import SDCASVC as LocalSDCA
-    from gpusvm.dask import PegasosSVC
-    X, y = load(name)
-    lower = LocalSDCA(lam=args.lam, tol=1e-5, bias="none", backend="numba", dtype="float64",
-                      sampling="epoch", variant="safe", random_state=0,
-                      max_iter=500 * X.shape[0]).fit(X, y).dual_objective_
-    rows = []
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                      dashboard_address=None) as cluster, Client(cluster) as client:
-        client.wait_for_workers(2, timeout=120)
-        PegasosSVC(lam=args.lam, batch_size=256, max_iter=4, bias="none").fit(X, y)  # warm up
-        for pair in args.pegasos_runs.split(","):
-            H, T = (int(v) for v in pair.split(":"))
-            t = time.perf_counter()
-            clf = PegasosSVC(lam=args.lam, batch_size=256, max_iter=T, local_steps=H,
-                             bias="none", random_state=0).fit(X, y)
-            wall = time.perf_counter() - t
-            rows.append((name, H, T, f"{clf.objective_ - lower:.2e}", f"{wall:.0f}",
-                         f"{1e3 * wall / T:.1f}"))
-    print(f"Measured: PegasosSVC on 2 workers, batch 256, tail averaging; P - P* bounded by "
-          f"P - D(alpha) of a single-process SDCA run (gap 1e-5)")
-    table(rows, ["data", "local_steps", "iterations", "P - P* (<=)", "wall s", "ms/iteration"],
-          args.markdown)
+    print("Measured: rounds and wall time of the distributed fit to a certified gap <= tol, "
+          "against the local fit of the same rows in the same run")
+    table(measured, ["data", "order", "workers", "rounds", "fit s", "solver s", "rebalanced",
+                     "MB/round", "gap", "local s", "local epochs", "ratio"], args.markdown)
+    if any(by_K.values()):
+        rows = []
+        for name, per in by_K.items():
+            for K, (ls, plus) in per.items():
+                def shown(r):
+                    return r["rounds"] if r["reached"] else f">{r['rounds']}"
+                rows.append((name, K, shown(ls), f"{ls['wall']:.1f}", shown(plus),
+                             f"{plus['wall']:.1f}"))
+        print("Measured rounds against K (K blocks on the workers, rows shuffled): sigma' = 1 "
+              "with the line search (default) and CoCoA+'s sigma' = K")
+        table(rows, ["data", "K", "rounds (default)", "s", "rounds (sigma'=K)", "s"],
+              args.markdown)
+        rows = []
+        for name, per in by_K.items():
+            X, _ = data[name]
+            nnz, d = X.nnz, X.shape[1]
+            tput = throughput.get(name, float("nan")) * args.gpu_speedup
+            for K, (ls, _) in per.items():
+                compute = nnz / K / tput
+                comm = args.latency + 3 * K * min(d, nnz / K) * 8 / args.bandwidth
+                per_round = compute + comm
+                rows.append((name, K, ls["rounds"], f"{compute * 1e3:.2f}", f"{comm * 1e3:.2f}",
+                             f"{per_round * ls['rounds']:.2f}"))
+        print(f"Modelled (not measured): K GPU workers at {args.gpu_speedup:g}x the measured "
+              f"per-core solver throughput, star all-reduce at {args.bandwidth / 1e9:g} GB/s "
+              f"+ {args.latency * 1e3:g} ms per round, 3 vectors of min(d, nnz/K) per block")
+        table(rows, ["data", "K", "rounds", "solver ms/round", "comm ms/round", "s to eps"],
+              args.markdown)
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 import warnings
 
 import dask.array as da
@@ -118,18 +119,21 @@ def test_sdca_a9a_certified_and_optimal(two_workers, a9a):
     clf = gd.SDCASVC(lam=1e-3, tol=1e-3, bias="none", local_epochs=2.0,
                      random_state=0).fit(X, y)
     check_certificate_and_optimum(clf, X, y, 1e-3, 1e-3)
-    # the certificate is monotone in nothing, but every recorded gap is P - D >= 0
+    # every recorded gap is P - D >= 0, and the line search never lowers the dual
     assert all(h[3] >= -1e-12 for h in clf.history_)
+    dual_values = np.array([h[2] for h in clf.history_])
+    assert np.all(np.diff(dual_values) >= -1e-12)
+    assert np.all((clf.steps_ >= 0) & (clf.steps_ <= 1))
 
 
 def test_sdca_same_seed_same_model(two_workers, rcv1_small):
     X, y = rcv1_small.X, rcv1_small.y
-    a = gd.SDCASVC(lam=LAM, tol=1e-3, bias="none", random_state=7).fit(X, y)
-    b = gd.SDCASVC(lam=LAM, tol=1e-3, bias="none", random_state=7).fit(X, y)
+    a = gd.SDCASVC(lam=LAM, tol=1e-3, bias="none", local_epochs=1.0, random_state=7).fit(X, y)
+    b = gd.SDCASVC(lam=LAM, tol=1e-3, bias="none", local_epochs=1.0, random_state=7).fit(X, y)
     np.testing.assert_array_equal(a.coef_, b.coef_)
     np.testing.assert_array_equal(a.alpha_, b.alpha_)
     assert a.history_[-1][1:4] == b.history_[-1][1:4]
-    c = gd.SDCASVC(lam=LAM, tol=1e-3, bias="none", random_state=8).fit(X, y)
+    c = gd.SDCASVC(lam=LAM, tol=1e-3, bias="none", local_epochs=1.0, random_state=8).fit(X, y)
     assert not np.array_equal(a.alpha_, c.alpha_)
 
 
@@ -192,7 +196,7 @@ def test_sdca_survives_a_killed_worker(own_cluster, rcv1_small):
     """SIGKILL one worker mid-fit: the fit resumes from the last committed round, and the model
     is the one of an undisturbed run (same seed), bit for bit."""
     X, y = rcv1_small.X, rcv1_small.y
-    ref = gd.SDCASVC(lam=LAM, tol=1e-3, bias="none", random_state=3,
+    ref = gd.SDCASVC(lam=LAM, tol=1e-3, bias="none", local_epochs=1.0, random_state=3,
                      client=own_cluster).fit(X, y)
     pids = own_cluster.run(os.getpid)
     victim = pids[sorted(pids)[1]]
@@ -201,12 +205,13 @@ def test_sdca_survives_a_killed_worker(own_cluster, rcv1_small):
     def kill(round_, gap, elapsed):
         if round_ == 3 and not killed:
             os.kill(victim, signal.SIGKILL)
-            killed.append(round_)
+            killed.append(time.monotonic())
 
     with pytest.warns(RuntimeWarning, match="worker was lost"):
-        clf = gd.SDCASVC(lam=LAM, tol=1e-3, bias="none", random_state=3,
+        clf = gd.SDCASVC(lam=LAM, tol=1e-3, bias="none", local_epochs=1.0, random_state=3,
                          callback=kill, client=own_cluster).fit(X, y)
     assert killed and clf.n_recoveries_ >= 1
+    assert time.monotonic() - killed[0] <= 60          # recovered within a bounded time
     assert clf.duality_gap_ <= 1e-3
     np.testing.assert_array_equal(clf.coef_, ref.coef_)
     np.testing.assert_array_equal(clf.alpha_, ref.alpha_)
@@ -217,25 +222,35 @@ def test_sdca_lost_worker_without_recoveries_is_an_error(own_cluster, rcv1_small
     pids = own_cluster.run(os.getpid)
     victim = pids[sorted(pids)[0]]
 
+    killed = []
+
     def kill(round_, gap, elapsed):
         if round_ == 2:
             os.kill(victim, signal.SIGKILL)
+            killed.append(time.monotonic())
 
     with pytest.raises(gd.DistributedFitError, match="max_recoveries=0"):
         gd.SDCASVC(lam=LAM, tol=1e-6, bias="none", max_recoveries=0, random_state=0,
                    callback=kill, client=own_cluster).fit(X, y)
+    assert killed and time.monotonic() - killed[0] <= 60  # one clear error, in bounded time
 
 
 # ------------------------------------------------------------------ Pegasos
+def counter_batch(seed, b, size, k, t):
+    """Block b's batch of iteration t (1-based): the counter stream keyed by (seed, block)."""
+    from gpusvm.dask._blocks import block_seed
+    from gpusvm.solvers._sampling import CounterSampler
+    return CounterSampler(size, k, "without_replacement", block_seed(seed, b)).batch(t - 1)[0]
+
+
 def reference_pegasos(X, y, blocks, shares, seed, lam, T):
     """Stratified mini-batch Pegasos in plain NumPy (dense w), same batches as the blocks."""
-    from gpusvm.dask._blocks import philox
     n, d = X.shape
     w = np.zeros(d)
     for t in range(1, T + 1):
         g = np.zeros(d)
         for b, rows in enumerate(blocks):
-            pick = rows[philox(seed, b, t).choice(rows.size, shares[b], replace=False)]
+            pick = rows[counter_batch(seed, b, rows.size, shares[b], t)]
             m = y[pick] * (X[pick] @ w)
             act = pick[m < 1]
             g += rows.size / (n * shares[b]) * np.asarray(X[act].T @ y[act]).ravel()
@@ -300,7 +315,6 @@ def test_pegasos_survives_a_killed_worker(own_cluster, rcv1_small):
 def test_pegasos_local_steps_average_of_block_iterations(two_workers, rcv1_small):
     """local_steps = H: the result is the n_k/n-weighted average of each block's own H Pegasos
     iterations from the broadcast w (checked for one round against NumPy)."""
-    from gpusvm.dask._blocks import philox
     X, y = rcv1_small.X.astype(np.float64), rcv1_small.y.astype(np.float64)
     lam, k, H, seed = 1e-3, 64, 7, 4
     clf = gd.PegasosSVC(lam=lam, batch_size=k, max_iter=H, local_steps=H, averaging="none",
@@ -312,7 +326,7 @@ def test_pegasos_local_steps_average_of_block_iterations(two_workers, rcv1_small
         kb = int(np.ceil(k * rows.size / n))
         w = np.zeros(X.shape[1])
         for t in range(1, H + 1):
-            pick = rows[philox(seed, b, t).choice(rows.size, kb, replace=False)]
+            pick = rows[counter_batch(seed, b, rows.size, kb, t)]
             act = pick[y[pick] * (X[pick] @ w) < 1]
             eta = 1.0 / (lam * t)
             w = (1 - eta * lam) * w + eta / kb * np.asarray(X[act].T @ y[act]).ravel()
@@ -324,8 +338,13 @@ def test_pegasos_local_steps_average_of_block_iterations(two_workers, rcv1_small
 # ------------------------------------------------------------------ bad input, imports
 def test_bad_input_is_reported(two_workers, rcv1_small):
     X, y = rcv1_small.X, rcv1_small.y
-    with pytest.raises(ValueError, match="Only binary classification"):
-        gd.SDCASVC().fit(X[:30], np.arange(30) % 3)
+    with pytest.raises(ValueError, match="one-vs-rest only .* needs gpusvm.SDCASVC"
+                                         r"\(multi_class='ovo'\) on one machine"):
+        gd.SDCASVC(multi_class="ovo").fit(X[:30], np.arange(30) % 3)
+    with pytest.raises(ValueError, match="pass only one of them"):
+        gd.SDCASVC(lam=1e-4, C=1.0).fit(X, y)
+    with pytest.raises(ValueError, match="sample_weight must have shape"):
+        gd.SDCASVC().fit(X, y, sample_weight=np.ones(3))
     with pytest.raises(ValueError, match="to match X's rows"):
         gd.SDCASVC().fit(X, y[:-1])
     with pytest.raises(ValueError, match="batch_size"):

@@ -2,11 +2,23 @@
 
 Each block of rows lives in one actor (:class:`SDCABlock` or
 :class:`PegasosBlock`) pinned to one worker for the whole fit.  An actor keeps
-the block's CSR arrays, labels and state (the dual variables ``alpha_k`` for
-SDCA, the replica ``w = a v`` for Pegasos) in the worker's memory across
-rounds, and its method calls go from the driver straight to the worker (no
-task graph, no scheduler round trip), which matters for Pegasos' one call per
-iteration.
+the block's rows, labels, weights and solver state in the worker's memory
+across rounds, and its method calls go from the driver straight to the worker
+(no task graph, no scheduler round trip), which matters for Pegasos' one call
+per iteration.
+
+The local work is the backends' own: a block holds a backend
+(:func:`gpusvm.backends.make_backend`: the compiled CPU backend by default, the
+device backend on a GPU worker or ``"emulated"`` to verify it without one) over
+its rows, and a CoCoA+ round is one call of its SDCA segment primitive
+(``sdca_segment_m``), the local Pegasos steps one call of ``pegasos_segment_m``;
+their batches come from the counter (:class:`~gpusvm.solvers._sampling.CounterSampler`)
+keyed by the fit's seed and the block, as on every other path.
+
+*Local column space.*  A block re-indexes its columns to the features its rows
+use (``cols``, sorted): its state and every message are ``d_k x M`` instead
+of ``d x M`` (news20, 2 blocks: about 0.6 d each), and the driver scatters them
+into the global ``W``.
 
 Every call names the round (or iteration) the driver believes the block is
 at; a block at another one raises :class:`StaleBlockError`, so a block that
@@ -21,7 +33,10 @@ import time
 import numpy as np
 import scipy.sparse as sp
 
-from . import _local
+from ..backends import make_backend
+from ..backends._state import S_A, S_VSQ
+from ..backends.base import PegasosPlan, SDCAPlan
+from ..solvers._sampling import CounterSampler, stream_key
 
 
 class StaleBlockError(RuntimeError):
@@ -51,167 +66,406 @@ def block_csr(X, bias: str, intercept_scaling: float) -> sp.csr_matrix:
     Xc.sort_indices()
     if not np.all(np.isfinite(Xc.data)):
         raise ValueError("X contains NaN or infinity; clean the data before fitting")
-    return sp.csr_matrix((Xc.data, Xc.indices.astype(np.int32), Xc.indptr.astype(np.int64)),
+    return sp.csr_matrix((Xc.data, Xc.indices.astype(np.int32), Xc.indptr.astype(np.int32)),
                          shape=Xc.shape)
 
 
-def philox(seed: int, block: int, counter: int) -> np.random.Generator:
-    """Generator of (seed, block, round/iteration): no sequential state to replay.
-
-    The three numbers are hashed by ``SeedSequence`` into a Philox key, so
-    different rounds get independent streams (consecutive Philox *counters*
-    would give overlapping streams: one round's draws shifted by four values).
+def local_columns(Xc: sp.csr_matrix):
+    """``(cols, X_local)``: the sorted columns the rows use, and the rows re-indexed to them.
 
     Parameters
     ----------
-    seed, block, counter : int
+    Xc : csr_matrix of shape (n_k, d), canonical
 
     Returns
     -------
-    numpy.random.Generator
+    cols : ndarray of int64, shape (d_k,)
+    X_local : csr_matrix of shape (n_k, d_k), canonical, int32 indices
     """
-    return np.random.Generator(np.random.Philox(np.random.SeedSequence(
-        [seed & (2**64 - 1), block, counter])))
+    used = np.zeros(Xc.shape[1], dtype=bool)       # O(nnz + d): no sort of the indices
+    used[Xc.indices] = True
+    cols = np.flatnonzero(used)
+    if cols.size == 0:                      # all-zero rows: keep one column so shapes stay valid
+        cols = np.zeros(1, dtype=np.int64)
+    remap = np.zeros(Xc.shape[1], dtype=np.int32)
+    remap[cols] = np.arange(cols.size, dtype=np.int32)
+    X_local = sp.csr_matrix((Xc.data, remap[Xc.indices], Xc.indptr),
+                            shape=(Xc.shape[0], cols.size))
+    X_local.has_sorted_indices = True
+    return cols.astype(np.int64), X_local
+
+
+def block_seed(seed: int, block: int) -> int:
+    """The counter stream's seed of one block: ``key(seed, block)`` (a stream per block)."""
+    return stream_key(int(seed) & (2**64 - 1), int(block))
+
+
+def _host(a) -> np.ndarray:
+    """A backend array (NumPy or CuPy) as a host NumPy array."""
+    get = getattr(a, "get", None)
+    return np.asarray(get() if callable(get) and not isinstance(a, np.ndarray) else a)
+
+
+def loss_sums(Z, Y, s, loss: str) -> np.ndarray:
+    """``sum_i s_i loss(y_ic z_ic)`` per output (float64 (M,)), ``s`` None for unit weights."""
+    slack = np.maximum(0.0, 1.0 - Y * Z)
+    if loss == "squared_hinge":
+        slack = slack * slack
+    if s is not None:
+        slack = s[:, None] * slack
+    return slack.sum(axis=0)
+
+
+def dual_sums(alpha, s, loss: str) -> np.ndarray:
+    """``sum_i alpha_ic`` (hinge) or ``sum_i (alpha_ic - alpha_ic^2 / (4 s_i))`` (squared hinge)."""
+    if loss != "squared_hinge":
+        return alpha.sum(axis=0)
+    w = np.ones(alpha.shape[0]) if s is None else s
+    safe = np.where(w > 0, w, 1.0)[:, None]
+    return np.where(w[:, None] > 0, alpha - alpha * alpha / (4.0 * safe), 0.0).sum(axis=0)
 
 
 class SDCABlock:
-    """One row block of distributed SDCA (CoCoA+), resident on a worker.
+    """One row block of distributed SDCA (CoCoA+ with a line search), resident on a worker.
 
     Parameters
     ----------
     X : sparse matrix or array of shape (n_k, d)
         The block's rows.
-    y : ndarray of shape (n_k,)
-        Labels in {-1, +1}.
+    Y : ndarray of shape (n_k, M)
+        Labels in {-1, +1}, one column per output.
+    s : ndarray of shape (n_k,) or None
+        Row weights (None: all 1).
     block : int
-        Block index (keys the block's random stream).
+        Block index (keys the block's batch stream).
     n : int
         Total number of training rows (the global ``n`` of ``lam n``).
     lam : float
-    n_blocks : int
-        ``K`` of CoCoA+ (``sigma' = K``).
+    sigma : float
+        ``sigma'`` of the local subproblem (Ma et al. 2015, eq. 9).
     seed : int
     bias : {"none", "augmented"}
     intercept_scaling : float
+    loss : {"hinge", "squared_hinge"}
+    backend : str
+        The backend of the local solver (:func:`gpusvm.backends.make_backend`).
     alpha : ndarray or None
-        Committed dual variables to start from (``None``: 0, and 1 on all-zero rows).
+        Committed dual variables to start from (``None``: 0, at their optimum on all-zero rows).
     round_ : int
         The round this state belongs to.
+
+    Notes
+    -----
+    The local subproblem of Ma et al. (2015, eq. 9) with parameter ``sigma'`` is
+    maximised by SDCA steps against the local point ``v = w + sigma' u`` with
+    ``u = (1/(lam n)) sum_{i in P_k} dalpha_i y_i x_i``:
+    ``delta_i`` is eq. (15) with ``beta = sigma'`` (ALGORITHMS.md, CoCoA+), and
+    ``v`` moves by ``sigma'`` times ``u``'s change.  Both are exactly the
+    backend's SDCA step with ``beta = 1`` at ``lam' = lam / sigma'`` (for the
+    hinge, ``lam n (1 - m) / (sigma' q) = lam' n (1 - m) / q``; for the squared
+    hinge, numerator and denominator of its step scale alike), with the
+    global ``n``: the segment runs with ``plan.lam = lam n / (sigma' n_k)`` on the
+    block's ``n_k`` rows, its ``V`` set to the broadcast ``w`` and its
+    ``alpha`` the committed ``alpha_k`` (its box is that of ``alpha + dalpha``).
+    The block returns ``u_k = (v - w) / sigma'`` and keeps ``alpha_k + dalpha_k``
+    pending: the next call commits ``alpha_k + gamma dalpha_k`` with the
+    driver's step ``gamma`` (:func:`line_search`).
     """
 
-    def __init__(self, X, y, block, n, lam, n_blocks, seed, bias, intercept_scaling, alpha,
-                 round_):
+    def __init__(self, X, Y, s, block, n, lam, sigma, seed, bias, intercept_scaling, loss,
+                 backend, alpha, round_):
         Xc = block_csr(X, bias, intercept_scaling)
-        self.indptr, self.indices, self.data = Xc.indptr, Xc.indices, Xc.data
         self.d = Xc.shape[1]
-        self.y = np.ascontiguousarray(y, dtype=np.float64)
-        self.sqnorm = _local.row_sq_norms(self.indptr, self.data)
-        if alpha is None:
-            alpha = np.where(self.sqnorm > 0, 0.0, 1.0)
-        self.alpha = np.array(alpha, dtype=np.float64)
-        self.block, self.n, self.lam, self.K, self.seed = block, n, lam, n_blocks, seed
+        self.cols, Xl = local_columns(Xc)
+        self.Y = np.ascontiguousarray(np.reshape(Y, (Xc.shape[0], -1)), dtype=np.float64)
+        self.s = None if s is None else np.ascontiguousarray(s, dtype=np.float64)
+        self.block, self.n, self.lam, self.sigma = block, n, float(lam), float(sigma)
+        self.loss = loss
+        n_k = Xc.shape[0]
+        self.be = make_backend(backend, Xl, self.Y, sample_weight=self.s)
+        self.be.init_state_m(None)
+        self.lam_local = self.lam * n / (self.sigma * n_k)
+        self.be.init_dual_m(1.0, loss, alpha0=alpha, lam=self.lam_local)
+        self.xp = getattr(self.be, "xp", np)
+        self.sampler = CounterSampler(n_k, 1, "epoch", block_seed(seed, block))
+        self.plan = SDCAPlan(lam=self.lam_local, beta_b=1.0, theta=0.5, aggressive=False,
+                             shrinking=False, loss=loss)
+        self.pending = None
         self.round = round_
 
     def info(self):
-        """``(n_k, d, block)``, also a liveness probe."""
-        return self.y.shape[0], self.d, self.block
+        """``(n_k, d, block, cols)``, also a liveness probe."""
+        return self.Y.shape[0], self.d, self.block, self.cols
 
-    def step(self, w, round_, local_steps, certify, recompute):
-        """One CoCoA+ round on this block (Ma et al. 2015, Algorithm 1, steps 4-6).
+    def _set_w(self, w):
+        """``V = w`` (the broadcast point, local columns), ``a = 1``."""
+        be = self.be
+        be.V[...] = self.xp.asarray(np.reshape(w, be.V.shape), dtype=be.V.dtype)
+        be.sm[S_A] = 1.0
+        v = be.V.astype(np.float64)
+        be.sm[S_VSQ] = (v * v).sum(axis=0)
+
+    def _commit(self, round_, gamma):
+        """Refuse a stale call; commit the pending ``alpha + gamma dalpha``."""
+        if round_ != self.round:
+            raise StaleBlockError(
+                f"block {self.block} holds round {self.round}, the driver expects {round_}")
+        if self.pending is not None:
+            if gamma is None:
+                raise StaleBlockError(f"block {self.block} has a step pending and no gamma")
+            before, after = self.pending
+            self.be.alpha[...] = commit(before, after, self.xp.asarray(gamma))
+            self.pending = None
+
+    def _certificate(self, w):
+        """Loss sums at ``w``, dual sums and ``X_k^T (alpha_k * Y_k)`` of the committed ``alpha``
+        (host float64; the last in the local columns, (d_k, M))."""
+        be = self.be
+        Z = _host(be.decision_function_m(self.xp.asarray(w), 0.0))
+        A = be.alpha * be.Y.astype(np.float64)
+        xty = _host(be.X.T @ A).reshape(self.cols.size, -1)
+        return (loss_sums(Z, self.Y, self.s, self.loss),
+                dual_sums(_host(be.alpha), self.s, self.loss), xty)
+
+    def step(self, w, round_, t0, t1, gamma):
+        """One round on this block: commit, certify, then the local solver.
 
         Parameters
         ----------
-        w : ndarray of float64, shape (d,)
-            The broadcast ``w``.
+        w : ndarray of float64, shape (d_k, M)
+            The broadcast ``W`` on this block's columns.
         round_ : int
             Round number the driver expects this block to be at.
-        local_steps : int
-            Coordinate steps of the local solver (``H``).
-        certify : bool
-            Also return the hinge-loss sum at ``w`` and the ``alpha`` sum (before
-            the round): the block's share of ``P(w)`` and ``D(alpha)``.
-        recompute : bool
-            Return ``X_k^T(alpha_k y_k)`` after the round instead of ``u_k``,
-            so the driver rebuilds ``w(alpha)`` exactly.
+        t0, t1 : int
+            The block's counter positions (one-row batches of its epoch stream) before
+            and after the round: ``t1 - t0`` coordinate steps (``H``).
+        gamma : ndarray of shape (M,) or None
+            The driver's step for the pending change of the last round (None: none pending).
 
         Returns
         -------
         dict
-            ``hinge``, ``asum`` (when ``certify``), ``dalpha`` (float64,
-            shape (n_k,)), ``u`` (``(v - w)/K``) or ``xty``, and ``seconds``
-            (the block's compute time in this call).
+            ``loss``, ``dual``, ``xty`` (the certificate's sums at the committed state and
+            ``w``), ``u`` (``(v - w)/sigma'``, (d_k, M)), ``alpha`` (after the local solver,
+            (n_k, M), pending), ``b`` and ``q`` (:func:`line_search`'s sums, (M,)) and
+            ``seconds`` (the local solver's time).
         """
-        if round_ != self.round:
-            raise StaleBlockError(
-                f"block {self.block} holds round {self.round}, the driver expects {round_}")
-        start = time.perf_counter()
-        out = {}
+        self._commit(round_, gamma)
         w = np.asarray(w, dtype=np.float64)
-        if certify:
-            out["hinge"] = _local.hinge_sum(self.indptr, self.indices, self.data, self.y, w, 1.0)
-            out["asum"] = float(self.alpha.sum())
-        n_k = self.y.shape[0]
-        rng = philox(self.seed, self.block, round_)
-        reps = -(-local_steps // n_k)
-        order = np.concatenate([rng.permutation(n_k) for _ in range(reps)])[:local_steps]
-        v = w.copy()
-        dalpha = np.zeros(n_k)
-        _local.local_sdca_epoch(self.indptr, self.indices, self.data, self.y, self.sqnorm,
-                                self.alpha, dalpha, v, self.lam * self.n / self.K,
-                                order.astype(np.int64))
-        self.alpha += dalpha
-        np.clip(self.alpha, 0.0, 1.0, out=self.alpha)
-        self.round = round_ + 1
-        out["dalpha"] = dalpha
-        if recompute:
-            out["xty"] = _local.dual_weights(self.indptr, self.indices, self.data, self.y,
-                                             self.alpha, self.d)
-        else:
-            v -= w
-            v /= self.K
-            out["u"] = v
+        out = {}
+        out["loss"], out["dual"], out["xty"] = self._certificate(w)
+        be = self.be
+        before = be.alpha.copy()
+        self._set_w(w)
+        start = time.perf_counter()
+        be.sdca_segment_m(self.sampler, int(t0), int(t1), self.plan)
+        if hasattr(be, "synchronize"):
+            be.synchronize()
         out["seconds"] = time.perf_counter() - start
+        after = be.alpha.copy()
+        self.pending = (before, after)
+        self.round = round_ + 1
+        out["alpha"] = _host(after)
+        out["u"] = (_host(be.V).astype(np.float64) - w) / self.sigma
+        out["b"], out["q"] = step_sums(_host(before), out["alpha"], self.s, self.loss)
         return out
 
     def alpha_copy(self):
-        """The block's committed dual variables (float64, shape (n_k,))."""
-        return self.alpha.copy()
+        """The block's committed dual variables (float64, shape (n_k, M))."""
+        return _host(self.be.alpha).copy()
 
-    def certify(self, w, round_):
-        """Hinge-loss sum at ``w``, ``alpha`` sum and ``X_k^T(alpha_k y_k)`` (no step).
+    def certify(self, w, round_, gamma=None):
+        """Commit the pending step, then the certificate's sums (no step).
 
         Parameters
         ----------
-        w : ndarray of float64 or None
-            Where to evaluate the hinge loss (``None``: skip it, return 0).
+        w : ndarray of float64 of shape (d_k, M), or None
+            Where to evaluate the loss (``None``: at 0).
         round_ : int
+        gamma : ndarray of shape (M,) or None
 
         Returns
         -------
-        dict with ``hinge``, ``asum``, ``xty``, ``alpha``
+        dict with ``loss``, ``dual``, ``xty``
         """
-        if round_ != self.round:
-            raise StaleBlockError(
-                f"block {self.block} holds round {self.round}, the driver expects {round_}")
-        hinge = 0.0
-        if w is not None:
-            hinge = _local.hinge_sum(self.indptr, self.indices, self.data, self.y,
-                                     np.asarray(w, dtype=np.float64), 1.0)
-        return {"hinge": hinge, "asum": float(self.alpha.sum()),
-                "xty": _local.dual_weights(self.indptr, self.indices, self.data, self.y,
-                                           self.alpha, self.d)}
+        self._commit(round_, gamma)
+        if w is None:
+            w = np.zeros((self.cols.size, self.Y.shape[1]))
+        loss, dual, xty = self._certificate(np.asarray(w, dtype=np.float64))
+        return {"loss": loss, "dual": dual, "xty": xty}
+
+
+def commit(before, after, gamma):
+    """``before + gamma (after - before)``: the committed duals, the same arithmetic on the
+    block and on the driver (so the driver's copy is the block's, bit for bit)."""
+    return before + gamma * (after - before)
+
+
+def step_sums(before, after, s, loss: str):
+    """``(b, q)`` of the change ``d = after - before``: the separable part of ``n D`` moves by
+    ``gamma b - gamma^2 q`` along ``gamma d`` (hinge: ``b = sum d``, ``q = 0``; squared hinge:
+    ``b = sum (d - alpha d / (2 s))``, ``q = sum d^2 / (4 s)`` over ``s > 0``)."""
+    d = after - before
+    if loss != "squared_hinge":
+        return d.sum(axis=0), np.zeros(d.shape[1])
+    w = np.ones(d.shape[0]) if s is None else s
+    pos = (w > 0)[:, None]
+    inv = 1.0 / np.where(w > 0, w, 1.0)[:, None]
+    b = np.where(pos, d - before * d * inv / 2.0, 0.0).sum(axis=0)
+    q = np.where(pos, d * d * inv / 4.0, 0.0).sum(axis=0)
+    return b, q
+
+
+def line_search(W, U, b, q, lam, n):
+    """The step ``gamma`` in ``[0, 1]`` that maximises ``D`` along the round's change, per output.
+
+    With ``w(alpha) = W`` and the change ``U = w(alpha + d) - w(alpha)``,
+    ``n (D(alpha + gamma d) - D(alpha)) = gamma b - gamma^2 q - lam n (gamma <W, U> +
+    gamma^2 ||U||^2 / 2)``, a concave quadratic in ``gamma``; ``[0, 1]`` keeps
+    ``alpha + gamma d`` feasible (a convex combination of two feasible points).
+
+    Parameters
+    ----------
+    W, U : ndarray of shape (d, M)
+    b, q : ndarray of shape (M,)
+    lam : float
+    n : int
+
+    Returns
+    -------
+    ndarray of shape (M,)
+    """
+    slope = b / n - lam * np.einsum("ij,ij->j", W, U)
+    curve = 2.0 * q / n + lam * np.einsum("ij,ij->j", U, U)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        gamma = np.where(curve > 0, slope / np.where(curve > 0, curve, 1.0),
+                         np.where(slope > 0, 1.0, 0.0))
+    return np.clip(gamma, 0.0, 1.0)
+
+
+def pegasos_apply(V, s, idx, vals, eta, lam, radius, project):
+    """Apply one Pegasos step ``W <- Proj((1 - eta lam) W + eta G)`` to ``W = V diag(a)``.
+
+    The driver's replica of ``W`` (all columns) runs this; the blocks replay the
+    same arithmetic on their columns with :func:`pegasos_replay` from the
+    returned record (the projection and the folding need the global norms), so
+    every replica stays bitwise identical (ALGORITHMS.md, Pegasos, sparse form,
+    per output).
+
+    Parameters
+    ----------
+    V : ndarray of float64, shape (d, M)
+    s : ndarray of float64, shape (2, M)
+        ``[a, nu]`` per output, ``W[:, c] = a_c V[:, c]``, ``nu_c = ||w_c||^2`` (in place).
+    idx : ndarray of int, shape (q,)
+        Rows of ``V`` the all-reduced subgradient touches.
+    vals : ndarray of float64, shape (q, M)
+        The all-reduced subgradient sum ``G`` on those rows.
+    eta : float
+        ``1 / (lam t)``.
+    lam : float
+    radius : float
+    project : bool
+
+    Returns
+    -------
+    tuple
+        ``(zeroed, a_step, fold, a_final)``: whether ``V`` was reset (``t = 1``), the
+        scales the step divided by, the scales folded into ``V`` per output (NaN
+        where none), and the final scales.
+    """
+    shrink = 1.0 - eta * lam
+    zeroed = shrink <= 0.0
+    if zeroed:                   # t = 1: w_{3/2} = eta g exactly
+        V[...] = 0.0
+        s[0] = 1.0
+        s[1] = 0.0
+    else:
+        s[0] *= shrink
+        s[1] *= shrink * shrink
+    a = s[0].copy()
+    if idx.size:
+        old = V[idx]
+        new = old + eta * vals / a
+        V[idx] = new
+        s[1] += a * a * ((new * new).sum(axis=0) - (old * old).sum(axis=0))
+    np.maximum(s[1], 0.0, out=s[1])
+    if project:
+        over = s[1] > radius * radius
+        if over.any():
+            s[0] = np.where(over, a * radius / np.sqrt(np.where(over, s[1], 1.0)), a)
+            s[1] = np.where(over, radius * radius, s[1])
+    fold = np.full(s.shape[1], np.nan)
+    for c in np.flatnonzero(np.abs(s[0]) < 1e-6):     # fold the scale before it underflows
+        fold[c] = s[0, c]
+        V[:, c] *= s[0, c]
+        s[1, c] = float(V[:, c] @ V[:, c])
+        s[0, c] = 1.0
+    return zeroed, a, fold, s[0].copy()
+
+
+def pegasos_replay(V, a_out, record, idx, vals, eta):
+    """Replay :func:`pegasos_apply`'s step on a block's columns (``idx`` local, ``vals`` its rows).
+
+    Parameters
+    ----------
+    V : ndarray of float64, shape (d_k, M)
+        The block's replica, updated in place.
+    a_out : ndarray of float64, shape (M,)
+        The block's scales, set to the driver's final ones.
+    record : tuple
+        What :func:`pegasos_apply` returned on the driver.
+    idx, vals : ndarray
+        The all-reduced subgradient on the block's columns (local indices).
+    eta : float
+    """
+    zeroed, a_step, fold, a_final = record
+    if zeroed:
+        V[...] = 0.0
+    if idx.size:
+        V[idx] = V[idx] + eta * vals / a_step
+    for c in np.flatnonzero(~np.isnan(fold)):
+        V[:, c] *= fold[c]
+    a_out[...] = a_final
+
+
+def batch_part(X, Y, s, rows, V, a, weight, loss):
+    """One block's share of a mini-batch Pegasos subgradient, as a sparse (rows of ``V``) matrix.
+
+    ``weight * sum_{i in rows} g_ic y_ic x_i`` with ``g_ic = s_i [m_ic < 1]`` (hinge) or
+    ``2 s_i max(0, 1 - m_ic)`` (squared hinge), ``m_ic = y_ic a_c <v_c, x_i>``
+    (Shalev-Shwartz et al. 2007, Fig. 1, steps 2 and 4; ALGORITHMS.md, "Weights").
+
+    Returns
+    -------
+    idx : ndarray of int64 (touched rows of ``V``), vals : ndarray (q, M), n_active : ndarray (M,)
+    """
+    Xb = X[rows]
+    Yb = Y[rows]
+    m = Yb * (np.asarray(Xb @ V) * a)
+    sb = np.ones(rows.size) if s is None else s[rows]
+    if loss == "squared_hinge":
+        g = 2.0 * sb[:, None] * np.maximum(0.0, 1.0 - m)
+    else:
+        g = sb[:, None] * (m < 1.0)
+    coef = weight * g * Yb
+    idx, inv = np.unique(Xb.indices, return_inverse=True)
+    Xs = sp.csr_matrix((Xb.data, inv.ravel(), Xb.indptr), shape=(rows.size, idx.size))
+    vals = np.asarray(Xs.T @ coef)
+    return idx.astype(np.int64), vals, (m < 1.0).sum(axis=0)
 
 
 class PegasosBlock:
     """One row block of distributed mini-batch Pegasos, resident on a worker.
 
-    Holds a replica of ``w = a v`` that every iteration updates with the same
-    all-reduced subgradient as the driver's replica.
+    Holds a replica of ``W = V diag(a)`` (its own columns) that every iteration
+    updates with the same all-reduced subgradient as the driver's replica.
 
     Parameters
     ----------
     X : sparse matrix or array of shape (n_k, d)
-    y : ndarray of shape (n_k,)
+    Y : ndarray of shape (n_k, M)
+    s : ndarray of shape (n_k,) or None
     block : int
     n : int
         Total number of rows.
@@ -220,55 +474,66 @@ class PegasosBlock:
     seed : int
     bias : {"none", "augmented"}
     intercept_scaling : float
-    v : ndarray or None
-        Replica to start from (``None``: zeros).
-    s : ndarray or None
-        ``[a, nu]`` to start from.
+    loss : {"hinge", "squared_hinge"}
+    backend : str
+        Backend of the local-steps variant's segment.
+    V : ndarray of shape (d, M) or None
+        Replica to start from (``None``: zeros); the block keeps its columns.
+    a : ndarray of shape (M,) or None
+        Scales ``a`` of ``W = V diag(a)`` to start from (None: ones).
     t : int
         Next iteration (1-based).
     """
 
-    def __init__(self, X, y, block, n, share, seed, bias, intercept_scaling, v, s, t):
+    def __init__(self, X, Y, s, block, n, share, seed, bias, intercept_scaling, loss, backend, V,
+                 a, t):
         Xc = block_csr(X, bias, intercept_scaling)
-        self.indptr, self.indices, self.data = Xc.indptr, Xc.indices, Xc.data
         self.d = Xc.shape[1]
-        self.y = np.ascontiguousarray(y, dtype=np.float64)
-        self.block, self.n, self.share, self.seed = block, n, share, seed
-        n_k = self.y.shape[0]
+        self.cols, self.X = local_columns(Xc)
+        n_k = Xc.shape[0]
+        self.Y = np.ascontiguousarray(np.reshape(Y, (n_k, -1)), dtype=np.float64)
+        M = self.Y.shape[1]
+        self.s = None if s is None else np.ascontiguousarray(s, dtype=np.float64)
+        self.block, self.n, self.share, self.loss = block, n, share, loss
+        self.backend = backend
         self.weight = n_k / (n * share)
-        self.v = np.zeros(self.d) if v is None else np.array(v, dtype=np.float64)
-        self.s = np.array([1.0, 0.0]) if s is None else np.array(s, dtype=np.float64)
+        self.V = np.zeros((self.cols.size, M)) if V is None else \
+            np.array(np.reshape(V, (self.d, M))[self.cols], dtype=np.float64)
+        self.a = np.ones(M) if a is None else np.array(a, dtype=np.float64)
         self.t = t
-        self.acc = np.zeros(self.d)
-        self.mark = np.zeros(self.d, dtype=np.uint8)
-        row_nnz = np.diff(self.indptr)
-        self.touched = np.empty(int(np.sort(row_nnz)[::-1][:share].sum()) + 1, dtype=np.int64)
+        self.seed = block_seed(seed, block)
+        self.sampler = CounterSampler(n_k, share, "without_replacement", self.seed)
+        self._be = None
 
     def info(self):
-        """``(n_k, d, block)``, also a liveness probe."""
-        return self.y.shape[0], self.d, self.block
+        """``(n_k, d, block, cols)``, also a liveness probe."""
+        return self.Y.shape[0], self.d, self.block, self.cols
 
-    def hinge(self, w):
-        """Hinge-loss sum of the block's rows at ``w`` (e.g. the averaged output).
+    def loss_sum(self, w):
+        """Loss sums of the block's rows at ``w`` (its columns, (d_k, M)), per output.
 
         Parameters
         ----------
-        w : ndarray of float64, shape (d,)
+        w : ndarray of float64, shape (d_k, M)
 
         Returns
         -------
-        float
+        ndarray of float64, shape (M,)
         """
-        return _local.hinge_sum(self.indptr, self.indices, self.data, self.y,
-                                np.asarray(w, dtype=np.float64), 1.0)
+        Z = np.asarray(self.X @ np.asarray(w, dtype=np.float64))
+        return loss_sums(Z, self.Y, self.s, self.loss)
 
     def local_round(self, w, t0, local_steps, lam, radius, project):
         """Local-steps variant: ``local_steps`` Pegasos iterations from ``w`` on this block's rows.
 
+        One call of the backend's Pegasos segment (``pegasos_segment_m``), batches from
+        the block's counter stream.
+
         Parameters
         ----------
-        w : ndarray of float64, shape (d,)
-            The broadcast (averaged) ``w``.
+        w : ndarray of float64, shape (d, M)
+            The broadcast (averaged) ``W`` (all columns: a column the block's rows do not
+            touch still shrinks, and the projection sees the whole norm).
         t0 : int
             Global number of the first iteration (the block must be at it).
         local_steps : int
@@ -277,24 +542,25 @@ class PegasosBlock:
 
         Returns
         -------
-        dict with ``w`` (the block's ``w`` after the steps) and ``seconds``
+        dict with ``w`` (the block's ``W`` after the steps, (d, M)) and ``seconds``
         """
         if t0 != self.t:
             raise StaleBlockError(
                 f"block {self.block} is at iteration {self.t}, the driver expects {t0}")
         start = time.perf_counter()
-        self.v[:] = w
-        self.s[0], self.s[1] = 1.0, float(self.v @ self.v)
-        n_k = self.y.shape[0]
-        batches = np.empty((local_steps, self.share), dtype=np.int64)
-        for h in range(local_steps):
-            batches[h] = philox(self.seed, self.block, t0 + h).choice(n_k, self.share,
-                                                                      replace=False)
-        _local.local_pegasos_steps(self.indptr, self.indices, self.data, self.y, self.v, self.s,
-                                   batches, t0, lam, radius, project,
-                                   np.empty(self.share, dtype=np.int64))
+        if self._be is None:
+            X = self.X
+            full = sp.csr_matrix((X.data, self.cols[X.indices].astype(np.int32), X.indptr),
+                                 shape=(X.shape[0], self.d))
+            self._be = make_backend(self.backend, full, self.Y, sample_weight=self.s)
+        be = self._be
+        be.init_state_m(np.asarray(w, dtype=np.float64))
+        plan = PegasosPlan(lam=float(lam), k=self.share, radius=float(radius) if project else 0.0,
+                           loss=self.loss)
+        be.pegasos_segment_m(self.sampler, int(t0) - 1, int(t0) - 1 + int(local_steps), plan)
+        W, _ = be.output_m(False)
         self.t = t0 + local_steps
-        return {"w": self.s[0] * self.v, "seconds": time.perf_counter() - start}
+        return {"w": _host(W), "seconds": time.perf_counter() - start}
 
     def iterate(self, t, update, lam, radius, project, evaluate, sample=True):
         """Apply step ``t - 1`` (all-reduced), then return this block's part of step ``t``.
@@ -303,38 +569,40 @@ class PegasosBlock:
         ----------
         t : int
             The iteration whose partial subgradient is wanted (1-based).
-        update : tuple (idx, vals) or None
-            The all-reduced subgradient sum of iteration ``t - 1`` (None when ``t = 1``).
+        update : tuple (idx, vals, record) or None
+            The all-reduced subgradient sum of iteration ``t - 1`` (global columns, the
+            block keeps its own) and the record of the driver's step
+            (:func:`pegasos_apply`); None when ``t = 1``.
         lam, radius : float
         project : bool
         evaluate : bool
-            Also return the hinge-loss sum at ``w_t`` (after the update).
+            Also return the loss sums at ``w_t`` (after the update).
         sample : bool, default=True
             Compute the partial subgradient (False: only apply and evaluate).
 
         Returns
         -------
-        dict with ``idx``, ``vals``, ``n_active`` and ``hinge`` (when ``evaluate``)
+        dict with ``idx`` (global columns), ``vals``, ``n_active`` and ``loss`` (when
+        ``evaluate``)
         """
         if t != self.t:
             raise StaleBlockError(
                 f"block {self.block} is at iteration {self.t}, the driver expects {t}")
         if update is not None:
-            idx, vals = update
-            _local.pegasos_apply(self.v, self.s, idx, vals, 1.0 / (lam * (t - 1)), lam, radius,
-                                 project)
+            idx, vals, record = update
+            pos = np.searchsorted(self.cols, idx)
+            pos = np.minimum(pos, self.cols.size - 1)
+            mine = self.cols[pos] == idx
+            pegasos_replay(self.V, self.a, record, pos[mine], vals[mine], 1.0 / (lam * (t - 1)))
         out = {}
         if evaluate:
-            out["hinge"] = _local.hinge_sum(self.indptr, self.indices, self.data, self.y, self.v,
-                                            self.s[0])
+            out["loss"] = self.loss_sum(self.V * self.a)
         if not sample:
             self.t = t
             return out
-        rows = philox(self.seed, self.block, t).choice(self.y.shape[0], self.share,
-                                                       replace=False).astype(np.int64)
-        idx, vals, n_active = _local.local_pegasos_partial(
-            self.indptr, self.indices, self.data, self.y, rows, self.v, self.s[0], self.weight,
-            self.acc, self.mark, self.touched)
-        out["idx"], out["vals"], out["n_active"] = idx, vals, n_active
+        rows, _ = self.sampler.batch(t - 1)
+        idx, vals, n_active = batch_part(self.X, self.Y, self.s, rows.astype(np.int64), self.V,
+                                         self.a, self.weight, self.loss)
+        out["idx"], out["vals"], out["n_active"] = self.cols[idx], vals, n_active
         self.t = t + 1
         return out

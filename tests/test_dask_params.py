@@ -1,0 +1,276 @@
+"""gpusvm.dask with what users have on one machine: M outputs (one-vs-rest), C, losses, class and
+sample weights, the emulated device backend in the workers, sorted chunks, svmlight files read on
+the workers and the README's dask-array recipe.
+
+One LocalCluster (2 worker processes, 1 thread each) serves the module.  Every comparison with
+the local :class:`gpusvm.SDCASVC` is bounded by the two certificates: ``P`` is ``lam``-strongly
+convex, so ``||w - w*|| <= sqrt(2 gap / lam)`` for each of the two fits.  Certificates are
+recomputed here from ``alpha_`` and ``coef_`` with the formulas of ALGORITHMS.md ("Weights").
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import dask.array as da
+import distributed
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from sklearn.datasets import dump_svmlight_file, load_svmlight_file
+
+import gpusvm.dask as gd
+from conftest import shared_data_dir
+from gpusvm import SDCASVC as LocalSDCASVC
+
+
+@pytest.fixture(scope="module")
+def client():
+    """One LocalCluster with 2 worker processes for the module; closed at its end."""
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                  dashboard_address=None) as cluster, \
+            distributed.Client(cluster) as c:
+        c.wait_for_workers(2, timeout=120)
+        yield c
+
+
+def certificate(X, Y, s, alpha, W, lam, loss):
+    """``(P, D)`` per output, computed here (ALGORITHMS.md, "Weights"), and ``W(alpha)``."""
+    n = X.shape[0]
+    X = sp.csr_matrix(X, dtype=np.float64)
+    Y = Y.reshape(n, -1)
+    alpha = alpha.reshape(n, -1)
+    s = np.ones(n) if s is None else s
+    W_alpha = np.asarray(X.T @ (alpha * Y)) / (lam * n)
+    slack = np.maximum(0.0, 1.0 - Y * np.asarray(X @ W))
+    if loss == "squared_hinge":
+        P = 0.5 * lam * (W * W).sum(0) + (s[:, None] * slack ** 2).mean(0)
+        lin = np.where(s[:, None] > 0, alpha - alpha ** 2 / (4 * np.where(s > 0, s, 1)[:, None]),
+                       0.0)
+    else:
+        P = 0.5 * lam * (W * W).sum(0) + (s[:, None] * slack).mean(0)
+        lin = alpha
+    D = lin.sum(0) / n - 0.5 * lam * (W_alpha * W_alpha).sum(0)
+    return P, D, W_alpha
+
+
+def ovr_labels(y, classes):
+    return np.where(np.asarray(y)[:, None] == classes[None, :], 1.0, -1.0) if classes.size > 2 \
+        else np.where(np.asarray(y) == classes[1], 1.0, -1.0)[:, None]
+
+
+def check_against_local(dist, local, X, y, s, lam, loss, tol):
+    """Both certificates hold and the two models lie within their bounds of each other."""
+    Y = ovr_labels(y, dist.classes_)
+    W = dist.coef_.T
+    P, D, W_alpha = certificate(X, Y, s, np.asarray(dist.alpha_), W, lam, loss)
+    np.testing.assert_allclose(W, W_alpha, rtol=0, atol=1e-10 * max(1.0, np.abs(W).max()))
+    assert np.all(P - D <= tol)
+    np.testing.assert_allclose(P - D, np.atleast_1d(dist.duality_gap_), rtol=0, atol=1e-9)
+    assert dist.stop_reason_ == "tol"
+    assert np.all(np.atleast_1d(local.duality_gap_) <= tol)
+    bound = np.sqrt(2 * (P - D) / lam) + np.sqrt(2 * np.atleast_1d(local.duality_gap_) / lam)
+    dist_w = np.linalg.norm(dist.coef_ - local.coef_, axis=1)
+    assert np.all(dist_w <= bound), (dist_w, bound)
+
+
+def local_fit(**params):
+    return LocalSDCASVC(bias="none", dtype="float64", backend="numba", random_state=0,
+                        **params)
+
+
+@pytest.fixture(scope="module")
+def letter_small():
+    X, y = load_svmlight_file(str(shared_data_dir() / "letter" / "letter.scale"), n_features=16)
+    return X[:1500].astype(np.float64), y[:1500]
+
+
+def test_multiclass_ovr_is_one_pass_of_m_outputs(client, letter_small):
+    """26 classes: one distributed fit of 26 outputs, each certified, each within its bound of
+    the local SDCASVC's; predictions by the largest score; to_local keeps it all."""
+    X, y = letter_small
+    lam, tol = 1e-2, 1e-3
+    dist = gd.SDCASVC(lam=lam, tol=tol, random_state=0).fit(X, y)
+    local = local_fit(lam=lam, tol=tol).fit(X, y)
+    assert dist.coef_.shape == (26, 16) and np.asarray(dist.duality_gap_).shape == (26,)
+    assert np.asarray(dist.alpha_).shape == (1500, 26)
+    check_against_local(dist, local, X, y, None, lam, "hinge", tol)
+    scores = dist.decision_function(X)
+    np.testing.assert_array_equal(dist.predict(X), dist.classes_[np.argmax(scores, axis=1)])
+    back = dist.to_local()
+    np.testing.assert_array_equal(back.predict(X), dist.predict(X))
+    np.testing.assert_array_equal(back.duality_gap_, dist.duality_gap_)
+    lazy = dist.predict(da.from_array(X.toarray(), chunks=(500, 16)))
+    np.testing.assert_array_equal(lazy.compute(), dist.predict(X))
+
+
+@pytest.mark.parametrize("loss", ["hinge", "squared_hinge"])
+def test_c_weights_and_loss_give_the_local_model(client, rcv1_small, loss):
+    """C, class_weight="balanced", a sample_weight given as a dask array aligned with X, and
+    the loss: the distributed model is the local estimator's within the certificates."""
+    X, y = rcv1_small.X.astype(np.float64), rcv1_small.y
+    n = X.shape[0]
+    w = np.random.default_rng(0).uniform(0.2, 2.0, n)
+    C, tol = 5.0, 1e-3
+    Xd = da.from_array(X, chunks=(n // 2, X.shape[1]), asarray=False)
+    wd = da.from_array(w, chunks=n // 2)
+    dist = gd.SDCASVC(C=C, loss=loss, class_weight="balanced", tol=tol, local_epochs=2.0,
+                      random_state=0).fit(Xd, y, sample_weight=wd)
+    local = local_fit(C=C, loss=loss, class_weight="balanced", tol=tol).fit(
+        X, y, sample_weight=w)
+    lam = 1.0 / (C * n)
+    assert dist.lam_ == pytest.approx(lam, rel=1e-15)
+    cls = (y > 0).astype(int)           # "balanced" with weights: weighted class counts
+    s = w * (w.sum() / (2.0 * np.bincount(cls, weights=w)))[cls]
+    check_against_local(dist, local, X, y, s, lam, loss, tol)
+    if loss == "hinge":
+        assert np.all((dist.alpha_ >= 0) & (dist.alpha_ <= s * (1 + 1e-12)))
+    else:
+        assert np.all(dist.alpha_ >= 0)
+
+
+def test_emulated_device_backend_in_the_workers(client, rcv1_small):
+    """backend="emulated": the device backend's segment on the CPU kernel emulator in every
+    worker takes the steps the compiled CPU backend takes (same seed, same blocks), with 3
+    one-vs-rest outputs, C, class and sample weights and the squared hinge."""
+    X, y = rcv1_small.X[:160].astype(np.float64), rcv1_small.y[:160]
+    y3 = np.where(y > 0, 2, np.arange(160) % 2)
+    s = np.linspace(0.5, 1.5, 160)
+    kw = dict(C=0.5, loss="squared_hinge", class_weight="balanced", tol=1e-6, max_iter=3,
+              random_state=4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")       # 3 rounds do not reach tol
+        emu = gd.SDCASVC(backend="emulated", **kw).fit(X, y3, sample_weight=s)
+        cpu = gd.SDCASVC(backend="numba", **kw).fit(X, y3, sample_weight=s)
+    assert emu.n_iter_ == cpu.n_iter_ == 3 and emu.coef_.shape == (3, X.shape[1])
+    np.testing.assert_allclose(emu.alpha_, cpu.alpha_, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(emu.coef_, cpu.coef_, rtol=1e-9, atol=1e-12)
+    cw = s.sum() / (3.0 * np.bincount(y3, weights=s))
+    P, D, _ = certificate(X, ovr_labels(y3, emu.classes_), s * cw[y3], emu.alpha_, emu.coef_.T,
+                          emu.lam_, "squared_hinge")
+    np.testing.assert_allclose(P - D, emu.duality_gap_, rtol=0, atol=1e-9)
+
+
+def test_sorted_chunks_are_dealt_out_afresh(client, rcv1_small):
+    """A dask array sorted by label in 2 chunks (one class each) is rebalanced once: the fit
+    certifies within the default rounds and alpha_ is in the caller's row order."""
+    order = np.argsort(rcv1_small.y, kind="stable")
+    X, y = rcv1_small.X[order].astype(np.float64), rcv1_small.y[order]
+    n = X.shape[0]
+    first = int(np.sum(y < 0))
+    Xd = da.from_array(X, chunks=((first, n - first), (X.shape[1],)), asarray=False)
+    clf = gd.SDCASVC(lam=1e-4, tol=1e-3, random_state=0).fit(Xd, y)
+    assert clf.rebalanced_ and clf.stop_reason_ == "tol"
+    P, D, W_alpha = certificate(X, y[:, None], None, clf.alpha_, clf.coef_.T, 1e-4, "hinge")
+    np.testing.assert_allclose(clf.coef_.T, W_alpha, rtol=0, atol=1e-10)
+    assert float(P[0] - D[0]) <= 1e-3
+    kept = gd.SDCASVC(lam=1e-4, tol=1e-3, rebalance=False, max_iter=3,
+                      random_state=0)
+    with pytest.warns(Warning, match="set rebalance='auto' if the blocks' class mixes differ"):
+        kept.fit(Xd, y)
+    assert not kept.rebalanced_
+
+
+def test_read_svmlight_on_the_workers(client, rcv1_small, tmp_path):
+    """Files read by the workers give the same blocks, hence the same model, as the same rows
+    in memory cut at the same places."""
+    X, y = rcv1_small.X, rcv1_small.y
+    paths = []
+    for p, rows in enumerate((slice(0, 400), slice(400, 1000))):
+        path = tmp_path / f"part-{p}.svm"
+        dump_svmlight_file(X[rows], y[rows], str(path), zero_based=False)
+        paths.append(path)
+    Xd, yd = gd.read_svmlight(paths, n_features=X.shape[1])
+    assert Xd.shape == X.shape and Xd.chunks[0] == (400, 600)
+    kw = dict(lam=1e-4, tol=1e-3, local_epochs=1.0, rebalance=False, random_state=1)
+    a = gd.SDCASVC(**kw).fit(Xd, yd)
+    Xm = da.from_array(X.astype(np.float64), chunks=((400, 600), (X.shape[1],)), asarray=False)
+    b = gd.SDCASVC(**kw).fit(Xm, y)
+    np.testing.assert_array_equal(a.alpha_, b.alpha_)
+    np.testing.assert_array_equal(a.coef_, b.coef_)
+    Xw, _ = gd.read_svmlight([str(p) for p in paths])
+    assert Xw.shape[1] == max(int(X[:400].indices.max()), int(X[400:].indices.max())) + 1
+
+
+def test_readme_recipe_sends_no_large_graph(client):
+    """da.from_array(X, chunks=..., asarray=False) embeds X in the graph: the fit sends the
+    chunks to the workers instead of the graph (distributed warns from 10 MB on)."""
+    rng = np.random.default_rng(0)
+    X = sp.random(4000, 60000, density=0.01, format="csr", random_state=rng)
+    y = np.where(rng.random(4000) < 0.5, 1, -1)
+    Xd = da.from_array(X, chunks=(2000, X.shape[1]), asarray=False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        gd.SDCASVC(lam=1e-2, tol=1e-1, max_iter=5, random_state=0).fit(Xd, y)
+    assert not [w for w in caught if "large graph" in str(w.message)]
+
+
+def test_pegasos_multiclass_weights_exact_objective(client, letter_small):
+    """Distributed Pegasos with M outputs, class weights and the squared hinge: the reported
+    objective of every output is P_s computed here."""
+    X, y = letter_small
+    clf = gd.PegasosSVC(lam=1e-2, loss="squared_hinge", class_weight="balanced",
+                        batch_size=128, max_iter=60, random_state=0).fit(X, y)
+    classes = clf.classes_
+    idx = np.searchsorted(classes, y)
+    counts = np.bincount(idx, minlength=classes.size)
+    s = (X.shape[0] / (classes.size * counts))[idx]
+    P, _, _ = certificate(X, ovr_labels(y, classes), s, np.zeros((X.shape[0], classes.size)),
+                          clf.coef_.T, 1e-2, "squared_hinge")
+    np.testing.assert_allclose(clf.objective_, P, rtol=1e-9)
+    assert clf.score(X, y) > 0.5
+
+
+# ------------------------------------------------------------------ acceptance (slow)
+def _news20_multiclass():
+    from sklearn.model_selection import train_test_split
+
+    from gpusvm.datasets import normalize_rows
+    X, y = load_svmlight_file(str(shared_data_dir() / "news20_multiclass" / "news20.bz2"))
+    X = normalize_rows(X.astype(np.float64))
+    return train_test_split(X, y, test_size=0.2, random_state=0, stratify=y)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["letter", "news20_multiclass"])
+@pytest.mark.parametrize("backend", ["auto"])
+def test_acceptance_multiclass_matches_local(client, name, backend):
+    """Done-when: every output's gap <= 1e-3, the models within their certificates' bounds of
+    the local SDCASVC's, and (news20_multiclass) the accuracy within 0.003 of the local one.
+
+    On letter (16 features, lam = 1e-4, no intercept: many class scores nearly tie) two fits
+    certified to 1e-3 differ in test accuracy by 0.0098 (0.0046 at 1e-4), so there the accuracy
+    is not compared: the certificates bound the weights, not the ties."""
+    if name == "letter":
+        X, y = load_svmlight_file(str(shared_data_dir() / "letter" / "letter.scale"),
+                                  n_features=16)
+        Xt, yt = load_svmlight_file(str(shared_data_dir() / "letter" / "letter.scale.t"),
+                                    n_features=16)
+    else:
+        X, Xt, y, yt = _news20_multiclass()
+    lam, tol = 1e-4, 1e-3
+    dist = gd.SDCASVC(lam=lam, tol=tol, random_state=0, backend=backend).fit(X, y)
+    local = LocalSDCASVC(lam=lam, tol=tol, bias="none", dtype="float64",
+                         random_state=0).fit(X, y)
+    assert np.all(dist.duality_gap_ <= tol) and np.asarray(dist.duality_gap_).size > 2
+    check_against_local(dist, local, X, y, None, lam, "hinge", tol)
+    if name != "letter":
+        assert abs(dist.score(Xt, yt) - local.score(Xt, yt)) <= 0.003
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["imdb", "news20"])
+def test_acceptance_stored_order_one_class_per_partition(client, name, request):
+    """Done-when: imdb and news20 as stored (sorted by label), in 2 partitions of one class
+    each: a certified gap <= 1e-3 within the default rounds."""
+    ds = request.getfixturevalue(name)
+    X, y = ds.X.astype(np.float64), ds.y
+    change = np.flatnonzero(np.diff(y)) + 1
+    assert change.size == 1                        # the file is sorted by label
+    cut = int(change[0])
+    Xd = da.from_array(X, chunks=((cut, X.shape[0] - cut), (X.shape[1],)), asarray=False)
+    clf = gd.SDCASVC(lam=1e-4, tol=1e-3, random_state=0).fit(Xd, y)
+    assert clf.rebalanced_ and clf.stop_reason_ == "tol" and clf.n_iter_ < 200
+    P, D, W_alpha = certificate(X, y[:, None], None, clf.alpha_, clf.coef_.T, 1e-4, "hinge")
+    assert float(P[0] - D[0]) <= 1e-3
+    np.testing.assert_allclose(clf.coef_.T, W_alpha, rtol=0, atol=1e-10)
