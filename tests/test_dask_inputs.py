@@ -198,17 +198,6 @@ def test_random_partitions_long(client, problem, data):
 
 
 # ------------------------------------------------------------------ a worker lost mid-fit
-#: at ada51e3 a recovery fails now and then inside distributed's Actor with this
-#: installation's distributed (tests/test_dask.py::test_sdca_survives_a_killed_worker too: it
-#: failed alone and passed in a module run); issue 29 rewrites the recovery. Not strict, as the
-#: failure depends on timing: `-rxX` shows which way each run went. Remove once issue 29 lands.
-LOST_WORKER_RECOVERY = pytest.mark.xfail(
-    strict=False,
-    reason="issue 29 (Dask recovery): after a lost worker, the next actor call fails inside "
-           "distributed ('SDCABlock' has no attribute '_io_loop') instead of recovering")
-
-
-@LOST_WORKER_RECOVERY
 @pytest.mark.parametrize("as_dask", [False, pytest.param(True, marks=pytest.mark.slow)],
                          ids=["scattered", "dask-array"])
 def test_worker_lost_on_one_class_partitions(problem, as_dask):

@@ -50,6 +50,20 @@ def _is_dask_collection(X) -> bool:
     return hasattr(X, "__dask_graph__") and not _is_dask_array(X)
 
 
+def _client_current(fit):
+    """Run ``fit`` with the estimator's client as the current one: the blocks' actor proxies
+    look the client up when they are called, and a client that is not the default one
+    (``Client(..., set_as_default=False)``, passed as ``client=``) must be found there too."""
+    import functools  # noqa: PLC0415
+
+    @functools.wraps(fit)
+    def wrapper(self, *args, **kwargs):
+        client = self._get_client()
+        with client.as_current():
+            return fit(self, *args, **kwargs)
+    return wrapper
+
+
 def _lost_error(exc) -> bool:
     """Whether ``exc`` means "a worker or its actor is gone" (recoverable), not a bug."""
     if isinstance(exc, (OSError, StaleBlockError, _WorkerLost)):
@@ -708,6 +722,7 @@ class SDCASVC(_DaskLinearBase):
         self.verbose = verbose
 
     @_fit_context(prefer_skip_nested_validation=True)
+    @_client_current
     def fit(self, X, y, sample_weight=None):
         """Fit by CoCoA+ rounds until every output's certified duality gap is ``<= tol``.
 
@@ -1047,6 +1062,7 @@ class PegasosSVC(_DaskLinearBase):
         self.verbose = verbose
 
     @_fit_context(prefer_skip_nested_validation=True)
+    @_client_current
     def fit(self, X, y, sample_weight=None):
         """Fit by synchronous distributed mini-batch Pegasos.
 
