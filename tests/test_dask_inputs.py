@@ -121,10 +121,11 @@ def test_misaligned_lengths_and_weights(client, problem):
     with pytest.raises(ValueError, match=exactly(
             "y must have shape (240,) to match X's rows, got (240, 1)")):
         sdca(client).fit(X, y[:, None])
-    # the distributed estimators take no row weights: Python names the argument
+    # row weights must match X's rows, as the labels must
     for cls in (gd.SDCASVC, gd.PegasosSVC):
-        with pytest.raises(TypeError, match="unexpected keyword argument 'sample_weight'"):
-            cls(client=client).fit(Xd, y, sample_weight=np.ones(240))
+        with pytest.raises(ValueError, match=exactly(
+                "sample_weight must have shape (240,) to match X's rows, got (239,)")):
+            cls(client=client).fit(Xd, y, sample_weight=np.ones(239))
 
 
 @pytest.mark.parametrize("value", [np.nan, np.inf])
