@@ -5,6 +5,7 @@ Run from the repository root (the data sets are read from ``../shared/data``)::
     python benchmarks/bench_select.py                        # every data set
     python benchmarks/bench_select.py --datasets a9a imdb    # some
     python benchmarks/bench_select.py --scaling a9a          # SDCASVCCV on 1 .. all cores
+    python benchmarks/bench_select.py --defaults-only        # SDCASVCCV's default solver only
     python benchmarks/bench_select.py --json select.json
 
 The task (issue "Many models in one pass"): 12 values of ``C`` from 2^-6 to 2^5, 5
@@ -190,6 +191,8 @@ def main(argv=None):
     parser.add_argument("--scaling", nargs="*", default=None, choices=DATASETS,
                         help="time SDCASVCCV on 1 .. all cores for these data sets")
     parser.add_argument("--no-peers", action="store_true", help="gpusvm's rows only")
+    parser.add_argument("--defaults-only", action="store_true",
+                        help="SDCASVCCV on its defaults only (not the other solver too)")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
     results = []
@@ -198,7 +201,7 @@ def main(argv=None):
             results += scaling(name)
     else:
         for name in args.datasets:
-            results += run(name, peers=not args.no_peers)
+            results += run(name, peers=not args.no_peers, extra=not args.defaults_only)
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
 
