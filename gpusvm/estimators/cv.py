@@ -64,6 +64,10 @@ from .sdca import SDCASVC
 #: outputs of a search are split into passes that fit it (see the module docstring)
 MEMORY_BUDGET = 1 << 30
 
+#: solver="auto" takes Newton for at most this many binary problems per model (see
+#: SDCASVCCV._choose_solver)
+NEWTON_MAX_PROBLEMS = 8
+
 #: LIBLINEAR's largest C of ``train -C`` (the top of the grid when ``Cs`` is an int)
 LIBLINEAR_MAX_C = 1024.0
 
@@ -135,7 +139,7 @@ class _OnePassSearch:
     callback = None
     target_objective = None
 
-    def _choose_solver(self, n: int, d: int) -> str:
+    def _choose_solver(self, n: int, d: int, n_problems: int) -> str:
         return "pegasos"
 
     def _check_search(self) -> None:
@@ -184,9 +188,12 @@ class _OnePassSearch:
         self._check_search()
         Cs = check_Cs(self.Cs) if not isinstance(self.Cs, Integral) else None
         Xc, y = self._prepare(X, y)
-        self.solver_ = self._choose_solver(*Xc.shape)
         name = type(self).__name__
         classes, y_idx = class_labels(y, name)
+        K = classes.size
+        n_problems = 1 if K == 2 else {"ovr": K, "ovo": K * (K - 1) // 2}.get(self.multi_class,
+                                                                              K - 1)
+        self.solver_ = self._choose_solver(*Xc.shape, n_problems)
         n, d_aug = Xc.shape
         sw = None
         if sample_weight is not None:
@@ -385,8 +392,9 @@ class SDCASVCCV(_OnePassSearch, SDCASVC):
         folds of one ``C`` as one block (:func:`~gpusvm.solvers.newton.newton_block`),
         ``C`` ascending, each block warm-started from the previous one.  ``"auto"``:
         Newton for the squared hinge when the data have at most a quarter as many
-        features as rows (dense-like data, ``n >> d``: a9a, w8a, letter, where the dual
-        needs many epochs at large ``C``), SDCA otherwise (sparse text).
+        features as rows (``n >> d``: a9a, w8a, where the dual needs many epochs at large
+        ``C``) and a model has at most 8 binary problems, SDCA otherwise (sparse text,
+        and many classes: letter).
     loss, class_weight, multi_class, batch_size, variant, theta, tol, sigma2, \
 max_iter, sampling, bias, intercept_scaling, eval_every, backend, dtype, random_state, \
 verbose, shrinking, device
@@ -467,11 +475,16 @@ stop_reason_, history_, solver_
         params["solver"] = getattr(self, "solver_", "sdca")
         return params
 
-    def _choose_solver(self, n: int, d: int) -> str:
-        """``solver="auto"``: Newton for the squared hinge on data with ``4 d <= n``."""
+    def _choose_solver(self, n: int, d: int, n_problems: int) -> str:
+        """``solver="auto"``: Newton for the squared hinge on data with ``4 d <= n`` and at
+        most ``NEWTON_MAX_PROBLEMS`` binary problems per model, SDCA otherwise (measured:
+        BENCHMARKS.md, "Choosing C": Newton 0.66 s against SDCA 1.62 s on a9a, 0.88 against
+        2.90 on w8a; SDCA 6.2 against 12.6 on imdb; on letter's 26 classes SDCA 3.7 against
+        6.1, where the Newton block's per-output line searches and certificates dominate)."""
         if self.solver != "auto":
             return self.solver
-        return "newton" if self.loss == "squared_hinge" and 4 * d <= n else "sdca"
+        newton = self.loss == "squared_hinge" and 4 * d <= n and n_problems <= NEWTON_MAX_PROBLEMS
+        return "newton" if newton else "sdca"
 
     def _check_search(self) -> None:
         if self.bias not in ("none", "augmented"):
