@@ -217,17 +217,16 @@ class SDCABlock:
             self.be.alpha[...] = commit(before, after, self.xp.asarray(gamma))
             self.pending = None
 
-    def _certificate(self, w):
-        """Loss sums at ``w``, dual sums and ``X_k^T (alpha_k * Y_k)`` of the committed ``alpha``
-        (host float64; the last in the local columns, (d_k, M))."""
+    def _certificate(self, w, exact=True):
+        """Loss sums at ``w``, dual sums and, when ``exact``, ``X_k^T (alpha_k * Y_k)`` of the
+        committed ``alpha`` (host float64; the last in the local columns, (d_k, M); else None)."""
         be = self.be
-        Z = _host(be.decision_function_m(self.xp.asarray(w), 0.0))
-        A = be.alpha * be.Y.astype(np.float64)
-        xty = _host(be.X.T @ A).reshape(self.cols.size, -1)
+        Z = _host(be.decision_function_m(self.xp.asarray(w, dtype=np.float64), 0.0))
+        xty = self.xty(self.round) if exact else None
         return (loss_sums(Z, self.Y, self.s, self.loss),
                 dual_sums(_host(be.alpha), self.s, self.loss), xty)
 
-    def step(self, w, round_, t0, t1, gamma):
+    def step(self, w, round_, t0, t1, gamma, exact=True):
         """One round on this block: commit, certify, then the local solver.
 
         Parameters
@@ -241,19 +240,25 @@ class SDCABlock:
             and after the round: ``t1 - t0`` coordinate steps (``H``).
         gamma : ndarray of shape (M,) or None
             The driver's step for the pending change of the last round (None: none pending).
+        exact : bool, default=True
+            Return ``xty``; without it the driver certifies with its running ``w(alpha)``
+            (the sum of the rounds' ``u``, equal to ``X^T (alpha Y) / (lam n)`` up to the
+            rounding of ``w``'s and ``u``'s dtype), one pass and one ``d_k x M`` message less.
 
         Returns
         -------
         dict
             ``loss``, ``dual``, ``xty`` (the certificate's sums at the committed state and
-            ``w``), ``u`` (``(v - w)/sigma'``, (d_k, M)), ``alpha`` (after the local solver,
-            (n_k, M), pending), ``b`` and ``q`` (:func:`line_search`'s sums, (M,)) and
-            ``seconds`` (the local solver's time).
+            ``w``; ``xty`` None unless ``exact``), ``u`` (``(v - w)/sigma'``, (d_k, M), in
+            ``w``'s dtype: the driver sends float32 between its exact certificates, halving
+            the messages), ``alpha`` (after the local solver, (n_k, M), pending), ``b`` and
+            ``q`` (:func:`line_search`'s sums, (M,)) and ``seconds`` (the local solver's time).
         """
         self._commit(round_, gamma)
+        wire = np.float32 if np.asarray(w).dtype == np.float32 else np.float64
         w = np.asarray(w, dtype=np.float64)
         out = {}
-        out["loss"], out["dual"], out["xty"] = self._certificate(w)
+        out["loss"], out["dual"], out["xty"] = self._certificate(w, exact)
         be = self.be
         before = be.alpha.copy()
         self._set_w(w)
@@ -266,7 +271,7 @@ class SDCABlock:
         self.pending = (before, after)
         self.round = round_ + 1
         out["alpha"] = _host(after)
-        out["u"] = (_host(be.V).astype(np.float64) - w) / self.sigma
+        out["u"] = ((_host(be.V).astype(np.float64) - w) / self.sigma).astype(wire, copy=False)
         out["b"], out["q"] = step_sums(_host(before), out["alpha"], self.s, self.loss)
         return out
 
@@ -274,7 +279,7 @@ class SDCABlock:
         """The block's committed dual variables (float64, shape (n_k, M))."""
         return _host(self.be.alpha).copy()
 
-    def certify(self, w, round_, gamma=None):
+    def certify(self, w, round_, gamma=None, exact=True):
         """Commit the pending step, then the certificate's sums (no step).
 
         Parameters
@@ -283,16 +288,26 @@ class SDCABlock:
             Where to evaluate the loss (``None``: at 0).
         round_ : int
         gamma : ndarray of shape (M,) or None
+        exact : bool, default=True
+            Also return ``xty``.
 
         Returns
         -------
-        dict with ``loss``, ``dual``, ``xty``
+        dict with ``loss``, ``dual``, ``xty`` (None unless ``exact``)
         """
         self._commit(round_, gamma)
         if w is None:
             w = np.zeros((self.cols.size, self.Y.shape[1]))
-        loss, dual, xty = self._certificate(np.asarray(w, dtype=np.float64))
+        loss, dual, xty = self._certificate(np.asarray(w, dtype=np.float64), exact)
         return {"loss": loss, "dual": dual, "xty": xty}
+
+    def xty(self, round_, gamma=None):
+        """Commit the pending step, then ``X_k^T (alpha_k * Y_k)`` (float64, (d_k, M)): the
+        driver's exact ``w(alpha)`` before a final certificate."""
+        self._commit(round_, gamma)
+        be = self.be
+        A = be.alpha * be.Y.astype(np.float64)
+        return _host(be.X.T @ A).reshape(self.cols.size, -1)
 
 
 def commit(before, after, gamma):

@@ -627,7 +627,11 @@ class SDCASVC(_DaskLinearBase):
         Rounds performed.
     history_ : list of (int, float, float, float, float)
         ``(round, P, D, gap, elapsed seconds)`` at every certificate (the largest
-        gap of the outputs, and its output's ``P`` and ``D``).
+        gap of the outputs, and its output's ``P`` and ``D``).  A round's ``D`` uses the
+        driver's running ``w(alpha)`` (the sum of the rounds' steps, equal to
+        ``X^T (alpha Y) / (lam n)`` up to float32 rounding); when that gap reaches
+        ``tol`` the blocks compute ``X_k^T (alpha_k Y_k)`` and the fit stops only on the
+        exact gap, the last entry.
     primal_objective_, dual_objective_, duality_gap_ : float or ndarray of shape (n_classes,)
         At the returned ``W = W(alpha_)``, one per output for more than two classes.
     steps_ : ndarray of shape (n_iter,) or (n_iter, n_classes)
@@ -637,9 +641,9 @@ class SDCASVC(_DaskLinearBase):
     rebalanced_ : bool
         Whether the rows were dealt out afresh (``rebalance``).
     bytes_per_round_ : int
-        Bytes of one round's matrices, computed: ``W`` to the blocks and ``U_k`` and
-        ``X_k^T(alpha_k Y_k)`` back, on their columns (``3 sum_k d_k M 8``), plus the
-        ``alpha`` returned (``8 n M``).
+        Bytes of one round's matrices, computed: ``W`` to the blocks and ``U_k`` back,
+        on their columns, in float32 (``2 sum_k d_k M 4``), plus the ``alpha`` returned
+        (``8 n M``); the exact certificates add ``X_k^T(alpha_k Y_k)`` in float64.
     n_recoveries_ : int
         Workers lost and survived.
     worker_seconds_ : float
@@ -783,6 +787,31 @@ class SDCASVC(_DaskLinearBase):
                                                                for blk in blocks])]
             W = np.zeros((d, M))
             r = 0
+
+            def certify_final():
+                """Commit the pending step, set ``W = w(alpha)`` from the blocks'
+                ``X_k^T (alpha_k Y_k)`` and certify it (no local solver)."""
+                nonlocal committed, pending, blocks, W
+                gamma = None
+                if pending is not None:
+                    gamma = pending[1]
+                    committed = [commit(committed[b], pending[0][b], gamma) for b in range(K)]
+                    pending = None
+                while True:
+                    try:
+                        parts = self._gather([blk.xty(r, gamma) for blk in blocks])
+                        W = _assemble(d, M, cols, parts) / (lam * n)
+                        res = self._gather([blk.certify(W[cols[b]], r, None, False)
+                                            for b, blk in enumerate(blocks)])
+                    except Exception as exc:
+                        if not _lost_error(exc):
+                            raise
+                        self._recover(exc, "the final certificate", blocks)
+                        blocks = self._place(client, sources, make(r))   # from `committed`
+                        gamma = None
+                        continue
+                    return _gaps(W, W, lam, n, res)
+
             while r < max_rounds:
                 if pending is not None:       # commit the last round, as every block does
                     committed = [commit(committed[b], pending[0][b], pending[1])
@@ -791,9 +820,11 @@ class SDCASVC(_DaskLinearBase):
                 else:
                     gamma = None
                 steps = [max(1, int(round(H * size))) for size in sizes]
+                # between exact certificates, w and u travel in float32
+                Wb = W.astype(np.float32)
                 try:
-                    res = self._gather([blk.step(W[cols[b]], r, position[b],
-                                                 position[b] + steps[b], gamma)
+                    res = self._gather([blk.step(Wb[cols[b]], r, position[b],
+                                                 position[b] + steps[b], gamma, False)
                                         for b, blk in enumerate(blocks)])
                 except Exception as exc:
                     if not _lost_error(exc):
@@ -801,16 +832,13 @@ class SDCASVC(_DaskLinearBase):
                     self._recover(exc, f"round {r}", blocks)
                     blocks = self._place(client, sources, make(r))
                     continue
-                W_alpha = _assemble(d, M, cols, [x["xty"] for x in res]) / (lam * n)
-                primal, dual, gaps = _gaps(W, W_alpha, lam, n, res)
+                W = Wb.astype(np.float64)     # the running w(alpha), to rounding
+                primal, dual, gaps = _gaps(W, W, lam, n, res)
                 worst = int(np.argmax(gaps))
                 elapsed = time.perf_counter() - t0
                 history.append((r, primal[worst], dual[worst], gaps[worst], elapsed))
                 if bar is not None:
                     bar.set_postfix(primal=f"{primal[worst]:.6g}", gap=f"{gaps[worst]:.3g}")
-                if gaps.max() <= self.tol:
-                    stop = "tol"
-                    break
                 if self.callback is not None and \
                         self.callback(r, float(gaps.max()), elapsed) is False:
                     stop = "callback"
@@ -820,37 +848,26 @@ class SDCASVC(_DaskLinearBase):
                 U = _assemble(d, M, cols, [x["u"] for x in res])
                 b_sum = np.sum([x["b"] for x in res], axis=0)
                 q_sum = np.sum([x["q"] for x in res], axis=0)
-                step = line_search(W_alpha, U, b_sum, q_sum, lam, n)
+                step = line_search(W, U, b_sum, q_sum, lam, n)
                 steps_taken.append(step)
-                W = W_alpha + step * U
+                W = W + step * U
                 pending = ([x["alpha"] for x in res], step)
                 for b in range(K):
                     position[b] += steps[b]
                 r += 1
                 if bar is not None:
                     bar.update(1)
+                if gaps.max() <= self.tol:    # the running gap says done: check it exactly
+                    primal, dual, gaps = certify_final()
+                    worst = int(np.argmax(gaps))
+                    history.append((r, primal[worst], dual[worst], gaps[worst],
+                                    time.perf_counter() - t0))
+                    if gaps.max() <= self.tol:
+                        stop = "tol"
+                        break
             if stop == "max_iter":
                 # the last round's step committed and certified at W (no local solver)
-                while True:
-                    gamma = None
-                    if pending is not None:
-                        gamma = pending[1]
-                        final = [commit(committed[b], pending[0][b], gamma) for b in range(K)]
-                    else:
-                        final = committed
-                    try:
-                        res = self._gather([blk.certify(W[cols[b]], r, gamma)
-                                            for b, blk in enumerate(blocks)])
-                        committed, pending = final, None
-                        break
-                    except Exception as exc:
-                        if not _lost_error(exc):
-                            raise
-                        self._recover(exc, "the final certificate", blocks)
-                        committed, pending = final, None
-                        blocks = self._place(client, sources, make(r))
-                W_alpha = _assemble(d, M, cols, [x["xty"] for x in res]) / (lam * n)
-                primal, dual, gaps = _gaps(W, W_alpha, lam, n, res)
+                primal, dual, gaps = certify_final()
                 worst = int(np.argmax(gaps))
                 history.append((r, primal[worst], dual[worst], gaps[worst],
                                 time.perf_counter() - t0))
@@ -876,7 +893,7 @@ class SDCASVC(_DaskLinearBase):
             self.duality_gap_ = float(gaps[0])
         else:
             self.primal_objective_, self.dual_objective_, self.duality_gap_ = primal, dual, gaps
-        self.bytes_per_round_ = int(3 * sum(c.size for c in cols) * M * 8 + 8 * n * M)
+        self.bytes_per_round_ = int(2 * sum(c.size for c in cols) * M * 4 + 8 * n * M)
         if stop == "max_iter":
             advice = "increase max_iter"
             if not self.rebalanced_ and self.rebalance is False and K > 1:
