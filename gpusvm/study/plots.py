@@ -11,7 +11,7 @@ import io
 import math
 from pathlib import Path
 
-from .store import write_bytes_atomic
+from .store import iteration_cap, write_bytes_atomic
 
 __all__ = ["plot_iterations", "plot_speedup", "plot_accesses", "plot_figure1",
            "plot_pegasos_k", "plot_schedules", "require_matplotlib"]
@@ -63,7 +63,6 @@ def _save(fig, path) -> Path:
 
 
 def _cap(metadata, b):
-    from .scaling import iteration_cap  # noqa: PLC0415
     c = metadata["caps"]
     return iteration_cap(metadata["dataset"]["n"], b, c["max_epochs"], c["max_iter"])
 

@@ -362,3 +362,28 @@ def locked_study(fn):
         with study_lock(out_dir):
             return fn(*args, **kwargs)
     return wrapper
+
+
+def iteration_cap(n: int, b: int, max_epochs: float | None, max_iter: int | None) -> int:
+    """Iteration cap of a cell: ``min(max_iter, ceil(max_epochs n / b))``.
+
+    Parameters
+    ----------
+    n, b : int
+    max_epochs : float or None
+        Cap on the data accesses ``b T`` in passes over the data.
+    max_iter : int or None
+        Cap on ``T``.
+
+    Returns
+    -------
+    int
+    """
+    caps = []
+    if max_epochs is not None:
+        caps.append(max(1, int(math.ceil(max_epochs * n / b))))
+    if max_iter is not None:
+        caps.append(int(max_iter))
+    if not caps:
+        raise ValueError("give max_epochs or max_iter: every cell needs an iteration cap")
+    return min(caps)
