@@ -1,4 +1,4 @@
-"""The ``gpusvm`` command: fit, predict, demo, info (and spectral when available).
+"""The ``gpusvm`` command: fit, predict, select, demo, info, spectral and study.
 
 Every subcommand turns its arguments into one estimator call and a short report
 on stdout. Problems with the input (a missing or malformed file, a bad
@@ -12,7 +12,6 @@ import importlib
 import importlib.util
 import math
 import os
-import shutil
 import sys
 import time
 import warnings
@@ -21,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
+from . import spectral, study
 from ._version import __version__
 
 EXIT_OK = 0
@@ -77,8 +77,8 @@ def build_parser() -> argparse.ArgumentParser:
     Returns
     -------
     argparse.ArgumentParser
-        With the subcommands ``fit``, ``predict``, ``demo``, ``info`` and, when
-        :mod:`gpusvm.spectral` is present, ``spectral``.
+        With the subcommands ``fit``, ``predict``, ``select``, ``demo``, ``info``,
+        ``spectral`` and ``study``.
     """
     parser = _Parser(
         prog="gpusvm",
@@ -204,12 +204,8 @@ def build_parser() -> argparse.ArgumentParser:
                                "CUDA device was found, which backends can run here, and where "
                                "the CUDA kernel sources are.")
 
-    spectral = _optional_module("gpusvm.spectral")
-    if spectral is not None:
-        spectral.add_cli(sub)
-    study = _optional_module("gpusvm.study")
-    if study is not None:
-        study.add_cli(sub)
+    spectral.add_cli(sub)
+    study.add_cli(sub)
     return parser
 
 
@@ -222,16 +218,6 @@ def _add_progress(parser):
     parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                         help="progress bar with the live objective on stderr (default: when "
                              "stderr is a terminal)")
-
-
-def _optional_module(name):
-    """Import ``name`` if this installation has it, else None (other errors propagate)."""
-    try:
-        return importlib.import_module(name)
-    except ModuleNotFoundError as exc:
-        if exc.name == name:
-            return None
-        raise
 
 
 # --------------------------------------------------------------------- main
@@ -258,7 +244,7 @@ def main(argv=None) -> int:
     except SystemExit as exc:  # --help, --version
         return int(exc.code or 0)
     commands = {"fit": cmd_fit, "predict": cmd_predict, "demo": cmd_demo, "info": cmd_info,
-                "select": cmd_select}
+                "select": cmd_select, "study": study.run_cli, "spectral": spectral.run_cli}
 
     def show_warning(message, category, filename, lineno, file=None, line=None):
         print(f"gpusvm {args.command}: warning: {_one_line(message)}", file=sys.stderr)
@@ -266,12 +252,7 @@ def main(argv=None) -> int:
     try:
         with warnings.catch_warnings():
             warnings.showwarning = show_warning  # one line per warning, no source line
-            if args.command in commands:
-                status = commands[args.command](args)
-            elif args.command == "study":
-                status = _optional_module("gpusvm.study").run_cli(args)
-            else:
-                status = _optional_module("gpusvm.spectral").run_cli(args)
+            status = commands[args.command](args)
             sys.stdout.flush()      # a closed pipe shows here, not at the interpreter's exit
         return EXIT_OK if status is None else int(status)
     except KeyboardInterrupt:
@@ -320,14 +301,8 @@ def _show_progress(flag) -> bool:
 # --------------------------------------------------------------------- fit
 def _estimator_class(solver):
     """PegasosSVC for ``pegasos``, SDCASVC for ``sdca`` and ``newton``."""
-    if solver == "pegasos":
-        from .estimators import PegasosSVC
-        return PegasosSVC
-    module = _optional_module("gpusvm.estimators_sdca")
-    if module is None or not hasattr(module, "SDCASVC"):
-        raise ValueError(f"--solver {solver} needs SDCASVC, which this gpusvm installation does "
-                         "not provide; use --solver pegasos or upgrade gpusvm")
-    return module.SDCASVC
+    from .estimators import PegasosSVC, SDCASVC
+    return PegasosSVC if solver == "pegasos" else SDCASVC
 
 
 def default_model_path(data) -> str:
@@ -585,7 +560,7 @@ def cmd_select(args) -> int:
     check_output(out, what="model")
     if args.plot is not None:
         check_output(args.plot, what="plot")
-        if _optional_module("matplotlib") is None:
+        if importlib.util.find_spec("matplotlib") is None:
             raise ImportError("--plot needs matplotlib: pip install 'gpusvm[plot]'")
     est = SDCASVCCV(**params, cv=StratifiedKFold(args.folds, shuffle=True,
                                                  random_state=args.seed),
@@ -796,96 +771,37 @@ def _cuda_devices():
     if not cuda_available():
         return []
     import cupy
-    names = []
-    for i in range(cupy.cuda.runtime.getDeviceCount()):
-        name = cupy.cuda.runtime.getDeviceProperties(i)["name"]
-        names.append(name.decode() if isinstance(name, bytes) else str(name))
-    return names
-
-
-def _cxx_compiler():
-    """A C++ compiler for the kernel emulator, or None."""
-    emulator = _optional_module("gpusvm._emulator")
-    for attr in ("find_compiler", "compiler", "cxx_compiler"):
-        fn = getattr(emulator, attr, None) if emulator is not None else None
-        if callable(fn):
-            try:
-                found = fn()
-            except Exception:
-                found = None
-            if found:
-                return str(found)
-    for candidate in (os.environ.get("CXX"), "c++", "g++", "clang++"):
-        if candidate and shutil.which(candidate):
-            return shutil.which(candidate)
-    return None
-
-
-def kernel_dir():
-    """Directory of the CUDA kernel sources (``*.cu``), or None when not found.
-
-    Asks :mod:`gpusvm._kernels` when it exists, else looks where the wheel puts
-    them (``gpusvm/kernels``) and where a source checkout has them (``kernels/``).
-
-    Returns
-    -------
-    pathlib.Path or None
-    """
-    module = _optional_module("gpusvm._kernels")
-    if module is not None:
-        for attr in ("kernel_dir", "kernels_dir", "KERNEL_DIR", "KERNELS_DIR"):
-            value = getattr(module, attr, None)
-            try:
-                value = value() if callable(value) else value
-            except Exception:
-                value = None
-            if value:
-                return Path(value)
-    package = Path(__file__).resolve().parent
-    for candidate in (package / "kernels", package.parent / "kernels"):
-        if candidate.is_dir():
-            return candidate
-    return None
+    names = [cupy.cuda.runtime.getDeviceProperties(i)["name"]
+             for i in range(cupy.cuda.runtime.getDeviceCount())]
+    return [name.decode() if isinstance(name, bytes) else str(name) for name in names]
 
 
 def cmd_info(args) -> int:
     """``gpusvm info``: versions, devices, runnable backends, kernel location."""
+    from . import _emulator, _kernels, backends
+
     print(f"gpusvm       {__version__}")
     print(f"python       {sys.version.split()[0]}")
     for name in ("numpy", "scipy", "sklearn", "tqdm", "cupy"):
         print(f"{name:<12} {_version_of(name)}")
     devices = _cuda_devices()
-    if devices:
-        print(f"GPU          {len(devices)} CUDA device(s): {', '.join(devices)}")
-    else:
-        print("GPU          none found (no CuPy, no driver, or no CUDA device)")
-    device_backend = importlib.util.find_spec("gpusvm.backends.device") is not None
-    compiler = _cxx_compiler()
-    from . import backends
-
+    print(f"GPU          {len(devices)} CUDA device(s): {', '.join(devices)}" if devices else
+          "GPU          none found (no CuPy, no driver, or no CUDA device)")
+    compiler = _emulator.find_compiler()
     print("backends:")
     print("  numpy      yes (NumPy/SciPy reference backend, always available)")
-    if "numba" in backends.BACKENDS:
-        numba_ok = getattr(backends, "numba_available", lambda: False)()
-        print("  numba      " + ("yes (compiled CPU backend)" if numba_ok else
-                                 "no (the compiled CPU backend needs the numba package)"))
-    if devices and device_backend:
-        print("  cupy       yes (custom CUDA kernels on the GPU)")
-    elif not device_backend:
-        print("  cupy       no (this installation has no device backend)")
-    else:
-        print("  cupy       no (needs CuPy and a CUDA device: pip install \"gpusvm[cuda12]\" "
-              "or \"gpusvm[cuda13]\" on a CUDA machine)")
-    if compiler and device_backend:
-        print(f"  emulated   yes (the CUDA kernels on the CPU kernel emulator, compiler "
-              f"{compiler})")
-    elif not device_backend:
-        print("  emulated   no (this installation has no device backend)")
-    else:
-        print("  emulated   no (the CPU kernel emulator needs a C++ compiler; none found)")
+    print("  numba      " + ("yes (compiled CPU backend)" if backends.numba_available() else
+                             "no (the compiled CPU backend needs the numba package)"))
+    print("  cupy       " + ("yes (custom CUDA kernels on the GPU)" if devices else
+                             "no (needs CuPy and a CUDA device: pip install \"gpusvm[cuda12]\" "
+                             "or \"gpusvm[cuda13]\" on a CUDA machine)"))
+    print("  emulated   " + (f"yes (the CUDA kernels on the CPU kernel emulator, compiler "
+                             f"{compiler})" if compiler else
+                             "no (the CPU kernel emulator needs a C++ compiler; none found)"))
     print(f"  auto       -> {backends.resolve_backend_name('auto')}")
-    kdir = kernel_dir()
-    if kdir is None:
+    try:
+        kdir = _kernels.kernel_dir()
+    except FileNotFoundError:
         print("kernels      not found")
     else:
         count = len(list(kdir.glob("*.cu")))
