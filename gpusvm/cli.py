@@ -91,7 +91,6 @@ def build_parser() -> argparse.ArgumentParser:
                          description="Train a linear SVM on a svmlight/LIBSVM file (.gz and .bz2 "
                                      "accepted), print the objective trace and the training "
                                      "accuracy, and save the model as .npz.")
-    fit.add_argument("data", metavar="DATA", help="training data in svmlight/LIBSVM format")
     fit.add_argument("--solver", choices=SOLVERS, default="auto",
                      help="auto (default: the solver gpusvm.LinearSVC chooses for the data, "
                           "sdca or newton, on LinearSVC's model: squared hinge, C=1, "
@@ -103,12 +102,6 @@ def build_parser() -> argparse.ArgumentParser:
     fit.add_argument("--loss", choices=("hinge", "squared_hinge"),
                      help="hinge (default of pegasos and sdca) or squared_hinge (default of "
                           "auto and newton)")
-    fit.add_argument("--class-weight", type=_class_weight, metavar="WEIGHTS",
-                     help="balanced, or LABEL:WEIGHT pairs separated by commas (e.g. "
-                          "1:5,-1:1); unlisted classes weigh 1")
-    fit.add_argument("--multi-class", choices=("ovr", "ovo", "ordinal"),
-                     help="more than two classes: ovr (one-vs-rest, default), ovo (one-vs-one) "
-                          "or ordinal (ordered labels, neighbouring pairs)")
     fit.add_argument("--batch-size", type=_batch_size, help="mini-batch size k, 1 <= k <= n, "
                                                            "or auto (default: 1 on a CPU, "
                                                            "n for Pegasos on <= 64 rows)")
@@ -124,22 +117,9 @@ def build_parser() -> argparse.ArgumentParser:
     fit.add_argument("--eval-every", type=int, help="iterations between objective evaluations "
                                                     "(default: once per epoch)")
     fit.add_argument("--max-time", type=float, help="time budget in seconds")
-    fit.add_argument("--backend", help=f"{_backend_choices()} (default auto)")
     fit.add_argument("--dtype", choices=("float32", "float64"), help="precision (default float32)")
     fit.add_argument("--seed", type=int, default=0, help="seed of the batch stream (default 0)")
-    fit.add_argument("--n-features", type=int, help="number of features (default: from the file)")
-    fit.add_argument("--zero-based", choices=tuple(ZERO_BASED), default="auto",
-                     help="whether DATA's feature indices start at 0: yes, no (LIBSVM's "
-                          "one-based indices; index 0 is an error) or auto (one-based unless "
-                          "index 0 occurs, with a warning; default). The base is stored in the "
-                          "model and predict reads its data with it")
-    fit.add_argument("--normalize", action="store_true",
-                     help="scale every row to unit L2 norm (stored in the model; predict "
-                          "applies it too)")
-    fit.add_argument("--out", metavar="MODEL", type=output_path,
-                     help="model file to write (default: DATA's stem + .npz in the current "
-                          "directory); a regular file is replaced atomically, a symbolic link "
-                          "is followed, a device or FIFO is written through")
+    _add_training_options(fit)
     _add_progress(fit)
 
     pred = sub.add_parser("predict", help="apply a saved model to a svmlight/LIBSVM file",
@@ -157,7 +137,6 @@ def build_parser() -> argparse.ArgumentParser:
                                      "SDCASVCCV (every (C, fold) model an output of one pass), "
                                      "print the mean and spread of the CV score per C, mark the "
                                      "chosen C, refit on all of DATA at it and save the model.")
-    sel.add_argument("data", metavar="DATA", help="training data in svmlight/LIBSVM format")
     sel.add_argument("--Cs", type=_cs, default=None, metavar="CS",
                      help="the values of C: a count for a log grid whose ends come from the data "
                           "(LIBLINEAR's smallest useful C to 1024), or values separated by "
@@ -169,22 +148,11 @@ def build_parser() -> argparse.ArgumentParser:
                      help="auto (default: chosen from the data), sdca or newton (squared hinge)")
     sel.add_argument("--scoring", default=None, help="a scikit-learn scorer name (default "
                                                      "accuracy)")
-    sel.add_argument("--class-weight", type=_class_weight, metavar="WEIGHTS",
-                     help="balanced, or LABEL:WEIGHT pairs separated by commas")
-    sel.add_argument("--multi-class", choices=("ovr", "ovo", "ordinal"),
-                     help="more than two classes: ovr (default), ovo or ordinal")
     sel.add_argument("--tol", type=float, help="duality gap of every model (default 1e-3)")
     sel.add_argument("--n-jobs", type=int, help="threads (default: every core)")
-    sel.add_argument("--backend", help=f"{_backend_choices()} (default auto)")
     sel.add_argument("--seed", type=int, default=0, help="seed of the folds and batches "
                                                          "(default 0)")
-    sel.add_argument("--n-features", type=int, help="number of features (default: from the file)")
-    sel.add_argument("--zero-based", choices=tuple(ZERO_BASED), default="auto",
-                     help="whether DATA's feature indices start at 0 (as for fit)")
-    sel.add_argument("--normalize", action="store_true",
-                     help="scale every row to unit L2 norm (stored in the model)")
-    sel.add_argument("--out", metavar="MODEL", type=output_path,
-                     help="model file to write (default: DATA's stem + .npz)")
+    _add_training_options(sel)
     sel.add_argument("--plot", metavar="FILE", type=output_path,
                      help="draw the validation curve (mean CV score against C, with its spread "
                           "over the folds) to FILE (.png, .pdf, .svg; needs matplotlib)")
@@ -212,6 +180,48 @@ def build_parser() -> argparse.ArgumentParser:
 def _backend_choices() -> str:
     from .backends import BACKENDS
     return ", ".join(BACKENDS)
+
+
+def _add_training_options(parser):
+    """The arguments ``fit`` and ``select`` share: DATA, classes, backend, how DATA is read, --out."""
+    parser.add_argument("data", metavar="DATA", help="training data in svmlight/LIBSVM format")
+    parser.add_argument("--class-weight", type=_class_weight, metavar="WEIGHTS",
+                        help="balanced, or LABEL:WEIGHT pairs separated by commas (e.g. "
+                             "1:5,-1:1); unlisted classes weigh 1")
+    parser.add_argument("--multi-class", choices=("ovr", "ovo", "ordinal"),
+                        help="more than two classes: ovr (one-vs-rest, default), ovo "
+                             "(one-vs-one) or ordinal (ordered labels, neighbouring pairs)")
+    parser.add_argument("--backend", help=f"{_backend_choices()} (default auto)")
+    parser.add_argument("--n-features", type=int,
+                        help="number of features (default: from the file)")
+    parser.add_argument("--zero-based", choices=tuple(ZERO_BASED), default="auto",
+                        help="whether DATA's feature indices start at 0: yes, no (LIBSVM's "
+                             "one-based indices; index 0 is an error) or auto (one-based unless "
+                             "index 0 occurs, with a warning; default). The base is stored in "
+                             "the model and predict reads its data with it")
+    parser.add_argument("--normalize", action="store_true",
+                        help="scale every row to unit L2 norm (stored in the model; predict "
+                             "applies it too)")
+    parser.add_argument("--out", metavar="MODEL", type=output_path,
+                        help="model file to write (default: DATA's stem + .npz in the current "
+                             "directory); a regular file is replaced atomically, a symbolic "
+                             "link is followed, a device or FIFO is written through")
+
+
+def _read_training_data(args):
+    """DATA as ``fit`` and ``select`` read it: ``(X, y, zero_based)``, rows normalised on request."""
+    from .datasets import load_svmlight, normalize_rows
+    X, y, zero_based = load_svmlight(args.data, n_features=args.n_features,
+                                     zero_based=ZERO_BASED[args.zero_based],
+                                     return_zero_based=True)
+    return (normalize_rows(X) if args.normalize else X), y, zero_based
+
+
+def _save(est, args, out, zero_based) -> None:
+    from .model_io import save_model
+    save_model(est, out, extra={"normalize": bool(args.normalize), "trained_on": str(args.data),
+                                "zero_based": zero_based})
+    print(f"model written to {out}")
 
 
 def _add_progress(parser):
@@ -356,9 +366,6 @@ def _batch_size(text: str):
 
 def cmd_fit(args) -> int:
     """``gpusvm fit DATA``: train, report the objective trace and accuracy, save the model."""
-    from .datasets import load_svmlight, normalize_rows
-    from .model_io import save_model
-
     auto = args.solver == "auto"
     cls = _estimator_class("sdca" if auto else args.solver)
     loss = args.loss
@@ -393,13 +400,8 @@ def cmd_fit(args) -> int:
 
     progress = _show_progress(args.progress)
     est = cls(**params, verbose=int(progress))
-    if hasattr(est, "_validate_params"):  # report a bad parameter before reading a large file
-        est._validate_params()
-    X, y, zero_based = load_svmlight(args.data, n_features=args.n_features,
-                                     zero_based=ZERO_BASED[args.zero_based],
-                                     return_zero_based=True)
-    if args.normalize:
-        X = normalize_rows(X)
+    est._validate_params()            # a bad parameter is reported before a large file is read
+    X, y, zero_based = _read_training_data(args)
     n, d = X.shape
     if auto:
         params["solver"] = _auto_solver(X, y, params)
@@ -417,9 +419,7 @@ def cmd_fit(args) -> int:
     print(f"stopped after {est.n_iter_} iterations ({getattr(est, 'stop_reason_', '?')}), "
           f"{seconds:.2f} s")
     print(f"training accuracy: {est.score(X, y):.4f}")
-    save_model(est, out, extra={"normalize": bool(args.normalize), "trained_on": str(args.data),
-                                "zero_based": zero_based})
-    print(f"model written to {out}")
+    _save(est, args, out, zero_based)
     return EXIT_OK
 
 
@@ -545,9 +545,7 @@ def cmd_select(args) -> int:
     from sklearn.model_selection import StratifiedKFold
 
     from ._output import check_output
-    from .datasets import load_svmlight, normalize_rows
     from .estimators.cv import SDCASVCCV
-    from .model_io import save_model
 
     if args.folds < 2:
         raise ValueError(f"--folds must be at least 2, got {args.folds}")
@@ -566,11 +564,7 @@ def cmd_select(args) -> int:
                                                  random_state=args.seed),
                     random_state=args.seed)
     est._validate_params()
-    X, y, zero_based = load_svmlight(args.data, n_features=args.n_features,
-                                     zero_based=ZERO_BASED[args.zero_based],
-                                     return_zero_based=True)
-    if args.normalize:
-        X = normalize_rows(X)
+    X, y, zero_based = _read_training_data(args)
     n, d = X.shape
     grid = f"{len(Cs)} values" if not isinstance(Cs, int) else f"{Cs} values from the data"
     print(f"gpusvm select: {args.data}: n={n} d={d} nnz={X.nnz}; C: {grid}, {args.folds} "
@@ -588,10 +582,7 @@ def cmd_select(args) -> int:
     print(f"chosen C = {est.C_:.6g}; {gaps.size} models certified to a duality gap <= "
           f"{np.nanmax(gaps):.2g}; search and refit {seconds:.2f} s (solver {est.solver_}, "
           f"backend {getattr(est, 'backend_', '?')})")
-    model = est.to_estimator()
-    save_model(model, out, extra={"normalize": bool(args.normalize), "trained_on": str(args.data),
-                                  "zero_based": zero_based})
-    print(f"model written to {out}")
+    _save(est.to_estimator(), args, out, zero_based)
     if args.plot is not None:
         _plot_validation_curve(est, args.plot, name)
         print(f"validation curve written to {args.plot}")
@@ -661,60 +652,30 @@ def cmd_predict(args) -> int:
 
 
 # --------------------------------------------------------------------- demo
-def reference_optimum(X, y, lam):
-    """``P*`` of the demo's objective, from scikit-learn's LinearSVC (liblinear).
-
-    The objective is that of ``PegasosSVC(bias="augmented", intercept_scaling=1)``:
-    ``P(w, b) = lam/2 (||w||^2 + b^2) + (1/n) sum_i max(0, 1 - y_i (<w, x_i> + b))``.
-    LinearSVC with ``fit_intercept=True, intercept_scaling=1`` minimises
-    ``1/2 (||w||^2 + b^2) + C sum_i hinge`` (liblinear regularises the intercept
-    as an appended constant feature), which is ``P / lam`` for ``C = 1/(lam n)``.
-
-    Parameters
-    ----------
-    X : scipy.sparse.csr_matrix of shape (n, d)
-    y : ndarray of shape (n,), labels in {-1, +1}
-    lam : float
-
-    Returns
-    -------
-    p_star : float
-        ``P`` evaluated in float64 at LinearSVC's solution (dual coordinate
-        descent run to ``tol=1e-10``).
-    """
-    import warnings
-
-    from sklearn.exceptions import ConvergenceWarning
-    from sklearn.svm import LinearSVC
-
-    n = X.shape[0]
-    ref = LinearSVC(loss="hinge", C=1.0 / (lam * n), fit_intercept=True, intercept_scaling=1.0,
-                    dual=True, tol=1e-10, max_iter=1_000_000)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ConvergenceWarning)
-        ref.fit(X.astype(np.float64), y)
-    return primal_objective(X, y, ref.coef_.ravel(), float(ref.intercept_[0]), lam)
-
-
-def primal_objective(X, y, coef, intercept, lam):
-    """``lam/2 (||w||^2 + b^2) + mean hinge``: the objective of an augmented-bias model.
-
-    Parameters
-    ----------
-    X : scipy.sparse matrix of shape (n, d)
-    y : ndarray of shape (n,), labels in {-1, +1}
-    coef : ndarray of shape (d,)
-    intercept : float
-    lam : float
-
-    Returns
-    -------
-    float
-    """
+def _augmented_objective(X, y, coef, intercept, lam):
+    """``lam/2 (||w||^2 + b^2) + mean hinge``: the objective of ``bias="augmented"``, in float64."""
     w = np.asarray(coef, dtype=np.float64).ravel()
     margins = y * (X.astype(np.float64) @ w + intercept)
     return float(0.5 * lam * (w @ w + intercept * intercept)
                  + np.maximum(0.0, 1.0 - margins).mean())
+
+
+def _reference_optimum(X, y, lam):
+    """``P*`` of the demo's objective from scikit-learn's LinearSVC (liblinear, ``tol=1e-10``).
+
+    LinearSVC with ``fit_intercept=True, intercept_scaling=1`` minimises
+    ``1/2 (||w||^2 + b^2) + C sum_i hinge_i`` (liblinear regularises the intercept as an
+    appended constant feature): ``P / lam`` of ``bias="augmented"`` at ``C = 1/(lam n)``.
+    """
+    from sklearn.exceptions import ConvergenceWarning
+    from sklearn.svm import LinearSVC
+
+    ref = LinearSVC(loss="hinge", C=1.0 / (lam * X.shape[0]), fit_intercept=True,
+                    intercept_scaling=1.0, dual=True, tol=1e-10, max_iter=1_000_000)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        ref.fit(X.astype(np.float64), y)
+    return _augmented_objective(X, y, ref.coef_.ravel(), float(ref.intercept_[0]), lam)
 
 
 def cmd_demo(args) -> int:
@@ -740,8 +701,8 @@ def cmd_demo(args) -> int:
     start = time.perf_counter()
     est.fit(X, y)
     seconds = time.perf_counter() - start
-    p_star = reference_optimum(X, y, lam)
-    p_final = primal_objective(X, y, est.coef_.ravel(), float(est.intercept_[0]), lam)
+    p_star = _reference_optimum(X, y, lam)
+    p_final = _augmented_objective(X, y, est.coef_.ravel(), float(est.intercept_[0]), lam)
     print(f"  backend: {est.backend_}; training took {seconds:.2f} s")
     _print_trace(est.history_, p_star=p_star, epoch_size=epoch)
     print(f"reference optimum P* = {p_star:.8f} (scikit-learn LinearSVC, hinge loss, "
