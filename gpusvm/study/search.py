@@ -75,13 +75,11 @@ import math
 import time
 from dataclasses import asdict, dataclass
 
-__all__ = ["METHODS", "RunSpec", "SearchSettings", "find_crossing", "trace_run",
-           "dense_step", "probe_points"]
+__all__ = ["METHODS", "RunSpec", "SearchSettings", "find_crossing", "trace_run", "dense_step"]
 
 #: the methods of Takáč et al. (2013), Figure 1
 METHODS = ("pegasos", "sdca-naive", "sdca-safe", "sdca-aggressive")
 PEGASOS_OUTPUTS = ("tail", "last")
-STATUSES = ("reached", "not_reached", "diverged", "stalled", "time_cap")
 
 
 @dataclass(frozen=True)
@@ -211,26 +209,6 @@ def dense_step(t: int, rel: float) -> int:
     int
     """
     return max(1, int(math.floor(rel * t)))
-
-
-def probe_points(cap: int, ratio: float) -> list[int]:
-    """The geometric probe grid ``1, ..., cap`` (``t_{j+1} = max(t_j + 1, ceil(r t_j))``).
-
-    Parameters
-    ----------
-    cap : int
-    ratio : float
-
-    Returns
-    -------
-    list of int
-    """
-    pts, t = [], 1
-    while t < cap:
-        pts.append(t)
-        t = max(t + 1, int(math.ceil(t * ratio)))
-    pts.append(cap)
-    return pts
 
 
 # ------------------------------------------------------------------ iterates
