@@ -651,25 +651,3 @@ def trace_run(problem, spec: RunSpec, *, points, max_iter: int, p_star: float = 
                     settings=SearchSettings(), p_star=p_star, eps=None, extra_eval=extra_eval)
     run_solver(problem, spec, obs, max_iter)
     return obs.hist
-
-
-def first_crossing_brute_force(problem, spec: RunSpec, *, p_star: float, eps: float,
-                               max_iter: int) -> int | None:
-    """The exact first crossing, evaluating ``P`` after every iteration (small problems only).
-
-    Parameters
-    ----------
-    problem : Problem
-    spec : RunSpec
-    p_star, eps : float
-    max_iter : int
-
-    Returns
-    -------
-    int or None
-        The first ``t <= max_iter`` with ``P(w_t) - p_star <= eps``.
-    """
-    obs = _Observer(plan=_EveryPlan(), spec=spec, n=problem.n, cap=max_iter,
-                    settings=SearchSettings(explode=None), p_star=p_star, eps=eps, replay=True)
-    run_solver(problem, spec, obs, max_iter)       # stops at the first t with f <= eps
-    return obs.T if obs.status == "reached" else None
