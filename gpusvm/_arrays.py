@@ -114,22 +114,18 @@ def warn_if_rows_unscaled(max_row_norm: float, *, unconverged: bool = False) -> 
         Whether the fit has stopped without converging (it warns with a
         ``ConvergenceWarning`` too).
     """
+    fix = ("scale the rows with gpusvm.datasets.normalize_rows(X) or the features with "
+           "sklearn.preprocessing.StandardScaler (or MaxAbsScaler for sparse X) in a Pipeline")
     if unconverged and ROW_NORM_HINT < max_row_norm <= ROW_NORM_WARNING:
         warnings.warn(
             f"the fit did not converge, and the largest row norm of X is {max_row_norm:.3g}, far "
             "above 1, which the step sizes and the mini-batch theory assume (max ||x_i|| <= 1): "
-            "the row norms are the likely cause; scale the rows with "
-            "gpusvm.datasets.normalize_rows(X) or the features with "
-            "sklearn.preprocessing.StandardScaler (or MaxAbsScaler for sparse X) in a Pipeline",
-            DataScaleWarning, stacklevel=4)
+            f"the row norms are the likely cause; {fix}", DataScaleWarning, stacklevel=4)
     elif not unconverged and max_row_norm > ROW_NORM_WARNING:
         warnings.warn(
             f"the largest row norm of X is {max_row_norm:.3g}, far above 1, which the step sizes "
             "and the mini-batch theory assume (max ||x_i|| <= 1): the fit may stay near the "
-            "majority class or need many more epochs; scale the rows with "
-            "gpusvm.datasets.normalize_rows(X) or the features with "
-            "sklearn.preprocessing.StandardScaler (or MaxAbsScaler for sparse X) in a Pipeline",
-            DataScaleWarning, stacklevel=4)
+            f"majority class or need many more epochs; {fix}", DataScaleWarning, stacklevel=4)
 
 
 class DataScaleWarning(UserWarning):
