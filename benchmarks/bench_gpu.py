@@ -7,7 +7,7 @@ On a CUDA machine (``--backend cupy``, the default when a device exists)::
 
 Measures, for mini-batch Pegasos and aggressive mini-batch SDCA (the solvers of the GPU
 section of BENCHMARKS.md), each beside the performance model's figure for the design the
-backend runs (:mod:`gpusvm.roofline`: the kernels balanced by nonzeros, replayed as a
+backend runs (``benchmarks/roofline.py``: the kernels balanced by nonzeros, replayed as a
 captured graph, the gather drawing its own batch), for the device the model knows by name
 (H100, H200; others are compared with the H100 figures and say so):
 
@@ -23,7 +23,7 @@ captured graph, the gather drawing its own batch), for the device the model know
     the whole call and labelled so;
   * **time to** ``P(w) - P* <= eps``, setup included (the upload; NVRTC's compilation is
     left out by a warm-up run), with the solver's own evaluation cadence, as
-    :func:`gpusvm.roofline.measure_iterations` runs it, against LinearSVC's one-core CPU
+    :func:`roofline.measure_iterations` runs it, against LinearSVC's one-core CPU
     time at its defaults on the same machine (``P*`` from LinearSVC at ``tol=1e-8``), and
     the model's time for the same iteration and evaluation counts.
 
@@ -55,7 +55,8 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from gpusvm import _kernels, roofline  # noqa: E402
+import roofline  # noqa: E402
+from gpusvm import _kernels  # noqa: E402
 from gpusvm.backends import cuda_available, make_backend  # noqa: E402
 from gpusvm.datasets import load_svmlight  # noqa: E402
 from gpusvm.solvers.pegasos import pegasos  # noqa: E402
@@ -132,7 +133,7 @@ def peak_bandwidth(backend: str):
 
 def model_device(name: str):
     """The performance model's device for a device name (the H100's figures otherwise) and a note."""
-    from gpusvm.roofline import DEVICES
+    from roofline import DEVICES
     if "H200" in name:
         return DEVICES["h200"], ""
     if "H100" in name:

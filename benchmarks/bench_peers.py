@@ -25,7 +25,7 @@ and no intercept:
   ``n`` times ``P`` when ``regularizer = lam n`` (checked: a tight Snap ML fit
   lands within 1e-5 of ``P*``; with ``regularizer = lam`` it is off by 0.04-0.9);
   optional (skipped, and said so, when ``snapml`` is not installed);
-* gpusvm: :class:`gpusvm.estimators_sdca.SDCASVC` and :class:`gpusvm.PegasosSVC`
+* gpusvm: :class:`gpusvm.SDCASVC` and :class:`gpusvm.PegasosSVC`
   on the compiled CPU backend (``backend="numba"``), ``bias="none"``.
 
 Methodology
@@ -182,7 +182,7 @@ def _snapml(epochs, n):
 
 
 def _sdca(epochs, n, *, b, variant, tol=EPS, certified=False, _kind=None):
-    from gpusvm.estimators_sdca import SDCASVC
+    from gpusvm import SDCASVC
     if certified:       # as a user runs it: a certificate per epoch, stop once gap <= tol
         return SDCASVC(lam=LAM, batch_size=b, variant=variant, tol=tol, sampling="epoch",
                        bias="none", backend="numba", random_state=0)
@@ -295,7 +295,7 @@ def profile_fit(est, X, y) -> dict:
     def cum(func: str, file_part: str) -> float:
         return sum(v[3] for k, v in stats.items() if k[2] == func and file_part in k[0])
 
-    total = cum("fit", "estimators_sdca")
+    total = cum("fit", "estimators/sdca")
     out = {"total": total,
            "iterations": cum("sdca_iterations", "backends") + cum("next_chunk", "_sampling")
            + cum("first_occurrences", "sdca"),
@@ -310,7 +310,7 @@ def reference_optimum(X, y, log):
     """``P*`` from a tight LIBLINEAR, and the width of its certified bracket ``[D, P*]``."""
     from sklearn.svm import LinearSVC
 
-    from gpusvm.estimators_sdca import SDCASVC
+    from gpusvm import SDCASVC
     n = X.shape[0]
     t0 = time.perf_counter()
     with warnings.catch_warnings():
@@ -459,7 +459,7 @@ def defaults_table(names: list[str], repeats: int, log) -> list[dict]:
     from sklearn.svm import LinearSVC  # noqa: PLC0415
 
     from gpusvm import PegasosSVC  # noqa: PLC0415
-    from gpusvm.estimators_sdca import SDCASVC  # noqa: PLC0415
+    from gpusvm import SDCASVC  # noqa: PLC0415
 
     def makers(n):
         return [("LIBLINEAR (LinearSVC defaults)", "loss='hinge', C=1/(lam n)",

@@ -18,7 +18,7 @@ hinge, on the training file of each data set.  Rows, in this order:
 * ``GridSearchCV(LinearSVC(), {"C": Cs}, cv=cv)`` (one core, refit included);
 * modelled, not measured: the time an H100 would spend in the Newton search's
   sparse-times-block products (their count and width as the CPU run made them, each
-  modelled by :func:`gpusvm.roofline.block_product_seconds`; the host's share of the
+  modelled by :func:`roofline.block_product_seconds` (``benchmarks/roofline.py``); the host's share of the
   search, line searches and scoring, left out);
 * LIBLINEAR's own warm-start search, ``train -s 2 -C -v 5`` (liblinear-official;
   the squared hinge, primal solver), which picks its own grid (from its smallest
@@ -108,8 +108,8 @@ def ours(X, y, cv, **kw):
 def modelled_h100(X, est):
     """Modelled seconds of the Newton search's sparse-times-block products on an H100: the
     products it made (``search_products_``, counted on the CPU) at their mean width, each
-    as :func:`gpusvm.roofline.block_product_seconds` models it.  Not measured."""
-    from gpusvm.roofline import DEVICES, block_product_seconds  # noqa: PLC0415
+    as :func:`roofline.block_product_seconds` (``benchmarks/roofline.py``) models it.  Not measured."""
+    from roofline import DEVICES, block_product_seconds  # noqa: PLC0415
 
     products, columns = est.search_products_
     if not products:

@@ -9,27 +9,9 @@ resolve to gpusvm's (:mod:`gpusvm.accel`; ``python -m gpusvm.accel script.py``).
 """
 
 from ._version import __version__
+from .accel import patch_sklearn, unpatch_sklearn
 from .estimators import KernelPegasosSVC, LinearSVC, PegasosSVC, SDCASVC
 from .estimators.cv import PegasosSVCCV, SDCASVCCV
-
-
-def patch_sklearn(verbose: bool = False) -> None:
-    """Make ``sklearn.svm.LinearSVC`` resolve to gpusvm's (see :func:`gpusvm.accel.patch_sklearn`).
-
-    Parameters
-    ----------
-    verbose : bool, default=False
-        Log every fit (which implementation ran it) on stderr.
-    """
-    from .accel import patch_sklearn as patch  # noqa: PLC0415
-    patch(verbose=verbose)
-
-
-def unpatch_sklearn() -> None:
-    """Put scikit-learn's own ``LinearSVC`` back (see :func:`gpusvm.accel.unpatch_sklearn`)."""
-    from .accel import unpatch_sklearn as unpatch  # noqa: PLC0415
-    unpatch()
-
 
 __all__ = ["KernelPegasosSVC", "LinearSVC", "PegasosSVC", "PegasosSVCCV", "SDCASVC",
            "SDCASVCCV", "__version__", "patch_sklearn", "unpatch_sklearn"]

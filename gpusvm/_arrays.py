@@ -1,28 +1,15 @@
-"""Inputs that already live on a GPU: CuPy arrays and ``cupyx.scipy.sparse`` matrices.
+"""The checks every estimator makes of its input, and input that already lives on a GPU.
 
-The estimators call three hooks:
+Checks: :func:`as_dtype`, :func:`check_sparse_structure`, the 32-bit index bound
+:data:`INT32_MAX` and the row-norm warning (:func:`warn_if_rows_unscaled`,
+:class:`DataScaleWarning`); the model files (:mod:`gpusvm.model_io`) check restored
+support vectors with the same function.
 
-* :func:`prepare_fit` in ``fit``, in place of ``self._prepare(X, y)``: with
-  ``backend="cupy"`` a device ``X`` is validated and put in canonical CSR form on
-  the device (no host copy of ``X``; the labels, ``n`` values, are read on the
-  host to find the classes) and handed to the device backend as it is; with any
-  other backend a device ``X`` is copied to the host once and takes the usual path;
-* :func:`decision_function` and :func:`predict`, which the estimators' methods
-  call first for device input: the products run on the device and the result is a
-  CuPy array (``predict``: the class labels, as a CuPy array when they are numbers).
-
-``coef_`` and ``intercept_`` stay NumPy arrays whatever the input: a fitted
-model is small, is pickled, and is used on hosts without a GPU; the device
-products above copy ``coef_`` to the device once per call (``d`` values).
-
-Detection is by protocol, without importing CuPy: a dense device array has
-``__cuda_array_interface__`` and ``get()`` (CuPy's ndarray); a device sparse
-matrix is an object of a ``cupyx.scipy.sparse`` class with ``get()``.
-
-The CuPy work of these hooks runs on the estimator's ``device`` (the GPU the fit runs
-on), not on whichever device is current, so that the data are validated, converted and
-multiplied where the device backend will read them; input that lives on another GPU
-is copied to that device once (:func:`_to_current_device`).
+Device input (CuPy arrays, ``cupyx.scipy.sparse`` matrices), detected by protocol
+without importing CuPy: :func:`prepare` (``fit``; with ``backend="cupy"`` ``X`` is
+validated and made canonical CSR on the estimator's ``device``, other backends copy it to
+the host once), :func:`decision_function` and :func:`predict` (the products on the
+device, CuPy results).  ``coef_`` and ``intercept_`` stay NumPy arrays whatever the input.
 """
 
 from __future__ import annotations
@@ -30,11 +17,119 @@ from __future__ import annotations
 import contextlib
 import math
 
+import warnings
+
 import numpy as np
 import scipy.sparse as sp
 
-__all__ = ["decision_function", "is_device", "is_device_sparse", "predict", "prepare_fit",
-           "to_host"]
+from .backends import resolve_backend_name
+
+__all__ = ["INT32_MAX", "DataScaleWarning", "as_dtype", "check_sparse_structure",
+           "decision_function", "is_device", "is_device_sparse", "predict", "prepare", "to_host",
+           "warn_if_rows_unscaled"]
+
+
+def as_dtype(dtype) -> np.dtype:
+    """``dtype`` as a NumPy dtype, refused unless float32 or float64."""
+    dt = np.dtype(dtype)
+    if dt not in (np.float32, np.float64):
+        raise ValueError(f"dtype must be float32 or float64, got {dtype!r}")
+    return dt
+
+
+#: the bound of the 32-bit column indices and offsets the kernels and compiled loops use
+INT32_MAX = int(np.iinfo(np.int32).max)
+
+
+def check_sparse_structure(X) -> None:
+    """Check the index arrays of a sparse matrix before any compiled code reads them.
+
+    scipy checks only their lengths when a matrix is built, and not at all
+    when the arrays are changed afterwards; an index out of range or a
+    decreasing ``indptr`` makes compiled loops (scipy's, numba's, the CUDA
+    kernels) read and write out of bounds. The check is O(nnz) and vectorised.
+
+    Parameters
+    ----------
+    X : object
+        Anything; only CSR, CSC and COO matrices are checked.
+
+    Raises
+    ------
+    ValueError
+        When an index is out of range or the index pointer is not a
+        non-decreasing sequence from 0 to nnz.
+    """
+    if not sp.issparse(X):
+        return
+    fmt = X.format
+    if fmt == "coo":
+        for name, idx, bound in (("row", X.row, X.shape[0]), ("column", X.col, X.shape[1])):
+            if idx.size and (idx.min() < 0 or idx.max() >= bound):
+                raise ValueError(f"X has {name} indices outside [0, {bound}) (a corrupted COO "
+                                 "matrix); rebuild it with scipy.sparse.coo_matrix")
+        return
+    if fmt not in ("csr", "csc"):
+        return
+    major, minor = X.shape if fmt == "csr" else X.shape[::-1]
+    what = "column" if fmt == "csr" else "row"
+    indptr, indices = np.asarray(X.indptr), np.asarray(X.indices)
+    if indptr.ndim != 1 or indptr.size != major + 1 or indptr[0] != 0 \
+            or indptr[-1] > indices.size or indptr[-1] > np.asarray(X.data).size \
+            or np.any(np.diff(indptr) < 0):
+        raise ValueError(f"X is a corrupted {fmt.upper()} matrix: its indptr is not a "
+                         f"non-decreasing sequence of {major + 1} offsets from 0 to at most its "
+                         f"{indices.size} indices; rebuild it with scipy.sparse.{fmt}_matrix")
+    used = indices[:indptr[-1]]
+    if used.size and (used.min() < 0 or used.max() >= minor):
+        raise ValueError(f"X is a corrupted {fmt.upper()} matrix: it has {what} indices outside "
+                         f"[0, {minor}); rebuild it with scipy.sparse.{fmt}_matrix")
+
+
+#: rows longer than this (Euclidean norm) are "far above 1": the estimators warn
+ROW_NORM_WARNING = 100.0
+#: a fit that stops without converging, on rows longer than this, gets the same hint: the
+#: length of the rows is then the likely cause (raw digits, norm 77, SDCA's gap 0.1 after 100
+#: epochs; the well-scaled sets stay below: a9a 3.7, w8a 10.7, the text sets 1)
+ROW_NORM_HINT = 20.0
+
+
+def warn_if_rows_unscaled(max_row_norm: float, *, unconverged: bool = False) -> None:
+    """Warn when the largest row norm is far above 1, naming the fixes.
+
+    The step sizes of Pegasos and the mini-batch theory of both papers assume
+    ``max_i ||x_i|| <= 1`` (Pegasos Theorem 1's ``R``; Takáč et al. Sec. 2);
+    rows of norm in the thousands (raw measurements) leave Pegasos at the
+    majority class for any practical number of epochs, and SDCA's progress per
+    epoch falls with ``R^2 / (lam n)``.  Before a fit the warning needs rows of
+    norm above :data:`ROW_NORM_WARNING`; after a fit that stopped without
+    converging (``unconverged=True``), above :data:`ROW_NORM_HINT`, when the
+    warning before the fit has not already been given.
+
+    Parameters
+    ----------
+    max_row_norm : float
+        The largest Euclidean row norm of the training data (bias column excluded).
+    unconverged : bool, default=False
+        Whether the fit has stopped without converging (it warns with a
+        ``ConvergenceWarning`` too).
+    """
+    fix = ("scale the rows with gpusvm.datasets.normalize_rows(X) or the features with "
+           "sklearn.preprocessing.StandardScaler (or MaxAbsScaler for sparse X) in a Pipeline")
+    if unconverged and ROW_NORM_HINT < max_row_norm <= ROW_NORM_WARNING:
+        warnings.warn(
+            f"the fit did not converge, and the largest row norm of X is {max_row_norm:.3g}, far "
+            "above 1, which the step sizes and the mini-batch theory assume (max ||x_i|| <= 1): "
+            f"the row norms are the likely cause; {fix}", DataScaleWarning, stacklevel=4)
+    elif not unconverged and max_row_norm > ROW_NORM_WARNING:
+        warnings.warn(
+            f"the largest row norm of X is {max_row_norm:.3g}, far above 1, which the step sizes "
+            "and the mini-batch theory assume (max ||x_i|| <= 1): the fit may stay near the "
+            f"majority class or need many more epochs; {fix}", DataScaleWarning, stacklevel=4)
+
+
+class DataScaleWarning(UserWarning):
+    """The training rows are far longer than the unit norm the solvers assume."""
 
 
 def is_device_sparse(X) -> bool:
@@ -59,7 +154,6 @@ def to_host(X):
 
 
 def _backend_name(estimator) -> str:
-    from .backends import resolve_backend_name  # noqa: PLC0415
     return resolve_backend_name(estimator.backend)
 
 
@@ -126,9 +220,7 @@ def _prepare_on_device(estimator, X, y, reset):
     import cupy  # noqa: PLC0415  (only reached with device input)
     import cupyx.scipy.sparse as csp  # noqa: PLC0415
 
-    from .estimators._base import _INT32_MAX, _as_dtype, warn_if_rows_unscaled  # noqa: PLC0415
-
-    dtype = _as_dtype(estimator.dtype)
+    dtype = as_dtype(estimator.dtype)
     if getattr(X, "ndim", 2) != 2:
         raise ValueError(f"Expected 2D array, got {X.ndim}D array instead")
     X = _to_current_device(X)
@@ -141,9 +233,9 @@ def _prepare_on_device(estimator, X, y, reset):
     Xc = Xc.astype(dtype)
     if not bool(cupy.isfinite(Xc.data).all()):           # one scalar to the host
         raise ValueError("Input X contains NaN or infinity.")
-    if Xc.nnz + n * (estimator.bias == "augmented") > _INT32_MAX or d + 1 > _INT32_MAX:
+    if Xc.nnz + n * (estimator.bias == "augmented") > INT32_MAX or d + 1 > INT32_MAX:
         raise ValueError(f"X has {d} columns and {Xc.nnz} nonzeros; gpusvm indexes them with "
-                         f"32-bit integers, so both must stay below {_INT32_MAX}")
+                         f"32-bit integers, so both must stay below {INT32_MAX}")
     Xc = csp.csr_matrix((Xc.data.copy(), Xc.indices.astype(np.int32), Xc.indptr.astype(np.int32)),
                         shape=(n, d))
     Xc.sum_duplicates()

@@ -84,8 +84,8 @@ def _temporary(path, target, what):
     """``(fd, name)`` of a new temporary file beside ``target``, or an error naming ``path``."""
     directory = os.path.dirname(os.path.abspath(target))
     try:
-        return tempfile.mkstemp(prefix=f".{os.path.basename(target)}.", suffix=".tmp",
-                                dir=directory)
+        return tempfile.mkstemp(prefix=f".{os.path.basename(target)}.{os.getpid()}.",
+                                suffix=".tmp", dir=directory)
     except OSError as exc:
         raise _uncreatable(path, what, directory, exc) from None
 

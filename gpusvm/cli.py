@@ -1,4 +1,4 @@
-"""The ``gpusvm`` command: fit, predict, demo, info (and spectral when available).
+"""The ``gpusvm`` command: fit, predict, select, demo, info, spectral and study.
 
 Every subcommand turns its arguments into one estimator call and a short report
 on stdout. Problems with the input (a missing or malformed file, a bad
@@ -12,7 +12,6 @@ import importlib
 import importlib.util
 import math
 import os
-import shutil
 import sys
 import time
 import warnings
@@ -21,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
+from . import spectral, study
 from ._version import __version__
 
 EXIT_OK = 0
@@ -77,8 +77,8 @@ def build_parser() -> argparse.ArgumentParser:
     Returns
     -------
     argparse.ArgumentParser
-        With the subcommands ``fit``, ``predict``, ``demo``, ``info`` and, when
-        :mod:`gpusvm.spectral` is present, ``spectral``.
+        With the subcommands ``fit``, ``predict``, ``select``, ``demo``, ``info``,
+        ``spectral`` and ``study``.
     """
     parser = _Parser(
         prog="gpusvm",
@@ -91,7 +91,6 @@ def build_parser() -> argparse.ArgumentParser:
                          description="Train a linear SVM on a svmlight/LIBSVM file (.gz and .bz2 "
                                      "accepted), print the objective trace and the training "
                                      "accuracy, and save the model as .npz.")
-    fit.add_argument("data", metavar="DATA", help="training data in svmlight/LIBSVM format")
     fit.add_argument("--solver", choices=SOLVERS, default="auto",
                      help="auto (default: the solver gpusvm.LinearSVC chooses for the data, "
                           "sdca or newton, on LinearSVC's model: squared hinge, C=1, "
@@ -103,12 +102,6 @@ def build_parser() -> argparse.ArgumentParser:
     fit.add_argument("--loss", choices=("hinge", "squared_hinge"),
                      help="hinge (default of pegasos and sdca) or squared_hinge (default of "
                           "auto and newton)")
-    fit.add_argument("--class-weight", type=_class_weight, metavar="WEIGHTS",
-                     help="balanced, or LABEL:WEIGHT pairs separated by commas (e.g. "
-                          "1:5,-1:1); unlisted classes weigh 1")
-    fit.add_argument("--multi-class", choices=("ovr", "ovo", "ordinal"),
-                     help="more than two classes: ovr (one-vs-rest, default), ovo (one-vs-one) "
-                          "or ordinal (ordered labels, neighbouring pairs)")
     fit.add_argument("--batch-size", type=_batch_size, help="mini-batch size k, 1 <= k <= n, "
                                                            "or auto (default: 1 on a CPU, "
                                                            "n for Pegasos on <= 64 rows)")
@@ -124,22 +117,9 @@ def build_parser() -> argparse.ArgumentParser:
     fit.add_argument("--eval-every", type=int, help="iterations between objective evaluations "
                                                     "(default: once per epoch)")
     fit.add_argument("--max-time", type=float, help="time budget in seconds")
-    fit.add_argument("--backend", help=f"{_backend_choices()} (default auto)")
     fit.add_argument("--dtype", choices=("float32", "float64"), help="precision (default float32)")
     fit.add_argument("--seed", type=int, default=0, help="seed of the batch stream (default 0)")
-    fit.add_argument("--n-features", type=int, help="number of features (default: from the file)")
-    fit.add_argument("--zero-based", choices=tuple(ZERO_BASED), default="auto",
-                     help="whether DATA's feature indices start at 0: yes, no (LIBSVM's "
-                          "one-based indices; index 0 is an error) or auto (one-based unless "
-                          "index 0 occurs, with a warning; default). The base is stored in the "
-                          "model and predict reads its data with it")
-    fit.add_argument("--normalize", action="store_true",
-                     help="scale every row to unit L2 norm (stored in the model; predict "
-                          "applies it too)")
-    fit.add_argument("--out", metavar="MODEL", type=output_path,
-                     help="model file to write (default: DATA's stem + .npz in the current "
-                          "directory); a regular file is replaced atomically, a symbolic link "
-                          "is followed, a device or FIFO is written through")
+    _add_training_options(fit)
     _add_progress(fit)
 
     pred = sub.add_parser("predict", help="apply a saved model to a svmlight/LIBSVM file",
@@ -157,7 +137,6 @@ def build_parser() -> argparse.ArgumentParser:
                                      "SDCASVCCV (every (C, fold) model an output of one pass), "
                                      "print the mean and spread of the CV score per C, mark the "
                                      "chosen C, refit on all of DATA at it and save the model.")
-    sel.add_argument("data", metavar="DATA", help="training data in svmlight/LIBSVM format")
     sel.add_argument("--Cs", type=_cs, default=None, metavar="CS",
                      help="the values of C: a count for a log grid whose ends come from the data "
                           "(LIBLINEAR's smallest useful C to 1024), or values separated by "
@@ -169,22 +148,11 @@ def build_parser() -> argparse.ArgumentParser:
                      help="auto (default: chosen from the data), sdca or newton (squared hinge)")
     sel.add_argument("--scoring", default=None, help="a scikit-learn scorer name (default "
                                                      "accuracy)")
-    sel.add_argument("--class-weight", type=_class_weight, metavar="WEIGHTS",
-                     help="balanced, or LABEL:WEIGHT pairs separated by commas")
-    sel.add_argument("--multi-class", choices=("ovr", "ovo", "ordinal"),
-                     help="more than two classes: ovr (default), ovo or ordinal")
     sel.add_argument("--tol", type=float, help="duality gap of every model (default 1e-3)")
     sel.add_argument("--n-jobs", type=int, help="threads (default: every core)")
-    sel.add_argument("--backend", help=f"{_backend_choices()} (default auto)")
     sel.add_argument("--seed", type=int, default=0, help="seed of the folds and batches "
                                                          "(default 0)")
-    sel.add_argument("--n-features", type=int, help="number of features (default: from the file)")
-    sel.add_argument("--zero-based", choices=tuple(ZERO_BASED), default="auto",
-                     help="whether DATA's feature indices start at 0 (as for fit)")
-    sel.add_argument("--normalize", action="store_true",
-                     help="scale every row to unit L2 norm (stored in the model)")
-    sel.add_argument("--out", metavar="MODEL", type=output_path,
-                     help="model file to write (default: DATA's stem + .npz)")
+    _add_training_options(sel)
     sel.add_argument("--plot", metavar="FILE", type=output_path,
                      help="draw the validation curve (mean CV score against C, with its spread "
                           "over the folds) to FILE (.png, .pdf, .svg; needs matplotlib)")
@@ -204,12 +172,8 @@ def build_parser() -> argparse.ArgumentParser:
                                "CUDA device was found, which backends can run here, and where "
                                "the CUDA kernel sources are.")
 
-    spectral = _optional_module("gpusvm.spectral")
-    if spectral is not None:
-        spectral.add_cli(sub)
-    study = _optional_module("gpusvm.study")
-    if study is not None:
-        study.add_cli(sub)
+    spectral.add_cli(sub)
+    study.add_cli(sub)
     return parser
 
 
@@ -218,20 +182,52 @@ def _backend_choices() -> str:
     return ", ".join(BACKENDS)
 
 
+def _add_training_options(parser):
+    """The arguments ``fit`` and ``select`` share: DATA, classes, backend, how DATA is read, --out."""
+    parser.add_argument("data", metavar="DATA", help="training data in svmlight/LIBSVM format")
+    parser.add_argument("--class-weight", type=_class_weight, metavar="WEIGHTS",
+                        help="balanced, or LABEL:WEIGHT pairs separated by commas (e.g. "
+                             "1:5,-1:1); unlisted classes weigh 1")
+    parser.add_argument("--multi-class", choices=("ovr", "ovo", "ordinal"),
+                        help="more than two classes: ovr (one-vs-rest, default), ovo "
+                             "(one-vs-one) or ordinal (ordered labels, neighbouring pairs)")
+    parser.add_argument("--backend", help=f"{_backend_choices()} (default auto)")
+    parser.add_argument("--n-features", type=int,
+                        help="number of features (default: from the file)")
+    parser.add_argument("--zero-based", choices=tuple(ZERO_BASED), default="auto",
+                        help="whether DATA's feature indices start at 0: yes, no (LIBSVM's "
+                             "one-based indices; index 0 is an error) or auto (one-based unless "
+                             "index 0 occurs, with a warning; default). The base is stored in "
+                             "the model and predict reads its data with it")
+    parser.add_argument("--normalize", action="store_true",
+                        help="scale every row to unit L2 norm (stored in the model; predict "
+                             "applies it too)")
+    parser.add_argument("--out", metavar="MODEL", type=output_path,
+                        help="model file to write (default: DATA's stem + .npz in the current "
+                             "directory); a regular file is replaced atomically, a symbolic "
+                             "link is followed, a device or FIFO is written through")
+
+
+def _read_training_data(args):
+    """DATA as ``fit`` and ``select`` read it: ``(X, y, zero_based)``, rows normalised on request."""
+    from .datasets import load_svmlight, normalize_rows
+    X, y, zero_based = load_svmlight(args.data, n_features=args.n_features,
+                                     zero_based=ZERO_BASED[args.zero_based],
+                                     return_zero_based=True)
+    return (normalize_rows(X) if args.normalize else X), y, zero_based
+
+
+def _save(est, args, out, zero_based) -> None:
+    from .model_io import save_model
+    save_model(est, out, extra={"normalize": bool(args.normalize), "trained_on": str(args.data),
+                                "zero_based": zero_based})
+    print(f"model written to {out}")
+
+
 def _add_progress(parser):
     parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                         help="progress bar with the live objective on stderr (default: when "
                              "stderr is a terminal)")
-
-
-def _optional_module(name):
-    """Import ``name`` if this installation has it, else None (other errors propagate)."""
-    try:
-        return importlib.import_module(name)
-    except ModuleNotFoundError as exc:
-        if exc.name == name:
-            return None
-        raise
 
 
 # --------------------------------------------------------------------- main
@@ -258,7 +254,7 @@ def main(argv=None) -> int:
     except SystemExit as exc:  # --help, --version
         return int(exc.code or 0)
     commands = {"fit": cmd_fit, "predict": cmd_predict, "demo": cmd_demo, "info": cmd_info,
-                "select": cmd_select}
+                "select": cmd_select, "study": study.run_cli, "spectral": spectral.run_cli}
 
     def show_warning(message, category, filename, lineno, file=None, line=None):
         print(f"gpusvm {args.command}: warning: {_one_line(message)}", file=sys.stderr)
@@ -266,12 +262,7 @@ def main(argv=None) -> int:
     try:
         with warnings.catch_warnings():
             warnings.showwarning = show_warning  # one line per warning, no source line
-            if args.command in commands:
-                status = commands[args.command](args)
-            elif args.command == "study":
-                status = _optional_module("gpusvm.study").run_cli(args)
-            else:
-                status = _optional_module("gpusvm.spectral").run_cli(args)
+            status = commands[args.command](args)
             sys.stdout.flush()      # a closed pipe shows here, not at the interpreter's exit
         return EXIT_OK if status is None else int(status)
     except KeyboardInterrupt:
@@ -320,14 +311,8 @@ def _show_progress(flag) -> bool:
 # --------------------------------------------------------------------- fit
 def _estimator_class(solver):
     """PegasosSVC for ``pegasos``, SDCASVC for ``sdca`` and ``newton``."""
-    if solver == "pegasos":
-        from .estimators import PegasosSVC
-        return PegasosSVC
-    module = _optional_module("gpusvm.estimators_sdca")
-    if module is None or not hasattr(module, "SDCASVC"):
-        raise ValueError(f"--solver {solver} needs SDCASVC, which this gpusvm installation does "
-                         "not provide; use --solver pegasos or upgrade gpusvm")
-    return module.SDCASVC
+    from .estimators import PegasosSVC, SDCASVC
+    return PegasosSVC if solver == "pegasos" else SDCASVC
 
 
 def default_model_path(data) -> str:
@@ -381,9 +366,6 @@ def _batch_size(text: str):
 
 def cmd_fit(args) -> int:
     """``gpusvm fit DATA``: train, report the objective trace and accuracy, save the model."""
-    from .datasets import load_svmlight, normalize_rows
-    from .model_io import save_model
-
     auto = args.solver == "auto"
     cls = _estimator_class("sdca" if auto else args.solver)
     loss = args.loss
@@ -418,13 +400,8 @@ def cmd_fit(args) -> int:
 
     progress = _show_progress(args.progress)
     est = cls(**params, verbose=int(progress))
-    if hasattr(est, "_validate_params"):  # report a bad parameter before reading a large file
-        est._validate_params()
-    X, y, zero_based = load_svmlight(args.data, n_features=args.n_features,
-                                     zero_based=ZERO_BASED[args.zero_based],
-                                     return_zero_based=True)
-    if args.normalize:
-        X = normalize_rows(X)
+    est._validate_params()            # a bad parameter is reported before a large file is read
+    X, y, zero_based = _read_training_data(args)
     n, d = X.shape
     if auto:
         params["solver"] = _auto_solver(X, y, params)
@@ -442,9 +419,7 @@ def cmd_fit(args) -> int:
     print(f"stopped after {est.n_iter_} iterations ({getattr(est, 'stop_reason_', '?')}), "
           f"{seconds:.2f} s")
     print(f"training accuracy: {est.score(X, y):.4f}")
-    save_model(est, out, extra={"normalize": bool(args.normalize), "trained_on": str(args.data),
-                                "zero_based": zero_based})
-    print(f"model written to {out}")
+    _save(est, args, out, zero_based)
     return EXIT_OK
 
 
@@ -570,9 +545,7 @@ def cmd_select(args) -> int:
     from sklearn.model_selection import StratifiedKFold
 
     from ._output import check_output
-    from .datasets import load_svmlight, normalize_rows
     from .estimators.cv import SDCASVCCV
-    from .model_io import save_model
 
     if args.folds < 2:
         raise ValueError(f"--folds must be at least 2, got {args.folds}")
@@ -585,17 +558,13 @@ def cmd_select(args) -> int:
     check_output(out, what="model")
     if args.plot is not None:
         check_output(args.plot, what="plot")
-        if _optional_module("matplotlib") is None:
+        if importlib.util.find_spec("matplotlib") is None:
             raise ImportError("--plot needs matplotlib: pip install 'gpusvm[plot]'")
     est = SDCASVCCV(**params, cv=StratifiedKFold(args.folds, shuffle=True,
                                                  random_state=args.seed),
                     random_state=args.seed)
     est._validate_params()
-    X, y, zero_based = load_svmlight(args.data, n_features=args.n_features,
-                                     zero_based=ZERO_BASED[args.zero_based],
-                                     return_zero_based=True)
-    if args.normalize:
-        X = normalize_rows(X)
+    X, y, zero_based = _read_training_data(args)
     n, d = X.shape
     grid = f"{len(Cs)} values" if not isinstance(Cs, int) else f"{Cs} values from the data"
     print(f"gpusvm select: {args.data}: n={n} d={d} nnz={X.nnz}; C: {grid}, {args.folds} "
@@ -613,10 +582,7 @@ def cmd_select(args) -> int:
     print(f"chosen C = {est.C_:.6g}; {gaps.size} models certified to a duality gap <= "
           f"{np.nanmax(gaps):.2g}; search and refit {seconds:.2f} s (solver {est.solver_}, "
           f"backend {getattr(est, 'backend_', '?')})")
-    model = est.to_estimator()
-    save_model(model, out, extra={"normalize": bool(args.normalize), "trained_on": str(args.data),
-                                  "zero_based": zero_based})
-    print(f"model written to {out}")
+    _save(est.to_estimator(), args, out, zero_based)
     if args.plot is not None:
         _plot_validation_curve(est, args.plot, name)
         print(f"validation curve written to {args.plot}")
@@ -686,60 +652,30 @@ def cmd_predict(args) -> int:
 
 
 # --------------------------------------------------------------------- demo
-def reference_optimum(X, y, lam):
-    """``P*`` of the demo's objective, from scikit-learn's LinearSVC (liblinear).
-
-    The objective is that of ``PegasosSVC(bias="augmented", intercept_scaling=1)``:
-    ``P(w, b) = lam/2 (||w||^2 + b^2) + (1/n) sum_i max(0, 1 - y_i (<w, x_i> + b))``.
-    LinearSVC with ``fit_intercept=True, intercept_scaling=1`` minimises
-    ``1/2 (||w||^2 + b^2) + C sum_i hinge`` (liblinear regularises the intercept
-    as an appended constant feature), which is ``P / lam`` for ``C = 1/(lam n)``.
-
-    Parameters
-    ----------
-    X : scipy.sparse.csr_matrix of shape (n, d)
-    y : ndarray of shape (n,), labels in {-1, +1}
-    lam : float
-
-    Returns
-    -------
-    p_star : float
-        ``P`` evaluated in float64 at LinearSVC's solution (dual coordinate
-        descent run to ``tol=1e-10``).
-    """
-    import warnings
-
-    from sklearn.exceptions import ConvergenceWarning
-    from sklearn.svm import LinearSVC
-
-    n = X.shape[0]
-    ref = LinearSVC(loss="hinge", C=1.0 / (lam * n), fit_intercept=True, intercept_scaling=1.0,
-                    dual=True, tol=1e-10, max_iter=1_000_000)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ConvergenceWarning)
-        ref.fit(X.astype(np.float64), y)
-    return primal_objective(X, y, ref.coef_.ravel(), float(ref.intercept_[0]), lam)
-
-
-def primal_objective(X, y, coef, intercept, lam):
-    """``lam/2 (||w||^2 + b^2) + mean hinge``: the objective of an augmented-bias model.
-
-    Parameters
-    ----------
-    X : scipy.sparse matrix of shape (n, d)
-    y : ndarray of shape (n,), labels in {-1, +1}
-    coef : ndarray of shape (d,)
-    intercept : float
-    lam : float
-
-    Returns
-    -------
-    float
-    """
+def _augmented_objective(X, y, coef, intercept, lam):
+    """``lam/2 (||w||^2 + b^2) + mean hinge``: the objective of ``bias="augmented"``, in float64."""
     w = np.asarray(coef, dtype=np.float64).ravel()
     margins = y * (X.astype(np.float64) @ w + intercept)
     return float(0.5 * lam * (w @ w + intercept * intercept)
                  + np.maximum(0.0, 1.0 - margins).mean())
+
+
+def _reference_optimum(X, y, lam):
+    """``P*`` of the demo's objective from scikit-learn's LinearSVC (liblinear, ``tol=1e-10``).
+
+    LinearSVC with ``fit_intercept=True, intercept_scaling=1`` minimises
+    ``1/2 (||w||^2 + b^2) + C sum_i hinge_i`` (liblinear regularises the intercept as an
+    appended constant feature): ``P / lam`` of ``bias="augmented"`` at ``C = 1/(lam n)``.
+    """
+    from sklearn.exceptions import ConvergenceWarning
+    from sklearn.svm import LinearSVC
+
+    ref = LinearSVC(loss="hinge", C=1.0 / (lam * X.shape[0]), fit_intercept=True,
+                    intercept_scaling=1.0, dual=True, tol=1e-10, max_iter=1_000_000)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        ref.fit(X.astype(np.float64), y)
+    return _augmented_objective(X, y, ref.coef_.ravel(), float(ref.intercept_[0]), lam)
 
 
 def cmd_demo(args) -> int:
@@ -765,8 +701,8 @@ def cmd_demo(args) -> int:
     start = time.perf_counter()
     est.fit(X, y)
     seconds = time.perf_counter() - start
-    p_star = reference_optimum(X, y, lam)
-    p_final = primal_objective(X, y, est.coef_.ravel(), float(est.intercept_[0]), lam)
+    p_star = _reference_optimum(X, y, lam)
+    p_final = _augmented_objective(X, y, est.coef_.ravel(), float(est.intercept_[0]), lam)
     print(f"  backend: {est.backend_}; training took {seconds:.2f} s")
     _print_trace(est.history_, p_star=p_star, epoch_size=epoch)
     print(f"reference optimum P* = {p_star:.8f} (scikit-learn LinearSVC, hinge loss, "
@@ -796,96 +732,37 @@ def _cuda_devices():
     if not cuda_available():
         return []
     import cupy
-    names = []
-    for i in range(cupy.cuda.runtime.getDeviceCount()):
-        name = cupy.cuda.runtime.getDeviceProperties(i)["name"]
-        names.append(name.decode() if isinstance(name, bytes) else str(name))
-    return names
-
-
-def _cxx_compiler():
-    """A C++ compiler for the kernel emulator, or None."""
-    emulator = _optional_module("gpusvm._emulator")
-    for attr in ("find_compiler", "compiler", "cxx_compiler"):
-        fn = getattr(emulator, attr, None) if emulator is not None else None
-        if callable(fn):
-            try:
-                found = fn()
-            except Exception:
-                found = None
-            if found:
-                return str(found)
-    for candidate in (os.environ.get("CXX"), "c++", "g++", "clang++"):
-        if candidate and shutil.which(candidate):
-            return shutil.which(candidate)
-    return None
-
-
-def kernel_dir():
-    """Directory of the CUDA kernel sources (``*.cu``), or None when not found.
-
-    Asks :mod:`gpusvm._kernels` when it exists, else looks where the wheel puts
-    them (``gpusvm/kernels``) and where a source checkout has them (``kernels/``).
-
-    Returns
-    -------
-    pathlib.Path or None
-    """
-    module = _optional_module("gpusvm._kernels")
-    if module is not None:
-        for attr in ("kernel_dir", "kernels_dir", "KERNEL_DIR", "KERNELS_DIR"):
-            value = getattr(module, attr, None)
-            try:
-                value = value() if callable(value) else value
-            except Exception:
-                value = None
-            if value:
-                return Path(value)
-    package = Path(__file__).resolve().parent
-    for candidate in (package / "kernels", package.parent / "kernels"):
-        if candidate.is_dir():
-            return candidate
-    return None
+    names = [cupy.cuda.runtime.getDeviceProperties(i)["name"]
+             for i in range(cupy.cuda.runtime.getDeviceCount())]
+    return [name.decode() if isinstance(name, bytes) else str(name) for name in names]
 
 
 def cmd_info(args) -> int:
     """``gpusvm info``: versions, devices, runnable backends, kernel location."""
+    from . import _emulator, _kernels, backends
+
     print(f"gpusvm       {__version__}")
     print(f"python       {sys.version.split()[0]}")
     for name in ("numpy", "scipy", "sklearn", "tqdm", "cupy"):
         print(f"{name:<12} {_version_of(name)}")
     devices = _cuda_devices()
-    if devices:
-        print(f"GPU          {len(devices)} CUDA device(s): {', '.join(devices)}")
-    else:
-        print("GPU          none found (no CuPy, no driver, or no CUDA device)")
-    device_backend = importlib.util.find_spec("gpusvm.backends.device") is not None
-    compiler = _cxx_compiler()
-    from . import backends
-
+    print(f"GPU          {len(devices)} CUDA device(s): {', '.join(devices)}" if devices else
+          "GPU          none found (no CuPy, no driver, or no CUDA device)")
+    compiler = _emulator.find_compiler()
     print("backends:")
     print("  numpy      yes (NumPy/SciPy reference backend, always available)")
-    if "numba" in backends.BACKENDS:
-        numba_ok = getattr(backends, "numba_available", lambda: False)()
-        print("  numba      " + ("yes (compiled CPU backend)" if numba_ok else
-                                 "no (the compiled CPU backend needs the numba package)"))
-    if devices and device_backend:
-        print("  cupy       yes (custom CUDA kernels on the GPU)")
-    elif not device_backend:
-        print("  cupy       no (this installation has no device backend)")
-    else:
-        print("  cupy       no (needs CuPy and a CUDA device: pip install \"gpusvm[cuda12]\" "
-              "or \"gpusvm[cuda13]\" on a CUDA machine)")
-    if compiler and device_backend:
-        print(f"  emulated   yes (the CUDA kernels on the CPU kernel emulator, compiler "
-              f"{compiler})")
-    elif not device_backend:
-        print("  emulated   no (this installation has no device backend)")
-    else:
-        print("  emulated   no (the CPU kernel emulator needs a C++ compiler; none found)")
+    print("  numba      " + ("yes (compiled CPU backend)" if backends.numba_available() else
+                             "no (the compiled CPU backend needs the numba package)"))
+    print("  cupy       " + ("yes (custom CUDA kernels on the GPU)" if devices else
+                             "no (needs CuPy and a CUDA device: pip install \"gpusvm[cuda12]\" "
+                             "or \"gpusvm[cuda13]\" on a CUDA machine)"))
+    print("  emulated   " + (f"yes (the CUDA kernels on the CPU kernel emulator, compiler "
+                             f"{compiler})" if compiler else
+                             "no (the CPU kernel emulator needs a C++ compiler; none found)"))
     print(f"  auto       -> {backends.resolve_backend_name('auto')}")
-    kdir = kernel_dir()
-    if kdir is None:
+    try:
+        kdir = _kernels.kernel_dir()
+    except FileNotFoundError:
         print("kernels      not found")
     else:
         count = len(list(kdir.glob("*.cu")))

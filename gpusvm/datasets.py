@@ -133,7 +133,7 @@ def load_svmlight(path, n_features=None, dtype=np.float32, *, zero_based="auto",
         raise ValueError(_locate_error(path, None, n_features, False))
     if zero_based == "auto":
         if has_zero:
-            line = _first_zero_line(path)
+            line = next((line for line, idx in _index_terms(path) if idx == 0), "?")
             warnings.warn(
                 f"{path}: index 0 occurs (first on line {line}), so the whole file is read as "
                 "zero-based; if it is a one-based (LIBSVM) file, that line is an error and every "
@@ -145,7 +145,7 @@ def load_svmlight(path, n_features=None, dtype=np.float32, *, zero_based="auto",
     if n_features is not None and n_cols > n_features:
         raise ValueError(_locate_error(path, None, n_features, zero_based))
     if n_features is None and n_cols > max(FREE_COLUMNS, COLUMNS_PER_VALUE * (X.nnz + X.shape[0])):
-        line, index = _widest_line(path)
+        line, index = max(_index_terms(path), key=lambda term: term[1], default=(0, -1))
         raise ValueError(
             f"{path}, line {line}: feature index {index} makes the data {n_cols} columns wide "
             f"for {X.shape[0]} rows and {X.nnz} nonzeros (a weight vector alone would take "
@@ -158,32 +158,15 @@ def load_svmlight(path, n_features=None, dtype=np.float32, *, zero_based="auto",
     return (X, y, bool(zero_based)) if return_zero_based else (X, y)
 
 
-def _widest_line(path):
-    """``(line number, index)`` of the largest feature index of ``path``."""
-    best = (0, -1)
+def _index_terms(path):
+    """``(line number, feature index)`` of every term of ``path``, in order (``qid:`` skipped)."""
     with _open_text(path) as f:
         for lineno, raw in enumerate(f, start=1):
             for tok in raw.split(b"#", 1)[0].split()[1:]:
                 try:
-                    idx = int(tok.split(b":", 1)[0])
+                    yield lineno, int(tok.split(b":", 1)[0])
                 except ValueError:          # a qid:... term
                     continue
-                if idx > best[1]:
-                    best = (lineno, idx)
-    return best
-
-
-def _first_zero_line(path):
-    """Number of the first line of ``path`` that uses the feature index 0."""
-    with _open_text(path) as f:
-        for lineno, raw in enumerate(f, start=1):
-            for tok in raw.split(b"#", 1)[0].split()[1:]:
-                try:
-                    if int(tok.split(b":", 1)[0]) == 0:
-                        return lineno
-                except ValueError:          # a qid:... term
-                    continue
-    return "?"
 
 
 def _to_int32_csr(X):

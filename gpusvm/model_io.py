@@ -39,6 +39,7 @@ import scipy.sparse as sp
 from sklearn.base import BaseEstimator
 from sklearn.utils.validation import check_is_fitted
 
+from ._arrays import check_sparse_structure
 from ._output import write_output
 from ._version import __version__
 
@@ -627,7 +628,6 @@ def _check_fitted(estimator, cls, path):
         if sp.issparse(sv):
             if sv.dtype.kind != "f" or not np.all(np.isfinite(sv.data)):
                 raise _corrupted(path, "support_vectors holds NaN, infinity or non-floats")
-            from .estimators._base import check_sparse_structure  # noqa: PLC0415
             try:
                 check_sparse_structure(sv)
             except ValueError as exc:

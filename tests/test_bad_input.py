@@ -21,7 +21,7 @@ import gpusvm.backends
 from gpusvm import KernelPegasosSVC, PegasosSVC
 from gpusvm.backends import make_backend, resolve_backend_name
 from gpusvm.datasets import load_svmlight
-from gpusvm.estimators_sdca import SDCASVC
+from gpusvm import SDCASVC
 from gpusvm.model_io import load_model
 
 X4 = np.array([[0.0, 1.0, 0.5], [1.0, 0.0, 0.5], [1.0, 1.0, 0.0], [0.0, 0.0, 1.0]])

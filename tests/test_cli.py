@@ -166,16 +166,6 @@ def test_warnings_are_one_line(capsys, tmp_path, train_file):
                    "lam, loss='squared_hinge' and solver='newton' take few iterations)\n")
 
 
-def test_fit_sdca_without_sdcasvc(capsys, tmp_path, monkeypatch, train_file):
-    # SDCASVC is imported lazily; an installation without it gets a clear error
-    monkeypatch.setitem(sys.modules, "gpusvm.estimators_sdca", None)
-    status, _, err = run(capsys, "fit", train_file, "--solver", "sdca", "--out",
-                         tmp_path / "m.npz")
-    assert_one_line_error(status, err, (
-        "gpusvm fit: error: --solver sdca needs SDCASVC, which this gpusvm installation does "
-        "not provide; use --solver pegasos or upgrade gpusvm"))
-
-
 # ------------------------------------------------------------------ errors: one line, exit 2
 @pytest.mark.parametrize("argv, message", [
     (["fit", "missing.svm"], "gpusvm fit: error: svmlight file not found: missing.svm"),

@@ -18,7 +18,7 @@ from gpusvm.backends.numba_ import NumbaBackend
 from gpusvm.backends.numpy_ import NumpyBackend
 from gpusvm.datasets import normalize_rows
 from gpusvm.estimators import DataScaleWarning
-from gpusvm.estimators_sdca import SDCASVC
+from gpusvm import SDCASVC
 from gpusvm.solvers.pegasos import doubling_estimate, pegasos
 from gpusvm.solvers.sdca import next_certificate, sdca
 

@@ -147,7 +147,7 @@ def test_tsan_is_silent_on_the_multi_output_kernels(a9a, dtype):
     # the kernels of the general path once each, on 4-block grids, with repeated batch
     # rows (concurrent atomics on the same V[j, c]) and a fold of two of the three outputs
     from gpusvm import _kernels
-    from gpusvm._emulator.tsan import check_launches
+    from tsan_runner import check_launches
     from gpusvm.backends._state import N_SLOTS, S_A, S_ASUM, S_BETA
 
     rng = np.random.default_rng(3)

@@ -27,7 +27,7 @@ from gpusvm.backends._state import (S_A, S_ASUMD, S_B, S_BETA, S_DNORM, S_NREJ, 
 from gpusvm.backends.base import SDCAPlan
 from gpusvm.backends.device import SDCA_ACC_SLOTS, DeviceBackend, _EmulatedRuntime
 from gpusvm.backends.numpy_ import NumpyBackend
-from gpusvm.estimators_sdca import SDCASVC
+from gpusvm import SDCASVC
 from gpusvm.solvers._sampling import CounterSampler
 from gpusvm.solvers.sdca import first_occurrences, sdca
 
@@ -549,7 +549,7 @@ def tsan_launches(X, y, lanes, value_type, rng):
 
 
 def test_tsan_is_silent_on_the_sdca_kernels(a9a, rcv1_small):
-    from gpusvm._emulator.tsan import check_launches
+    from tsan_runner import check_launches
     rng = np.random.default_rng(12)
     launches, states = [], []
     for ds, lanes, dtype in ((a9a, 8, np.float32), (rcv1_small, 32, np.float64)):

@@ -20,7 +20,7 @@ import pytest
 
 import gpusvm._emulator as emulator
 from gpusvm._emulator import EmulatedModule, EmulatorBuildError, _ensure_built, _Spec
-from gpusvm._emulator.tsan import check_launches
+from tsan_runner import check_launches
 
 KDIR = Path(__file__).resolve().parent / "emulator_kernels"
 SPMV_NAMES = ("emu_spmv<float, 4>", "emu_spmv<float, 8>", "emu_spmv<float, 16>",
@@ -462,7 +462,7 @@ def test_tsan_reports_racy_scatter(mods, tmp_path):
     np.savez(tmp_path / "args.npz", *scatter_args(np.random.default_rng(9)))
     root = Path(emulator.__file__).resolve().parents[2]      # where this gpusvm was imported from
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]))
-    proc = subprocess.run([sys.executable, "-m", "gpusvm._emulator.tsan_check", str(KDIR / "racy.cu"),
+    proc = subprocess.run([sys.executable, str(Path(__file__).with_name("tsan_runner.py")), str(KDIR / "racy.cu"),
                            "--kernel", "scatter_racy", "--grid", "24", "--block", "128",
                            "--npz", str(tmp_path / "args.npz")], capture_output=True, text=True, env=env)
     assert proc.returncode == 66, proc.stdout + proc.stderr

@@ -36,7 +36,7 @@ from __future__ import annotations
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from gpusvm import KernelPegasosSVC, LinearSVC, PegasosSVC, PegasosSVCCV, SDCASVCCV
-from gpusvm.estimators_sdca import SDCASVC
+from gpusvm import SDCASVC
 
 ESTIMATORS = [
     PegasosSVC(backend="numpy", random_state=0, C=1.0, dtype="float64"),

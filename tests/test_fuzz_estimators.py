@@ -32,7 +32,7 @@ from sklearn.utils.class_weight import compute_class_weight
 
 from gpusvm import PegasosSVC
 from gpusvm.estimators._base import output_problems
-from gpusvm.estimators_sdca import SDCASVC
+from gpusvm import SDCASVC
 from gpusvm.model_io import METADATA_MEMBER, load_model, save_model
 
 try:                    # the [test] extra installs pandas; without it, DataFrames are not drawn

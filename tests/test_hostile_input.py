@@ -23,7 +23,7 @@ from sklearn.svm import LinearSVC
 from gpusvm import KernelPegasosSVC, PegasosSVC
 from gpusvm.cli import main
 from gpusvm.datasets import load_svmlight
-from gpusvm.estimators_sdca import SDCASVC
+from gpusvm import SDCASVC
 from gpusvm.model_io import load_model, save_model
 
 

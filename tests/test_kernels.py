@@ -384,7 +384,7 @@ TSAN_INSTANCES = sorted(
 
 @pytest.mark.parametrize("data, lanes, dtype", TSAN_CASES)
 def test_tsan_is_silent_on_every_kernel(request, data, lanes, dtype):
-    from gpusvm._emulator.tsan import check_launches
+    from tsan_runner import check_launches
     ds = request.getfixturevalue(data)
     X = ds.X[:96].astype(dtype)
     y = ds.y[:96].astype(dtype)

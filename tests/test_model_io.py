@@ -15,7 +15,7 @@ from sklearn.exceptions import NotFittedError
 from sklearn.svm import LinearSVC
 
 from gpusvm import KernelPegasosSVC, PegasosSVC, __version__
-from gpusvm.estimators_sdca import SDCASVC
+from gpusvm import SDCASVC
 from gpusvm.model_io import (FORMAT_NAME, FORMAT_VERSION, METADATA_MEMBER, load_model,
                              read_model_metadata, save_model)
 

@@ -19,7 +19,7 @@ from gpusvm.backends._state import S_NREJ  # noqa: E402
 from gpusvm.backends import numba_  # noqa: E402
 from gpusvm.backends.numba_ import NUMBA_MISSING, CompilationNotice, NumbaBackend  # noqa: E402
 from gpusvm.backends.numpy_ import NumpyBackend  # noqa: E402
-from gpusvm.estimators_sdca import SDCASVC  # noqa: E402
+from gpusvm import SDCASVC  # noqa: E402
 from gpusvm.solvers.pegasos import pegasos, segment_length  # noqa: E402
 from gpusvm.solvers.sdca import sdca  # noqa: E402
 

@@ -8,10 +8,15 @@ instances are exactly those the device backend compiles.
 from __future__ import annotations
 
 import re
+import sys
+from pathlib import Path
 
 import pytest
 
-from gpusvm import _kernels, nvrtc
+from gpusvm import _kernels
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import nvrtc_check as nvrtc  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import json
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from gpusvm import roofline
-from gpusvm.roofline import Device, KernelCost, batch_stats, iteration_costs, summarise
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import roofline  # noqa: E402
+from roofline import Device, KernelCost, batch_stats, iteration_costs, summarise  # noqa: E402
 
 #: round numbers: 1 GB/s of HBM, 2 GB/s of L2, 1 us per graph node, 10 us per host launch
 DEV = Device(name="toy", hbm_bandwidth=1e9, l2_bytes=1 << 20, l2_bandwidth=2e9, sms=1,

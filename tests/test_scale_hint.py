@@ -13,7 +13,7 @@ from sklearn.exceptions import ConvergenceWarning
 
 from gpusvm import PegasosSVC, SDCASVC
 from gpusvm.datasets import normalize_rows
-from gpusvm.estimators import ROW_NORM_HINT, ROW_NORM_WARNING, DataScaleWarning
+from gpusvm._arrays import ROW_NORM_HINT, ROW_NORM_WARNING, DataScaleWarning
 
 
 def categories(est, X, y):

@@ -15,7 +15,7 @@ from sklearn.svm import LinearSVC
 from sklearn.utils._param_validation import InvalidParameterError
 
 from gpusvm.backends.numpy_ import NumpyBackend
-from gpusvm.estimators_sdca import SDCASVC
+from gpusvm import SDCASVC
 from gpusvm.solvers._sampling import CounterSampler
 from gpusvm.solvers.sdca import first_occurrences, sdca
 

@@ -125,7 +125,7 @@ def test_segment_step_folds_the_renormalisation_into_its_last_block():
 
 
 def test_tsan_is_silent_on_the_segment_kernels():
-    from gpusvm._emulator.tsan import check_launches
+    from tsan_runner import check_launches
     rng = np.random.default_rng(5)
     n, d, k, lanes = 96, 50, 96, 8
     X = sp.random(n, d, density=0.2, random_state=rng, format="csr", dtype=np.float32)
@@ -272,7 +272,7 @@ def test_gather_draws_the_batch_the_sampler_draws(mod, code, mode, kernel):
 def test_tsan_is_silent_on_the_balanced_sdca_kernels():
     """An aggressive SDCA iteration through the balanced kernels (a rejected and an accepted
     checked step, an unchecked one), with repeated rows and a zero row, under ThreadSanitizer."""
-    from gpusvm._emulator.tsan import check_launches
+    from tsan_runner import check_launches
     from gpusvm.backends._state import S_BETA, S_NREJ
     from gpusvm.backends.device import SDCA_ACC_SLOTS
     from gpusvm.solvers._sampling import first_occurrences

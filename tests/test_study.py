@@ -23,7 +23,7 @@ from gpusvm.solvers.pegasos import pegasos
 from gpusvm.study import (RunSpec, SearchSettings, certify_optimum, find_crossing,
                           pegasos_k_study, prepare_problem, scaling_study, schedules_study)
 from gpusvm.study.cli import parse_int_list
-from gpusvm.study.search import first_crossing_brute_force, trace_run
+from gpusvm.study.search import _EveryPlan, _Observer, run_solver, trace_run
 from gpusvm.study.store import CellStore
 
 RCV1_FEATURES = 47236
@@ -32,6 +32,15 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 def rcv1_path():
     return shared_data_dir() / "rcv1_small" / "vw_rcv1_small.svm"
+
+
+def first_crossing_brute_force(problem, spec, *, p_star, eps, max_iter):
+    """The exact first ``t <= max_iter`` with ``P(w_t) - p_star <= eps`` (None: none), from an
+    evaluation after every iteration: the oracle of the search's guarantee."""
+    obs = _Observer(plan=_EveryPlan(), spec=spec, n=problem.n, cap=max_iter,
+                    settings=SearchSettings(explode=None), p_star=p_star, eps=eps, replay=True)
+    run_solver(problem, spec, obs, max_iter)       # stops at the first t with f <= eps
+    return obs.T if obs.status == "reached" else None
 
 
 @pytest.fixture(scope="module")

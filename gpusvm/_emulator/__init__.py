@@ -16,8 +16,8 @@ and the warp intrinsics are real barriers, so a kernel that deadlocks (for
 example ``__syncthreads`` in divergent code, or a full-mask shuffle naming lanes
 that exited) fails with a ``RuntimeError`` that names where each group of
 threads waits, instead of hanging. Launches are synchronous and release the
-GIL. Built with ``tsan=True`` the module runs under ThreadSanitizer (see
-:mod:`gpusvm._emulator.tsan`), which is how data races are found: a racy kernel
+GIL. Built with ``tsan=True`` the module runs under ThreadSanitizer (the tests'
+``tests/tsan_runner.py``), which is how data races are found: a racy kernel
 practically never produces wrong numbers in a plain run.
 
 Environment: ``GPUSVM_EMU_WORKERS`` (worker threads, default ``os.cpu_count()``),
@@ -793,8 +793,7 @@ class EmulatedModule:
         ``--use_fast_math``, ``-arch=...``) are ignored.
     tsan : bool, optional
         Build with ThreadSanitizer. Such a module can only be loaded into a
-        process started with libtsan preloaded; use
-        :func:`gpusvm._emulator.tsan.check_launches`.
+        process started with libtsan preloaded (``tests/tsan_runner.py`` starts one).
     include_dirs : sequence of path, optional
         Extra include directories.
     workers : int, optional
@@ -836,7 +835,7 @@ class EmulatedModule:
             raise RuntimeError(
                 "a tsan=True module needs the ThreadSanitizer runtime preloaded into the process "
                 "(LD_PRELOAD=$(g++ -print-file-name=libtsan.so) on the real python binary); "
-                "use gpusvm._emulator.tsan.check_launches() to run kernels under TSAN")
+                "tests/tsan_runner.py's check_launches() runs kernels under TSAN")
         self._lib = _load(self.so_path)
         n = self._lib.gpusvm_emu_num_kernels()
         self._kernels = {}

@@ -55,7 +55,7 @@ joined to the caller's stream with events at the boundary (the rule of
 :mod:`gpusvm.backends.base`).
 
 Why a graph and not a persistent cooperative kernel: the performance model
-(:mod:`gpusvm.roofline`) puts a replayed kernel node at about 1.5 us, and a
+(``benchmarks/roofline.py``) puts a replayed kernel node at about 1.5 us, and a
 grid-wide barrier of a persistent kernel costs about 1 us in published
 measurements, so a persistent kernel would save well under 1 us per kernel
 boundary, while it would cap the grid at

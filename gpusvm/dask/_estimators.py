@@ -15,7 +15,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_array, check_is_fitted
 
 from ..backends import BACKENDS
-from ..estimators import _LinearSVCBase
+from ..estimators._base import _LinearSVCBase
 from ..estimators._base import (LOSSES, MULTI_CLASS_MODES, class_labels, output_problems,
                                 resolve_lam, row_weights)
 from ._blocks import (PegasosBlock, SDCABlock, StaleBlockError, commit, line_search,
@@ -913,7 +913,7 @@ class SDCASVC(_DaskLinearBase):
             Same ``coef_``, ``intercept_``, ``classes_``, ``alpha_``, ``lam_``,
             objectives and history; ``n_iter_`` counts rounds.
         """
-        from ..estimators_sdca import SDCASVC as LocalSDCASVC
+        from ..estimators.sdca import SDCASVC as LocalSDCASVC
         est = LocalSDCASVC(tol=self.tol, **self._local_params())
         est = self._to_local(est, ("alpha_", "primal_objective_", "dual_objective_",
                                    "duality_gap_"))

@@ -1,28 +1,12 @@
-"""The scikit-learn estimators of gpusvm.
+"""The scikit-learn estimators of gpusvm, one module each (:mod:`~gpusvm.estimators.pegasos`,
+:mod:`~gpusvm.estimators.sdca`, :mod:`~gpusvm.estimators.kernel`,
+:mod:`~gpusvm.estimators.linear_svc`, :mod:`~gpusvm.estimators.cv`) over what they share
+(:mod:`gpusvm.estimators._base`)."""
 
-* :mod:`gpusvm.estimators._base`: what they share (validation, labels, data
-  preparation, prediction, progress bars);
-* :mod:`gpusvm.estimators.pegasos`: :class:`PegasosSVC`;
-* :mod:`gpusvm.estimators.sdca`: :class:`SDCASVC`;
-* :mod:`gpusvm.estimators.kernel`: :class:`KernelPegasosSVC`;
-* :mod:`gpusvm.estimators.linear_svc`: :class:`LinearSVC` (scikit-learn's interface, the
-  solver chosen by the data).
-
-The names importable from ``gpusvm.estimators`` before it became a package
-(the estimators and the shared helpers) still are.
-"""
-
-from ._base import (_INT32_MAX, DEVICE_AUTO_BATCH, MAX_EPOCHS_DOUBLING, MAX_ITER,
-                    MIN_OPTIMAL_BIAS_BATCH, ROW_NORM_HINT, ROW_NORM_WARNING, DataScaleWarning, _as_dtype,
-                    _gap_progress_bar, _LinearSVCBase, _max_squared_row_norm, _progress_bar,
-                    binary_labels, check_sparse_structure, warn_if_rows_unscaled, warn_short_tail)
+from .._arrays import DataScaleWarning
 from .kernel import KernelPegasosSVC
 from .linear_svc import LinearSVC
 from .pegasos import PegasosSVC
-from .sdca import SDCA_BIAS_MODES, SDCASVC
+from .sdca import SDCASVC
 
-__all__ = ["DataScaleWarning", "KernelPegasosSVC", "LinearSVC", "PegasosSVC", "SDCASVC", "binary_labels",
-           "check_sparse_structure", "warn_if_rows_unscaled", "warn_short_tail",
-           "DEVICE_AUTO_BATCH", "MAX_EPOCHS_DOUBLING", "MAX_ITER", "MIN_OPTIMAL_BIAS_BATCH",
-           "ROW_NORM_HINT", "ROW_NORM_WARNING", "SDCA_BIAS_MODES", "_INT32_MAX", "_LinearSVCBase", "_as_dtype",
-           "_gap_progress_bar", "_max_squared_row_norm", "_progress_bar"]
+__all__ = ["DataScaleWarning", "KernelPegasosSVC", "LinearSVC", "PegasosSVC", "SDCASVC"]

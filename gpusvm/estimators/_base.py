@@ -18,19 +18,12 @@ from sklearn.utils.multiclass import _ovr_decision_function, type_of_target
 from sklearn.utils.validation import _check_sample_weight, check_is_fitted, validate_data
 
 from .. import _arrays
+from .._arrays import INT32_MAX, as_dtype, check_sparse_structure, warn_if_rows_unscaled
 from ..backends import BACKENDS, numba_available, resolve_backend_name
+from ..model_io import check_restored
 from ..solvers._sampling import SAMPLING_MODES
 from ..solvers.pegasos import BIAS_MODES
 
-
-def _as_dtype(dtype) -> np.dtype:
-    dt = np.dtype(dtype)
-    if dt not in (np.float32, np.float64):
-        raise ValueError(f"dtype must be float32 or float64, got {dtype!r}")
-    return dt
-
-
-_INT32_MAX = int(np.iinfo(np.int32).max)
 
 #: the largest ``max_iter``: iteration counters are 64-bit integers in the compiled loops
 MAX_ITER = 2**62
@@ -39,51 +32,6 @@ MAX_ITER = 2**62
 #: exactly 1, so a batch of one row never moves ``w``, and on a9a batches of 2 and 4 stay at
 #: the majority class's accuracy
 MIN_OPTIMAL_BIAS_BATCH = 8
-
-
-def check_sparse_structure(X) -> None:
-    """Check the index arrays of a sparse matrix before any compiled code reads them.
-
-    scipy checks only their lengths when a matrix is built, and not at all
-    when the arrays are changed afterwards; an index out of range or a
-    decreasing ``indptr`` makes compiled loops (scipy's, numba's, the CUDA
-    kernels) read and write out of bounds. The check is O(nnz) and vectorised.
-
-    Parameters
-    ----------
-    X : object
-        Anything; only CSR, CSC and COO matrices are checked.
-
-    Raises
-    ------
-    ValueError
-        When an index is out of range or the index pointer is not a
-        non-decreasing sequence from 0 to nnz.
-    """
-    if not sp.issparse(X):
-        return
-    fmt = X.format
-    if fmt == "coo":
-        for name, idx, bound in (("row", X.row, X.shape[0]), ("column", X.col, X.shape[1])):
-            if idx.size and (idx.min() < 0 or idx.max() >= bound):
-                raise ValueError(f"X has {name} indices outside [0, {bound}) (a corrupted COO "
-                                 "matrix); rebuild it with scipy.sparse.coo_matrix")
-        return
-    if fmt not in ("csr", "csc"):
-        return
-    major, minor = X.shape if fmt == "csr" else X.shape[::-1]
-    what = "column" if fmt == "csr" else "row"
-    indptr, indices = np.asarray(X.indptr), np.asarray(X.indices)
-    if indptr.ndim != 1 or indptr.size != major + 1 or indptr[0] != 0 \
-            or indptr[-1] > indices.size or indptr[-1] > np.asarray(X.data).size \
-            or np.any(np.diff(indptr) < 0):
-        raise ValueError(f"X is a corrupted {fmt.upper()} matrix: its indptr is not a "
-                         f"non-decreasing sequence of {major + 1} offsets from 0 to at most its "
-                         f"{indices.size} indices; rebuild it with scipy.sparse.{fmt}_matrix")
-    used = indices[:indptr[-1]]
-    if used.size and (used.min() < 0 or used.max() >= minor):
-        raise ValueError(f"X is a corrupted {fmt.upper()} matrix: it has {what} indices outside "
-                         f"[0, {minor}); rebuild it with scipy.sparse.{fmt}_matrix")
 
 
 def _max_squared_row_norm(X) -> float:
@@ -145,56 +93,8 @@ def binary_labels(y, estimator_name: str):
 
 #: Pegasos' default cap with the doubling tail average: 2^6 epochs
 MAX_EPOCHS_DOUBLING = 64
-#: rows longer than this (Euclidean norm) are "far above 1": the estimators warn
-ROW_NORM_WARNING = 100.0
-#: a fit that stops without converging, on rows longer than this, gets the same hint: the
-#: length of the rows is then the likely cause (raw digits, norm 77, SDCA's gap 0.1 after 100
-#: epochs; the well-scaled sets stay below: a9a 3.7, w8a 10.7, the text sets 1)
-ROW_NORM_HINT = 20.0
 #: batch_size="auto" on a device backend (an iteration costs about as much for 4096 rows as for 1)
 DEVICE_AUTO_BATCH = 4096
-
-
-def warn_if_rows_unscaled(max_row_norm: float, *, unconverged: bool = False) -> None:
-    """Warn when the largest row norm is far above 1, naming the fixes.
-
-    The step sizes of Pegasos and the mini-batch theory of both papers assume
-    ``max_i ||x_i|| <= 1`` (Pegasos Theorem 1's ``R``; Takáč et al. Sec. 2);
-    rows of norm in the thousands (raw measurements) leave Pegasos at the
-    majority class for any practical number of epochs, and SDCA's progress per
-    epoch falls with ``R^2 / (lam n)``.  Before a fit the warning needs rows of
-    norm above :data:`ROW_NORM_WARNING`; after a fit that stopped without
-    converging (``unconverged=True``), above :data:`ROW_NORM_HINT`, when the
-    warning before the fit has not already been given.
-
-    Parameters
-    ----------
-    max_row_norm : float
-        The largest Euclidean row norm of the training data (bias column excluded).
-    unconverged : bool, default=False
-        Whether the fit has stopped without converging (it warns with a
-        ``ConvergenceWarning`` too).
-    """
-    if unconverged and ROW_NORM_HINT < max_row_norm <= ROW_NORM_WARNING:
-        warnings.warn(
-            f"the fit did not converge, and the largest row norm of X is {max_row_norm:.3g}, far "
-            "above 1, which the step sizes and the mini-batch theory assume (max ||x_i|| <= 1): "
-            "the row norms are the likely cause; scale the rows with "
-            "gpusvm.datasets.normalize_rows(X) or the features with "
-            "sklearn.preprocessing.StandardScaler (or MaxAbsScaler for sparse X) in a Pipeline",
-            DataScaleWarning, stacklevel=4)
-    elif not unconverged and max_row_norm > ROW_NORM_WARNING:
-        warnings.warn(
-            f"the largest row norm of X is {max_row_norm:.3g}, far above 1, which the step sizes "
-            "and the mini-batch theory assume (max ||x_i|| <= 1): the fit may stay near the "
-            "majority class or need many more epochs; scale the rows with "
-            "gpusvm.datasets.normalize_rows(X) or the features with "
-            "sklearn.preprocessing.StandardScaler (or MaxAbsScaler for sparse X) in a Pipeline",
-            DataScaleWarning, stacklevel=4)
-
-
-class DataScaleWarning(UserWarning):
-    """The training rows are far longer than the unit norm the solvers assume."""
 
 
 #: losses of the linear estimators (ALGORITHMS.md, "Weights, and the squared hinge")
@@ -424,7 +324,6 @@ class _LinearSVCBase(ClassifierMixin, BaseEstimator):
         """Restore (pickle, skops), checking a fitted state like a model file's."""
         super().__setstate__(state)
         if "coef_" in state:
-            from ..model_io import check_restored  # noqa: PLC0415
             check_restored(self)
 
     # ------------------------------------------------------------ helpers
@@ -442,7 +341,7 @@ class _LinearSVCBase(ClassifierMixin, BaseEstimator):
         """
         if _arrays.is_device(X) or _arrays.is_device(y):   # CuPy input (gpusvm._arrays)
             return _arrays.prepare(self, X, y, reset)
-        dtype = _as_dtype(self.dtype)
+        dtype = as_dtype(self.dtype)
         check_sparse_structure(X)
         X, y = validate_data(self, X, y, accept_sparse="csr", dtype=dtype, order="C",
                              y_numeric=False, reset=reset)
@@ -451,11 +350,11 @@ class _LinearSVCBase(ClassifierMixin, BaseEstimator):
         n, d = Xc.shape
         d_aug = d + (self.bias == "augmented")
         nnz_aug = Xc.nnz + n * (self.bias == "augmented")
-        if d_aug > _INT32_MAX or nnz_aug > _INT32_MAX:
+        if d_aug > INT32_MAX or nnz_aug > INT32_MAX:
             bias_column = " (plus the bias column)" if d_aug > d else ""
             raise ValueError(
                 f"X has {d} columns and {Xc.nnz} nonzeros{bias_column}; gpusvm indexes them "
-                f"with 32-bit integers, so both must stay below {_INT32_MAX}: drop unused "
+                f"with 32-bit integers, so both must stay below {INT32_MAX}: drop unused "
                 "columns (e.g. re-index the features) or split the data")
         if Xc.indices.dtype != np.int32 or Xc.indptr.dtype != np.int32:
             Xc = sp.csr_matrix((Xc.data, Xc.indices.astype(np.int32), Xc.indptr.astype(np.int32)),
@@ -495,7 +394,7 @@ class _LinearSVCBase(ClassifierMixin, BaseEstimator):
         the type, and the solvers compute with zeros: PegasosSVC with ``C=1e-300``
         in float32 scored below the majority class, the Newton solver divided by 0.
         """
-        dtype = _as_dtype(self.dtype)
+        dtype = as_dtype(self.dtype)
         max_sq = getattr(self, "_max_sq", 1.0)
         given = f"lam={lam!r}" if getattr(self, "C", None) is None else \
             f"C={self.C!r} (lam = 1/(C n) = {lam:.3g})"

@@ -421,7 +421,7 @@ stop_reason_, history_, solver_
         Iterations of every model of the search (SDCA: of the pass it was in).
     search_products_ : tuple of (int, int)
         ``solver="newton"``: the sparse-times-block products the search made and their
-        columns summed (what :func:`gpusvm.roofline.block_product_seconds` models on a
+        columns summed (what ``benchmarks/roofline.py`` models on a
         GPU); ``(0, 0)`` for SDCA.
 
     Notes

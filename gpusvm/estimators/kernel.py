@@ -15,8 +15,8 @@ from ..solvers._sampling import SAMPLING_MODES
 from ..solvers.kernel_pegasos import (KERNEL_BIAS_MODES, KERNELS, NONFINITE_KERNEL, kernel_blocks,
                                      kernel_pegasos, make_kernel, resolve_gamma)
 from ..solvers.pegasos import AVERAGING
-from ._base import (MAX_ITER, _progress_bar, binary_labels, check_sparse_structure,
-                    warn_short_tail)
+from .._arrays import check_sparse_structure
+from ._base import MAX_ITER, _progress_bar, binary_labels, warn_short_tail
 
 
 class KernelPegasosSVC(ClassifierMixin, BaseEstimator):

@@ -21,7 +21,8 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .. import _arrays
 from ..backends import BACKENDS, resolve_backend_name
-from ._base import DEVICE_AUTO_BATCH, _LinearSVCBase, check_sparse_structure
+from .._arrays import check_sparse_structure
+from ._base import DEVICE_AUTO_BATCH, _LinearSVCBase
 from .sdca import SDCASVC
 
 #: ``dual="auto"`` with ``n_samples >= n_features`` takes the dual (SDCA) while

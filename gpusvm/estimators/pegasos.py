@@ -12,10 +12,11 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils._available_if import available_if
 from sklearn.utils._param_validation import Interval, StrOptions
 
+from .._arrays import warn_if_rows_unscaled
 from ..backends import make_backend
 from ..solvers.pegasos import AVERAGING, SCHEDULES, pegasos
 from ._base import (MAX_EPOCHS_DOUBLING, MIN_OPTIMAL_BIAS_BATCH, _LinearSVCBase, _progress_bar,
-                    solver_has, warn_if_rows_unscaled, warn_short_tail)
+                    solver_has, warn_short_tail)
 
 #: ``batch_size="auto"`` on a CPU backend uses every row in every batch (the deterministic
 #: subgradient method) up to this many rows.  Measured on 15-500 rows of a9a and letter

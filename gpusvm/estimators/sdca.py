@@ -12,11 +12,12 @@ from sklearn.utils._param_validation import Interval, StrOptions
 
 import numpy as np
 
+from .._arrays import warn_if_rows_unscaled
 from ..backends import make_backend, resolve_backend_name
 from ..solvers.newton import DEFAULT_MAX_ITER as DEFAULT_NEWTON_ITER
 from ..solvers.newton import newton
 from ..solvers.sdca import VARIANTS, default_max_iter, sdca
-from ._base import _gap_progress_bar, _LinearSVCBase, solver_has, warn_if_rows_unscaled
+from ._base import _gap_progress_bar, _LinearSVCBase, solver_has
 
 #: the solvers of SDCASVC: mini-batch SDCA on the dual, primal Newton for the squared hinge
 SOLVERS = ("sdca", "newton")

@@ -11,7 +11,7 @@ import shlex
 import signal
 import sys
 
-__all__ = ["add_cli", "run_cli", "parse_int_list", "parse_float_list", "main"]
+__all__ = ["add_cli", "run_cli", "parse_int_list", "parse_float_list"]
 
 EXPERIMENTS = ("scaling", "pegasos-k", "schedules")
 EXIT_INTERRUPTED = 130
@@ -328,19 +328,3 @@ def _print_table(res) -> None:
         r0 = by[(methods[0], b)]
         print(f"{b:>7} {r0['beta_b_over_b']:>9.4g} {r0['predicted_speedup']:>7.3g} "
               + " ".join(f"{_t_cell(by[(m, b)]):>16}" for m in methods))
-
-
-def main(argv=None) -> int:
-    """``python -m gpusvm.study``: the same as ``gpusvm study``.
-
-    Parameters
-    ----------
-    argv : list of str, optional
-
-    Returns
-    -------
-    int
-    """
-    from ..cli import main as gpusvm_main  # noqa: PLC0415
-    argv = list(sys.argv[1:] if argv is None else argv)
-    return gpusvm_main(["study", *argv])

@@ -495,26 +495,18 @@ def _write_schedule_outputs(out, metadata, cells, summary, plots):
              f"p = {metadata['norma_p']:.4f}); fixed eta ({metadata['runs']['constant']}); "
              f"sampling {metadata['runs']['sampling']}",
              f"- seeds: {', '.join(map(str, metadata['seeds']))} (median shown)",
-             f"- command: `{metadata['command']}`", "",
-             "## Objective P(w_T) (median over seeds)", "",
-             "| run | " + " | ".join(f"T={fmt_num(t)}" for t in show) + " |",
-             "|---|" + "---:|" * len(show)]
-    for tr in summary:
-        vals = []
-        for t in show:
-            o = tr["objective"][tr["T"].index(t)] if t in tr["T"] else None
-            vals.append(f"{o:.4g}" if o is not None else "NA")
-        lines.append(f"| {tr['label']} | " + " | ".join(vals) + " |")
+             f"- command: `{metadata['command']}`"]
+    tables = [("Objective P(w_T)", "objective")]
     if metadata["test"] is not None:
-        lines += ["", "## Test hinge loss (median over seeds)", "",
+        tables.append(("Test hinge loss", "test_loss"))
+    for title, key in tables:
+        lines += ["", f"## {title} (median over seeds)", "",
                   "| run | " + " | ".join(f"T={fmt_num(t)}" for t in show) + " |",
                   "|---|" + "---:|" * len(show)]
         for tr in summary:
-            vals = []
-            for t in show:
-                v = tr["test_loss"][tr["T"].index(t)] if t in tr["T"] else None
-                vals.append(f"{v:.4g}" if v is not None else "NA")
-            lines.append(f"| {tr['label']} | " + " | ".join(vals) + " |")
+            vals = [tr[key][tr["T"].index(t)] if t in tr["T"] else None for t in show]
+            lines.append(f"| {tr['label']} | "
+                         + " | ".join("NA" if v is None else f"{v:.4g}" for v in vals) + " |")
     lines.append("")
     if pngs:
         lines += ["## Plot", ""] + [f"![{p.stem}]({p.name})" for p in pngs] + [""]

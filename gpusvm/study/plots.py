@@ -7,11 +7,11 @@ interactive backend, and each PNG is written atomically.
 
 from __future__ import annotations
 
-import io
 import math
 from pathlib import Path
 
-from .store import write_bytes_atomic
+from .._output import write_output
+from .store import iteration_cap
 
 __all__ = ["plot_iterations", "plot_speedup", "plot_accesses", "plot_figure1",
            "plot_pegasos_k", "plot_schedules", "require_matplotlib"]
@@ -55,15 +55,12 @@ def _log_axes(ax, *, x=True, y=True) -> None:
 def _save(fig, path) -> Path:
     _, Canvas = require_matplotlib()
     Canvas(fig)
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
-    path = Path(path)
-    write_bytes_atomic(path, buf.getvalue())
-    return path
+    write_output(path, lambda f: fig.savefig(f, format="png", dpi=110, bbox_inches="tight"),
+                 what="plot")
+    return Path(path)
 
 
 def _cap(metadata, b):
-    from .scaling import iteration_cap  # noqa: PLC0415
     c = metadata["caps"]
     return iteration_cap(metadata["dataset"]["n"], b, c["max_epochs"], c["max_iter"])
 

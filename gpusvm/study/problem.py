@@ -135,7 +135,7 @@ def prepare_problem(X, y, *, normalize: bool = True, name: str | None = None,
         are not exactly two classes.
     """
     from ..datasets import normalize_rows          # noqa: PLC0415  (keeps import light)
-    from ..estimators import binary_labels         # noqa: PLC0415
+    from ..estimators._base import binary_labels   # noqa: PLC0415
 
     if sp.issparse(X):
         X = sp.csr_matrix(X, dtype=np.float64)

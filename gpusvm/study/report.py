@@ -12,6 +12,8 @@ import io
 import math
 from pathlib import Path
 
+from .. import spectral
+from . import plots as plotting
 from .store import write_json_atomic, write_text_atomic
 
 __all__ = ["summarize_scaling", "write_scaling_outputs", "write_csv", "fmt_num"]
@@ -30,8 +32,29 @@ def _finite_or_none(x):
     return None if x is None or (isinstance(x, float) and not math.isfinite(x)) else x
 
 
+def median_with_inf(values) -> float:
+    """Median where None (not reached) counts as +infinity.
+
+    Parameters
+    ----------
+    values : iterable of float or None
+
+    Returns
+    -------
+    float
+        ``inf`` when at least half of the values are missing.
+    """
+    vals = sorted(math.inf if v is None else float(v) for v in values)
+    if not vals:
+        return math.inf
+    m = len(vals) // 2
+    if len(vals) % 2:
+        return vals[m]
+    lo, hi = vals[m - 1], vals[m]
+    return math.inf if math.isinf(hi) else 0.5 * (lo + hi)
+
+
 def _median(values):
-    from .scaling import median_with_inf  # noqa: PLC0415
     m = median_with_inf(values)
     if math.isinf(m):
         return None
@@ -61,7 +84,6 @@ def summarize_scaling(cells, *, methods, batch_sizes, n: int, sigma2: float) -> 
         ``predicted_speedup = (b / beta_b) / (b_ref / beta_ref)`` (``b / beta_b``
         when ``b_ref = 1``).
     """
-    from .. import spectral  # noqa: PLC0415
     b_ref = min(batch_sizes)
     beta = {b: spectral.beta_b(b, n, sigma2) if sigma2 > 0 else 1.0 for b in batch_sizes}
     rows = []
@@ -141,7 +163,6 @@ def write_csv(path, columns, rows) -> None:
 
 
 def _cell_rows(cells, metadata):
-    from .. import spectral  # noqa: PLC0415
     n, s2 = metadata["dataset"]["n"], metadata["sigma2"]
     rows = []
     for c in cells:
@@ -263,7 +284,6 @@ def write_scaling_outputs(out_dir, metadata, cells, summary, *, plots: bool = Tr
     files.append(out / "summary.csv")
     pngs = []
     if plots:
-        from . import plots as plotting  # noqa: PLC0415
         pngs = [plotting.plot_iterations(metadata, summary, out / "iterations.png"),
                 plotting.plot_speedup(metadata, summary, out / "speedup.png"),
                 plotting.plot_accesses(metadata, summary, out / "accesses.png")]

@@ -19,12 +19,13 @@ import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import report
 from .problem import Problem, prepare_problem
 from .search import METHODS, PEGASOS_OUTPUTS, RunSpec, SearchSettings, find_crossing
-from .store import CellStore, cell_key, locked_study
+from .store import CellStore, cell_key, iteration_cap, locked_study
 
 __all__ = ["scaling_study", "StudyResult", "default_batch_sizes", "check_methods",
-           "check_batch_sizes", "check_seeds", "iteration_cap", "median_with_inf"]
+           "check_batch_sizes", "check_seeds"]
 
 #: the largest batch size of the default list (the paper's Figure 1 goes to about 10^4)
 DEFAULT_MAX_B = 16384
@@ -171,31 +172,6 @@ def check_seeds(seeds) -> list[int]:
     return out
 
 
-def iteration_cap(n: int, b: int, max_epochs: float | None, max_iter: int | None) -> int:
-    """Iteration cap of a cell: ``min(max_iter, ceil(max_epochs n / b))``.
-
-    Parameters
-    ----------
-    n, b : int
-    max_epochs : float or None
-        Cap on the data accesses ``b T`` in passes over the data.
-    max_iter : int or None
-        Cap on ``T``.
-
-    Returns
-    -------
-    int
-    """
-    caps = []
-    if max_epochs is not None:
-        caps.append(max(1, int(math.ceil(max_epochs * n / b))))
-    if max_iter is not None:
-        caps.append(int(max_iter))
-    if not caps:
-        raise ValueError("give max_epochs or max_iter: every cell needs an iteration cap")
-    return min(caps)
-
-
 def _check_positive(name, value, *, allow_none=False):
     if value is None and allow_none:
         return None
@@ -203,28 +179,6 @@ def _check_positive(name, value, *, allow_none=False):
             or value <= 0:
         raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
     return value
-
-
-def median_with_inf(values) -> float:
-    """Median where None (not reached) counts as +infinity.
-
-    Parameters
-    ----------
-    values : iterable of float or None
-
-    Returns
-    -------
-    float
-        ``inf`` when at least half of the values are missing.
-    """
-    vals = sorted(math.inf if v is None else float(v) for v in values)
-    if not vals:
-        return math.inf
-    m = len(vals) // 2
-    if len(vals) % 2:
-        return vals[m]
-    lo, hi = vals[m - 1], vals[m]
-    return math.inf if math.isinf(hi) else 0.5 * (lo + hi)
 
 
 def versions() -> dict:
@@ -476,7 +430,6 @@ def scaling_study(X, y=None, *, lam: float, eps: float = 1e-3, batch_sizes=None,
     cells, counts = run_cells(problem, tasks, _compute_scaling_cell, out_dir=out, jobs=jobs,
                               progress=progress, on_cell=on_cell, desc=f"study {problem.name}")
 
-    from . import report  # noqa: PLC0415
     summary = report.summarize_scaling(cells, methods=methods, batch_sizes=batch_sizes, n=n,
                                        sigma2=sigma2)
     metadata = {

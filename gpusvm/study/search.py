@@ -75,13 +75,11 @@ import math
 import time
 from dataclasses import asdict, dataclass
 
-__all__ = ["METHODS", "RunSpec", "SearchSettings", "find_crossing", "trace_run",
-           "dense_step", "probe_points"]
+__all__ = ["METHODS", "RunSpec", "SearchSettings", "find_crossing", "trace_run", "dense_step"]
 
 #: the methods of Takáč et al. (2013), Figure 1
 METHODS = ("pegasos", "sdca-naive", "sdca-safe", "sdca-aggressive")
 PEGASOS_OUTPUTS = ("tail", "last")
-STATUSES = ("reached", "not_reached", "diverged", "stalled", "time_cap")
 
 
 @dataclass(frozen=True)
@@ -211,26 +209,6 @@ def dense_step(t: int, rel: float) -> int:
     int
     """
     return max(1, int(math.floor(rel * t)))
-
-
-def probe_points(cap: int, ratio: float) -> list[int]:
-    """The geometric probe grid ``1, ..., cap`` (``t_{j+1} = max(t_j + 1, ceil(r t_j))``).
-
-    Parameters
-    ----------
-    cap : int
-    ratio : float
-
-    Returns
-    -------
-    list of int
-    """
-    pts, t = [], 1
-    while t < cap:
-        pts.append(t)
-        t = max(t + 1, int(math.ceil(t * ratio)))
-    pts.append(cap)
-    return pts
 
 
 # ------------------------------------------------------------------ iterates
@@ -673,25 +651,3 @@ def trace_run(problem, spec: RunSpec, *, points, max_iter: int, p_star: float = 
                     settings=SearchSettings(), p_star=p_star, eps=None, extra_eval=extra_eval)
     run_solver(problem, spec, obs, max_iter)
     return obs.hist
-
-
-def first_crossing_brute_force(problem, spec: RunSpec, *, p_star: float, eps: float,
-                               max_iter: int) -> int | None:
-    """The exact first crossing, evaluating ``P`` after every iteration (small problems only).
-
-    Parameters
-    ----------
-    problem : Problem
-    spec : RunSpec
-    p_star, eps : float
-    max_iter : int
-
-    Returns
-    -------
-    int or None
-        The first ``t <= max_iter`` with ``P(w_t) - p_star <= eps``.
-    """
-    obs = _Observer(plan=_EveryPlan(), spec=spec, n=problem.n, cap=max_iter,
-                    settings=SearchSettings(explode=None), p_star=p_star, eps=eps, replay=True)
-    run_solver(problem, spec, obs, max_iter)       # stops at the first t with f <= eps
-    return obs.T if obs.status == "reached" else None

@@ -25,12 +25,11 @@ import hashlib
 import json
 import math
 import os
-import tempfile
 import time
 import warnings
 from pathlib import Path
 
-from .._output import file_mode
+from .._output import write_output
 
 __all__ = ["cell_key", "write_json_atomic", "CellStore", "study_lock", "locked_study"]
 
@@ -120,59 +119,15 @@ def write_json_atomic(path, obj, *, indent: int | None = 1) -> None:
                                        default=_json_default) + "\n")
 
 
-_file_mode = file_mode
-
-
 def write_text_atomic(path, text: str) -> None:
-    """Write ``text`` to ``path`` atomically (temporary file + fsync + :func:`os.replace`).
+    """Write ``text`` to ``path`` atomically (:func:`gpusvm._output.write_output`).
 
     Parameters
     ----------
     path : str or os.PathLike
     text : str
     """
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.{os.getpid()}.",
-                               suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, _file_mode())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-
-
-def write_bytes_atomic(path, data: bytes) -> None:
-    """Binary variant of :func:`write_text_atomic` (used for the PNG plots).
-
-    Parameters
-    ----------
-    path : str or os.PathLike
-    data : bytes
-    """
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.{os.getpid()}.",
-                               suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, _file_mode())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    write_output(path, lambda f: f.write(text), what="study output", binary=False)
 
 
 def checksum(cell: dict) -> str:
@@ -362,3 +317,28 @@ def locked_study(fn):
         with study_lock(out_dir):
             return fn(*args, **kwargs)
     return wrapper
+
+
+def iteration_cap(n: int, b: int, max_epochs: float | None, max_iter: int | None) -> int:
+    """Iteration cap of a cell: ``min(max_iter, ceil(max_epochs n / b))``.
+
+    Parameters
+    ----------
+    n, b : int
+    max_epochs : float or None
+        Cap on the data accesses ``b T`` in passes over the data.
+    max_iter : int or None
+        Cap on ``T``.
+
+    Returns
+    -------
+    int
+    """
+    caps = []
+    if max_epochs is not None:
+        caps.append(max(1, int(math.ceil(max_epochs * n / b))))
+    if max_iter is not None:
+        caps.append(int(max_iter))
+    if not caps:
+        raise ValueError("give max_epochs or max_iter: every cell needs an iteration cap")
+    return min(caps)

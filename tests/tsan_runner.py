@@ -1,51 +1,58 @@
-"""Run emulated kernels under ThreadSanitizer.
+"""Run emulated kernels under ThreadSanitizer (the tests' race checker).
 
-A module built with ``tsan=True`` must be loaded into a process that has the
-TSAN runtime preloaded, so :func:`check_launches` builds the module here (a
-compile error raises at once), pickles the launches to a temporary file and
-replays them in a fresh ``python .../gpusvm/_emulator/tsan_check.py`` subprocess
-started on the real interpreter (``sys.executable``) with
-``LD_PRELOAD=$(g++ -print-file-name=libtsan.so)`` and
-``TSAN_OPTIONS=halt_on_error=0 exitcode=66 report_signal_unsafe=0``. The
-report counts ``WARNING: ThreadSanitizer: data race`` blocks in its output.
+:func:`check_launches` builds the ``tsan=True`` module here (a compile error raises at
+once), pickles the launches and replays them in a fresh ``python tests/tsan_runner.py
+--job ...`` subprocess on the real interpreter with
+``LD_PRELOAD=$(g++ -print-file-name=libtsan.so)`` and :data:`TSAN_OPTIONS`; the report
+counts ``WARNING: ThreadSanitizer: data race`` blocks in its output.  The subprocess loads
+``gpusvm._emulator`` without running ``gpusvm/__init__.py`` (slow under TSAN).
 
-Under TSAN each emulated CUDA thread is a TSAN fiber; barriers, warp
-intrinsics and block boundaries publish explicit happens-before edges, and
-atomics are C++ atomics, so correct kernels are silent. At least two workers
-run, because blocks that one worker runs one after the other are ordered (it
-reuses their shared memory): races between blocks are seen when the blocks
-ran on different workers, which with many blocks is practically always.
+Under TSAN each emulated CUDA thread is a TSAN fiber; barriers, warp intrinsics and block
+boundaries publish happens-before edges and atomics are C++ atomics, so correct kernels
+are silent.  At least two workers run: blocks that one worker runs in turn are ordered (it
+reuses their shared memory), so races between blocks show when they ran on different
+workers.  Cost: about 2 s to start, 1.5 ms per fiber (created once per worker), a few
+microseconds per barrier and thread: keep launches to a few blocks of the real size.
 
-Cost: the subprocess starts in about 2 s; every emulated thread slot is a TSAN
-fiber, created once per worker (about 1.5 ms each, so the first launch with
-1024-thread blocks takes seconds) and a barrier costs a few microseconds per
-thread. Keep TSAN launches small: a few blocks of the real block size.
+Command line (one launch, arguments from an ``.npz``; exit status 66 when TSAN reported
+something)::
 
-Example
--------
->>> from gpusvm._emulator.tsan import check_launches
->>> rep = check_launches("tests/emulator_kernels/racy.cu",
-...                      [("scatter_racy", 8, 128, (idx, c, v, np.int32(n)), 0)])
->>> rep.races > 0
-True
+    python tests/tsan_runner.py FILE.cu --kernel NAME --grid 8 --block 128 --npz args.npz \\
+        [--args x,y,n] [--shared-mem 0] [--name-expression 'k<32>'] [--option -DFOO=1]
 """
 
 from __future__ import annotations
 
+import argparse
+import importlib.util
 import os
 import pickle
 import re
 import subprocess
 import sys
 import tempfile
+import types
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import _clean_env, _ensure_built, _Spec
-from .tsan_check import _FAILED
+import numpy as np
 
-__all__ = ["TsanReport", "check_launches", "tsan_runtime"]
 
+def _stub_package():
+    """Make ``gpusvm`` importable without running ``gpusvm/__init__.py`` (slow under TSAN)."""
+    stub = types.ModuleType("gpusvm")
+    stub.__path__ = list(importlib.util.find_spec("gpusvm").submodule_search_locations)
+    sys.modules["gpusvm"] = stub
+
+
+if __name__ == "__main__" and "--job" in sys.argv:      # the preloaded subprocess
+    _stub_package()
+
+from gpusvm._emulator import (EmulatedModule, _clean_env, _compiler, _ensure_built,  # noqa: E402
+                              _Spec, _tsan_loaded)
+
+
+_FAILED = "gpusvm tsan_runner: failed"
 TSAN_OPTIONS = "halt_on_error=0 exitcode=66 report_signal_unsafe=0"
 _RACE = "WARNING: ThreadSanitizer: data race"
 
@@ -94,8 +101,6 @@ def tsan_runtime():
     RuntimeError
         The compiler does not know a TSAN runtime.
     """
-    from . import _compiler
-
     out = subprocess.run([_compiler(), "-print-file-name=libtsan.so"], capture_output=True,
                          text=True, env=_clean_env()).stdout.strip()
     if not out or not os.path.isabs(out) or not os.path.exists(out):
@@ -169,6 +174,8 @@ def check_launches(cu_path=None, launches=(), name_expressions=(), options=(), *
     env = _clean_env()
     env["LD_PRELOAD"] = tsan_runtime()
     env["TSAN_OPTIONS"] = TSAN_OPTIONS
+    root = str(Path(sys.modules["gpusvm._emulator"].__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
     env["GPUSVM_EMU_WORKERS"] = str(max(2, int(workers)))
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         env[var] = "1"
@@ -177,7 +184,7 @@ def check_launches(cu_path=None, launches=(), name_expressions=(), options=(), *
         out_path = Path(td) / "out.pkl"
         with open(job_path, "wb") as fh:
             pickle.dump(job, fh, protocol=pickle.HIGHEST_PROTOCOL)
-        cmd = [_real_python(), str(Path(__file__).with_name("tsan_check.py")), "--job", str(job_path),
+        cmd = [_real_python(), str(Path(__file__).resolve()), "--job", str(job_path),
                "--out", str(out_path)]
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
@@ -196,3 +203,81 @@ def check_launches(cu_path=None, launches=(), name_expressions=(), options=(), *
     return TsanReport(races=races, warnings=n_warn, output=output, returncode=proc.returncode,
                       arrays=arrays)
 
+
+def _run_job(job_path, out_path):
+    if not _tsan_loaded():
+        print("gpusvm tsan_runner: the ThreadSanitizer runtime is not preloaded "
+              "(run through check_launches)", file=sys.stderr)
+        return 2
+    with open(job_path, "rb") as fh:
+        job = pickle.load(fh)
+    mod = EmulatedModule(code=job["code"], path=job["path"], name_expressions=job["name_expressions"],
+                         options=job["options"], tsan=True, include_dirs=job["include_dirs"])
+    done = []
+    for i, (name, grid, block, args, shared) in enumerate(job["launches"]):
+        try:
+            mod.get_function(name)(grid, block, args, shared_mem=shared)
+        except (RuntimeError, TypeError, ValueError, KeyError) as exc:
+            print(f"{_FAILED} launch {i} ({name}): {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+            return 3
+        done.append(args)
+    if out_path:
+        with open(out_path, "wb") as fh:
+            pickle.dump(done, fh, protocol=pickle.HIGHEST_PROTOCOL)
+    print(f"gpusvm tsan_runner: {len(done)} launch(es) done", flush=True)
+    return 0
+
+
+def _dims(text):
+    return tuple(int(v) for v in text.split(","))
+
+
+def main(argv=None):
+    """Entry point; returns the exit status (see the module docstring).
+
+    Parameters
+    ----------
+    argv : list of str, optional
+        Arguments, default ``sys.argv[1:]``.
+
+    Returns
+    -------
+    int
+        0 when TSAN was silent, 66 when it reported something, 2 on misuse.
+    """
+    ap = argparse.ArgumentParser(prog="python tests/tsan_runner.py",
+                                 description="Run an emulated CUDA kernel under ThreadSanitizer.")
+    ap.add_argument("source", nargs="?", help=".cu file")
+    ap.add_argument("--job", help=argparse.SUPPRESS)
+    ap.add_argument("--out", help=argparse.SUPPRESS)
+    ap.add_argument("--kernel", help="kernel name or name expression")
+    ap.add_argument("--grid", type=_dims, default=(1,), help="e.g. 8 or 4,2")
+    ap.add_argument("--block", type=_dims, default=(32,), help="e.g. 128 or 32,4")
+    ap.add_argument("--npz", help="arguments saved with np.savez")
+    ap.add_argument("--args", help="comma-separated npz keys in argument order")
+    ap.add_argument("--shared-mem", type=int, default=0)
+    ap.add_argument("--name-expression", action="append", default=[])
+    ap.add_argument("--option", action="append", default=[])
+    ap.add_argument("--workers", type=int, default=2)
+    ns = ap.parse_args(argv)
+    if ns.job:
+        return _run_job(ns.job, ns.out)
+    if not ns.source or not ns.kernel or not ns.npz:
+        ap.error("FILE.cu, --kernel and --npz are required")
+
+    with np.load(ns.npz) as data:
+        keys = ns.args.split(",") if ns.args else sorted(
+            data.files, key=lambda k: int(k.split("_")[1]) if k.startswith("arr_") else k)
+        args = tuple(data[k][()] if data[k].ndim == 0 else np.ascontiguousarray(data[k]) for k in keys)
+    names = list(ns.name_expression)
+    if "<" in ns.kernel and ns.kernel not in names:
+        names.append(ns.kernel)
+    rep = check_launches(ns.source, [(ns.kernel, ns.grid, ns.block, args, ns.shared_mem)],
+                         name_expressions=names, options=ns.option, workers=ns.workers)
+    sys.stdout.write(rep.output)
+    print(f"gpusvm tsan_runner: {rep.races} data race report(s), {rep.warnings} TSAN warning(s)")
+    return 66 if rep.warnings else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

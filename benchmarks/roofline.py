@@ -2,8 +2,8 @@
 
 Run it on a data set::
 
-    python -m gpusvm.roofline DATA --batch-sizes 1024,4096,16384 [--device h100|h200]
-    python -m gpusvm.roofline imdb --batch-sizes 4096 --iterations iterations.json
+    python benchmarks/roofline.py DATA --batch-sizes 1024,4096,16384 [--device h100|h200]
+    python benchmarks/roofline.py imdb --batch-sizes 4096 --iterations iterations.json
 
 ``DATA`` is an svmlight file or one of the names ``a9a``, ``imdb``, ``news20`` (read from
 ``../shared/data``).  For every batch size the model samples the solver's own batches
@@ -59,6 +59,10 @@ from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
 
 __all__ = ["DEVICES", "Device", "KernelCost", "batch_stats", "block_product_seconds",
            "break_even_node_cost",
@@ -242,7 +246,7 @@ def batch_stats(X: sp.csr_matrix, k: int, batches: int = 8, seed: int = 0,
     -------
     BatchStats
     """
-    from .solvers._sampling import CounterSampler  # noqa: PLC0415
+    from gpusvm.solvers._sampling import CounterSampler  # noqa: PLC0415
 
     X = sp.csr_matrix(X)
     lengths = np.diff(X.indptr)
@@ -250,7 +254,7 @@ def batch_stats(X: sp.csr_matrix, k: int, batches: int = 8, seed: int = 0,
     rng = np.random.default_rng(seed)
     tile = math.ceil(k / max(1, min(k, blocks)))
     nnz, longest, hot, entries, atomics = [], [], [], 0, 0
-    from .backends.device import choose_lanes  # noqa: PLC0415
+    from gpusvm.backends.device import choose_lanes  # noqa: PLC0415
     widths = sorted({32, choose_lanes(X.nnz / max(X.shape[0], 1))})
     sectors = {(w, item): 0 for w in widths for item in (4, 8)}
     for t in range(batches):
@@ -323,7 +327,7 @@ def iteration_costs(X, stats: BatchStats, dev: Device, *, solver: str = "pegasos
     -------
     list of KernelCost
     """
-    from .backends.device import choose_lanes  # noqa: PLC0415
+    from gpusvm.backends.device import choose_lanes  # noqa: PLC0415
 
     n, d = X.shape
     item = int(itemsize or np.dtype(X.dtype).itemsize)
@@ -520,9 +524,9 @@ def measure_iterations(X, y, lam: float, k: int, solver: str, p_star: float, eps
         label the evaluations as the solver's own); ``setup_seconds`` is the construction of
         the backend (the upload, on a device), ``seconds`` the solver's run after it.
     """
-    from .backends import make_backend  # noqa: PLC0415
-    from .solvers.pegasos import pegasos  # noqa: PLC0415
-    from .solvers.sdca import sdca  # noqa: PLC0415
+    from gpusvm.backends import make_backend  # noqa: PLC0415
+    from gpusvm.solvers.pegasos import pegasos  # noqa: PLC0415
+    from gpusvm.solvers.sdca import sdca  # noqa: PLC0415
 
     n = X.shape[0]
     epoch = max(1, math.ceil(n / k))
@@ -585,7 +589,7 @@ SOLVERS = ("pegasos", "pegasos-optimal", "sdca-safe", "sdca-aggressive")
 
 def load(data: str):
     """A data set as float32 CSR with labels in {-1, +1}: a name of :data:`NAMED` or a path."""
-    from .datasets import load_svmlight  # noqa: PLC0415
+    from gpusvm.datasets import load_svmlight  # noqa: PLC0415
     if data in NAMED:
         rel, d = NAMED[data]
         X, y = load_svmlight(DATA / rel, n_features=d, dtype=np.float32)
@@ -690,8 +694,8 @@ def _print(rows, dev: Device, data: str, reference: dict | None) -> None:
 
 
 def main(argv=None) -> int:
-    """Command line: ``python -m gpusvm.roofline DATA --batch-sizes 1024,4096,16384``."""
-    p = argparse.ArgumentParser(prog="python -m gpusvm.roofline",
+    """Command line: ``python benchmarks/roofline.py DATA --batch-sizes 1024,4096,16384``."""
+    p = argparse.ArgumentParser(prog="python benchmarks/roofline.py",
                                 description="Modelled bytes, launches and time per iteration of "
                                             "the device backend on a named GPU.")
     p.add_argument("data", help="svmlight file, or a9a, imdb, news20 (from ../shared/data)")

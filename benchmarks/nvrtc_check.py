@@ -5,7 +5,7 @@ NVRTC (the runtime compiler CuPy uses) is loaded through :mod:`ctypes` from the
 comes from the ``nvidia-cuda-nvcc-cu12`` wheel, a CUDA toolkit, or
 ``$GPUSVM_PTXAS``.  CUDA 12.x still accepts ``compute_70`` (CUDA 13 dropped it).
 
-Run ``python -m gpusvm.nvrtc`` for a table of kernel, architecture, registers
+Run ``python benchmarks/nvrtc_check.py`` for a table of kernel, architecture, registers
 and spill bytes of every template instance the device backend launches.
 """
 
@@ -25,7 +25,11 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from . import _kernels
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from gpusvm import _kernels  # noqa: E402
 
 #: virtual architectures the kernels are always checked for (Volta, Turing, Ampere, Hopper)
 ARCHS = ("compute_70", "compute_75", "compute_80", "compute_90")
@@ -379,7 +383,7 @@ def format_table(resources) -> str:
 
 def main(argv=None) -> int:
     """Command line: compile every kernel with NVRTC and print the ptxas table."""
-    parser = argparse.ArgumentParser(prog="python -m gpusvm.nvrtc", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python benchmarks/nvrtc_check.py", description=__doc__.split("\n")[0])
     parser.add_argument("--arch", action="append", choices=ARCHS + OPTIONAL_ARCHS,
                         help="virtual architecture(s) to compile for (default: all)")
     args = parser.parse_args(argv)
