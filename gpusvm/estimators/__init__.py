@@ -12,8 +12,7 @@ The names importable from ``gpusvm.estimators`` before it became a package
 (the estimators and the shared helpers) still are.
 """
 
-from ._base import (_INT32_MAX, DEVICE_AUTO_BATCH, MAX_EPOCHS_DOUBLING, MAX_ITER,
-                    MIN_OPTIMAL_BIAS_BATCH, ROW_NORM_HINT, ROW_NORM_WARNING, DataScaleWarning, _as_dtype,
+from ._base import (_INT32_MAX, MAX_ITER, ROW_NORM_HINT, ROW_NORM_WARNING, DataScaleWarning, _as_dtype,
                     _gap_progress_bar, _LinearSVCBase, _max_squared_row_norm, _progress_bar,
                     binary_labels, check_sparse_structure, warn_if_rows_unscaled, warn_short_tail)
 from .kernel import KernelPegasosSVC
@@ -23,6 +22,6 @@ from .sdca import SDCA_BIAS_MODES, SDCASVC
 
 __all__ = ["DataScaleWarning", "KernelPegasosSVC", "LinearSVC", "PegasosSVC", "SDCASVC", "binary_labels",
            "check_sparse_structure", "warn_if_rows_unscaled", "warn_short_tail",
-           "DEVICE_AUTO_BATCH", "MAX_EPOCHS_DOUBLING", "MAX_ITER", "MIN_OPTIMAL_BIAS_BATCH",
+           "MAX_ITER",
            "ROW_NORM_HINT", "ROW_NORM_WARNING", "SDCA_BIAS_MODES", "_INT32_MAX", "_LinearSVCBase", "_as_dtype",
            "_gap_progress_bar", "_max_squared_row_norm", "_progress_bar"]

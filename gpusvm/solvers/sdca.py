@@ -719,8 +719,3 @@ def next_certificate(history: list, tol: float, epoch: int) -> int:
     rate = math.log(g0 / g1) / (t1 - t0)
     left = math.log(g1 / tol) / rate
     return int(max(1, epoch // 2, min(4 * last, CADENCE_OVERSHOOT * left)))
-
-
-def default_max_iter(n: int, b: int, epochs: int = 100) -> int:
-    """``ceil(epochs n / b)``: the default iteration cap (SDCA normally stops on ``tol`` first)."""
-    return int(math.ceil(epochs * n / b))
