@@ -42,7 +42,10 @@ def _csr_rows_nnz(X: sp.csr_matrix, rows: np.ndarray):
 def _sum_by(index, values, size: int) -> np.ndarray:
     """``out[j, c] = sum of values[i, c] over index[i] == j`` in float64, shape (size, M),
     summed in the order of ``i`` (one ``bincount`` per output)."""
-    return np.stack([np.bincount(index, weights=col, minlength=size) for col in values.T], axis=1)
+    out = np.empty((size, values.shape[1]))
+    for c in range(values.shape[1]):
+        out[:, c] = np.bincount(index, weights=values[:, c], minlength=size)
+    return out
 
 
 class NumpyBackend(GeneralEvaluation):
@@ -126,14 +129,13 @@ class NumpyBackend(GeneralEvaluation):
         relative to the change, not to ``||v_c||^2``.
         """
         owner, cols, vals = self._batch(rows)
+        live = np.any(coef != 0.0, axis=1)             # inactive rows add nothing
+        if not live.all():
+            keep = live[owner]
+            owner, cols, vals = owner[keep], cols[keep], vals[keep]
         if cols.size == 0:
             return np.zeros(self.n_outputs)
         contrib = vals[:, None] * coef[owner]
-        keep = np.any(contrib != 0.0, axis=1)          # inactive rows add nothing
-        if not keep.all():
-            cols, contrib = cols[keep], contrib[keep]
-            if cols.size == 0:
-                return np.zeros(self.n_outputs)
         uniq, inv = np.unique(cols, return_inverse=True)
         agg = _sum_by(inv, contrib, uniq.size)
         old = self.V[uniq].astype(np.float64)

@@ -12,9 +12,11 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils._param_validation import Interval, StrOptions
 
 from ..backends import make_backend, resolve_backend_name
-from ..solvers.pegasos import AVERAGING, SCHEDULES, pegasos
+from ..backends.base import SCHEDULES
+from ..solvers.pegasos import AVERAGING, pegasos
 from ..solvers.policy import MIN_OPTIMAL_BIAS_BATCH, pegasos_settings
 from ._base import _LinearSVCBase, _progress_bar, warn_if_rows_unscaled, warn_short_tail
+
 
 class PegasosSVC(_LinearSVCBase):
     r"""Linear SVM trained by mini-batch Pegasos.

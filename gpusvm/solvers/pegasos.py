@@ -15,7 +15,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..backends.base import SCHEDULES, PegasosPlan, on_backend_stream  # noqa: F401  (SCHEDULES: re-export)
+from ..backends.base import PegasosPlan, on_backend_stream
 from ._common import LOSSES, SolverResult, default_eval_every, run_output, segment_length
 from ._sampling import CounterSampler
 
