@@ -425,10 +425,11 @@ def cmd_fit(args) -> int:
 
 def _auto_solver(X, y, params) -> str:
     """``--solver auto``: the solver gpusvm.LinearSVC would choose for this data and these
-    settings (:func:`gpusvm.estimators.linear_svc.choose_solver`)."""
+    settings (:func:`gpusvm.solvers.policy.choose_solver`)."""
     import numpy as np  # noqa: PLC0415
 
-    from .estimators.linear_svc import _mean_sq_norm, choose_solver  # noqa: PLC0415
+    from .estimators.linear_svc import _mean_sq_norm  # noqa: PLC0415
+    from .solvers.policy import choose_solver  # noqa: PLC0415
 
     n, d = X.shape
     C = params["C"] if params.get("C") is not None else 1.0 / (params["lam"] * n)

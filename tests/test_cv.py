@@ -78,7 +78,7 @@ def test_output_scale_reports_each_output_in_its_own_units():
     np.testing.assert_allclose(res.extra["primal"][1], ref.extra["primal"], rtol=1e-6)
     assert np.all(res.extra["gap"] <= 1e-9)
     with pytest.raises(ValueError, match="output_scale must be positive and finite, one value "
-                                         "per output of the general path"):
+                                         "per output"):
         sdca(make_backend("numba", X, Y, sample_weight=S), lam=lam, output_scale=[1.0], **kw)
 
 

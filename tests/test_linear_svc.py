@@ -15,7 +15,7 @@ from sklearn.svm import LinearSVC as SkLinearSVC
 
 import gpusvm
 from gpusvm import LinearSVC
-from gpusvm.estimators.linear_svc import DUAL_MAX_C_SQNORM, choose_solver
+from gpusvm.solvers.policy import DUAL_MAX_C_SQNORM, choose_solver
 
 
 def objective(X, y, coef, intercept, C, loss="squared_hinge", intercept_scaling=1.0,

@@ -20,8 +20,6 @@ from sklearn.svm import LinearSVC
 from gpusvm import PegasosSVC, SDCASVC
 from gpusvm.backends import make_backend
 from gpusvm.datasets import load_a9a
-from gpusvm.estimators import pegasos as pegasos_module
-from gpusvm.estimators import sdca as sdca_module
 from gpusvm.estimators._base import ordinal_scores, output_problems, resolve_lam
 from gpusvm.solvers.newton import newton, primal_dual
 
@@ -199,8 +197,6 @@ def test_newton_warm_start_resumes_at_the_optimum(letter):
 @pytest.mark.parametrize("native", [True, False], ids=["one-call", "per-class"])
 def test_one_vs_rest_equals_binary_fits_with_the_same_seed(blobs, native):
     X, y = blobs
-    if native and not sdca_module._NATIVE:
-        pytest.skip("the solvers fit one output per call: one-vs-rest is one fit per class")
     for cls, params in ((SDCASVC, dict(lam=1e-2, max_iter=300, tol=0.0)),
                         (PegasosSVC, dict(lam=1e-2, max_iter=300, averaging="tail"))):
         ovr = cls(backend="numpy", dtype="float64", random_state=5, **params)
@@ -264,28 +260,7 @@ def test_ordinal_fit_on_ordered_labels():
     assert est.score(X, y) >= 0.9
 
 
-# ------------------------------------------------------------------ what needs the native solvers
-@pytest.mark.skipif(sdca_module._NATIVE, reason="the weighted SDCA solver is present")
-def test_weights_without_the_weighted_solvers_say_what_to_use(blobs):
-    X, y = blobs
-    with pytest.raises(NotImplementedError, match=exactly(
-            "sample_weight and class_weight need an SDCA solver with weights, which this gpusvm "
-            "does not provide yet; use loss='squared_hinge', solver='newton' for weighted "
-            "fits")):
-        SDCASVC(backend="numpy", class_weight={0: 2.0}).fit(X, y)
-    with pytest.raises(NotImplementedError, match=exactly(
-            "loss='squared_hinge' with solver='sdca' needs an SDCA solver with the squared "
-            "hinge, which this gpusvm does not provide yet; use solver='newton' for "
-            "loss='squared_hinge'")):
-        SDCASVC(backend="numpy", loss="squared_hinge").fit(X, y)
-
-
-def test_partial_fit_exists_exactly_when_the_solver_continues_a_schedule():
-    assert hasattr(PegasosSVC(), "partial_fit") == pegasos_module._solver_has("t_start")
-
-
-@pytest.mark.skipif(not pegasos_module._solver_has("t_start"),
-                    reason="the Pegasos solver has no t_start: PegasosSVC has no partial_fit")
+# ------------------------------------------------------------------ partial_fit
 def test_partial_fit_needs_classes_first(blobs):
     X, y = blobs
     with pytest.raises(ValueError, match=exactly(
@@ -317,8 +292,6 @@ def test_binary_shapes_are_unchanged():
 
 
 # ------------------------------------------------------------------ warm starts of the mini-batch solvers
-@pytest.mark.skipif(not pegasos_module._solver_has("t_start"),
-                    reason="the Pegasos solver has no t_start: PegasosSVC has no partial_fit")
 @pytest.mark.parametrize("bias", ["augmented", "unregularized"])
 def test_two_partial_fits_equal_one_fit_of_two_epochs(blobs, bias):
     X, y = blobs
@@ -372,8 +345,6 @@ def test_partial_fit_bounds_the_stream_not_its_chunk(blobs, monkeypatch):
     assert seen[-1] == "augmented"
 
 
-@pytest.mark.skipif(not sdca_module._solver_has("alpha0"),
-                    reason="the SDCA solver has no alpha0: SDCASVC(warm_start=True) needs it")
 def test_sdca_warm_start_resumes_from_alpha(blobs):
     X, y = blobs
     est = SDCASVC(lam=1e-2, warm_start=True, backend="numpy", random_state=0).fit(X, y)
@@ -397,7 +368,6 @@ def test_newton_on_every_backend_equals_numpy(blobs, backend):
     np.testing.assert_allclose(other.duality_gap_, ref.duality_gap_, atol=1e-12)
 
 
-@pytest.mark.skipif(not sdca_module._NATIVE, reason="the SDCA solver has no weights")
 @pytest.mark.parametrize("loss", ["hinge", "squared_hinge"])
 def test_sdca_integer_weights_equal_duplicated_rows(blobs, loss):
     X, y = blobs
@@ -414,7 +384,6 @@ def test_sdca_integer_weights_equal_duplicated_rows(blobs, loss):
     assert np.mean(weighted.predict(X) == repeated.predict(X)) >= 0.99
 
 
-@pytest.mark.skipif(not sdca_module._NATIVE, reason="the SDCA solver has no squared hinge")
 def test_sdca_squared_hinge_matches_newton(letter):
     X, y = letter
     sdca = SDCASVC(C=1.0, loss="squared_hinge", tol=1e-6, dtype="float64", backend="numba",
@@ -424,7 +393,6 @@ def test_sdca_squared_hinge_matches_newton(letter):
     assert np.all(np.abs(sdca.primal_objective_ - newt.primal_objective_) <= 1e-6)
 
 
-@pytest.mark.skipif(not sdca_module._NATIVE, reason="the solvers fit one output per call")
 @pytest.mark.parametrize("cls, params", [
     (SDCASVC, dict(max_iter=200, tol=0.0, batch_size=8)),
     (PegasosSVC, dict(max_iter=200, averaging="tail", batch_size=8)),

@@ -327,7 +327,7 @@ def test_rejections_slot_is_kept_in_the_state(rcv1_64):
     be = NumbaBackend(X, y)
     res = sdca(be, lam=LAM, b=256, max_iter=40, variant="aggressive", tol=0.0, seed=1,
                sigma2=1.0 / X.shape[0])
-    assert res.extra["n_rejected"] == int(be.s[S_NREJ]) > 0
+    assert res.extra["n_rejected"] == int(be.sm[S_NREJ, 0]) > 0
 
 
 _TINY_LOOP = """

@@ -178,9 +178,9 @@ class TieRecordingBackend(NumpyBackend):
         super().__init__(X, y)
         self.closest_to_one = []
 
-    def optimal_bias(self, rows, m):
-        super().optimal_bias(rows, m)
-        self.closest_to_one.append(float(m[np.argmin(np.abs(m - 1.0))]))
+    def optimal_bias_m(self, rows, m):
+        super().optimal_bias_m(rows, m)
+        self.closest_to_one.append(float(m[np.argmin(np.abs(m[:, 0] - 1.0)), 0]))
 
 
 @pytest.mark.parametrize("pname", ["rcv1", "a9a"])
@@ -268,10 +268,10 @@ class CountingBackend(NumpyBackend):
         super().__init__(X, y)
         self.renorms = 0
 
-    def renormalize(self, threshold):
-        if abs(self.s[S_A]) < threshold:
+    def renormalize_m(self, threshold):
+        if abs(self.sm[S_A, 0]) < threshold:
             self.renorms += 1
-        super().renormalize(threshold)
+        super().renormalize_m(threshold)
 
 
 @pytest.mark.parametrize("bias", ["none", "unregularized"])
@@ -329,7 +329,7 @@ def test_projection_keeps_every_iterate_in_the_ball(problems, k, schedule, extra
         norms = {}
 
         def callback(t, objective, elapsed):
-            norms[t] = np.linalg.norm(be.output(False)[0])
+            norms[t] = np.linalg.norm(be.output_m(False)[0])
 
         res = pegasos(be, lam=p.lam, k=k, max_iter=T, seed=0, projection=projection,
                       schedule=schedule, eval_every=1, callback=callback, **extra)

@@ -20,7 +20,7 @@ from sklearn.exceptions import ConvergenceWarning
 
 from gpusvm import PegasosSVC
 from gpusvm.backends import make_backend
-from gpusvm.estimators.pegasos import FULL_BATCH_ROWS
+from gpusvm.solvers.policy import FULL_BATCH_ROWS
 from gpusvm import SDCASVC
 from gpusvm.solvers.pegasos import pegasos, projection_radius, weight_scale
 from gpusvm.solvers.sdca import sdca

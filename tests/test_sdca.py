@@ -383,21 +383,6 @@ def test_solver_bad_input_messages():
         sdca(be, lam=1e-3, b=201, max_iter=1)
 
 
-def test_backend_without_sdca_primitives_is_refused():
-    class PegasosOnly:
-        name = "pegasos-only"
-        n = 10
-
-        def init_dual(self, beta0):
-            pass
-
-    with pytest.raises(NotImplementedError, match=re.escape(
-            "the 'pegasos-only' backend does not implement the SDCA primitives (sdca_deltas, "
-            "sdca_adapt_beta, sdca_apply, dual_weights, dual_objective, sdca_segment, "
-            "decision_function, col_dots_m, mix_columns_m); use backend='numpy'")):
-        sdca(PegasosOnly(), lam=1e-3, b=2, max_iter=1)
-
-
 def test_estimator_bad_input_messages():
     X, y = cluster_data()
     with pytest.raises(InvalidParameterError, match=re.escape(

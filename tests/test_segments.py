@@ -1,7 +1,7 @@
 """Inside a segment no Python of the package runs per iteration.
 
 The solvers drive every backend through one segment call between two
-evaluations (``pegasos_segment``, ``sdca_segment``).  On the compiled CPU
+evaluations (``pegasos_segment_m``, ``sdca_segment_m``).  On the compiled CPU
 backend a segment is one compiled call: the number of package functions
 called during it must not grow with its length.  On the emulated device backend
 a segment's launch sequence is captured once per power-of-two length and replayed
@@ -54,7 +54,7 @@ def package_calls(fn):
 
 
 def segment_calls(be, kind, sampler, plan, t0, t1):
-    run = be.pegasos_segment if kind == "pegasos" else be.sdca_segment
+    run = be.pegasos_segment_m if kind == "pegasos" else be.sdca_segment_m
     return package_calls(lambda: run(sampler, t0, t1, plan))
 
 
@@ -62,11 +62,11 @@ def setup(backend, kind, mode, k, **plan):
     X, y = problem()
     be = make_backend(backend, X, y)
     if kind == "pegasos":
-        be.init_state(averaging=plan.get("averaged", False))
+        be.init_state_m(averaging=plan.get("averaged", False))
         p = PegasosPlan(lam=1e-2, k=k, **plan)
     else:
-        be.init_state()
-        be.init_dual(plan.get("beta_b", 1.0))
+        be.init_state_m()
+        be.init_dual_m(plan.get("beta_b", 1.0))
         p = SDCAPlan(lam=1e-2, **plan)
     return be, CounterSampler(X.shape[0], k, mode, 1), p
 
@@ -97,31 +97,31 @@ SDCA_VARIANTS = [dict(), dict(beta_b=3.0), dict(aggressive=True, beta_b=3.0)]   
                          + [("sdca", p) for p in SDCA_VARIANTS])
 def test_emulated_segment_runs_no_python_per_iteration(kind, plan, mode):
     """The segment's launches are recorded once and replayed by the emulator: the package
-    functions a segment calls are the same, in number and name, for 1, 4 and 40 iterations."""
+    functions a segment calls are the same, in number and name, for 1, 4 and 8 iterations."""
     be, sampler, p = setup("emulated", kind, mode, 8, **plan)
     segment_calls(be, kind, sampler, p, 0, 2)                 # records the sequence with t = 1
-    segment_calls(be, kind, sampler, p, 2, 33)                # and the graphs of 1 to 16 steps
-    runs, t = {}, 33
-    for steps in (1, 4, 16):
+    segment_calls(be, kind, sampler, p, 2, 17)                # and the graphs of 1 to 8 steps
+    runs, t = {}, 17
+    for steps in (1, 4, 8):
         runs[steps] = sorted(segment_calls(be, kind, sampler, p, t, t + steps))
         t += steps
-    assert runs[1] == runs[4] == runs[16], runs                 # one graph launch each
-    assert len(runs[16]) <= 60, runs[16]       # a handful per segment (joins, one graph launch)
-    assert not {callee for _, callee in runs[16]} & PER_LAUNCH
+    assert runs[1] == runs[4] == runs[8], runs                  # one graph launch each
+    assert len(runs[8]) <= 60, runs[8]         # a handful per segment (joins, one graph launch)
+    assert not {callee for _, callee in runs[8]} & PER_LAUNCH
 
 
 @pytest.mark.parametrize("kind, plan", [("pegasos", dict(optimal=True, averaged=True, t_avg=3)),
                                         ("sdca", dict(aggressive=True, beta_b=3.0))])
 def test_emulated_replay_matches_the_numpy_reference(kind, plan):
-    """Replayed segments of several lengths give the NumPy backend's iterate."""
+    """Replayed segments of several lengths give the NumPy backend's iterate (one output)."""
     out = {}
     for backend in ("numpy", "emulated"):
         be, sampler, p = setup(backend, kind, "with_replacement", 8, **plan)
         for t0, t1 in ((0, 1), (1, 5), (5, 30), (30, 31)):
-            run = be.pegasos_segment if kind == "pegasos" else be.sdca_segment
+            run = be.pegasos_segment_m if kind == "pegasos" else be.sdca_segment_m
             run(sampler, t0, t1, p)
-        w, b = be.output(averaged=kind == "pegasos")
-        out[backend] = (be.to_host(w) if backend == "emulated" else w, float(b))
+        w, b = be.output_m(averaged=kind == "pegasos")
+        out[backend] = (be.to_host(w), float(be.to_host(b)[0]))
     np.testing.assert_allclose(out["emulated"][0], out["numpy"][0], rtol=1e-10, atol=1e-12)
     assert out["emulated"][1] == pytest.approx(out["numpy"][1], rel=1e-12, abs=1e-12)
 

@@ -1,51 +1,27 @@
-"""The backend primitives every solver is written against.
+"""The interface every solver is written against: one state, one segment per solver.
 
-A backend owns the data (CSR ``X``, labels ``y`` in {-1, +1}, squared row norms)
-and the solver state (``v``, the averaging vector ``u``, the dual ``alpha`` and
-the scalar slots of :mod:`gpusvm.backends._state`), all in its own array module
-``xp``.  Solvers call only the methods below; only :meth:`Backend.to_host` (and
-the methods documented as returning host values) may synchronise a device.
+A backend owns the data (CSR ``X``, labels ``Y`` (n, M) in {-1, +1}, optional
+weights ``s`` (n, M), squared row norms) and the state of
+:mod:`gpusvm.backends._general` (``V`` (d, M) with the scales ``a_c`` of the
+sparse form ``w_c = a_c v_c`` of Pegasos Sec. 2.4, the averaging ``U``, SDCA's
+``alpha`` (n, M) and the scalar slots ``sm`` of :mod:`gpusvm.backends._state`),
+all in its own array module ``xp``.  A binary, unweighted hinge fit is ``M = 1``
+without weights.  Only :meth:`to_host` (and the methods documented as returning
+host values) may synchronise a device.  The solvers call:
 
-Primitives (Pegasos, Shalev-Shwartz et al. 2007, Fig. 1, in the sparse form
-``w = a v``):
-
-``margins(rows)``
-    ``m_i = y_i (a <v, x_i> + b)`` for the sampled rows (step 2 of Fig. 1).
-``optimal_bias(rows, m)``
-    set ``b`` to the minimiser of the batch hinge loss (Sec. 4) and shift ``m``.
-``reset_scale()``
-    ``w <- 0`` (used when ``1 - eta_t lam == 0``, e.g. ``t = 1`` of Pegasos).
-``pegasos_step(rows, m, eta, shrink, k, unreg_bias, radius, average)``
-    steps 4-5 of Fig. 1: ``a <- shrink a``; ``v += eta/(k a) sum_{m_i<1} y_i x_i``
-    with the exact change of ``||v||^2``; the unregularised bias step; the
-    projection onto the ball of radius ``radius`` (``0`` = none); and, when
-    ``average``, the new iterate is added to the running average.
-``renormalize(threshold)``
-    fold ``a`` back into ``v`` when ``|a| < threshold``.
-``output(averaged)``
-    the dense ``w`` and ``b`` of the last iterate or of the average.
-``evaluate(w, b, lam, reg_bias)``
-    primal objective on all rows (a host float: a synchronisation point).
-
-SDCA primitives (Takáč et al. 2013) are documented in :mod:`gpusvm.solvers.sdca`.
-
-Segments: every backend runs the iterations between two evaluations in one call,
-the only way the solvers drive it:
-
-``pegasos_segment(sampler, t0, t1, plan)``
-    iterations ``t0 + 1 .. t1`` of Pegasos on the batches ``t0 .. t1 - 1`` of the
-    :class:`~gpusvm.solvers._sampling.CounterSampler` (``plan``: :class:`PegasosPlan`).
-``sdca_segment(sampler, t0, t1, plan)``
-    the same for mini-batch SDCA (``plan``: :class:`SDCAPlan`).
-
-The NumPy reference spells the iteration out over the primitives above (the one
-place where the papers' steps are written step by step); the compiled CPU backend
-runs one compiled loop; the device backend issues its kernel launches alone.
-
-M outputs, example weights and the squared hinge take the general path: the
-primitives of :mod:`gpusvm.backends._general` (names ending in ``_m``, state
-``V`` (d x M) and ``sm`` (N_SLOTS x M)); the binary unweighted hinge keeps the
-primitives above.
+``init_state_m(w0, b0, averaging)``, ``init_dual_m(beta0, loss, alpha0, lam)``
+    the starting point of Pegasos; SDCA's ``alpha^(0)`` and ``beta^(0)``.
+``pegasos_segment_m(sampler, t0, t1, plan)``, ``sdca_segment_m(sampler, t0, t1, plan)``
+    iterations ``t0 + 1 .. t1`` on the batches ``t0 .. t1 - 1`` of the
+    :class:`~gpusvm.solvers._sampling.CounterSampler` (``plan``: :class:`PegasosPlan`,
+    :class:`SDCAPlan`), with no Python per iteration on the compiled backends; the
+    NumPy reference spells the papers' steps out.
+``reset_average_m``, ``output_m``, ``decision_function_m``, ``evaluate_m``,
+``final_optimal_bias_m``, ``regularized_bias_m``, ``dual_weights_m``,
+``dual_objective_m``, ``col_sq_norms_m``, ``col_dots_m``, ``mix_columns_m``,
+``outputs_m`` (optional), ``sdca_unshrink_m`` (shrinking, CPU backends)
+    the evaluations, certificates and output selection of
+    :class:`~gpusvm.backends._general.GeneralEvaluation`.
 
 Streams (the rule every device operation follows): a device backend launches its
 kernels on a non-blocking stream of its own, which has no ordering with the legacy
@@ -203,7 +179,6 @@ class PegasosPlan:
     renorm_threshold : float
         Fold ``a`` into ``v`` when ``|a|`` falls below it.
     loss : {"hinge", "squared_hinge"}
-        The loss (the general path of :mod:`gpusvm.backends._general`).
     """
 
     lam: float
@@ -235,12 +210,11 @@ class SDCAPlan:
     aggressive : bool
         Alg. 2 (adapt beta, reject steps that lower ``D``).
     shrinking : bool
-        Batches of one row only: skip the rows that LIBLINEAR's shrinking test
-        (Hsieh et al. 2008, Sec. 3.2) takes out of the active set (see
-        :meth:`gpusvm.backends.numpy_.NumpyBackend.sdca_segment`).  The certificate
-        is computed on every row whatever the active set, so it stays exact.
+        One unweighted output, batches of one row, the hinge: skip the rows that
+        LIBLINEAR's shrinking test (Hsieh et al. 2008, Sec. 3.2) takes out of the
+        active set (:meth:`gpusvm.backends.numpy_.NumpyBackend.sdca_segment_m`).  The
+        certificate is computed on every row whatever the active set, so it stays exact.
     loss : {"hinge", "squared_hinge"}
-        The loss (the general path of :mod:`gpusvm.backends._general`).
     """
 
     lam: float

@@ -1227,6 +1227,17 @@ class NumbaBackend(NumpyBackend):
         from ._general_nb import _sdca_epochs_single_m, sdca_loop_m  # noqa: PLC0415
 
         p = plan
+        if p.shrinking:          # one unweighted hinge output, b = 1: the shrinking loop on M = 1
+            s, y = np.ascontiguousarray(self.sm[:, 0]), self.Y.reshape(-1)
+            smp = self._nb_sampler(sampler)
+            _call_loop(_SDCA_LOOP_SINGLE[smp[7].size > 0], *self._nb_csr(), y,
+                       y.astype(np.float64), self.V.reshape(-1), s, self.alpha.reshape(-1),
+                       self._inv_q, self.row_sq_norms, *smp, int(t0), int(t1), float(p.lam),
+                       self.n, float(p.beta_b), float(p.theta), bool(p.aggressive),
+                       self._nb_eps, self._nb_prefetch_v, self._nb_no_u, True, self._active,
+                       self._shr)
+            self.sm[:, 0] = s
+            return
         g = self._nb_general(sampler.k)
         sw, weighted = self._nb_weights()
         smp, _, _, _, rk, ecache, _, order, table = self._nb_sampler(sampler)

@@ -1,15 +1,23 @@
-"""NumPy/SciPy reference backend: the readable implementation of every primitive."""
+"""NumPy/SciPy reference backend: one readable loop per solver over M outputs.
+
+The state and the objective are those of :mod:`gpusvm.backends._general`
+(``V`` (d, M), ``sm`` (N_SLOTS, M), ``U``, ``alpha`` (n, M)); a binary,
+unweighted hinge fit is the case ``M = 1`` without weights.  Every other
+backend computes the iterates of these loops on the same batches, up to the
+order of floating-point sums.
+"""
 
 from __future__ import annotations
+
+import contextlib
 
 import numpy as np
 import scipy.sparse as sp
 
-from ._state import (N_SLOTS, S_A, S_ASUM, S_B, S_BSUM, S_DNORM, S_LOSS, S_NACT,
-                     S_NAVG, S_VSQ, S_YACT)
-from ._state import S_ASUMD, S_BETA, S_NREJ, S_TMP0
-from ._general import GeneralPath, as_2d_labels, check_sample_weight
-from .base import Evaluation, step_size
+from ._general import GeneralEvaluation, as_2d_labels, check_sample_weight, optimal_bias_weighted
+from ._state import (N_SLOTS, S_A, S_ASUM, S_ASUMD, S_B, S_BETA, S_BSUM, S_DNORM, S_LOSS,
+                     S_NACT, S_NAVG, S_NREJ, S_TMP0, S_VSQ, S_YACT)
+from .base import step_size
 
 _EPS64 = float(np.finfo(np.float64).eps)
 #: shrinking: unshrink every row once the projected gradients of the active set span at most
@@ -20,59 +28,27 @@ UPPER_SLACK = 4 * _EPS64
 
 
 def _csr_rows_nnz(X: sp.csr_matrix, rows: np.ndarray):
-    """Gather the nonzeros of ``rows`` of CSR ``X``.
-
-    Returns
-    -------
-    owner : ndarray of intp
-        For each gathered nonzero, the position of its row in ``rows``.
-    cols, vals : ndarray
-        Column indices and values of the gathered nonzeros.
-    """
+    """The nonzeros of ``rows`` of CSR ``X``: ``owner`` (position of the row in ``rows``),
+    ``cols`` and ``vals``."""
     starts = X.indptr[rows]
     lens = X.indptr[rows + 1] - starts
-    total = int(lens.sum())
     owner = np.repeat(np.arange(rows.size), lens)
     # position of each nonzero inside X.indices: start of its row + rank inside row
     offs = np.cumsum(lens) - lens
-    pos = np.arange(total) - np.repeat(offs - starts, lens)
+    pos = np.arange(int(lens.sum())) - np.repeat(offs - starts, lens)
     return owner, X.indices[pos], X.data[pos]
 
 
-def optimal_bias_xp(xp, y_b, s):
-    """Minimiser of the batch hinge loss over the bias (Pegasos Sec. 4).
-
-    ``g(b) = (1/k) sum_i [1 - y_i (s_i + b)]_+`` is convex piecewise linear with
-    breakpoints ``b_i = y_i - s_i``; its right derivative at ``b`` is
-    ``#{y_i = -1 : b_i <= b} - #{y_i = +1 : b_i > b}``.  The canonical minimiser
-    returned is the smallest breakpoint whose right derivative is ``>= 0`` (a
-    weighted median of the breakpoints).
-
-    Parameters
-    ----------
-    xp : module
-        Array module (numpy or cupy); only device-side operations are used, so
-        the result stays on the device.
-    y_b, s : arrays of shape (k,)
-        Labels and raw scores ``a <v, x_i>`` of the batch.
-
-    Returns
-    -------
-    array of shape ()
-        The optimal bias, in ``xp``.
-    """
-    bp = y_b - s
-    order = xp.argsort(bp, kind="stable") if getattr(xp, "stable_argsort", xp is np) else xp.argsort(bp)
-    bps = bp[order]
-    ys = y_b[order]
-    neg_le = xp.cumsum(ys < 0)
-    pos_gt = xp.sum(ys > 0) - xp.cumsum(ys > 0)
-    deriv = neg_le.astype(xp.int64) - pos_gt.astype(xp.int64)
-    j = xp.argmax(deriv >= 0)
-    return bps[j]
+def _sum_by(index, values, size: int) -> np.ndarray:
+    """``out[j, c] = sum of values[i, c] over index[i] == j`` in float64, shape (size, M),
+    summed in the order of ``i`` (one ``bincount`` per output)."""
+    out = np.empty((size, values.shape[1]))
+    for c in range(values.shape[1]):
+        out[:, c] = np.bincount(index, weights=values[:, c], minlength=size)
+    return out
 
 
-class NumpyBackend(GeneralPath):
+class NumpyBackend(GeneralEvaluation):
     """Reference backend on NumPy and SciPy CSR.
 
     Parameters
@@ -81,20 +57,18 @@ class NumpyBackend(GeneralPath):
         Training data, CSR with sorted indices, dtype float32 or float64.
     y : ndarray of shape (n,) or (n, M)
         Labels in {-1, +1}, same dtype as ``X``; one column per output.
-    sample_weight : ndarray of shape (n,), optional
-        Example weights ``s_i >= 0`` shared by every output (ALGORITHMS.md, "Weights").
+    sample_weight : ndarray of shape (n,) or (n, M), optional
+        Example weights ``s_i >= 0`` (ALGORITHMS.md, "Weights").
 
     Attributes
     ----------
     Y : ndarray of shape (n, M)
         The labels with one column per output (a view of a 1-D ``y``).
-    n_outputs : int
-        ``M``.
 
     Notes
     -----
-    ``v`` is kept in the data's dtype; scalars, margins and the exact change of
-    ``||v||^2`` are computed in float64.
+    ``V`` is kept in the data's dtype; scalars, margins and the exact changes of
+    ``||v_c||^2`` are computed in float64.
     """
 
     name = "numpy"
@@ -117,20 +91,9 @@ class NumpyBackend(GeneralPath):
         sq = sp.csr_matrix((np.square(X.data, dtype=np.float64), X.indices, X.indptr), shape=X.shape)
         return np.asarray(sq.sum(axis=1), dtype=np.float64).ravel()
 
-    # ------------------------------------------------------------ transfers
     def to_host(self, a):
         """Return ``a`` as a host NumPy array (a no-op here)."""
         return np.asarray(a)
-
-    # ------------------------------------------------------------ state
-    def init_state(self, w0=None, b0: float = 0.0, averaging: bool = False) -> None:
-        """Allocate ``v`` (= ``w0``), the scalars (``a = 1``) and, if needed, ``u``."""
-        self.v = np.zeros(self.d, dtype=self.dtype) if w0 is None else np.array(w0, dtype=self.dtype)
-        self.s = np.zeros(N_SLOTS, dtype=np.float64)
-        self.s[S_A] = 1.0
-        self.s[S_VSQ] = float(np.dot(self.v.astype(np.float64), self.v.astype(np.float64)))
-        self.s[S_B] = b0
-        self.u = np.zeros(self.d, dtype=np.float64) if averaging else None
 
     def _batch(self, rows):
         if self._gather_rows is not rows:
@@ -138,99 +101,135 @@ class NumpyBackend(GeneralPath):
             self._gather_rows = rows
         return self._gather
 
-    # ------------------------------------------------------------ Pegasos
-    def margins(self, rows: np.ndarray) -> np.ndarray:
-        """``m_i = y_i (a <v, x_i> + b)`` for ``i`` in ``rows`` (float64)."""
+    # ------------------------------------------------------------ state
+    def init_state_m(self, w0=None, b0=0.0, averaging: bool = False) -> None:
+        """``V = W0`` (d, M) (zero by default), ``a = 1``, ``b = b0``, ``U = 0`` if averaging."""
+        M = self.n_outputs
+        if w0 is None:
+            self.V = np.zeros((self.d, M), dtype=self.dtype)
+        else:
+            self.V = np.array(np.reshape(w0, (self.d, M)), dtype=self.dtype, order="C")
+        self.sm = np.zeros((N_SLOTS, M), dtype=np.float64)
+        self.sm[S_A] = 1.0
+        self.sm[S_VSQ] = 0.0 if w0 is None else self.col_sq_norms_m(self.V)
+        self.sm[S_B] = np.broadcast_to(np.asarray(b0, dtype=np.float64), (M,))
+        self.U = np.zeros((self.d, M), dtype=np.float64) if averaging else None
+
+    def margins_m(self, rows: np.ndarray) -> np.ndarray:
+        """``m_ic = y_ic (a_c <v_c, x_i> + b_c)`` (float64, shape (k, M)): one gather per row."""
         owner, cols, vals = self._batch(rows)
-        z = np.bincount(owner, weights=vals * self.v[cols], minlength=rows.size)
-        return self.y[rows] * (self.s[S_A] * z + self.s[S_B])
+        z = _sum_by(owner, vals[:, None] * self.V[cols], rows.size)
+        return self.Y[rows].astype(np.float64) * (self.sm[S_A] * z + self.sm[S_B])
 
-    def optimal_bias(self, rows: np.ndarray, m: np.ndarray) -> None:
-        """Set ``b`` to the batch-optimal bias and shift ``m`` to it, in place."""
-        y_b = self.y[rows].astype(np.float64)
-        s = y_b * m - self.s[S_B]
-        b = float(optimal_bias_xp(np, y_b, s))
-        # y_i (s_i + b) written as 1 + y_i (b - b_i) with the breakpoints b_i = y_i - s_i:
-        # exactly 1 (so not in A_t^+) for the rows whose breakpoint is b, whatever the rounding
-        m[:] = 1.0 + y_b * (b - (y_b - s))
-        self.s[S_B] = b
+    def add_rows_m(self, rows: np.ndarray, coef: np.ndarray, u_scale=None) -> np.ndarray:
+        """``V[:, c] += sum_i coef_ic x_{rows_i}``; the exact change of each ``||v_c||^2`` (M,).
 
-    def reset_scale(self) -> None:
-        """Set ``w = 0`` keeping the running average consistent (``u -= A v``)."""
-        if self.u is not None:
-            self.u -= self.s[S_ASUM] * self.v
-        self.v[:] = 0
-        self.s[S_VSQ] = 0.0
-        self.s[S_A] = 1.0
-
-    def add_rows(self, rows: np.ndarray, coef: np.ndarray, u_scale: float | None = None) -> float:
-        """``v += sum_i coef_i x_{rows_i}``; return the exact change of ``||v||^2``.
-
-        When ``u_scale`` is given, ``u += u_scale * (the same sum)`` too.
+        When ``u_scale`` (M,) is given, ``U[:, c] += u_scale_c *`` the same sum.  The
+        change is summed per column as ``(new - old)(new + old)``: its rounding is
+        relative to the change, not to ``||v_c||^2``.
         """
         owner, cols, vals = self._batch(rows)
-        contrib = vals * coef[owner]
-        keep = contrib != 0
-        if not keep.all():
-            cols, contrib = cols[keep], contrib[keep]
+        live = np.any(coef != 0.0, axis=1)             # inactive rows add nothing
+        if not live.all():
+            keep = live[owner]
+            owner, cols, vals = owner[keep], cols[keep], vals[keep]
         if cols.size == 0:
-            return 0.0
+            return np.zeros(self.n_outputs)
+        contrib = vals[:, None] * coef[owner]
         uniq, inv = np.unique(cols, return_inverse=True)
-        agg = np.bincount(inv, weights=contrib, minlength=uniq.size)
-        old = self.v[uniq].astype(np.float64)
-        self.v[uniq] = old + agg
-        new = self.v[uniq].astype(np.float64)
-        if u_scale is not None and self.u is not None:
-            self.u[uniq] += u_scale * agg
-        # per column (new - old)(new + old): rounding relative to the change, not to ||v||^2,
-        # and no BLAS call (np.dot on ~10^4 entries wakes its thread pool: ms per step)
-        return float(np.sum((new - old) * (new + old)))
+        agg = _sum_by(inv, contrib, uniq.size)
+        old = self.V[uniq].astype(np.float64)
+        self.V[uniq] = old + agg
+        new = self.V[uniq].astype(np.float64)
+        if u_scale is not None and self.U is not None:
+            self.U[uniq] += u_scale * agg
+        return np.sum((new - old) * (new + old), axis=0)
 
-    def pegasos_step(self, rows, m, eta: float, shrink: float, k: int,
-                     unreg_bias: bool, radius: float, average: bool) -> None:
-        """Steps 4-5 of Pegasos Fig. 1 in the sparse form (see :mod:`.base`)."""
-        s = self.s
-        y_b = self.y[rows].astype(np.float64)
+    # ------------------------------------------------------------ Pegasos
+    def optimal_bias_m(self, rows: np.ndarray, m: np.ndarray) -> None:
+        """Per output: the batch-optimal bias of the weighted hinge (Sec. 4); ``m`` shifted.
+
+        ``y_i (sc_i + b)`` is written ``1 + y_i (b - b_i)`` with the breakpoints
+        ``b_i = y_i - sc_i``: exactly 1 (so not in ``A_t^+``) for the rows whose
+        breakpoint is ``b``, whatever the rounding.
+        """
+        y_b = self.Y[rows].astype(np.float64)
+        wts = self._weights()[rows]
+        for c in range(self.n_outputs):
+            yc = y_b[:, c]
+            sc = yc * m[:, c] - self.sm[S_B, c]
+            b = optimal_bias_weighted(yc, sc, wts[:, c])
+            m[:, c] = 1.0 + yc * (b - (yc - sc))
+            self.sm[S_B, c] = b
+
+    def reset_scale_m(self) -> None:
+        """``W = 0`` for every output, the running averages kept (``U -= A V``)."""
+        if self.U is not None:
+            self.U -= self.sm[S_ASUM] * self.V
+        self.V[:] = 0
+        self.sm[S_VSQ] = 0.0
+        self.sm[S_A] = 1.0
+
+    def pegasos_step_m(self, rows, m, eta: float, shrink: float, k: int, unreg_bias: bool,
+                       radius: float, average: bool, squared: bool) -> None:
+        """Steps 4-5 of Pegasos Fig. 1 for every output, weighted, per loss (``_general``).
+
+        ``a <- shrink a``; ``v_c += eta/(k a_c) sum_{m_ic < 1} g_ic y_ic x_i`` with
+        ``g_ic = s_i`` (hinge) or ``2 s_i (1 - m_ic)`` (squared hinge); the
+        unregularised bias step; the projection of each column onto the ball of
+        radius ``radius`` (0: none); the new iterate into the running average.
+        """
+        sm = self.sm
+        y_b = self.Y[rows].astype(np.float64)
+        s_b = self._weights()[rows]
         active = m < 1.0
-        s[S_NACT] = np.count_nonzero(active)
-        s[S_LOSS] = np.sum(np.maximum(0.0, 1.0 - m))
-        a = s[S_A] * shrink                                   # (1 - eta_t lam) w_t
-        coef = np.where(active, y_b * (eta / (k * a)), 0.0)    # (eta_t / k) y_i, in units of a
-        dn = self.add_rows(rows, coef, u_scale=s[S_ASUM])
-        s[S_DNORM] = dn
-        s[S_VSQ] += dn
-        s[S_A] = a
-        if unreg_bias:
-            s[S_YACT] = np.sum(y_b[active])
-            s[S_B] += eta * s[S_YACT] / k                     # b - eta_t * d/db of the batch loss
-        if radius > 0.0:                                      # step 5: projection
-            wsq = a * a * s[S_VSQ]
-            if wsq > radius * radius:
-                s[S_A] = a * (radius / np.sqrt(wsq))
+        slack = np.maximum(0.0, 1.0 - m)
+        sm[S_NACT] = np.count_nonzero(active, axis=0)
+        if squared:
+            g = 2.0 * s_b * slack                              # -d loss_i / d m_i
+            sm[S_LOSS] = np.sum(s_b * slack * slack, axis=0)
+        else:
+            g = s_b * active
+            sm[S_LOSS] = np.sum(s_b * slack, axis=0)
+        a = sm[S_A] * shrink                                   # (1 - eta_t lam) w_t
+        coef = np.where(active, (g * y_b) * (eta / (k * a)), 0.0)
+        dn = self.add_rows_m(rows, coef, u_scale=sm[S_ASUM])
+        sm[S_DNORM] = dn
+        sm[S_VSQ] += dn
+        sm[S_A] = a
+        if unreg_bias:                                         # b - eta_t d/db of the batch loss
+            sm[S_YACT] = np.sum(np.where(active, g * y_b, 0.0), axis=0)
+            sm[S_B] += eta * sm[S_YACT] / k
+        if radius > 0.0:                                       # step 5, each column alone
+            wsq = a * a * sm[S_VSQ]
+            over = wsq > radius * radius
+            sm[S_A] = np.where(over, a * (radius / np.sqrt(np.where(over, wsq, 1.0))), a)
         if average:
-            s[S_ASUM] += s[S_A]
-            s[S_NAVG] += 1.0
-            s[S_BSUM] += s[S_B]
+            sm[S_ASUM] += sm[S_A]
+            sm[S_NAVG] += 1.0
+            sm[S_BSUM] += sm[S_B]
 
-    def renormalize(self, threshold: float) -> None:
-        """Fold ``a`` into ``v`` when ``|a| < threshold``; the running sum ``S = A v - u``
-        moves into ``u`` alone (``u <- u - A v``, ``A <- 0``), so that ``A v`` and ``u``
-        never grow apart from ``S`` across renormalisations (rescaling ``A`` by ``1/a``
-        instead loses every digit of ``S`` to cancellation, then overflows)."""
-        a = self.s[S_A]
-        if abs(a) < threshold:
-            if self.u is not None:
-                self.u -= self.s[S_ASUM] * self.v.astype(np.float64)
-            self.v *= self.dtype.type(a)
-            self.s[S_VSQ] *= a * a
-            self.s[S_ASUM] = 0.0
-            self.s[S_A] = 1.0
+    def renormalize_m(self, threshold: float) -> None:
+        """Fold ``a_c`` into column ``c`` of ``V`` for each output with ``|a_c| < threshold``.
 
-    def pegasos_segment(self, sampler, t0: int, t1: int, plan) -> None:
+        The running sum ``S = A v - u`` moves into ``u`` alone (``u <- u - A v``,
+        ``A <- 0``), so that ``A v`` and ``u`` never grow apart from ``S`` (rescaling
+        ``A`` by ``1/a`` instead loses every digit of ``S`` to cancellation).
+        """
+        sm = self.sm
+        for c in np.flatnonzero(np.abs(sm[S_A]) < threshold):
+            a = sm[S_A, c]
+            if self.U is not None:
+                self.U[:, c] -= sm[S_ASUM, c] * self.V[:, c].astype(np.float64)
+            self.V[:, c] *= self.dtype.type(a)
+            sm[S_VSQ, c] *= a * a
+            sm[S_ASUM, c] = 0.0
+            sm[S_A, c] = 1.0
+
+    def pegasos_segment_m(self, sampler, t0: int, t1: int, plan) -> None:
         """Pegasos iterations ``t0 + 1 .. t1`` (Shalev-Shwartz et al. 2007, Fig. 1), step by step.
 
-        The reference of every backend's segment: the mini-batch Pegasos
-        iteration spelled out over the primitives of :mod:`gpusvm.backends.base`.
+        The reference of every backend's segment.
 
         Parameters
         ----------
@@ -241,189 +240,140 @@ class NumpyBackend(GeneralPath):
         plan : gpusvm.backends.base.PegasosPlan
         """
         p = plan
+        squared = p.loss == "squared_hinge"
         for t in range(t0 + 1, t1 + 1):
             rows, _ = sampler.batch(t - 1)                                    # step 1: A_t
-            m = self.margins(rows)                                            # step 2: margins
+            m = self.margins_m(rows)                                          # step 2
             if p.optimal:
-                self.optimal_bias(rows, m)                                    # Sec. 4: b* of A_t
+                self.optimal_bias_m(rows, m)                                  # Sec. 4: b* of A_t
             eta, shrink = step_size(p.schedule, t, p.lam, p.eta0, p.norma_p)  # step 3
             if shrink == 0.0:
-                self.reset_scale()
+                self.reset_scale_m()
                 shrink = 1.0
-            self.pegasos_step(rows, m, eta, shrink, p.k, p.unreg_bias,        # steps 4-5
-                              p.radius, p.averaged and t >= p.t_avg)
-            self.renormalize(p.renorm_threshold)                              # keep v in range
-
-    def reset_average(self) -> None:
-        """Empty the running average (``u = 0``, ``A = 0``, no iterate, no bias summed)."""
-        if self.u is not None:
-            self.u[...] = 0.0
-        self.s[S_ASUM] = 0.0
-        self.s[S_NAVG] = 0.0
-        self.s[S_BSUM] = 0.0
-
-    def output(self, averaged: bool):
-        """Dense float64 ``w`` and float ``b`` of the last iterate or of the average."""
-        s = self.s
-        if averaged and s[S_NAVG] > 0:
-            w = (s[S_ASUM] * self.v.astype(np.float64) - self.u) / s[S_NAVG]
-            return w, s[S_BSUM] / s[S_NAVG]
-        return s[S_A] * self.v.astype(np.float64), float(s[S_B])
-
-    def decision_function(self, w, b) -> np.ndarray:
-        """``<w, x_i> + b`` on all rows."""
-        return self.X @ np.asarray(w, dtype=np.float64) + b
-
-    def evaluate(self, w, b, lam: float, reg_bias: bool = False) -> Evaluation:
-        """Primal objective ``P(w)`` on all rows (ALGORITHMS.md, Notation)."""
-        z = self.decision_function(w, b)
-        loss = float(np.mean(np.maximum(0.0, 1.0 - self.y * z)))
-        sq = float(np.dot(w, w)) + (b * b if reg_bias else 0.0)
-        return Evaluation(0.5 * lam * sq + loss, loss, sq)
+            self.pegasos_step_m(rows, m, eta, shrink, p.k, p.unreg_bias, p.radius,   # steps 4-5
+                                p.averaged and t >= p.t_avg, squared)
+            self.renormalize_m(p.renorm_threshold)                            # keep v in range
 
     # ------------------------------------------------------------ SDCA (Takáč et al. 2013)
-    # The contract of these primitives is written out in gpusvm/solvers/sdca.py.
-    def init_dual(self, beta0: float) -> None:
-        """Start SDCA at ``alpha = 0`` (``w = 0``; call after :meth:`init_state`).
+    def init_dual_m(self, beta0: float, loss: str = "hinge", alpha0=None, lam=None) -> None:
+        """Start SDCA: ``alpha = alpha0`` (n, M), or 0 with zero rows at their optimum.
 
-        Rows with ``||x_i|| = 0`` start at ``alpha_i = 1``, their optimum: their
-        dual term ``alpha_i / n`` does not interact with ``w``.  Sets
-        ``S_ASUMD = sum alpha``, ``S_BETA = beta0`` and ``S_NREJ = 0``.
+        A zero row's dual term does not interact with ``w``; its optimum is
+        ``alpha_i = s_i`` (hinge) or ``2 s_i`` (squared hinge).  With ``alpha0``
+        the iterate is set to ``w(alpha0)`` (``lam`` needed).  ``sm[S_BETA] = beta0``,
+        ``sm[S_NREJ] = 0``; every row is in the active set of shrinking.
         """
-        self.alpha = (self.row_sq_norms == 0).astype(np.float64)
+        s = self._weights()
+        if alpha0 is None:
+            zero = (self.row_sq_norms == 0).astype(np.float64)
+            top = 2.0 * s if loss == "squared_hinge" else s
+            self.alpha = np.ascontiguousarray(zero[:, None] * top)
+        else:
+            self.alpha = np.array(np.reshape(alpha0, (self.n, self.n_outputs)), dtype=np.float64,
+                                  order="C")
+        with np.errstate(divide="ignore"):
+            self._inv_q = 1.0 / self.row_sq_norms     # inf on zero rows: their step is s_i - alpha_i
+        self._eps = float(np.finfo(self.dtype).eps)
         self._active = np.ones(self.n, dtype=np.bool_)
         self._shr = np.array([np.inf, -np.inf, -np.inf, np.inf])
-        with np.errstate(divide="ignore"):
-            self._inv_q = 1.0 / self.row_sq_norms     # inf on zero rows: their step is 1 - alpha_i
-        self._y64 = self.y.astype(np.float64)
-        self._eps = float(np.finfo(self.dtype).eps)
-        self._canonical = bool(self.X.has_canonical_format)
-        self._scratch = np.zeros(self.d, dtype=np.float64)
-        self._count = np.zeros(self.d, dtype=np.float64)
-        self._count_rows = self._count_k = None
-        self._rows_of_xb = self._xb = self._xb_cols = None
-        self.s[S_ASUMD] = float(self.alpha.sum())
-        self.s[S_BETA] = float(beta0)
-        self.s[S_NREJ] = 0.0
+        self.sm[S_ASUMD] = self.alpha.sum(axis=0)
+        self.sm[S_BETA] = float(beta0)
+        self.sm[S_NREJ] = 0.0
+        if alpha0 is not None:
+            self.dual_weights_m(lam)
 
-    def load_dual(self, alpha0, lam: float) -> None:
-        """Warm start: ``alpha = alpha0`` (n,) and the iterate ``w(alpha0)`` (after :meth:`init_dual`)."""
-        self.alpha[:] = np.asarray(alpha0, dtype=np.float64)
-        self.dual_weights(lam)
+    def sdca_deltas_m(self, rows, m, lam: float, first=None, squared: bool = False):
+        """Eq. (15) per output with ``beta_c = sm[S_BETA, c]``, weighted, per loss (k, M).
 
-    def sdca_deltas(self, rows: np.ndarray, m: np.ndarray, lam: float,
-                    first: np.ndarray | None = None) -> np.ndarray:
-        """Coordinate steps of eq. (15) with ``beta = S_BETA`` (float64, shape (b,)).
-
-        ``delta_i = clip_[-alpha_i, 1 - alpha_i](lam n (1 - m_i) / (beta ||x_i||^2))``;
-        a zero row gets ``1 - alpha_i`` (the limit ``||x_i|| -> 0``); where
-        ``first`` is given and 0/False (a repeated row of the batch) ``delta_i = 0``.
+        Hinge: ``clip_[-alpha_i, s_i - alpha_i](lam n (1 - m_i) / (beta ||x_i||^2))``,
+        ``s_i - alpha_i`` on a zero row; squared hinge: the closed form of
+        :mod:`gpusvm.backends._general`.  ``delta = 0`` where ``first`` is 0/False
+        (a repeated row of the batch).
         """
-        a_b = self.alpha[rows]
-        raw = (lam * self.n / self.s[S_BETA]) * (1.0 - m) * self._inv_q[rows]
-        with np.errstate(invalid="ignore"):
-            delta = np.minimum(np.maximum(raw, -a_b), 1.0 - a_b)    # clip to the box
-        delta = np.where(self.row_sq_norms[rows] == 0.0, 1.0 - a_b, delta)   # zero rows, any m
+        A = self.alpha[rows]
+        s = self._weights()[rows]
+        q = self.row_sq_norms[rows][:, None]
+        beta = self.sm[S_BETA]
+        lamn = lam * self.n
+        if squared:
+            delta = (2.0 * s * (1.0 - m) - A) / (1.0 + 2.0 * s * beta * q / lamn)
+            delta = np.maximum(delta, -A)
+        else:
+            raw = (lamn / beta) * (1.0 - m) * self._inv_q[rows][:, None]
+            with np.errstate(invalid="ignore"):
+                delta = np.minimum(np.maximum(raw, -A), s - A)
+            delta = np.where(q == 0.0, s - A, delta)
         if first is not None:
-            delta = np.where(first, delta, 0.0)
+            delta = np.where(np.asarray(first, dtype=bool)[:, None], delta, 0.0)
         return delta
 
-    def _batch_sum(self, rows: np.ndarray, coef: np.ndarray):
-        """``u = sum_i coef_i x_{rows_i}`` as ``(cols, vals, k)``: each column of ``u``
-        appears ``k`` times in ``cols`` with the same value (``sum`` of ``vals**2 / k``
-        is ``||u||^2``).
+    def sdca_adapt_beta_m(self, rows, delta, beta_b: float, theta: float) -> None:
+        """Alg. 2 per output: ``beta_c <- clip(beta_c^theta rho_c^(1-theta), 1, beta_b)``.
 
-        Small batches add into a zeroed scratch vector (``np.add.at``), O(nnz of the
-        rows), and zero it again; batches whose nonzeros exceed ``d/8`` use SciPy's
-        ``X[rows].T @ coef`` read at the batch's columns (O(nnz + d) = O(nnz) for
-        them, in C, faster on a CPU).
-        """
-        owner, cols, vals = self._batch(rows)
-        if rows.size == 1 and self._canonical:          # one row: its columns are distinct
-            return cols, vals * coef[0], 1.0
-        if 8 * cols.size > self.d:
-            if self._rows_of_xb is not rows:                # once per batch: X[rows], its columns
-                self._xb = self.X[rows]
-                mark = np.zeros(self.d, dtype=bool)
-                mark[cols] = True
-                self._xb_cols = np.flatnonzero(mark)
-                self._rows_of_xb = rows
-            u = np.asarray(self._xb.T @ coef, dtype=np.float64).ravel()
-            return self._xb_cols, u[self._xb_cols], 1.0
-        if self._count_rows is not rows:                # multiplicity of each column in the batch
-            count = self._count
-            np.add.at(count, cols, 1.0)
-            self._count_k = count[cols]
-            count[cols] = 0.0
-            self._count_rows = rows
-        scratch = self._scratch
-        np.add.at(scratch, cols, vals * coef[owner])
-        agg = scratch[cols]
-        scratch[cols] = 0.0
-        return cols, agg, self._count_k
-
-    def _scatter_sdca(self, rows: np.ndarray, coef: np.ndarray, into_v: bool) -> float:
-        """``||u||^2`` for ``u = sum_i coef_i x_{rows_i}`` (``into_v=False``), or ``v += u``
-        and the exact change of ``||v||^2`` (``into_v=True``); O(nnz of the rows) work
-        on ``v`` either way (see :meth:`_batch_sum`)."""
-        cols, agg, k = self._batch_sum(rows, coef)
-        if not into_v:
-            return float(np.sum(agg * agg / k))
-        old = self.v[cols].astype(np.float64)
-        self.v[cols] = old + agg
-        new = self.v[cols].astype(np.float64)
-        return float(np.sum((new - old) * (new + old) / k))
-
-    def sdca_adapt_beta(self, rows: np.ndarray, delta: np.ndarray, beta_b: float,
-                        theta: float) -> None:
-        """Alg. 2: ``beta <- beta^theta rho^(1-theta)`` from the tentative step ``delta``.
-
-        ``rho = ||sum_i delta_i y_i x_i||^2 / sum_i delta_i^2 ||x_i||^2`` clipped
-        to ``[1, beta_b]`` (stored in ``S_TMP0``); the new ``beta`` is clipped to
-        ``[1, beta_b]`` against rounding; ``beta`` is unchanged when the
+        ``rho_c = ||sum_i delta_ic y_ic x_i||^2 / sum_i delta_ic^2 ||x_i||^2`` clipped to
+        ``[1, beta_b]`` (in ``sm[S_TMP0]``); ``beta_c`` is unchanged where the
         denominator is 0 (a null tentative step).
         """
-        s = self.s
-        den = float(np.dot(delta * delta, self.row_sq_norms[rows]))
-        if den <= 0.0:
-            return
-        num = self._scatter_sdca(rows, delta * self._y64[rows], into_v=False)
-        rho = min(max(num / den, 1.0), beta_b)
-        s[S_TMP0] = rho
-        beta = s[S_BETA] ** theta * rho ** (1.0 - theta)
-        s[S_BETA] = min(max(beta, 1.0), beta_b)                   # stays in [1, beta_b] despite rounding
+        sm = self.sm
+        den = np.sum(delta * delta * self.row_sq_norms[rows][:, None], axis=0)
+        owner, cols, vals = self._batch(rows)
+        num = np.zeros(self.n_outputs)
+        if cols.size:
+            uniq, inv = np.unique(cols, return_inverse=True)
+            coef = delta * self.Y[rows].astype(np.float64)
+            agg = _sum_by(inv, vals[:, None] * coef[owner], uniq.size)
+            num = np.sum(agg * agg, axis=0)
+        for c in np.flatnonzero(den > 0.0):
+            rho = min(max(num[c] / den[c], 1.0), beta_b)
+            sm[S_TMP0, c] = rho
+            beta = sm[S_BETA, c] ** theta * rho ** (1.0 - theta)
+            sm[S_BETA, c] = min(max(beta, 1.0), beta_b)
 
-    def sdca_apply(self, rows: np.ndarray, delta: np.ndarray, lam: float, check: bool) -> None:
-        """``alpha_A += delta``, ``w += (1/(lam n)) sum_i delta_i y_i x_i`` (``v`` in units of ``a``).
+    def sdca_apply_m(self, rows, delta, lam: float, check: bool, squared: bool = False) -> None:
+        """``alpha += delta``, ``W += (1/(lam n)) sum_i delta_ic y_ic x_i`` per output.
 
-        ``S_VSQ`` and ``S_ASUMD`` follow exactly.  When ``check``, the step is
-        rejected if ``Delta D = (1/n) sum delta_i - (lam/2)(||w + u||^2 - ||w||^2)
-        < -tau`` (with the exact norm change, computed as :meth:`add_rows` does),
-        ``tau = 4 eps lam a^2 ||v||^2 + 4 eps_64 sum |delta_i| / n`` the rounding
-        of that difference (``eps`` of ``v``'s dtype): then ``v`` gets the
-        opposite addition, ``alpha`` is left alone and ``S_NREJ`` counts it.
+        When ``check``, output ``c``'s step is undone (``V`` gets the opposite
+        addition, ``alpha`` is left, ``sm[S_NREJ, c]`` counts it) if its
+        ``Delta D_c < -tau_c``, ``tau_c = 4 eps lam a_c^2 ||v_c||^2 + 4 eps_64
+        sum_i |delta_ic| / n`` the rounding of that difference (``eps`` of ``V``'s
+        dtype); ``Delta D_c`` has the squared hinge's separable term.
         """
-        s = self.s
-        n, a = self.n, s[S_A]
-        coef = delta * self._y64[rows] * (1.0 / (lam * n * a))
-        vsq = s[S_VSQ]
-        dn = self._scatter_sdca(rows, coef, into_v=True)
-        s[S_DNORM] = dn
-        if check and (float(delta.sum()) / n - 0.5 * lam * a * a * dn
-                      < -4.0 * (self._eps * lam * a * a * vsq + _EPS64 * float(np.abs(delta).sum()) / n)):
-            s[S_VSQ] += dn + self._scatter_sdca(rows, -coef, into_v=True)
-            s[S_NREJ] += 1.0
-            return
-        s[S_VSQ] += dn
-        np.add.at(self.alpha, rows, delta)
-        s[S_ASUMD] += float(delta.sum())
+        sm = self.sm
+        n, a = self.n, sm[S_A]
+        coef = delta * self.Y[rows].astype(np.float64) * (1.0 / (lam * n * a))
+        vsq = sm[S_VSQ].copy()
+        dn = self.add_rows_m(rows, coef)
+        sm[S_DNORM] = dn
+        ok = np.ones(self.n_outputs, dtype=bool)
+        if check:
+            gain = delta.sum(axis=0)                        # n times the separable change of D
+            if squared:
+                A, s = self.alpha[rows], self._weights()[rows]
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    gain = gain - np.sum(np.where(s > 0.0, delta * (2.0 * A + delta) /
+                                                  (4.0 * np.where(s > 0, s, 1.0)), 0.0), axis=0)
+            tau = 4.0 * (self._eps * lam * a * a * vsq + _EPS64 * np.abs(delta).sum(axis=0) / n)
+            ok = gain / n - 0.5 * lam * a * a * dn >= -tau
+            if not ok.all():
+                dn = dn + self.add_rows_m(rows, np.where(ok, 0.0, -coef))
+                sm[S_NREJ] += ~ok
+        sm[S_VSQ] += dn
+        kept = np.where(ok, delta, 0.0)
+        np.add.at(self.alpha, rows, kept)
+        sm[S_ASUMD] += kept.sum(axis=0)
 
-    def sdca_segment(self, sampler, t0: int, t1: int, plan) -> None:
+    def sdca_segment_m(self, sampler, t0: int, t1: int, plan) -> None:
         """Mini-batch SDCA iterations ``t0 + 1 .. t1`` (Takáč et al. 2013), step by step.
 
-        The reference of every backend's segment: eq. (15) with ``beta = beta_b``
-        (safe, Theorem 2) or 1 (naive), or Algorithm 2 (aggressive), over the
-        SDCA primitives of :mod:`gpusvm.solvers.sdca`.
+        Eq. (15) with ``beta = beta_b`` (safe, Theorem 2) or 1 (naive), or Algorithm 2
+        (aggressive); the reference of every backend's segment.  With
+        ``plan.shrinking`` (one unweighted output, one-row batches, the hinge): LIBLINEAR's
+        shrinking (Hsieh et al. 2008, Sec. 3.2): a row whose dual coordinate sits at a
+        bound while its gradient ``G_i = m_i - 1`` pushes it further out, by more
+        than the largest projected gradient of the previous epoch, leaves the active
+        set and is skipped; every ``n`` iterations the bounds roll over, and once the
+        projected gradients of the active set span at most :data:`SHRINK_EPS` every
+        row comes back (:meth:`sdca_unshrink_m`).
 
         Parameters
         ----------
@@ -435,46 +385,25 @@ class NumpyBackend(GeneralPath):
         plan : gpusvm.backends.base.SDCAPlan
         """
         p = plan
-        if p.shrinking:
-            self._sdca_segment_shrinking(sampler, t0, t1, p)
-            return
+        squared = p.loss == "squared_hinge"
         for t in range(t0, t1):
-            rows, first = sampler.batch(t)                                    # A_t, Rand(b)
-            m = self.margins(rows)                                            # y_i <w, x_i>
-            delta = self.sdca_deltas(rows, m, p.lam, first)                   # eq. (15), beta^(t)
-            if p.aggressive:
-                self.sdca_adapt_beta(rows, delta, p.beta_b, p.theta)          # Alg. 2: beta^(t+1)
-                delta = self.sdca_deltas(rows, m, p.lam, first)               # Alg. 2: delta
-            self.sdca_apply(rows, delta, p.lam, check=p.aggressive)           # keep if D grows
-
-    def _sdca_segment_shrinking(self, sampler, t0: int, t1: int, p) -> None:
-        """:meth:`sdca_segment` for one-row batches with LIBLINEAR's shrinking.
-
-        A row whose dual coordinate sits at a bound while its gradient
-        ``G_i = y_i <w, x_i> - 1`` pushes it further out, by more than the
-        largest projected gradient of the previous epoch, leaves the active set
-        (Hsieh et al. 2008, Sec. 3.2): its margin is no longer computed.  Every
-        ``n`` iterations (an epoch) the bounds roll over; once the projected
-        gradients of the active set span at most :data:`SHRINK_EPS`, every row
-        comes back (:meth:`sdca_unshrink`).
-        """
-        n = self.n
-        for t in range(t0, t1):
-            rows, _ = sampler.batch(t)                                        # A_t = {r}
-            r = rows[0]
-            if self._active[r]:
-                m = self.margins(rows)                                        # y_r <w, x_r>
-                if not self._shrink_test(r, float(m[0])):
-                    delta = self.sdca_deltas(rows, m, p.lam)                  # eq. (15)
-                    self.sdca_apply(rows, delta, p.lam, check=p.aggressive)
-            if (t + 1) % n == 0:                                              # an epoch ends
+            rows, first = sampler.batch(t)                                    # A_t
+            if not p.shrinking or self._active[rows[0]]:
+                m = self.margins_m(rows)                                      # y_ic <w_c, x_i>
+                if not p.shrinking or not self._shrink_test(rows[0], m[0, 0]):
+                    delta = self.sdca_deltas_m(rows, m, p.lam, first, squared)    # eq. (15)
+                    if p.aggressive:
+                        self.sdca_adapt_beta_m(rows, delta, p.beta_b, p.theta)    # Alg. 2
+                        delta = self.sdca_deltas_m(rows, m, p.lam, first, squared)
+                    self.sdca_apply_m(rows, delta, p.lam, p.aggressive, squared)  # keep if D grows
+            if p.shrinking and (t + 1) % self.n == 0:                         # an epoch ends
                 self._shrink_epoch()
 
     def _shrink_test(self, r: int, m_r: float) -> bool:
         """LIBLINEAR's shrinking test of row ``r`` (True: it leaves the active set)."""
         sh = self._shr
         g = m_r - 1.0
-        a = self.alpha[r]
+        a = self.alpha[r, 0]
         if a <= 0.0:
             if g > sh[0]:
                 self._active[r] = False
@@ -495,34 +424,40 @@ class NumpyBackend(GeneralPath):
         """Roll the bounds of the shrinking test over at the end of an epoch."""
         sh = self._shr
         if sh[2] - sh[3] <= SHRINK_EPS:
-            self.sdca_unshrink()
+            self.sdca_unshrink_m()
             return
         sh[0] = sh[2] if sh[2] > 0.0 else np.inf
         sh[1] = sh[3] if sh[3] < 0.0 else -np.inf
         sh[2] = -np.inf
         sh[3] = np.inf
 
-    def sdca_unshrink(self) -> None:
+    def sdca_unshrink_m(self) -> None:
         """Bring every row back into the active set of shrinking and forget the bounds."""
         self._active[:] = True
         self._shr[:] = (np.inf, -np.inf, -np.inf, np.inf)
 
-    def dual_weights(self, lam: float) -> np.ndarray:
-        """``w(alpha) = (1/(lam n)) sum_i alpha_i y_i x_i`` recomputed in float64 (O(nnz)).
+    @contextlib.contextmanager
+    def outputs_m(self, outputs):
+        """Within the block the backend holds the listed outputs only (``Y``, ``V``, ``alpha``,
+        ``sm`` and the weights restricted to those columns); on exit their columns are
+        written back and the other outputs are as they were.
 
-        Also resynchronises the iterate with it (``v = w``, ``a = 1``,
-        ``S_VSQ = ||v||^2``, ``S_ASUMD = sum alpha``), which removes the rounding
-        that the incremental updates accumulate.
+        One-vs-rest outputs are independent problems that share the sampled rows: the
+        SDCA solver runs its segments inside this block with the outputs not yet
+        certified, which then cost the margins and updates of those outputs only.
         """
-        w = np.asarray(self.X.T @ (self.alpha * self.y.astype(np.float64)),
-                       dtype=np.float64).ravel() / (lam * self.n)
-        self.v[:] = w
-        v64 = self.v.astype(np.float64)
-        self.s[S_A] = 1.0
-        self.s[S_VSQ] = float(np.dot(v64, v64))
-        self.s[S_ASUMD] = float(self.alpha.sum())
-        return w
-
-    def dual_objective(self, lam: float, w: np.ndarray) -> float:
-        """``D(alpha) = (1/n) sum_i alpha_i - (lam/2) ||w||^2`` with ``w = w(alpha)`` (host float)."""
-        return float(self.alpha.sum()) / self.n - 0.5 * lam * float(np.dot(w, w))
+        outputs = np.asarray(outputs, dtype=np.intp)
+        full = (self.Y, self.V, self.alpha, self.sm, self.sample_weight)
+        if full[4] is not None:               # each output keeps its own row weights
+            self.sample_weight = np.ascontiguousarray(full[4][:, outputs])
+        self.Y = np.ascontiguousarray(full[0][:, outputs])
+        self.V = np.ascontiguousarray(full[1][:, outputs])
+        self.alpha = np.ascontiguousarray(full[2][:, outputs])
+        self.sm = np.ascontiguousarray(full[3][:, outputs])
+        try:
+            yield self
+        finally:
+            full[1][:, outputs] = self.V
+            full[2][:, outputs] = self.alpha
+            full[3][:, outputs] = self.sm
+            self.Y, self.V, self.alpha, self.sm, self.sample_weight = full

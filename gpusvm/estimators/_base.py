@@ -3,7 +3,6 @@ progress bars (no mathematics)."""
 
 from __future__ import annotations
 
-import inspect
 import math
 import warnings
 from numbers import Integral, Real
@@ -23,15 +22,12 @@ from ..backends import BACKENDS, numba_available, resolve_backend_name
 from ..model_io import check_restored
 from ..solvers._sampling import SAMPLING_MODES
 from ..solvers.pegasos import BIAS_MODES
+from ..solvers.policy import batch_size
 
 
 #: the largest ``max_iter``: iteration counters are 64-bit integers in the compiled loops
 MAX_ITER = 2**62
 
-#: the smallest batch for ``bias="optimal"``: the optimal bias of a batch puts a margin at
-#: exactly 1, so a batch of one row never moves ``w``, and on a9a batches of 2 and 4 stay at
-#: the majority class's accuracy
-MIN_OPTIMAL_BIAS_BATCH = 8
 
 
 def _max_squared_row_norm(X) -> float:
@@ -91,10 +87,6 @@ def binary_labels(y, estimator_name: str):
     return classes, np.where(inv == 1, 1.0, -1.0)
 
 
-#: Pegasos' default cap with the doubling tail average: 2^6 epochs
-MAX_EPOCHS_DOUBLING = 64
-#: batch_size="auto" on a device backend (an iteration costs about as much for 4096 rows as for 1)
-DEVICE_AUTO_BATCH = 4096
 
 
 #: losses of the linear estimators (ALGORITHMS.md, "Weights, and the squared hinge")
@@ -107,21 +99,6 @@ DEFAULT_LAM = 1e-4
 #: serves all M margins) when the solvers have it; measured on 20 Newsgroups (numba, CPU
 #: seconds): 1.26 s for one M-output call against 2.14 s for one binary fit per class
 OVR_NATIVE_BACKENDS = ("numpy", "numba", "cupy", "emulated")
-
-
-def solver_has(solver, parameter: str) -> bool:
-    """Whether the solver function ``solver`` takes the keyword ``parameter``.
-
-    Parameters
-    ----------
-    solver : callable
-    parameter : str
-
-    Returns
-    -------
-    bool
-    """
-    return parameter in inspect.signature(solver).parameters
 
 
 def class_labels(y, estimator_name: str):
@@ -419,19 +396,10 @@ class _LinearSVCBase(ClassifierMixin, BaseEstimator):
                 f"smallest normal {dtype.name} (weights below {smallest:.3g}); use {fix}{other}")
 
     def _resolve(self, n: int):
-        """The backend name and the batch size the fit runs with (``"auto"`` resolved).
-
-        ``batch_size="auto"``: 1 on a CPU backend, where every row costs the same
-        whatever the batch and the fewest epochs win (BENCHMARKS.md), and
-        ``min(n, DEVICE_AUTO_BATCH)`` on a device, where an iteration costs about as
-        much for thousands of rows as for one.  A one-vs-one or ordinal problem
-        smaller than ``batch_size`` uses all its rows.
-        """
+        """The backend name and the batch size the fit runs with
+        (:func:`~gpusvm.solvers.policy.batch_size`)."""
         backend = resolve_backend_name(self.backend)
-        k = self.batch_size
-        if k == "auto":
-            k = 1 if backend in ("numpy", "numba") else min(n, DEVICE_AUTO_BATCH)
-        return backend, int(min(k, n))
+        return backend, batch_size(backend, n, self.batch_size)
 
     def _seed(self):
         rs = self.random_state
@@ -533,10 +501,8 @@ class _LinearSVCBase(ClassifierMixin, BaseEstimator):
     #: True or False forces it (tests compare the two)
     _ovr_native = None
 
-    def _native_ovr(self, solver_supports: bool) -> bool:
+    def _native_ovr(self) -> bool:
         """Whether one-vs-rest runs as one M-output solver call on this fit's backend."""
-        if not solver_supports:
-            return False
         if self._ovr_native is not None:
             return bool(self._ovr_native)
         return resolve_backend_name(self.backend) in OVR_NATIVE_BACKENDS

@@ -55,7 +55,8 @@ from sklearn.utils.validation import _check_sample_weight, check_is_fitted
 from ..backends import make_backend, resolve_backend_name
 from ..solvers.newton import DEFAULT_MAX_ITER as DEFAULT_NEWTON_ITER
 from ..solvers.newton import newton_block
-from ..solvers.sdca import default_max_iter, sdca
+from ..solvers.policy import choose_cv_solver, sdca_settings
+from ..solvers.sdca import sdca
 from ._base import class_labels, output_problems, row_weights
 from .pegasos import PegasosSVC
 from .sdca import SDCASVC
@@ -63,10 +64,6 @@ from .sdca import SDCASVC
 #: bytes one pass may hold for its outputs (alpha, weights, labels, margins, W): the
 #: outputs of a search are split into passes that fit it (see the module docstring)
 MEMORY_BUDGET = 1 << 30
-
-#: solver="auto" takes Newton for at most this many binary problems per model (see
-#: SDCASVCCV._choose_solver)
-NEWTON_MAX_PROBLEMS = 8
 
 #: LIBLINEAR's largest C of ``train -C`` (the top of the grid when ``Cs`` is an int)
 LIBLINEAR_MAX_C = 1024.0
@@ -476,15 +473,8 @@ stop_reason_, history_, solver_
         return params
 
     def _choose_solver(self, n: int, d: int, n_problems: int) -> str:
-        """``solver="auto"``: Newton for the squared hinge on data with ``4 d <= n`` and at
-        most ``NEWTON_MAX_PROBLEMS`` binary problems per model, SDCA otherwise (measured:
-        BENCHMARKS.md, "Choosing C": Newton 0.66 s against SDCA 1.62 s on a9a, 0.88 against
-        2.90 on w8a; SDCA 6.2 against 12.6 on imdb; on letter's 26 classes SDCA 3.7 against
-        6.1, where the Newton block's per-output line searches and certificates dominate)."""
-        if self.solver != "auto":
-            return self.solver
-        newton = self.loss == "squared_hinge" and 4 * d <= n and n_problems <= NEWTON_MAX_PROBLEMS
-        return "newton" if newton else "sdca"
+        """:func:`~gpusvm.solvers.policy.choose_cv_solver`."""
+        return choose_cv_solver(self.loss, n, d, n_problems, self.solver)
 
     def _check_search(self) -> None:
         if self.bias not in ("none", "augmented"):
@@ -512,9 +502,8 @@ stop_reason_, history_, solver_
             return
         levels = max(1, min(len(Cs), budget // per_level, self._levels_per_pass()))
         backend = resolve_backend_name(self.backend)
-        b = self._resolve(n)[1]
-        variant = self.variant if self.variant != "auto" else ("safe" if b == 1 else "aggressive")
-        max_iter = self.max_iter if self.max_iter is not None else default_max_iter(n, b)
+        b, variant, max_iter, _ = sdca_settings(backend, n, self.batch_size, self.variant,
+                                                self.max_iter, False)
         prev = None                               # own-unit alpha of the last level (n, lanes)
         for c0 in range(0, len(Cs), levels):
             block = range(c0, min(len(Cs), c0 + levels))

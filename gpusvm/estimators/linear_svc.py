@@ -1,7 +1,7 @@
 """LinearSVC: scikit-learn's ``LinearSVC`` interface on gpusvm's solvers, chosen by the data.
 
 The estimator validates LinearSVC's parameters, picks the solver (dual SDCA or primal
-Newton, :func:`choose_solver`), runs :class:`~gpusvm.estimators.sdca.SDCASVC` with
+Newton, :func:`~gpusvm.solvers.policy.choose_solver`), runs :class:`~gpusvm.estimators.sdca.SDCASVC` with
 LinearSVC's ``C``, intercept and stopping settings translated, and reports the result in
 LinearSVC's attributes.  No mathematics here.
 """
@@ -22,72 +22,14 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from .. import _arrays
 from ..backends import BACKENDS, resolve_backend_name
 from .._arrays import check_sparse_structure
-from ._base import DEVICE_AUTO_BATCH, _LinearSVCBase
+from ..solvers.policy import batch_size, choose_solver
+from ._base import _LinearSVCBase
 from .sdca import SDCASVC
 
-#: ``dual="auto"`` with ``n_samples >= n_features`` takes the dual (SDCA) while
-#: ``C * mean_i ||x_i||^2`` is at most this, the primal Newton solver above it (measured
-#: crossover, see :func:`choose_solver`)
-DUAL_MAX_C_SQNORM = 0.2
 #: with ``dual="auto"``, SDCA (squared hinge) that has not converged after this many epochs
 #: hands over to Newton, started from its point (news20, 20 classes, ``C = 100``: SDCA
 #: alone stops at 1,000 epochs after 17 s; the text sets SDCA finishes need at most 160)
 SWITCH_EPOCHS = 200
-
-
-def choose_solver(n_samples: int, n_features: int, C: float, mean_sq_norm: float,
-                  n_classes: int = 2, loss: str = "squared_hinge", dual="auto") -> str:
-    """The solver ``gpusvm.LinearSVC`` runs: ``"sdca"`` (dual) or ``"newton"`` (primal).
-
-    ``loss="hinge"`` has only the dual; ``dual=True``/``False`` choose it as in
-    LinearSVC.  ``dual="auto"``:
-
-    * more features than rows (text): SDCA.  Its epoch is one pass over the
-      nonzeros, and it needs few of them, while every conjugate-gradient step of
-      Newton costs two passes and their number grows with the dimension (imdb,
-      news20 and 20 Newsgroups TF-IDF, every C from 0.01 to 100: SDCA 1.6 to 8
-      times faster; BENCHMARKS.md, "gpusvm.LinearSVC").  The exception is
-      handled by the estimator, not by this rule: SDCA (squared hinge) that has
-      not converged after :data:`SWITCH_EPOCHS` epochs hands over to Newton,
-      started from its point (news20 with 20 classes at ``C = 100``);
-    * otherwise by ``C * mean_i ||x_i||^2``, which sets the conditioning of the
-      dual (its coordinate curvature is ``||x_i||^2 + 1/(2C)``): SDCA up to
-      :data:`DUAL_MAX_C_SQNORM` (0.2), Newton above.  At ``C = 0.01`` (0.03 to
-      0.15 on a9a, w8a, ijcnn1, letter, pendigits) SDCA needs 4 epochs and is as
-      fast as Newton or faster (pendigits: 0.03 s against 0.05 s); at ``C >= 1``
-      SDCA needs tens of epochs (a9a: 136 at ``C = 1``) or stops at ``max_iter``
-      (every one of them at ``C = 100``), while Newton takes 4 to 14 iterations
-      (letter, 26 classes, ``C = 1``: 0.26 s against 0.53 s for SDCA).
-
-    Parameters
-    ----------
-    n_samples, n_features : int
-        Shape of the training data (without the intercept column).
-    C : float
-        LinearSVC's regularisation.
-    mean_sq_norm : float
-        ``mean_i ||x_i||^2`` of the training rows (the intercept column included).
-    n_classes : int, default=2
-        The number of classes (the rule does not depend on it today; kept so that
-        callers pass what a rule may need).
-    loss : {"hinge", "squared_hinge"}, default="squared_hinge"
-    dual : bool or "auto", default="auto"
-
-    The rule was measured on a CPU (compiled SDCA loops, SciPy or BLAS products for
-    Newton); a GPU backend applies the same rule, both solvers running on the device,
-    until a measurement there says otherwise.
-
-    Returns
-    -------
-    {"sdca", "newton"}
-    """
-    if loss == "hinge" or dual is True:
-        return "sdca"
-    if dual is False:
-        return "newton"
-    if n_features > n_samples:
-        return "sdca"
-    return "sdca" if C * mean_sq_norm <= DUAL_MAX_C_SQNORM else "newton"
 
 
 def _mean_sq_norm(X, intercept: float) -> float:
@@ -115,7 +57,7 @@ class LinearSVC(_LinearSVCBase):
     (``loss="squared_hinge"``; the hinge without the square for ``loss="hinge"``),
     with the intercept, when ``fit_intercept=True``, the weight of a constant feature
     ``intercept_scaling`` appended to every row and regularised with ``w``, as
-    liblinear does.  The solver is chosen by the data (:func:`choose_solver`): dual
+    liblinear does.  The solver is chosen by the data (:func:`~gpusvm.solvers.policy.choose_solver`): dual
     coordinate ascent (:class:`~gpusvm.estimators.sdca.SDCASVC`, mini-batch SDCA) for
     wide data and small ``C``, primal truncated Newton
     (``SDCASVC(solver="newton")``) for ``n_samples >= n_features`` and larger ``C``;
@@ -132,7 +74,7 @@ class LinearSVC(_LinearSVCBase):
     dual : "auto" or bool, default="auto"
         ``True``: the dual solver (SDCA); ``False``: the primal Newton solver
         (squared hinge only, as in LinearSVC); ``"auto"``: chosen from the data
-        (:func:`choose_solver`).
+        (:func:`~gpusvm.solvers.policy.choose_solver`).
     tol : float, default=1e-4
         Stop when the duality gap of the problem divided by ``C n`` (the objective
         at ``w = 0`` without weights) is ``<= tol``: a certified bound on the
@@ -195,7 +137,7 @@ class LinearSVC(_LinearSVCBase):
     Notes
     -----
     Measured on the shared data sets (two CPU cores, compilation excluded), the
-    rule of :func:`choose_solver` picks the faster of the two solvers on every set
+    rule of :func:`~gpusvm.solvers.policy.choose_solver` picks the faster of the two solvers on every set
     and ``C`` of BENCHMARKS.md ("gpusvm.LinearSVC"), whose table compares every fit
     with ``sklearn.svm.LinearSVC()``.
 
@@ -341,7 +283,7 @@ class LinearSVC(_LinearSVCBase):
         backend = resolve_backend_name(self.backend)
         max_iter = max(int(self.max_iter), 1)
         if solver == "sdca":
-            batch = 1 if backend in ("numpy", "numba") else min(max(n, 1), DEVICE_AUTO_BATCH)
+            batch = batch_size(backend, max(n, 1), "auto")
             max_iter = max_iter * max(math.ceil(n / batch), 1)
         return SDCASVC(
             C=float(self.C), loss=self.loss, solver=solver, class_weight=self.class_weight,
@@ -395,4 +337,4 @@ class LinearSVC(_LinearSVCBase):
         return super().decision_function(X)
 
 
-__all__ = ["LinearSVC", "choose_solver"]
+__all__ = ["LinearSVC"]

@@ -9,34 +9,14 @@ from numbers import Real
 import numpy as np
 from sklearn.base import _fit_context
 from sklearn.exceptions import ConvergenceWarning
-from sklearn.utils._available_if import available_if
 from sklearn.utils._param_validation import Interval, StrOptions
 
 from .._arrays import warn_if_rows_unscaled
-from ..backends import make_backend
-from ..solvers.pegasos import AVERAGING, SCHEDULES, pegasos
-from ._base import (MAX_EPOCHS_DOUBLING, MIN_OPTIMAL_BIAS_BATCH, _LinearSVCBase, _progress_bar,
-                    solver_has, warn_short_tail)
-
-#: ``batch_size="auto"`` on a CPU backend uses every row in every batch (the deterministic
-#: subgradient method) up to this many rows.  Measured on 15-500 rows of a9a and letter
-#: (C = 1 and 100, lam = 1e-4): at the same number of iterations the full batch ends 10 to 100
-#: times closer to the optimum than single rows, for n times the work per iteration, which
-#: stays within milliseconds up to about 64 rows; it also makes an integer sample weight and
-#: as many repeated rows give the same fit (see ``PegasosSVC``, ``batch_size``).
-#: With ``max_iter=None`` a full-batch fit may run as many iterations as single-row epochs
-#: run on ``FULL_BATCH_ROWS`` rows (64 epochs with the doubling average, which stops earlier;
-#: 10 otherwise): the same cap for every n, so that a weighted fit and the fit on the repeated
-#: rows (more rows) stop at the same iteration.
-FULL_BATCH_ROWS = 64
-
-
-def _solver_has(name: str) -> bool:
-    return solver_has(pegasos, name)
-
-
-#: whether the solver fits the M outputs of one-vs-rest in one call (else one fit per class)
-_NATIVE = _solver_has("loss")
+from ..backends import make_backend, resolve_backend_name
+from ..backends.base import SCHEDULES
+from ..solvers.pegasos import AVERAGING, pegasos
+from ..solvers.policy import MIN_OPTIMAL_BIAS_BATCH, pegasos_settings
+from ._base import _LinearSVCBase, _progress_bar, warn_short_tail
 
 
 class PegasosSVC(_LinearSVCBase):
@@ -305,7 +285,6 @@ class PegasosSVC(_LinearSVCBase):
         self._store(common, per)
         return self
 
-    @available_if(lambda self: _solver_has("t_start"))
     def partial_fit(self, X, y, classes=None, sample_weight=None):
         """One more epoch of Pegasos over ``X``, continuing the step-size schedule.
 
@@ -315,9 +294,6 @@ class PegasosSVC(_LinearSVCBase):
         ``1/(lam t)`` after the ``t_`` iterations of the earlier calls, and returns
         the last iterate (``averaging="auto"`` means ``"none"`` here).  With ``C``,
         ``lam = 1/(C n)`` takes the ``n`` of the first call.
-
-        Available when the Pegasos solver continues a schedule (``t_start=``);
-        ``hasattr(est, "partial_fit")`` says whether it does.
 
         Parameters
         ----------
@@ -349,8 +325,7 @@ class PegasosSVC(_LinearSVCBase):
             raise ValueError(
                 f"partial_fit fits one-vs-rest outputs only (every call's rows serve every "
                 f"output); multi_class={self.multi_class!r} needs fit on all the data")
-        averaging = "none" if self.averaging == "auto" else self.averaging
-        self._averaging = averaging
+        self._averaging = self.averaging           # partial_fit: one chunk of a stream
         t0 = 0 if first else self.t_
         old = None if first else (self.coef_.copy(), self.intercept_.copy(), self.lam_)
 
@@ -388,11 +363,6 @@ class PegasosSVC(_LinearSVCBase):
                 "margins at 1, so w barely moves (with one row, never) and the model predicts "
                 "the majority class; use bias='unregularized' or bias='augmented', or a larger "
                 "batch_size")
-        if self.loss != "hinge" and not _solver_has("loss"):
-            raise NotImplementedError(
-                f"loss={self.loss!r} needs a Pegasos solver with the squared hinge, which this "
-                "gpusvm does not provide yet; use loss='hinge', or "
-                "SDCASVC(loss='squared_hinge', solver='newton')")
 
     def _warm_from(self, coef_init, intercept_init):
         """``warm`` of :meth:`_fit_outputs` from ``coef_init`` and ``intercept_init``."""
@@ -422,31 +392,17 @@ class PegasosSVC(_LinearSVCBase):
 
     def _solve(self, Xs, Y, s, lam, init):
         return self._solve_columns(Xs, Y, s, lam, init, self._solve_one,
-                                   native=self._native_ovr(_NATIVE))
+                                   native=self._native_ovr())
 
     def _solve_one(self, Xs, y, s, lam, init, output_scale=None):
         """One Pegasos run on the rows ``Xs`` with labels ``y`` (one output, or M natively;
         ``output_scale``: see :func:`~gpusvm.solvers.pegasos.pegasos`)."""
         n = Xs.shape[0]
-        backend, k = self._resolve(n)
-        full = (self.batch_size == "auto" and self._averaging is None   # fit, not partial_fit
-                and backend in ("numpy", "numba") and n <= FULL_BATCH_ROWS)
-        if full:
-            k = n
-        if self.bias == "optimal" and self.batch_size == "auto":   # the batch needs rows
-            k = max(k, min(n, MIN_OPTIMAL_BIAS_BATCH))
-        averaging = self._averaging or self.averaging
-        if averaging == "auto":
-            averaging = "doubling" if self.max_iter is None else "tail"
-        epochs = MAX_EPOCHS_DOUBLING if averaging == "doubling" else 10
-        if self._averaging is not None:          # partial_fit: one epoch per call
-            epochs = 1
-        if self.max_iter is not None:
-            max_iter = self.max_iter
-        elif full:                               # the same cap for every n (see the constants)
-            max_iter = epochs * FULL_BATCH_ROWS
-        else:
-            max_iter = math.ceil(epochs * n / k)
+        backend = resolve_backend_name(self.backend)
+        stream = self._averaging is not None                 # partial_fit
+        k, averaging, max_iter = pegasos_settings(
+            backend, n, self.batch_size, self.averaging, self.max_iter,
+            self.bias, stream)
         w0, b0, t_start = None, 0.0, 0
         if isinstance(init, list):               # M outputs in one native call
             points = [self._initial_point(coef, b, Xs.shape[1], lam, clip=t > 0)
@@ -460,12 +416,6 @@ class PegasosSVC(_LinearSVCBase):
             coef, b, t_start = init
             w0, b0 = self._initial_point(coef, b, Xs.shape[1], lam, clip=t_start > 0)
         extra = {}
-        if s is not None:
-            if not _solver_has("loss"):
-                raise NotImplementedError(
-                    "sample_weight and class_weight need a Pegasos solver with weights, which "
-                    "this gpusvm does not provide yet; use SDCASVC(loss='squared_hinge', "
-                    "solver='newton') for weighted fits")
         be = make_backend(backend, Xs, y, sample_weight=s, device=self.device)
         if self.loss != "hinge":
             extra["loss"] = self.loss
@@ -473,7 +423,7 @@ class PegasosSVC(_LinearSVCBase):
             extra["t_start"] = int(t_start)
         if self.bias == "augmented":
             extra["intercept_scaling"] = float(self.intercept_scaling)
-        if self._averaging is not None:          # partial_fit: one chunk of a stream
+        if stream:                               # one chunk of a stream
             extra["whole_problem"] = False
         if output_scale is not None:
             extra["output_scale"] = output_scale

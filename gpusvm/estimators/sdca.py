@@ -16,19 +16,13 @@ from .._arrays import warn_if_rows_unscaled
 from ..backends import make_backend, resolve_backend_name
 from ..solvers.newton import DEFAULT_MAX_ITER as DEFAULT_NEWTON_ITER
 from ..solvers.newton import newton
-from ..solvers.sdca import VARIANTS, default_max_iter, sdca
-from ._base import _gap_progress_bar, _LinearSVCBase, solver_has
+from ..solvers.policy import sdca_settings
+from ..solvers.sdca import VARIANTS, sdca
+from ._base import _gap_progress_bar, _LinearSVCBase
 
 #: the solvers of SDCASVC: mini-batch SDCA on the dual, primal Newton for the squared hinge
 SOLVERS = ("sdca", "newton")
 
-
-def _solver_has(name: str) -> bool:
-    return solver_has(sdca, name)
-
-
-#: whether the solver fits the M outputs of one-vs-rest in one call (else one fit per class)
-_NATIVE = _solver_has("loss")
 
 #: bias modes SDCA supports (the others have no box-constrained dual)
 SDCA_BIAS_MODES = ("none", "augmented")
@@ -344,11 +338,6 @@ class SDCASVC(_LinearSVCBase):
                 f"solver='newton' minimises the squared hinge, but loss={self.loss!r}: the "
                 "hinge is not differentiable; use loss='squared_hinge' with solver='newton', "
                 "or solver='sdca' for the hinge")
-        if self.solver == "sdca" and self.loss != "hinge" and not _solver_has("loss"):
-            raise NotImplementedError(
-                f"loss={self.loss!r} with solver='sdca' needs an SDCA solver with the squared "
-                "hinge, which this gpusvm does not provide yet; use solver='newton' for "
-                "loss='squared_hinge'")
         warm = self._warm() if self.warm_start and hasattr(self, "coef_") else None
         common, per = self._fit_outputs(X, y, sample_weight, warm=warm)
         self._per_output_attributes(per, scalars=(
@@ -400,7 +389,7 @@ class SDCASVC(_LinearSVCBase):
         if self.solver == "newton":
             return self._solve_newton(Xs, Y, s, lam, init)
         return self._solve_columns(Xs, Y, s, lam, init, self._solve_sdca,
-                                   native=self._native_ovr(_NATIVE))
+                                   native=self._native_ovr())
 
     def _solve_newton(self, Xs, Y, s, lam, init):
         """The primal Newton solver on one problem (M outputs one after the other)."""
@@ -441,28 +430,14 @@ class SDCASVC(_LinearSVCBase):
     def _solve_sdca(self, Xs, y, s, lam, init):
         """One mini-batch SDCA run on the rows ``Xs`` (one output, or M natively)."""
         n = Xs.shape[0]
-        backend, b = self._resolve(n)
-        variant = self.variant
-        if variant == "auto":                 # at b = 1 every variant takes the same step
-            variant = "safe" if b == 1 else "aggressive"
-        max_iter = self.max_iter if self.max_iter is not None else default_max_iter(n, b)
+        backend = resolve_backend_name(self.backend)
+        b, variant, max_iter, shrinking = sdca_settings(backend, n, self.batch_size, self.variant,
+                                                        self.max_iter, self.shrinking)
         extra = {}
-        if s is not None:
-            if not _solver_has("loss"):
-                raise NotImplementedError(
-                    "sample_weight and class_weight need an SDCA solver with weights, which "
-                    "this gpusvm does not provide yet; use loss='squared_hinge', "
-                    "solver='newton' for weighted fits")
-            be = make_backend(backend, Xs, y, sample_weight=s, device=self.device)
-        else:
-            be = make_backend(backend, Xs, y, device=self.device)
+        be = make_backend(backend, Xs, y, sample_weight=s, device=self.device)
         if self.loss != "hinge":
             extra["loss"] = self.loss
         if init is not None:
-            if not _solver_has("alpha0"):
-                raise NotImplementedError(
-                    "warm_start needs an SDCA solver that starts from a given alpha, which this "
-                    "gpusvm does not provide yet; set warm_start=False or use solver='newton'")
             inits = init if isinstance(init, list) else [init]
             alpha0 = np.column_stack([i["alpha"] for i in inits]) if y.ndim == 2 \
                 else inits[0]["alpha"]
@@ -483,7 +458,7 @@ class SDCASVC(_LinearSVCBase):
                        theta=float(self.theta), sigma2=self.sigma2, tol=float(self.tol),
                        sampling=self.sampling, seed=self._seed(), eval_every=self.eval_every,
                        max_time=self.max_time, callback=self.callback, progress=progress,
-                       shrinking=bool(self.shrinking) and backend in ("numpy", "numba"),
+                       shrinking=shrinking,
                        **extra)
         finally:
             close()

@@ -56,7 +56,7 @@ import scipy.sparse as sp
 from threadpoolctl import ThreadpoolController
 
 from ..backends.base import on_backend_stream
-from .pegasos import SolverResult
+from ._common import SolverResult
 
 #: outer iterations when none is given (Newton converges in tens at most)
 DEFAULT_MAX_ITER = 100

@@ -11,83 +11,20 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
 
-from ..backends.base import SCHEDULES, PegasosPlan, on_backend_stream, step_size  # noqa: F401  (step_size: re-export)
+from ..backends.base import PegasosPlan, on_backend_stream
+from ._common import LOSSES, SolverResult, default_eval_every, run_output, segment_length
 from ._sampling import CounterSampler
+
 AVERAGING = ("none", "all", "tail", "doubling")
-#: the losses (ALGORITHMS.md, "Weights, and the squared hinge")
-LOSSES = ("hinge", "squared_hinge")
 BIAS_MODES = ("none", "augmented", "unregularized", "optimal")
 
 #: fold ``a`` back into ``v`` when ``|a|`` falls below this (checked after every step;
 #: a device backend does it in a kernel that exits at once when it is not needed)
 RENORM_THRESHOLD = 1e-6
-
-
-@dataclass
-class SolverResult:
-    """What a solver returns.
-
-    Attributes
-    ----------
-    w : ndarray of float64, shape (d,) or (d, M)
-        The output weight vector (last iterate or average); one column per
-        output for 2-D labels.
-    b : float or ndarray of shape (M,)
-        The output bias (one per output for 2-D labels).
-    n_iter : int
-        Iterations performed.
-    history : list of tuple
-        ``(iteration, objective, elapsed_seconds)`` at every evaluation.
-    stop_reason : str
-        ``"max_iter"``, ``"max_time"``, ``"target_objective"``, ``"tol"`` or ``"callback"``.
-    extra : dict
-        Solver-specific values (e.g. the dual objective and gap for SDCA).
-    """
-
-    w: np.ndarray
-    b: float
-    n_iter: int
-    history: list = field(default_factory=list)
-    stop_reason: str = "max_iter"
-    extra: dict = field(default_factory=dict)
-
-
-def default_eval_every(n: int, k: int, max_iter: int) -> int:
-    """Evaluate the objective about once per epoch (a full pass costs one epoch)."""
-    return int(max(1, min(max_iter, math.ceil(n / k))))
-
-
-def segment_length(t: int, limit: int, eval_every: int, eval_at: Callable | None = None) -> int:
-    """Iterations ``t + 1 .. t + s`` that one segment runs: up to the next evaluation.
-
-    Parameters
-    ----------
-    t : int
-        Iterations done so far.
-    limit : int
-        At most this many (the rest of ``max_iter``).
-    eval_every : int
-        Evaluate when ``t % eval_every == 0`` ...
-    eval_at : callable, optional
-        ... or, when given, when ``eval_at(t)`` is True.  ``eval_at`` must be a pure
-        predicate of ``t``: it is asked about iterations ahead of the run.
-
-    Returns
-    -------
-    int
-        ``s >= 1``: the smallest with an evaluation after iteration ``t + s``, or ``limit``.
-    """
-    if eval_at is None:
-        return int(min(limit, eval_every - t % eval_every))
-    for s in range(1, limit + 1):
-        if eval_at(t + s):
-            return s
-    return limit
 
 
 def doubling_estimate(levels: list, noise_floor: bool = True) -> float:
@@ -233,7 +170,7 @@ def pegasos(backend, *, lam: float, k: int, max_iter: int, sampling: str = "with
         Pegasos' bias (:func:`polished_augmented_bias` would fit it to the chunk), so
         that the next chunk goes on from the solver's own point.
     output_scale : array of shape (M,), optional
-        General path: output ``c``'s objective is evaluated, reported and read by the
+        Output ``c``'s objective is evaluated, reported and read by the
         stopping rule multiplied by ``output_scale[c] > 0`` (the one-pass search, whose
         outputs minimise positive multiples of their own objectives; see
         :func:`gpusvm.solvers.sdca.sdca`).
@@ -274,9 +211,6 @@ def pegasos(backend, *, lam: float, k: int, max_iter: int, sampling: str = "with
     if not (isinstance(t_start, (int, np.integer)) and t_start >= 0):
         raise ValueError(f"t_start must be an int >= 0 (iterations already done), got {t_start!r}")
     t_start = int(t_start)
-    general = _uses_general_path(backend, loss)
-    if general:
-        _check_general_backend(backend)
     t_end = t_start + max_iter
     doubling = averaging == "doubling"
     if doubling:                      # evaluations at T_j = 2^j epochs (of this run) only
@@ -294,10 +228,9 @@ def pegasos(backend, *, lam: float, k: int, max_iter: int, sampling: str = "with
     scale = None
     if output_scale is not None:      # each output's objective in its own fit's units
         scale = np.asarray(output_scale, dtype=np.float64)
-        if not general or scale.shape != (backend.n_outputs,) or \
+        if scale.shape != (backend.n_outputs,) or \
                 not np.all(np.isfinite(scale) & (scale > 0)):
-            raise ValueError("output_scale must be positive and finite, one value per output "
-                             "of the general path")
+            raise ValueError("output_scale must be positive and finite, one value per output")
         per_weight = 1.0
     # every batch holds every row: a deterministic run, whose objective has no noise floor
     full_batch = k >= n and sampling != "with_replacement"
@@ -308,21 +241,15 @@ def pegasos(backend, *, lam: float, k: int, max_iter: int, sampling: str = "with
     unreg = bias == "unregularized"
     optimal = bias == "optimal"
 
-    if general:
-        backend.init_state_m(w0, b0, averaging=averaged)
-    else:
-        backend.init_state(w0, b0, averaging=averaged)
+    backend.init_state_m(w0, b0, averaging=averaged)
     sampler = CounterSampler(n, k, sampling, seed)                            # A_t from (seed, t)
     plan = PegasosPlan(lam=lam, k=k, schedule=schedule, eta0=0.0 if eta0 is None else eta0,
                        norma_p=norma_p, unreg_bias=unreg, optimal=optimal, radius=radius,
                        averaged=averaged, t_avg=t_avg, renorm_threshold=RENORM_THRESHOLD,
                        loss=loss)
-    segment = backend.pegasos_segment_m if general else backend.pegasos_segment
-    reset_average = backend.reset_average_m if general else backend.reset_average
     history: list = []
     # M outputs: every output's own rows (t, P, seconds) besides the mean of ``history``
-    histories = [[] for _ in range(np.shape(backend.y)[1])] \
-        if general and np.ndim(backend.y) == 2 else None
+    histories = [[] for _ in range(backend.n_outputs)] if np.ndim(backend.y) == 2 else None
     start = time.perf_counter()
     t = t_start
     stop = "max_iter"
@@ -331,24 +258,16 @@ def pegasos(backend, *, lam: float, k: int, max_iter: int, sampling: str = "with
     polish = whole_problem and bias == "augmented" and t_end > t_start
 
     def evaluate(final=False):
-        if general:
-            W, b = backend.output_m(averaged and t >= t_avg)
-            if optimal and t > 0:
-                b = backend.final_optimal_bias_m(W)
-            if final and polish:
-                W = polished_augmented_bias(backend, W, lam, loss, intercept_scaling)
-            objs = np.asarray(backend.to_host(backend.evaluate_m(W, b, lam, loss, reg_bias)[0]),
-                              dtype=np.float64)
-            if scale is not None:
-                objs = objs * scale
-            return W, b, float(np.mean(objs)), objs
-        w, b = backend.output(averaged and t >= t_avg)
+        W, b = backend.output_m(averaged and t >= t_avg)
         if optimal and t > 0:
-            b = final_optimal_bias(backend, w)
+            b = backend.final_optimal_bias_m(W)                               # Sec. 4, all rows
         if final and polish:
-            w = polished_augmented_bias(backend, w, lam, loss, intercept_scaling)
-        ev = backend.evaluate(w, b, lam, reg_bias)
-        return w, b, ev.objective, None
+            W = polished_augmented_bias(backend, W, lam, loss, intercept_scaling)
+        objs = np.asarray(backend.to_host(backend.evaluate_m(W, b, lam, loss, reg_bias)[0]),
+                          dtype=np.float64)
+        if scale is not None:
+            objs = objs * scale
+        return W, b, float(np.mean(objs)), objs
 
     at_level = False                  # doubling: the run's last segment ended at a T_j
     while t < t_end:
@@ -359,7 +278,7 @@ def pegasos(backend, *, lam: float, k: int, max_iter: int, sampling: str = "with
             steps = min(t_end - t, t_start + level - t)
         else:
             steps = segment_length(t - t_start, t_end - t, eval_every, eval_at)
-        segment(sampler, t, t + steps, plan)                                  # Fig. 1, steps 1-5
+        backend.pegasos_segment_m(sampler, t, t + steps, plan)                # Fig. 1, steps 1-5
         t += steps
         at_level = doubling and t == t_start + level
         if t < t_end:
@@ -383,7 +302,7 @@ def pegasos(backend, *, lam: float, k: int, max_iter: int, sampling: str = "with
                 break
             if doubling:              # the next tail average starts here
                 levels.append(obj * per_weight)
-                reset_average()
+                backend.reset_average_m()
 
     w, b, obj, objs = evaluate(final=True)
     # max_iter at a T_j (the default's 64 epochs): the stopping rule reads that last evaluation
@@ -406,17 +325,11 @@ def pegasos(backend, *, lam: float, k: int, max_iter: int, sampling: str = "with
             callback(t, obj, elapsed)                 # the run ends here whatever it returns
     if stop == "max_iter" and target_objective is not None and obj <= target_objective:
         stop = "target_objective"
-    w = backend.to_host(w).astype(np.float64)
     extra = {"objective": obj}
-    if general:
-        b = np.asarray(backend.to_host(b), dtype=np.float64).reshape(-1)
-        if np.ndim(backend.y) == 1:
-            w, b = w[:, 0], float(b[0])
-        else:
-            extra["objectives"] = objs
-            extra["histories"] = histories
-    else:
-        b = float(backend.to_host(b))                   # a 0-d device array on a device backend
+    if histories is not None:
+        extra["objectives"] = objs
+        extra["histories"] = histories
+    w, b = run_output(backend, w, b)
     return SolverResult(w=w, b=b, n_iter=t - t_start, history=history, stop_reason=stop,
                         extra=extra)
 
@@ -539,16 +452,6 @@ def _constant_objective(p: float, q: float, lam: float, loss: str, c: float | No
     return 0.5 * r * u * u + losses
 
 
-def _uses_general_path(backend, loss: str) -> bool:
-    from .sdca import uses_general_path  # noqa: PLC0415  (sdca imports this module)
-    return uses_general_path(backend, loss)
-
-
-def _check_general_backend(backend) -> None:
-    from .sdca import check_general_backend  # noqa: PLC0415
-    check_general_backend(backend)
-
-
 @on_backend_stream
 def polished_augmented_bias(backend, w, lam: float, loss: str, intercept_scaling: float):
     """``w`` with its augmented-bias weight (last entry) the exact minimiser of ``P_s``.
@@ -556,7 +459,7 @@ def polished_augmented_bias(backend, w, lam: float, loss: str, intercept_scaling
     ``bias="augmented"`` regularises the bias: it is the weight ``beta`` of the constant
     feature ``c = intercept_scaling``, the last column of ``X``.  Given the other weights,
     ``P_s`` is a convex one-dimensional function of ``beta``, minimised exactly by
-    :func:`gpusvm.backends._general.regularized_bias_xp` (one sort of the ``n``
+    :func:`~gpusvm.backends._general.regularized_bias_xp` (one sort of the ``n``
     breakpoints); the objective of the returned point is never above the one of ``w``.
     Pegasos' last steps ``1/(lam t)`` still move ``beta`` by up to ``||x_i||/(lam t)``, far
     from its best value where rows are long or weights large (class weights of 1000);
@@ -565,35 +468,17 @@ def polished_augmented_bias(backend, w, lam: float, loss: str, intercept_scaling
     Parameters
     ----------
     backend : Backend
-    w : array of shape (d,) or (d, M)
-        Pegasos' output point (the tail average, or the last iterate).
+    w : array of shape (d, M)
+        Pegasos' output points (the tail average, or the last iterate).
     lam : float
     loss : {"hinge", "squared_hinge"}
     intercept_scaling : float
 
     Returns
     -------
-    array like ``w``
+    array of shape (d, M)
         A copy, last row replaced.
     """
-    from ..backends._general import regularized_bias_xp  # noqa: PLC0415
-    xp = backend.xp
-    c = float(intercept_scaling)
-    w = xp.array(w, dtype=xp.float64, copy=True)
-    if w.ndim == 1:
-        sc = backend.decision_function(w, 0.0) - c * w[-1]
-        y = backend.y.astype(xp.float64)
-        w[-1] = regularized_bias_xp(xp, y, sc, xp.ones_like(y), lam, c, loss)
-        return w
-    w[-1] = backend.regularized_bias_m(w, lam, c, loss)
+    w = backend.xp.array(w, dtype=backend.xp.float64, copy=True)
+    w[-1] = backend.regularized_bias_m(w, lam, float(intercept_scaling), loss)
     return w
-
-
-@on_backend_stream
-def final_optimal_bias(backend, w) -> float:
-    """Optimal bias of ``w`` over all rows (Pegasos Sec. 4 applied to the whole set)."""
-    from ..backends.numpy_ import optimal_bias_xp
-    xp = backend.xp
-    s = backend.decision_function(w, 0.0)
-    y = backend.y.astype(xp.float64)
-    return float(backend.to_host(optimal_bias_xp(xp, y, s)))

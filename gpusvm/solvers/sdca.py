@@ -32,9 +32,7 @@ hinge" and "Many outputs at once"): with example weights ``s_i`` the box is
 the closed-form step ``delta_i = lam n (1 - m_i - alpha_i/(2 s_i)) /
 (lam n/(2 s_i) + beta ||x_i||^2)`` (clipped to ``alpha_i + delta_i >= 0``); the
 safe ``beta_b`` is unchanged (the extra term is separable).  ``M`` outputs share
-the batches, each with its own ``alpha`` column, ``beta`` and certificate.  These
-fits run the general primitives of :mod:`gpusvm.backends._general`; the binary
-unweighted hinge keeps the specialised ones below.
+the batches, each with its own ``alpha`` column, ``beta`` and certificate.
 
 Decisions
 ---------
@@ -63,55 +61,12 @@ Decisions
   the segments between the certified points (:class:`BestPoints`), against the
   latest dual.
 
-SDCA part of the backend contract
----------------------------------
-In addition to ``init_state``, ``margins``, ``add_rows``, ``evaluate``,
-``sdca_segment`` and ``to_host`` (see :mod:`gpusvm.backends.base`), a backend
-exposes the data matrix ``X`` (for :func:`gpusvm.spectral.sigma_squared`), the
-dual vector ``alpha`` (float64, shape (n,)) and these primitives.  Scalars live
-in the state vector ``s`` (slots of :mod:`gpusvm.backends._state`); none of the
-per-iteration primitives returns a host value, so a device backend never
-synchronises inside the iteration loop.  ``w = a v`` with ``a = 1`` throughout
-SDCA (``init_state`` sets it; only :meth:`dual_weights` rewrites ``v``).
-
-``init_dual(beta0) -> None``
-    ``alpha_i = 1`` if ``||x_i|| = 0`` else 0; ``s[S_ASUMD] = sum alpha``;
-    ``s[S_BETA] = beta0``; ``s[S_NREJ] = 0``.  Called after ``init_state()``.
-``sdca_deltas(rows, m, lam, first=None) -> delta``
-    device float64 array (b,): eq. (15) with ``beta = s[S_BETA]``, ``m`` the
-    output of ``margins(rows)``; ``delta_i = 1 - alpha_i`` for zero rows;
-    ``delta_i = 0`` where the mask ``first`` is 0/False (the batch's
-    first-occurrence mask from the counter-based sampler; a device backend sees
-    int32 0/1; None means every row steps).
-``sdca_adapt_beta(rows, delta, beta_b, theta) -> None``
-    ``den = sum_i delta_i^2 ||x_i||^2``; if ``den > 0``:
-    ``rho = clip(||sum_i delta_i y_i x_i||^2 / den, 1, beta_b)``, written to
-    ``s[S_TMP0]``, and ``s[S_BETA] = clip(s[S_BETA]^theta * rho^(1 - theta), 1, beta_b)``
-    (the clip only removes rounding).
-    The numerator is the exact norm change of adding the sum into a zeroed
-    scratch vector (then zeroed again at the touched entries): O(nnz), no O(d).
-``sdca_apply(rows, delta, lam, check) -> None``
-    ``coef_i = delta_i y_i / (lam n a)``; ``v += sum_i coef_i x_i`` with the
-    exact change ``dn`` of ``||v||^2`` (as ``add_rows``; ``s[S_DNORM] = dn``).
-    If ``check`` and ``Delta D = (1/n) sum delta_i - (lam/2) a^2 dn < -tau``
-    with ``tau = 4 eps lam a^2 s[S_VSQ] + 4 eps_64 sum |delta_i| / n`` (the
-    rounding of ``Delta D``; ``eps`` of ``v``'s dtype, ``s[S_VSQ]`` before the
-    step): add ``-coef`` again (``s[S_VSQ] += dn + dn'``), ``s[S_NREJ] += 1``,
-    ``alpha`` untouched.
-    Otherwise ``s[S_VSQ] += dn``, ``alpha[rows] += delta`` (a scatter-add: a
-    repeated row carries ``delta = 0`` at its later occurrences, so a device
-    must skip zero deltas or add atomically, never write ``alpha_i + 0`` back
-    unsynchronised), ``s[S_ASUMD] += sum delta``.
-``dual_weights(lam) -> w``
-    float64 ``w(alpha) = X^T (alpha * y) / (lam n)`` in the backend's array
-    module; also sets ``v = w`` (cast), ``a = 1``, ``s[S_VSQ] = ||v||^2``,
-    ``s[S_ASUMD] = sum alpha``.  Evaluation only.
-``dual_objective(lam, w) -> float``
-    host float ``sum(alpha)/n - (lam/2) ||w||^2``: a synchronisation point.
-``decision_function(w, b)``, ``col_dots_m``, ``mix_columns_m``
-    the margins of a certified point, and the column dot products and in-place
-    combinations of :class:`BestPoints` (those of
-    :class:`~gpusvm.backends._general.GeneralEvaluation`).
+The backend runs the iterations (``init_dual_m``, ``sdca_segment_m``; the
+reference loop is :meth:`gpusvm.backends.numpy_.NumpyBackend.sdca_segment_m`) and
+the certificates' passes (``dual_weights_m``, ``decision_function_m``,
+``dual_objective_m``, ``col_dots_m``, ``mix_columns_m``; see
+:mod:`gpusvm.backends.base`).  No per-iteration primitive returns a host value, so a
+device backend never synchronises inside a segment.
 """
 
 from __future__ import annotations
@@ -125,17 +80,10 @@ import numpy as np
 from .. import spectral
 from ..backends._state import S_BETA, S_NREJ
 from ..backends.base import SDCAPlan, on_backend_stream
+from ._common import LOSSES, SolverResult, default_eval_every, run_output, segment_length
 from ._sampling import SAMPLING_MODES, CounterSampler, first_occurrences  # noqa: F401
-from .pegasos import SolverResult, default_eval_every, segment_length
 
 VARIANTS = ("naive", "safe", "aggressive")
-#: the losses (ALGORITHMS.md, "Weights, and the squared hinge")
-LOSSES = ("hinge", "squared_hinge")
-
-#: the SDCA part of the backend contract (see the module docstring)
-SDCA_PRIMITIVES = ("init_dual", "sdca_deltas", "sdca_adapt_beta", "sdca_apply", "dual_weights",
-                   "dual_objective", "sdca_segment", "decision_function", "col_dots_m",
-                   "mix_columns_m")
 
 
 def check_sdca_args(n: int, lam: float, b: int, variant: str, theta: float, tol: float) -> None:
@@ -227,27 +175,9 @@ def by_output(s):
 
 
 @on_backend_stream
-def primal_point(backend, w, lam: float):
-    """The signed margins, ``P(w)`` and ``||w||^2`` of a binary point ``w`` (a pass over ``X``).
-
-    Returns
-    -------
-    A : array of float64, shape (1, n)
-        ``y_i <w, x_i>``, in the backend's array module (for :class:`BestPoints`).
-    primal, sq : float
-    """
-    xp = getattr(backend, "xp", np)
-    A = (backend.decision_function(w, 0.0) * backend.y)[None, :]
-    sq = xp.asarray(backend.col_sq_norms_m(w.reshape(-1, 1)))   # not BLAS: its idle threads spin
-    primal, sq = (float(v) for v in backend.to_host(                       # one copy
-        xp.concatenate([primal_from_margins(xp, A, None, sq, lam), sq])))
-    return A, primal, sq
-
-
-@on_backend_stream
 def primal_point_m(backend, W, lam: float, loss: str):
-    """:func:`primal_point` of every output of the general path: ``A`` (M, n), ``P`` and
-    ``sq`` (host float64 (M,))."""
+    """The signed margins ``A`` (M, n) of the points ``W`` (d, M) (a pass over ``X``), in the
+    backend's array module, and their ``P`` and ``||w_c||^2`` (host float64 (M,))."""
     xp = backend.xp
     A = xp.ascontiguousarray((backend.decision_function_m(W, 0.0) * backend.Y).T)
     sq = xp.asarray(backend.col_sq_norms_m(W))
@@ -257,34 +187,11 @@ def primal_point_m(backend, W, lam: float, loss: str):
 
 
 @on_backend_stream
-def certificate(backend, lam: float):
-    """Exact ``w(alpha)``, ``P(w)``, ``D(alpha)``, the gap, and the signed margins of ``w``.
-
-    A synchronisation point.
-
-    Parameters
-    ----------
-    backend : Backend
-    lam : float
-
-    Returns
-    -------
-    w : array of float64 (backend's array module), shape (d,)
-    primal, dual, gap : float
-    A : array of float64, shape (1, n)
-        ``y_i <w, x_i>`` (for :class:`BestPoints`).
-    sq : float
-        ``||w||^2``.
-    """
-    w = backend.dual_weights(lam)                           # w(alpha), exactly
-    A, primal, sq = primal_point(backend, w, lam)           # P(w(alpha))
-    dual = backend.dual_objective(lam, w)                   # D(alpha)
-    return w, primal, dual, primal - dual, A, sq
-
-
-@on_backend_stream
 def certificate_m(backend, lam: float, loss: str):
-    """:func:`certificate` of every output on the general path (weights, loss, M outputs).
+    """Exact ``W(alpha)``, ``P``, ``D``, the gap and the signed margins of every output.
+
+    A synchronisation point; ``W(alpha)`` is recomputed in float64 and the iterate
+    resynchronised with it.
 
     Returns
     -------
@@ -478,25 +385,6 @@ class BestPoints:
         self.sq[idx] = np.where(take, sq, np.where(inner, sqt, self.sq[idx]))
 
 
-def uses_general_path(backend, loss: str) -> bool:
-    """True when a fit needs the general path: M outputs (2-D ``y``), weights or the squared hinge."""
-    return (loss != "hinge" or getattr(backend, "sample_weight", None) is not None
-            or np.ndim(getattr(backend, "y", ())) == 2)
-
-
-def check_general_backend(backend) -> None:
-    """Refuse a backend without the general-path primitives, saying what is missing."""
-    from ..backends._general import GENERAL_PRIMITIVES  # noqa: PLC0415
-
-    missing = [name for name in GENERAL_PRIMITIVES if not hasattr(backend, name)]
-    if missing:
-        raise NotImplementedError(
-            f"the {getattr(backend, 'name', type(backend).__name__)!r} backend trains only the "
-            "binary, unweighted hinge problem (it lacks " + ", ".join(missing) + "); use "
-            "backend='numpy' or backend='numba' for several outputs, sample weights or "
-            "loss='squared_hinge'")
-
-
 def check_alpha0(alpha0, backend, loss: str) -> np.ndarray:
     """``alpha0`` as float64 of ``y``'s shape, inside the dual's domain; clear errors otherwise."""
     shape = tuple(np.shape(backend.y))
@@ -533,9 +421,7 @@ def sdca(backend, *, lam: float, b: int, max_iter: int, variant: str = "aggressi
     backend : Backend
         Holds ``X`` (with the constant feature appended for an augmented bias),
         ``y`` of shape ``(n,)`` or ``(n, M)`` (``M`` outputs, one-vs-rest for
-        instance) and optional sample weights ``s``; implements the SDCA
-        primitives of this module's docstring (binary unweighted hinge) and the
-        general path of :mod:`gpusvm.backends._general` (the rest).
+        instance) and optional sample weights ``s`` (:mod:`gpusvm.backends.base`).
     lam : float
         Regularisation ``lam > 0``.
     b : int
@@ -582,8 +468,8 @@ def sdca(backend, *, lam: float, b: int, max_iter: int, variant: str = "aggressi
         2008, Sec. 3.2; :class:`~gpusvm.backends.base.SDCAPlan`), on the CPU
         backends.  The certificates are computed on every row, so they stay
         exact; a certificate whose dual rose by less than :data:`SHRINK_STALL`
-        times the gap brings every row back.  Binary unweighted hinge fits only
-        (ignored on the general path).
+        times the gap brings every row back.  One unweighted hinge output only
+        (ignored otherwise).
     loss : {"hinge", "squared_hinge"}, default="hinge"
         ``max(0, 1 - m_i)`` or ``max(0, 1 - m_i)^2``; the squared hinge's dual
         ``D2(alpha) = (1/n) sum_i (alpha_i - alpha_i^2/(4 s_i)) - lam/2 ||w(alpha)||^2``
@@ -613,11 +499,10 @@ def sdca(backend, *, lam: float, b: int, max_iter: int, variant: str = "aggressi
         point reaches ``tol`` epochs earlier than the last one), and ``w`` is that
         best point (per output).  With ``M`` outputs, ``extra["histories"]`` holds
         every output's own rows ``(iteration, P, D, gap, elapsed_seconds)``, the last
-        of which is that output's certificate.  ``extra`` holds ``primal``, ``dual``, ``gap`` (floats for 1-D ``y``,
-        arrays of shape ``(M,)`` for 2-D ``y``), ``alpha`` (host float64, the
-        shape of ``y``), ``beta`` (final; per output on the general path),
-        ``beta_b``, ``sigma2`` and ``n_rejected`` (per output on the general
-        path). ``stop_reason`` is ``"tol"`` (every output's gap ``<= tol``),
+        of which is that output's certificate.  ``extra`` holds ``primal``, ``dual``,
+        ``gap``, ``beta`` (final) and ``n_rejected`` (floats for 1-D ``y``, arrays of
+        shape ``(M,)`` for 2-D ``y``), ``alpha`` (host float64, the shape of ``y``),
+        ``beta_b`` and ``sigma2``. ``stop_reason`` is ``"tol"`` (every output's gap ``<= tol``),
         ``"max_iter"``, ``"max_time"`` or ``"callback"``.
 
     Notes
@@ -642,15 +527,6 @@ def sdca(backend, *, lam: float, b: int, max_iter: int, variant: str = "aggressi
     """
     if loss not in LOSSES:
         raise ValueError(f"loss must be one of {', '.join(LOSSES)}, got {loss!r}")
-    general = uses_general_path(backend, loss)
-    if general:
-        check_general_backend(backend)
-    else:
-        missing = [name for name in SDCA_PRIMITIVES if not hasattr(backend, name)]
-        if missing:
-            raise NotImplementedError(
-                f"the {getattr(backend, 'name', type(backend).__name__)!r} backend does not implement "
-                f"the SDCA primitives ({', '.join(missing)}); use backend='numpy'")
     n = backend.n
     check_sdca_args(n, lam, b, variant, theta, tol)
     if sampling not in SAMPLING_MODES:
@@ -674,74 +550,53 @@ def sdca(backend, *, lam: float, b: int, max_iter: int, variant: str = "aggressi
 
     if output_scale is not None:
         output_scale = np.asarray(output_scale, dtype=np.float64)
-        if not general or output_scale.shape != (backend.n_outputs,) or \
+        if output_scale.shape != (backend.n_outputs,) or \
                 not np.all(np.isfinite(output_scale) & (output_scale > 0)):
-            raise ValueError("output_scale must be positive and finite, one value per output "
-                             "of the general path")
-    if general:
-        scale = np.ones(backend.n_outputs) if output_scale is None else output_scale
-        backend.init_state_m()                                                # W^(0) = 0
-        backend.init_dual_m(beta0, loss, alpha0, lam)                         # alpha^(0), beta^(0)
+            raise ValueError("output_scale must be positive and finite, one value per output")
+    scale = np.ones(backend.n_outputs) if output_scale is None else output_scale
+    backend.init_state_m()                                                    # W^(0) = 0
+    backend.init_dual_m(beta0, loss, alpha0, lam)                             # alpha^(0), beta^(0)
 
-        best_m = BestPoints(backend, lam, loss, backend.sample_weight)
-        latest = None                               # [P(w(alpha)), D(alpha)] of each output
+    best_m = BestPoints(backend, lam, loss, backend.sample_weight)
+    latest = None                                   # [P(w(alpha)), D(alpha)] of each output
 
-        def certify():
-            """Per output, the best primal point seen and the latest dual; outputs already
-            certified (not in ``live``) have not moved since, and keep their figures."""
-            nonlocal latest
-            if live is None:
+    def certify():
+        """Per output, the best primal point seen and the latest dual; outputs already
+        certified (not in ``live``) have not moved since, and keep their figures."""
+        nonlocal latest
+        if live is None:
+            W, p, d_, _, A, sq = certificate_m(backend, lam, loss)
+            idx = np.arange(p.size)
+        else:
+            with backend.outputs_m(live):
                 W, p, d_, _, A, sq = certificate_m(backend, lam, loss)
-                idx = np.arange(p.size)
-            else:
-                with backend.outputs_m(live):
-                    W, p, d_, _, A, sq = certificate_m(backend, lam, loss)
-                idx = live
-            if latest is None:
-                latest = [p.copy(), d_.copy()]
-                if w0 is not None:                    # the previous fit's best point first
-                    W0 = backend.xp.array(w0.reshape(backend.d, -1))    # a copy
-                    best_m.offer(idx, W0, *primal_point_m(backend, W0, lam, loss))
-            else:
-                latest[0][idx] = p
-                latest[1][idx] = d_
-            best_m.offer(idx, W, A, p, sq)
-            g = (best_m.P - latest[1]) * scale       # each output in its own units
-            return (best_m.W, best_m.P * scale, latest[1] * scale, g,
-                    float(np.mean(latest[0] * scale)), float(np.mean(latest[1] * scale)),
-                    float(np.max(g)), latest[0] * scale)
-    else:
-        backend.init_state()                                                  # w^(0) = 0
-        backend.init_dual(beta0)                                              # alpha^(0) = 0, beta^(0)
-        if alpha0 is not None:
-            backend.load_dual(alpha0, lam)                                    # warm start
-
-        best = BestPoints(backend, lam, "hinge")
-
-        def certify():
-            """The best primal point seen and the latest dual certify each other."""
-            w, p, d_, _, A, sq = certificate(backend, lam)
-            if best.W is None and w0 is not None:     # the previous fit's best point first
-                xp = getattr(backend, "xp", np)
-                v0 = xp.array(w0)                     # a copy: BestPoints writes into it
-                A0, p0, sq0 = primal_point(backend, v0, lam)
-                best.offer([0], v0.reshape(-1, 1), A0, [p0], [sq0])
-            best.offer([0], w.reshape(-1, 1), A, [p], [sq])    # w is a new array
-            g = float(best.P[0]) - d_
-            return best.W[:, 0], float(best.P[0]), d_, g, p, d_, g, p
+            idx = live
+        if latest is None:
+            latest = [p.copy(), d_.copy()]
+            if w0 is not None:                    # the previous fit's best point first
+                W0 = backend.xp.array(w0.reshape(backend.d, -1))    # a copy
+                best_m.offer(idx, W0, *primal_point_m(backend, W0, lam, loss))
+        else:
+            latest[0][idx] = p
+            latest[1][idx] = d_
+        best_m.offer(idx, W, A, p, sq)
+        g = (best_m.P - latest[1]) * scale       # each output in its own units
+        return (best_m.W, best_m.P * scale, latest[1] * scale, g,
+                float(np.mean(latest[0] * scale)), float(np.mean(latest[1] * scale)),
+                float(np.max(g)), latest[0] * scale)
     sampler = CounterSampler(n, b, sampling, seed)                            # A_t from (seed, t)
-    shrinking = bool(shrinking) and b == 1 and not general
-    if shrinking and not hasattr(backend, "sdca_unshrink"):
+    # LIBLINEAR's shrinking: one-row batches of one unweighted hinge output
+    shrinking = bool(shrinking) and b == 1 and loss == "hinge" and backend.n_outputs == 1 \
+        and backend.sample_weight is None
+    if shrinking and not hasattr(backend, "sdca_unshrink_m"):
         raise ValueError(f"shrinking is not available on the {backend.name!r} backend; use "
                          "shrinking=False or backend='numba'")
     plan = SDCAPlan(lam=lam, beta_b=beta_b, theta=theta, aggressive=aggressive,
                     shrinking=shrinking, loss=loss)
-    segment = backend.sdca_segment_m if general else backend.sdca_segment
     history: list = []
     # M outputs: every output's own rows (t, P(w(alpha)), D(alpha), gap, seconds) besides the
     # combined ones of ``history``
-    histories = [[] for _ in range(np.shape(backend.y)[1])] \
-        if general and np.ndim(backend.y) == 2 else None
+    histories = [[] for _ in range(backend.n_outputs)] if np.ndim(backend.y) == 2 else None
 
     def record(t, last, elapsed):
         history.append((t, last[4], last[5], last[6], elapsed))
@@ -750,17 +605,17 @@ def sdca(backend, *, lam: float, b: int, max_iter: int, variant: str = "aggressi
 
     t = 0
     stop = "max_iter"
-    live = None                 # general path: the outputs whose certificate is above tol
+    live = None                 # the outputs whose certificate is above tol
     while t < max_iter:
         if adaptive:
             steps = min(max_iter - t, next_certificate(history, tol, epoch))
         else:
             steps = segment_length(t, max_iter - t, eval_every, eval_at)
         if live is None:
-            segment(sampler, t, t + steps, plan)                              # eq. (15) / Alg. 2
+            backend.sdca_segment_m(sampler, t, t + steps, plan)               # eq. (15) / Alg. 2
         else:
             with backend.outputs_m(live):             # the outputs not yet certified only
-                segment(sampler, t, t + steps, plan)
+                backend.sdca_segment_m(sampler, t, t + steps, plan)
         t += steps
         dual_before = history[-1][2] if history else None
         last = certify()
@@ -770,8 +625,8 @@ def sdca(backend, *, lam: float, b: int, max_iter: int, variant: str = "aggressi
         if progress is not None:
             progress(t, primal, gap)
         if shrinking and dual_before is not None and dual - dual_before <= SHRINK_STALL * gap:
-            backend.sdca_unshrink()                       # the active set stalled: every row
-        if general and hasattr(backend, "outputs_m"):
+            backend.sdca_unshrink_m()                     # the active set stalled: every row
+        if hasattr(backend, "outputs_m"):
             open_ = np.flatnonzero(np.asarray(last[3]) > tol)
             live = open_ if 0 < open_.size < np.size(last[3]) else None
         if gap <= tol:
@@ -791,20 +646,14 @@ def sdca(backend, *, lam: float, b: int, max_iter: int, variant: str = "aggressi
     w, primal, dual, gap = last[:4]
     if stop == "max_iter" and last[6] <= tol:
         stop = "tol"
-    if general:
-        sm = backend.to_host(backend.sm)
-        w = backend.to_host(w).astype(np.float64)
-        alpha = backend.to_host(backend.alpha).astype(np.float64)
-        beta, n_rej = sm[S_BETA].copy(), sm[S_NREJ].astype(np.int64)
-        if np.ndim(backend.y) == 1:                    # binary, weighted or squared: 1-D out
-            w, alpha = w[:, 0], alpha[:, 0]
-            primal, dual, gap = float(primal[0]), float(dual[0]), float(gap[0])
-            beta, n_rej = float(beta[0]), int(n_rej[0])
-    else:
-        s = backend.to_host(backend.s)
-        w = backend.to_host(w).astype(np.float64)
-        alpha = backend.to_host(backend.alpha).astype(np.float64)
-        beta, n_rej = float(s[S_BETA]), int(s[S_NREJ])
+    sm = backend.to_host(backend.sm)
+    w, _ = run_output(backend, w, np.zeros(backend.n_outputs))
+    alpha = backend.to_host(backend.alpha).astype(np.float64)
+    beta, n_rej = sm[S_BETA].copy(), sm[S_NREJ].astype(np.int64)
+    if np.ndim(backend.y) == 1:                        # one output: 1-D out
+        alpha = alpha[:, 0]
+        primal, dual, gap = float(primal[0]), float(dual[0]), float(gap[0])
+        beta, n_rej = float(beta[0]), int(n_rej[0])
     extra = {"primal": primal, "dual": dual, "gap": gap, "alpha": alpha,
              "beta": beta, "beta_b": beta_b, "sigma2": sigma2, "n_rejected": n_rej}
     if histories is not None:
@@ -870,8 +719,3 @@ def next_certificate(history: list, tol: float, epoch: int) -> int:
     rate = math.log(g0 / g1) / (t1 - t0)
     left = math.log(g1 / tol) / rate
     return int(max(1, epoch // 2, min(4 * last, CADENCE_OVERSHOOT * left)))
-
-
-def default_max_iter(n: int, b: int, epochs: int = 100) -> int:
-    """``ceil(epochs n / b)``: the default iteration cap (SDCA normally stops on ``tol`` first)."""
-    return int(math.ceil(epochs * n / b))

@@ -232,16 +232,15 @@ class _LastIterate:
         """Nothing to record."""
 
     def weights(self, t: int):
-        w, _ = self.backend.output(False)
-        return w
+        return self.backend.output_m(False)[0][:, 0]
 
 
 class _TailAverage:
     """Tail average of the Pegasos iterates from snapshots of their running sum.
 
     The solver runs with ``averaging="all"``, so at an evaluation
-    ``output(True)`` is the mean of the iterates after steps ``1..t`` and
-    ``S_t = t * output(True)`` their sum.  Snapshots are taken at every
+    ``output_m(True)`` is the mean of the iterates after steps ``1..t`` and
+    ``S_t = t * output_m(True)`` their sum.  Snapshots are taken at every
     iteration up to ``exact_upto`` and then on a geometric grid (the solver
     evaluates there too: a snapshot point is an evaluation point).
     """
@@ -260,8 +259,7 @@ class _TailAverage:
         return self.next_snap
 
     def _sum(self, t: int):
-        w, _ = self.backend.output(True)
-        return w * float(t)
+        return self.backend.output_m(True)[0][:, 0] * float(t)
 
     def snapshot(self, t: int) -> None:
         if t != self.next_snap:
@@ -433,7 +431,7 @@ class _Observer:
             P = float(objective)
         else:
             w = self.iterate.weights(t)
-            P = float(self.iterate.backend.evaluate(w, 0.0, self.spec.lam).objective)
+            P = float(self.iterate.backend.evaluate_m(w[:, None], 0.0, self.spec.lam)[0][0])
         extras = None
         if self.extra_eval is not None:
             extras = self.extra_eval(self.iterate.weights(t) if w is None else w)

@@ -1,0 +1,84 @@
+"""What the stochastic solvers share: the result, the evaluation schedule, the output shape."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+#: the losses (ALGORITHMS.md, "Weights, and the squared hinge")
+LOSSES = ("hinge", "squared_hinge")
+
+
+@dataclass
+class SolverResult:
+    """What a solver returns.
+
+    Attributes
+    ----------
+    w : ndarray of float64, shape (d,) or (d, M)
+        The output weight vector (last iterate or average); one column per
+        output for 2-D labels.
+    b : float or ndarray of shape (M,)
+        The output bias (one per output for 2-D labels).
+    n_iter : int
+        Iterations performed.
+    history : list of tuple
+        ``(iteration, objective, elapsed_seconds)`` at every evaluation.
+    stop_reason : str
+        ``"max_iter"``, ``"max_time"``, ``"target_objective"``, ``"tol"`` or ``"callback"``.
+    extra : dict
+        Solver-specific values (e.g. the dual objective and gap for SDCA).
+    """
+
+    w: np.ndarray
+    b: float
+    n_iter: int
+    history: list = field(default_factory=list)
+    stop_reason: str = "max_iter"
+    extra: dict = field(default_factory=dict)
+
+
+def default_eval_every(n: int, k: int, max_iter: int) -> int:
+    """Evaluate the objective about once per epoch (a full pass costs one epoch)."""
+    return int(max(1, min(max_iter, math.ceil(n / k))))
+
+
+def segment_length(t: int, limit: int, eval_every: int, eval_at: Callable | None = None) -> int:
+    """Iterations ``t + 1 .. t + s`` that one segment runs: up to the next evaluation.
+
+    Parameters
+    ----------
+    t : int
+        Iterations done so far.
+    limit : int
+        At most this many (the rest of ``max_iter``).
+    eval_every : int
+        Evaluate when ``t % eval_every == 0`` ...
+    eval_at : callable, optional
+        ... or, when given, when ``eval_at(t)`` is True.  ``eval_at`` must be a pure
+        predicate of ``t``: it is asked about iterations ahead of the run.
+
+    Returns
+    -------
+    int
+        ``s >= 1``: the smallest with an evaluation after iteration ``t + s``, or ``limit``.
+    """
+    if eval_at is None:
+        return int(min(limit, eval_every - t % eval_every))
+    for s in range(1, limit + 1):
+        if eval_at(t + s):
+            return s
+    return limit
+
+
+def run_output(backend, W, b):
+    """The returned point on the host in float64: ``W`` (d, M) and ``b`` (M,), or ``w`` (d,)
+    and a float ``b`` when the backend's labels are 1-D (one output)."""
+    W = np.asarray(backend.to_host(W), dtype=np.float64)
+    b = np.asarray(backend.to_host(b), dtype=np.float64).reshape(-1)
+    if np.ndim(backend.y) == 1:
+        return W[:, 0], float(b[0])
+    return W, b
