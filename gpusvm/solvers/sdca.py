@@ -481,7 +481,7 @@ class BestPoints:
 def uses_general_path(backend, loss: str) -> bool:
     """True when a fit needs the general path: M outputs (2-D ``y``), weights or the squared hinge."""
     return (loss != "hinge" or getattr(backend, "sample_weight", None) is not None
-            or np.ndim(getattr(backend, "y", ())) == 2)
+            or np.ndim(getattr(backend, "y", ())) == 2 or not hasattr(backend, "sdca_segment"))
 
 
 def check_general_backend(backend) -> None:
