@@ -127,7 +127,7 @@ __global__ void __launch_bounds__(gpusvm::BLOCK, gpusvm::MIN_BLOCKS) gpusvm_pega
             s[gpusvm::S_BSUM * M] += s[gpusvm::S_B * M];
         }
         if (fabs(anew) < threshold) {
-            fold = 1;
+            atomicMax(&fold, 1);
         }
     }
     if (threadIdx.x == 0) {

@@ -57,7 +57,7 @@ __global__ void __launch_bounds__(gpusvm::BLOCK, gpusvm::MIN_BLOCKS) gpusvm_sdca
     // M1: the plan of the one output, read before this block takes its ticket (hence before the
     // last block writes the state); M outputs read theirs per pair, as early
     const double a0 = state[gpusvm::S_A];
-    const bool rejected0 = phase == 1 && acc[gpusvm::ACC_REJECT] != 0.0;
+    const bool rejected0 = M1 != 0 && phase == 1 && acc[gpusvm::ACC_REJECT] != 0.0;
     gpusvm::OutputSums<M1, NS> sums(acc, M);
     gpusvm::batch_scatter<M1>(indptr, indices, data, k, M, tile_rows, V,
                               static_cast<double*>(nullptr), [](int) { return 0.0; }, sums,
