@@ -93,7 +93,7 @@ def test_solver_matches_numpy_float64(a9a_slice, backend, config, k):
     assert [h[0] for h in res.history] == [h[0] for h in ref.history]
     np.testing.assert_allclose([h[1] for h in res.history], [h[1] for h in ref.history], rtol=1e-5)
     if config == "renormalizing":
-        s = be.to_host(be.s)
+        s = be.to_host(be.sm)[:, 0]
         assert 1e-6 <= s[S_A] <= 1.0           # a shrinks 100x per step: it was folded into v
 
 
@@ -243,7 +243,7 @@ def test_cupy_iterations_never_synchronize(a9a_slice):
     import cupyx
     X, y, _ = a9a_slice
     be = make_backend("cupy", X, y)
-    be.init_state(averaging=True)
+    be.init_state_m(averaging=True)
     sampler = CounterSampler(N_ROWS, 512, "with_replacement", 0)
     plan = PegasosPlan(lam=1e-2, k=512, optimal=True, radius=10.0, averaged=True, t_avg=1,
                        renorm_threshold=pegasos_module.RENORM_THRESHOLD)
@@ -252,10 +252,10 @@ def test_cupy_iterations_never_synchronize(a9a_slice):
         warnings.simplefilter("ignore")
         ctx = guard(False) if guard is not None else contextlib.nullcontext()
     with ctx:
-        be.pegasos_segment(sampler, 0, 20, plan)
-        be.output(True)
+        be.pegasos_segment_m(sampler, 0, 20, plan)
+        be.output_m(True)
     assert be.transfers == []
-    assert be.to_host(be.s)[S_A] > 0
+    assert be.to_host(be.sm)[S_A, 0] > 0
 
 
 # ------------------------------------------------------------------ benchmark smoke run
