@@ -59,13 +59,16 @@ __device__ __forceinline__ void grid_stride(const long long count, F&& f) {
     }
 }
 
-// The general path's pair loop (M outputs): a grid-stride loop over the k M (batch position,
-// output) pairs t = i M + c, f(t, i, c) for every pair of this thread.
+// The pair loop of M outputs: a grid-stride loop over the k M (batch position, output) pairs
+// t = i M + c, f(t, i, c) for every pair of this thread, in 32-bit arithmetic (the host keeps
+// k M plus the grid's threads below 2^31).
 template <typename F>
 __device__ __forceinline__ void grid_stride_pairs(const int k, const int M, F&& f) {
-    grid_stride(static_cast<long long>(k) * M, [&](const long long t) {
-        f(t, static_cast<int>(t / M), static_cast<int>(t % M));
-    });
+    const int count = k * M;
+    const int stride = static_cast<int>(gridDim.x) * BLOCK;
+    for (int t = static_cast<int>(blockIdx.x) * BLOCK + threadIdx.x; t < count; t += stride) {
+        f(t, t / M, t % M);
+    }
 }
 
 // The row loop of the row kernels without shuffles (any trip count per lane): the LANES

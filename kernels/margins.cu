@@ -30,7 +30,7 @@ __global__ void __launch_bounds__(gpusvm::BLOCK, gpusvm::MIN_BLOCKS) gpusvm_marg
     int* rows,                             // the batch A_t, k: read (draw < 0) or written
     const int k,                           // batch size
     const int tile_rows,                   // batch positions per tile (M1), 1 .. BLOCK
-    const int M,                           // number of outputs
+    const int outputs,                     // M, the number of outputs (1 when M1)
     const double* __restrict__ state,      // scalar state, N_SLOTS x M
     double* __restrict__ m,                // output margins, k x M
     const int draw,                        // -1: read rows; 0 or 2: draw them (sampling mode code)
@@ -42,6 +42,7 @@ __global__ void __launch_bounds__(gpusvm::BLOCK, gpusvm::MIN_BLOCKS) gpusvm_marg
     unsigned int* __restrict__ ticket,     // last-block ticket (draw >= 0)
     int* first)                            // out (draw >= 0): first-occurrence mask, k
 {
+    const int M = M1 != 0 ? 1 : outputs;               // a constant 1 in the M1 instances
     const gpusvm::SegmentBatch batch(draw, seed, n, k, half, mask, counter, rows, first);
     gpusvm::batch_dots<M1, 0>(indptr, indices, data, V, M, batch, k, tile_rows,
                            [&](int, const int c, const long long t, const int r, int, const double dot) {

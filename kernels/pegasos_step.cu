@@ -40,7 +40,7 @@ __global__ void __launch_bounds__(gpusvm::BLOCK, gpusvm::MIN_BLOCKS) gpusvm_pega
     const int* __restrict__ rows,          // the batch A_t, k
     const int k,                           // rows in the batch
     const int tile_rows,                   // batch positions per tile (M1), 1 .. BLOCK
-    const int M,                           // number of outputs
+    const int outputs,                     // M, the number of outputs (1 when M1)
     const double kk,                       // the k of eta_t / k
     const double* __restrict__ m,          // margins of the batch, k x M
     T* __restrict__ V,                     // W = V diag(a), d x M (updated)
@@ -61,13 +61,20 @@ __global__ void __launch_bounds__(gpusvm::BLOCK, gpusvm::MIN_BLOCKS) gpusvm_pega
     const long long t_avg,                 // first averaged iteration
     const double threshold)                // fold a_c into V[:, c] when |a_c| < threshold
 {
-    const long long t = gpusvm::load_coherent_ll(counter);
+    const int M = M1 != 0 ? 1 : outputs;               // a constant 1 in the M1 instances
+    // eta_t and shrink_t of t = counter[0], recomputed by the last block rather than kept live
+    // (in registers) across the scatter
+    const auto step_at = [&](double& eta, double& shrink) {
+        const long long t = gpusvm::load_coherent_ll(counter);
+        gpusvm::step_size(schedule, t, lam, eta0, norma_p, &eta, &shrink);
+        if (shrink == 0.0) {
+            shrink = 1.0;                                // w = 0 already (gpusvm_reset_scale)
+        }
+        return t;
+    };
     double eta = 0.0;
     double shrink = 0.0;
-    gpusvm::step_size(schedule, t, lam, eta0, norma_p, &eta, &shrink);
-    if (shrink == 0.0) {
-        shrink = 1.0;                                    // w = 0 already (gpusvm_reset_scale)
-    }
+    step_at(eta, shrink);
     // read before this block takes its ticket, hence before the last block writes the state
     const double c0 = M1 != 0 ? eta / (kk * (state[gpusvm::S_A] * shrink)) : 0.0;
     gpusvm::OutputSums<M1, 4> sums(acc, M);              // dnorm, nact, loss, yact
@@ -99,6 +106,7 @@ __global__ void __launch_bounds__(gpusvm::BLOCK, gpusvm::MIN_BLOCKS) gpusvm_pega
         fold = 0;
     }
     __syncthreads();
+    const long long t = step_at(eta, shrink);
     const bool average = averaged != 0 && t >= t_avg;
     for (int c = threadIdx.x; c < M; c += gpusvm::BLOCK) {
         double tot[4];

@@ -32,7 +32,7 @@ __global__ void __launch_bounds__(gpusvm::BLOCK, gpusvm::MIN_BLOCKS) gpusvm_sdca
     const int* __restrict__ rows,          // the batch A_t, k
     const int k,                           // batch size
     const int tile_rows,                   // batch positions per tile (M1), 1 .. BLOCK
-    const int M,                           // number of outputs
+    const int outputs,                     // M, the number of outputs (1 when M1)
     double* __restrict__ delta,            // coordinate steps, k x M (written by a fused phase 0)
     T* __restrict__ V,                     // W = V diag(a), d x M (updated)
     double* __restrict__ alpha,            // dual variables, n x M
@@ -51,6 +51,7 @@ __global__ void __launch_bounds__(gpusvm::BLOCK, gpusvm::MIN_BLOCKS) gpusvm_sdca
     const double* __restrict__ old,        // the tentative steps rho added, k x M (fused phase 1)
     const int fused)                       // 1: the steps computed here, the scratch zeroed here
 {
+    const int M = M1 != 0 ? 1 : outputs;               // a constant 1 in the M1 instances
     constexpr int NS = SQ != 0 ? 4 : 3;                // dn, dsum, dabs (, gain)
     constexpr int GAIN = SQ != 0 ? 3 : 1;              // the hinge's gain is dsum
     const bool steps_here = fused && phase == 0;

@@ -3,8 +3,8 @@
 // the same pass, the coordinate steps of eq. (15) with beta_c = state[S_BETA]:
 //   delta[i, c] = outputs.cuh's sdca_step<SQ>(alpha_rc, s_rc, lam n, beta_c, m_ic, ||x_r||^2)
 // (0 where first[i] = 0: a repeated row of an i.i.d. batch steps once).
-// grid, sampling: as margins.cu (M1 = 1: tiles balanced by nonzeros; M1 = 0: (row, output) pairs;
-//   draw = 0 or 2 draws the batch and advances counter[0]).
+// grid: as margins.cu (M1 = 1: tiles balanced by nonzeros; M1 = 0: (row, output) pairs).
+// sampling: as margins.cu (draw = 0 or 2 draws the batch and advances counter[0]).
 // in: indptr, indices, data, Y[n x M], V[d x M], rows[k] (draw < 0), k, tile_rows, M, state,
 //   alpha[n x M], row_sq[n], sw[n x M] (WT), first[k] (has_first, draw < 0), has_first, lamn,
 //   draw, seed, n, half, mask; in/out: counter[1], ticket[1] (draw >= 0); out: m[k x M],
@@ -25,7 +25,7 @@ __global__ void __launch_bounds__(gpusvm::BLOCK, gpusvm::MIN_BLOCKS) gpusvm_sdca
     int* rows,                             // the batch A_t, k: read (draw < 0) or written
     const int k,                           // batch size
     const int tile_rows,                   // batch positions per tile (M1), 1 .. BLOCK
-    const int M,                           // number of outputs
+    const int outputs,                     // M, the number of outputs (1 when M1)
     const double* __restrict__ state,      // scalar state, N_SLOTS x M (a, b, beta)
     const double* __restrict__ alpha,      // dual variables, n x M
     const double* __restrict__ row_sq,     // squared row norms, n
@@ -43,6 +43,7 @@ __global__ void __launch_bounds__(gpusvm::BLOCK, gpusvm::MIN_BLOCKS) gpusvm_sdca
     long long* __restrict__ counter,       // in: batch index t; out: t + 1 (draw >= 0)
     unsigned int* __restrict__ ticket)     // last-block ticket (draw >= 0)
 {
+    const int M = M1 != 0 ? 1 : outputs;               // a constant 1 in the M1 instances
     const gpusvm::SegmentBatch batch(draw, seed, n, k, half, mask, counter, rows, first);
     gpusvm::batch_dots<M1, 1>(indptr, indices, data, V, M, batch, k, tile_rows,
                            [&](int, const int c, const long long t, const int r, const int fl,

@@ -26,7 +26,7 @@ __global__ void __launch_bounds__(gpusvm::BLOCK, gpusvm::MIN_BLOCKS) gpusvm_sdca
     const int* __restrict__ rows,          // the batch A_t, k
     const int k,                           // batch size
     const int tile_rows,                   // batch positions per tile (M1), 1 .. BLOCK
-    const int M,                           // number of outputs
+    const int outputs,                     // M, the number of outputs (1 when M1)
     const double* __restrict__ delta,      // tentative coordinate steps, k x M
     const double* __restrict__ row_sq,     // squared row norms, n
     double* __restrict__ scratch,          // all-zero d x M (left holding the sums)
@@ -36,6 +36,7 @@ __global__ void __launch_bounds__(gpusvm::BLOCK, gpusvm::MIN_BLOCKS) gpusvm_sdca
     const double beta_b,                   // upper end of beta's range (eq. 11)
     const double theta)                    // beta <- beta^theta rho^(1 - theta)
 {
+    const int M = M1 != 0 ? 1 : outputs;               // a constant 1 in the M1 instances
     gpusvm::OutputSums<M1, 2> sums(acc + gpusvm::ACC_NUM * M, M);    // num, den
     gpusvm::batch_scatter<M1>(indptr, indices, data, k, M, tile_rows, scratch,
                               static_cast<double*>(nullptr), [](int) { return 0.0; }, sums,

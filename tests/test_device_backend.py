@@ -126,12 +126,13 @@ def test_solver_matches_numpy_float32(a9a_slice, backend, config, k):
 @pytest.mark.parametrize("bias", ["unregularized", "optimal"])
 def test_no_transfer_between_evaluations(a9a_slice, backend, bias):
     """Device-to-host copies happen only inside evaluations; a segment only launches kernels:
-    3 per iteration (sample, margins, step with the renormalisation folded in), 4 with the
-    optimal bias, plus reset_scale_next in every iteration of the segment that holds t = 1."""
+    2 per iteration (margins, which draw the batch, and the step with the renormalisation folded
+    in), 3 with the optimal bias, plus reset_scale in every iteration of the segment that holds
+    t = 1: the launches of the balanced kernels of one output."""
     X, y, _ = a9a_slice
     be = make_backend(backend, X, y)
     events, launches = [], []
-    orig_segment, orig_evaluate, orig_to_host = be.pegasos_segment, be.evaluate, be.to_host
+    orig_segment, orig_evaluate, orig_to_host = be.pegasos_segment_m, be.evaluate_m, be.to_host
 
     def segment(sampler, t0, t1, plan):
         events.append("S")
@@ -147,7 +148,7 @@ def test_no_transfer_between_evaluations(a9a_slice, backend, bias):
         events.append("H")
         return orig_to_host(a)
 
-    be.pegasos_segment, be.evaluate, be.to_host = segment, evaluate, to_host
+    be.pegasos_segment_m, be.evaluate_m, be.to_host = segment, evaluate, to_host
     pegasos(be, lam=1e-2, k=256, max_iter=60, seed=1, eval_every=20, averaging="tail", bias=bias)
     trace = "".join(events)
     assert trace.count("S") == 3 and trace.count("E") == 3
@@ -159,8 +160,9 @@ def test_no_transfer_between_evaluations(a9a_slice, backend, bias):
         if "H" in part:
             assert "E" in part, trace
     assert len(be.transfers) == trace.count("H")
-    # evaluate copies once, plus the optimal bias over all rows before it; at the end w and b
-    assert trace.count("H") == 1 + 3 * (2 if bias == "optimal" else 1) + 2
+    # each evaluation copies the objective once (the optimal bias over all rows stays on the
+    # device); at the end w and b
+    assert trace.count("H") == 1 + 3 + 2
     # sample (drawn by the margin kernel), margins, (optimal bias), step; the first segment also
     # resets the scale (eta_1 lam = 1)
     per = 3 if bias == "optimal" else 2
@@ -180,7 +182,7 @@ def test_accepts_host_inputs(form):
     be = make_device_backend("emulated", X, y)
     assert be.dtype == (np.float32 if form == "coo_f32" else np.float64)
     w = rng.normal(size=30)
-    z = be.to_host(be.decision_function(w, 0.5))
+    z = be.to_host(be.decision_function_m(w[:, None], 0.5))[:, 0]
     np.testing.assert_allclose(z, dense.astype(be.dtype) @ w + 0.5, rtol=1e-6 if form == "coo_f32"
                                else 1e-12)
     np.testing.assert_allclose(be.to_host(be.row_sq_norms),

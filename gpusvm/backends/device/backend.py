@@ -317,7 +317,11 @@ class DeviceBackend(GeneralEvaluation):
         if self.n_outputs == 1:
             return self._tile_grid(k)
         pairs = k * self.n_outputs
-        return max(1, min(math.ceil(pairs / _kernels.BLOCK), self.runtime.max_blocks)), np.int32(0)
+        grid = max(1, min(math.ceil(pairs / _kernels.BLOCK), self.runtime.max_blocks))
+        if pairs + grid * _kernels.BLOCK >= 2**31:
+            raise ValueError(f"a batch of {k} rows and {self.n_outputs} outputs exceeds the 2**31 "
+                             "(row, output) pairs the kernels index with int32; use a smaller batch")
+        return grid, np.int32(0)
 
     # ------------------------------------------------------------ streams
     def activate(self):
