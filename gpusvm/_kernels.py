@@ -21,8 +21,8 @@ from pathlib import Path
 
 #: kernel files, one ``gpusvm_<op>`` kernel template per file (a file after those it includes)
 KERNEL_FILES = ("margins.cu", "sdca_margins.cu", "pegasos_step.cu", "optimal_bias.cu",
-                "reset_scale.cu", "sdca_rho.cu", "sdca_apply.cu", "row_sq_norms.cu", "sample.cu",
-                "sample_firsts.cu", "sample_next.cu", "sample_firsts_next.cu")
+                "reset_scale.cu", "sdca_rho.cu", "sdca_apply.cu", "row_sq_norms.cu",
+                "sample_next.cu", "sample_firsts_next.cu")
 #: lane counts of the row kernel (lanes of a warp that share one CSR row)
 LANE_COUNTS = (4, 8, 16, 32)
 #: C++ value types of the data and of ``V``, by NumPy dtype name
@@ -34,11 +34,9 @@ SEGMENT_KERNELS = {"gpusvm_margins": ("M1",), "gpusvm_sdca_margins": ("M1", "SQ"
                    "gpusvm_pegasos_step": ("M1", "SQ", "WT"), "gpusvm_optimal_bias": ("WT",),
                    "gpusvm_reset_scale": (), "gpusvm_sdca_rho": ("M1",),
                    "gpusvm_sdca_apply": ("M1", "SQ", "WT")}
-#: the counter-based sampler (kernels/sample.cu, templated over the sampling mode code of
-#: gpusvm.solvers._sampling.MODE_CODES) and the first-occurrence mask of i.i.d. batches
-SAMPLER_KERNELS = ("gpusvm_sample<0>", "gpusvm_sample<1>", "gpusvm_sample<2>",
-                   "gpusvm_sample_firsts")
-#: the same reading the batch index from device memory (a captured segment's launches)
+#: the counter-based sampler reading the batch index from device memory (kernels/sample_next.cu,
+#: templated over the sampling mode code of gpusvm.solvers._sampling.MODE_CODES) and the
+#: first-occurrence mask of i.i.d. batches
 SEGMENT_SAMPLER_KERNELS = ("gpusvm_sample_next<0>", "gpusvm_sample_next<1>",
                            "gpusvm_sample_next<2>", "gpusvm_sample_firsts_next")
 #: threads per block of every kernel (``gpusvm::BLOCK`` in ``common.cuh``)
@@ -166,7 +164,6 @@ def name_expressions() -> list[str]:
         for op, flags in SEGMENT_KERNELS.items():
             for bits in range(1 << len(flags)):
                 names.append(segment_kernel(op, t, **{f: bits >> i & 1 for i, f in enumerate(flags)}))
-    names.extend(SAMPLER_KERNELS)
     names.extend(SEGMENT_SAMPLER_KERNELS)
     return names
 

@@ -44,10 +44,13 @@ __global__ void __launch_bounds__(gpusvm::BLOCK, gpusvm::MIN_BLOCKS) gpusvm_marg
 {
     const int M = M1 != 0 ? 1 : outputs;               // a constant 1 in the M1 instances
     const gpusvm::SegmentBatch batch(draw, seed, n, k, half, mask, counter, rows, first);
+    const double a0 = M1 != 0 ? state[gpusvm::S_A] : 0.0;                // M1: the scalars read once
+    const double b0 = M1 != 0 ? state[gpusvm::S_B] : 0.0;
     gpusvm::batch_dots<M1, 0>(indptr, indices, data, V, M, batch, k, tile_rows,
-                           [&](int, const int c, const long long t, const int r, int, const double dot) {
-        const double a = state[gpusvm::S_A * M + c];
-        const double b = state[gpusvm::S_B * M + c];
+                              [&](int, const int c, const long long t, const int r, int,
+                                  const double dot) {
+        const double a = M1 != 0 ? a0 : state[gpusvm::S_A * M + c];
+        const double b = M1 != 0 ? b0 : state[gpusvm::S_B * M + c];
         m[t] = static_cast<double>(Y[static_cast<long long>(r) * M + c]) * (a * dot + b);
     });
     batch.finish(ticket);

@@ -57,7 +57,8 @@ __global__ void __launch_bounds__(gpusvm::BLOCK, gpusvm::MIN_BLOCKS) gpusvm_sdca
     const bool steps_here = fused && phase == 0;
     // M1: the plan of the one output, read before this block takes its ticket (hence before the
     // last block writes the state); M outputs read theirs per pair, as early
-    const double a0 = state[gpusvm::S_A];
+    const double a0 = M1 != 0 ? state[gpusvm::S_A] : 0.0;
+    const double beta0 = M1 != 0 ? state[gpusvm::S_BETA] : 0.0;          // adapted by the previous launch
     const bool rejected0 = M1 != 0 && phase == 1 && acc[gpusvm::ACC_REJECT] != 0.0;
     gpusvm::OutputSums<M1, NS> sums(acc, M);
     gpusvm::batch_scatter<M1>(indptr, indices, data, k, M, tile_rows, V,
@@ -70,8 +71,9 @@ __global__ void __launch_bounds__(gpusvm::BLOCK, gpusvm::MIN_BLOCKS) gpusvm_sdca
         if (steps_here) {                                            // eq. (15), beta^(t+1)
             dp = (has_first && first[i] == 0)
                 ? 0.0
-                : gpusvm::sdca_step<SQ>(alpha[rc], s, lam * n, state[gpusvm::S_BETA * M + c],
-                                        m[p], row_sq[r]);
+                : gpusvm::sdca_step<SQ>(alpha[rc], s, lam * n,
+                                        M1 != 0 ? beta0 : state[gpusvm::S_BETA * M + c], m[p],
+                                        row_sq[r]);
             delta[p] = dp;
         } else {
             dp = delta[p];

@@ -17,6 +17,26 @@
 #include "common.cuh"
 #include "outputs.cuh"
 
+namespace gpusvm {
+
+// The last block's part: rho_c and beta_c of every output from the sums (a function of its own,
+// not inlined: pow's registers stay out of the scatter's allocation).
+__device__ __noinline__ void rho_finish(double* __restrict__ state, double* __restrict__ acc,
+                                        const int M, const double beta_b, const double theta) {
+    for (int c = threadIdx.x; c < M; c += BLOCK) {
+        double tot[2];
+        take_sums<2>(acc + ACC_NUM * M, M, c, tot);
+        if (tot[1] > 0.0) {                                          // else a null tentative step
+            const double rho = fmin(fmax(tot[0] / tot[1], 1.0), beta_b);
+            state[S_TMP0 * M + c] = rho;
+            const double beta = pow(state[S_BETA * M + c], theta) * pow(rho, 1.0 - theta);
+            state[S_BETA * M + c] = fmin(fmax(beta, 1.0), beta_b);  // despite rounding
+        }
+    }
+}
+
+}  // namespace gpusvm
+
 template <typename T, int M1>
 __global__ void __launch_bounds__(gpusvm::BLOCK, gpusvm::MIN_BLOCKS) gpusvm_sdca_rho(
     const long long* __restrict__ indptr,  // CSR row pointers, n + 1
@@ -54,16 +74,7 @@ __global__ void __launch_bounds__(gpusvm::BLOCK, gpusvm::MIN_BLOCKS) gpusvm_sdca
     if (!gpusvm::last_block_done(ticket)) {
         return;
     }
-    for (int c = threadIdx.x; c < M; c += gpusvm::BLOCK) {
-        double tot[2];
-        gpusvm::take_sums<2>(acc + gpusvm::ACC_NUM * M, M, c, tot);
-        if (tot[1] > 0.0) {                                          // else a null tentative step
-            const double rho = fmin(fmax(tot[0] / tot[1], 1.0), beta_b);
-            state[gpusvm::S_TMP0 * M + c] = rho;
-            const double beta = pow(state[gpusvm::S_BETA * M + c], theta) * pow(rho, 1.0 - theta);
-            state[gpusvm::S_BETA * M + c] = fmin(fmax(beta, 1.0), beta_b);  // despite rounding
-        }
-    }
+    gpusvm::rho_finish(state, acc, M, beta_b, theta);
     if (threadIdx.x == 0) {
         gpusvm::reset_ticket(ticket);
     }

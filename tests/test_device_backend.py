@@ -275,13 +275,16 @@ def test_benchmark_smoke_mode_runs_on_the_emulator(tmp_path):
     assert {r["solver"] for r in out["per_iteration"]} == {"pegasos", "sdca-aggressive"}
     # the kernels timed are the segments' own launches, one per kernel the model counts
     timed = [(r["kernel"].split("<")[0], r["model_kernel"]) for r in out["kernels"]]
-    assert timed == [("gpusvm_margins_balanced", "margins"),
-                     ("gpusvm_pegasos_segment_step", "pegasos_step"),
-                     ("evaluate() (hinge_sum + 2 reductions + copy)", "evaluation"),
-                     ("gpusvm_sdca_margins_balanced", "sdca_margins"),
-                     ("gpusvm_sdca_rho_balanced", "sdca_rho"),
-                     ("gpusvm_sdca_apply_balanced", "sdca_apply (with the steps)"),
-                     ("gpusvm_sdca_apply_balanced", "sdca_apply (settle, zeroing)")]
+    assert timed == [("gpusvm_margins", "margins"),
+                     ("gpusvm_pegasos_step", "pegasos_step"),
+                     ("evaluate_m() (X @ W + reductions + copy)", "evaluation"),
+                     ("gpusvm_sdca_margins", "sdca_margins"),
+                     ("gpusvm_sdca_rho", "sdca_rho"),
+                     ("gpusvm_sdca_apply", "sdca_apply (with the steps)"),
+                     ("gpusvm_sdca_apply", "sdca_apply (settle, zeroing)")]
+    # the one-output instances: the tiles balanced by nonzeros
+    assert all(r["kernel"].rstrip(">").split(",")[1] == "1" for r in out["kernels"]
+               if "<" in r["kernel"])
     # time to eps: setup and run measured, the model's time for the same counts beside them
     for r in out["time_to_eps"]:
         assert r["reached"], r

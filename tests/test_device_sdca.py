@@ -111,6 +111,76 @@ def test_solver_matches_numpy_float32(a9a_unit, backend, variant, b):
     assert_same_run(res, ref, 1e-4, gap_atol=1e-6 * ref.history[0][1])
 
 
+# ------------------------------------------------------------------ no synchronisation
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("variant, per_iteration", [("naive", 2), ("safe", 2), ("aggressive", 4)])
+@pytest.mark.parametrize("sampling, sample_launches", [("with_replacement", 2), ("epoch", 0)])
+def test_no_transfer_between_evaluations(a9a_unit, backend, variant, per_iteration, sampling,
+                                         sample_launches):
+    """Device-to-host copies happen only in certificates; 2 or 4 launches per iteration, none of
+    them waiting for the host; i.i.d. batches add the sampler's two launches, epochs none (the
+    gather draws them)."""
+    X, y, sigma2 = a9a_unit
+    be = make_backend(backend, X, y)
+    events, per_call = [], []
+    orig_dual, orig_to_host, orig_segment = be.dual_weights_m, be.to_host, be.sdca_segment_m
+
+    def dual_weights(lam):
+        events.append("W")
+        return orig_dual(lam)
+
+    def to_host(a):
+        events.append("H")
+        return orig_to_host(a)
+
+    def segment(sampler, t0, t1, plan):
+        events.append("I")
+        before = be.launches
+        orig_segment(sampler, t0, t1, plan)
+        per_call.append((be.launches - before) / (t1 - t0))
+
+    be.dual_weights_m, be.to_host, be.sdca_segment_m = dual_weights, to_host, segment
+    sdca(be, lam=LAM, b=256, max_iter=60, variant=variant, sigma2=sigma2, eval_every=20,
+         sampling=sampling, seed=1, tol=0.0)
+    trace = "".join(events)
+    assert trace.count("W") == 3 and trace.count("I") == 3
+    for part in trace.split("I")[1:]:          # after a segment, copies only in a certificate
+        if "H" in part:
+            assert part.startswith("W"), trace
+    # each certificate copies P(w(alpha)) with ||w||^2, and D; from the second on, the best
+    # point's combination (t, its P and norm) once more; the end copies sm, w and alpha
+    assert trace.count("H") == len(be.transfers) == 2 + 2 * 3 + 3, trace
+    assert per_call == [per_iteration + sample_launches] * 3
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not cuda_available(), reason="no CUDA device")
+def test_cupy_sdca_iterations_never_synchronize(a9a_unit):
+    import contextlib
+    import warnings
+
+    import cupyx
+
+    from gpusvm.backends._state import S_ASUMD
+    from gpusvm.backends.base import SDCAPlan
+    from gpusvm.solvers._sampling import CounterSampler
+    X, y, sigma2 = a9a_unit
+    be = make_backend("cupy", X, y)
+    beta_b = spectral.beta_b(512, N_ROWS, sigma2)
+    be.init_state_m()
+    be.init_dual_m(beta_b)
+    sampler = CounterSampler(N_ROWS, 512, "with_replacement", 0)
+    plan = SDCAPlan(lam=LAM, beta_b=beta_b, theta=0.5, aggressive=True)
+    guard = getattr(cupyx, "allow_synchronize", None)    # deprecated in CuPy 10, may go
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ctx = guard(False) if guard is not None else contextlib.nullcontext()
+    with ctx:
+        be.sdca_segment_m(sampler, 0, 20, plan)
+    assert be.transfers == []
+    assert be.to_host(be.sm)[S_ASUMD, 0] > 0
+
+
 # ------------------------------------------------------------------ estimator, end to end
 def test_sdcasvc_on_the_emulator_certifies_a_small_gap(rcv1_small):
     X = rcv1_small.X.astype(np.float64)

@@ -20,7 +20,7 @@ import scipy.sparse as sp
 from gpusvm._emulator import EmulatedModule
 from gpusvm._emulator import streams as es
 from gpusvm.backends import base, make_backend
-from gpusvm.backends import device as device_module
+from gpusvm.backends.device import runtime as device_module
 from gpusvm.backends.base import PegasosPlan, SDCAPlan
 from gpusvm.solvers._sampling import CounterSampler
 from gpusvm.solvers.pegasos import pegasos

@@ -71,7 +71,7 @@ N_ACC = 7
 
 
 def choose_lanes(mean_row_nnz: float) -> int:
-    """Lanes per CSR row for a mean row length: about two nonzeros per lane, 4 to 32.
+    """Lanes per CSR row of the row-norm kernel for a mean row length: about two nonzeros per lane.
 
     Parameters
     ----------
@@ -86,9 +86,8 @@ def choose_lanes(mean_row_nnz: float) -> int:
     Notes
     -----
     A group of lanes reads a row's nonzeros with coalesced loads and sums them
-    with ``log2(lanes)`` shuffles; two or more nonzeros per lane keep several
-    gathers of ``v`` in flight per thread (a9a, 14 per row: 8 lanes; the text
-    sets, 138 to 415 per row: 32 lanes).
+    with ``log2(lanes)`` shuffles (a9a, 14 per row: 8 lanes; the text sets, 138
+    to 415 per row: 32 lanes).  The segment kernels balance by nonzeros instead.
     """
     want = max(1.0, mean_row_nnz / 2.0)
     for lanes in _kernels.LANE_COUNTS:
