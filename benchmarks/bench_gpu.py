@@ -12,14 +12,14 @@ captured graph, the gather drawing its own batch), for the device the model know
 (H100, H200; others are compared with the H100 figures and say so):
 
   * **seconds per iteration** of a replayed segment (the solver's own launch sequence, the
-    CUDA graph of :meth:`DeviceBackend.pegasos_segment` / ``sdca_segment``), timed with CUDA
+    CUDA graph of :meth:`DeviceBackend.pegasos_segment_m` / ``sdca_segment_m``), timed with CUDA
     events on the backend's stream after a run of the solver has put the state where a run
     is (its active rows, its step sizes); the fraction of the traffic roofline it reaches;
   * **each kernel of one iteration**, timed inside the real iteration: consecutive iterations
     of the solver's launch sequence, one kernel at a time with CUDA events between them (the
     state advances as in a run), against the model's time for that kernel and its bytes (the
     achieved bandwidth on the model's byte count);
-    ``evaluate()`` (the hinge-sum kernel, its reductions and one copy to the host) timed as
+    ``evaluate_m()`` (the product ``X W``, its reductions and one copy to the host) timed as
     the whole call and labelled so;
   * **time to** ``P(w) - P* <= eps``, setup included (the upload; NVRTC's compilation is
     left out by a warm-up run), with the solver's own evaluation cadence, as
@@ -151,7 +151,7 @@ def run_solver(backend, solver: str, lam: float, k: int, max_iter: int, eval_eve
     The backend's segment method is wrapped for the run to record the sampler and plan the
     solver passed, so that the very launch sequence of the run can be replayed and timed.
     """
-    name = "pegasos_segment" if solver == "pegasos" else "sdca_segment"
+    name = "pegasos_segment_m" if solver == "pegasos" else "sdca_segment_m"
     segment = getattr(backend, name)
     seen = {}
 
@@ -305,9 +305,9 @@ def kernel_timings(backend: str, X, y, solver: str, k: int, lam: float, dev, rep
                     "fraction_of_peak": nbytes / sec / peak if peak else None})
     timer = Timer(be)
     if solver == "pegasos":
-        w, b = be.output(False)
-        sec = timer(lambda: be.evaluate(w, b, lam), repeat)
-        out.append({"solver": solver, "kernel": "evaluate() (hinge_sum + 2 reductions + copy)",
+        w, b = be.output_m(False)
+        sec = timer(lambda: be.to_host(be.evaluate_m(w, b, lam)[0]), repeat)
+        out.append({"solver": solver, "kernel": "evaluate_m() (X @ W + reductions + copy)",
                     "model_kernel": "evaluation", "k": int(k), "grid": None, "seconds": sec,
                     "modelled_seconds": roofline.evaluation_seconds(X, dev),
                     "model_hbm_bytes": None, "GBps": None, "fraction_of_peak": None})

@@ -328,7 +328,7 @@ def timed_run(name, X, y, solver, k, target, max_epochs):
     t0 = time.perf_counter()
     be = make_backend(name, X, y)
     upload = time.perf_counter() - t0
-    seg_name = "pegasos_segment" if solver == "pegasos" else "sdca_segment"
+    seg_name = "pegasos_segment_m" if solver == "pegasos" else "sdca_segment_m"
     segment, in_segments = getattr(be, seg_name), [0.0]
 
     def timed(*a):

@@ -19,55 +19,24 @@ import time
 from functools import lru_cache
 from pathlib import Path
 
-#: kernel files, one ``gpusvm_<op>`` kernel template per file
-KERNEL_FILES = ("margins.cu", "pegasos_step.cu", "renormalize.cu", "reset_scale.cu",
-                "output.cu", "decision.cu", "hinge_sum.cu", "row_sq_norms.cu",
-                "sdca_margins.cu", "sdca_deltas.cu", "sdca_rho.cu", "sdca_apply.cu",
-                "sdca_dual_weights.cu", "sample.cu", "sample_firsts.cu",
-                # the kernels of a captured segment (after the files they include)
-                "sample_next.cu", "sample_firsts_next.cu", "pegasos_segment_step.cu",
-                "reset_scale_next.cu", "optimal_bias.cu", "margins_balanced.cu",
-                "sdca_margins_balanced.cu", "sdca_rho_balanced.cu", "sdca_apply_balanced.cu",
-                "margins_multi.cu", "accumulate_multi.cu", "sdca_deltas_multi.cu",
-                "renormalize_multi.cu",
-                # the general path's captured segments (after the files they include)
-                "pegasos_coef_multi.cu", "pegasos_scalars_multi.cu", "reset_scale_multi_next.cu",
-                "optimal_bias_multi.cu", "sdca_coef_multi.cu", "sdca_rho_multi.cu",
-                "sdca_check_multi.cu", "sdca_finish_multi.cu")
-#: lane counts of the row kernels (lanes of a warp that share one CSR row)
+#: kernel files, one ``gpusvm_<op>`` kernel template per file (a file after those it includes)
+KERNEL_FILES = ("margins.cu", "sdca_margins.cu", "pegasos_step.cu", "optimal_bias.cu",
+                "reset_scale.cu", "sdca_rho.cu", "sdca_apply.cu", "row_sq_norms.cu",
+                "sample_next.cu", "sample_firsts_next.cu")
+#: lane counts of the row kernel (lanes of a warp that share one CSR row)
 LANE_COUNTS = (4, 8, 16, 32)
-#: C++ value types of the data and of ``v``, by NumPy dtype name
+#: C++ value types of the data and of ``V``, by NumPy dtype name
 VALUE_TYPES = {"float32": "float", "float64": "double"}
-#: kernels templated over ``<LANES, T>``; the others are templated over ``<T>``
-ROW_KERNELS = ("gpusvm_margins", "gpusvm_pegasos_step", "gpusvm_decision", "gpusvm_hinge_sum",
-               "gpusvm_row_sq_norms")
-VECTOR_KERNELS = ("gpusvm_renormalize", "gpusvm_reset_scale", "gpusvm_output")
-#: the kernels of a captured Pegasos segment, templated over ``<T>``: the two balanced by
-#: nonzeros (kernels/balanced.cuh; their grids are tiles of the batch, not groups of lanes per
-#: row), the conditional reset and the one-block optimal bias (their ThreadSanitizer run is in
-#: tests/test_segment_kernels.py)
-SEGMENT_KERNELS = ("gpusvm_margins_balanced", "gpusvm_pegasos_segment_step",
-                   "gpusvm_reset_scale_next", "gpusvm_optimal_bias",
-                   "gpusvm_sdca_margins_balanced", "gpusvm_sdca_rho_balanced",
-                   "gpusvm_sdca_apply_balanced")
-#: the general path (M outputs, weights, the squared hinge), templated over ``<T>``: one thread per
-#: (batch row, output) pair, or one block for the scalars (launched by
-#: gpusvm/backends/_general_device.py, whose segments are recorded and replayed as the binary
-#: path's are)
-MULTI_KERNELS = ("gpusvm_margins_multi", "gpusvm_accumulate_multi", "gpusvm_sdca_deltas_multi",
-                 "gpusvm_renormalize_multi", "gpusvm_pegasos_coef_multi",
-                 "gpusvm_pegasos_scalars_multi", "gpusvm_reset_scale_multi_next",
-                 "gpusvm_optimal_bias_multi", "gpusvm_sdca_coef_multi", "gpusvm_sdca_rho_multi",
-                 "gpusvm_sdca_check_multi", "gpusvm_sdca_finish_multi")
-#: mini-batch SDCA kernels, templated over ``<LANES, T>`` like :data:`ROW_KERNELS` (launched by
-#: the SDCA methods of the device backend; their ThreadSanitizer run is in tests/test_device_sdca.py)
-SDCA_KERNELS = ("gpusvm_sdca_margins", "gpusvm_sdca_deltas", "gpusvm_sdca_rho", "gpusvm_sdca_apply",
-                "gpusvm_sdca_dual_weights")
-#: the counter-based sampler (kernels/sample.cu, templated over the sampling mode code of
-#: gpusvm.solvers._sampling.MODE_CODES) and the first-occurrence mask of i.i.d. batches
-SAMPLER_KERNELS = ("gpusvm_sample<0>", "gpusvm_sample<1>", "gpusvm_sample<2>",
-                   "gpusvm_sample_firsts")
-#: the same reading the batch index from device memory (a captured segment's launches)
+#: the kernels of a captured segment and their compile-time flags after ``T`` (kernels/outputs.cuh):
+#: ``M1`` one output (tiles balanced by nonzeros) or M (one thread per row and output), ``SQ`` the
+#: squared hinge, ``WT`` example weights; every combination is compiled
+SEGMENT_KERNELS = {"gpusvm_margins": ("M1",), "gpusvm_sdca_margins": ("M1", "SQ", "WT"),
+                   "gpusvm_pegasos_step": ("M1", "SQ", "WT"), "gpusvm_optimal_bias": ("WT",),
+                   "gpusvm_reset_scale": (), "gpusvm_sdca_rho": ("M1",),
+                   "gpusvm_sdca_apply": ("M1", "SQ", "WT")}
+#: the counter-based sampler reading the batch index from device memory (kernels/sample_next.cu,
+#: templated over the sampling mode code of gpusvm.solvers._sampling.MODE_CODES) and the
+#: first-occurrence mask of i.i.d. batches
 SEGMENT_SAMPLER_KERNELS = ("gpusvm_sample_next<0>", "gpusvm_sample_next<1>",
                            "gpusvm_sample_next<2>", "gpusvm_sample_firsts_next")
 #: threads per block of every kernel (``gpusvm::BLOCK`` in ``common.cuh``)
@@ -167,24 +136,34 @@ def compile_options() -> tuple:
 
 
 def row_kernel(op: str, lanes: int, value_type: str) -> str:
-    """Name expression of a ``<LANES, T>`` kernel, e.g. ``gpusvm_margins<8,float>``."""
+    """Name expression of a ``<LANES, T>`` kernel, e.g. ``gpusvm_row_sq_norms<8,float>``."""
     return f"{op}<{int(lanes)},{value_type}>"
 
 
-def vector_kernel(op: str, value_type: str) -> str:
-    """Name expression of a ``<T>`` kernel, e.g. ``gpusvm_output<double>``."""
-    return f"{op}<{value_type}>"
+def segment_kernel(op: str, value_type: str, **flags) -> str:
+    """Name expression of a segment kernel, e.g. ``gpusvm_pegasos_step<float,1,0,0>``.
+
+    Parameters
+    ----------
+    op : str
+        A key of :data:`SEGMENT_KERNELS`.
+    value_type : str
+        ``"float"`` or ``"double"``.
+    **flags : bool
+        ``M1``, ``SQ``, ``WT`` (those the kernel takes; others are ignored; default 0).
+    """
+    return "<".join((op, ",".join([value_type] + [str(int(bool(flags.get(f, 0))))
+                                                  for f in SEGMENT_KERNELS[op]]))) + ">"
 
 
 def name_expressions() -> list[str]:
     """Every template instance the device backend may launch."""
     names = []
     for t in VALUE_TYPES.values():
-        for op in ROW_KERNELS + SDCA_KERNELS:
-            names.extend(row_kernel(op, lanes, t) for lanes in LANE_COUNTS)
-        names.extend(vector_kernel(op, t)
-                     for op in VECTOR_KERNELS + SEGMENT_KERNELS + MULTI_KERNELS)
-    names.extend(SAMPLER_KERNELS)
+        names.extend(row_kernel("gpusvm_row_sq_norms", lanes, t) for lanes in LANE_COUNTS)
+        for op, flags in SEGMENT_KERNELS.items():
+            for bits in range(1 << len(flags)):
+                names.append(segment_kernel(op, t, **{f: bits >> i & 1 for i, f in enumerate(flags)}))
     names.extend(SEGMENT_SAMPLER_KERNELS)
     return names
 
@@ -193,11 +172,6 @@ def file_name_expressions(name: str) -> list[str]:
     """The template instances defined in one kernel file (``gpusvm_<op>`` in ``<op>.cu``)."""
     op = "gpusvm_" + name[:-3]
     return [e for e in name_expressions() if e.split("<")[0] == op]
-
-
-def sampler_kernel(code: int) -> str:
-    """Name expression of the sampler kernel for a sampling mode code."""
-    return SAMPLER_KERNELS[int(code)]
 
 
 _lock = threading.Lock()

@@ -1,7 +1,7 @@
-// balanced.cuh: work on a batch's rows balanced by nonzeros, not by rows (the kernels
-// margins_balanced.cu, pegasos_segment_step.cu and sdca_*_balanced.cu share its gather,
+// balanced.cuh: work on a batch's rows balanced by nonzeros, not by rows: the one-output (M1)
+// form of the segment kernels (outputs.cuh's batch_dots and batch_scatter) is its gather,
 // tile_row_dot, and its aggregated scatter, tile_scatter, with their tile loops tile_rows_dot and
-// tile_rows_scatter).
+// tile_rows_scatter.
 // A batch of k rows is cut into tiles of tile_rows <= BLOCK consecutive batch positions; block b
 // takes tiles b, b + gridDim.x, ... (the host picks tile_rows = ceil(k / grid) so that every block
 // gets about as many rows).  Inside a tile the block scans the rows' lengths in shared memory and
@@ -87,10 +87,9 @@ __device__ __forceinline__ int table_slot(int* keys, const int j) {
     return -1;
 }
 
-// ---- gather: the dot products <x_r, v> of a tile's rows (margins_balanced.cu,
-// sdca_margins_balanced.cu).  Thread tid < nr passes its row r (the others anything); start, len
-// (BLOCK), off
-// (BLOCK + 1) and csum (CHUNK_WINDOW) are the caller's shared arrays.  One thread per row loads
+// ---- gather: the dot products <x_r, v> of a tile's rows (margins.cu, sdca_margins.cu).  Thread
+// tid < nr passes its row r (the others anything); start, len (BLOCK), off (BLOCK + 1) and csum
+// (CHUNK_WINDOW) are the caller's shared arrays.  One thread per row loads
 // indptr; the rows' chunks of 32 consecutive nonzeros are scanned; the block's warps stride over
 // the chunks (one per warp at a time: coalesced reads, a fixed butterfly sum); one thread per row
 // adds its chunks' sums in row order, so the result does not depend on where a row sits in the
@@ -144,7 +143,7 @@ __device__ __forceinline__ double tile_row_dot(const long long* __restrict__ ind
     return dot;
 }
 
-// The tile loop of the gather kernels (margins_balanced.cu, sdca_margins_balanced.cu): block b
+// The tile loop of the gather kernels (margins.cu, sdca_margins.cu): block b
 // takes the tiles of tile_rows batch positions b, b + gridDim.x, ... of the k; in the thread of
 // each tile row, row_at(g) gives the CSR row at batch position g (read or drawn: SegmentBatch);
 // the dots come from tile_row_dot (its shared arrays are declared here), and f(g, r, dot) is
@@ -170,16 +169,16 @@ __device__ __forceinline__ void tile_rows_dot(const long long* __restrict__ indp
     }
 }
 
-// ---- scatter with column aggregation (pegasos_segment_step.cu, sdca_apply_balanced.cu,
-// sdca_rho_balanced.cu).  Before the tile: table_clear, then the caller sets start[i], coef[i]
-// and the length of each moving row i < nr (0 for the others) and scans the lengths with
-// tile_scan (whose barrier orders the clearing before the insertions).  tile_scatter then adds
-// coef[row] x_rj for the tile's nonzeros into target: the block's threads stride over the tile's
-// nonzeros (coalesced) and sum them per column in the shared table (double), then each column of
-// the table gets one atomic on target (and, with u, u[j] += u_scale times the column's sum); a
-// column the table cannot place (PROBES slots taken) gets its atomic at once.  Returns this
-// thread's share of the exact change new^2 - old^2 of ||target||^2.  Every thread of the block
-// must call it; on return the shared arrays may be reused.
+// ---- scatter with column aggregation (pegasos_step.cu, sdca_apply.cu, sdca_rho.cu).  Before
+// the tile: table_clear, then the caller sets start[i], coef[i] and the length of each moving
+// row i < nr (0 for the others) and scans the lengths with tile_scan (whose barrier orders the
+// clearing before the insertions).  tile_scatter then adds coef[row] x_rj for the tile's
+// nonzeros into target: the block's threads stride over the tile's nonzeros (coalesced) and sum
+// them per column in the shared table (double), then each column of the table gets one atomic on
+// target (and, with u, u[j] += u_scale times the column's sum); a column the table cannot place
+// (PROBES slots taken) gets its atomic at once.  Returns this thread's share of the exact change
+// new^2 - old^2 of ||target||^2.  Every thread of the block must call it; on return the shared
+// arrays may be reused.
 __device__ __forceinline__ void table_clear(int* keys, double* vals) {
     for (int s = threadIdx.x; s < TABLE; s += BLOCK) {
         keys[s] = EMPTY_KEY;
@@ -226,13 +225,13 @@ __device__ __forceinline__ double tile_scatter(const int* __restrict__ indices,
     return dn;
 }
 
-// The tile loop of the scatter kernels (pegasos_segment_step.cu, sdca_apply_balanced.cu,
-// sdca_rho_balanced.cu), with the shared arrays of tile_scatter: block b takes the tiles of
-// tile_rows batch positions b, b + gridDim.x, ... of the k; in the thread of each tile row,
-// row(g, c) (g its batch position) returns the CSR row to add, setting its coefficient c, or -1 for
-// a row that adds nothing; then the tile's rows are scattered into target (and u) by tile_scatter.
-// Returns this thread's share of the exact change of ||target||^2, summed over its tiles.  Every
-// thread of the block must call it.
+// The tile loop of the scatter kernels (pegasos_step.cu, sdca_apply.cu, sdca_rho.cu), with the
+// shared arrays of tile_scatter: block b takes the tiles of tile_rows batch positions b, b +
+// gridDim.x, ... of the k; in the thread of each tile row, row(g, c) (g its batch position)
+// returns the CSR row to add, setting its coefficient c, or -1 for a row that adds nothing; then
+// the tile's rows are scattered into target (and u) by tile_scatter. Returns this thread's share
+// of the exact change of ||target||^2, summed over its tiles.  Every thread of the block must
+// call it.
 template <typename T, typename V, typename F>
 __device__ __forceinline__ double tile_rows_scatter(const long long* __restrict__ indptr,
                                                     const int* __restrict__ indices,
@@ -268,7 +267,7 @@ __device__ __forceinline__ double tile_rows_scatter(const long long* __restrict_
     return dn;
 }
 
-// The tile loop of a zeroing pass (sdca_apply_balanced.cu's settle): block b takes the tiles of
+// The tile loop of a zeroing pass (sdca_apply.cu's settle): block b takes the tiles of
 // tile_rows batch positions b, b + gridDim.x, ... of the k; in the thread of each tile row,
 // row(g) returns the CSR row whose columns of target are to be zeroed, or -1; the block's threads
 // then stride over those rows' nonzeros and zero target there with atomic stores (other blocks may

@@ -1,15 +1,15 @@
 // common.cuh: helpers shared by every gpusvm kernel; the loader inlines this file into the module text.
 // - the slots of the float64 scalar state vector (mirror of gpusvm/backends/_state.py; a test checks
 //   that both lists agree);
-// - the launch geometry: every kernel runs blocks of BLOCK threads (launch_bounds), row kernels map
-//   a group of LANES consecutive lanes of one warp to one CSR row and stride over rows with a loop
-//   whose trip count is the same for all lanes of a warp, so full-warp shuffles are always legal
-//   (warp_rows; row kernels without shuffles: group_rows); elementwise kernels (and the general
-//   path's (row, output) pairs) stride over the grid;
+// - the launch geometry: every kernel runs blocks of BLOCK threads (launch_bounds), the row kernel
+//   maps a group of LANES consecutive lanes of one warp to one CSR row and strides over rows with a
+//   loop whose trip count is the same for all lanes of a warp, so full-warp shuffles are always
+//   legal (warp_rows); elementwise kernels and the (row, output) pairs of M outputs stride over the
+//   grid (outputs.cuh and balanced.cuh hold the segment kernels' batch loops);
 // - atomic additions that return the exact change of the target's squared norm (add_exact);
 // - reductions: inside a lane group (xor butterfly), over a block (warp shuffles + shared memory),
 //   and the "last block" ticket that lets the final block of a grid finish a computation without a
-//   second launch or a host synchronisation (take_block_sums collects the blocks' sums there).
+//   second launch or a host synchronisation (block_sums_to collects the blocks' sums for it).
 #ifndef GPUSVM_COMMON_CUH
 #define GPUSVM_COMMON_CUH
 
@@ -59,25 +59,16 @@ __device__ __forceinline__ void grid_stride(const long long count, F&& f) {
     }
 }
 
-// The general path's pair loop (M outputs): a grid-stride loop over the k M (batch position,
-// output) pairs t = i M + c, f(t, i, c) for every pair of this thread.
+// The pair loop of M outputs: a grid-stride loop over the k M (batch position, output) pairs
+// t = i M + c, f(t, i, c) for every pair of this thread, in unsigned 32-bit arithmetic (the host
+// keeps k M plus the grid's threads below 2^31).
 template <typename F>
 __device__ __forceinline__ void grid_stride_pairs(const int k, const int M, F&& f) {
-    grid_stride(static_cast<long long>(k) * M, [&](const long long t) {
-        f(t, static_cast<int>(t / M), static_cast<int>(t % M));
-    });
-}
-
-// The row loop of the row kernels without shuffles (any trip count per lane): the LANES
-// consecutive lanes of a group share one batch position g, from the group's index in the grid in
-// steps of the grid's groups; f(g, lane) for each g < count.
-template <int LANES, typename F>
-__device__ __forceinline__ void group_rows(const int count, F&& f) {
-    const int lane = threadIdx.x % LANES;
-    const int group = (blockIdx.x * BLOCK + threadIdx.x) / LANES;
-    const int stride = gridDim.x * (BLOCK / LANES);
-    for (int g = group; g < count; g += stride) {                 // no shuffles: any trip count
-        f(g, lane);
+    const unsigned int count = static_cast<unsigned int>(k) * static_cast<unsigned int>(M);
+    const unsigned int m = static_cast<unsigned int>(M);
+    const unsigned int stride = gridDim.x * BLOCK;
+    for (unsigned int t = blockIdx.x * BLOCK + threadIdx.x; t < count; t += stride) {
+        f(static_cast<long long>(t), static_cast<int>(t / m), static_cast<int>(t % m));
     }
 }
 
@@ -110,7 +101,7 @@ __device__ __forceinline__ int warp_first_group() {
     return (tid / WARP) * (WARP / LANES);                           // groups per warp
 }
 
-// The row loop of the row kernels that shuffle (group_row_dot): the LANES consecutive lanes of a
+// The row loop of the row kernels that shuffle (row_sq_norms.cu): the LANES consecutive lanes of a
 // group share one row; the groups of a warp take the consecutive rows base + group, base = the
 // warp's first group and then in steps of the grid's groups, so every lane of a warp makes the same
 // number of calls f(g, lane) (g >= count: past the end, the group must still take part in the
@@ -131,29 +122,6 @@ __device__ __forceinline__ void warp_rows(const int count, F&& f) {
 template <int LANES>
 __device__ __forceinline__ bool warp_past_end(const int count) {
     return warp_first_group<LANES>() >= count;
-}
-
-// <x_r, w> of CSR row r by this thread's lane group of LANES lanes, in double: lane l reads
-// nonzeros l, l + LANES, ... (coalesced within the group), then the group sums. Every lane of the
-// warp must call it (group_sum shuffles with the full mask); valid = false (a group past the end)
-// contributes an empty row. Every lane of the group gets the dot product.
-template <int LANES, typename I, typename T, typename W>
-__device__ __forceinline__ double group_row_dot(const I* __restrict__ indptr,
-                                                const int* __restrict__ indices,
-                                                const T* __restrict__ data,
-                                                const W* __restrict__ w, int r, bool valid,
-                                                int lane) {
-    long long p = 0;
-    long long end = 0;
-    if (valid) {
-        p = indptr[r] + lane;
-        end = indptr[r + 1];
-    }
-    double z = 0.0;
-    for (; p < end; p += LANES) {
-        z += static_cast<double>(data[p]) * static_cast<double>(w[indices[p]]);
-    }
-    return group_sum<LANES>(z);
 }
 
 // Sum of NV values over the whole block; the result is valid in thread 0 only.
@@ -226,18 +194,6 @@ __device__ __forceinline__ double load_coherent(const double* p) {
 // non-coherent read-only path: a pointer written by the device must not be read as __ldg).
 __device__ __forceinline__ long long load_coherent_ll(const long long* p) {
     return *static_cast<const volatile long long*>(p);
-}
-
-// In the one thread that finishes for the last block: the NV sums that block_sums_to added into
-// acc[0 .. NV - 1], with acc zeroed and the ticket reset for the next launch.
-template <int NV>
-__device__ __forceinline__ void take_block_sums(double* __restrict__ acc, unsigned int* ticket,
-                                                double (&tot)[NV]) {
-    for (int i = 0; i < NV; ++i) {
-        tot[i] = load_coherent(&acc[i]);
-        acc[i] = 0.0;
-    }
-    reset_ticket(ticket);
 }
 
 }  // namespace gpusvm

@@ -1,29 +1,46 @@
-// optimal_bias.cu: bias="optimal" of Pegasos Sec. 4 on the device, in O(k) and one launch (no
-// sort, no host synchronisation): with s_g = y_r m_g - b (the raw scores a <v, x_r>) and the
-// breakpoints bp_g = y_r - s_g of the batch hinge loss, the canonical minimiser of
-// NumpyBackend.optimal_bias (the smallest breakpoint whose right derivative
-// #{bp <= b} - #{y = +1} is >= 0) is the order statistic of rank max(P - 1, 0) of the breakpoints,
-// P the number of positive labels in the batch.  It is found by radix selection on the 64-bit
-// order-preserving keys of the doubles (8 passes of 8 bits: a shared-memory histogram, a block
-// scan, the bucket holding the rank); then m_g = 1 + y_r (b - bp_g) (exactly 1 at the chosen
-// breakpoint) and state[S_B] = b.
-// grid: ONE block of BLOCK = 256 threads (one histogram bin per thread); threads stride over g < k.
-// in: y[n] (T), rows[k], k; in/out: state (S_B), m[k] (double); scratch: bp[k] (double).
-// traffic: per row 4 B rows + 4 B y gather + 8 B m read, 8 B bp written, 8 passes reading bp (8 B,
-//   from L2), 8 B m written: about 88 k B, all through one multiprocessor (L2-bound, ~8 k / 256
-//   dependent loads per thread per pass).
-// determinism: the selected value is unique whatever the order -> bitwise repeatable.
+// optimal_bias.cu: bias="optimal" of Pegasos Sec. 4 on the device, per output, in O(k) and one
+// launch (no sort, no host synchronisation): with s_g = y_gc m_gc - b_c (the raw scores) and the
+// breakpoints bp_g = y_gc - s_g of the batch hinge loss sum_g w_g [1 - y_gc (s_g + b)]_+, the
+// canonical minimiser (NumpyBackend.optimal_bias_m: the smallest breakpoint whose right
+// derivative is >= 0) is the smallest breakpoint v with W(v) = sum{w_g : bp_g <= v} >= P, P the
+// weight of the positive labels (without weights: the order statistic of rank max(P - 1, 0)).
+// It is found by radix selection on the 64-bit order-preserving keys of the doubles (8 passes of
+// 8 bits: a shared-memory histogram, a block scan, the first non-empty bucket whose cumulative
+// weight reaches P, or the last non-empty one when rounding leaves every sum below P); then
+// m_gc = 1 + y_gc (b - bp_g) (exactly 1 at the chosen breakpoint) and b_c = b.
+// WT = 0: the histogram counts rows (unsigned int, exact); WT = 1: it sums the weights s_gc
+// (double) besides the counts.
+// grid: M blocks of BLOCK = 256 threads, block c for output c (one histogram bin per thread);
+//   threads stride over g < k.
+// in: Y[n x M] (T), sw[n x M] (WT), rows[k], k, M; in/out: state (S_B row), m[k x M] (double);
+//   scratch: bp[M x k] (double, block c uses bp[c k ..]).
+// traffic: per row and output 4 B rows + sizeof(T) B y gather + 8 B m read (+ 8 B weight), 8 B bp
+//   written, 8 passes reading bp (8 B, from L2), 8 B m written: about 88 k B per output, through
+//   one multiprocessor (L2-bound).
+// determinism: the counts are exact; weighted sums are double shared atomics in any order, so a
+//   breakpoint whose W(v) equals P to the last bit may be chosen differently run to run.
 #include "common.cuh"
+#include "outputs.cuh"
 
 namespace gpusvm {
 
+template <bool B, typename X, typename Y>
+struct pick_type {
+    using type = X;
+};
+template <typename X, typename Y>
+struct pick_type<false, X, Y> {
+    using type = Y;
+};
+
 // Inclusive prefix sum of x over the block (BLOCK threads); every thread must call it.
-__device__ __forceinline__ unsigned int block_inclusive_scan(unsigned int x) {
-    __shared__ unsigned int warp_total[WARPS];
+template <typename A>
+__device__ __forceinline__ A block_inclusive_scan(A x) {
+    __shared__ A warp_total[WARPS];
     const int lane = threadIdx.x % WARP;
     const int warp = threadIdx.x / WARP;
     for (int off = 1; off < WARP; off <<= 1) {
-        const unsigned int up = __shfl_up_sync(FULL_MASK, x, off);
+        const A up = __shfl_up_sync(FULL_MASK, x, off);
         if (lane >= off) {
             x += up;
         }
@@ -32,7 +49,7 @@ __device__ __forceinline__ unsigned int block_inclusive_scan(unsigned int x) {
         warp_total[warp] = x;
     }
     __syncthreads();
-    unsigned int before = 0;
+    A before = 0;
     for (int w = 0; w < warp; ++w) {
         before += warp_total[w];
     }
@@ -40,7 +57,7 @@ __device__ __forceinline__ unsigned int block_inclusive_scan(unsigned int x) {
     return x + before;
 }
 
-// Order-preserving map of a double to an unsigned 64-bit key, and back.
+// Order-preserving map of a double to 64 bits (negative numbers flipped, positive ones marked).
 __device__ __forceinline__ unsigned long long order_key(const double x) {
     const unsigned long long bits = static_cast<unsigned long long>(__double_as_longlong(x));
     return (bits >> 63) ? ~bits : (bits | 0x8000000000000000ull);
@@ -52,52 +69,84 @@ __device__ __forceinline__ double from_order_key(const unsigned long long key) {
 
 }  // namespace gpusvm
 
-template <typename T>
+template <typename T, int WT>
 __global__ void __launch_bounds__(gpusvm::BLOCK, gpusvm::MIN_BLOCKS) gpusvm_optimal_bias(
-    const T* __restrict__ y,               // labels in {-1, +1}, n
+    const T* __restrict__ Y,               // labels in {-1, +1}, n x M
+    const double* __restrict__ sw,         // example weights, n x M (WT)
     const int* __restrict__ rows,          // the batch A_t, k
     const int k,                           // batch size
-    double* __restrict__ state,            // scalar state (S_B read and written)
-    double* __restrict__ m,                // margins y_r (s + b), k (shifted to the new b)
-    double* __restrict__ bp)               // scratch: the breakpoints, k
+    const int M,                           // number of outputs
+    double* __restrict__ state,            // scalar state, N_SLOTS x M (S_B read and written)
+    double* __restrict__ m,                // margins, k x M (output c shifted to the new b_c)
+    double* __restrict__ bp_all)           // scratch: the breakpoints, M x k
 {
-    __shared__ unsigned int hist[gpusvm::BLOCK];
+    using A = typename gpusvm::pick_type<WT != 0, double, unsigned int>::type;
+    __shared__ unsigned int count[gpusvm::BLOCK];
+    __shared__ A weight[gpusvm::BLOCK];
+    __shared__ int first_ok;
+    __shared__ int last_nonempty;
+    __shared__ A below;                                 // weight of the keys below the prefix
+    __shared__ A target;
     __shared__ unsigned long long chosen;
-    __shared__ unsigned int chosen_rank;
     const int tid = threadIdx.x;
-    const double b = state[gpusvm::S_B];
-    double npos[1] = {0.0};
+    const int c = blockIdx.x;
+    double* __restrict__ bp = bp_all + static_cast<long long>(c) * k;
+    const double b = state[gpusvm::S_B * M + c];
+    double pos[1] = {0.0};
     for (int g = tid; g < k; g += gpusvm::BLOCK) {
-        const double yg = static_cast<double>(y[rows[g]]);
-        const double s = yg * m[g] - b;                 // exact: y = +-1
+        const int r = rows[g];
+        const double yg = static_cast<double>(Y[static_cast<long long>(r) * M + c]);
+        const double s = yg * m[static_cast<long long>(g) * M + c] - b;   // exact: y = +-1
         bp[g] = yg - s;                                 // read back by this thread only
-        npos[0] += yg > 0.0 ? 1.0 : 0.0;
+        pos[0] += yg > 0.0 ? gpusvm::weight_of<WT>(sw, r, M, c) : 0.0;
     }
-    gpusvm::block_sum<1>(npos);
+    gpusvm::block_sum<1>(pos);
     if (tid == 0) {
-        chosen_rank = npos[0] >= 1.0 ? static_cast<unsigned int>(npos[0]) - 1u : 0u;
+        below = 0;
         chosen = 0ull;
+        target = static_cast<A>(pos[0]);                // exact: a count below 2^31 without weights
     }
     __syncthreads();
     unsigned long long prefix = 0ull;                   // key bits fixed so far
     unsigned long long fixed = 0ull;                    // which bits
     for (int shift = 56; shift >= 0; shift -= 8) {
-        hist[tid] = 0u;
+        if constexpr (WT != 0) {
+            count[tid] = 0u;
+        }
+        weight[tid] = 0;
+        if (tid == 0) {
+            first_ok = gpusvm::BLOCK;
+            last_nonempty = -1;
+        }
         __syncthreads();
         for (int g = tid; g < k; g += gpusvm::BLOCK) {
             const unsigned long long key = gpusvm::order_key(bp[g]);
             if ((key & fixed) == prefix) {
-                atomicAdd(&hist[(key >> shift) & 0xFFull], 1u);
+                const unsigned int bin = static_cast<unsigned int>((key >> shift) & 0xFFull);
+                if constexpr (WT != 0) {
+                    atomicAdd(&count[bin], 1u);
+                    atomicAdd(&weight[bin], sw[static_cast<long long>(rows[g]) * M + c]);
+                } else {
+                    atomicAdd(&weight[bin], 1u);
+                }
             }
         }
         __syncthreads();
-        const unsigned int rank = chosen_rank;
-        const unsigned int count = hist[tid];
-        const unsigned int incl = gpusvm::block_inclusive_scan(count);
-        const unsigned int excl = incl - count;
-        if (excl <= rank && rank < incl) {              // exactly one bucket holds the rank
+        const A base = below;
+        const A w = weight[tid];
+        const unsigned int cnt = WT != 0 ? count[tid] : static_cast<unsigned int>(w);
+        const A incl = gpusvm::block_inclusive_scan<A>(w);
+        if (cnt > 0u) {
+            atomicMax(&last_nonempty, tid);
+            if (base + incl >= target) {
+                atomicMin(&first_ok, tid);
+            }
+        }
+        __syncthreads();
+        const int pick = first_ok < gpusvm::BLOCK ? first_ok : last_nonempty;
+        if (tid == pick) {
             chosen = prefix | (static_cast<unsigned long long>(tid) << shift);
-            chosen_rank = rank - excl;
+            below = base + (incl - w);
         }
         __syncthreads();
         prefix = chosen;
@@ -105,10 +154,10 @@ __global__ void __launch_bounds__(gpusvm::BLOCK, gpusvm::MIN_BLOCKS) gpusvm_opti
     }
     const double bnew = gpusvm::from_order_key(prefix);
     for (int g = tid; g < k; g += gpusvm::BLOCK) {
-        const double yg = static_cast<double>(y[rows[g]]);
-        m[g] = 1.0 + yg * (bnew - bp[g]);               // y_r (s + b) as 1 + y_r (b - bp)
+        const double yg = static_cast<double>(Y[static_cast<long long>(rows[g]) * M + c]);
+        m[static_cast<long long>(g) * M + c] = 1.0 + yg * (bnew - bp[g]);
     }
     if (tid == 0) {
-        state[gpusvm::S_B] = bnew;
+        state[gpusvm::S_B * M + c] = bnew;
     }
 }

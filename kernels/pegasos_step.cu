@@ -1,130 +1,168 @@
-// pegasos_step.cu: steps 4-5 of Pegasos Fig. 1 in the sparse form w = a v, in one launch.
-//   a' = a shrink;  c = eta / (k a');  for every active row (m_g < 1) and nonzero j of it:
-//   v_j += c y_r x_rj  (atomicAdd, rounded to T), with the exact change of ||v||^2 accumulated as
-//   sum over additions of new^2 - old^2 (old returned by the atomic, new = old + add rounded as the
-//   atomic rounds it), and, when averaging, u_j += A c y_r x_rj (u in double).  Diagnostics of the
-//   batch: number of active rows, hinge-loss sum, sum of y over the active rows.
-//   The block that finishes last (ticket) then runs the scalar part of the step on one thread:
-//   a <- a'; ||v||^2 += change; unregularised bias step; projection onto the ball of radius
-//   `radius` (0 = none); averaging counters; and zeroes the accumulators for the next launch.
-//   This is exactly the scalar part of NumpyBackend.pegasos_step.
-// grid: min(ceil(nrows / (BLOCK / LANES)), max_blocks) blocks of BLOCK threads; a group of LANES lanes
-//   owns one row and strides over its nonzeros; groups stride over the rows.
-// in: indptr, indices, data, y, rows[nrows], nrows, m[nrows] (double), k, eta, shrink, flags;
-// in/out: v[d] (T), u[d] (double, only if u_on), state (double[N_SLOTS]),
-//   acc[4] (double, zero on entry and on exit), ticket[1] (zero on entry and on exit).
-// traffic: per row 4 B rows + 8 B m + 16 B indptr + 4 B y; per nonzero of an active row
-//   4 + sizeof(T) B streamed, one atomic on v (and one on u when averaging); 4 double atomics
-//   per block; a few bytes of state.
-// determinism: float atomics on v, u and the accumulators -> NOT bitwise repeatable (the sums are
-//   the same up to rounding in any order); the NumPy backend is the deterministic path.
+// pegasos_step.cu: Pegasos Fig. 1 steps 3-5 of a captured segment for M outputs (Shalev-Shwartz
+// et al. 2007; ALGORITHMS.md, "Weights", "Squared hinge"), in the sparse form w_c = a_c v_c, for
+// the iteration t = counter[0] (1-based: the kernel that drew the batch advanced it):
+//   eta_t, shrink_t = 1 - eta_t lam (schedule.cuh; 0 means gpusvm_reset_scale set w = 0 and
+//   a = 1, so the step keeps a), a'_c = a_c shrink_t; per active pair (m_ic < 1), slack
+//   1 - m_ic, g = s_ic (hinge) or 2 s_ic slack (squared hinge):
+//   V[:, c] += (eta_t / (k a'_c)) g y_ic x_r, U[:, c] += A_c times the same (averaging),
+//   with the exact change new^2 - old^2 of ||v_c||^2 from each atomic's old value.
+// The last block (ticket) finishes each output's scalars (S_DNORM, S_VSQ, S_A, S_NACT, S_LOSS;
+// unregularised bias b_c += eta_t sum g y / k; projection onto ||w_c|| <= radius; the average
+// from t_avg on) and folds a_c into V[:, c] when |a_c| < threshold (U[:, c] -= A_c V[:, c],
+// V[:, c] *= a_c, ||v_c||^2 *= a_c^2, A_c = 0, a_c = 1): one launch, no renormalize launch.
+// grid: M1 = 1: min(k, max_blocks) blocks over tiles of tile_rows batch positions; one thread per
+//   tile row reads m, y and indptr, the block's threads stride over the tile's active nonzeros
+//   (coalesced) and sum them per column in a shared table, then one atomic per column of the
+//   table on v (and u); M1 = 0: one thread per (row, output) pair, one atomic per nonzero.  The
+//   last block's thread c finishes output c; a fold strides the d M entries of V with its BLOCK
+//   threads (rare: |a| shrinks like 1/t).
+// in: indptr, indices, data, Y[n x M], sw[n x M] (WT), rows[k], k, tile_rows, M, kk (the k of
+//   eta_t / k), m[k x M], counter[1], schedule, lam, eta0, norma_p, unreg, radius, averaged,
+//   t_avg, threshold, d; in/out: V[d x M] (T), U[d x M] (double, when u_on), state[N_SLOTS x M],
+//   acc[4 M] and ticket[1] (zero on entry and exit).
+// traffic: per pair 8 B m (+ 16 B indptr, 4 B rows and sizeof(T) B y when active, + 8 B s with
+//   weights); per nonzero of an active row 4 + sizeof(T) B streamed; M1: per distinct column of
+//   a tile one atomic on v (and u), shared memory about 29 KB; M1 = 0: one atomic per nonzero and
+//   moving output (and on U), four double atomics per active pair on acc.
+// determinism: float atomics on V, U and acc -> NOT bitwise repeatable (sums agree to rounding;
+//   the NumPy backend sums a batch per column in double and rounds once).
 #include "common.cuh"
+#include "schedule.cuh"
+#include "outputs.cuh"
 
-namespace gpusvm {
-
-// Scalar part of the Pegasos step (one thread), in the operation order of NumpyBackend.pegasos_step.
-__device__ __forceinline__ void pegasos_finish(
-    double* state, const double dnorm, const double nact, const double loss, const double yact,
-    const double eta, const double shrink, const double k, const int unreg, const double radius,
-    const int average)
-{
-    state[S_NACT] = nact;
-    state[S_LOSS] = loss;
-    const double a = state[S_A] * shrink;                 // (1 - eta_t lam) w_t
-    state[S_DNORM] = dnorm;
-    state[S_VSQ] += dnorm;
-    state[S_A] = a;
-    if (unreg) {
-        state[S_YACT] = yact;
-        state[S_B] += eta * yact / k;                     // b - eta_t d/db of the batch loss
-    }
-    if (radius > 0.0) {                                   // step 5: projection
-        const double wsq = a * a * state[S_VSQ];
-        if (wsq > radius * radius) {
-            state[S_A] = a * (radius / sqrt(wsq));
-        }
-    }
-    if (average) {
-        state[S_ASUM] += state[S_A];
-        state[S_NAVG] += 1.0;
-        state[S_BSUM] += state[S_B];
-    }
-}
-
-
-// Step 4 of Fig. 1 for this thread's share of the batch: for every active row (m_g < 1) and
-// nonzero j of it, v_j += c y_r x_rj (an atomic, rounded to T) and, when add_u, u_j += asum c y_r
-// x_rj; sums += {new^2 - old^2 of each addition, 1, 1 - m_g, y_r} (the last three on lane 0).
-// A group of LANES lanes owns one row and strides over its nonzeros; groups stride over the rows.
-template <int LANES, typename T>
-__device__ __forceinline__ void pegasos_add(
-    const long long* __restrict__ indptr, const int* __restrict__ indices,
-    const T* __restrict__ data, const T* __restrict__ y, const int* __restrict__ rows,
-    const int nrows, const double* __restrict__ m, T* __restrict__ v, double* __restrict__ u,
-    const bool add_u, const double c, const double asum, double (&sums)[4])
-{
-    group_rows<LANES>(nrows, [&](const int g, const int lane) {
-        const double mg = m[g];
-        if (!(mg < 1.0)) {
-            return;                                            // inactive row: nothing to add
-        }
-        const int r = rows[g];
-        const double yr = static_cast<double>(y[r]);
-        if (lane == 0) {
-            sums[1] += 1.0;
-            sums[2] += 1.0 - mg;
-            sums[3] += yr;
-        }
-        const double coef = yr * c;                            // (eta_t / k) y_r, in units of a
-        const long long end = indptr[r + 1];
-        for (long long p = indptr[r] + lane; p < end; p += LANES) {
-            const int j = indices[p];
-            const double contrib = static_cast<double>(data[p]) * coef;
-            sums[0] += add_exact(&v[j], contrib);             // new^2 - old^2
-            if (add_u) {
-                atomicAdd(&u[j], asum * contrib);
-            }
-        }
-    });
-}
-
-}  // namespace gpusvm
-
-template <int LANES, typename T>
+template <typename T, int M1, int SQ, int WT>
 __global__ void __launch_bounds__(gpusvm::BLOCK, gpusvm::MIN_BLOCKS) gpusvm_pegasos_step(
     const long long* __restrict__ indptr,  // CSR row pointers, n + 1
     const int* __restrict__ indices,       // CSR column indices, nnz
     const T* __restrict__ data,            // CSR values, nnz
-    const T* __restrict__ y,               // labels in {-1, +1}, n
-    const int* __restrict__ rows,          // the batch A_t (repeats allowed), nrows
-    const int nrows,                       // rows in the batch
-    const double k,                        // the k of eta_t / k (the batch size)
-    const double* __restrict__ m,          // margins of the batch (after the bias choice), nrows
-    T* __restrict__ v,                     // w = a v, d (updated)
-    double* __restrict__ u,                // averaging vector, d (updated when u_on)
-    const int u_on,                        // 1 when u exists
-    double* __restrict__ state,            // scalar state (updated by the last block)
-    double* __restrict__ acc,              // accumulators {dnorm, nact, loss, yact}
+    const T* __restrict__ Y,               // labels in {-1, +1}, n x M
+    const double* __restrict__ sw,         // example weights, n x M (WT)
+    const int* __restrict__ rows,          // the batch A_t, k
+    const int k,                           // rows in the batch
+    const int tile_rows,                   // batch positions per tile (M1), 1 .. BLOCK
+    const int outputs,                     // M, the number of outputs (1 when M1)
+    const double kk,                       // the k of eta_t / k
+    const double* __restrict__ m,          // margins of the batch, k x M
+    T* __restrict__ V,                     // W = V diag(a), d x M (updated)
+    double* __restrict__ U,                // averaging sums, d x M (updated when u_on)
+    const int u_on,                        // 1 when U exists
+    const long long d,                     // rows of V
+    double* __restrict__ state,            // scalar state, N_SLOTS x M (updated by the last block)
+    double* __restrict__ acc,              // accumulators {dnorm, nact, loss, yact} x M
     unsigned int* __restrict__ ticket,     // last-block ticket
-    const double eta,                      // eta_t
-    const double shrink,                   // 1 - eta_t lam
+    const long long* __restrict__ counter, // the 1-based iteration t
+    const int schedule,                    // 0 pegasos, 1 norma, 2 constant (schedule.cuh)
+    const double lam,                      // regularisation
+    const double eta0,                     // constant schedule's step
+    const double norma_p,                  // NORMA's p
     const int unreg,                       // 1: unregularised bias step
     const double radius,                   // projection radius, 0 = none
-    const int average)                     // 1: add the new iterate to the average
+    const int averaged,                    // 1: iterates from t_avg on enter the average
+    const long long t_avg,                 // first averaged iteration
+    const double threshold)                // fold a_c into V[:, c] when |a_c| < threshold
 {
+    const int M = M1 != 0 ? 1 : outputs;               // a constant 1 in the M1 instances
+    // eta_t and shrink_t of t = counter[0], recomputed by the last block rather than kept live
+    // (in registers) across the scatter
+    const auto step_at = [&](double& eta, double& shrink) {
+        const long long t = gpusvm::load_coherent_ll(counter);
+        gpusvm::step_size(schedule, t, lam, eta0, norma_p, &eta, &shrink);
+        if (shrink == 0.0) {
+            shrink = 1.0;                                // w = 0 already (gpusvm_reset_scale)
+        }
+        return t;
+    };
+    double eta = 0.0;
+    double shrink = 0.0;
+    step_at(eta, shrink);
     // read before this block takes its ticket, hence before the last block writes the state
-    const double c = eta / (k * (state[gpusvm::S_A] * shrink));
-    const double asum = state[gpusvm::S_ASUM];
-    const bool add_u = u_on != 0 && asum != 0.0;
-
-    double sums[4] = {0.0, 0.0, 0.0, 0.0};  // dnorm, nact, loss, yact
-    gpusvm::pegasos_add<LANES>(indptr, indices, data, y, rows, nrows, m, v, u, add_u, c, asum,
-                               sums);
-    gpusvm::block_sums_to<4>(sums, acc);
-    if (gpusvm::last_block_done(ticket) && threadIdx.x == 0) {
+    const double c0 = M1 != 0 ? eta / (kk * (state[gpusvm::S_A] * shrink)) : 0.0;
+    gpusvm::OutputSums<M1, 4> sums(acc, M);              // dnorm, nact, loss, yact
+    gpusvm::batch_scatter<M1>(indptr, indices, data, k, M, tile_rows, V, u_on ? U : nullptr,
+                              [&](const int c) { return state[gpusvm::S_ASUM * M + c]; }, sums,
+                              [&](const int i, const int c, const long long p, double& coef) {
+        const double mp = m[p];
+        if (!(mp < 1.0)) {
+            return -1;                                             // inactive pair
+        }
+        const int r = rows[i];
+        const double y = static_cast<double>(Y[static_cast<long long>(r) * M + c]);
+        const double s = gpusvm::weight_of<WT>(sw, r, M, c);
+        const double slack = 1.0 - mp;
+        const double g = SQ != 0 ? 2.0 * s * slack : s;
+        sums.add(1, c, 1.0);
+        sums.add(2, c, SQ != 0 ? s * slack * slack : s * slack);
+        sums.add(3, c, g * y);
+        const double step = M1 != 0 ? c0 : eta / (kk * (state[gpusvm::S_A * M + c] * shrink));
+        coef = (g * y) * step;                                     // (eta_t / k) g y, units of a
+        return r;
+    });
+    sums.flush();
+    if (!gpusvm::last_block_done(ticket)) {
+        return;
+    }
+    __shared__ int fold;
+    if (threadIdx.x == 0) {
+        fold = 0;
+    }
+    __syncthreads();
+    const long long t = step_at(eta, shrink);
+    const bool average = averaged != 0 && t >= t_avg;
+    for (int c = threadIdx.x; c < M; c += gpusvm::BLOCK) {
         double tot[4];
-        gpusvm::take_block_sums<4>(acc, ticket, tot);
-        gpusvm::pegasos_finish(state, tot[0], tot[1], tot[2], tot[3], eta, shrink, k, unreg,
-                               radius, average);
+        gpusvm::take_sums<4>(acc, M, c, tot);
+        double* const s = state + c;                             // slot q of output c: s[q M]
+        s[gpusvm::S_NACT * M] = tot[1];
+        s[gpusvm::S_LOSS * M] = tot[2];
+        const double a = s[gpusvm::S_A * M] * shrink;              // (1 - eta_t lam) w_t
+        s[gpusvm::S_DNORM * M] = tot[0];
+        s[gpusvm::S_VSQ * M] += tot[0];
+        double anew = a;
+        if (unreg) {
+            s[gpusvm::S_YACT * M] = tot[3];
+            s[gpusvm::S_B * M] += eta * tot[3] / kk;               // b - eta_t d/db of the loss
+        }
+        if (radius > 0.0) {                                        // step 5: projection
+            const double wsq = a * a * s[gpusvm::S_VSQ * M];
+            if (wsq > radius * radius) {
+                anew = a * (radius / sqrt(wsq));
+            }
+        }
+        s[gpusvm::S_A * M] = anew;
+        if (average) {
+            s[gpusvm::S_ASUM * M] += anew;
+            s[gpusvm::S_NAVG * M] += 1.0;
+            s[gpusvm::S_BSUM * M] += s[gpusvm::S_B * M];
+        }
+        if (fabs(anew) < threshold) {
+            atomicMax(&fold, 1);
+        }
+    }
+    if (threadIdx.x == 0) {
+        gpusvm::reset_ticket(ticket);
+    }
+    __syncthreads();                                     // every a'_c written, fold decided
+    if (!fold) {
+        return;                                          // block-uniform
+    }
+    for (long long e = threadIdx.x; e < d * M; e += gpusvm::BLOCK) {
+        const int c = static_cast<int>(e % M);
+        const double a = state[gpusvm::S_A * M + c];
+        if (fabs(a) < threshold) {
+            const T ve = V[e];
+            if (u_on) {
+                U[e] -= state[gpusvm::S_ASUM * M + c] * static_cast<double>(ve);
+            }
+            V[e] = ve * static_cast<T>(a);
+        }
+    }
+    __syncthreads();                                     // the entries read a_c and A_c
+    for (int c = threadIdx.x; c < M; c += gpusvm::BLOCK) {
+        const double a = state[gpusvm::S_A * M + c];
+        if (fabs(a) < threshold) {
+            state[gpusvm::S_VSQ * M + c] *= a * a;
+            state[gpusvm::S_ASUM * M + c] = 0.0;
+            state[gpusvm::S_A * M + c] = 1.0;
+        }
     }
 }

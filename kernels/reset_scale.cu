@@ -1,42 +1,44 @@
-// reset_scale.cu: w <- 0 keeping the running average consistent (NumpyBackend.reset_scale):
-//   u -= A v (when u exists);  v = 0;  ||v||^2 = 0;  a = 1
-// Used at t = 1 of the Pegasos schedule, where 1 - eta_t lam = 0.
-// grid: grid-stride over d with BLOCK threads per block; thread 0 of block 0 writes the two scalars
-//   (no other thread reads them in this kernel).
-// in: d, u_on; in/out: v[d] (T), u[d] (double), state (double[N_SLOTS]).
-// traffic: (sizeof(T) + 16) d B with averaging, sizeof(T) d B without.
-// determinism: elementwise, no atomics -> bitwise repeatable.
+// reset_scale.cu: Pegasos' w <- 0 where the step's shrink 1 - eta_t lam is exactly 0 (t = 1 of
+// the Pegasos schedule), for the iteration t = counter[0] of a captured segment (the kernel that
+// drew the batch advanced it): U -= V diag(A) (the running sums stay those of the averaged
+// iterates), V = 0, ||v_c||^2 = 0, a_c = 1; a launch at any other t returns at once.
+// grid: grid-stride over the d M entries of V with BLOCK threads per block; block 0 resets the
+//   M scales.
+// in: d, M, counter[1], schedule, lam, eta0, norma_p; in/out: V[d x M] (T), U[d x M] (double,
+//   when u_on), state[N_SLOTS x M].
+// traffic: 8 B of counter per thread; when resetting sizeof(T) B per entry written (+ 16 B read
+//   and written of U).
+// determinism: elementwise -> bitwise repeatable.
 #include "common.cuh"
-
-namespace gpusvm {
-
-// The reset itself, by the whole grid (gpusvm_reset_scale, and gpusvm_reset_scale_next at a zero
-// shrink): u -= A v, v = 0 (grid-stride over d); thread 0 of block 0 sets ||v||^2 = 0 and a = 1.
-template <typename T>
-__device__ __forceinline__ void reset_w(T* __restrict__ v, double* __restrict__ u, const int u_on,
-                                        const long long d, double* __restrict__ state) {
-    const double asum = state[S_ASUM];
-    grid_stride(d, [&](const long long j) {
-        if (u_on) {
-            u[j] -= asum * static_cast<double>(v[j]);
-        }
-        v[j] = static_cast<T>(0);
-    });
-    if (blockIdx.x == 0 && threadIdx.x == 0) {
-        state[S_VSQ] = 0.0;
-        state[S_A] = 1.0;
-    }
-}
-
-}  // namespace gpusvm
+#include "schedule.cuh"
 
 template <typename T>
 __global__ void __launch_bounds__(gpusvm::BLOCK, gpusvm::MIN_BLOCKS) gpusvm_reset_scale(
-    T* __restrict__ v,                     // w = a v, d (zeroed)
-    double* __restrict__ u,                // averaging vector, d (updated when u_on)
-    const int u_on,                        // 1 when u exists
-    const long long d,                     // length of v
-    double* __restrict__ state)            // scalar state
+    T* __restrict__ V,                     // W = V diag(a), d x M (zeroed)
+    double* __restrict__ U,                // averaging sums, d x M (updated when u_on)
+    const int u_on,                        // 1 when U exists
+    const long long d,                     // rows of V
+    const int M,                           // number of outputs
+    double* __restrict__ state,            // scalar state, N_SLOTS x M
+    const long long* __restrict__ counter, // the 1-based iteration t
+    const int schedule,                    // schedule.cuh
+    const double lam,
+    const double eta0,
+    const double norma_p)
 {
-    gpusvm::reset_w(v, u, u_on, d, state);
+    if (!gpusvm::zero_shrink_at(counter, schedule, lam, eta0, norma_p)) {
+        return;                                          // uniform over the grid
+    }
+    gpusvm::grid_stride(d * M, [&](const long long e) {
+        if (u_on) {
+            U[e] -= state[gpusvm::S_ASUM * M + e % M] * static_cast<double>(V[e]);
+        }
+        V[e] = static_cast<T>(0);
+    });
+    if (blockIdx.x == 0) {
+        for (int c = threadIdx.x; c < M; c += gpusvm::BLOCK) {
+            state[gpusvm::S_VSQ * M + c] = 0.0;
+            state[gpusvm::S_A * M + c] = 1.0;
+        }
+    }
 }

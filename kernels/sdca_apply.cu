@@ -1,144 +1,152 @@
-// sdca_apply.cu: the step of a mini-batch SDCA iteration (Takáč et al. 2013) in the sparse form
-// w = a v, decided on the device, in one launch (unchecked) or two (checked, Alg. 2):
-//   phase 0 (step): coef_g = delta_g y_r / (lam n a); v_j += coef_g x_rj for every nonzero of the
-//     rows with delta_g != 0 (atomicAdd, rounded to T), with the exact change dn of ||v||^2
-//     (sum over additions of new^2 - old^2 from the atomics' old values); sums of delta and
-//     |delta|.  Unchecked: alpha_r += delta_g at once.  The block that finishes last (ticket)
-//     sets S_DNORM = dn, then, unchecked or when Delta D = sum delta / n - (lam/2) a^2 dn
-//     >= -tau: S_VSQ += dn, S_ASUMD += sum delta; else (checked, rejected): S_NREJ += 1 and
-//     acc[ACC_REJECT] = 1 (S_VSQ waits for the settle).
-//   phase 1 (settle, checked only): every block reads acc[ACC_REJECT]; accepted: alpha_r += delta_g;
-//     rejected: v_j -= coef_g x_rj (the same coefficients negated) with its exact change dn', and
-//     the last block sets S_VSQ += S_DNORM + dn'; it zeroes acc[ACC_REJECT].
-// These are exactly the semantics of NumpyBackend.sdca_apply, with no host synchronisation.
-// grid: min(ceil(k / (BLOCK / LANES)), max_blocks) blocks of BLOCK threads; a group of LANES lanes
-//   owns one row and strides over its nonzeros; groups stride over the rows; block sums and three
-//   double atomics per block into acc; the last block finishes on one thread.
-// in: indptr, indices, data, y, rows[k], k, delta[k] (double), lam, n, check, phase;
-// in/out: v[d] (T), alpha[n] (double), state (double[N_SLOTS]), acc[N_ACC] (double; ACC_NORM,
-//   ACC_DSUM, ACC_DABS zero on entry and exit; ACC_REJECT from phase 0 to phase 1),
-//   ticket[1] (zero on entry and exit).
-// traffic: per row 4 B rows + 8 B delta (+ 16 B indptr + 4 B y + one 8 B atomic on alpha when
-//   delta != 0); per nonzero of a stepping row 4 + sizeof(T) B streamed and one atomic on v; the
-//   settle of an accepted step touches no nonzero.
-// determinism: float atomics on v, alpha and acc -> NOT bitwise repeatable (sums agree up to
-//   rounding in any order; float32 v rounds once per addition); the NumPy backend is the
-//   deterministic path.
-#include "sdca_common.cuh"
+// sdca_apply.cu: the step of a captured mini-batch SDCA segment (Takac et al. 2013), per output c:
+//   phase 0 (the step): alpha_A += delta (unless checked), V[:, c] += sum_i delta_ic y_ic x_i /
+//     (lam n a_c) with the exact change of ||v_c||^2; with fused, delta_ic is computed here first
+//     by eq. (15) with the beta_c that gpusvm_sdca_rho just adapted (and written to delta).  The
+//     last block (ticket) updates the scalars; when check (Alg. 2) it keeps the step only if
+//     D(alpha) does not drop, i.e. sum gain / n - lam/2 a_c^2 dn >= -tau (tau: the rounding
+//     allowance 4 (eps lam a_c^2 ||v_c||^2 + eps64 sum |delta| / n); gain = delta for the hinge,
+//     delta - delta (2 alpha + delta) / (4 s) for the squared hinge), else marks it rejected;
+//   phase 1 (the settle of a checked step): alpha_A += delta where the step was kept, the
+//     opposite of the step added to V[:, c] where it was rejected (S_NREJ counts it); with
+//     fused, the scratch rows gpusvm_sdca_rho filled are zeroed again.
+// grid: as gpusvm_pegasos_step (M1 = 1: tiles balanced by nonzeros with the column table; M1 = 0:
+//   one thread per (row, output) pair); the last block's thread c finishes output c.
+// in: indptr, indices, data, Y[n x M], sw[n x M] (WT), rows[k], k, tile_rows, M, lam, n, check,
+//   phase, m[k x M], row_sq[n], first[k] (has_first), has_first, old[k x M] (fused phase 1),
+//   fused; in/out: delta[k x M], V[d x M] (T), alpha[n x M], state, acc (zero on exit but for
+//   ACC_REJECT between the phases), ticket[1], scratch[d x M] (fused phase 1).
+// traffic: per pair 8 B delta (+ 16 B indptr, 4 B rows, sizeof(T) B y and an 8 B atomic on alpha
+//   when it moves; fused: 8 B m, alpha and row_sq); per nonzero of a moving row 4 + sizeof(T) B
+//   streamed and an atomic on V (M1: one per distinct column of a tile).
+// determinism: float atomics on V, alpha and acc -> repeatable up to rounding.
+#include "common.cuh"
+#include "outputs.cuh"
 
-namespace gpusvm {
-
-// What a gpusvm_sdca_apply launch moves (shared with sdca_apply_balanced.cu), from a, ||v||^2 and
-// the reject flag read before the block takes its ticket (hence before the last block writes
-// them): phase 0 steps v (and alpha unless checked); phase 1 settles a checked step, moving v back
-// when it was rejected and alpha when it was kept; scale = (+-) 1 / (lam n a), the sign of the
-// phase, multiplies v's coefficients.
-struct SdcaApplyPlan {
-    double a;
-    double vsq;
-    bool rejected;
-    bool move_v;
-    bool move_alpha;
-    double scale;
-};
-
-__device__ __forceinline__ SdcaApplyPlan sdca_apply_plan(const double* __restrict__ state,
-                                                         const double* __restrict__ acc,
-                                                         const double lam, const double n,
-                                                         const int check, const int phase)
-{
-    SdcaApplyPlan p;
-    p.a = state[S_A];
-    p.vsq = state[S_VSQ];
-    p.rejected = phase == 1 && acc[ACC_REJECT] != 0.0;
-    p.move_v = phase == 0 || p.rejected;
-    p.move_alpha = phase == 0 ? check == 0 : !p.rejected;
-    p.scale = (phase == 0 ? 1.0 : -1.0) / (lam * n * p.a);
-    return p;
-}
-
-// The end of a gpusvm_sdca_apply launch (shared with sdca_apply_balanced.cu): block sums of
-// {dn, dsum, dabs} into acc, and the last block's scalar update (the step's acceptance test, or
-// the settle).  Every thread of the block must call it.
-template <typename T>
-__device__ __forceinline__ void sdca_apply_close(double (&sums)[3], double* __restrict__ state,
-                                                 double* __restrict__ acc,
-                                                 unsigned int* __restrict__ ticket,
-                                                 const double lam, const double n,
-                                                 const int check, const int phase,
-                                                 const SdcaApplyPlan& plan)
-{
-    block_sums_to<3>(sums, acc + ACC_NORM);              // ACC_NORM, ACC_DSUM, ACC_DABS
-    if (last_block_done(ticket) && threadIdx.x == 0) {
-        double tot[3];
-        take_block_sums<3>(acc + ACC_NORM, ticket, tot);
-        const double dn = tot[0];
-        if (phase == 0) {
-            state[S_DNORM] = dn;
-            if (check && dual_drops(tot[1], tot[2], dn, plan.vsq, plan.a, lam, n, eps_of<T>())) {
-                acc[ACC_REJECT] = 1.0;                       // the settle undoes the step
-                state[S_NREJ] += 1.0;
-            } else {
-                acc[ACC_REJECT] = 0.0;
-                state[S_VSQ] += dn;
-                state[S_ASUMD] += tot[1];
-            }
-        } else {
-            if (plan.rejected) {
-                state[S_VSQ] += state[S_DNORM] + dn;
-            }
-            acc[ACC_REJECT] = 0.0;
-        }
-    }
-}
-
-}  // namespace gpusvm
-
-
-template <int LANES, typename T>
+template <typename T, int M1, int SQ, int WT>
 __global__ void __launch_bounds__(gpusvm::BLOCK, gpusvm::MIN_BLOCKS) gpusvm_sdca_apply(
     const long long* __restrict__ indptr,  // CSR row pointers, n + 1
     const int* __restrict__ indices,       // CSR column indices, nnz
     const T* __restrict__ data,            // CSR values, nnz
-    const T* __restrict__ y,               // labels in {-1, +1}, n
-    const int* __restrict__ rows,          // the batch A_t (repeats allowed), k
+    const T* __restrict__ Y,               // labels in {-1, +1}, n x M
+    const double* __restrict__ sw,         // example weights, n x M (WT)
+    const int* __restrict__ rows,          // the batch A_t, k
     const int k,                           // batch size
-    const double* __restrict__ delta,      // coordinate steps, k
-    T* __restrict__ v,                     // w = a v, d (updated)
-    double* __restrict__ alpha,            // dual variables, n (updated on acceptance)
+    const int tile_rows,                   // batch positions per tile (M1), 1 .. BLOCK
+    const int outputs,                     // M, the number of outputs (1 when M1)
+    double* __restrict__ delta,            // coordinate steps, k x M (written by a fused phase 0)
+    T* __restrict__ V,                     // W = V diag(a), d x M (updated)
+    double* __restrict__ alpha,            // dual variables, n x M
     double* __restrict__ state,            // scalar state (updated by the last block)
-    double* __restrict__ acc,              // SDCA accumulators {norm, dsum, dabs, -, reject}
+    double* __restrict__ acc,              // accumulators, N_ACC x M
     unsigned int* __restrict__ ticket,     // last-block ticket
     const double lam,                      // regularisation lambda
     const double n,                        // number of examples
     const int check,                       // 1: Alg. 2, keep the step only if D does not drop
-    const int phase)                       // 0: step; 1: settle a checked step
+    const int phase,                       // 0: step; 1: settle a checked step
+    const double* __restrict__ m,          // margins, k x M (fused phase 0)
+    const double* __restrict__ row_sq,     // squared row norms, n (fused phase 0)
+    const int* __restrict__ first,         // first-occurrence mask, k (fused phase 0, has_first)
+    const int has_first,                   // 0: every row steps
+    double* __restrict__ scratch,          // rho's scratch, d x M (zeroed by a fused phase 1)
+    const double* __restrict__ old,        // the tentative steps rho added, k x M (fused phase 1)
+    const int fused)                       // 1: the steps computed here, the scratch zeroed here
 {
-    // read before this block takes its ticket, hence before the last block writes them
-    const gpusvm::SdcaApplyPlan plan = gpusvm::sdca_apply_plan(state, acc, lam, n, check, phase);
-
-    double sums[3] = {0.0, 0.0, 0.0};  // dn, dsum, dabs
-    gpusvm::group_rows<LANES>(k, [&](const int g, const int lane) {
-        const double dg = delta[g];
-        if (dg == 0.0) {
-            return;                                                  // nothing to add or count
+    const int M = M1 != 0 ? 1 : outputs;               // a constant 1 in the M1 instances
+    constexpr int NS = SQ != 0 ? 4 : 3;                // dn, dsum, dabs (, gain)
+    constexpr int GAIN = SQ != 0 ? 3 : 1;              // the hinge's gain is dsum
+    const bool steps_here = fused && phase == 0;
+    // M1: the plan of the one output, read before this block takes its ticket (hence before the
+    // last block writes the state); M outputs read theirs per pair, as early
+    const double a0 = M1 != 0 ? state[gpusvm::S_A] : 0.0;
+    const double beta0 = M1 != 0 ? state[gpusvm::S_BETA] : 0.0;          // adapted by the previous launch
+    const bool rejected0 = M1 != 0 && phase == 1 && acc[gpusvm::ACC_REJECT] != 0.0;
+    gpusvm::OutputSums<M1, NS> sums(acc, M);
+    gpusvm::batch_scatter<M1>(indptr, indices, data, k, M, tile_rows, V,
+                              static_cast<double*>(nullptr), [](int) { return 0.0; }, sums,
+                              [&](const int i, const int c, const long long p, double& coef) {
+        const int r = rows[i];
+        const long long rc = static_cast<long long>(r) * M + c;
+        const double s = gpusvm::weight_of<WT>(sw, r, M, c);
+        double dp;
+        if (steps_here) {                                            // eq. (15), beta^(t+1)
+            dp = (has_first && first[i] == 0)
+                ? 0.0
+                : gpusvm::sdca_step<SQ>(alpha[rc], s, lam * n,
+                                        M1 != 0 ? beta0 : state[gpusvm::S_BETA * M + c], m[p],
+                                        row_sq[r]);
+            delta[p] = dp;
+        } else {
+            dp = delta[p];
         }
-        const int r = rows[g];
-        if (lane == 0) {
-            sums[1] += dg;
-            sums[2] += fabs(dg);
-            if (plan.move_alpha) {
-                atomicAdd(&alpha[r], dg);                            // a repeated row adds twice
-            }
+        if (dp == 0.0) {
+            return -1;                                               // nothing to add or count
         }
-        if (!plan.move_v) {
-            return;
+        const bool rejected = M1 != 0 ? rejected0
+                                      : phase == 1 && acc[gpusvm::ACC_REJECT * M + c] != 0.0;
+        sums.add(1, c, dp);
+        sums.add(2, c, fabs(dp));
+        if constexpr (SQ != 0) {
+            sums.add(3, c, s > 0.0 ? dp - dp * (2.0 * alpha[rc] + dp) / (4.0 * s) : dp);
         }
-        const double coef = dg * static_cast<double>(y[r]) * plan.scale;  // +-delta y / (lam n a)
-        const long long end = indptr[r + 1];
-        for (long long p = indptr[r] + lane; p < end; p += LANES) {
-            sums[0] += gpusvm::add_exact(&v[indices[p]], static_cast<double>(data[p]) * coef);
+        if (phase == 0 ? check == 0 : !rejected) {
+            atomicAdd(&alpha[rc], dp);                               // a repeated row adds twice
         }
+        if (phase == 1 && !rejected) {
+            return -1;                                               // kept: V stays
+        }
+        const double a = M1 != 0 ? a0 : state[gpusvm::S_A * M + c];
+        coef = dp * static_cast<double>(Y[rc]) * ((phase == 0 ? 1.0 : -1.0) / (lam * n * a));
+        return r;
     });
-    gpusvm::sdca_apply_close<T>(sums, state, acc, ticket, lam, n, check, phase, plan);
+    if (fused && phase == 1) {                                       // rho's scratch, clean again
+        if constexpr (M1 != 0) {
+            gpusvm::tile_rows_zero(indptr, indices, k, tile_rows, scratch, [&](const int g) {
+                return old[g] != 0.0 ? rows[g] : -1;
+            });
+        } else {
+            gpusvm::grid_stride_pairs(k, M, [&](const long long p, const int i, const int c) {
+                if (old[p] == 0.0) {
+                    return;
+                }
+                const int r = rows[i];
+                for (long long q = indptr[r]; q < indptr[r + 1]; ++q) {
+                    double* const slot = &scratch[static_cast<long long>(indices[q]) * M + c];
+                    atomicExch(reinterpret_cast<unsigned long long*>(slot), 0ull);
+                }
+            });
+        }
+    }
+    sums.flush();
+    if (!gpusvm::last_block_done(ticket)) {
+        return;
+    }
+    for (int c = threadIdx.x; c < M; c += gpusvm::BLOCK) {
+        double tot[NS];
+        gpusvm::take_sums<NS>(acc, M, c, tot);
+        double* const s = state + c;                                 // slot q of output c: s[q M]
+        double* const reject = &acc[gpusvm::ACC_REJECT * M + c];
+        const double dn = tot[0];
+        if (phase == 0) {
+            s[gpusvm::S_DNORM * M] = dn;
+            const double a = s[gpusvm::S_A * M];
+            const double tau = 4.0 * (gpusvm::eps_of<T>() * lam * a * a * s[gpusvm::S_VSQ * M]
+                                      + 0x1p-52 * tot[2] / n);
+            if (check && tot[GAIN] / n - 0.5 * lam * a * a * dn < -tau) {
+                *reject = 1.0;                                       // the settle undoes the step
+                s[gpusvm::S_NREJ * M] += 1.0;
+            } else {
+                *reject = 0.0;
+                s[gpusvm::S_VSQ * M] += dn;
+                s[gpusvm::S_ASUMD * M] += tot[1];
+            }
+        } else {
+            if (*reject != 0.0) {
+                s[gpusvm::S_VSQ * M] += s[gpusvm::S_DNORM * M] + dn;
+            }
+            *reject = 0.0;
+        }
+    }
+    if (threadIdx.x == 0) {
+        gpusvm::reset_ticket(ticket);
+    }
 }

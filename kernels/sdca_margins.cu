@@ -1,55 +1,66 @@
-// sdca_margins.cu: the margin pass of one mini-batch SDCA iteration with the dual step fused in
-// (Takáč et al. 2013, eq. 15): for the sampled rows r = rows[g], g < k,
-//   m[g] = y_r (a <v, x_r> + b)       (what gpusvm_margins computes, in the same order)
-//   delta[g] = clip_[-alpha_r, 1 - alpha_r](lam n (1 - m[g]) / (beta ||x_r||^2)),
-// beta = state[S_BETA]; a zero row (||x_r|| = 0) gets 1 - alpha_r; delta[g] = 0 where the
-// first-occurrence mask is 0 (a row repeated in the batch steps once).  One launch instead of
-// margins + sdca_deltas.
-// grid: min(ceil(k / (BLOCK / LANES)), max_blocks) blocks of BLOCK threads; a group of LANES
-//   consecutive lanes owns one row, strides over its nonzeros (coalesced reads of indices and
-//   data) and sums with log2(LANES) xor shuffles; lane 0 then computes delta; groups stride over
-//   the rows with a warp-uniform trip count.
-// in: indptr[n+1] (int64), indices[nnz], data[nnz] (T), y[n] (T), v[d] (T), rows[k], k, state,
-//   alpha[n] (double), row_sq[n] = ||x_i||^2 (double), first[k] (int 0/1, read when has_first),
-//   lam, n; out: m[k], delta[k] (double).  Products and sums in double.
-// traffic: per row 4 B rows + 16 B indptr + 4 B y + 8 B alpha + 8 B row_sq (+ 4 B first) + 16 B
-//   written; per nonzero 4 + sizeof(T) B streamed plus one random gather of v.
-// determinism: no atomics, fixed reduction order -> bitwise repeatable for a given LANES.
-#include "sdca_common.cuh"
+// sdca_margins.cu: the first kernel of a captured mini-batch SDCA segment (Takac et al. 2013):
+// the margins m[i, c] = Y[r, c] (a_c <V[:, c], x_r> + b_c) of the batch rows r = rows[i] and, in
+// the same pass, the coordinate steps of eq. (15) with beta_c = state[S_BETA]:
+//   delta[i, c] = outputs.cuh's sdca_step<SQ>(alpha_rc, s_rc, lam n, beta_c, m_ic, ||x_r||^2)
+// (0 where first[i] = 0: a repeated row of an i.i.d. batch steps once).
+// grid: as margins.cu (M1 = 1: tiles balanced by nonzeros; M1 = 0: (row, output) pairs).
+// sampling: as margins.cu (draw = 0 or 2 draws the batch and advances counter[0]).
+// in: indptr, indices, data, Y[n x M], V[d x M], rows[k] (draw < 0), k, tile_rows, M, state,
+//   alpha[n x M], row_sq[n], sw[n x M] (WT), first[k] (has_first, draw < 0), has_first, lamn,
+//   draw, seed, n, half, mask; in/out: counter[1], ticket[1] (draw >= 0); out: m[k x M],
+//   delta[k x M] (double), rows[k] and first[k] (draw >= 0).
+// traffic: margins.cu's, plus per pair 8 B alpha + 8 B delta (+ 8 B s with weights) and per row
+//   8 B row_sq (+ 4 B first).
+// determinism: no atomics, a fixed order per row -> bitwise repeatable.
+#include "common.cuh"
+#include "outputs.cuh"
 
-template <int LANES, typename T>
+template <typename T, int M1, int SQ, int WT>
 __global__ void __launch_bounds__(gpusvm::BLOCK, gpusvm::MIN_BLOCKS) gpusvm_sdca_margins(
     const long long* __restrict__ indptr,  // CSR row pointers, n + 1
     const int* __restrict__ indices,       // CSR column indices, nnz
     const T* __restrict__ data,            // CSR values, nnz
-    const T* __restrict__ y,               // labels in {-1, +1}, n
-    const T* __restrict__ v,               // w = a v, d
-    const int* __restrict__ rows,          // the batch A_t (repeats allowed), k
+    const T* __restrict__ Y,               // labels in {-1, +1}, n x M
+    const T* __restrict__ V,               // W = V diag(a), d x M, row-major
+    int* rows,                             // the batch A_t, k: read (draw < 0) or written
     const int k,                           // batch size
-    const double* __restrict__ state,      // scalar state (a, b, beta)
-    const double* __restrict__ alpha,      // dual variables, n
+    const int tile_rows,                   // batch positions per tile (M1), 1 .. BLOCK
+    const int outputs,                     // M, the number of outputs (1 when M1)
+    const double* __restrict__ state,      // scalar state, N_SLOTS x M (a, b, beta)
+    const double* __restrict__ alpha,      // dual variables, n x M
     const double* __restrict__ row_sq,     // squared row norms, n
-    const int* __restrict__ first,         // 1 at the first occurrence of a row in the batch, k
-    const int has_first,                   // 0: every row steps (first is not read)
-    const double lam,                      // regularisation lambda
-    const double n,                        // number of examples
-    double* __restrict__ m,                // output margins y_i <w, x_i>, k
-    double* __restrict__ delta)            // output coordinate steps, k
+    const double* __restrict__ sw,         // example weights, n x M (WT)
+    int* first,                            // 1 at a row's first occurrence in the batch, k
+    const int has_first,                   // 0: every row steps
+    const double lamn,                     // lam n
+    double* __restrict__ m,                // output margins, k x M
+    double* __restrict__ delta,            // output coordinate steps, k x M
+    const int draw,                        // -1: read rows; 0 or 2: draw them (sampling mode code)
+    const unsigned long long seed,         // 64-bit seed of the stream (draw >= 0)
+    const int n,                           // rows of X (draw >= 0)
+    const int half,                        // Feistel half width (bits)
+    const unsigned int mask,               // 2^half - 1
+    long long* __restrict__ counter,       // in: batch index t; out: t + 1 (draw >= 0)
+    unsigned int* __restrict__ ticket)     // last-block ticket (draw >= 0)
 {
-    if (gpusvm::warp_past_end<LANES>(k)) {
-        return;                                                      // whole warp past the end
-    }
-    const double a = state[gpusvm::S_A];
-    const double b = state[gpusvm::S_B];
-    const double c = lam * n / state[gpusvm::S_BETA];               // lam n / beta
-    gpusvm::warp_rows<LANES>(k, [&](const int g, const int lane) {
-        const int r = g < k ? rows[g] : 0;
-        const double z = gpusvm::group_row_dot<LANES>(indptr, indices, data, v, r, g < k, lane);
-        if (g < k && lane == 0) {
-            const double mg = static_cast<double>(y[r]) * (a * z + b);
-            m[g] = mg;
-            delta[g] = (has_first && first[g] == 0) ? 0.0
-                                                    : gpusvm::sdca_delta(alpha[r], c, mg, row_sq[r]);
-        }
+    const int M = M1 != 0 ? 1 : outputs;               // a constant 1 in the M1 instances
+    const gpusvm::SegmentBatch batch(draw, seed, n, k, half, mask, counter, rows, first);
+    const double a0 = M1 != 0 ? state[gpusvm::S_A] : 0.0;                // M1: the scalars read once
+    const double b0 = M1 != 0 ? state[gpusvm::S_B] : 0.0;
+    const double beta0 = M1 != 0 ? state[gpusvm::S_BETA] : 0.0;
+    gpusvm::batch_dots<M1, 1>(indptr, indices, data, V, M, batch, k, tile_rows,
+                           [&](int, const int c, const long long t, const int r, const int fl,
+                               const double dot) {
+        const double a = M1 != 0 ? a0 : state[gpusvm::S_A * M + c];
+        const double b = M1 != 0 ? b0 : state[gpusvm::S_B * M + c];
+        const double mt = static_cast<double>(Y[static_cast<long long>(r) * M + c]) * (a * dot + b);
+        m[t] = mt;
+        delta[t] = (has_first && fl == 0)
+            ? 0.0
+            : gpusvm::sdca_step<SQ>(alpha[static_cast<long long>(r) * M + c],
+                                    gpusvm::weight_of<WT>(sw, r, M, c), lamn,
+                                    M1 != 0 ? beta0 : state[gpusvm::S_BETA * M + c], mt,
+                                    row_sq[r]);
     });
+    batch.finish(ticket);
 }

@@ -126,12 +126,13 @@ def test_solver_matches_numpy_float32(a9a_slice, backend, config, k):
 @pytest.mark.parametrize("bias", ["unregularized", "optimal"])
 def test_no_transfer_between_evaluations(a9a_slice, backend, bias):
     """Device-to-host copies happen only inside evaluations; a segment only launches kernels:
-    3 per iteration (sample, margins, step with the renormalisation folded in), 4 with the
-    optimal bias, plus reset_scale_next in every iteration of the segment that holds t = 1."""
+    2 per iteration (margins, which draw the batch, and the step with the renormalisation folded
+    in), 3 with the optimal bias, plus reset_scale in every iteration of the segment that holds
+    t = 1: the launches of the balanced kernels of one output."""
     X, y, _ = a9a_slice
     be = make_backend(backend, X, y)
     events, launches = [], []
-    orig_segment, orig_evaluate, orig_to_host = be.pegasos_segment, be.evaluate, be.to_host
+    orig_segment, orig_evaluate, orig_to_host = be.pegasos_segment_m, be.evaluate_m, be.to_host
 
     def segment(sampler, t0, t1, plan):
         events.append("S")
@@ -147,7 +148,7 @@ def test_no_transfer_between_evaluations(a9a_slice, backend, bias):
         events.append("H")
         return orig_to_host(a)
 
-    be.pegasos_segment, be.evaluate, be.to_host = segment, evaluate, to_host
+    be.pegasos_segment_m, be.evaluate_m, be.to_host = segment, evaluate, to_host
     pegasos(be, lam=1e-2, k=256, max_iter=60, seed=1, eval_every=20, averaging="tail", bias=bias)
     trace = "".join(events)
     assert trace.count("S") == 3 and trace.count("E") == 3
@@ -159,8 +160,9 @@ def test_no_transfer_between_evaluations(a9a_slice, backend, bias):
         if "H" in part:
             assert "E" in part, trace
     assert len(be.transfers) == trace.count("H")
-    # evaluate copies once, plus the optimal bias over all rows before it; at the end w and b
-    assert trace.count("H") == 1 + 3 * (2 if bias == "optimal" else 1) + 2
+    # each evaluation copies the objective once (the optimal bias over all rows stays on the
+    # device); at the end w and b
+    assert trace.count("H") == 1 + 3 + 2
     # sample (drawn by the margin kernel), margins, (optimal bias), step; the first segment also
     # resets the scale (eta_1 lam = 1)
     per = 3 if bias == "optimal" else 2
@@ -180,7 +182,7 @@ def test_accepts_host_inputs(form):
     be = make_device_backend("emulated", X, y)
     assert be.dtype == (np.float32 if form == "coo_f32" else np.float64)
     w = rng.normal(size=30)
-    z = be.to_host(be.decision_function(w, 0.5))
+    z = be.to_host(be.decision_function_m(w[:, None], 0.5))[:, 0]
     np.testing.assert_allclose(z, dense.astype(be.dtype) @ w + 0.5, rtol=1e-6 if form == "coo_f32"
                                else 1e-12)
     np.testing.assert_allclose(be.to_host(be.row_sq_norms),
@@ -243,7 +245,7 @@ def test_cupy_iterations_never_synchronize(a9a_slice):
     import cupyx
     X, y, _ = a9a_slice
     be = make_backend("cupy", X, y)
-    be.init_state(averaging=True)
+    be.init_state_m(averaging=True)
     sampler = CounterSampler(N_ROWS, 512, "with_replacement", 0)
     plan = PegasosPlan(lam=1e-2, k=512, optimal=True, radius=10.0, averaged=True, t_avg=1,
                        renorm_threshold=pegasos_module.RENORM_THRESHOLD)
@@ -252,10 +254,10 @@ def test_cupy_iterations_never_synchronize(a9a_slice):
         warnings.simplefilter("ignore")
         ctx = guard(False) if guard is not None else contextlib.nullcontext()
     with ctx:
-        be.pegasos_segment(sampler, 0, 20, plan)
-        be.output(True)
+        be.pegasos_segment_m(sampler, 0, 20, plan)
+        be.output_m(True)
     assert be.transfers == []
-    assert be.to_host(be.s)[S_A] > 0
+    assert be.to_host(be.sm)[S_A, 0] > 0
 
 
 # ------------------------------------------------------------------ benchmark smoke run
@@ -273,13 +275,16 @@ def test_benchmark_smoke_mode_runs_on_the_emulator(tmp_path):
     assert {r["solver"] for r in out["per_iteration"]} == {"pegasos", "sdca-aggressive"}
     # the kernels timed are the segments' own launches, one per kernel the model counts
     timed = [(r["kernel"].split("<")[0], r["model_kernel"]) for r in out["kernels"]]
-    assert timed == [("gpusvm_margins_balanced", "margins"),
-                     ("gpusvm_pegasos_segment_step", "pegasos_step"),
-                     ("evaluate() (hinge_sum + 2 reductions + copy)", "evaluation"),
-                     ("gpusvm_sdca_margins_balanced", "sdca_margins"),
-                     ("gpusvm_sdca_rho_balanced", "sdca_rho"),
-                     ("gpusvm_sdca_apply_balanced", "sdca_apply (with the steps)"),
-                     ("gpusvm_sdca_apply_balanced", "sdca_apply (settle, zeroing)")]
+    assert timed == [("gpusvm_margins", "margins"),
+                     ("gpusvm_pegasos_step", "pegasos_step"),
+                     ("evaluate_m() (X @ W + reductions + copy)", "evaluation"),
+                     ("gpusvm_sdca_margins", "sdca_margins"),
+                     ("gpusvm_sdca_rho", "sdca_rho"),
+                     ("gpusvm_sdca_apply", "sdca_apply (with the steps)"),
+                     ("gpusvm_sdca_apply", "sdca_apply (settle, zeroing)")]
+    # the one-output instances: the tiles balanced by nonzeros
+    assert all(r["kernel"].rstrip(">").split(",")[1] == "1" for r in out["kernels"]
+               if "<" in r["kernel"])
     # time to eps: setup and run measured, the model's time for the same counts beside them
     for r in out["time_to_eps"]:
         assert r["reached"], r

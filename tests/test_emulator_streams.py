@@ -20,7 +20,7 @@ import scipy.sparse as sp
 from gpusvm._emulator import EmulatedModule
 from gpusvm._emulator import streams as es
 from gpusvm.backends import base, make_backend
-from gpusvm.backends import device as device_module
+from gpusvm.backends.device import runtime as device_module
 from gpusvm.backends.base import PegasosPlan, SDCAPlan
 from gpusvm.solvers._sampling import CounterSampler
 from gpusvm.solvers.pegasos import pegasos
@@ -233,11 +233,11 @@ def segment_setup(kind, k=4, **plan):
     be = make_backend("emulated", X, y)
     sampler = CounterSampler(X.shape[0], k, "without_replacement", 1)
     if kind == "pegasos":
-        be.init_state(averaging=plan.get("averaged", False))
-        return be, sampler, PegasosPlan(lam=1e-2, k=k, **plan), be.pegasos_segment
-    be.init_state()
-    be.init_dual(plan.get("beta_b", 1.0))
-    return be, sampler, SDCAPlan(lam=1e-2, **plan), be.sdca_segment
+        be.init_state_m(averaging=plan.get("averaged", False))
+        return be, sampler, PegasosPlan(lam=1e-2, k=k, **plan), be.pegasos_segment_m
+    be.init_state_m()
+    be.init_dual_m(plan.get("beta_b", 1.0))
+    return be, sampler, SDCAPlan(lam=1e-2, **plan), be.sdca_segment_m
 
 
 def _segment_graphs(be):

@@ -95,6 +95,6 @@ def test_cli_prints_the_table(compiled, capsys, monkeypatch):
     assert nvrtc.main(["--arch", "compute_90"]) == 0
     assert chosen == [("compute_90",)]
     out = capsys.readouterr().out
-    assert "gpusvm_pegasos_step<32,float>" in out and "sm_90" in out
+    assert "gpusvm_pegasos_step<float,1,0,0>" in out and "sm_90" in out
     assert "0 compilations with warnings; 0 with spills" in out
     assert "sm_80" not in out

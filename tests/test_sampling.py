@@ -280,7 +280,7 @@ def test_epoch_table_is_capped():
 
 @pytest.mark.parametrize("mode, n, k", [c for c in CASES if c[1] <= 1000])
 def test_cuda_sampler_on_the_emulator_draws_the_reference_batches(mode, n, k):
-    """The kernels gpusvm_sample<MODE> and gpusvm_sample_firsts, run by the CPU emulator."""
+    """The kernels gpusvm_sample_next<MODE> and gpusvm_sample_firsts_next, run by the CPU emulator."""
     import scipy.sparse as sp
 
     from gpusvm.backends.device import make_device_backend
@@ -289,7 +289,9 @@ def test_cuda_sampler_on_the_emulator_draws_the_reference_batches(mode, n, k):
     s = CounterSampler(n, k, mode, 99)
     buffers = be._sampler_buffers(s)
     for t in list(range(12)) + [40, 41]:
-        be._draw(buffers, s.code, t)
+        be._counter[...] = t
+        for fn, grid, args in be._sample_launches(s, bump_in_firsts=True):
+            be._call(fn, grid, args)
         ref_rows, ref_first = s.batch(t)
         np.testing.assert_array_equal(buffers[0], ref_rows)
         if mode != "without_replacement":

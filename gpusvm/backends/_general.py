@@ -191,7 +191,7 @@ class GeneralEvaluation:
 
     Written once against the host class's array module ``xp`` (NumPy for
     :class:`~gpusvm.backends.numpy_.NumpyBackend`, CuPy or NumPy for the device backend's
-    :class:`~gpusvm.backends._general_device.DeviceGeneralPath`); none of these
+    :class:`~gpusvm.backends.device.DeviceBackend`); none of these
     methods synchronises a device.  Needs ``xp``, ``X``, ``n``, ``Y`` (n, M),
     ``sample_weight`` (float64 (n, M) or None, in ``xp``), ``V``, ``U``, ``sm`` and
     ``alpha`` from the host class.
