@@ -76,9 +76,10 @@ def segment_length(t: int, limit: int, eval_every: int, eval_at: Callable | None
 
 def run_output(backend, W, b):
     """The returned point on the host in float64: ``W`` (d, M) and ``b`` (M,), or ``w`` (d,)
-    and a float ``b`` when the backend's labels are 1-D (one output)."""
+    and a float ``b`` when the backend's labels are 1-D (one output); ``b`` None: zeros (no copy)."""
     W = np.asarray(backend.to_host(W), dtype=np.float64)
-    b = np.asarray(backend.to_host(b), dtype=np.float64).reshape(-1)
+    b = np.zeros(W.shape[1]) if b is None else \
+        np.asarray(backend.to_host(b), dtype=np.float64).reshape(-1)
     if np.ndim(backend.y) == 1:
         return W[:, 0], float(b[0])
     return W, b

@@ -647,7 +647,7 @@ def sdca(backend, *, lam: float, b: int, max_iter: int, variant: str = "aggressi
     if stop == "max_iter" and last[6] <= tol:
         stop = "tol"
     sm = backend.to_host(backend.sm)
-    w, _ = run_output(backend, w, np.zeros(backend.n_outputs))
+    w, _ = run_output(backend, w, None)
     alpha = backend.to_host(backend.alpha).astype(np.float64)
     beta, n_rej = sm[S_BETA].copy(), sm[S_NREJ].astype(np.int64)
     if np.ndim(backend.y) == 1:                        # one output: 1-D out
