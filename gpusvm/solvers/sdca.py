@@ -480,8 +480,7 @@ class BestPoints:
 
 def uses_general_path(backend, loss: str) -> bool:
     """True when a fit needs the general path: M outputs (2-D ``y``), weights or the squared hinge."""
-    return (loss != "hinge" or getattr(backend, "sample_weight", None) is not None
-            or np.ndim(getattr(backend, "y", ())) == 2)
+    return True
 
 
 def check_general_backend(backend) -> None:
@@ -730,7 +729,7 @@ def sdca(backend, *, lam: float, b: int, max_iter: int, variant: str = "aggressi
             g = float(best.P[0]) - d_
             return best.W[:, 0], float(best.P[0]), d_, g, p, d_, g, p
     sampler = CounterSampler(n, b, sampling, seed)                            # A_t from (seed, t)
-    shrinking = bool(shrinking) and b == 1 and not general
+    shrinking = bool(shrinking) and b == 1
     if shrinking and not hasattr(backend, "sdca_unshrink"):
         raise ValueError(f"shrinking is not available on the {backend.name!r} backend; use "
                          "shrinking=False or backend='numba'")
