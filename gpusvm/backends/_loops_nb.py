@@ -306,15 +306,17 @@ def _make_pegasos(one, row, by_epoch, optimal, weighted, squared):
                     prefetch(yf, order[qa] * M)
                 if pref_v and q + 1 < n:
                     prefetch_v_row(indptr, indices, vf, M, order[q + 1])
+                r = order[q]                                                      # step 1: A_t
                 rows = ring[0]                # a copy: the next epoch's order overwrites order
-                rows[0] = order[q]                                                # step 1: A_t
+                if not scalar:
+                    rows[0] = r
                 e, q = epoch_advance(e, q, n, smp, rk, ecache, table, order)
             else:
                 draw_ahead(indptr, indices, data, vf, M, sam, t - 1, pref_v)
                 rows = ring[(t - 1) % RING]                                       # step 1: A_t
+                r = rows[0]
             eta, shrink = _step_size(schedule, t, lam, eta0, norma_p)             # step 3
-            if scalar:
-                r = rows[0]                                 # M = 1, one row: the same steps on
+            if scalar:                                  # M = 1, one row: the same steps on
                 yi = np.float64(yf[r])                      # scalars, the slots in registers
                 mi = yi * (sa * row_dot(indptr, indices, data, vf, r) + sb)          # step 2
                 if shrink == 0.0:
@@ -374,7 +376,7 @@ def _coord(m, a, si, q, inv_q, beta, cfac, lamn, squared):
     if squared:
         x = (2.0 * si * (1.0 - m) - a) / (1.0 + 2.0 * si * beta * q / lamn)
         return x if x > -a else -a
-    if q == 0.0:
+    if inv_q == np.inf:                 # a zero row (q is not read: one cold line less)
         return si - a
     raw = cfac * (1.0 - m) * inv_q
     x = raw if raw > -a else -a
@@ -521,8 +523,9 @@ def _sdca_row(indptr, indices, data, Y, sw, weighted, V, sm, alpha, inv_q, row_s
                     lamn, squared)
         sm[S_DNORM, c] = 0.0
         wk[W_ANEW, c] = dl
-        wk[W_YACT, c] = dl * yc * (1.0 / (lamn * sm[S_A, c]))
-        if dl != 0.0:
+        wk[W_YACT, c] = 0.0
+        if dl != 0.0:                                          # (most outputs stay)
+            wk[W_YACT, c] = dl * yc * (1.0 / (lamn * sm[S_A, c]))
             nmov += 1
     if nmov == 0:
         return
@@ -617,10 +620,14 @@ def _make_sdca(one, row, by_epoch, aggressive, weighted, squared, shrinking):
                     if not shrinking or active[ra]:       # (a shrunk row is only looked at)
                         prefetch_row(indptr, indices, data, ra)
                         prefetch_duals(af, yf, inv_q, M, ra)
+                        if squared or aggressive:
+                            prefetch(row_sq, ra)
                 if pref_v and q + 1 < n:
                     prefetch_v_row(indptr, indices, vf, M, order[q + 1])
+                r = order[q]                                                      # A_t
                 rows = ring[0]                # a copy: the next epoch's order overwrites order
-                rows[0] = order[q]                                                # A_t
+                if not scalar:
+                    rows[0] = r
                 first, has_first = ringf[0], False
             else:
                 draw_ahead(indptr, indices, data, vf, M, sam, bt, pref_v)
@@ -629,6 +636,7 @@ def _make_sdca(one, row, by_epoch, aggressive, weighted, squared, shrinking):
                     prefetch_duals(af, yf, inv_q, M, ahead[i])
                 sl = bt % RING
                 rows, first, has_first = ring[sl], ringf[sl], ringh[sl]           # A_t
+                r = rows[0]
             q += 1
             epoch_ends = q == n
             if epoch_ends:
@@ -637,7 +645,6 @@ def _make_sdca(one, row, by_epoch, aggressive, weighted, squared, shrinking):
                 if by_epoch:
                     epoch_order(n, smp[3], smp[4], smp[5], e, rk, ecache, table, order)
             if scalar:                          # M = 1, one row: scalars, slots in registers
-                r = rows[0]
                 step = not shrinking or active[r]
                 if step:
                     yr = np.float64(yf[r])
@@ -674,7 +681,7 @@ def _make_sdca(one, row, by_epoch, aggressive, weighted, squared, shrinking):
                     _shrink_epoch(active, shr)
             elif fused:
                 _sdca_row(indptr, indices, data, Y, sw, weighted, V, sm, alpha, inv_q, row_sq,
-                          rows[0], lamn, squared, touched, wk, z)
+                          r, lamn, squared, touched, wk, z)
             else:
                 _margins(indptr, indices, data, Y, V, vf, sm, rows, m, z, one)   # y_ic <w_c, x_i>
                 _sdca_deltas(Y, sw, weighted, alpha, inv_q, row_sq, sm, rows, m, lamn, first,
