@@ -302,20 +302,24 @@ def sum_sq_norms(indptr, indices, data, rows, coef, M, slot, acc, touched, out):
 
 # ---------------------------------------------------------------------- whole matrix
 @njit(cache=True, nogil=True)
+def csr_matvec(indptr, indices, data, w, b, out, pref):
+    """:func:`csr_matmat` for one column ``w`` (flat): four partial sums per row, and a
+    binary fit compiles no ``M`` loop."""
+    n = indptr.size - 1
+    for i in range(n):
+        if pref and i + 1 < n:
+            for p in range(indptr[i + 1], indptr[i + 2]):
+                prefetch(w, indices[p])
+        out[i] = row_dot(indptr, indices, data, w, i) + b
+
+
+@njit(cache=True, nogil=True)
 def csr_matmat(indptr, indices, data, W, b, out, pref):
     """``out[i, c] = <x_i, w_c> + b_c`` in float64, one pass over ``X`` (``W`` row-major;
     ``pref``: prefetch the lines of ``W`` the next row reads)."""
     n = indptr.size - 1
     M = W.shape[1]
     wf = W.reshape(-1)
-    if M == 1:
-        b0 = b[0]
-        for i in range(n):
-            if pref and i + 1 < n:
-                for p in range(indptr[i + 1], indptr[i + 2]):
-                    prefetch(wf, indices[p])
-            out[i, 0] = row_dot(indptr, indices, data, wf, i) + b0
-        return
     z = np.empty(M)                      # a local row: no store to ``out`` per nonzero
     for i in range(n):
         if pref and i + 1 < n:

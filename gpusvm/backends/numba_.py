@@ -221,7 +221,11 @@ class NumbaBackend(NumpyBackend):
         W = np.ascontiguousarray(W, dtype=np.float64)
         out = np.empty((self.n, W.shape[1]), dtype=np.float64)
         bb = np.ascontiguousarray(np.broadcast_to(np.asarray(b, dtype=np.float64), (W.shape[1],)))
-        csr.csr_matmat(*self._nb_csr(), W, bb, out, W.nbytes > l2_cache_bytes())
+        if W.shape[1] == 1:
+            csr.csr_matvec(*self._nb_csr(), W.reshape(-1), float(bb[0]), out.reshape(-1),
+                           W.nbytes > l2_cache_bytes())
+        else:
+            csr.csr_matmat(*self._nb_csr(), W, bb, out, W.nbytes > l2_cache_bytes())
         return out
 
     def dual_weights_m(self, lam: float) -> np.ndarray:
