@@ -13,7 +13,7 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.svm import LinearSVC
 
 from gpusvm import PegasosSVC
-from gpusvm.backends import numba_, numpy_
+from gpusvm.backends import _loops_nb, numpy_
 from gpusvm.backends.numba_ import NumbaBackend
 from gpusvm.backends.numpy_ import NumpyBackend
 from gpusvm.datasets import normalize_rows
@@ -151,8 +151,8 @@ def test_shrinking_keeps_the_certificate(a9a_part):
 
 
 def test_shrinking_constants_of_the_compiled_loop_are_the_reference_ones():
-    assert numba_._SHRINK_EPS == numpy_.SHRINK_EPS
-    assert numba_._UPPER_SLACK == numpy_.UPPER_SLACK
+    assert _loops_nb.SHRINK_EPS == numpy_.SHRINK_EPS
+    assert _loops_nb.UPPER_SLACK == numpy_.UPPER_SLACK
 
 
 def test_certificate_cadence_adapts_to_the_gap():

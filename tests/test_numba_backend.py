@@ -1,4 +1,4 @@
-"""The compiled CPU backend: the reference iterates, segments equal per-primitive runs, fallbacks."""
+"""The compiled CPU backend: the reference iterates in every specialisation of its loops."""
 
 from __future__ import annotations
 
@@ -15,11 +15,13 @@ import numba  # noqa: F401  (a test dependency: without it this module fails, it
 from gpusvm import PegasosSVC  # noqa: E402
 from gpusvm import backends  # noqa: E402
 from gpusvm.backends import make_backend, resolve_backend_name  # noqa: E402
+from gpusvm.backends import _loops_nb  # noqa: E402
 from gpusvm.backends._state import S_NREJ  # noqa: E402
 from gpusvm.backends import numba_  # noqa: E402
 from gpusvm.backends.numba_ import NUMBA_MISSING, CompilationNotice, NumbaBackend  # noqa: E402
 from gpusvm.backends.numpy_ import NumpyBackend  # noqa: E402
 from gpusvm import SDCASVC  # noqa: E402
+from gpusvm.solvers._sampling import CounterSampler  # noqa: E402
 from gpusvm.solvers.pegasos import pegasos, segment_length  # noqa: E402
 from gpusvm.solvers.sdca import sdca  # noqa: E402
 
@@ -73,10 +75,15 @@ def odd_matrix():
     return X, y
 
 
-def per_primitive(be):
-    """Give ``be`` the reference segments, which call one primitive at a time."""
-    be.pegasos_segment = types.MethodType(NumpyBackend.pegasos_segment, be)
-    be.sdca_segment = types.MethodType(NumpyBackend.sdca_segment, be)
+def general_form(be):
+    """Make ``be`` run its loops without the ``M = 1`` specialisation (the slots in ``sm``,
+    the ``M`` loops kept, a row's dot product as one running sum)."""
+    flags = be._nb_flags
+
+    def no_one(sampler):
+        return (False,) + flags(sampler)[1:]
+
+    be._nb_flags = no_one
     return be
 
 
@@ -176,33 +183,108 @@ def test_the_aggressive_rejection_is_exercised_and_agrees(rcv1_64):
 
 
 @pytest.mark.parametrize("case", PEGASOS_CASES, ids=case_id)
-def test_pegasos_fused_equals_per_primitive_bitwise(rcv1_64, case):
+def test_pegasos_one_output_specialisation_equals_the_general_form(rcv1_64, case):
+    """The M = 1 loop (slots in registers, four partial sums) against the same source with
+    the M loops kept: the same iterates to the rounding of a dot product."""
     X, y = rcv1_64
     kw = dict(lam=LAM, max_iter=500, seed=4, eval_every=61, **case)
-    fused, prim = NumbaBackend(X, y), per_primitive(NumbaBackend(X, y))
-    a = pegasos(fused, **kw)
-    b = pegasos(prim, **kw)
-    np.testing.assert_array_equal(a.w, b.w)
-    assert a.b == b.b
-    assert [h[:2] for h in a.history] == [h[:2] for h in b.history]
-    np.testing.assert_array_equal(fused.s, prim.s)
-    np.testing.assert_array_equal(fused.v, prim.v)
+    a = pegasos(NumbaBackend(X, y), **kw)
+    b = pegasos(general_form(NumbaBackend(X, y)), **kw)
+    assert_same_run(a, b, rtol=1e-12, atol=1e-14)
 
 
 @pytest.mark.parametrize("variant", ["naive", "safe", "aggressive"])
 @pytest.mark.parametrize("b", [1, 8])
 @pytest.mark.parametrize("sampling", ["without_replacement", "epoch", "with_replacement"])
-def test_sdca_fused_equals_per_primitive_bitwise(rcv1_64, variant, b, sampling):
+def test_sdca_one_output_specialisation_equals_the_general_form(rcv1_64, variant, b, sampling):
     X, y = rcv1_64
     kw = dict(lam=LAM, b=b, max_iter=2000 // b, variant=variant, sampling=sampling, tol=0.0,
               seed=9, eval_every=333 // b, sigma2=0.05)
-    fused, prim = NumbaBackend(X, y), per_primitive(NumbaBackend(X, y))
-    a = sdca(fused, **kw)
-    c = sdca(prim, **kw)
-    np.testing.assert_array_equal(a.w, c.w)
-    np.testing.assert_array_equal(a.extra["alpha"], c.extra["alpha"])
-    np.testing.assert_array_equal(fused.s, prim.s)
-    assert [h[:4] for h in a.history] == [h[:4] for h in c.history]
+    one, gen = NumbaBackend(X, y), general_form(NumbaBackend(X, y))
+    a, c = sdca(one, **kw), sdca(gen, **kw)
+    np.testing.assert_allclose(a.w, c.w, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(a.extra["alpha"], c.extra["alpha"], rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(one.sm, gen.sm, rtol=1e-10, atol=1e-14)
+    assert a.extra["n_rejected"] == c.extra["n_rejected"]
+    assert [h[0] for h in a.history] == [h[0] for h in c.history]
+
+
+@pytest.mark.parametrize("loss", ["hinge", "squared_hinge"])
+def test_unit_weights_and_stacked_outputs_give_the_single_output_iterates(rcv1_64, loss):
+    """The weighted specialisation with unit weights, and each column of an M-output fit,
+    give the plain single-output fit's iterates (to rounding: the M-output loop sums a
+    row's products in one running sum)."""
+    X, y = rcv1_64
+    Y = np.stack([y, -y, y], axis=1)
+    for solver, kw in ((sdca, dict(lam=LAM, b=1, max_iter=3000, variant="safe", tol=0.0,
+                                   sampling="epoch", seed=3, loss=loss)),
+                       (sdca, dict(lam=LAM, b=16, max_iter=200, variant="aggressive", tol=0.0,
+                                   seed=3, sigma2=0.05, loss=loss)),
+                       (pegasos, dict(lam=LAM, k=1, max_iter=2000, seed=3, averaging="tail",
+                                      sampling="epoch", loss=loss)),
+                       (pegasos, dict(lam=LAM, k=8, max_iter=300, seed=3, loss=loss))):
+        plain = solver(NumbaBackend(X, y), **kw)
+        unit = solver(NumbaBackend(X, y, np.ones(y.size)), **kw)
+        many = solver(NumbaBackend(X, Y), **kw)
+        np.testing.assert_allclose(unit.w, plain.w, rtol=1e-12, atol=1e-14)
+        for c, sign in enumerate((1, -1, 1)):
+            want = plain.w if sign == 1 else solver(NumbaBackend(X, -y), **kw).w
+            np.testing.assert_allclose(many.w[:, c], want, rtol=1e-9, atol=1e-12)
+
+
+def _shrinking_reference(X, y, lam, epochs, seed):
+    """Safe SDCA with b = 1 over the "epoch" order and LIBLINEAR's shrinking (Hsieh et al.
+    2008, Alg. 3 with the bounds of Sec. 3.2), written out in Python on a dense ``w``."""
+    n = X.shape[0]
+    sampler = CounterSampler(n, 1, "epoch", seed)
+    q = np.asarray(X.multiply(X).sum(axis=1)).ravel()
+    w = np.zeros(X.shape[1])
+    alpha = (q == 0).astype(np.float64)
+    active = np.ones(n, dtype=bool)
+    hi_bar, lo_bar, pg_max, pg_min = np.inf, -np.inf, -np.inf, np.inf
+    for t in range(epochs * n):
+        r = int(sampler.batch(t)[0][0])
+        if active[r]:
+            lo, hi = X.indptr[r], X.indptr[r + 1]
+            cols, vals = X.indices[lo:hi], X.data[lo:hi]
+            g = y[r] * float(np.dot(vals, w[cols])) - 1.0
+            shrink, pg = False, g
+            if alpha[r] <= 0.0:
+                shrink, pg = g > hi_bar, min(g, 0.0)
+            elif alpha[r] >= 1.0 - _loops_nb.UPPER_SLACK:
+                shrink, pg = g < lo_bar, max(g, 0.0)
+            if shrink:
+                active[r] = False
+            else:
+                pg_max, pg_min = max(pg_max, pg), min(pg_min, pg)
+                delta = min(max(lam * n * (-g) / q[r], -alpha[r]), 1.0 - alpha[r])
+                alpha[r] += delta
+                w[cols] += delta * y[r] * vals / (lam * n)
+        if (t + 1) % n == 0:
+            if pg_max - pg_min <= _loops_nb.SHRINK_EPS:
+                active[:] = True
+                hi_bar, lo_bar = np.inf, -np.inf
+            else:
+                hi_bar = pg_max if pg_max > 0 else np.inf
+                lo_bar = pg_min if pg_min < 0 else -np.inf
+            pg_max, pg_min = -np.inf, np.inf
+    return w, alpha, active
+
+
+def test_shrinking_follows_the_textbook_active_set(a9a_64):
+    X, y = a9a_64
+    n = X.shape[0]
+    be = NumbaBackend(X, y)
+    got = sdca(be, lam=1e-4, b=1, max_iter=6 * n, variant="safe", sampling="epoch", seed=1,
+               tol=0.0, shrinking=True, eval_every=6 * n)
+    w, alpha, active = _shrinking_reference(X, y, 1e-4, 6, 1)
+    np.testing.assert_array_equal(be._active, active)
+    assert 0 < (~active).sum()                          # rows were taken out of the active set
+    np.testing.assert_allclose(got.extra["alpha"], alpha, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(got.w, w, rtol=1e-10, atol=1e-12)
+    plain = sdca(NumbaBackend(X, y), lam=1e-4, b=1, max_iter=6 * n, variant="safe",
+                 sampling="epoch", seed=1, tol=0.0, eval_every=6 * n)
+    assert not np.array_equal(plain.w, got.w)
 
 
 def test_fused_path_respects_eval_at_and_odd_eval_every(rcv1_64):
@@ -211,9 +293,7 @@ def test_fused_path_respects_eval_at_and_odd_eval_every(rcv1_64):
     marks = {3, 4, 50, 333, 334, 1000}
     kw = dict(lam=LAM, k=2, max_iter=1200, seed=0, averaging="tail")
     a = pegasos(NumbaBackend(X, y), eval_at=lambda t: t in marks, **kw)
-    b = pegasos(per_primitive(NumbaBackend(X, y)), eval_at=lambda t: t in marks, **kw)
     assert [h[0] for h in a.history] == sorted(marks) + [1200]
-    assert [h[1] for h in a.history] == [h[1] for h in b.history]
     c = sdca(NumbaBackend(X, y), lam=LAM, b=1, max_iter=2500, tol=0.0, eval_every=777, seed=0)
     assert [h[0] for h in c.history] == [777, 1554, 2331, 2500]
 
@@ -231,7 +311,7 @@ def test_prefetching_v_changes_nothing(rcv1_64):
     X, y = rcv1_64
     kw = dict(lam=LAM, b=1, max_iter=3000, variant="safe", sampling="epoch", tol=0.0, seed=3)
     off, on = NumbaBackend(X, y), NumbaBackend(X, y)
-    off._nb_prefetch_v, on._nb_prefetch_v = False, True
+    off._nb_prefetch_v, on._nb_prefetch_v = (lambda: False), (lambda: True)
     a, b = sdca(off, **kw), sdca(on, **kw)
     np.testing.assert_array_equal(a.w, b.w)
     p_off = pegasos(off, lam=LAM, k=4, max_iter=400, seed=1)
@@ -241,22 +321,21 @@ def test_prefetching_v_changes_nothing(rcv1_64):
 
 def test_evaluation_primitives_match_numpy(rcv1_64):
     X, y = rcv1_64
-    ref, be = NumpyBackend(X, y), NumbaBackend(X, y)
-    np.testing.assert_allclose(be.row_sq_norms, ref.row_sq_norms, rtol=1e-14)
-    w = np.random.default_rng(0).normal(size=X.shape[1])
-    np.testing.assert_allclose(be.decision_function(w, 0.25), ref.decision_function(w, 0.25),
-                               rtol=1e-12, atol=1e-12)
-    e1, e2 = ref.evaluate(w, 0.5, LAM, True), be.evaluate(w, 0.5, LAM, True)
-    assert e2.objective == pytest.approx(e1.objective, rel=1e-12)
-    assert e2.loss == pytest.approx(e1.loss, rel=1e-12)
-    for b_ in (ref, be):
-        b_.init_state()
-        b_.init_dual(1.0)
-        b_.alpha[:] = np.random.default_rng(1).random(X.shape[0])
-    w1, w2 = ref.dual_weights(LAM), be.dual_weights(LAM)
-    np.testing.assert_allclose(w2, w1, rtol=1e-12, atol=1e-15)
-    assert be.s[1] == pytest.approx(ref.s[1], rel=1e-12)     # S_VSQ resynchronised
-    assert be.dual_objective(LAM, w2) == pytest.approx(ref.dual_objective(LAM, w1), rel=1e-12)
+    Y = np.stack([y, -y], axis=1)
+    for labels in (y, Y):
+        ref, be = NumpyBackend(X, labels), NumbaBackend(X, labels)
+        np.testing.assert_allclose(be.row_sq_norms, ref.row_sq_norms, rtol=1e-14)
+        W = np.random.default_rng(0).normal(size=(X.shape[1], ref.n_outputs))
+        np.testing.assert_allclose(be.decision_function_m(W, 0.25),
+                                   ref.decision_function_m(W, 0.25), rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(be.col_sq_norms_m(W), ref.col_sq_norms_m(W), rtol=1e-12)
+        for b_ in (ref, be):
+            b_.init_state_m()
+            b_.init_dual_m(1.0)
+            b_.alpha[:] = np.random.default_rng(1).random(b_.alpha.shape)
+        w1, w2 = ref.dual_weights_m(LAM), be.dual_weights_m(LAM)
+        np.testing.assert_allclose(w2, w1, rtol=1e-12, atol=1e-15)
+        np.testing.assert_allclose(be.sm, ref.sm, rtol=1e-12)     # S_VSQ resynchronised
 
 
 def test_float32_agrees_with_the_reference_to_float32_rounding(rcv1_small):
@@ -277,7 +356,7 @@ def test_data_is_not_copied(rcv1_64):
     assert be.X is X
     assert np.shares_memory(be.X.data, X.data) and np.shares_memory(be.X.indices, X.indices)
     sdca(be, lam=LAM, b=1, max_iter=500, tol=0.0)
-    assert be._nb_big is None                 # b = 1 on a canonical CSR needs no d-sized scratch
+    assert be._nb_wrk["slot"].size == 0       # b = 1 on a canonical CSR needs no d-sized scratch
 
 
 def test_estimators_on_numba_match_numpy_and_certify(a9a):
@@ -335,7 +414,8 @@ from numba import njit
 
 
 @njit(cache=True)
-def tiny_loop(indptr, indices, data):
+def tiny_loop(csr):
+    data = csr[2]
     acc = 0.0
     for p in range(data.size):
         acc += data[p]
@@ -358,16 +438,16 @@ def test_compile_notice_fires_exactly_when_numba_compiles(tmp_path, monkeypatch)
         mod = importlib.import_module("gpusvm_tiny_loop")
         with pytest.warns(CompilationNotice, match=r"compiling the CPU loops of this solver for "
                           r"float32 data, once: about \d+-\d+ s of CPU time"):
-            assert numba_._call_loop(mod.tiny_loop, ip, ix, np.ones(1, np.float32)) == 1.0
+            assert numba_._call_loop(mod.tiny_loop, (ip, ix, np.ones(1, np.float32))) == 1.0
         old = mod.tiny_loop                 # kept alive, so that its id is not reused
         fresh = importlib.reload(mod).tiny_loop
         assert fresh is not old
         with warnings.catch_warnings():
             warnings.simplefilter("error", CompilationNotice)
-            assert numba_._call_loop(fresh, ip, ix, np.full(1, 2.0, np.float32)) == 2.0
+            assert numba_._call_loop(fresh, (ip, ix, np.full(1, 2.0, np.float32))) == 2.0
         assert sum(fresh.stats.cache_hits.values()) == 1 and not fresh.stats.cache_misses
         with pytest.warns(CompilationNotice, match="for float64 data"):
-            assert numba_._call_loop(fresh, ip, ix, np.ones(1)) == 1.0
+            assert numba_._call_loop(fresh, (ip, ix, np.ones(1))) == 1.0
         assert sum(fresh.stats.cache_misses.values()) == 1
     finally:
         sys.modules.pop("gpusvm_tiny_loop", None)

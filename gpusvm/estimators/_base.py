@@ -41,7 +41,7 @@ def _max_squared_row_norm(X) -> float:
     if X.nnz == 0:
         return 0.0
     if numba_available():
-        from ..backends.numba_ import _row_sq_norms  # noqa: PLC0415
+        from ..backends._csr_nb import row_sq_norms as _row_sq_norms  # noqa: PLC0415
         out = np.empty(X.shape[0], dtype=np.float64)
         _row_sq_norms(X.indptr, X.data, out)
         return float(out.max())

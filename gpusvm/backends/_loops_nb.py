@@ -1,0 +1,707 @@
+"""The segment loops of the numba backend: one Pegasos source and one SDCA source.
+
+Each loop runs the iterations ``t0 + 1 .. t1`` of its solver over the state of
+:mod:`gpusvm.backends._general` (``V`` (d, M) row-major, ``sm`` (N_SLOTS, M),
+``U``, ``alpha`` (n, M)), with example weights and either loss, drawing its
+batches from the counter (:mod:`gpusvm.backends._counter_nb`) two iterations
+ahead so that their rows can be prefetched.  The arithmetic is that of the
+reference :class:`~gpusvm.backends._general.GeneralPath` (products of a row's
+gather in the data's dtype, sums in float64, a batch summed per column before
+``V`` is written), so the iterates agree with it to rounding.
+
+:func:`pegasos_loop` and :func:`sdca_loop` return the loop compiled for a set
+of flags that are closure constants, so numba prunes what they rule out and
+each fit compiles only the case it runs:
+
+``one``
+    ``M = 1``: the output's slots live in registers for the whole segment
+    (written back around the rare calls that read them, and at the end), the
+    ``M`` loops vanish and a row's dot product runs as four partial sums.
+``row``
+    One row of a canonical CSR per batch: added in place, no per-column scratch.
+``by_epoch``
+    ``"epoch"`` sampling with one row per batch: the rows are read from the
+    epoch's order (:func:`~gpusvm.backends._counter_nb.epoch_order`), the same
+    rows as drawing them at a quarter of the cost.
+``optimal``, ``aggressive``, ``weighted``, ``squared``, ``shrinking``
+    Pegasos' batch-optimal bias, SDCA's Alg. 2, example weights, the squared
+    hinge, and LIBLINEAR's shrinking (SDCA, ``one`` and ``row``, unweighted hinge).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import numpy as np
+from numba import njit
+
+from ._counter_nb import epoch_advance, epoch_order, epoch_position
+from ._csr_nb import (ORDER_PREFETCH, RING, add_exact, add_row, add_row_to_columns, add_rows,
+                      draw_ahead, fill_ring, prefetch, prefetch_duals, prefetch_row,
+                      prefetch_v_row, row_dot, sum_sq_norms)
+from ._state import (S_A, S_ASUM, S_ASUMD, S_B, S_BETA, S_BSUM, S_DNORM, S_LOSS, S_NACT,
+                     S_NAVG, S_NREJ, S_TMP0, S_VSQ, S_YACT)
+
+_EPS64 = float(np.finfo(np.float64).eps)
+# shrinking's constants, spelled out (numba caches by file; a test checks they are
+# gpusvm.backends.numpy_.SHRINK_EPS and UPPER_SLACK)
+SHRINK_EPS = 0.1
+UPPER_SLACK = 4 * _EPS64
+
+#: step-size schedules as the int codes the loop takes (order of pegasos.SCHEDULES)
+SCHEDULE_CODES = {"pegasos": 0, "norma": 1, "constant": 2}
+
+# rows of the per-output work array ``wk`` (N_WORK, M)
+W_DN = 0       # exact change of ||v_c||^2 of an addition
+W_DN2 = 1      # ... of the undo of a rejected step
+W_ANEW = 2     # Pegasos: a_c (1 - eta_t lam); SDCA one-row: the deltas that move
+W_YACT = 3     # Pegasos: sum of g_i y_ic over the active rows; SDCA one-row: their coefs
+W_DEN = 4      # Alg. 2: sum_i delta_ic^2 ||x_i||^2
+W_NUM = 5      # Alg. 2: ||sum_i delta_ic y_ic x_i||^2
+W_GAIN = 6     # n times the separable part of Delta D_c
+W_DABS = 7     # sum_i |delta_ic|
+W_VSQ0 = 8     # ||v_c||^2 before the step
+W_OK = 9       # 1.0 when output c's step is kept
+W_DSUM = 10    # sum_i delta_ic
+N_WORK = 11
+
+
+@njit(cache=True, inline="always")
+def _margins(indptr, indices, data, Y, V, vf, sm, rows, m, z, one):
+    """``m_ic = y_ic (a_c <v_c, x_i> + b_c)``: one gather per row for all ``M`` (``z``: the
+    row's dot products, an array of the loop's own so that they stay in registers)."""
+    for i in range(rows.size):
+        r = rows[i]
+        if one:
+            m[i, 0] = np.float64(Y[r, 0]) * (sm[S_A, 0] * row_dot(indptr, indices, data, vf, r)
+                                             + sm[S_B, 0])
+            continue
+        M = V.shape[1]
+        for c in range(M):
+            z[c] = 0.0
+        for p in range(indptr[r], indptr[r + 1]):
+            x = data[p]
+            j = indices[p]
+            for c in range(M):
+                z[c] += x * V[j, c]
+        for c in range(M):
+            m[i, c] = np.float64(Y[r, c]) * (sm[S_A, c] * z[c] + sm[S_B, c])
+
+
+@njit(cache=True, inline="always")
+def _add_one_row(indices, data, lo, hi, V, U, u_scale, use_u, coef, M, touched, cc, dn):
+    """One row of a canonical CSR added in place (``V[:, c] += coef_c x``) for the outputs
+    whose coefficient is not 0 (listed in ``touched``, their coefficients in ``cc``)."""
+    nmov = 0
+    for c in range(M):
+        dn[c] = 0.0
+        if coef[c] != 0.0:
+            touched[nmov] = c
+            cc[nmov] = coef[c]
+            nmov += 1
+    if nmov == 1:                     # one output moves: its sum in a register, same order
+        c = touched[0]
+        g = cc[0]
+        acc = 0.0
+        for p in range(lo, hi):
+            acc += add_exact(V, U, u_scale, use_u, indices[p], c, data[p] * g)
+        dn[c] = acc
+    elif nmov > 1:
+        add_row_to_columns(indices, data, lo, hi, V, U, u_scale, use_u, touched, cc, nmov, dn)
+
+
+@njit(cache=True, inline="always")
+def _add(indptr, indices, data, V, vf, U, uf, u_scale, use_u, rows, coef, M, row, slot, acc,
+         touched, dn):
+    """``V[:, c] += sum_i coef_ic x_{rows_i}``: in place for one row (``row``), else summed
+    per column first; the exact ``d||v_c||^2`` into ``dn``."""
+    if row:
+        r = rows[0]
+        _add_one_row(indices, data, indptr[r], indptr[r + 1], V, U, u_scale, use_u, coef[0],
+                     M, touched, acc[0], dn)
+    else:
+        add_rows(indptr, indices, data, V, vf, U, uf, u_scale, use_u, rows, coef, M, slot, acc,
+                 touched, dn)
+
+
+# ---------------------------------------------------------------------- Pegasos
+@njit(cache=True, inline="always")
+def _step_size(schedule, t, lam, eta0, norma_p):
+    """``(eta_t, 1 - eta_t lam)`` exactly as :func:`gpusvm.backends.base.step_size`."""
+    if schedule == 0:
+        return 1.0 / (lam * t), 1.0 - 1.0 / t
+    if schedule == 1:
+        return norma_p / (lam * math.sqrt(t)), 1.0 - norma_p / math.sqrt(t)
+    return eta0, 1.0 - eta0 * lam
+
+
+@njit(cache=True, inline="always")
+def _optimal_bias(Y, sw, weighted, rows, m, sm, yb, sc, bp, wt):
+    """Per output, the weighted batch-optimal bias (Pegasos Sec. 4, the smallest breakpoint
+    ``b_i = y_i - sc_i`` where the right derivative is ``>= 0``); ``m`` shifted to it."""
+    k = rows.size
+    for c in range(m.shape[1]):
+        tot_pos = 0.0
+        for i in range(k):
+            r = rows[i]
+            yb[i] = Y[r, c]
+            sc[i] = yb[i] * m[i, c] - sm[S_B, c]
+            bp[i] = yb[i] - sc[i]
+            wt[i] = sw[r, c] if weighted else 1.0
+            if yb[i] > 0:
+                tot_pos += wt[i]
+        order = np.argsort(bp[:k], kind="mergesort")
+        neg_le = 0.0
+        pos_le = 0.0
+        b = bp[order[0]]
+        for jj in range(k):
+            o = order[jj]
+            if yb[o] < 0:
+                neg_le += wt[o]
+            if yb[o] > 0:
+                pos_le += wt[o]
+            if neg_le - (tot_pos - pos_le) >= 0:
+                b = bp[o]
+                break
+        for i in range(k):
+            m[i, c] = 1.0 + yb[i] * (b - (yb[i] - sc[i]))
+        sm[S_B, c] = b
+
+
+@njit(cache=True, inline="always")
+def _reset_scale(V, U, use_u, sm):
+    """``W = 0`` for every output, the running averages kept (``U -= A V``)."""
+    d, M = V.shape
+    if use_u:
+        for j in range(d):
+            for c in range(M):
+                U[j, c] -= sm[S_ASUM, c] * V[j, c]
+    V[:, :] = 0
+    for c in range(M):
+        sm[S_VSQ, c] = 0.0
+        sm[S_A, c] = 1.0
+
+
+@njit(cache=True, inline="always")
+def _renormalize(V, U, use_u, sm, threshold, tmp):
+    """Fold ``a_c`` into column ``c`` for each output with ``|a_c| < threshold``; the running
+    sum moves into ``U`` alone (``U -= A V``, ``A = 0``) so that it never cancels."""
+    d, M = V.shape
+    for c in range(M):
+        a = sm[S_A, c]
+        if abs(a) < threshold:
+            if use_u:
+                asum = sm[S_ASUM, c]
+                for j in range(d):
+                    U[j, c] -= asum * np.float64(V[j, c])
+            tmp[0] = a                                  # a rounded to V's dtype first
+            af = tmp[0]
+            for j in range(d):
+                V[j, c] *= af
+            sm[S_VSQ, c] *= a * a
+            sm[S_ASUM, c] = 0.0
+            sm[S_A, c] = 1.0
+
+
+@njit(cache=True, inline="always")
+def _pegasos_out(a, dn, vsq, b, asum, navg, bsum, yact, eta, k, unreg_bias, radius, average):
+    """The end of steps 4-5 of Fig. 1 for one output, after its addition of ``dn`` to
+    ``||v||^2``: the unregularised bias step, the projection onto the ball of ``radius``
+    and the running average.  Returns ``(a, vsq, b, asum, navg, bsum)``."""
+    vsq += dn
+    sa = a
+    if unreg_bias:
+        b += eta * yact / k
+    if radius > 0.0:
+        wsq = a * a * vsq
+        if wsq > radius * radius:
+            sa = a * (radius / np.sqrt(wsq))
+    if average:
+        asum += sa
+        navg += 1.0
+        bsum += b
+    return sa, vsq, b, asum, navg, bsum
+
+
+@njit(cache=True, inline="always")
+def _subgradient(m, si, squared):
+    """``(g_i, loss_i)``: ``-d loss_i / d m_i`` of a row with weight ``si`` and its loss."""
+    sl = max(0.0, 1.0 - m)
+    if squared:
+        return 2.0 * si * sl, si * sl * sl
+    return si, si * sl
+
+
+@njit(cache=True, inline="always")
+def _pegasos_step(indptr, indices, data, Y, sw, weighted, V, vf, U, uf, use_u, sm, rows, m, coef,
+                  eta, shrink, k, unreg_bias, radius, average, squared, M, row, slot, acc,
+                  touched, wk):
+    """Steps 4-5 of Fig. 1 for every output (``GeneralPath.pegasos_step_m``)."""
+    for c in range(M):
+        wk[W_ANEW, c] = sm[S_A, c] * shrink
+        wk[W_YACT, c] = 0.0
+        sm[S_NACT, c] = 0.0
+        sm[S_LOSS, c] = 0.0
+    for i in range(rows.size):
+        r = rows[i]
+        for c in range(M):
+            gi, li = _subgradient(m[i, c], sw[r, c] if weighted else 1.0, squared)
+            sm[S_LOSS, c] += li
+            if m[i, c] < 1.0:
+                gy = gi * np.float64(Y[r, c])
+                sm[S_NACT, c] += 1.0
+                coef[i, c] = gy * (eta / (k * wk[W_ANEW, c]))
+                wk[W_YACT, c] += gy
+            else:
+                coef[i, c] = 0.0
+    _add(indptr, indices, data, V, vf, U, uf, sm[S_ASUM], use_u, rows, coef, M, row, slot, acc,
+         touched, wk[W_DN])
+    for c in range(M):
+        sm[S_DNORM, c] = wk[W_DN, c]
+        if unreg_bias:
+            sm[S_YACT, c] = wk[W_YACT, c]
+        (sm[S_A, c], sm[S_VSQ, c], sm[S_B, c], sm[S_ASUM, c], sm[S_NAVG, c],
+         sm[S_BSUM, c]) = _pegasos_out(wk[W_ANEW, c], wk[W_DN, c], sm[S_VSQ, c], sm[S_B, c],
+                                       sm[S_ASUM, c], sm[S_NAVG, c], sm[S_BSUM, c],
+                                       wk[W_YACT, c], eta, k, unreg_bias, radius, average)
+
+
+def _make_pegasos(one, row, by_epoch, optimal, weighted, squared):
+    """The Pegasos loop compiled for the flags (module docstring)."""
+    scalar = one and row and not optimal            # the output's slots in registers
+
+    @njit(cache=True, nogil=True)
+    def loop(csr, lab, st, sam, t0, t1, prm, wrk):
+        """Iterations ``t0 + 1 .. t1`` of Pegasos (Shalev-Shwartz et al. 2007, Fig. 1), as
+        :meth:`GeneralPath.pegasos_segment_m <gpusvm.backends._general.GeneralPath.pegasos_segment_m>`.
+
+        ``csr = (indptr, indices, data)``, ``lab = (Y, Y flat, weights)``, ``st = (V, V flat,
+        U, U flat, sm)``, ``sam``: the sampler's state (``NumbaBackend._nb_sampler``), ``prm
+        = (lam, k, schedule code, eta0, norma_p, unreg_bias, radius, averaged, t_avg,
+        renorm threshold, prefetch V)``, ``wrk``: work arrays (``NumbaBackend._nb_work``).
+        """
+        indptr, indices, data = csr
+        Y, yf, sw = lab
+        V, vf, U, uf, sm = st
+        smp, ring, ringf, ringh, rk, ecache, stamp, order, table = sam
+        lam, k, schedule, eta0, norma_p, unreg_bias, radius, averaged, t_avg, renorm, pref_v = prm
+        m, coef, slot, acc, touched, wk, tmp, z, yb, sc, bp, wt = wrk
+        use_u = U.shape[0] > 0
+        M = 1 if one else V.shape[1]
+        n = indptr.size - 1
+        sa, sb, vsq = sm[S_A, 0], sm[S_B, 0], sm[S_VSQ, 0]
+        asum, navg, bsum = sm[S_ASUM, 0], sm[S_NAVG, 0], sm[S_BSUM, 0]
+        nact, loss, dnorm, yact = sm[S_NACT, 0], sm[S_LOSS, 0], sm[S_DNORM, 0], sm[S_YACT, 0]
+        e, q = 0, 0
+        if by_epoch:
+            e, q = epoch_position(t0, n, smp, rk, ecache, table, order)     # batch t0 (k = 1)
+        else:
+            fill_ring(sam, t0)
+        for t in range(t0 + 1, t1 + 1):
+            if by_epoch:
+                qa = q + ORDER_PREFETCH
+                if qa < n:
+                    prefetch_row(indptr, indices, data, order[qa])
+                    prefetch(yf, order[qa] * M)
+                if pref_v and q + 1 < n:
+                    prefetch_v_row(indptr, indices, vf, M, order[q + 1])
+                r = order[q]                                                      # step 1: A_t
+                rows = ring[0]                # a copy: the next epoch's order overwrites order
+                if not scalar:
+                    rows[0] = r
+                e, q = epoch_advance(e, q, n, smp, rk, ecache, table, order)
+            else:
+                draw_ahead(indptr, indices, data, vf, M, sam, t - 1, pref_v)
+                rows = ring[(t - 1) % RING]                                       # step 1: A_t
+                r = rows[0]
+            eta, shrink = _step_size(schedule, t, lam, eta0, norma_p)             # step 3
+            if scalar:                                  # M = 1, one row: the same steps on
+                yi = np.float64(yf[r])                      # scalars, the slots in registers
+                mi = yi * (sa * row_dot(indptr, indices, data, vf, r) + sb)          # step 2
+                if shrink == 0.0:
+                    sm[S_ASUM, 0] = asum
+                    _reset_scale(V, U, use_u, sm)
+                    sa, vsq = sm[S_A, 0], sm[S_VSQ, 0]
+                    shrink = 1.0
+                a = sa * shrink                                                       # step 4
+                gi, loss = _subgradient(mi, sw[r, 0] if weighted else 1.0, squared)
+                loss = 0.0 + loss
+                active = mi < 1.0
+                nact = 1.0 if active else 0.0
+                gy = gi * yi
+                ci = gy * (eta / (k * a)) if active else 0.0
+                yact = (0.0 + gy) if active else 0.0
+                dnorm = add_row(indptr, indices, data, vf, uf, asum, use_u, r, ci)
+                sa, vsq, sb, asum, navg, bsum = _pegasos_out(                          # step 5
+                    a, dnorm, vsq, sb, asum, navg, bsum, yact, eta, k, unreg_bias, radius,
+                    averaged and t >= t_avg)
+                if abs(sa) < renorm:
+                    sm[S_A, 0], sm[S_VSQ, 0], sm[S_ASUM, 0] = sa, vsq, asum
+                    _renormalize(V, U, use_u, sm, renorm, tmp)
+                    sa, vsq, asum = sm[S_A, 0], sm[S_VSQ, 0], sm[S_ASUM, 0]
+            else:
+                _margins(indptr, indices, data, Y, V, vf, sm, rows, m, z, one)   # step 2
+                if optimal:
+                    _optimal_bias(Y, sw, weighted, rows, m, sm, yb, sc, bp, wt)   # Sec. 4
+                if shrink == 0.0:
+                    _reset_scale(V, U, use_u, sm)
+                    shrink = 1.0
+                _pegasos_step(indptr, indices, data, Y, sw, weighted, V, vf, U, uf, use_u, sm,
+                              rows, m, coef, eta, shrink, k, unreg_bias, radius,
+                              averaged and t >= t_avg, squared, M, row, slot, acc, touched, wk)
+                _renormalize(V, U, use_u, sm, renorm, tmp)
+        if scalar:
+            sm[S_A, 0], sm[S_B, 0], sm[S_VSQ, 0] = sa, sb, vsq
+            sm[S_ASUM, 0], sm[S_NAVG, 0], sm[S_BSUM, 0] = asum, navg, bsum
+            sm[S_NACT, 0], sm[S_LOSS, 0], sm[S_DNORM, 0] = nact, loss, dnorm
+            if unreg_bias:
+                sm[S_YACT, 0] = yact
+
+    return loop
+
+
+@functools.lru_cache(maxsize=None)
+def pegasos_loop(one, row, by_epoch, optimal, weighted, squared):
+    """The compiled Pegasos loop for these flags (made once per process)."""
+    return _make_pegasos(one, row, by_epoch, optimal, weighted, squared)
+
+
+# ---------------------------------------------------------------------- SDCA
+@njit(cache=True, inline="always")
+def _coord(m, a, si, q, inv_q, beta, cfac, lamn, squared):
+    """Eq. (15) for one coordinate with weight ``si`` (``cfac = lam n / beta``): the hinge
+    step clipped to ``[-a, si - a]`` (``si - a`` on a zero row), or the squared hinge's
+    closed form kept ``>= -a`` (ALGORITHMS.md, "Weights, and the squared hinge")."""
+    if squared:
+        x = (2.0 * si * (1.0 - m) - a) / (1.0 + 2.0 * si * beta * q / lamn)
+        return x if x > -a else -a
+    if inv_q == np.inf:                 # a zero row (q is not read: one cold line less)
+        return si - a
+    raw = cfac * (1.0 - m) * inv_q
+    x = raw if raw > -a else -a
+    return x if x < si - a else si - a
+
+
+@njit(cache=True, inline="always")
+def _gain(dl, a, si, squared):
+    """``n`` times the change of the separable part of ``D`` for the step ``dl``."""
+    if squared:
+        return dl - (dl * (2.0 * a + dl) / (4.0 * si) if si > 0.0 else 0.0)
+    return dl
+
+
+@njit(cache=True, inline="always")
+def _dual_drops(gain, dabs, dn, vsq, a, lam, n, eps):
+    """Alg. 2's test: ``Delta D < -tau``, ``tau`` the rounding of ``Delta D``."""
+    return (gain / n - 0.5 * lam * a * a * dn
+            < -4.0 * (eps * lam * a * a * vsq + _EPS64 * dabs / n))
+
+
+@njit(cache=True, inline="always")
+def _rho_beta(num, den, beta, beta_b, theta):
+    """Alg. 2: ``rho`` clipped to ``[1, beta_b]`` and the new ``beta``."""
+    rho = min(max(num / den, 1.0), beta_b)
+    return rho, min(max(beta ** theta * rho ** (1.0 - theta), 1.0), beta_b)
+
+
+@njit(cache=True, inline="always")
+def _sdca_deltas(Y, sw, weighted, alpha, inv_q, row_sq, sm, rows, m, lamn, first, has_first,
+                 squared, M, delta):
+    """Eq. (15) per output (``GeneralPath.sdca_deltas_m``); 0 for a repeated row."""
+    for c in range(M):
+        beta = sm[S_BETA, c]
+        cfac = lamn / beta
+        for i in range(rows.size):
+            r = rows[i]
+            if has_first and not first[i]:
+                delta[i, c] = 0.0
+            else:
+                delta[i, c] = _coord(m[i, c], alpha[r, c], sw[r, c] if weighted else 1.0,
+                                     row_sq[r], inv_q[r], beta, cfac, lamn, squared)
+
+
+@njit(cache=True, inline="always")
+def _sdca_adapt_beta(indptr, indices, data, Y, row_sq, sm, rows, delta, coef, beta_b, theta,
+                     M, row, slot, acc, touched, wk):
+    """Alg. 2 per output (``GeneralPath.sdca_adapt_beta_m``); one row (``row``) is summed in
+    place (its columns are distinct)."""
+    for c in range(M):
+        den = 0.0
+        for i in range(rows.size):
+            r = rows[i]
+            den += delta[i, c] * delta[i, c] * row_sq[r]
+            coef[i, c] = delta[i, c] * np.float64(Y[r, c])
+        wk[W_DEN, c] = den
+        wk[W_NUM, c] = 0.0
+    if row:
+        r = rows[0]
+        for p in range(indptr[r], indptr[r + 1]):
+            for c in range(M):
+                x = data[p] * coef[0, c]
+                wk[W_NUM, c] += x * x
+    else:
+        sum_sq_norms(indptr, indices, data, rows, coef, M, slot, acc, touched, wk[W_NUM])
+    for c in range(M):
+        if wk[W_DEN, c] > 0.0:
+            sm[S_TMP0, c], sm[S_BETA, c] = _rho_beta(wk[W_NUM, c], wk[W_DEN, c], sm[S_BETA, c],
+                                                     beta_b, theta)
+
+
+@njit(cache=True, inline="always")
+def _sdca_apply(indptr, indices, data, Y, sw, weighted, V, vf, sm, alpha, rows, delta, coef,
+                lam, n, check, squared, M, row, eps, slot, acc, touched, wk):
+    """Alpha and ``W`` step per output, each output's step undone alone when ``check`` finds
+    that it lowers its dual (``GeneralPath.sdca_apply_m``)."""
+    for c in range(M):                  # an output at a time: its sums in registers
+        g = 1.0 / (lam * n * sm[S_A, c])
+        gain = 0.0
+        dabs = 0.0
+        dsum = 0.0
+        for i in range(rows.size):
+            r = rows[i]
+            dl = delta[i, c]
+            coef[i, c] = dl * np.float64(Y[r, c]) * g
+            dsum += dl
+            if check:
+                gain += _gain(dl, alpha[r, c], sw[r, c] if weighted else 1.0, squared)
+                dabs += abs(dl)
+        wk[W_VSQ0, c] = sm[S_VSQ, c]
+        wk[W_GAIN, c] = gain
+        wk[W_DABS, c] = dabs
+        wk[W_DSUM, c] = dsum
+        wk[W_OK, c] = 1.0
+    _add(indptr, indices, data, V, vf, V, vf, wk[W_OK], False, rows, coef, M, row, slot, acc,
+         touched, wk[W_DN])
+    rejected = False
+    for c in range(M):
+        sm[S_DNORM, c] = wk[W_DN, c]
+        if check and _dual_drops(wk[W_GAIN, c], wk[W_DABS, c], wk[W_DN, c], wk[W_VSQ0, c],
+                                 sm[S_A, c], lam, n, eps):
+            wk[W_OK, c] = 0.0
+            rejected = True
+    if rejected:
+        for i in range(rows.size):
+            for c in range(M):
+                coef[i, c] = 0.0 if wk[W_OK, c] == 1.0 else -coef[i, c]
+        _add(indptr, indices, data, V, vf, V, vf, wk[W_OK], False, rows, coef, M, row, slot,
+             acc, touched, wk[W_DN2])
+        for c in range(M):
+            if wk[W_OK, c] == 0.0:
+                wk[W_DN, c] += wk[W_DN2, c]
+                sm[S_NREJ, c] += 1.0
+    for c in range(M):
+        sm[S_VSQ, c] += wk[W_DN, c]
+        if wk[W_OK, c] == 1.0:
+            sm[S_ASUMD, c] += wk[W_DSUM, c]
+    for i in range(rows.size):
+        r = rows[i]
+        for c in range(M):
+            if wk[W_OK, c] == 1.0:
+                alpha[r, c] += delta[i, c]
+
+
+@njit(cache=True, inline="always")
+def _sdca_row(indptr, indices, data, Y, sw, weighted, V, sm, alpha, inv_q, row_sq, r, lamn,
+              squared, touched, wk, z):
+    """A safe/naive step on the one-row batch ``{r}`` for ``M`` outputs: margins, eq. (15) and
+    the ``W`` step fused, the bookkeeping of the outputs whose ``delta`` is 0 skipped."""
+    M = V.shape[1]
+    for c in range(M):
+        z[c] = 0.0
+    for p in range(indptr[r], indptr[r + 1]):                 # one gather serves all M
+        x = data[p]
+        j = indices[p]
+        for c in range(M):
+            z[c] += x * V[j, c]
+    nmov = 0
+    for c in range(M):                                         # eq. (15) per output
+        yc = np.float64(Y[r, c])
+        beta = sm[S_BETA, c]
+        dl = _coord(yc * (sm[S_A, c] * z[c] + sm[S_B, c]), alpha[r, c],
+                    sw[r, c] if weighted else 1.0, row_sq[r], inv_q[r], beta, lamn / beta,
+                    lamn, squared)
+        sm[S_DNORM, c] = 0.0
+        wk[W_ANEW, c] = dl
+        wk[W_YACT, c] = 0.0
+        if dl != 0.0:                                          # (most outputs stay)
+            wk[W_YACT, c] = dl * yc * (1.0 / (lamn * sm[S_A, c]))
+            nmov += 1
+    if nmov == 0:
+        return
+    _add_one_row(indices, data, indptr[r], indptr[r + 1], V, V, sm[S_DNORM], False,
+                 wk[W_YACT], M, touched, wk[W_DN], sm[S_DNORM])
+    for c in range(M):
+        dl = wk[W_ANEW, c]
+        if dl != 0.0:
+            sm[S_VSQ, c] += sm[S_DNORM, c]
+            alpha[r, c] += dl
+            sm[S_ASUMD, c] += dl
+
+
+@njit(cache=True, inline="always")
+def _shrink_test(af, active, shr, r, m):
+    """LIBLINEAR's shrinking test of row ``r`` (Hsieh et al. 2008, Sec. 3.2; the reference's
+    ``_shrink_test``): True when it leaves the active set."""
+    g = m - 1.0
+    a = af[r]
+    if a <= 0.0:
+        if g > shr[0]:
+            active[r] = False
+            return True
+        pg = min(g, 0.0)
+    elif a >= 1.0 - UPPER_SLACK:
+        if g < shr[1]:
+            active[r] = False
+            return True
+        pg = max(g, 0.0)
+    else:
+        pg = g
+    shr[2] = max(shr[2], pg)
+    shr[3] = min(shr[3], pg)
+    return False
+
+
+@njit(cache=True, inline="always")
+def _shrink_epoch(active, shr):
+    """Roll the bounds of the shrinking test over at an epoch's end, or unshrink every row
+    once the projected gradients of the active set span at most ``SHRINK_EPS``."""
+    if shr[2] - shr[3] <= SHRINK_EPS:
+        active[:] = True
+        shr[0] = np.inf
+        shr[1] = -np.inf
+    else:
+        shr[0] = shr[2] if shr[2] > 0.0 else np.inf
+        shr[1] = shr[3] if shr[3] < 0.0 else -np.inf
+    shr[2] = -np.inf
+    shr[3] = np.inf
+
+
+def _make_sdca(one, row, by_epoch, aggressive, weighted, squared, shrinking):
+    """The SDCA loop compiled for the flags (module docstring)."""
+    scalar = one and row                                # the output's slots in registers
+    fused = row and not aggressive                      # M outputs, one row: _sdca_row
+
+    @njit(cache=True, nogil=True)
+    def loop(csr, lab, st, sam, t0, t1, prm, wrk):
+        """Iterations ``t0 + 1 .. t1`` of mini-batch SDCA (Takáč et al. 2013, eq. 15 and
+        Alg. 2), as :meth:`GeneralPath.sdca_segment_m <gpusvm.backends._general.GeneralPath.sdca_segment_m>`.
+
+        ``csr = (indptr, indices, data)``, ``lab = (Y, Y flat, weights)``, ``st = (V, V flat,
+        sm, alpha, alpha flat, 1/||x_i||^2, ||x_i||^2)``, ``sam``: the sampler's state,
+        ``prm = (lam, n, beta_b, theta, eps of V's dtype, prefetch V, active set, shrinking
+        bounds)``, ``wrk``: work arrays (``NumbaBackend._nb_work``).
+        """
+        indptr, indices, data = csr
+        Y, yf, sw = lab
+        V, vf, sm, alpha, af, inv_q, row_sq = st
+        smp, ring, ringf, ringh, rk, ecache, stamp, order, table = sam
+        lam, n, beta_b, theta, eps, pref_v, active, shr = prm
+        m, delta, coef, slot, acc, touched, wk, z = wrk
+        M = 1 if one else V.shape[1]
+        lamn = lam * n
+        a, b, beta = sm[S_A, 0], sm[S_B, 0], sm[S_BETA, 0]
+        cfac = lamn / beta                                                # eq. (15) factor
+        g = 1.0 / (lam * n * a)                                           # w step factor
+        vsq, asumd, nrej = sm[S_VSQ, 0], sm[S_ASUMD, 0], sm[S_NREJ, 0]
+        rho, dnorm = sm[S_TMP0, 0], sm[S_DNORM, 0]
+        e = t0 // n                                       # epoch and position of batch t0
+        q = t0 - e * n
+        if by_epoch:
+            if ecache[2] != e:
+                epoch_order(n, smp[3], smp[4], smp[5], e, rk, ecache, table, order)
+        else:
+            fill_ring(sam, t0)
+        for bt in range(t0, t1):
+            if by_epoch:
+                qa = q + ORDER_PREFETCH
+                if qa < n:                                # the row ahead, with its duals
+                    ra = order[qa]
+                    if not shrinking or active[ra]:       # (a shrunk row is only looked at)
+                        prefetch_row(indptr, indices, data, ra)
+                        prefetch_duals(af, yf, inv_q, M, ra)
+                        if squared or aggressive:
+                            prefetch(row_sq, ra)
+                if pref_v and q + 1 < n:
+                    prefetch_v_row(indptr, indices, vf, M, order[q + 1])
+                r = order[q]                                                      # A_t
+                rows = ring[0]                # a copy: the next epoch's order overwrites order
+                if not scalar:
+                    rows[0] = r
+                first, has_first = ringf[0], False
+            else:
+                draw_ahead(indptr, indices, data, vf, M, sam, bt, pref_v)
+                ahead = ring[(bt + 1) % RING]
+                for i in range(ahead.size):
+                    prefetch_duals(af, yf, inv_q, M, ahead[i])
+                sl = bt % RING
+                rows, first, has_first = ring[sl], ringf[sl], ringh[sl]           # A_t
+                r = rows[0]
+            q += 1
+            epoch_ends = q == n
+            if epoch_ends:
+                e += 1
+                q = 0
+                if by_epoch:
+                    epoch_order(n, smp[3], smp[4], smp[5], e, rk, ecache, table, order)
+            if scalar:                          # M = 1, one row: scalars, slots in registers
+                step = not shrinking or active[r]
+                if step:
+                    yr = np.float64(yf[r])
+                    mr = yr * (a * row_dot(indptr, indices, data, vf, r) + b)    # y_r <w, x_r>
+                    if shrinking and _shrink_test(af, active, shr, r, mr):
+                        step = False
+                if step:
+                    si = sw[r, 0] if weighted else 1.0
+                    ar = af[r]
+                    dl = _coord(mr, ar, si, row_sq[r], inv_q[r], beta, cfac, lamn, squared)
+                    if aggressive:                                                # Alg. 2
+                        den = 0.0 + dl * dl * row_sq[r]
+                        if den > 0.0:
+                            cy = dl * yr
+                            num = 0.0
+                            for p in range(indptr[r], indptr[r + 1]):
+                                x = data[p] * cy
+                                num += x * x
+                            rho, beta = _rho_beta(num, den, beta, beta_b, theta)
+                            cfac = lamn / beta
+                        dl = _coord(mr, ar, si, row_sq[r], inv_q[r], beta, cfac, lamn, squared)
+                    ci = dl * yr * g                                              # alpha, w step
+                    dnorm = add_row(indptr, indices, data, vf, vf, 0.0, False, r, ci)
+                    if aggressive and _dual_drops(_gain(dl, ar, si, squared), 0.0 + abs(dl),
+                                                  dnorm, vsq, a, lam, n, eps):
+                        dn2 = add_row(indptr, indices, data, vf, vf, 0.0, False, r, -ci)  # undo
+                        vsq += dnorm + dn2
+                        nrej += 1.0
+                    else:
+                        vsq += dnorm
+                        af[r] += dl
+                        asumd += 0.0 + dl
+                if shrinking and epoch_ends:
+                    _shrink_epoch(active, shr)
+            elif fused:
+                _sdca_row(indptr, indices, data, Y, sw, weighted, V, sm, alpha, inv_q, row_sq,
+                          r, lamn, squared, touched, wk, z)
+            else:
+                _margins(indptr, indices, data, Y, V, vf, sm, rows, m, z, one)   # y_ic <w_c, x_i>
+                _sdca_deltas(Y, sw, weighted, alpha, inv_q, row_sq, sm, rows, m, lamn, first,
+                             has_first, squared, M, delta)                         # eq. (15)
+                if aggressive:                                                     # Alg. 2
+                    _sdca_adapt_beta(indptr, indices, data, Y, row_sq, sm, rows, delta, coef,
+                                     beta_b, theta, M, row, slot, acc, touched, wk)
+                    _sdca_deltas(Y, sw, weighted, alpha, inv_q, row_sq, sm, rows, m, lamn,
+                                 first, has_first, squared, M, delta)
+                _sdca_apply(indptr, indices, data, Y, sw, weighted, V, vf, sm, alpha, rows,
+                            delta, coef, lam, n, aggressive, squared, M, row, eps, slot, acc,
+                            touched, wk)
+        if scalar:
+            sm[S_VSQ, 0], sm[S_ASUMD, 0], sm[S_NREJ, 0] = vsq, asumd, nrej
+            sm[S_BETA, 0], sm[S_TMP0, 0], sm[S_DNORM, 0] = beta, rho, dnorm
+
+    return loop
+
+
+@functools.lru_cache(maxsize=None)
+def sdca_loop(one, row, by_epoch, aggressive, weighted, squared, shrinking):
+    """The compiled SDCA loop for these flags (made once per process)."""
+    return _make_sdca(one, row, by_epoch, aggressive, weighted, squared, shrinking)
