@@ -94,16 +94,7 @@ def _host_vector(v, name, n):
 
 
 def deal_rows(n, K, seed):
-    """The block of every row after a seeded shuffle: ``K`` blocks of ``n / K`` random rows.
-
-    Parameters
-    ----------
-    n, K, seed : int
-
-    Returns
-    -------
-    ndarray of int64, shape (n,)
-    """
+    """The block (int64 (n,)) of every row after a seeded shuffle: ``K`` blocks of ``n / K`` rows."""
     rng = np.random.default_rng(seed & (2**63 - 1))
     owner = np.empty(n, dtype=np.int64)
     owner[rng.permutation(n)] = np.arange(n) * K // n
