@@ -154,29 +154,26 @@ class SDCABlock:
             self.be.alpha[...] = commit(before, after, self.xp.asarray(gamma))
             self.pending = None
 
-    def _certificate(self, w, exact=True):
-        """Loss sums at ``w``, dual sums and, when ``exact``, ``X_k^T (alpha_k * Y_k)`` of the
-        committed ``alpha`` (host float64; the last in the local columns, (d_k, M); else None)."""
+    def certify(self, w, round_, gamma=None):
+        """Commit ``gamma``'s step, then the certificate's ``loss`` and ``dual`` sums at ``w``
+        (d_k, M) and the committed ``alpha`` (host float64, (M,))."""
+        self._commit(round_, gamma)
         be = self.be
         Z = _host(be.decision_function_m(self.xp.asarray(w, dtype=np.float64), 0.0))
-        xty = self.xty(self.round) if exact else None
-        return (loss_sums(Z, self.Y, self.s, self.loss),
-                dual_sums(_host(be.alpha), self.s, self.loss), xty)
+        return {"loss": loss_sums(Z, self.Y, self.s, self.loss),
+                "dual": dual_sums(_host(be.alpha), self.s, self.loss)}
 
-    def step(self, w, round_, t0, t1, gamma, exact=True):
-        """One round: commit ``gamma``'s step, certify at ``w`` (d_k, M), then the local
-        solver over the counter positions ``t0 .. t1`` (one-row batches of the block's epochs).
+    def step(self, w, round_, t0, t1, gamma):
+        """One round: :meth:`certify` at ``w``, then the local solver over the counter
+        positions ``t0 .. t1`` (one-row batches of the block's epochs).
 
-        Without ``exact`` no ``xty`` is computed (the driver certifies with its running
-        ``w(alpha)``).  Returns ``loss``, ``dual``, ``xty`` (the certificate's sums),
-        ``u = (v - w) / sigma'`` (d_k, M) in ``w``'s dtype (float32 between exact certificates),
-        ``alpha`` (pending, (n_k, M)), ``b``, ``q`` (:func:`line_search`'s sums) and ``seconds``.
+        Returns the certificate's ``loss`` and ``dual``, ``u = (v - w) / sigma'`` (d_k, M) in
+        ``w``'s dtype (float32 on the wire), ``alpha`` (pending, (n_k, M)), ``b``, ``q``
+        (:func:`line_search`'s sums) and ``seconds``.
         """
-        self._commit(round_, gamma)
         wire = np.float32 if np.asarray(w).dtype == np.float32 else np.float64
         w = np.asarray(w, dtype=np.float64)
-        out = {}
-        out["loss"], out["dual"], out["xty"] = self._certificate(w, exact)
+        out = self.certify(w, round_, gamma)
         be = self.be
         before = be.alpha.copy()
         self._set_w(w)
@@ -197,15 +194,6 @@ class SDCABlock:
         """The block's committed dual variables (float64, shape (n_k, M))."""
         return _host(self.be.alpha).copy()
 
-    def certify(self, w, round_, gamma=None, exact=True):
-        """Commit the pending step, then the certificate's sums ``loss``, ``dual``,
-        ``xty`` at ``w`` (None: 0), without a step.
-        """
-        self._commit(round_, gamma)
-        if w is None:
-            w = np.zeros((self.cols.size, self.Y.shape[1]))
-        loss, dual, xty = self._certificate(np.asarray(w, dtype=np.float64), exact)
-        return {"loss": loss, "dual": dual, "xty": xty}
 
     def xty(self, round_, gamma=None):
         """Commit the pending step, then ``X_k^T (alpha_k * Y_k)`` (float64, (d_k, M)): the

@@ -751,7 +751,7 @@ class SDCASVC(_DaskLinearBase):
 
             def certify_final():
                 """Commit the pending step, set ``W = w(alpha)`` from the blocks'
-                ``X_k^T (alpha_k Y_k)`` and certify it (no local solver)."""
+                ``X_k^T (alpha_k Y_k)`` and certify it (no local solver), in ``history``."""
                 nonlocal committed, pending, blocks, W
                 gamma = None
                 if pending is not None:
@@ -762,7 +762,7 @@ class SDCASVC(_DaskLinearBase):
                     try:
                         parts = self._gather([blk.xty(r, gamma) for blk in blocks])
                         W = _assemble(d, M, cols, parts) / (lam * n)
-                        res = self._gather([blk.certify(W[cols[b]], r, None, False)
+                        res = self._gather([blk.certify(W[cols[b]], r)
                                             for b, blk in enumerate(blocks)])
                     except Exception as exc:
                         if not _lost_error(exc):
@@ -771,7 +771,11 @@ class SDCASVC(_DaskLinearBase):
                         blocks = self._place(client, sources, make(r))   # from `committed`
                         gamma = None
                         continue
-                    return _gaps(W, W, lam, n, res)
+                    primal, dual, gaps = _gaps(W, W, lam, n, res)
+                    worst = int(np.argmax(gaps))
+                    history.append((r, primal[worst], dual[worst], gaps[worst],
+                                    time.perf_counter() - t0))
+                    return primal, dual, gaps
 
             while r < max_rounds:
                 if pending is not None:       # commit the last round, as every block does
@@ -785,7 +789,7 @@ class SDCASVC(_DaskLinearBase):
                 Wb = W.astype(np.float32)
                 try:
                     res = self._gather([blk.step(Wb[cols[b]], r, position[b],
-                                                 position[b] + steps[b], gamma, False)
+                                                 position[b] + steps[b], gamma)
                                         for b, blk in enumerate(blocks)])
                 except Exception as exc:
                     if not _lost_error(exc):
@@ -820,18 +824,11 @@ class SDCASVC(_DaskLinearBase):
                     bar.update(1)
                 if gaps.max() <= self.tol:    # the running gap says done: check it exactly
                     primal, dual, gaps = certify_final()
-                    worst = int(np.argmax(gaps))
-                    history.append((r, primal[worst], dual[worst], gaps[worst],
-                                    time.perf_counter() - t0))
                     if gaps.max() <= self.tol:
                         stop = "tol"
                         break
-            if stop == "max_iter":
-                # the last round's step committed and certified at W (no local solver)
+            if stop == "max_iter":            # commit the last round's step and certify it
                 primal, dual, gaps = certify_final()
-                worst = int(np.argmax(gaps))
-                history.append((r, primal[worst], dual[worst], gaps[worst],
-                                time.perf_counter() - t0))
                 if gaps.max() <= self.tol:
                     stop = "tol"
         finally:
