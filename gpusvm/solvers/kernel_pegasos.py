@@ -71,26 +71,23 @@ class KernelSolverResult:
     Attributes
     ----------
     coef : ndarray of float64, shape (n,)
-        Output ``w = sum_j coef_j y_j phi(x_j)`` (last iterate or average);
-        ``coef_j >= 0`` and ``coef_j > 0`` exactly on the support vectors.
+        The output ``w = sum_j coef_j y_j phi(x_j)`` (last iterate or average), ``> 0`` exactly
+        on the support vectors.
     alpha : ndarray of shape (n,)
-        The counts ``alpha_j`` of the last iterate: ``int64`` without projection;
-        ``float64`` (in units of the final ``scale``) with projection.
+        The last iterate's counts ``alpha_j`` (int64; float64 in units of ``scale`` with
+        projection).
     scale : float
         ``w_{T+1} = scale sum_j alpha_j y_j phi(x_j)``, i.e. ``rho / (lam T k)``.
     b : float
-        Output bias (0 with ``bias="none"``).
     decision : ndarray of float64, shape (n,)
-        ``<w, phi(x_i)> + b`` of the output on the training rows.
+        ``<w, phi(x_i)> + b`` on the training rows.
     n_iter : int
-        Iterations performed.
     history : list of tuple
         ``(iteration, objective, elapsed_seconds)`` at every evaluation.
     stop_reason : str
         ``"max_iter"``, ``"max_time"``, ``"target_objective"`` or ``"callback"``.
     extra : dict
-        ``objective``, ``sq_norm`` (``||w||^2``) and ``loss`` of the output, and
-        ``kernel_evaluations``, the number of kernel values computed.
+        ``objective``, ``sq_norm``, ``loss`` of the output and ``kernel_evaluations``.
     """
 
     coef: np.ndarray
