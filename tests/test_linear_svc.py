@@ -160,10 +160,10 @@ def test_newton_dense_direct_steps_reach_the_cg_optimum(monkeypatch):
     X = sp.csr_matrix(X / 16.0)
     y = np.where(y == 1, 1.0, -1.0)
     lam = 1.0 / X.shape[0]
-    assert newton_mod._Products(make_backend("numpy", X, y)).direct
+    assert newton_mod._Products(X).direct
     direct = newton_mod.newton(make_backend("numpy", X, y), lam=lam, tol=1e-12)
     monkeypatch.setattr(newton_mod, "DENSE_MIN_DENSITY", 2.0)        # never dense: CG on CSR
-    assert not newton_mod._Products(make_backend("numpy", X, y)).direct
+    assert not newton_mod._Products(X).direct
     cg = newton_mod.newton(make_backend("numpy", X, y), lam=lam, tol=1e-12)
     assert direct.extra["gap"] <= 1e-12 and cg.extra["gap"] <= 1e-12
     assert direct.extra["cg_iter"] == 0 < cg.extra["cg_iter"]

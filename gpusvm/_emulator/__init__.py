@@ -88,25 +88,13 @@ class EmulatorBuildError(RuntimeError):
 
 
 def cache_dir():
-    """Directory of built emulator modules.
-
-    Returns
-    -------
-    pathlib.Path
-        ``$GPUSVM_EMU_CACHE`` if set, else ``~/.cache/gpusvm/emulator``.
-    """
+    """Directory of built modules: ``$GPUSVM_EMU_CACHE``, else ``~/.cache/gpusvm/emulator``."""
     env = os.environ.get("GPUSVM_EMU_CACHE")
     return Path(env) if env else Path.home() / ".cache" / "gpusvm" / "emulator"
 
 
 def default_workers():
-    """Number of OS worker threads a launch uses.
-
-    Returns
-    -------
-    int
-        ``$GPUSVM_EMU_WORKERS`` if set, else ``os.cpu_count()``.
-    """
+    """OS worker threads of a launch: ``$GPUSVM_EMU_WORKERS``, else ``os.cpu_count()``."""
     env = os.environ.get("GPUSVM_EMU_WORKERS")
     if env:
         n = int(env)
@@ -121,14 +109,7 @@ def _compiler():
 
 
 def find_compiler():
-    """The host C++ compiler the emulator would use, if it exists.
-
-    Returns
-    -------
-    str or None
-        Absolute path of ``$GPUSVM_EMU_CXX`` (default ``g++``), or None when
-        it is not found.
-    """
+    """Absolute path of ``$GPUSVM_EMU_CXX`` (default ``g++``), or None when not found."""
     import shutil
 
     return shutil.which(_compiler())
@@ -566,17 +547,9 @@ def _dims(value, what):
 
 
 class EmulatedKernel:
-    """A kernel of an :class:`EmulatedModule`, called like ``cupy.RawKernel``.
-
-    Obtained from :meth:`EmulatedModule.get_function`; do not construct directly.
-
-    Attributes
-    ----------
-    name : str
-        Kernel name or name expression (e.g. ``"gpusvm_margins<32>"``).
-    signature : str
-        Parameter types as the compiler deduced them, e.g.
-        ``"(const float*, int, float*)"``.
+    """A kernel of an :class:`EmulatedModule` (from :meth:`~EmulatedModule.get_function`),
+    called like ``cupy.RawKernel``; ``name`` is its name or name expression, ``signature`` the
+    parameter types the compiler deduced, e.g. ``"(const float*, int, float*)"``.
     """
 
     def __init__(self, module, index, name, signature):
@@ -646,33 +619,14 @@ class EmulatedKernel:
         return argv, keep
 
     def __call__(self, grid, block, args, *, shared_mem=0, enable_cooperative_groups=False):
-        """Launch the kernel and wait for it.
+        """Launch the kernel on ``grid`` x ``block`` (up to 3 dimensions, at most 1024
+        threads a block) and wait for it.
 
-        Parameters
-        ----------
-        grid : int or tuple of int
-            Grid size, up to 3 dimensions.
-        block : int or tuple of int
-            Block size, up to 3 dimensions, at most 1024 threads.
-        args : tuple
-            Kernel arguments: C-contiguous NumPy arrays for pointer parameters
-            (dtype matching the pointee type) and NumPy scalars of exactly the
-            parameter's type for the others (``np.float32`` for ``float``,
-            ``np.int32`` for ``int``, ...). Python scalars are refused.
-        shared_mem : int, optional
-            Bytes of dynamic shared memory per block (``extern __shared__``).
-        enable_cooperative_groups : bool, optional
-            Must be False; cooperative launches are not emulated.
-
-        Raises
-        ------
-        TypeError
-            Wrong number or kind of arguments.
-        ValueError
-            Invalid launch configuration.
-        RuntimeError
-            The kernel deadlocked, trapped or misused a warp intrinsic; the
-            message says where.
+        ``args``: C-contiguous NumPy arrays for pointer parameters (dtype of the pointee) and NumPy
+        scalars of exactly the parameter's type for the others (Python scalars are refused);
+        ``shared_mem``: bytes of ``extern __shared__`` per block.  Raises TypeError for wrong
+        arguments, ValueError for an invalid configuration (or a cooperative launch) and
+        RuntimeError, saying where, when the kernel deadlocked, trapped or misused a warp intrinsic.
         """
         if enable_cooperative_groups:
             raise NotImplementedError("cooperative launches are not emulated")
@@ -780,48 +734,40 @@ class EmulatedModule:
 
     Parameters
     ----------
-    code : str, optional
-        CUDA source text. Exactly one of ``code`` and ``path`` is required.
-    path : str or os.PathLike, optional
-        Path of a ``.cu`` file; its directory is on the include path.
+    code, path : str, optional
+        CUDA source text or a ``.cu`` file (its directory on the include path): exactly one.
     name_expressions : sequence of str, optional
-        Template kernel instances to register, e.g. ``("gpusvm_margins<32>",)``.
-        Every ``extern "C" __global__`` kernel is registered automatically.
+        Template kernel instances to register, e.g. ``("gpusvm_margins<32>",)``; every
+        ``extern "C" __global__`` kernel is registered anyway.
     options : sequence of str, optional
-        NVRTC-style options. ``-DNAME[=VALUE]``, ``-UNAME`` and ``-I<dir>`` are
-        honoured; NVRTC-only options (``--std=c++17``, ``-ftz=true``,
-        ``--use_fast_math``, ``-arch=...``) are ignored.
+        NVRTC-style options: ``-DNAME[=VALUE]``, ``-UNAME``, ``-I<dir>`` honoured, NVRTC-only
+        ones ignored.
     tsan : bool, optional
         Build with ThreadSanitizer. Such a module can only be loaded into a
         process started with libtsan preloaded (``tests/tsan_runner.py`` starts one).
     include_dirs : sequence of path, optional
-        Extra include directories.
     workers : int, optional
-        OS worker threads per launch; default :func:`default_workers` at each
-        launch.
+        OS worker threads per launch; default :func:`default_workers` at each launch.
 
     Attributes
     ----------
     kernel_names : tuple of str
         Registered kernels, in source order, then name expressions.
     so_path : pathlib.Path
-        The cached shared object.
     build_seconds : float
-        Compile time, 0.0 when the cache was hit.
+        Compile time, 0.0 on a cache hit.
     build_log : str
-        Compiler output (warnings) of a fresh build.
 
     Raises
     ------
     EmulatorBuildError
-        The host compiler failed; the message contains its output.
+        The host compiler failed; the message holds its output.
 
     Notes
     -----
-    Builds are cached under :func:`cache_dir`, keyed by a SHA-256 of the
-    header, the source (and local ``#include "..."`` files), the options, the
-    compiler version and the tsan flag; parallel processes build to temporary
-    files and rename them atomically.
+    Builds are cached under :func:`cache_dir`, keyed by a SHA-256 of the header, the sources
+    (local includes too), the options, the compiler version and the tsan flag; parallel
+    processes build to temporary files renamed atomically.
     """
 
     def __init__(self, code=None, path=None, name_expressions=(), options=(), tsan=False,
@@ -848,22 +794,8 @@ class EmulatedModule:
         self.kernel_names = tuple(names)
 
     def get_function(self, name):
-        """Return the kernel called ``name``.
-
-        Parameters
-        ----------
-        name : str
-            An ``extern "C"`` kernel name or one of the ``name_expressions``
-            (whitespace around ``<>,`` does not matter).
-
-        Returns
-        -------
-        EmulatedKernel
-
-        Raises
-        ------
-        KeyError
-            No such kernel; the message lists the registered ones.
+        """The kernel ``name`` (an ``extern "C"`` name or a name expression, spaces
+        around ``<>,`` ignored); KeyError listing the registered ones otherwise.
         """
         try:
             return self._kernels[_canon(name)]

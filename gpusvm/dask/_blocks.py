@@ -1,29 +1,14 @@
 """Worker-resident row blocks: the dask actors that hold a block's rows and solver state.
 
-Each block of rows lives in one actor (:class:`SDCABlock` or
-:class:`PegasosBlock`) pinned to one worker for the whole fit.  An actor keeps
-the block's rows, labels, weights and solver state in the worker's memory
-across rounds, and its method calls go from the driver straight to the worker
-(no task graph, no scheduler round trip), which matters for Pegasos' one call
-per iteration.
-
-The local work is the backends' own: a block holds a backend
-(:func:`gpusvm.backends.make_backend`: the compiled CPU backend by default, the
-device backend on a GPU worker or ``"emulated"`` to verify it without one) over
-its rows, and a CoCoA+ round is one call of its SDCA segment primitive
-(``sdca_segment_m``), the local Pegasos steps one call of ``pegasos_segment_m``;
-their batches come from the counter (:class:`~gpusvm.solvers._sampling.CounterSampler`)
-keyed by the fit's seed and the block, as on every other path.
-
-*Local column space.*  A block re-indexes its columns to the features its rows
-use (``cols``, sorted): its state and every message are ``d_k x M`` instead
-of ``d x M`` (news20, 2 blocks: about 0.6 d each), and the driver scatters them
-into the global ``W``.
-
-Every call names the round (or iteration) the driver believes the block is
-at; a block at another one raises :class:`StaleBlockError`, so a block that
-was rebuilt behind the driver's back (e.g. recomputed by the scheduler after
-its worker was lost) can never contribute to a wrong model.
+Each block lives in one actor (:class:`SDCABlock`, :class:`PegasosBlock`) pinned to a worker
+for the whole fit: its rows, labels, weights and solver state stay in the worker's memory and
+its calls go from the driver straight to the worker (no task graph).  The local work is a
+backend's (:func:`gpusvm.backends.make_backend`) segment over the block's rows
+(``sdca_segment_m``, ``pegasos_segment_m``), batches from the counter keyed by the fit's
+seed and the block.  A block re-indexes its columns to the features its rows use
+(``cols``): its state and messages are ``d_k x M``, not ``d x M``.  Every call names the
+round the driver believes the block is at; a block at another one (rebuilt behind the
+driver's back) raises :class:`StaleBlockError`.
 """
 
 from __future__ import annotations
@@ -44,18 +29,7 @@ class StaleBlockError(RuntimeError):
 
 
 def block_csr(X, bias: str, intercept_scaling: float) -> sp.csr_matrix:
-    """The block's rows as CSR float64 with int32 indices, duplicates summed, bias column appended.
-
-    Parameters
-    ----------
-    X : scipy sparse matrix or array-like of shape (n_k, d)
-    bias : {"none", "augmented"}
-    intercept_scaling : float
-
-    Returns
-    -------
-    scipy.sparse.csr_matrix
-    """
+    """The block's rows as canonical CSR float64, int32 indices, bias column appended."""
     Xc = sp.csr_matrix(X, dtype=np.float64) if sp.issparse(X) else sp.csr_matrix(
         np.asarray(X, dtype=np.float64))
     Xc = sp.csr_matrix(Xc, dtype=np.float64, copy=True)
@@ -71,16 +45,8 @@ def block_csr(X, bias: str, intercept_scaling: float) -> sp.csr_matrix:
 
 
 def local_columns(Xc: sp.csr_matrix):
-    """``(cols, X_local)``: the sorted columns the rows use, and the rows re-indexed to them.
-
-    Parameters
-    ----------
-    Xc : csr_matrix of shape (n_k, d), canonical
-
-    Returns
-    -------
-    cols : ndarray of int64, shape (d_k,)
-    X_local : csr_matrix of shape (n_k, d_k), canonical, int32 indices
+    """``(cols, X_local)``: the sorted columns the rows use (int64), and the rows
+    re-indexed to them (canonical CSR, int32 indices).
     """
     used = np.zeros(Xc.shape[1], dtype=bool)       # O(nnz + d): no sort of the indices
     used[Xc.indices] = True
@@ -128,48 +94,19 @@ def dual_sums(alpha, s, loss: str) -> np.ndarray:
 class SDCABlock:
     """One row block of distributed SDCA (CoCoA+ with a line search), resident on a worker.
 
-    Parameters
-    ----------
-    X : sparse matrix or array of shape (n_k, d)
-        The block's rows.
-    Y : ndarray of shape (n_k, M)
-        Labels in {-1, +1}, one column per output.
-    s : ndarray of shape (n_k,) or None
-        Row weights (None: all 1).
-    block : int
-        Block index (keys the block's batch stream).
-    n : int
-        Total number of training rows (the global ``n`` of ``lam n``).
-    lam : float
-    sigma : float
-        ``sigma'`` of the local subproblem (Ma et al. 2015, eq. 9).
-    seed : int
-    bias : {"none", "augmented"}
-    intercept_scaling : float
-    loss : {"hinge", "squared_hinge"}
-    backend : str
-        The backend of the local solver (:func:`gpusvm.backends.make_backend`).
-    alpha : ndarray or None
-        Committed dual variables to start from (``None``: 0, at their optimum on all-zero rows).
-    round_ : int
-        The round this state belongs to.
+    ``Y`` (n_k, M) holds the labels, ``s`` the row weights (None: 1), ``n`` the global row
+    count, ``sigma`` the subproblem's ``sigma'``, ``alpha`` the committed duals to start from
+    (None: 0) and ``round_`` the round of that state.
 
     Notes
     -----
-    The local subproblem of Ma et al. (2015, eq. 9) with parameter ``sigma'`` is
-    maximised by SDCA steps against the local point ``v = w + sigma' u`` with
-    ``u = (1/(lam n)) sum_{i in P_k} dalpha_i y_i x_i``:
-    ``delta_i`` is eq. (15) with ``beta = sigma'`` (ALGORITHMS.md, CoCoA+), and
-    ``v`` moves by ``sigma'`` times ``u``'s change.  Both are exactly the
-    backend's SDCA step with ``beta = 1`` at ``lam' = lam / sigma'`` (for the
-    hinge, ``lam n (1 - m) / (sigma' q) = lam' n (1 - m) / q``; for the squared
-    hinge, numerator and denominator of its step scale alike), with the
-    global ``n``: the segment runs with ``plan.lam = lam n / (sigma' n_k)`` on the
-    block's ``n_k`` rows, its ``V`` set to the broadcast ``w`` and its
-    ``alpha`` the committed ``alpha_k`` (its box is that of ``alpha + dalpha``).
-    The block returns ``u_k = (v - w) / sigma'`` and keeps ``alpha_k + dalpha_k``
-    pending: the next call commits ``alpha_k + gamma dalpha_k`` with the
-    driver's step ``gamma`` (:func:`line_search`).
+    The local subproblem of Ma et al. (2015, eq. 9) is maximised by SDCA steps against
+    ``v = w + sigma' u``, ``u = (1/(lam n)) sum_{i in P_k} dalpha_i y_i x_i``: ``delta_i`` is
+    eq. (15) with ``beta = sigma'`` (ALGORITHMS.md, CoCoA+), which is the backend's SDCA step
+    with ``beta = 1`` at ``lam n / (sigma' n_k)`` on the block's ``n_k`` rows, ``V`` set to the
+    broadcast ``w`` and ``alpha`` the committed ``alpha_k``.  The block returns
+    ``u_k = (v - w) / sigma'`` and keeps ``alpha_k + dalpha_k`` pending: the next call commits
+    ``alpha_k + gamma dalpha_k`` with the driver's ``gamma`` (:func:`line_search`).
     """
 
     def __init__(self, X, Y, s, block, n, lam, sigma, seed, bias, intercept_scaling, loss,
@@ -217,48 +154,26 @@ class SDCABlock:
             self.be.alpha[...] = commit(before, after, self.xp.asarray(gamma))
             self.pending = None
 
-    def _certificate(self, w, exact=True):
-        """Loss sums at ``w``, dual sums and, when ``exact``, ``X_k^T (alpha_k * Y_k)`` of the
-        committed ``alpha`` (host float64; the last in the local columns, (d_k, M); else None)."""
+    def certify(self, w, round_, gamma=None):
+        """Commit ``gamma``'s step, then the certificate's ``loss`` and ``dual`` sums at ``w``
+        (d_k, M) and the committed ``alpha`` (host float64, (M,))."""
+        self._commit(round_, gamma)
         be = self.be
         Z = _host(be.decision_function_m(self.xp.asarray(w, dtype=np.float64), 0.0))
-        xty = self.xty(self.round) if exact else None
-        return (loss_sums(Z, self.Y, self.s, self.loss),
-                dual_sums(_host(be.alpha), self.s, self.loss), xty)
+        return {"loss": loss_sums(Z, self.Y, self.s, self.loss),
+                "dual": dual_sums(_host(be.alpha), self.s, self.loss)}
 
-    def step(self, w, round_, t0, t1, gamma, exact=True):
-        """One round on this block: commit, certify, then the local solver.
+    def step(self, w, round_, t0, t1, gamma):
+        """One round: :meth:`certify` at ``w``, then the local solver over the counter
+        positions ``t0 .. t1`` (one-row batches of the block's epochs).
 
-        Parameters
-        ----------
-        w : ndarray of float64, shape (d_k, M)
-            The broadcast ``W`` on this block's columns.
-        round_ : int
-            Round number the driver expects this block to be at.
-        t0, t1 : int
-            The block's counter positions (one-row batches of its epoch stream) before
-            and after the round: ``t1 - t0`` coordinate steps (``H``).
-        gamma : ndarray of shape (M,) or None
-            The driver's step for the pending change of the last round (None: none pending).
-        exact : bool, default=True
-            Return ``xty``; without it the driver certifies with its running ``w(alpha)``
-            (the sum of the rounds' ``u``, equal to ``X^T (alpha Y) / (lam n)`` up to the
-            rounding of ``w``'s and ``u``'s dtype), one pass and one ``d_k x M`` message less.
-
-        Returns
-        -------
-        dict
-            ``loss``, ``dual``, ``xty`` (the certificate's sums at the committed state and
-            ``w``; ``xty`` None unless ``exact``), ``u`` (``(v - w)/sigma'``, (d_k, M), in
-            ``w``'s dtype: the driver sends float32 between its exact certificates, halving
-            the messages), ``alpha`` (after the local solver, (n_k, M), pending), ``b`` and
-            ``q`` (:func:`line_search`'s sums, (M,)) and ``seconds`` (the local solver's time).
+        Returns the certificate's ``loss`` and ``dual``, ``u = (v - w) / sigma'`` (d_k, M) in
+        ``w``'s dtype (float32 on the wire), ``alpha`` (pending, (n_k, M)), ``b``, ``q``
+        (:func:`line_search`'s sums) and ``seconds``.
         """
-        self._commit(round_, gamma)
         wire = np.float32 if np.asarray(w).dtype == np.float32 else np.float64
         w = np.asarray(w, dtype=np.float64)
-        out = {}
-        out["loss"], out["dual"], out["xty"] = self._certificate(w, exact)
+        out = self.certify(w, round_, gamma)
         be = self.be
         before = be.alpha.copy()
         self._set_w(w)
@@ -279,27 +194,6 @@ class SDCABlock:
         """The block's committed dual variables (float64, shape (n_k, M))."""
         return _host(self.be.alpha).copy()
 
-    def certify(self, w, round_, gamma=None, exact=True):
-        """Commit the pending step, then the certificate's sums (no step).
-
-        Parameters
-        ----------
-        w : ndarray of float64 of shape (d_k, M), or None
-            Where to evaluate the loss (``None``: at 0).
-        round_ : int
-        gamma : ndarray of shape (M,) or None
-        exact : bool, default=True
-            Also return ``xty``.
-
-        Returns
-        -------
-        dict with ``loss``, ``dual``, ``xty`` (None unless ``exact``)
-        """
-        self._commit(round_, gamma)
-        if w is None:
-            w = np.zeros((self.cols.size, self.Y.shape[1]))
-        loss, dual, xty = self._certificate(np.asarray(w, dtype=np.float64), exact)
-        return {"loss": loss, "dual": dual, "xty": xty}
 
     def xty(self, round_, gamma=None):
         """Commit the pending step, then ``X_k^T (alpha_k * Y_k)`` (float64, (d_k, M)): the
@@ -332,23 +226,11 @@ def step_sums(before, after, s, loss: str):
 
 
 def line_search(W, U, b, q, lam, n):
-    """The step ``gamma`` in ``[0, 1]`` that maximises ``D`` along the round's change, per output.
+    """The step ``gamma`` in ``[0, 1]`` maximising ``D`` along the round's change, per output.
 
-    With ``w(alpha) = W`` and the change ``U = w(alpha + d) - w(alpha)``,
+    With ``w(alpha) = W`` and ``U = w(alpha + d) - w(alpha)``,
     ``n (D(alpha + gamma d) - D(alpha)) = gamma b - gamma^2 q - lam n (gamma <W, U> +
-    gamma^2 ||U||^2 / 2)``, a concave quadratic in ``gamma``; ``[0, 1]`` keeps
-    ``alpha + gamma d`` feasible (a convex combination of two feasible points).
-
-    Parameters
-    ----------
-    W, U : ndarray of shape (d, M)
-    b, q : ndarray of shape (M,)
-    lam : float
-    n : int
-
-    Returns
-    -------
-    ndarray of shape (M,)
+    gamma^2 ||U||^2 / 2)``, a concave quadratic; ``[0, 1]`` keeps ``alpha + gamma d`` feasible.
     """
     slope = b / n - lam * np.einsum("ij,ij->j", W, U)
     curve = 2.0 * q / n + lam * np.einsum("ij,ij->j", U, U)
@@ -359,35 +241,13 @@ def line_search(W, U, b, q, lam, n):
 
 
 def pegasos_apply(V, s, idx, vals, eta, lam, radius, project):
-    """Apply one Pegasos step ``W <- Proj((1 - eta lam) W + eta G)`` to ``W = V diag(a)``.
+    """One Pegasos step ``W <- Proj((1 - eta lam) W + eta G)`` on ``W = V diag(a)``.
 
-    The driver's replica of ``W`` (all columns) runs this; the blocks replay the
-    same arithmetic on their columns with :func:`pegasos_replay` from the
-    returned record (the projection and the folding need the global norms), so
-    every replica stays bitwise identical (ALGORITHMS.md, Pegasos, sparse form,
-    per output).
-
-    Parameters
-    ----------
-    V : ndarray of float64, shape (d, M)
-    s : ndarray of float64, shape (2, M)
-        ``[a, nu]`` per output, ``W[:, c] = a_c V[:, c]``, ``nu_c = ||w_c||^2`` (in place).
-    idx : ndarray of int, shape (q,)
-        Rows of ``V`` the all-reduced subgradient touches.
-    vals : ndarray of float64, shape (q, M)
-        The all-reduced subgradient sum ``G`` on those rows.
-    eta : float
-        ``1 / (lam t)``.
-    lam : float
-    radius : float
-    project : bool
-
-    Returns
-    -------
-    tuple
-        ``(zeroed, a_step, fold, a_final)``: whether ``V`` was reset (``t = 1``), the
-        scales the step divided by, the scales folded into ``V`` per output (NaN
-        where none), and the final scales.
+    ``s`` holds ``[a, nu]`` per output (``nu = ||w||^2``, in place); ``G`` is the all-reduced
+    subgradient ``vals`` (q, M) on the rows ``idx`` of ``V``.  The driver's replica runs this;
+    the blocks replay it on their columns (:func:`pegasos_replay`) from the record returned,
+    ``(zeroed, a_step, fold, a_final)``, so every replica stays bitwise identical (ALGORITHMS.md,
+    Pegasos, sparse form).
     """
     shrink = 1.0 - eta * lam
     zeroed = shrink <= 0.0
@@ -420,19 +280,8 @@ def pegasos_apply(V, s, idx, vals, eta, lam, radius, project):
 
 
 def pegasos_replay(V, a_out, record, idx, vals, eta):
-    """Replay :func:`pegasos_apply`'s step on a block's columns (``idx`` local, ``vals`` its rows).
-
-    Parameters
-    ----------
-    V : ndarray of float64, shape (d_k, M)
-        The block's replica, updated in place.
-    a_out : ndarray of float64, shape (M,)
-        The block's scales, set to the driver's final ones.
-    record : tuple
-        What :func:`pegasos_apply` returned on the driver.
-    idx, vals : ndarray
-        The all-reduced subgradient on the block's columns (local indices).
-    eta : float
+    """Replay :func:`pegasos_apply`'s ``record`` on a block's replica ``V`` (its columns;
+    ``idx`` local), setting its scales ``a_out`` to the driver's.
     """
     zeroed, a_step, fold, a_final = record
     if zeroed:
@@ -445,15 +294,11 @@ def pegasos_replay(V, a_out, record, idx, vals, eta):
 
 
 def batch_part(X, Y, s, rows, V, a, weight, loss):
-    """One block's share of a mini-batch Pegasos subgradient, as a sparse (rows of ``V``) matrix.
+    """One block's share of a mini-batch Pegasos subgradient on the rows of ``V`` it touches.
 
-    ``weight * sum_{i in rows} g_ic y_ic x_i`` with ``g_ic = s_i [m_ic < 1]`` (hinge) or
-    ``2 s_i max(0, 1 - m_ic)`` (squared hinge), ``m_ic = y_ic a_c <v_c, x_i>``
-    (Shalev-Shwartz et al. 2007, Fig. 1, steps 2 and 4; ALGORITHMS.md, "Weights").
-
-    Returns
-    -------
-    idx : ndarray of int64 (touched rows of ``V``), vals : ndarray (q, M), n_active : ndarray (M,)
+    ``weight * sum_{i in rows} g_ic y_ic x_i``, ``g_ic = s_i [m_ic < 1]`` (hinge) or
+    ``2 s_i max(0, 1 - m_ic)`` (squared hinge), ``m_ic = y_ic a_c <v_c, x_i>`` (Shalev-Shwartz
+    et al. 2007, Fig. 1).  Returns ``idx`` (int64), ``vals`` (q, M) and ``n_active`` (M,).
     """
     Xb = X[rows]
     Yb = Y[rows]
@@ -473,31 +318,9 @@ def batch_part(X, Y, s, rows, V, a, weight, loss):
 class PegasosBlock:
     """One row block of distributed mini-batch Pegasos, resident on a worker.
 
-    Holds a replica of ``W = V diag(a)`` (its own columns) that every iteration
-    updates with the same all-reduced subgradient as the driver's replica.
-
-    Parameters
-    ----------
-    X : sparse matrix or array of shape (n_k, d)
-    Y : ndarray of shape (n_k, M)
-    s : ndarray of shape (n_k,) or None
-    block : int
-    n : int
-        Total number of rows.
-    share : int
-        ``k_k``, this block's rows per iteration.
-    seed : int
-    bias : {"none", "augmented"}
-    intercept_scaling : float
-    loss : {"hinge", "squared_hinge"}
-    backend : str
-        Backend of the local-steps variant's segment.
-    V : ndarray of shape (d, M) or None
-        Replica to start from (``None``: zeros); the block keeps its columns.
-    a : ndarray of shape (M,) or None
-        Scales ``a`` of ``W = V diag(a)`` to start from (None: ones).
-    t : int
-        Next iteration (1-based).
+    Holds a replica of ``W = V diag(a)`` on its columns (``V``, ``a``: the state to start from,
+    None: 0 and 1) that every iteration ``t`` updates with the driver's all-reduced
+    subgradient; ``share`` is the block's rows per iteration.
     """
 
     def __init__(self, X, Y, s, block, n, share, seed, bias, intercept_scaling, loss, backend, V,
@@ -525,39 +348,14 @@ class PegasosBlock:
         return self.Y.shape[0], self.d, self.block, self.cols
 
     def loss_sum(self, w):
-        """Loss sums of the block's rows at ``w`` (its columns, (d_k, M)), per output.
-
-        Parameters
-        ----------
-        w : ndarray of float64, shape (d_k, M)
-
-        Returns
-        -------
-        ndarray of float64, shape (M,)
-        """
+        """Loss sums of the block's rows at ``w`` (d_k, M), per output."""
         Z = np.asarray(self.X @ np.asarray(w, dtype=np.float64))
         return loss_sums(Z, self.Y, self.s, self.loss)
 
     def local_round(self, w, t0, local_steps, lam, radius, project):
-        """Local-steps variant: ``local_steps`` Pegasos iterations from ``w`` on this block's rows.
-
-        One call of the backend's Pegasos segment (``pegasos_segment_m``), batches from
-        the block's counter stream.
-
-        Parameters
-        ----------
-        w : ndarray of float64, shape (d, M)
-            The broadcast (averaged) ``W`` (all columns: a column the block's rows do not
-            touch still shrinks, and the projection sees the whole norm).
-        t0 : int
-            Global number of the first iteration (the block must be at it).
-        local_steps : int
-        lam, radius : float
-        project : bool
-
-        Returns
-        -------
-        dict with ``w`` (the block's ``W`` after the steps, (d, M)) and ``seconds``
+        """Local-steps variant: ``local_steps`` iterations from the broadcast
+        ``w`` (all ``d`` columns: the shrink and the projection see the whole norm) as one call of
+        the backend's ``pegasos_segment_m``, from iteration ``t0``.  Returns ``w`` and ``seconds``.
         """
         if t0 != self.t:
             raise StaleBlockError(
@@ -578,27 +376,9 @@ class PegasosBlock:
         return {"w": _host(W), "seconds": time.perf_counter() - start}
 
     def iterate(self, t, update, lam, radius, project, evaluate, sample=True):
-        """Apply step ``t - 1`` (all-reduced), then return this block's part of step ``t``.
-
-        Parameters
-        ----------
-        t : int
-            The iteration whose partial subgradient is wanted (1-based).
-        update : tuple (idx, vals, record) or None
-            The all-reduced subgradient sum of iteration ``t - 1`` (global columns, the
-            block keeps its own) and the record of the driver's step
-            (:func:`pegasos_apply`); None when ``t = 1``.
-        lam, radius : float
-        project : bool
-        evaluate : bool
-            Also return the loss sums at ``w_t`` (after the update).
-        sample : bool, default=True
-            Compute the partial subgradient (False: only apply and evaluate).
-
-        Returns
-        -------
-        dict with ``idx`` (global columns), ``vals``, ``n_active`` and ``loss`` (when
-        ``evaluate``)
+        """Apply step ``t - 1`` (``update = (idx, vals, record)``, global columns;
+        None at ``t = 1``), then return this block's ``idx``, ``vals``, ``n_active`` of step ``t``
+        (unless not ``sample``) and the loss sums at ``w_t`` when ``evaluate``.
         """
         if t != self.t:
             raise StaleBlockError(

@@ -94,16 +94,7 @@ def _host_vector(v, name, n):
 
 
 def deal_rows(n, K, seed):
-    """The block of every row after a seeded shuffle: ``K`` blocks of ``n / K`` random rows.
-
-    Parameters
-    ----------
-    n, K, seed : int
-
-    Returns
-    -------
-    ndarray of int64, shape (n,)
-    """
+    """The block (int64 (n,)) of every row after a seeded shuffle: ``K`` blocks of ``n / K`` rows."""
     rng = np.random.default_rng(seed & (2**63 - 1))
     owner = np.empty(n, dtype=np.int64)
     owner[rng.permutation(n)] = np.arange(n) * K // n
@@ -529,21 +520,14 @@ class SDCASVC(_DaskLinearBase):
         D(\alpha) = \frac1n\sum_i \ell^*_i(\alpha_i) - \frac{\lambda}{2}\|w(\alpha)\|^2
 
     on a dask cluster by CoCoA (Ma et al. 2015, Algorithm 1; Smith et al. 2018,
-    Algorithm 1) with the aggregation step chosen by an exact line search: the
-    rows are cut into ``K`` blocks, each resident on a worker with its dual
-    variables; a round broadcasts ``W`` (the M outputs' ``w``), every block
-    runs SDCA steps on its local subproblem (parameter ``sigma'``) with the
-    backend's segment primitive, and the driver moves ``alpha`` by ``gamma``
-    times the blocks' changes and ``W`` with it, ``gamma`` in ``[0, 1]`` (one
-    per output) maximising the dual along that direction, a closed form from
-    sums the blocks return (:func:`gpusvm.dask._blocks.line_search`).  The dual
-    never decreases; ``sigma' = K`` with ``gamma = 1`` would be CoCoA+
-    ("adding"), ``sigma' = 1`` with ``gamma = 1/K`` CoCoA ("averaging"), and the
-    line search does at least as well as the latter in every round.  Every
-    output's duality gap is assembled from the blocks' loss and dual sums and
-    their ``X_k^T(alpha_k Y_k)``, which ride on the round's own call (no extra
-    round trip).  The fit stops once every output's gap is ``<= tol`` (a
-    certificate of ``P(w) - P(w*) <= tol`` per output).
+    Algorithm 1) with an exact line search as the aggregation: the rows are cut into
+    ``K`` blocks, each resident on a worker with its duals; a round broadcasts ``W``,
+    every block runs its backend's SDCA segment on its local subproblem (``sigma'``), and
+    the driver moves ``alpha`` by ``gamma`` (per output, in ``[0, 1]``, maximising the
+    dual: :func:`gpusvm.dask._blocks.line_search`) times the blocks' changes.  The dual
+    never decreases, and every round gains at least what CoCoA's averaging would.  The
+    fit stops once every output's duality gap, assembled from the blocks' sums on the
+    round's own call, is ``<= tol``.
 
     Parameters
     ----------
@@ -563,17 +547,11 @@ class SDCASVC(_DaskLinearBase):
         Maximum number of rounds; ``None`` means 200.
     local_epochs : float, default=1.0
         ``H``: coordinate steps per block and round, in passes over the block
-        (``round(H n_k)`` one-row steps of the block's epoch stream).  More local
-        work per round did not save rounds on imdb or news20 (2 blocks: 21
-        rounds at ``H = 1``, 35 at ``H = 2``, 44 at ``H = 0.5`` on news20;
-        BENCHMARKS.md), so one epoch is the default rather than a rule that
-        raises it while communication dominates.
+        (more did not save rounds on imdb or news20: BENCHMARKS.md).
     sigma : float >= 1 or "K", default=1.0
-        ``sigma'`` of the local subproblems (at most ``K``): ``1`` lets each block step as plain
-        SDCA on its rows (the line search then damps the sum; every round gains at
-        least what CoCoA's averaging, ``gamma = 1/K``, would); ``"K"`` is CoCoA+'s
-        safe value (the line search then mostly returns 1).  Measured with 2
-        blocks: imdb 11 rounds against 14, news20 23 against 35.
+        ``sigma'`` of the local subproblems: ``1`` steps as plain SDCA on each block (the
+        line search damps the sum); ``"K"`` is CoCoA+'s safe value (fewer rounds at 1:
+        imdb 11 against 14, news20 23 against 35, 2 blocks).
     bias : {"none", "augmented"}, default="none"
         No intercept, or a constant feature ``intercept_scaling`` appended to every
         row (regularised intercept).  The default differs from
@@ -584,16 +562,12 @@ class SDCASVC(_DaskLinearBase):
         Rows are dealt out strided (row ``i`` to block ``i mod K``).  A dask
         array keeps its row chunks as blocks (see ``rebalance``).
     rebalance : bool or "auto", default="auto"
-        For a dask array: deal its rows out afresh, once, by a seeded shuffle
-        (:func:`deal_rows`; the new blocks are tasks on the workers that take their
-        rows from the chunks).  ``"auto"``: when a block's share of some class
-        differs from the data's by more than 0.1 (chunks of a file sorted by label
-        or time).  ``rebalanced_`` tells whether it happened.
+        For a dask array: deal its rows out afresh, once, by a seeded shuffle on the
+        workers.  ``"auto"``: when a block's share of some class differs from the data's
+        by more than 0.1 (chunks sorted by label or time).
     backend : {"auto", "numba", "numpy", "cupy", "emulated"}, default="auto"
-        The backend of every block's local solver: the compiled CPU backend, the
-        device backend on a GPU worker (``"auto"`` picks it where the worker sees
-        a CUDA device), or the device backend on the CPU kernel emulator (slow;
-        for verification).
+        The backend of every block's local solver (``"auto"``: the device backend where
+        the worker sees a CUDA device, else numba).
     client : distributed.Client or None, default=None
         ``None`` uses the current client (``distributed.get_client()``).
     timeout : float, default=600
@@ -626,12 +600,9 @@ class SDCASVC(_DaskLinearBase):
     n_iter_ : int
         Rounds performed.
     history_ : list of (int, float, float, float, float)
-        ``(round, P, D, gap, elapsed seconds)`` at every certificate (the largest
-        gap of the outputs, and its output's ``P`` and ``D``).  A round's ``D`` uses the
-        driver's running ``w(alpha)`` (the sum of the rounds' steps, equal to
-        ``X^T (alpha Y) / (lam n)`` up to float32 rounding); when that gap reaches
-        ``tol`` the blocks compute ``X_k^T (alpha_k Y_k)`` and the fit stops only on the
-        exact gap, the last entry.
+        ``(round, P, D, gap, elapsed seconds)`` at every certificate (the output of the
+        largest gap).  A round's ``D`` uses the driver's running ``w(alpha)`` (exact up to
+        float32 rounding); the fit stops only on an exact gap, the last entry.
     primal_objective_, dual_objective_, duality_gap_ : float or ndarray of shape (n_classes,)
         At the returned ``W = W(alpha_)``, one per output for more than two classes.
     steps_ : ndarray of shape (n_iter,) or (n_iter, n_classes)
@@ -641,9 +612,8 @@ class SDCASVC(_DaskLinearBase):
     rebalanced_ : bool
         Whether the rows were dealt out afresh (``rebalance``).
     bytes_per_round_ : int
-        Bytes of one round's matrices, computed: ``W`` to the blocks and ``U_k`` back,
-        on their columns, in float32 (``2 sum_k d_k M 4``), plus the ``alpha`` returned
-        (``8 n M``); the exact certificates add ``X_k^T(alpha_k Y_k)`` in float64.
+        Bytes of one round's matrices: ``W`` out and ``U_k`` back in float32 on the
+        blocks' columns, plus ``alpha`` (``8 sum_k d_k M + 8 n M``).
     n_recoveries_ : int
         Workers lost and survived.
     worker_seconds_ : float
@@ -655,24 +625,15 @@ class SDCASVC(_DaskLinearBase):
 
     Notes
     -----
-    *Residency.*  Each block lives in a dask actor pinned to one worker: its
-    rows (re-indexed to the columns they use), labels, weights and ``alpha_k``
-    stay in the worker's memory across rounds, and a round is one direct call
-    per block (no task graph).  The driver keeps every block's committed
-    ``alpha_k`` and, for in-memory input, its rows.
+    Each block lives in a dask actor pinned to one worker, its rows and ``alpha_k`` in
+    the worker's memory; a round is one direct call per block.  More blocks mean more
+    rounds for the same ``tol`` (BENCHMARKS.md), and a feature shared by all rows (the
+    ``bias="augmented"`` column) or blocks of different label mixes slow CoCoA down.
+    When a worker is lost, every block is rebuilt on the remaining workers from the last
+    committed round (``alpha`` from the driver's copy) and that round repeated: the
+    result is an undisturbed run's.  A block whose state is not the committed round's
+    is refused, never used.
 
-    *Rounds against K.*  More blocks mean more rounds for the same ``tol``
-    (BENCHMARKS.md).  A feature shared by all rows, such as the
-    ``bias="augmented"`` column, slows CoCoA down, and so do blocks with
-    different label mixes (``rebalance`` deals those out afresh).
-
-    *Faults.*  When a worker is lost, the fit rebuilds every block on the
-    remaining workers from the last committed round (rows re-scattered from
-    the driver's copy, or recomputed by dask from a dask array's graph,
-    ``alpha`` from the driver's copy) and repeats that round: the result is the
-    one an undisturbed run with the same local work gives.  Every call carries
-    the round number, so a block whose state is not the committed one is
-    refused, never used.
 
     References
     ----------
@@ -790,7 +751,7 @@ class SDCASVC(_DaskLinearBase):
 
             def certify_final():
                 """Commit the pending step, set ``W = w(alpha)`` from the blocks'
-                ``X_k^T (alpha_k Y_k)`` and certify it (no local solver)."""
+                ``X_k^T (alpha_k Y_k)`` and certify it (no local solver), in ``history``."""
                 nonlocal committed, pending, blocks, W
                 gamma = None
                 if pending is not None:
@@ -801,7 +762,7 @@ class SDCASVC(_DaskLinearBase):
                     try:
                         parts = self._gather([blk.xty(r, gamma) for blk in blocks])
                         W = _assemble(d, M, cols, parts) / (lam * n)
-                        res = self._gather([blk.certify(W[cols[b]], r, None, False)
+                        res = self._gather([blk.certify(W[cols[b]], r)
                                             for b, blk in enumerate(blocks)])
                     except Exception as exc:
                         if not _lost_error(exc):
@@ -810,7 +771,11 @@ class SDCASVC(_DaskLinearBase):
                         blocks = self._place(client, sources, make(r))   # from `committed`
                         gamma = None
                         continue
-                    return _gaps(W, W, lam, n, res)
+                    primal, dual, gaps = _gaps(W, W, lam, n, res)
+                    worst = int(np.argmax(gaps))
+                    history.append((r, primal[worst], dual[worst], gaps[worst],
+                                    time.perf_counter() - t0))
+                    return primal, dual, gaps
 
             while r < max_rounds:
                 if pending is not None:       # commit the last round, as every block does
@@ -824,7 +789,7 @@ class SDCASVC(_DaskLinearBase):
                 Wb = W.astype(np.float32)
                 try:
                     res = self._gather([blk.step(Wb[cols[b]], r, position[b],
-                                                 position[b] + steps[b], gamma, False)
+                                                 position[b] + steps[b], gamma)
                                         for b, blk in enumerate(blocks)])
                 except Exception as exc:
                     if not _lost_error(exc):
@@ -859,18 +824,11 @@ class SDCASVC(_DaskLinearBase):
                     bar.update(1)
                 if gaps.max() <= self.tol:    # the running gap says done: check it exactly
                     primal, dual, gaps = certify_final()
-                    worst = int(np.argmax(gaps))
-                    history.append((r, primal[worst], dual[worst], gaps[worst],
-                                    time.perf_counter() - t0))
                     if gaps.max() <= self.tol:
                         stop = "tol"
                         break
-            if stop == "max_iter":
-                # the last round's step committed and certified at W (no local solver)
+            if stop == "max_iter":            # commit the last round's step and certify it
                 primal, dual, gaps = certify_final()
-                worst = int(np.argmax(gaps))
-                history.append((r, primal[worst], dual[worst], gaps[worst],
-                                time.perf_counter() - t0))
                 if gaps.max() <= self.tol:
                     stop = "tol"
         finally:
@@ -913,7 +871,8 @@ class SDCASVC(_DaskLinearBase):
             Same ``coef_``, ``intercept_``, ``classes_``, ``alpha_``, ``lam_``,
             objectives and history; ``n_iter_`` counts rounds.
         """
-        from ..estimators.sdca import SDCASVC as LocalSDCASVC
+        from ..estimators import SDCASVC as LocalSDCASVC
+
         est = LocalSDCASVC(tol=self.tol, **self._local_params())
         est = self._to_local(est, ("alpha_", "primal_objective_", "dual_objective_",
                                    "duality_gap_"))
@@ -944,18 +903,13 @@ def _gaps(W, W_alpha, lam, n, res):
 class PegasosSVC(_DaskLinearBase):
     r"""Linear SVM trained by distributed mini-batch Pegasos (synchronous all-reduce).
 
-    Mini-batch Pegasos (Shalev-Shwartz, Singer & Srebro 2007, Fig. 1 with the
-    mini-batch of Sec. 2.3; ALGORITHMS.md for the weights, the squared hinge
-    and the M outputs) in which every iteration's batch is split over the
-    blocks: block ``k`` draws ``k_k = ceil(batch_size n_k / n)`` of its rows
-    from its counter stream, computes its part
-    ``(n_k/(n k_k)) sum_{A_k} g_i y_i x_i`` of the subgradient at the common
-    ``W_t`` as a sparse matrix, the driver sums the parts (all-reduce) and every
-    replica of ``W`` (one per block, one on the driver) applies the same step
-    ``W_{t+1} = Proj((1 - eta_t lam) W_t + eta_t G_t)``, ``eta_t = 1/(lam t)``.
-    This is the single-process algorithm with a batch stratified over the
-    blocks (an unbiased subgradient), not a local-steps approximation: ``W_t``
-    is identical on all replicas at every iteration.
+    Mini-batch Pegasos (Shalev-Shwartz, Singer & Srebro 2007, Fig. 1, Sec. 2.3;
+    ALGORITHMS.md for weights, squared hinge and M outputs) with every iteration's batch
+    split over the blocks: block ``k`` draws ``k_k = ceil(batch_size n_k / n)`` rows from
+    its counter stream and returns its sparse part ``(n_k/(n k_k)) sum_{A_k} g_i y_i x_i``
+    of the subgradient at ``W_t``; the driver sums the parts and every replica of ``W``
+    applies ``W_{t+1} = Proj((1 - eta_t lam) W_t + eta_t G_t)``, ``eta_t = 1/(lam t)``:
+    the single-process algorithm with a stratified batch, ``W_t`` identical everywhere.
 
     Parameters
     ----------
@@ -972,11 +926,9 @@ class PegasosSVC(_DaskLinearBase):
         Iterations ``T``; ``None`` means ten epochs, ``ceil(10 n / k)``.
     local_steps : int, default=1
         ``1``: the synchronous algorithm above (exact mini-batch Pegasos).
-        ``H > 1``: the local-steps variant ("local SGD" / iterate averaging):
-        every block runs ``H`` Pegasos iterations on its own rows (batch ``k_k``,
-        the global step ``eta_t``; the backend's Pegasos segment) from the
-        broadcast ``W``, then the driver averages the blocks' ``W_k`` with
-        weights ``n_k / n``: one round trip per ``H`` iterations, dense messages.
+        ``H > 1``: local SGD: every block runs ``H`` iterations of its backend's Pegasos
+        segment on its rows from the broadcast ``W``, and the driver averages the blocks'
+        ``W_k`` with weights ``n_k / n`` (one round trip per ``H`` iterations).
     projection : bool, default=True
         Project onto a ball that holds the optimum, radius ``sqrt(mean(s)/lam)``
         (``sqrt(2 mean(s)/lam)`` for the squared hinge).
@@ -1021,15 +973,10 @@ class PegasosSVC(_DaskLinearBase):
 
     Notes
     -----
-    *Communication.*  One direct actor call per block and iteration carries
-    the previous iteration's summed subgradient and returns the block's part,
-    both sparse (``O(nnz of the batch) M`` values); several iterations cannot be
-    fused into one round without changing the algorithm, so large batches
-    amortise the round trip (or ``local_steps``).
-
-    *Faults.*  As for :class:`SDCASVC`: blocks are rebuilt from the driver's
-    replica of ``W_t`` and the interrupted iteration is repeated (the batches
-    are counter-based, so the result equals an undisturbed run's).
+    One direct call per block and iteration carries the summed subgradient out and the
+    block's part back, both sparse; large batches (or ``local_steps``) amortise it.
+    After a lost worker the blocks are rebuilt from the driver's ``W_t`` and the
+    iteration repeated (counter batches: the result is an undisturbed run's).
 
     References
     ----------

@@ -533,13 +533,13 @@ stop_reason_, history_, solver_
         starting from the weights of the previous ``C``."""
         Cs = ctx["Cs"]
         max_iter = self.max_iter if self.max_iter is not None else DEFAULT_NEWTON_ITER
-        X64, XT64 = ctx["float64"]()
+        X64 = ctx["float64"]()[0]
         prev = None
         for ci in range(len(Cs)):
             outs = [(ci, p, f) for (p, f) in lanes]
             Y, S, scale, g = self._outputs(outs, ctx)
             res = newton_block(X64, Y, S, ctx["lam_ref"], float(self.tol) / scale, W0=prev,
-                               max_iter=max_iter, XT=XT64)
+                               max_iter=max_iter)
             prev = res["w"]
             ctx["result"].count_products(res["products"], res["product_columns"])
             ctx["result"].record(outs, res["w"], res["alpha"] / g[None, :], res["gap"] * scale,

@@ -111,13 +111,11 @@ class KernelPegasosSVC(ClassifierMixin, BaseEstimator):
 
     Notes
     -----
-    Step 4 adds the kernel columns of the rows that violate the margin into
-    the cached scores of all ``n`` training rows (O(n) kernel values per
-    violation; columns are cached), so memory is O(n + cache).  The sigmoid
-    kernel is not positive semidefinite: ``P(w)`` is then not a norm plus a loss
-    and the projection is approximate.  Averaging returns the average of the
-    iterates' coefficients, which is exact in the kernel form.  The run is
-    deterministic for a given seed.
+    Step 4 adds the kernel columns of the margin violators into the scores of all ``n``
+    training rows (O(n) kernel values each, columns cached): memory is O(n + cache).  The
+    sigmoid kernel is not positive semidefinite (the projection is then approximate).
+    Averaging is exact in the kernel form; a seed gives the same run.
+
 
     References
     ----------

@@ -58,19 +58,8 @@ ROUNDS = 6
 
 
 def seed_u64(seed) -> int:
-    """The 64-bit seed of the counter-based streams.
-
-    Parameters
-    ----------
-    seed : int, numpy.random.Generator, numpy.random.RandomState or None
-        An int is taken modulo ``2^64`` (negative ints too); a generator draws
-        one 64-bit value (so a generator seeded alike gives the same stream);
-        None draws from fresh OS entropy.
-
-    Returns
-    -------
-    int
-        In ``[0, 2^64)``.
+    """The 64-bit seed of the counter streams: an int modulo ``2^64``, one 64-bit draw
+    of a generator (seeded alike: the same stream), or fresh OS entropy for None.
     """
     if isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
         return int(seed) & _MASK64
@@ -144,23 +133,7 @@ def _feistel(x, rk, half: int, mask: int, inverse: bool = False):
 
 
 def permute(q, n: int, key: int, inverse: bool = False) -> np.ndarray:
-    """``pi_key(q)`` (or ``pi_key^{-1}(q)``) for ``q`` in ``{0 .. n-1}``, by cycle walking.
-
-    Parameters
-    ----------
-    q : array_like of int
-        Positions, ``0 <= q < n``.
-    n : int
-        Size of the domain.
-    key : int
-        64-bit key (:func:`stream_key`).
-    inverse : bool
-        Apply the inverse bijection.
-
-    Returns
-    -------
-    ndarray of int64
-    """
+    """``pi_key(q)`` (or its inverse) for positions ``0 <= q < n``, by cycle walking (int64)."""
     half, mask = feistel_shape(n)
     rk = round_keys(key)
     x = np.asarray(q, dtype=_U64).copy()
@@ -183,17 +156,7 @@ def uniform_rows(n: int, key: int, j) -> np.ndarray:
 
 
 def first_occurrences(batch: np.ndarray) -> np.ndarray:
-    """Mark the first occurrence of every row index in one batch (or in each row of a 2-d array).
-
-    Parameters
-    ----------
-    batch : ndarray of shape (k,) or (c, k)
-
-    Returns
-    -------
-    ndarray of bool, same shape
-        False exactly at the repeated entries (later occurrences).
-    """
+    """False exactly at the repeated entries of a batch (k,) or of each row of (c, k)."""
     chunk = np.atleast_2d(batch)
     order = np.argsort(chunk, axis=1, kind="stable")
     srt = np.take_along_axis(chunk, order, axis=1)
@@ -207,21 +170,10 @@ def first_occurrences(batch: np.ndarray) -> np.ndarray:
 class CounterSampler:
     """The batches ``A_t`` of size ``k`` out of ``n`` rows, as a function of ``(seed, t)``.
 
-    Parameters
-    ----------
-    n : int
-        Number of examples.
-    k : int
-        Mini-batch size, ``1 <= k <= n``.
-    mode : {"without_replacement", "with_replacement", "epoch"}
-        ``"without_replacement"``: each ``A_t`` is a uniformly random k-subset
-        (Takáč et al. 2013, Rand(b)); ``"with_replacement"``: k i.i.d. uniform
-        indices (Pegasos, Shalev-Shwartz et al. 2007, Sec. 2.3); ``"epoch"``: a
-        fresh random permutation every epoch, read k indices at a time (a batch
-        that straddles two epochs takes the tail of one permutation and the head
-        of the next, so it may repeat a row).
-    seed : int, numpy.random.Generator or None
-        See :func:`seed_u64`.
+    ``mode``: ``"without_replacement"`` (a uniformly random k-subset, Takáč et al. 2013,
+    Rand(b)), ``"with_replacement"`` (k i.i.d. rows, Pegasos Sec. 2.3) or ``"epoch"`` (a fresh
+    permutation every epoch, read k rows at a time; a batch straddling two epochs may repeat a
+    row).  ``seed``: see :func:`seed_u64`; ``t`` is 0-based (the solvers' iteration ``t + 1``).
 
     Attributes
     ----------
@@ -231,10 +183,6 @@ class CounterSampler:
         ``MODE_CODES[mode]``.
     half, mask : int
         :func:`feistel_shape` of ``n``.
-
-    Notes
-    -----
-    ``t`` is the 0-based index of the batch (the solvers' iteration ``t + 1``).
     """
 
     def __init__(self, n: int, k: int, mode: str, seed) -> None:
@@ -250,19 +198,8 @@ class CounterSampler:
         self.half, self.mask = feistel_shape(self.n)
 
     def batch(self, t: int) -> tuple[np.ndarray, np.ndarray | None]:
-        """Rows of ``A_t`` and their first-occurrence mask.
-
-        Parameters
-        ----------
-        t : int
-            0-based batch index.
-
-        Returns
-        -------
-        rows : ndarray of int32, shape (k,)
-        first : ndarray of bool, shape (k,), or None
-            None when the batch cannot hold a repeat (``"without_replacement"``,
-            an ``"epoch"`` batch inside one epoch).
+        """Rows (int32, (k,)) of ``A_t`` and their first-occurrence mask, None when
+        the batch cannot hold a repeat.
         """
         n, k = self.n, self.k
         j = np.arange(k, dtype=np.int64)

@@ -71,26 +71,23 @@ class KernelSolverResult:
     Attributes
     ----------
     coef : ndarray of float64, shape (n,)
-        Output ``w = sum_j coef_j y_j phi(x_j)`` (last iterate or average);
-        ``coef_j >= 0`` and ``coef_j > 0`` exactly on the support vectors.
+        The output ``w = sum_j coef_j y_j phi(x_j)`` (last iterate or average), ``> 0`` exactly
+        on the support vectors.
     alpha : ndarray of shape (n,)
-        The counts ``alpha_j`` of the last iterate: ``int64`` without projection;
-        ``float64`` (in units of the final ``scale``) with projection.
+        The last iterate's counts ``alpha_j`` (int64; float64 in units of ``scale`` with
+        projection).
     scale : float
         ``w_{T+1} = scale sum_j alpha_j y_j phi(x_j)``, i.e. ``rho / (lam T k)``.
     b : float
-        Output bias (0 with ``bias="none"``).
     decision : ndarray of float64, shape (n,)
-        ``<w, phi(x_i)> + b`` of the output on the training rows.
+        ``<w, phi(x_i)> + b`` on the training rows.
     n_iter : int
-        Iterations performed.
     history : list of tuple
         ``(iteration, objective, elapsed_seconds)`` at every evaluation.
     stop_reason : str
         ``"max_iter"``, ``"max_time"``, ``"target_objective"`` or ``"callback"``.
     extra : dict
-        ``objective``, ``sq_norm`` (``||w||^2``) and ``loss`` of the output, and
-        ``kernel_evaluations``, the number of kernel values computed.
+        ``objective``, ``sq_norm``, ``loss`` of the output and ``kernel_evaluations``.
     """
 
     coef: np.ndarray
@@ -105,18 +102,8 @@ class KernelSolverResult:
 
 
 def resolve_gamma(gamma, X) -> float:
-    """Numeric ``gamma`` as in :class:`sklearn.svm.SVC`.
-
-    Parameters
-    ----------
-    gamma : {"scale", "auto"} or float
-        ``"scale"``: ``1 / (n_features * X.var())`` (1 when ``X.var() == 0``);
-        ``"auto"``: ``1 / n_features``; a float is returned unchanged.
-    X : {ndarray, sparse matrix} of shape (n, d)
-
-    Returns
-    -------
-    float
+    """Numeric ``gamma`` as in :class:`sklearn.svm.SVC`: ``"scale"`` is
+    ``1 / (n_features X.var())`` (1 when ``X.var() == 0``), ``"auto"`` ``1 / n_features``.
     """
     if isinstance(gamma, str):
         d = X.shape[1]
@@ -137,22 +124,9 @@ def resolve_gamma(gamma, X) -> float:
 
 def make_kernel(kernel, *, gamma: float = 1.0, degree: int = 3,
                 coef0: float = 0.0) -> Callable:
-    """The kernel function ``K(A, B) -> ndarray (len(A), len(B))``.
-
-    Parameters
-    ----------
-    kernel : {"rbf", "poly", "linear", "sigmoid", "cosine"} or callable
-        Named kernels are computed by :func:`sklearn.metrics.pairwise.pairwise_kernels`
-        with the parameters of :class:`sklearn.svm.SVC`: ``exp(-gamma ||a - b||^2)``,
-        ``(gamma <a, b> + coef0)^degree``, ``<a, b>``, ``tanh(gamma <a, b> + coef0)``,
-        ``<a, b> / (||a|| ||b||)``.  A callable is used as is, like SVC's
-        callable kernels: ``kernel(A, B)`` returns the Gram matrix.
-    gamma, degree, coef0
-        Kernel parameters (numeric ``gamma``, see :func:`resolve_gamma`).
-
-    Returns
-    -------
-    callable
+    """The kernel ``K(A, B) -> ndarray (len(A), len(B))``: a name computed by
+    :func:`sklearn.metrics.pairwise.pairwise_kernels` with :class:`sklearn.svm.SVC`'s parameters
+    (numeric ``gamma``), or a callable returning the Gram matrix, used as is.
     """
     if callable(kernel):
         def gram(A, B):
@@ -190,19 +164,9 @@ def kernel_blocks(gram: Callable, A, B) -> np.ndarray:
 class KernelColumns:
     """Columns ``K(X, x_j)`` of the training Gram matrix, computed on demand and cached.
 
-    The cache holds ``min(n, cache_size / (8 n))`` columns, stored as
-    contiguous rows, and evicts the oldest first.  The support vectors of
-    Pegasos are the rows that keep becoming active, so their columns are the
-    ones asked for again and again.
-
-    Parameters
-    ----------
-    X : {ndarray, csr_matrix} of shape (n, d)
-        Training rows, float64.
-    gram : callable
-        ``gram(A, B)`` from :func:`make_kernel`.
-    cache_size : float
-        Cache size in MiB (0 disables the cache).
+    The cache (``cache_size`` MiB, 0: none) holds ``min(n, cache_size / (8 n))`` columns as
+    contiguous rows and evicts the oldest first: the support vectors, whose columns Pegasos
+    asks for again and again, stay.
     """
 
     def __init__(self, X, gram: Callable, cache_size: float) -> None:
@@ -236,18 +200,7 @@ class KernelColumns:
         self.next_slot = int((self.next_slot + take) % slots)
 
     def matvec(self, cols: np.ndarray, weights: np.ndarray) -> np.ndarray:
-        """``sum_j weights_j K(X, x_{cols_j})`` for distinct ``cols``.
-
-        Parameters
-        ----------
-        cols : ndarray of int, shape (m,)
-            Distinct row indices.
-        weights : ndarray of float64, shape (m,)
-
-        Returns
-        -------
-        ndarray of float64, shape (n,)
-        """
+        """``sum_j weights_j K(X, x_{cols_j})`` (n,) for distinct ``cols``."""
         slots = self.slot_of[cols]
         hit = slots >= 0
         if 4 * np.count_nonzero(hit) > self.cache.shape[0]:   # many hits: one dense product
