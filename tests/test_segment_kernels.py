@@ -18,7 +18,7 @@ from gpusvm import _kernels
 from gpusvm.backends import make_backend
 from gpusvm.backends._state import N_SLOTS, S_A, S_ASUM, S_B, S_VSQ
 from gpusvm.backends.base import step_size
-from gpusvm.backends.numpy_ import optimal_bias_xp
+from gpusvm.backends._general import optimal_bias_weighted_xp
 from gpusvm.solvers._sampling import CounterSampler, feistel_shape
 
 B = _kernels.BLOCK
@@ -69,7 +69,7 @@ def test_optimal_bias_kernel_matches_the_sorting_reference(mod, k, ties):
         state[S_B] = rng.normal()
         y_b = y[rows]
         s = y_b * m - state[S_B]
-        b_ref = float(optimal_bias_xp(np, y_b, s))
+        b_ref = float(optimal_bias_weighted_xp(np, y_b, s, np.ones(k)))
         m_ref = 1.0 + y_b * (b_ref - (y_b - s))
         for wt in (0, 1):                                        # unit weights: the same b
             m_dev, st, bp = m.copy(), state.copy(), np.empty(k)
