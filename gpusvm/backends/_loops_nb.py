@@ -11,7 +11,9 @@ gather in the data's dtype, sums in float64, a batch summed per column before
 
 :func:`pegasos_loop` and :func:`sdca_loop` return the loop compiled for a set
 of flags that are closure constants, so numba prunes what they rule out and
-each fit compiles only the case it runs:
+each fit compiles only the shape it runs (what changes the loop's structure);
+the weights, the loss and shrinking are runtime arguments, predictable branches
+that cost no measurable time and let one compiled loop serve them all:
 
 ``one``
     ``M = 1``: the output's slots live in registers for the whole segment
@@ -23,9 +25,12 @@ each fit compiles only the case it runs:
     ``"epoch"`` sampling with one row per batch: the rows are read from the
     epoch's order (:func:`~gpusvm.backends._counter_nb.epoch_order`), the same
     rows as drawing them at a quarter of the cost.
-``optimal``, ``aggressive``, ``weighted``, ``squared``, ``shrinking``
-    Pegasos' batch-optimal bias, SDCA's Alg. 2, example weights, the squared
-    hinge, and LIBLINEAR's shrinking (SDCA, ``one`` and ``row``, unweighted hinge).
+``optimal``, ``aggressive``
+    Pegasos' batch-optimal bias, SDCA's Alg. 2.
+
+Runtime (in ``prm``): ``weighted``, ``squared``, ``shrinking``: example weights,
+the squared hinge, and LIBLINEAR's shrinking (SDCA, ``one`` and ``row``,
+unweighted hinge).
 """
 
 from __future__ import annotations
@@ -267,7 +272,7 @@ def _pegasos_step(indptr, indices, data, Y, sw, weighted, V, vf, U, uf, use_u, s
                                        wk[W_YACT, c], eta, k, unreg_bias, radius, average)
 
 
-def _make_pegasos(one, row, by_epoch, optimal, weighted, squared):
+def _make_pegasos(one, row, by_epoch, optimal):
     """The Pegasos loop compiled for the flags (module docstring)."""
     scalar = one and row and not optimal            # the output's slots in registers
 
@@ -279,13 +284,14 @@ def _make_pegasos(one, row, by_epoch, optimal, weighted, squared):
         ``csr = (indptr, indices, data)``, ``lab = (Y, Y flat, weights)``, ``st = (V, V flat,
         U, U flat, sm)``, ``sam``: the sampler's state (``NumbaBackend._nb_sampler``), ``prm
         = (lam, k, schedule code, eta0, norma_p, unreg_bias, radius, averaged, t_avg,
-        renorm threshold, prefetch V)``, ``wrk``: work arrays (``NumbaBackend._nb_work``).
+        renorm threshold, prefetch V, weighted, squared)``, ``wrk``: work arrays (``NumbaBackend._nb_work``).
         """
         indptr, indices, data = csr
         Y, yf, sw = lab
         V, vf, U, uf, sm = st
         smp, ring, ringf, ringh, rk, ecache, stamp, order, table = sam
-        lam, k, schedule, eta0, norma_p, unreg_bias, radius, averaged, t_avg, renorm, pref_v = prm
+        (lam, k, schedule, eta0, norma_p, unreg_bias, radius, averaged, t_avg, renorm, pref_v,
+         weighted, squared) = prm
         m, coef, slot, acc, touched, wk, tmp, z, yb, sc, bp, wt = wrk
         use_u = U.shape[0] > 0
         M = 1 if one else V.shape[1]
@@ -362,9 +368,9 @@ def _make_pegasos(one, row, by_epoch, optimal, weighted, squared):
 
 
 @functools.lru_cache(maxsize=None)
-def pegasos_loop(one, row, by_epoch, optimal, weighted, squared):
+def pegasos_loop(one, row, by_epoch, optimal):
     """The compiled Pegasos loop for these flags (made once per process)."""
-    return _make_pegasos(one, row, by_epoch, optimal, weighted, squared)
+    return _make_pegasos(one, row, by_epoch, optimal)
 
 
 # ---------------------------------------------------------------------- SDCA
@@ -577,7 +583,7 @@ def _shrink_epoch(active, shr):
     shr[3] = np.inf
 
 
-def _make_sdca(one, row, by_epoch, aggressive, weighted, squared, shrinking):
+def _make_sdca(one, row, by_epoch, aggressive):
     """The SDCA loop compiled for the flags (module docstring)."""
     scalar = one and row                                # the output's slots in registers
     fused = row and not aggressive                      # M outputs, one row: _sdca_row
@@ -590,13 +596,13 @@ def _make_sdca(one, row, by_epoch, aggressive, weighted, squared, shrinking):
         ``csr = (indptr, indices, data)``, ``lab = (Y, Y flat, weights)``, ``st = (V, V flat,
         sm, alpha, alpha flat, 1/||x_i||^2, ||x_i||^2)``, ``sam``: the sampler's state,
         ``prm = (lam, n, beta_b, theta, eps of V's dtype, prefetch V, active set, shrinking
-        bounds)``, ``wrk``: work arrays (``NumbaBackend._nb_work``).
+        bounds, weighted, squared, shrinking)``, ``wrk``: work arrays (``NumbaBackend._nb_work``).
         """
         indptr, indices, data = csr
         Y, yf, sw = lab
         V, vf, sm, alpha, af, inv_q, row_sq = st
         smp, ring, ringf, ringh, rk, ecache, stamp, order, table = sam
-        lam, n, beta_b, theta, eps, pref_v, active, shr = prm
+        lam, n, beta_b, theta, eps, pref_v, active, shr, weighted, squared, shrinking = prm
         m, delta, coef, slot, acc, touched, wk, z = wrk
         M = 1 if one else V.shape[1]
         lamn = lam * n
@@ -702,6 +708,6 @@ def _make_sdca(one, row, by_epoch, aggressive, weighted, squared, shrinking):
 
 
 @functools.lru_cache(maxsize=None)
-def sdca_loop(one, row, by_epoch, aggressive, weighted, squared, shrinking):
+def sdca_loop(one, row, by_epoch, aggressive):
     """The compiled SDCA loop for these flags (made once per process)."""
-    return _make_sdca(one, row, by_epoch, aggressive, weighted, squared, shrinking)
+    return _make_sdca(one, row, by_epoch, aggressive)

@@ -167,13 +167,13 @@ class NumbaBackend(NumpyBackend):
         (:meth:`GeneralPath.pegasos_segment_m <gpusvm.backends._general.GeneralPath.pegasos_segment_m>`)."""
         p = plan
         one, row, by_epoch, weighted = self._nb_flags(sampler)
-        loop = pegasos_loop(one, row, by_epoch, bool(p.optimal), weighted,
-                            p.loss == "squared_hinge")
+        loop = pegasos_loop(one, row, by_epoch, bool(p.optimal))
         U = self.U if self.U is not None else np.empty((0, 0))
         w = self._nb_work(p.k)
         prm = (float(p.lam), int(p.k), SCHEDULE_CODES[p.schedule], float(p.eta0 or 0.0),
                float(p.norma_p), bool(p.unreg_bias), float(p.radius), bool(p.averaged),
-               int(p.t_avg), float(p.renorm_threshold), self._nb_prefetch_v())
+               int(p.t_avg), float(p.renorm_threshold), self._nb_prefetch_v(), weighted,
+               p.loss == "squared_hinge")
         wrk = (w["m"], w["coef"], w["slot"], w["acc"], w["touched"], w["wk"], w["tmp"], w["z"],
                w["yb"], w["sc"], w["bp"], w["wt"])
         _call_loop(loop, self._nb_csr(), self._nb_labels(),
@@ -191,10 +191,10 @@ class NumbaBackend(NumpyBackend):
         one, row, by_epoch, weighted = self._nb_flags(sampler)
         squared = p.loss == "squared_hinge"
         shrinking = bool(p.shrinking) and one and row and not weighted and not squared
-        loop = sdca_loop(one, row, by_epoch, bool(p.aggressive), weighted, squared, shrinking)
+        loop = sdca_loop(one, row, by_epoch, bool(p.aggressive))
         w = self._nb_work(sampler.k)
         prm = (float(p.lam), self.n, float(p.beta_b), float(p.theta), self._eps,
-               self._nb_prefetch_v(), self._active, self._shr)
+               self._nb_prefetch_v(), self._active, self._shr, weighted, squared, shrinking)
         wrk = (w["m"], w["delta"], w["coef"], w["slot"], w["acc"], w["touched"], w["wk"],
                w["z"])
         st = (self.V, self.V.reshape(-1), self.sm, self.alpha, self.alpha.reshape(-1),
