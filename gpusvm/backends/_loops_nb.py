@@ -375,14 +375,15 @@ def pegasos_loop(one, row, by_epoch, optimal):
 
 # ---------------------------------------------------------------------- SDCA
 @njit(cache=True, inline="always")
-def _coord(m, a, si, q, inv_q, beta, cfac, lamn, squared):
+def _coord(m, a, si, row_sq, inv_qs, r, beta, cfac, lamn, squared):
     """Eq. (15) for one coordinate with weight ``si`` (``cfac = lam n / beta``): the hinge
     step clipped to ``[-a, si - a]`` (``si - a`` on a zero row), or the squared hinge's
     closed form kept ``>= -a`` (ALGORITHMS.md, "Weights, and the squared hinge")."""
     if squared:
-        x = (2.0 * si * (1.0 - m) - a) / (1.0 + 2.0 * si * beta * q / lamn)
+        x = (2.0 * si * (1.0 - m) - a) / (1.0 + 2.0 * si * beta * row_sq[r] / lamn)
         return x if x > -a else -a
-    if inv_q == np.inf:                 # a zero row (q is not read: one cold line less)
+    inv_q = inv_qs[r]                   # (||x_r||^2 is read only by the squared hinge)
+    if inv_q == np.inf:                 # a zero row
         return si - a
     raw = cfac * (1.0 - m) * inv_q
     x = raw if raw > -a else -a
@@ -424,14 +425,16 @@ def _sdca_deltas(Y, sw, weighted, alpha, inv_q, row_sq, sm, rows, m, lamn, first
                 delta[i, c] = 0.0
             else:
                 delta[i, c] = _coord(m[i, c], alpha[r, c], sw[r, c] if weighted else 1.0,
-                                     row_sq[r], inv_q[r], beta, cfac, lamn, squared)
+                                     row_sq, inv_q, r, beta, cfac, lamn, squared)
 
 
 @njit(cache=True, inline="always")
 def _sdca_adapt_beta(indptr, indices, data, Y, row_sq, sm, rows, delta, coef, beta_b, theta,
                      M, row, slot, acc, touched, wk):
     """Alg. 2 per output (``GeneralPath.sdca_adapt_beta_m``); one row (``row``) is summed in
-    place (its columns are distinct)."""
+    place (its columns are distinct).  No output moves (late in a fit, every row at its
+    bound): nothing to sum."""
+    moves = False
     for c in range(M):
         den = 0.0
         for i in range(rows.size):
@@ -440,6 +443,9 @@ def _sdca_adapt_beta(indptr, indices, data, Y, row_sq, sm, rows, delta, coef, be
             coef[i, c] = delta[i, c] * np.float64(Y[r, c])
         wk[W_DEN, c] = den
         wk[W_NUM, c] = 0.0
+        moves = moves or den > 0.0
+    if not moves:
+        return
     if row:
         r = rows[0]
         for p in range(indptr[r], indptr[r + 1]):
@@ -525,7 +531,7 @@ def _sdca_row(indptr, indices, data, Y, sw, weighted, V, sm, alpha, inv_q, row_s
         yc = np.float64(Y[r, c])
         beta = sm[S_BETA, c]
         dl = _coord(yc * (sm[S_A, c] * z[c] + sm[S_B, c]), alpha[r, c],
-                    sw[r, c] if weighted else 1.0, row_sq[r], inv_q[r], beta, lamn / beta,
+                    sw[r, c] if weighted else 1.0, row_sq, inv_q, r, beta, lamn / beta,
                     lamn, squared)
         sm[S_DNORM, c] = 0.0
         wk[W_ANEW, c] = dl
@@ -660,7 +666,7 @@ def _make_sdca(one, row, by_epoch, aggressive):
                 if step:
                     si = sw[r, 0] if weighted else 1.0
                     ar = af[r]
-                    dl = _coord(mr, ar, si, row_sq[r], inv_q[r], beta, cfac, lamn, squared)
+                    dl = _coord(mr, ar, si, row_sq, inv_q, r, beta, cfac, lamn, squared)
                     if aggressive:                                                # Alg. 2
                         den = 0.0 + dl * dl * row_sq[r]
                         if den > 0.0:
@@ -671,7 +677,7 @@ def _make_sdca(one, row, by_epoch, aggressive):
                                 num += x * x
                             rho, beta = _rho_beta(num, den, beta, beta_b, theta)
                             cfac = lamn / beta
-                        dl = _coord(mr, ar, si, row_sq[r], inv_q[r], beta, cfac, lamn, squared)
+                        dl = _coord(mr, ar, si, row_sq, inv_q, r, beta, cfac, lamn, squared)
                     ci = dl * yr * g                                              # alpha, w step
                     dnorm = add_row(indptr, indices, data, vf, vf, 0.0, False, r, ci)
                     if aggressive and _dual_drops(_gain(dl, ar, si, squared), 0.0 + abs(dl),
