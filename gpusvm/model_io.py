@@ -56,7 +56,13 @@ ESTIMATOR_MODULES = {
     "PegasosSVC": "gpusvm.estimators.pegasos",
     "SDCASVC": "gpusvm.estimators.sdca",
     "KernelPegasosSVC": "gpusvm.estimators.kernel",
+    "LinearSVC": "gpusvm.estimators.linear_svc",
+    "SDCASVCCV": "gpusvm.estimators.cv",
+    "PegasosSVCCV": "gpusvm.estimators.cv",
 }
+
+#: the estimators with one linear model per output (several classes allowed)
+_LINEAR = ("PegasosSVC", "SDCASVC", "LinearSVC", "SDCASVCCV", "PegasosSVCCV")
 
 #: parameters that do not change a fitted model's predictions and may be left out of the file
 #: when they have no JSON form (the loaded estimator then has their default value)
@@ -489,7 +495,7 @@ def load_model(path):
 
 
 #: the name of a fitted attribute, as :func:`save_model` writes them
-_ATTRIBUTE_NAME = re.compile(r"[a-z][a-z0-9_]*_")
+_ATTRIBUTE_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*_")
 
 
 def _attribute_name(cls, attr, path):
@@ -618,7 +624,7 @@ def _check_fitted(estimator, cls, path):
         distinct = np.unique(classes).size
     except TypeError:
         distinct = -1
-    multiclass = cls.__name__ in ("PegasosSVC", "SDCASVC")
+    multiclass = cls.__name__ in _LINEAR
     if classes.size < 2 or distinct != classes.size or (classes.size > 2 and not multiclass):
         expected = "2 or more" if multiclass else "2"
         raise _corrupted(path, f"classes holds {classes.size} values; a model separates "
@@ -651,7 +657,7 @@ def _check_fitted(estimator, cls, path):
             raise _corrupted(path, f"gamma_ = {gamma!r}")
         return
     coef = getattr(estimator, "coef_", None)
-    if cls.__name__ in ("PegasosSVC", "SDCASVC") or coef is not None:
+    if cls.__name__ in _LINEAR or coef is not None:
         mode = getattr(estimator, "multi_class", "ovr")
         if mode not in ("ovr", "ovo", "ordinal"):
             raise _corrupted(path, f"multi_class = {mode!r}")

@@ -14,6 +14,7 @@ from sklearn.datasets import make_circles, make_classification
 from sklearn.exceptions import NotFittedError
 from sklearn.svm import LinearSVC
 
+import gpusvm
 from gpusvm import KernelPegasosSVC, PegasosSVC, __version__
 from gpusvm import SDCASVC
 from gpusvm.model_io import (FORMAT_NAME, FORMAT_VERSION, METADATA_MEMBER, load_model,
@@ -79,6 +80,32 @@ def test_sdca_round_trip(tmp_path, data):
     np.testing.assert_array_equal(loaded.coef_, est.coef_)
     np.testing.assert_array_equal(loaded.alpha_, est.alpha_)
     assert loaded.duality_gap_ == est.duality_gap_ and loaded.history_ == est.history_
+    np.testing.assert_array_equal(loaded.predict(X), est.predict(X))
+
+
+@pytest.mark.parametrize("make", [
+    lambda: gpusvm.LinearSVC(backend="numpy"),
+    lambda: gpusvm.LinearSVC(C=0.1, fit_intercept=False, backend="numpy"),
+    lambda: gpusvm.SDCASVCCV(Cs=[0.1, 1.0], cv=3, backend="numpy", random_state=0),
+    lambda: gpusvm.PegasosSVCCV(Cs=[0.1, 1.0], cv=3, max_iter=200, backend="numpy",
+                                random_state=0),
+], ids=["LinearSVC", "LinearSVC-no-intercept", "SDCASVCCV", "PegasosSVCCV"])
+@pytest.mark.parametrize("n_classes", [2, 3])
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+def test_linear_svc_and_searches_round_trip(tmp_path, make, n_classes):
+    """``gpusvm.LinearSVC`` and the C searches save and load, binary and multiclass, with every
+    fitted attribute (the search's ``Cs_``, ``C_`` and ``scores_`` too) and the same predictions."""
+    X, y = make_classification(n_samples=150, n_features=6, n_informative=4,
+                               n_classes=n_classes, random_state=1)
+    est = make().fit(X, y)
+    save_model(est, tmp_path / "m.npz")
+    loaded = load_model(tmp_path / "m.npz")
+    assert type(loaded) is type(est) and loaded.get_params() == est.get_params()
+    fitted = sorted(k for k in vars(est) if k.endswith("_") and not k.startswith("_"))
+    assert sorted(k for k in vars(loaded) if k.endswith("_") and not k.startswith("_")) == fitted
+    for key in ("coef_", "intercept_", "classes_") + (("Cs_", "scores_") if "Cs_" in fitted
+                                                         else ()):
+        np.testing.assert_array_equal(getattr(loaded, key), getattr(est, key))
     np.testing.assert_array_equal(loaded.predict(X), est.predict(X))
 
 
