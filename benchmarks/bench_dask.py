@@ -70,7 +70,7 @@ def load(name):
     return X.astype(np.float64), y.astype(np.float64)
 
 
-def fit_dask(X, y, parts, lam, tol, max_rounds, sigma=1.0, n_partitions=None):
+def fit_dask(X, y, parts, lam, tol, max_rounds, sigma=1.0, n_partitions=None, **params):
     """One distributed fit on a dask array of ``parts`` contiguous chunks; its measurements."""
     import dask.array as da
 
@@ -81,12 +81,20 @@ def fit_dask(X, y, parts, lam, tol, max_rounds, sigma=1.0, n_partitions=None):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         clf = SDCASVC(lam=lam, tol=tol, sigma=sigma, max_iter=max_rounds,
-                      random_state=0).fit(Xd, y)
+                      random_state=0, **params).fit(Xd, y)
     wall = time.perf_counter() - t
     gap = float(np.max(clf.duality_gap_))
     return {"rounds": clf.n_iter_, "reached": clf.stop_reason_ == "tol", "wall": wall,
             "worker": clf.worker_seconds_, "gap": gap, "bytes": clf.bytes_per_round_,
             "K": clf.n_blocks_, "rebalanced": clf.rebalanced_}
+
+
+def _number(text):
+    """``--local-epochs``: a number, or a word the estimator takes (``"auto"``)."""
+    try:
+        return float(text)
+    except ValueError:
+        return text
 
 
 def fit_local(X, y, lam, tol):
@@ -133,12 +141,15 @@ def main(argv=None):
                     help="assumed driver network bandwidth, bytes/s (model)")
     ap.add_argument("--latency", type=float, default=2e-3,
                     help="assumed fixed cost of one round, seconds (model)")
+    ap.add_argument("--local-epochs", default=None,
+                    help="the distributed fit's local_epochs (default: the estimator's)")
     ap.add_argument("--markdown", action="store_true")
     args = ap.parse_args(argv)
 
     from distributed import Client, LocalCluster
 
     names = [s for s in args.datasets.split(",") if s]
+    extra = {} if args.local_epochs is None else {"local_epochs": _number(args.local_epochs)}
     orders = [s for s in args.orders.split(",") if s]
     workers = [int(s) for s in args.workers.split(",") if s]
     Ks = [int(s) for s in args.blocks.split(",") if s]
@@ -162,7 +173,7 @@ def main(argv=None):
                 for order in orders:
                     X, y = data[name] if order == "stored" else shuffled[name]
                     local, epochs = fit_local(X, y, args.lam, args.tol)
-                    r = fit_dask(X, y, W, args.lam, args.tol, args.max_rounds)
+                    r = fit_dask(X, y, W, args.lam, args.tol, args.max_rounds, **extra)
                     rounds = r["rounds"] if r["reached"] else f">{r['rounds']}"
                     measured.append((name, order, W, rounds, f"{r['wall']:.2f}",
                                      f"{r['worker']:.2f}", "yes" if r["rebalanced"] else "no",
