@@ -228,3 +228,32 @@ def test_weighted_full_batch_default_is_close_to_the_optimum(C):
     gap = objective(X, y, est.coef_.ravel(), lam, s) - p_star
     # tol = 1e-3 on P_s / mean(s): the gap in P_s is about mean(s) times that, an estimate
     assert 0.0 <= gap <= 3e-3 * s.mean()
+
+
+def test_doubling_rule_never_settles_above_the_zero_model():
+    """Pegasos' doubling estimate reads a run that rose and fell as settled: on these 17 rows
+    (squared hinge, a class weight, lam = 1e-4, unscaled rows) it stopped with
+    ``stop_reason_="tol"`` at P = 3.6 against P(0, 0) = mean(s) = 2.18, a worse model than
+    zero and no warning.  P(0, 0) >= P*, so such a point is never settled: the run goes on
+    and ends with a ConvergenceWarning, and the hint that names the cause (the row norms)."""
+    rng = np.random.default_rng(9)                     # 17 rows of one unscaled feature
+    n = int(rng.integers(8, 30))
+    X = rng.normal(size=(n, 1)) * rng.choice([0.1, 1, 10])
+    y = rng.integers(0, 2, n)
+    assert n == 17 and rng.choice([0.2, 1, 5]) == 5
+    cw = {0: 5.0, 1: 1.0}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        est = PegasosSVC(loss="squared_hinge", class_weight=cw, backend="numpy",
+                         random_state=0).fit(X, y)
+    s = np.where(y == 0, 5.0, 1.0)
+    Y = np.where(y == 1, 1.0, -1.0)
+    w, b = est.coef_.ravel(), float(est.intercept_[0])
+    slack = np.maximum(0.0, 1.0 - Y * (X @ w + b))
+    p = 0.5 * est.lam_ * (w @ w + b * b) + np.mean(s * slack * slack)   # augmented bias
+    p_zero = np.mean(s)                                                  # 2.18
+    assert est.stop_reason_ != "tol" or p <= p_zero, (est.stop_reason_, p, p_zero)
+    assert est.stop_reason_ == "max_iter"
+    messages = {type(w.message).__name__: str(w.message) for w in caught}
+    assert "scale the data" in messages["ConvergenceWarning"]
+    assert "the largest row norm of X is 25.2" in messages["DataScaleWarning"]

@@ -148,7 +148,8 @@ def pegasos(backend, *, lam: float, k: int, max_iter: int, sampling: str = "with
         suboptimality left is at most ``tol`` (``stop_reason="tol"``), read on
         ``P_s / mean(s)`` (:func:`weight_scale`): unchanged without weights, and
         the same for a row of integer weight ``m`` as for ``m`` repeated rows
-        with ``lam = 1/(C n)``.
+        with ``lam = 1/(C n)``; and never while an output's objective is above that
+        of ``w = 0, b = 0`` (``mean(s)``, an upper bound of ``P*``).
     loss : {"hinge", "squared_hinge"}, default="hinge"
         The subgradient of a violated example is ``-s_i y_i x_i`` (hinge) or
         ``-2 s_i (1 - m_i) y_i x_i`` (squared hinge).  ``bias="optimal"``
@@ -269,6 +270,23 @@ def pegasos(backend, *, lam: float, k: int, max_iter: int, sampling: str = "with
             objs = objs * scale
         return W, b, float(np.mean(objs)), objs
 
+    zero = None                       # P(0, 0) per output: every slack is 1, so mean(s_c)
+
+    def settled(obj, objs):
+        """The doubling rule's ``tol`` test, never passed by an output whose objective is above
+        ``P(0, 0) >= P*`` (it is then at least that far from the optimum, whatever the
+        estimate reads from a run that rose and fell)."""
+        nonlocal zero
+        if doubling_estimate(levels + [obj * per_weight], not full_batch) > tol:
+            return False
+        if zero is None:
+            sw = backend.sample_weight
+            zero = np.ones(backend.n_outputs) if sw is None else np.mean(
+                np.asarray(backend.to_host(sw), dtype=np.float64).reshape(n, -1), axis=0)
+            if scale is not None:
+                zero = zero * scale
+        return bool(np.all(objs <= zero))
+
     at_level = False                  # doubling: the run's last segment ended at a T_j
     while t < t_end:
         if doubling:                  # up to the next T_j = 2^j epochs of this run
@@ -293,8 +311,7 @@ def pegasos(backend, *, lam: float, k: int, max_iter: int, sampling: str = "with
                 stop = "callback"
             elif target_objective is not None and obj <= target_objective:
                 stop = "target_objective"
-            elif doubling and tol is not None and \
-                    doubling_estimate(levels + [obj * per_weight], not full_batch) <= tol:
+            elif doubling and tol is not None and settled(obj, objs):
                 stop = "tol"
             elif max_time is not None and elapsed >= max_time:
                 stop = "max_time"
@@ -307,8 +324,7 @@ def pegasos(backend, *, lam: float, k: int, max_iter: int, sampling: str = "with
     w, b, obj, objs = evaluate(final=True)
     # max_iter at a T_j (the default's 64 epochs): the stopping rule reads that last evaluation
     # too, as it reads every earlier one, instead of calling the run unsettled unseen
-    if stop == "max_iter" and at_level and tol is not None and \
-            doubling_estimate(levels + [obj * per_weight], not full_batch) <= tol:
+    if stop == "max_iter" and at_level and tol is not None and settled(obj, objs):
         stop = "tol"
     if history and history[-1][0] == t:
         history[-1] = (t, obj, history[-1][2])       # the point returned, bias polished
