@@ -205,7 +205,7 @@ class Timer:
 def modelled(X, k: int, solver: str, dev) -> tuple[dict, list]:
     """The model's iteration (``summarise``) and kernels for the built design."""
     stats = roofline.batch_stats(X, k, batches=2, blocks=dev.sms * 4)
-    costs = roofline.iteration_costs(X, stats, dev, solver=solver, balanced=True)
+    costs = roofline.iteration_costs(X, stats, dev, solver=solver)
     return roofline.summarise(costs, dev), costs
 
 

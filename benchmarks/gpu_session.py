@@ -15,7 +15,11 @@ and the general path: two outputs, weights, the squared hinge), ``sanitizer``
 per iteration against the performance model for the same ``k``), ``eps`` (time to
 ``P - P* <= 1e-3`` against LinearSVC on the CPU of the same machine, three repeats, split
 into compile, upload, capture, replay and evaluations; ``P*`` shipped in
-``benchmarks/gpu_session_pstar.json``), ``summary``.
+``benchmarks/gpu_session_pstar.json``; a case that does not reach ``eps`` in its epochs fails
+unless the numba backend, run with the same seed, batches and epochs, does not reach it either
+and ends at the same objective: the expected outcome, said so in the step's line, as for
+Pegasos on the emulated slices, whose ``lam n = 0.03`` its ``O(1 / (lam T))`` rate cannot
+bring within ``eps`` in 30 epochs, and on news20 at ``k = 4096``), ``summary``.
 
 ``--emulated`` runs every step with the emulated runtime standing in for CuPy, on slices of
 the data (its timings say nothing about a GPU; compute-sanitizer is replaced by the
@@ -320,11 +324,22 @@ def liblinear_seconds(X, y) -> float:
     return time.perf_counter() - start
 
 
+def _solve(be, solver, k, target, max_iter):
+    """``solver`` on ``be`` until ``P <= target`` (or ``max_iter``): (result, objective)."""
+    from gpusvm.solvers.pegasos import pegasos  # noqa: PLC0415
+    from gpusvm.solvers.sdca import sdca  # noqa: PLC0415
+    if solver == "pegasos":
+        r = pegasos(be, lam=LAM, k=k, max_iter=max_iter, seed=1, averaging="doubling",
+                    target_objective=target)
+        return r, float(r.extra["objective"])
+    r = sdca(be, lam=LAM, b=k, max_iter=max_iter, seed=1, variant="aggressive", tol=0.0,
+             callback=lambda t, obj, el: obj > target)
+    return r, float(r.extra["primal"])
+
+
 def timed_run(name, X, y, solver, k, target, max_epochs):
     """One run to ``P <= target``: its time split into upload, capture, replay, evaluations."""
     from gpusvm.backends import make_backend  # noqa: PLC0415
-    from gpusvm.solvers.pegasos import pegasos  # noqa: PLC0415
-    from gpusvm.solvers.sdca import sdca  # noqa: PLC0415
     t0 = time.perf_counter()
     be = make_backend(name, X, y)
     upload = time.perf_counter() - t0
@@ -337,26 +352,31 @@ def timed_run(name, X, y, solver, k, target, max_epochs):
         be.runtime.stream.synchronize()
         in_segments[0] += time.perf_counter() - s
     setattr(be, seg_name, timed)
-    max_iter = max_epochs * math.ceil(X.shape[0] / k)
     t1 = time.perf_counter()
-    if solver == "pegasos":
-        r = pegasos(be, lam=LAM, k=k, max_iter=max_iter, seed=1, averaging="doubling",
-                    target_objective=target)
-        objective = r.extra["objective"]
-    else:
-        r = sdca(be, lam=LAM, b=k, max_iter=max_iter, seed=1, variant="aggressive", tol=0.0,
-                 callback=lambda t, obj, el: obj > target)
-        objective = r.extra["primal"]
+    r, objective = _solve(be, solver, k, target, max_epochs * math.ceil(X.shape[0] / k))
     run = time.perf_counter() - t1
     capture = be.graph_stats["capture_seconds"]
     return {"upload": upload, "capture": capture, "replay": in_segments[0] - capture,
             "evaluations": run - in_segments[0], "total": upload + run,
-            "iterations": r.n_iter, "objective": float(objective),
+            "iterations": r.n_iter, "objective": objective,
             "reached": bool(objective <= target)}
+
+
+def _outcome(row) -> str:
+    if row["reached"]:
+        return "reached"
+    ref = row.get("reference")
+    gap = row["runs"][0]["objective"] - row["p_star"]
+    text = f"NOT reached: P - P* = {gap:.2g} > eps = {EPS:g} after {row['epochs']} epochs"
+    if ref is None:
+        return text
+    return (text + f", numba backend with the same batches {ref['objective'] - row['p_star']:.2g}"
+            + (": expected" if row["expected"] else ": a FAILURE"))
 
 
 def step_eps(args, out):
     from gpusvm import _kernels  # noqa: PLC0415
+    from gpusvm.backends import make_backend  # noqa: PLC0415
     name = backend_name(args)
     rows, ok = [], True
     for data in ("imdb", "news20"):
@@ -374,22 +394,28 @@ def step_eps(args, out):
             runs = [timed_run(name, X, y, solver, k, ps + EPS, epochs) for _ in range(3)]
             med = {key: float(np.median([r[key] for r in runs])) for key in
                    ("upload", "capture", "replay", "evaluations", "total")}
-            row = {"data": data, "solver": solver, "k": k, "p_star": ps, **med,
+            row = {"data": data, "solver": solver, "k": k, "epochs": epochs, "p_star": ps, **med,
                    "compile": compile_s, "liblinear_seconds": lib,
                    "ratio_to_liblinear": lib / med["total"],
                    "reached": all(r["reached"] for r in runs), "runs": runs}
+            if not row["reached"]:
+                # expected only if the CPU, same seed, batches and epochs, stops short too, at
+                # the same objective (the iterates agree up to rounding: see the parity step)
+                _, cpu = _solve(make_backend("numba", X, y), solver, k, ps + EPS,
+                                epochs * math.ceil(X.shape[0] / k))
+                row["reference"] = {"objective": cpu, "reached": cpu <= ps + EPS}
+                row["expected"] = bool(cpu > ps + EPS and all(
+                    abs(r["objective"] - cpu) <= 1e-6 * abs(cpu) for r in runs))
             rows.append(row)
-            # SDCA must get there (its gap certifies it); Pegasos' epochs are reported either way
-            ok = ok and (row["reached"] or solver == "pegasos")
+            ok = ok and (row["reached"] or row["expected"])
             print(json.dumps({k2: v for k2, v in row.items() if k2 != "runs"}, default=float),
                   flush=True)
     line = "; ".join(f"{r['data']} {r['solver']} k={r['k']}: {r['total']:.2f} s = upload "
                      f"{r['upload']:.2f} + capture {r['capture']:.2f} + replay {r['replay']:.2f} "
-                     f"+ evaluations {r['evaluations']:.2f} "
-                     f"({'reached' if r['reached'] else 'NOT reached'}; compile "
+                     f"+ evaluations {r['evaluations']:.2f} ({_outcome(r)}; compile "
                      f"{r['compile']:.1f} s before; LinearSVC {r['liblinear_seconds']:.2f} s)"
                      for r in rows)
-    return write(out, "eps", ok, line, rows=rows)
+    return write(out, "eps", ok, f"P - P* <= {EPS:g}: " + line, rows=rows)
 
 
 # ---------------------------------------------------------------------------- summary

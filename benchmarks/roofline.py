@@ -14,24 +14,21 @@ iteration, from the batches' actual rows:
   twice, 4 B of index and ``itemsize`` of value per nonzero), the per-row vectors, and the
   gathers and read-modify-writes of ``v`` (32 B sectors; in L2 when ``v`` fits in half of it;
   a gather request of consecutive nonzeros of a row costs one sector per distinct sector of its
-  columns, :attr:`BatchStats.coalesced`, and the balanced scatters make one read-modify-write per
+  columns, :attr:`BatchStats.coalesced`, and the scatters make one read-modify-write per
   distinct column of a tile, :attr:`BatchStats.aggregated`, both counted from the batches);
-* **launches** (graph nodes in a captured segment, host launches otherwise);
-* **hot-column atomics**: the largest number of updates one column of ``v`` receives in the
-  batch (its rows' nonzeros), which serialise at one L2 atomic unit;
-* **the longest row** of the batch, which bounds a kernel that gives one row to one group of
-  ``LANES`` lanes (:func:`gpusvm.backends.device.choose_lanes`).
+* **launches** (graph nodes: the segments replay captured graphs);
+* **hot-column atomics**: the updates the most updated column of ``v`` receives, which
+  serialise at one L2 atomic unit: one per block, as a tile sums its rows' updates per column
+  before one atomic.
 
-Three designs are modelled side by side, each marked with what exists: the per-row kernels
-launched from Python one by one (the previous release), the per-row kernels replayed as a
-captured segment (not built: a step between the two), and the kernels balanced by nonzeros,
-replayed (what the segments run: ``kernels/balanced.cuh``; Pegasos' step and SDCA's
-``sdca_rho`` and ``sdca_apply`` sum a tile's updates per column before one atomic, so the
-hottest column costs one atomic per block, not one per row, and the gather draws the batch
-itself, so an iteration has no sampler launch).
+The kernels modelled are the segment kernels the device backend runs (``kernels/*.cu`` over
+``kernels/balanced.cuh``: work balanced by nonzeros, the gather drawing the batch itself, so an
+iteration has no sampler launch), in their one-output instance (template flag ``M1``: one
+output, the hinge, no row weights; docs/gpu.md lists the flags).  The squared hinge (``SQ``)
+and row weights (``WT``) read one more value per active row, which the model leaves out.
 
 The modelled time of a kernel is ``floor + max(HBM bytes / bandwidth, L2 bytes / L2
-bandwidth, longest-row chain, hot-column atomics)``; the traffic roofline of an iteration is
+bandwidth, dependent chain, hot-column atomics)``; the traffic roofline of an iteration is
 its HBM bytes over the bandwidth alone.  Every parameter is in :data:`DEVICES`, each with its
 source; they are leads (datasheets, one copy-bandwidth reading, published micro-benchmarks),
 so every figure the model prints is *modelled*, never measured.
@@ -86,13 +83,10 @@ class Device:
         Streaming multiprocessors.
     graph_node_s : float
         Fixed cost of one kernel node replayed in a CUDA graph (launch, ramp-up, drain).
-    host_launch_s : float
-        Host cost of one launch issued from Python through CuPy (no graph).
     atomic_same_address_s : float
         Seconds per atomic to one address (they serialise at one L2 slice).
     lane_step_s : float
-        Seconds per step of one lane through a long row (a dependent index load, a value
-        load and a gather in flight): bounds a one-group-per-row kernel by its longest row.
+        Seconds per dependent step of one lane (a load and a shuffle in flight).
     upload_bandwidth : float
         Host-to-device copy bandwidth, bytes/s (pageable host memory).
     sm_bandwidth : float
@@ -107,7 +101,6 @@ class Device:
     l2_bandwidth: float
     sms: int
     graph_node_s: float
-    host_launch_s: float
     atomic_same_address_s: float
     lane_step_s: float
     upload_bandwidth: float
@@ -119,17 +112,16 @@ class Device:
 DEVICES = {
     "h100": Device(
         name="NVIDIA H100 80GB HBM3 (SXM)", hbm_bandwidth=3.0e12, l2_bytes=50 * 2**20,
-        l2_bandwidth=10.0e12, sms=132, graph_node_s=1.5e-6, host_launch_s=7e-6,
+        l2_bandwidth=10.0e12, sms=132, graph_node_s=1.5e-6,
         atomic_same_address_s=0.6e-9, lane_step_s=0.12e-6, upload_bandwidth=20e9,
         sources=("HBM: 3.35 TB/s datasheet, 3.0 TB/s device-to-device copy read on one such "
                  "machine (2026-11-13); L2 50 MB, 132 SMs (device properties); L2 bandwidth, "
                  "graph-node cost, same-address atomic rate and lane step latency: published "
                  "micro-benchmarks of Hopper/Ampere, not measured here; one SM from L2: 64 B per "
-                 "clock at 1.755 GHz; host launch 7 us: "
-                 "CuPy's Python launch path; upload: PCIe Gen5 x16 from pageable memory")),
+                 "clock at 1.755 GHz; upload: PCIe Gen5 x16 from pageable memory")),
     "h200": Device(
         name="NVIDIA H200 (SXM)", hbm_bandwidth=4.3e12, l2_bytes=60 * 2**20,
-        l2_bandwidth=10.0e12, sms=132, graph_node_s=1.5e-6, host_launch_s=7e-6,
+        l2_bandwidth=10.0e12, sms=132, graph_node_s=1.5e-6,
         atomic_same_address_s=0.6e-9, lane_step_s=0.12e-6, upload_bandwidth=20e9,
         sources=("HBM: 4.8 TB/s datasheet, 4.3 TB/s device-to-device copy read on such "
                  "machines (2026-10-28, 2026-11-04); L2 60 MB; the rest as for the H100 "
@@ -157,7 +149,8 @@ class KernelCost:
     hot_atomics : int
         Updates of the most updated column (serialised atomics).
     chain_s : float
-        The longest row's lane chain (0 for balanced kernels).
+        A dependent chain of steps that bounds the kernel (the one-block selection of the
+        optimal bias).
     """
 
     kernel: str
@@ -167,14 +160,11 @@ class KernelCost:
     hot_atomics: int = 0
     chain_s: float = 0.0
 
-    def seconds(self, dev: Device, graph: bool = True) -> float:
-        """Modelled seconds: fixed launch cost plus the largest of the four bounds."""
+    def seconds(self, dev: Device) -> float:
+        """Modelled seconds: fixed graph-node cost plus the largest of the four bounds."""
         body = max(self.hbm_bytes / dev.hbm_bandwidth, self.l2_bytes / dev.l2_bandwidth,
                    self.chain_s, self.hot_atomics * dev.atomic_same_address_s)
-        fixed = dev.graph_node_s * self.launches
-        if not graph:                 # Python issues each launch: the device waits for the host
-            return max(body + fixed, dev.host_launch_s * self.launches)
-        return body + fixed
+        return body + dev.graph_node_s * self.launches
 
     def roofline(self, dev: Device) -> float:
         """Seconds of its device-memory traffic alone."""
@@ -191,21 +181,21 @@ class BatchStats:
     nnz : float
         Nonzeros of a batch.
     max_row : float
-        Nonzeros of its longest row.
+        Nonzeros of its longest row (reported; balanced kernels have no per-row chain).
     hot : float
         Rows of the batch that contain its most frequent column.
     batches : int
         Batches sampled.
     aggregated : float
-        Global atomics of the balanced scatters per nonzero of their active rows: a tile sums
+        Global atomics of the scatters per nonzero of their active rows: a tile sums
         its rows' updates per column in a shared table of ``TABLE`` slots, so a tile costs one
         atomic per distinct column; a tile with more than ``TABLE / 2`` distinct columns is
         counted at one atomic per nonzero (its linear probes start to fail: no credit taken).
     coalesced : dict
-        Sectors per nonzero of the gathers' reads of ``v``, by ``(width, item size)``: one
-        request reads ``width`` consecutive nonzeros of a row at once (32: a warp on a chunk of
-        balanced.cuh; ``LANES``: a group of the per-row kernels), and the columns of a request
-        that fall in one 32 B sector cost one sector.
+        Sectors per nonzero of the gathers' reads of ``v``, by ``(32, item size)``: one
+        request reads 32 consecutive nonzeros of a row at once (a warp on a chunk of
+        balanced.cuh), and the columns of a request that fall in one 32 B sector cost one
+        sector.
     """
 
     k: int
@@ -217,7 +207,7 @@ class BatchStats:
     coalesced: dict | None = None
 
 
-#: slots of the balanced scatters' per-block column table (``TABLE`` in kernels/balanced.cuh)
+#: slots of the scatters' per-block column table (``TABLE`` in kernels/balanced.cuh)
 TABLE = 2048
 
 
@@ -239,7 +229,7 @@ def batch_stats(X: sp.csr_matrix, k: int, batches: int = 8, seed: int = 0,
     active : float
         Fraction of the rows that update ``v`` (drawn at random, seeded) for ``aggregated``.
     blocks : int
-        Blocks of the balanced kernels' grid (``min(k, blocks)``; tiles of
+        Blocks of the kernels' grid (``min(k, blocks)``; tiles of
         ``ceil(k / grid)`` batch positions, as the device backend cuts them).
 
     Returns
@@ -254,16 +244,14 @@ def batch_stats(X: sp.csr_matrix, k: int, batches: int = 8, seed: int = 0,
     rng = np.random.default_rng(seed)
     tile = math.ceil(k / max(1, min(k, blocks)))
     nnz, longest, hot, entries, atomics = [], [], [], 0, 0
-    from gpusvm.backends.device import choose_lanes  # noqa: PLC0415
-    widths = sorted({32, choose_lanes(X.nnz / max(X.shape[0], 1))})
-    sectors = {(w, item): 0 for w in widths for item in (4, 8)}
+    sectors = {(32, item): 0 for item in (4, 8)}
     for t in range(batches):
         rows, _ = sampler.batch(t)
         nnz.append(int(lengths[rows].sum()))
         longest.append(int(lengths[rows].max()))
         cols = np.concatenate([X.indices[X.indptr[r]:X.indptr[r + 1]] for r in rows])
         hot.append(int(np.bincount(cols, minlength=X.shape[1]).max()) if cols.size else 0)
-        # the gathers' requests: runs of `width` consecutive nonzeros of a row
+        # the gathers' requests: runs of 32 consecutive nonzeros of a row
         starts = np.repeat(np.cumsum(lengths[rows]) - lengths[rows], lengths[rows])
         position = np.arange(cols.size) - starts
         owner = np.repeat(np.arange(k), lengths[rows]).astype(np.int64) * (2**31)
@@ -298,7 +286,7 @@ def _gather_bytes(dev: Device, d: int, itemsize: int, count: float) -> tuple[flo
 
 
 def iteration_costs(X, stats: BatchStats, dev: Device, *, solver: str = "pegasos",
-                    balanced: bool = True, active: float = 0.5,
+                    active: float = 0.5,
                     itemsize: int | None = None) -> list[KernelCost]:
     """Per-kernel costs of one iteration of ``solver`` at the batch of ``stats``.
 
@@ -309,14 +297,6 @@ def iteration_costs(X, stats: BatchStats, dev: Device, *, solver: str = "pegasos
     stats : BatchStats
     dev : Device
     solver : {"pegasos", "pegasos-optimal", "sdca-safe", "sdca-aggressive"}
-    balanced : bool
-        True: kernels balanced by nonzeros (no chain); the scatters (Pegasos' step, SDCA's
-        ``sdca_rho`` and ``sdca_apply``) aggregate a tile's updates per column in shared
-        memory (the hottest column costs one atomic per block), and the gather draws the
-        batch itself (sampling without replacement or by epochs: no sampler launch; its rows
-        and first-occurrence mask are written by the gather).  False: one group of lanes
-        per row with global atomics (the longest row and the hottest column bound the time),
-        and a sampler launch before the gather.
     active : float
         Fraction of the batch's rows that update ``v`` (Pegasos: margin < 1; SDCA:
         ``delta != 0``).
@@ -327,27 +307,22 @@ def iteration_costs(X, stats: BatchStats, dev: Device, *, solver: str = "pegasos
     -------
     list of KernelCost
     """
-    from gpusvm.backends.device import choose_lanes  # noqa: PLC0415
-
     n, d = X.shape
     item = int(itemsize or np.dtype(X.dtype).itemsize)
     k, nnz = stats.k, stats.nnz
-    lanes = choose_lanes(X.nnz / max(n, 1))
-    chain = 0.0 if balanced else math.ceil(stats.max_row / lanes) * dev.lane_step_s
     blocks = dev.sms * 4
     row_bytes = k * (4 + 2 * INDPTR + item)                    # rows[g], indptr[r..r+1], y[r]
     stream = nnz * (INDEX + item)                               # the batch's CSR nonzeros
-    # the batch: a sampler launch writing rows[j], or drawn by the gather (rows[j] and first[j]
-    # written there, rows[j] no longer read)
-    costs = [] if balanced else [KernelCost("sample", hbm_bytes=k * 4.0)]
-    drawn = k * 4.0 if balanced else 0.0
-    # the gathers of v: one sector per distinct sector of a request (a chunk of 32 nonzeros, or
-    # of LANES in the per-row kernels); one per nonzero where the batches were not counted
-    per = (stats.coalesced or {}).get((32 if balanced else lanes, item), 1.0)
+    # the batch is drawn by the gather (rows[j] and first[j] written there)
+    costs = []
+    drawn = k * 4.0
+    # the gathers of v: one sector per distinct sector of a request (a chunk of 32 nonzeros);
+    # one per nonzero where the batches were not counted
+    per = (stats.coalesced or {}).get((32, item), 1.0)
     g_hbm, g_l2 = _gather_bytes(dev, d, item, nnz * per)
     if solver.startswith("pegasos"):
         costs.append(KernelCost("margins", hbm_bytes=row_bytes + drawn + stream + k * 8 + g_hbm,
-                                l2_bytes=g_l2, chain_s=chain))
+                                l2_bytes=g_l2))
         if solver == "pegasos-optimal":
             # radix selection over the k breakpoints by ONE block: the breakpoints written once,
             # 8 passes reading them, the margins written; all through one multiprocessor
@@ -355,50 +330,40 @@ def iteration_costs(X, stats: BatchStats, dev: Device, *, solver: str = "pegasos
             costs.append(KernelCost("optimal_bias", hbm_bytes=k * (8 + 4 + item) + k * 8,
                                     chain_s=one_sm + 8 * 2 * dev.lane_step_s))
         a_nnz = active * nnz
-        atoms = a_nnz * (stats.aggregated if balanced else 1.0)    # global atomics on v
+        atoms = a_nnz * stats.aggregated                           # global atomics on v
         a_hbm, a_l2 = _gather_bytes(dev, d, item, 2 * atoms)   # read-modify-write of v
-        hot = int(round(active * stats.hot))
-        hot = min(hot, blocks) if balanced else hot
+        hot = min(int(round(active * stats.hot)), blocks)      # one atomic per block and column
         costs.append(KernelCost("pegasos_step",
                                 hbm_bytes=k * (4 + 8) + active * row_bytes
                                 + a_nnz * (INDEX + item) + a_hbm,
-                                l2_bytes=a_l2, hot_atomics=hot, chain_s=chain))
+                                l2_bytes=a_l2, hot_atomics=hot))
         return costs
     # SDCA: margins + deltas, the step (and, aggressive, rho, deltas again and the settle)
     costs.append(KernelCost("sdca_margins",
                             hbm_bytes=row_bytes + drawn + stream + k * (8 + 8 + 16) + g_hbm,
-                            l2_bytes=g_l2, chain_s=chain))
+                            l2_bytes=g_l2))
     a_nnz = active * nnz
-    atoms = a_nnz * (stats.aggregated if balanced else 1.0)        # one per column and tile
+    atoms = a_nnz * stats.aggregated                               # one per column and tile
     a_hbm, a_l2 = _gather_bytes(dev, d, item, 2 * atoms)
-    hot = int(round(active * stats.hot))
-    hot = min(hot, blocks) if balanced else hot    # column table: one atomic per block and column
+    hot = min(int(round(active * stats.hot)), blocks)  # column table: one atomic per block, column
     step = KernelCost("sdca_apply", hbm_bytes=k * (4 + 8) + active * (row_bytes + k * 8)
-                      + a_nnz * (INDEX + item) + a_hbm, l2_bytes=a_l2, hot_atomics=hot,
-                      chain_s=chain)
+                      + a_nnz * (INDEX + item) + a_hbm, l2_bytes=a_l2, hot_atomics=hot)
     if solver == "sdca-aggressive":
         s_hbm, s_l2 = _gather_bytes(dev, d, 8, 2 * atoms)      # float64 scratch vector
         costs.append(KernelCost("sdca_rho", hbm_bytes=k * (4 + 8) + active * row_bytes
                                 + a_nnz * (INDEX + item) + s_hbm, l2_bytes=s_l2,
-                                hot_atomics=hot, chain_s=chain))
-        # the steps with beta^(t+1) (m, alpha, row_sq read, delta written) and the zeroing of
-        # rho's scratch (the tentative steps read, their rows' indices and one store a nonzero)
-        steps = k * (4 + 8 * 5)
+                                hot_atomics=hot))
+        # the steps with beta^(t+1) folded into the step (m, alpha, row_sq read; delta written
+        # where it was read), the zeroing of rho's scratch into the settle (the tentative
+        # steps read, their rows' indices and one store a nonzero)
         zeroing = active * k * 16 + a_nnz * INDEX
         z_hbm, z_l2 = _gather_bytes(dev, d, 8, a_nnz)
-        settle = KernelCost("sdca_apply (settle)", hbm_bytes=k * (4 + 8) + active * k * 8)
-        if balanced:        # folded into the step (the steps) and the settle (the zeroing)
-            step.kernel = "sdca_apply (with the steps)"
-            step.hbm_bytes += k * 8 * 3                         # m, alpha, row_sq (delta: written
-            #                                                     where it was read)
-            settle.kernel = "sdca_apply (settle, zeroing)"
-            settle.hbm_bytes += k * 8 + zeroing + z_hbm
-            settle.l2_bytes += z_l2
-            costs += [step, settle]
-        else:               # the previous release: a kernel of its own
-            costs.append(KernelCost("sdca_deltas", hbm_bytes=steps + zeroing + z_hbm,
-                                    l2_bytes=z_l2, chain_s=chain))
-            costs += [step, settle]
+        step.kernel = "sdca_apply (with the steps)"
+        step.hbm_bytes += k * 8 * 3
+        settle = KernelCost("sdca_apply (settle, zeroing)",
+                            hbm_bytes=k * (4 + 8) + active * k * 8 + k * 8 + zeroing + z_hbm,
+                            l2_bytes=z_l2)
+        costs += [step, settle]
     else:
         costs.append(step)
     return costs
@@ -433,9 +398,9 @@ def block_product_seconds(X, M: int, dev: Device, itemsize: int = 8) -> float:
     return dev.graph_node_s + max(hbm / dev.hbm_bandwidth, g_l2 / dev.l2_bandwidth)
 
 
-def summarise(costs: list[KernelCost], dev: Device, graph: bool = True) -> dict:
+def summarise(costs: list[KernelCost], dev: Device) -> dict:
     """Totals of one iteration: bytes, launches, modelled time, roofline and its fraction."""
-    seconds = sum(c.seconds(dev, graph) for c in costs)
+    seconds = sum(c.seconds(dev) for c in costs)
     roof = sum(c.roofline(dev) for c in costs)
     return {"hbm_bytes": sum(c.hbm_bytes for c in costs),
             "l2_bytes": sum(c.l2_bytes for c in costs),
@@ -604,45 +569,35 @@ def load(data: str):
 
 def model_table(X, ks, dev: Device, solvers=SOLVERS, active: float = 0.5,
                 iterations: dict | None = None, batches: int = 8) -> list[dict]:
-    """Rows of the model: one per (solver, k, design), with time to eps where counts are known."""
+    """Rows of the model: one per (solver, k), with time to eps where counts are known."""
     rows = []
     for k in ks:
         stats = batch_stats(X, k, batches=batches, active=active, blocks=dev.sms * 4)
         for solver in solvers:
-            for balanced in (False, True):
-                costs = iteration_costs(X, stats, dev, solver=solver, balanced=balanced,
-                                        active=active)
-                for graph in ((False, True) if not balanced else (True,)):
-                    tot = summarise(costs, dev, graph=graph)
-                    built = ("previous release" if not graph else
-                             "built" if balanced else "not built")
-                    row = {"solver": solver, "k": int(k),
-                           "design": ("balanced" if balanced else "per-row")
-                           + (", graph" if graph else ", host launches"),
-                           "built": built,
-                           "batch_nnz": stats.nnz, "longest_row": stats.max_row,
-                           "hot_rows": stats.hot,
-                           "kernels": [dict(asdict(c), seconds=c.seconds(dev, graph))
-                                       for c in costs], **tot}
-                    if balanced and graph:          # the node cost the targets allow
-                        def per_it(c, costs=costs):
-                            return summarise(costs, replace(dev, graph_node_s=c))["seconds"]
-                        row["node_cost_for_half_roofline"] = break_even_node_cost(
-                            per_it, 2.0 * tot["roofline_seconds"])
-                    it = (iterations or {}).get(f"{solver}@{k}")
-                    if isinstance(it, dict) and it.get("iterations"):
-                        row["time_to_eps"] = time_to_eps(X, tot["seconds"], it["iterations"],
-                                                         it.get("evaluations", 1), dev)
-                        row["time_to_eps"]["cadence"] = it.get("cadence", "epoch")
-                        ref = (iterations or {}).get("liblinear")
-                        if balanced and graph and isinstance(ref, dict) and ref.get("seconds"):
-                            def eps_at(c, it=it, per_it=per_it):
-                                d = replace(dev, graph_node_s=c)
-                                return time_to_eps(X, per_it(c), it["iterations"],
-                                                   it.get("evaluations", 1), d)["total_s"]
-                            row["time_to_eps"]["node_cost_for_twentieth"] = \
-                                break_even_node_cost(eps_at, ref["seconds"] / 20.0)
-                    rows.append(row)
+            costs = iteration_costs(X, stats, dev, solver=solver, active=active)
+            tot = summarise(costs, dev)
+            row = {"solver": solver, "k": int(k), "batch_nnz": stats.nnz,
+                   "longest_row": stats.max_row, "hot_rows": stats.hot,
+                   "kernels": [dict(asdict(c), seconds=c.seconds(dev)) for c in costs], **tot}
+
+            def per_it(c, costs=costs):          # the node cost the targets allow
+                return summarise(costs, replace(dev, graph_node_s=c))["seconds"]
+            row["node_cost_for_half_roofline"] = break_even_node_cost(
+                per_it, 2.0 * tot["roofline_seconds"])
+            it = (iterations or {}).get(f"{solver}@{k}")
+            if isinstance(it, dict) and it.get("iterations"):
+                row["time_to_eps"] = time_to_eps(X, tot["seconds"], it["iterations"],
+                                                 it.get("evaluations", 1), dev)
+                row["time_to_eps"]["cadence"] = it.get("cadence", "epoch")
+                ref = (iterations or {}).get("liblinear")
+                if isinstance(ref, dict) and ref.get("seconds"):
+                    def eps_at(c, it=it, per_it=per_it):
+                        d = replace(dev, graph_node_s=c)
+                        return time_to_eps(X, per_it(c), it["iterations"],
+                                           it.get("evaluations", 1), d)["total_s"]
+                    row["time_to_eps"]["node_cost_for_twentieth"] = \
+                        break_even_node_cost(eps_at, ref["seconds"] / 20.0)
+            rows.append(row)
     return rows
 
 
@@ -657,10 +612,10 @@ def _node(c: float | None) -> str:
 def _print(rows, dev: Device, data: str, reference: dict | None) -> None:
     print(f"# modelled on {dev.name}: {data}")
     print(f"# HBM {dev.hbm_bandwidth / 1e12:.2f} TB/s, L2 {dev.l2_bytes >> 20} MB, graph node "
-          f"{dev.graph_node_s * 1e6:.1f} us, host launch {dev.host_launch_s * 1e6:.0f} us, "
+          f"{dev.graph_node_s * 1e6:.1f} us, "
           f"same-address atomic {dev.atomic_same_address_s * 1e9:.1f} ns")
     for r in rows:
-        print(f"\n## {r['solver']}  k={r['k']}  {r['design']} [{r['built']}]  "
+        print(f"\n## {r['solver']}  k={r['k']}  "
               f"(batch: {r['batch_nnz']:.0f} nnz, "
               f"longest row {r['longest_row']:.0f}, hottest column in {r['hot_rows']:.0f} rows)")
         print(f"{'kernel':<22} {'HBM MB':>8} {'L2 MB':>8} {'launch':>6} {'hot atom':>8} "

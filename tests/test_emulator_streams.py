@@ -4,7 +4,8 @@ The emulated device backend stands in for CuPy: its launches wait on their strea
 something synchronises, and an operation outside the stream order raises (``strict``) or
 reads stale memory (``poison``).  These tests check the model on a small kernel, then
 that the device backend follows the stream rule of :mod:`gpusvm.backends.base`, that it
-would be caught if it did not, and that a segment of any length costs a bounded number of
+would be caught if it did not, that no device operation of any estimator's fit runs on the
+legacy default stream (:class:`LegacyOps`, even where no race shows), and that a segment of any length costs a bounded number of
 graph launches and captures.
 """
 
@@ -171,6 +172,55 @@ def test_legacy_stream_work_during_a_capture_raises(scale):
 
 
 # ------------------------------------------------------------------------- the device backend
+class LegacyOps:
+    """Every device operation issued while the current stream is the legacy default stream.
+
+    Hooks the emulated runtime where CuPy's entry points would be: array operations and
+    reads (``host_op``), allocations and results (``created``), uploads, downloads and
+    launches on the legacy stream.  Recording is on only inside :meth:`watch`.
+    """
+
+    def __init__(self, monkeypatch):
+        self.ops, self.on = [], False
+        for name in ("host_op", "created", "upload"):
+            monkeypatch.setattr(es, name, self._spy(getattr(es, name), name))
+        download = es.download
+
+        def spy_download(a, stream):
+            if self.on and stream is es.null:
+                self.ops.append("a download on the legacy stream")
+            return download(a, stream)
+        monkeypatch.setattr(es, "download", spy_download)
+
+        launch = es.Stream.launch
+
+        def spy_launch(stream, kernel, *args, **kwargs):
+            if self.on and stream is es.null:
+                self.ops.append(f"launch of {kernel.name}")
+            return launch(stream, kernel, *args, **kwargs)
+        monkeypatch.setattr(es.Stream, "launch", spy_launch)
+
+    def _spy(self, original, name):
+        def spy(*args, **kwargs):
+            if self.on and es.get_current_stream() is es.null:
+                if name == "host_op":
+                    reads, writes = args[0], args[1]
+                    if reads or writes:
+                        self.ops.append(args[2] if len(args) > 2 else kwargs.get("what", name))
+                elif name != "created" or args[0]:
+                    self.ops.append(name)
+            return original(*args, **kwargs)
+        return spy
+
+    @contextlib.contextmanager
+    def watch(self):
+        self.on = True
+        try:
+            yield
+        finally:
+            self.on = False
+
+
 def problem(n=300, d=30, seed=0):
     rng = np.random.default_rng(seed)
     X = sp.random(n, d, density=0.2, random_state=seed, format="csr", dtype=np.float64)
@@ -211,20 +261,13 @@ def test_reverting_the_stream_rule_is_caught(monkeypatch, M):
 
 
 @pytest.mark.parametrize("M", [1, 2])
-def test_every_array_operation_of_a_fit_runs_on_the_backend_stream(monkeypatch, M):
-    """No legacy-stream work in a fit path: the current stream at every device operation."""
-    seen = []
-    original = es.host_op
-
-    def spy(reads, writes, what="an array operation"):
-        if reads or writes:
-            seen.append((es.get_current_stream(), what))
-        return original(reads, writes, what)
-    monkeypatch.setattr(es, "host_op", spy)
-    res = _fits(M)
+def test_every_device_operation_of_a_fit_runs_on_the_backend_stream(monkeypatch, M):
+    """No legacy-stream work in the solvers: the current stream at every device operation."""
+    spy = LegacyOps(monkeypatch)
+    with spy.watch():
+        res = _fits(M)
     assert np.all(np.asarray(res.extra["gap"]) >= -1e-12)       # a certificate was computed
-    on_legacy = [what for stream, what in seen if stream is es.null]
-    assert seen and on_legacy == [], on_legacy[:5]
+    assert spy.ops == [], spy.ops[:5]
     assert es.races == []
 
 
@@ -284,3 +327,77 @@ def test_an_error_during_a_capture_is_raised_as_itself(monkeypatch):
     with pytest.raises(Boom, match="the launch failed"):
         run(sampler, 0, 5, p)
     assert not be.runtime.stream.is_capturing
+
+
+def _classes(n, c, seed):
+    y = np.random.default_rng(seed).integers(0, c, n)
+    return y if c > 2 else np.where(y == 1, 1, -1)
+
+
+def _est_cases():
+    from gpusvm import LinearSVC, PegasosSVC, PegasosSVCCV, SDCASVC, SDCASVCCV
+    sd = dict(backend="emulated", random_state=0, max_iter=8, batch_size=8)
+    pg = dict(backend="emulated", random_state=0, max_iter=30, batch_size=8)
+    cv = dict(backend="emulated", random_state=0, max_iter=6, batch_size=8, Cs=[0.1, 1.0], cv=2)
+    return {
+        "sdca binary": (lambda: SDCASVC(C=1.0, eval_every=2, **sd), 2, False),
+        "sdca multiclass weighted": (lambda: SDCASVC(C=1.0, **sd), 3, True),
+        "sdca squared hinge weighted": (lambda: SDCASVC(C=1.0, loss="squared_hinge", **sd), 2, True),
+        "sdca newton": (lambda: SDCASVC(C=1.0, solver="newton", loss="squared_hinge",
+                                                 backend="emulated", max_iter=5), 3, False),
+        "pegasos binary": (lambda: PegasosSVC(C=1.0, eval_every=10, **pg), 2, False),
+        "pegasos multiclass weighted squared": (
+            lambda: PegasosSVC(C=1.0, loss="squared_hinge", class_weight="balanced", **pg), 3, True),
+        "linear svc": (lambda: LinearSVC(C=1.0, backend="emulated", max_iter=5, random_state=0), 3, False),
+        "sdca cv binary": (lambda: SDCASVCCV(solver="sdca", **cv), 2, False),
+        "sdca cv multiclass weighted": (lambda: SDCASVCCV(solver="sdca", **cv), 3, True),
+        "pegasos cv": (lambda: PegasosSVCCV(backend="emulated", random_state=0, max_iter=20,
+                                            batch_size=8, Cs=[0.1, 1.0], cv=2), 2, False),
+    }
+
+
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+@pytest.mark.parametrize("case", list(_est_cases()))
+def test_no_device_operation_of_an_estimator_runs_on_the_legacy_stream(monkeypatch, case):
+    """Fit (certificates and the C search included) and decision_function of every estimator
+    on the device: each array operation, allocation, upload, download and launch is issued
+    on the backend's stream, none on the legacy default stream."""
+    make, n_classes, weighted = _est_cases()[case]
+    X, _ = problem(n=120, d=12)
+    y = _classes(120, n_classes, 1)
+    sw = np.random.default_rng(2).uniform(0.5, 2.0, 120) if weighted else None
+    spy = LegacyOps(monkeypatch)
+    est = make()
+    with spy.watch():
+        est.fit(X, y, sample_weight=sw)
+        D = est.decision_function(X)
+    assert est.backend_ == "emulated"
+    assert D.shape == ((120,) if n_classes == 2 else (120, n_classes))
+    assert spy.ops == [], spy.ops[:5]
+    assert es.races == []
+
+
+@pytest.mark.parametrize("M", [1, 3])
+def test_no_backend_call_runs_on_the_legacy_stream(monkeypatch, M):
+    """The backend's own entry points (decision function, evaluation) run on its stream."""
+    X, y = problem()
+    Y = y if M == 1 else np.stack([y, -y, y * np.sign(X[:, 1].toarray().ravel() - 0.05)], axis=1)
+    spy = LegacyOps(monkeypatch)
+    with spy.watch():
+        be = make_backend("emulated", X, Y, np.linspace(0.5, 2.0, X.shape[0]))
+        res = sdca(be, lam=1e-2, b=8, max_iter=6, seed=1, tol=0.0, loss="squared_hinge")
+        W = np.asarray(res.w, dtype=np.float64).reshape(X.shape[1], M)
+        D = be.runtime.download(be.decision_function_m(W, np.zeros(M)))
+        P = be.runtime.download(be.evaluate_m(W, np.zeros(M), 1e-2, "squared_hinge")[0])
+    np.testing.assert_allclose(D, X @ W, rtol=1e-12, atol=1e-12)
+    assert P.shape == (M,) and np.isfinite(res.extra["gap"]).all()
+    assert spy.ops == [], spy.ops[:5]
+
+
+def test_the_legacy_stream_spy_sees_work_the_race_check_cannot(monkeypatch):
+    """Sensitivity: with the solvers taken off the backend's stream, in "sync" mode (no race
+    can be seen, the emulator before streams were modelled), the spy still finds their work."""
+    spy = LegacyOps(monkeypatch)
+    with without_the_stream_rule(monkeypatch), es.using_mode("sync"), spy.watch():
+        _fits(1)
+    assert spy.ops and any("np." in op for op in spy.ops), spy.ops[:5]

@@ -1,4 +1,8 @@
-"""The performance model's arithmetic on a matrix small enough to count by hand."""
+"""The performance model's arithmetic on a matrix small enough to count by hand.
+
+The model describes the segment kernels the device backend runs (balanced by nonzeros, the
+batch drawn by the gather, a tile's updates summed per column before one atomic).
+"""
 
 from __future__ import annotations
 
@@ -14,9 +18,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import roofline  # noqa: E402
 from roofline import Device, KernelCost, batch_stats, iteration_costs, summarise  # noqa: E402
 
-#: round numbers: 1 GB/s of HBM, 2 GB/s of L2, 1 us per graph node, 10 us per host launch
+#: round numbers: 1 GB/s of HBM, 2 GB/s of L2, 1 us per graph node
 DEV = Device(name="toy", hbm_bandwidth=1e9, l2_bytes=1 << 20, l2_bandwidth=2e9, sms=1,
-             graph_node_s=1e-6, host_launch_s=10e-6, atomic_same_address_s=1e-9,
+             graph_node_s=1e-6, atomic_same_address_s=1e-9,
              lane_step_s=1e-7, upload_bandwidth=1e9)
 
 
@@ -42,63 +46,58 @@ def test_kernel_seconds_take_the_largest_bound():
     # bounds: 2 us HBM, 0.5 us L2, 1 us chain, 0.1 us atomics; plus 2 graph nodes
     assert c.seconds(DEV) == pytest.approx(2e-6 + 2e-6)
     assert c.roofline(DEV) == pytest.approx(2e-6)
-    # launched from the host: the device waits for 2 launches of 10 us
-    assert c.seconds(DEV, graph=False) == pytest.approx(20e-6)
 
 
 def test_pegasos_iteration_bytes_by_hand(tiny):
     s = batch_stats(tiny, k=4, batches=1)
-    costs = {c.kernel: c for c in iteration_costs(tiny, s, DEV, solver="pegasos",
-                                                 balanced=False, active=1.0)}
-    assert list(costs) == ["sample", "margins", "pegasos_step"]
-    assert costs["sample"].hbm_bytes == 4 * 4                       # rows[j]
-    # per row: rows 4 + indptr 16 + y 4 + m 8; per nonzero: index 4 + value 4; v (12 B) in L2
-    assert costs["margins"].hbm_bytes == 4 * (4 + 16 + 4) + 8 * 8 + 4 * 8
-    # one sector per request: a row's (<= 4) nonzeros are read at once, its columns in one sector
+    costs = {c.kernel: c for c in iteration_costs(tiny, s, DEV, solver="pegasos", active=1.0)}
+    assert list(costs) == ["margins", "pegasos_step"]          # the gather draws the batch
+    # per row: rows 4 + indptr 16 + y 4 + m 8; rows[j] drawn 4; per nonzero: index 4 + value 4;
+    # v (12 B) in L2
+    assert costs["margins"].hbm_bytes == 4 * (4 + 16 + 4) + 4 * 4 + 8 * 8 + 4 * 8
+    # one sector per request: a row's (<= 32) nonzeros are read at once, its columns in one sector
     assert costs["margins"].l2_bytes == 4 * 32
     # step: rows + m, every row active (indptr, y), its nonzeros, read-modify-write of v in L2
+    # (tiles of one row: 4 rows over 4 blocks, no two updates of a column summed)
     assert costs["pegasos_step"].hbm_bytes == 4 * (4 + 8) + 4 * (4 + 16 + 4) + 8 * 8
     assert costs["pegasos_step"].l2_bytes == 2 * 8 * 32
     assert costs["pegasos_step"].hot_atomics == 3                   # column 0 or 1: 3 rows
-    # one group per row (lanes = 4 for 2 nonzeros per row): the longest row needs 1 step
-    assert costs["margins"].chain_s == pytest.approx(1e-7)
+    assert all(c.chain_s == 0 for c in costs.values())
     tot = summarise(list(costs.values()), DEV)
-    assert tot["launches"] == 3
-    assert tot["hbm_bytes"] == 16 + 192 + 208
+    assert tot["launches"] == 2
+    assert tot["hbm_bytes"] == 208 + 208
     assert tot["roofline_seconds"] == pytest.approx(416 / 1e9)
     assert tot["seconds"] == pytest.approx(sum(c.seconds(DEV) for c in costs.values()))
     assert tot["fraction_of_roofline"] == pytest.approx(tot["roofline_seconds"] / tot["seconds"])
 
 
-def test_balanced_pegasos_step_caps_the_hot_column_at_one_atomic_per_block():
+def test_pegasos_step_caps_the_hot_column_at_one_atomic_per_block():
     X = sp.csr_matrix(np.ones((10, 2), dtype=np.float32))      # both columns in all 10 rows
     s = batch_stats(X, k=10, batches=1)
     assert s.hot == 10.0
-    step = {c.kernel: c for c in iteration_costs(X, s, DEV, balanced=True, active=1.0)}
+    step = {c.kernel: c for c in iteration_costs(X, s, DEV, active=1.0)}
     assert step["pegasos_step"].hot_atomics == 4 * DEV.sms       # one per block of the grid
-    per_row = {c.kernel: c for c in iteration_costs(X, s, DEV, balanced=False, active=1.0)}
-    assert per_row["pegasos_step"].hot_atomics == 10
 
 
-def test_balanced_design_drops_the_chain(tiny):
+def test_sdca_iteration_folds_the_steps_and_the_zeroing(tiny):
+    """Aggressive SDCA: the gather, rho's scatter, the step computing the adapted steps, and
+    the settle zeroing rho's scratch; no sampler and no kernel of the steps alone."""
     s = batch_stats(tiny, k=4, batches=1)
-    per_row = iteration_costs(tiny, s, DEV, solver="sdca-aggressive", balanced=False, active=1.0)
-    bal = iteration_costs(tiny, s, DEV, solver="sdca-aggressive", balanced=True, active=1.0)
-    # the gather draws the batch: no sampler launch; its rows[j] written there (first[j] too)
-    # and the steps with the adapted beta are computed in the step, rho's scratch zeroed in the
-    # settle: no sdca_deltas kernel
-    assert [c.kernel for c in bal] == ["sdca_margins", "sdca_rho", "sdca_apply (with the steps)",
-                                       "sdca_apply (settle, zeroing)"]
-    assert [c.kernel for c in per_row] == ["sample", "sdca_margins", "sdca_rho", "sdca_deltas",
-                                           "sdca_apply", "sdca_apply (settle)"]
-    assert per_row[0].hbm_bytes == 4 * 4
-    assert all(c.chain_s == 0 for c in bal)
-    assert max(c.hot_atomics for c in bal) == 3        # 3 rows < 4 blocks: no cap reached
-    assert bal[0].hbm_bytes == per_row[1].hbm_bytes + 4 * 4
-    assert bal[1].hbm_bytes == per_row[2].hbm_bytes
-    # folded, the steps are not written by one kernel and read by the next, and the batch's rows
-    # are read once less: 4 + 8 bytes a row fewer
-    assert sum(c.hbm_bytes for c in bal[2:]) == sum(c.hbm_bytes for c in per_row[3:]) - 4 * 12
+    costs = iteration_costs(tiny, s, DEV, solver="sdca-aggressive", active=1.0)
+    assert [c.kernel for c in costs] == ["sdca_margins", "sdca_rho", "sdca_apply (with the steps)",
+                                         "sdca_apply (settle, zeroing)"]
+    assert all(c.chain_s == 0 for c in costs)
+    assert max(c.hot_atomics for c in costs) == 3        # 3 rows < 4 blocks: no cap reached
+    row = 4 + 16 + 4                                      # rows, indptr, y
+    # gather: rows, rows[j] drawn, the CSR nonzeros, m, m's pair and the 16 B of the step's inputs
+    assert costs[0].hbm_bytes == 4 * row + 4 * 4 + 8 * 8 + 4 * (8 + 8 + 16)
+    assert costs[1].hbm_bytes == 4 * (4 + 8) + 4 * row + 8 * 8
+    # the step reads m, alpha and row_sq (3 x 8 B a row) on top of the plain step
+    assert costs[2].hbm_bytes == 4 * (4 + 8) + 4 * row + 4 * 8 + 8 * 8 + 4 * 8 * 3
+    # the settle: rows and alpha, delta, the zeroing (16 B a row, an index a nonzero)
+    assert costs[3].hbm_bytes == 4 * (4 + 8) + 4 * 8 + 4 * 8 + 4 * 16 + 8 * 4
+    safe = iteration_costs(tiny, s, DEV, solver="sdca-safe", active=1.0)
+    assert [c.kernel for c in safe] == ["sdca_margins", "sdca_apply"]
 
 
 def test_time_to_eps_adds_setup_iterations_and_evaluations(tiny):
@@ -119,25 +118,19 @@ def test_cli_prints_the_model(tmp_path, capsys, tiny):
                           "--batches", "2", "--json", str(out_json)]) == 0
     text = capsys.readouterr().out
     assert "# modelled on NVIDIA H100" in text
-    assert "pegasos  k=4  balanced, graph [built]" in text and "roofline" in text
-    assert "pegasos  k=4  per-row, host launches [previous release]" in text
+    assert "## pegasos  k=4  (batch: 8 nnz" in text and "roofline" in text
     rows = json.loads(out_json.read_text())["rows"]
-    assert {(r["k"], r["design"]) for r in rows} == {
-        (k, d) for k in (2, 4) for d in ("per-row, host launches", "per-row, graph",
-                                         "balanced, graph")}
+    assert [(r["solver"], r["k"]) for r in rows] == [("pegasos", 2), ("pegasos", 4)]
 
 
-def test_balanced_sdca_scatters_cap_the_hot_column_at_one_atomic_per_block():
+def test_sdca_scatters_cap_the_hot_column_at_one_atomic_per_block():
     """sdca_rho and sdca_apply sum a tile's updates per column, as Pegasos' step does."""
     X = sp.csr_matrix(np.ones((10, 2), dtype=np.float32))
     s = batch_stats(X, k=10, batches=1)
-    bal = {c.kernel: c for c in iteration_costs(X, s, DEV, solver="sdca-aggressive",
-                                                balanced=True, active=1.0)}
-    assert bal["sdca_rho"].hot_atomics == bal["sdca_apply (with the steps)"].hot_atomics \
+    costs = {c.kernel: c for c in iteration_costs(X, s, DEV, solver="sdca-aggressive",
+                                                  active=1.0)}
+    assert costs["sdca_rho"].hot_atomics == costs["sdca_apply (with the steps)"].hot_atomics \
         == 4 * DEV.sms
-    per_row = {c.kernel: c for c in iteration_costs(X, s, DEV, solver="sdca-aggressive",
-                                                    balanced=False, active=1.0)}
-    assert per_row["sdca_rho"].hot_atomics == per_row["sdca_apply"].hot_atomics == 10
 
 
 @pytest.mark.parametrize("solver", ["pegasos", "sdca-aggressive"])
@@ -182,9 +175,8 @@ def test_aggregated_counts_one_atomic_per_distinct_column_of_a_tile():
     X = sp.csr_matrix(np.ones((10, 2), dtype=np.float32))
     s = batch_stats(X, k=10, batches=1, active=1.0, blocks=5)
     assert s.aggregated == 0.5
-    bal = {c.kernel: c for c in iteration_costs(X, s, DEV, balanced=True, active=1.0)}
-    per_row = {c.kernel: c for c in iteration_costs(X, s, DEV, balanced=False, active=1.0)}
-    assert bal["pegasos_step"].l2_bytes == 0.5 * per_row["pegasos_step"].l2_bytes
+    step = {c.kernel: c for c in iteration_costs(X, s, DEV, active=1.0)}["pegasos_step"]
+    assert step.l2_bytes == 2 * (0.5 * 20) * roofline.SECTOR     # read-modify-write per atomic
     wide = sp.csr_matrix(np.ones((2, roofline.TABLE // 2 + 1), dtype=np.float32))
     assert batch_stats(wide, k=2, batches=1, active=1.0, blocks=1).aggregated == 1.0
     narrow = sp.csr_matrix(np.ones((2, roofline.TABLE // 2), dtype=np.float32))
@@ -192,7 +184,7 @@ def test_aggregated_counts_one_atomic_per_distinct_column_of_a_tile():
 
 
 def test_coalesced_counts_the_sectors_of_each_request():
-    """A request reads 32 consecutive nonzeros of a row (balanced) or LANES (per row); columns
+    """A request reads 32 consecutive nonzeros of a row (a warp on a chunk); columns
     that share a 32 B sector (8 float32 or 4 float64 values) cost one sector."""
     X = sp.csr_matrix((np.ones(64, np.float32), np.arange(64), [0, 64]), shape=(1, 64))
     s = batch_stats(X, k=1, batches=1)
@@ -200,8 +192,8 @@ def test_coalesced_counts_the_sectors_of_each_request():
     assert s.coalesced[(32, 8)] == 16 / 64
     spread = sp.csr_matrix((np.ones(3, np.float32), [0, 8, 16], [0, 3]), shape=(1, 24))
     assert batch_stats(spread, k=1, batches=1).coalesced[(32, 4)] == 1.0
-    bal = {c.kernel: c for c in iteration_costs(X, s, DEV, balanced=True, active=1.0)}
-    assert bal["margins"].l2_bytes == 8 * 32
+    costs = {c.kernel: c for c in iteration_costs(X, s, DEV, active=1.0)}
+    assert costs["margins"].l2_bytes == 8 * 32
 
 
 def test_break_even_node_cost_solves_the_affine_time():
@@ -214,14 +206,13 @@ def test_break_even_node_cost_solves_the_affine_time():
 
 
 def test_model_rows_give_the_node_cost_at_which_the_targets_hold(tmp_path, tiny):
-    """At the node cost the row gives, the built design is exactly at half its roofline and
-    exactly at 1/20 of LinearSVC's time to eps; the other designs get no such figure."""
+    """At the node cost the row gives, the iteration is exactly at half its roofline and
+    exactly at 1/20 of LinearSVC's time to eps."""
     from dataclasses import replace
     its = {"pegasos@4": {"iterations": 10, "evaluations": 3, "cadence": "solver"},
            "liblinear": {"seconds": 0.02}}
     rows = roofline.model_table(tiny, [4], DEV, ("pegasos",), iterations=its, batches=2)
-    [built] = [r for r in rows if r["built"] == "built"]
-    assert all("node_cost_for_half_roofline" not in r for r in rows if r is not built)
+    [built] = rows
     c = built["node_cost_for_half_roofline"]
     stats = batch_stats(tiny, 4, batches=2, blocks=DEV.sms * 4)
     dev = replace(DEV, graph_node_s=c)
