@@ -911,6 +911,8 @@ class PegasosSVC(_DaskLinearBase):
     of the subgradient at ``W_t``; the driver sums the parts and every replica of ``W``
     applies ``W_{t+1} = Proj((1 - eta_t lam) W_t + eta_t G_t)``, ``eta_t = 1/(lam t)``:
     the single-process algorithm with a stratified batch, ``W_t`` identical everywhere.
+    Both halves are the NumPy reference backend's step functions (one block: its
+    ``pegasos_segment_m`` on the same batches).
 
     Parameters
     ----------
