@@ -23,6 +23,8 @@ import pytest
 import scipy.sparse as sp
 
 import gpusvm.dask as gd
+from gpusvm.dask._blocks import block_seed
+from gpusvm.solvers._sampling import CounterSampler
 from gpusvm.model_io import load_model, save_model
 
 LAM = 1e-4
@@ -238,8 +240,6 @@ def test_sdca_lost_worker_without_recoveries_is_an_error(own_cluster, rcv1_small
 # ------------------------------------------------------------------ Pegasos
 def counter_batch(seed, b, size, k, t):
     """Block b's batch of iteration t (1-based): the counter stream keyed by (seed, block)."""
-    from gpusvm.dask._blocks import block_seed
-    from gpusvm.solvers._sampling import CounterSampler
     return CounterSampler(size, k, "without_replacement", block_seed(seed, b)).batch(t - 1)[0]
 
 
@@ -274,6 +274,37 @@ def test_pegasos_is_exact_synchronous_pegasos(two_workers, rcv1_small):
     w_ref = reference_pegasos(X, y, blocks, shares, seed, lam, T)
     np.testing.assert_allclose(clf.coef_.ravel(), w_ref, rtol=0, atol=1e-9)
     assert clf.objective_ == pytest.approx(primal(X, y, w_ref, lam), rel=1e-9)
+
+
+@pytest.mark.parametrize("loss, classes, weighted, averaging", [
+    ("hinge", 2, True, "tail"), ("squared_hinge", 3, False, "none")])
+def test_pegasos_one_block_is_the_reference_segment(two_workers, rcv1_small, loss, classes,
+                                                    weighted, averaging):
+    """One block: the synchronous fit is NumpyBackend's Pegasos segment on the same batches
+    (the blocks and the driver run the reference's step functions), bit for bit."""
+    from gpusvm.backends.base import PegasosPlan
+    from gpusvm.backends.numpy_ import NumpyBackend
+    X = sp.csr_matrix(rcv1_small.X[:2000], dtype=np.float64)
+    X.sort_indices()
+    n = X.shape[0]
+    rng = np.random.default_rng(1)
+    y = rcv1_small.y[:n] if classes == 2 else rng.integers(0, classes, n)
+    s = rng.random(n) + 0.5 if weighted else None
+    lam, k, T, seed = 1e-3, 50, 80, 7
+    clf = gd.PegasosSVC(lam=lam, loss=loss, batch_size=k, max_iter=T, averaging=averaging,
+                        bias="none", n_partitions=1, rebalance=False,
+                        random_state=seed).fit(X, y, sample_weight=s)
+    Y = np.where(y[:, None] == clf.classes_[None, -1 if classes == 2 else slice(None)], 1.0, -1.0)
+    be = NumpyBackend(X, Y, s)
+    be.init_state_m(averaging=averaging == "tail")
+    mean_s = 1.0 if s is None else s.mean()
+    radius = np.sqrt((2.0 if loss == "squared_hinge" else 1.0) * mean_s / lam)
+    plan = PegasosPlan(lam=lam, k=k, radius=radius, averaged=averaging == "tail",
+                       t_avg=T // 2, loss=loss)
+    be.pegasos_segment_m(CounterSampler(n, k, "without_replacement", block_seed(seed, 0)), 0, T,
+                         plan)
+    W, _ = be.output_m(averaging == "tail")
+    np.testing.assert_array_equal(clf.coef_, W.T)
 
 
 def test_pegasos_converges_and_is_deterministic(two_workers, rcv1_small):

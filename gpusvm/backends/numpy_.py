@@ -41,11 +41,11 @@ def _csr_rows_nnz(X: sp.csr_matrix, rows: np.ndarray):
 
 def _sum_by(index, values, size: int) -> np.ndarray:
     """``out[j, c] = sum of values[i, c] over index[i] == j`` in float64, shape (size, M),
-    summed in the order of ``i`` (one ``bincount`` per output)."""
-    out = np.empty((size, values.shape[1]))
-    for c in range(values.shape[1]):
-        out[:, c] = np.bincount(index, weights=values[:, c], minlength=size)
-    return out
+    summed in the order of ``i`` (a product with the 0/1 matrix ``[index[i] == j]`` in CSC:
+    bitwise one ``bincount`` per output, one pass for all of them)."""
+    S = sp.csc_matrix((np.ones(index.size), index, np.arange(index.size + 1)),
+                      shape=(size, index.size))
+    return S @ values.astype(np.float64, copy=False)
 
 
 class NumpyBackend(GeneralEvaluation):
@@ -124,25 +124,37 @@ class NumpyBackend(GeneralEvaluation):
     def add_rows_m(self, rows: np.ndarray, coef: np.ndarray, u_scale=None) -> np.ndarray:
         """``V[:, c] += sum_i coef_ic x_{rows_i}``; the exact change of each ``||v_c||^2`` (M,).
 
-        When ``u_scale`` (M,) is given, ``U[:, c] += u_scale_c *`` the same sum.  The
-        change is summed per column as ``(new - old)(new + old)``: its rounding is
-        relative to the change, not to ``||v_c||^2``.
+        :meth:`row_sum_m` then :meth:`add_sparse_m`.
         """
+        return self.add_sparse_m(*self.row_sum_m(rows, coef), u_scale)
+
+    def row_sum_m(self, rows: np.ndarray, coef: np.ndarray):
+        """``sum_i coef_ic x_{rows_i}`` as ``(idx, agg)``: the sorted columns that a row with
+        a nonzero coefficient touches (int64) and the sums there, float64 (q, M)."""
         owner, cols, vals = self._batch(rows)
         live = np.any(coef != 0.0, axis=1)             # inactive rows add nothing
         if not live.all():
             keep = live[owner]
             owner, cols, vals = owner[keep], cols[keep], vals[keep]
-        if cols.size == 0:
-            return np.zeros(self.n_outputs)
-        contrib = vals[:, None] * coef[owner]
         uniq, inv = np.unique(cols, return_inverse=True)
-        agg = _sum_by(inv, contrib, uniq.size)
-        old = self.V[uniq].astype(np.float64)
-        self.V[uniq] = old + agg
-        new = self.V[uniq].astype(np.float64)
+        return uniq.astype(np.int64), _sum_by(inv.ravel(), vals[:, None] * coef[owner], uniq.size)
+
+    def add_sparse_m(self, idx: np.ndarray, agg: np.ndarray, u_scale=None) -> np.ndarray:
+        """``V[idx] += agg``; the exact change of each ``||v_c||^2`` (M,).
+
+        When ``u_scale`` (M,) is given, ``U[idx] += u_scale agg``.  The change is summed
+        per column as ``(new - old)(new + old)``: its rounding is relative to the change,
+        not to ``||v_c||^2``.
+        """
+        if idx.size == 0:
+            return np.zeros(self.n_outputs)
+        old = self.V[idx].astype(np.float64, copy=False)
+        new = old + agg
+        self.V[idx] = new
+        if self.dtype != np.float64:                   # the stored (rounded) values
+            new = self.V[idx].astype(np.float64)
         if u_scale is not None and self.U is not None:
-            self.U[uniq] += u_scale * agg
+            self.U[idx] += u_scale * agg
         return np.sum((new - old) * (new + old), axis=0)
 
     # ------------------------------------------------------------ Pegasos
@@ -170,14 +182,13 @@ class NumpyBackend(GeneralEvaluation):
         self.sm[S_VSQ] = 0.0
         self.sm[S_A] = 1.0
 
-    def pegasos_step_m(self, rows, m, eta: float, shrink: float, k: int, unreg_bias: bool,
-                       radius: float, average: bool, squared: bool) -> None:
-        """Steps 4-5 of Pegasos Fig. 1 for every output, weighted, per loss (``_general``).
+    def pegasos_coef_m(self, rows, m, scale, squared: bool):
+        """Step 4's coefficients of the batch rows, weighted, per loss (``_general``).
 
-        ``a <- shrink a``; ``v_c += eta/(k a_c) sum_{m_ic < 1} g_ic y_ic x_i`` with
-        ``g_ic = s_i`` (hinge) or ``2 s_i (1 - m_ic)`` (squared hinge); the
-        unregularised bias step; the projection of each column onto the ball of
-        radius ``radius`` (0: none); the new iterate into the running average.
+        ``gy_ic = g_ic y_ic`` on ``m_ic < 1`` (0 elsewhere) with ``g_ic = s_i`` (hinge) or
+        ``2 s_i (1 - m_ic)`` (squared hinge), ``-d loss_i / d m_i``; returns
+        ``(scale gy, gy)``, and writes the active count and the loss sum of the batch
+        into ``sm[S_NACT]``, ``sm[S_LOSS]``.
         """
         sm = self.sm
         y_b = self.Y[rows].astype(np.float64)
@@ -186,20 +197,25 @@ class NumpyBackend(GeneralEvaluation):
         slack = np.maximum(0.0, 1.0 - m)
         sm[S_NACT] = np.count_nonzero(active, axis=0)
         if squared:
-            g = 2.0 * s_b * slack                              # -d loss_i / d m_i
+            g = 2.0 * s_b * slack
             sm[S_LOSS] = np.sum(s_b * slack * slack, axis=0)
         else:
             g = s_b * active
             sm[S_LOSS] = np.sum(s_b * slack, axis=0)
-        a = sm[S_A] * shrink                                   # (1 - eta_t lam) w_t
-        coef = np.where(active, (g * y_b) * (eta / (k * a)), 0.0)
-        dn = self.add_rows_m(rows, coef, u_scale=sm[S_ASUM])
+        gy = np.where(active, g * y_b, 0.0)
+        return gy * scale, gy
+
+    def pegasos_update_m(self, idx, agg, a, radius: float, average: bool) -> None:
+        """Steps 4-5 on ``W = V diag(a)`` from a sparse step: ``V[idx] += agg`` with
+        ``a`` the shrunk scale ``(1 - eta_t lam) a_t``, ``||v_c||^2`` moved by the exact
+        change, each column projected onto the ball of radius ``radius`` (0: none), the
+        new iterate into the running average when ``average``.
+        """
+        sm = self.sm
+        dn = self.add_sparse_m(idx, agg, u_scale=sm[S_ASUM])
         sm[S_DNORM] = dn
         sm[S_VSQ] += dn
         sm[S_A] = a
-        if unreg_bias:                                         # b - eta_t d/db of the batch loss
-            sm[S_YACT] = np.sum(np.where(active, g * y_b, 0.0), axis=0)
-            sm[S_B] += eta * sm[S_YACT] / k
         if radius > 0.0:                                       # step 5, each column alone
             wsq = a * a * sm[S_VSQ]
             over = wsq > radius * radius
@@ -208,6 +224,20 @@ class NumpyBackend(GeneralEvaluation):
             sm[S_ASUM] += sm[S_A]
             sm[S_NAVG] += 1.0
             sm[S_BSUM] += sm[S_B]
+
+    def pegasos_step_m(self, rows, m, eta: float, shrink: float, k: int, unreg_bias: bool,
+                       radius: float, average: bool, squared: bool) -> None:
+        """Steps 4-5 of Pegasos Fig. 1 for every output: ``a <- shrink a``;
+        ``v_c += eta/(k a_c) sum_i gy_ic x_i`` (:meth:`pegasos_coef_m`,
+        :meth:`row_sum_m`); the unregularised bias step; :meth:`pegasos_update_m`.
+        """
+        sm = self.sm
+        a = sm[S_A] * shrink                                   # (1 - eta_t lam) w_t
+        coef, gy = self.pegasos_coef_m(rows, m, eta / (k * a), squared)
+        if unreg_bias:                                         # b - eta_t d/db of the batch loss
+            sm[S_YACT] = np.sum(gy, axis=0)
+            sm[S_B] += eta * sm[S_YACT] / k
+        self.pegasos_update_m(*self.row_sum_m(rows, coef), a, radius, average)
 
     def renormalize_m(self, threshold: float) -> None:
         """Fold ``a_c`` into column ``c`` of ``V`` for each output with ``|a_c| < threshold``.

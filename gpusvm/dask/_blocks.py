@@ -4,11 +4,12 @@ Each block lives in one actor (:class:`SDCABlock`, :class:`PegasosBlock`) pinned
 for the whole fit: its rows, labels, weights and solver state stay in the worker's memory and
 its calls go from the driver straight to the worker (no task graph).  The local work is a
 backend's (:func:`gpusvm.backends.make_backend`) segment over the block's rows
-(``sdca_segment_m``, ``pegasos_segment_m``), batches from the counter keyed by the fit's
-seed and the block.  A block re-indexes its columns to the features its rows use
-(``cols``): its state and messages are ``d_k x M``, not ``d x M``.  Every call names the
-round the driver believes the block is at; a block at another one (rebuilt behind the
-driver's back) raises :class:`StaleBlockError`.
+(``sdca_segment_m``, ``pegasos_segment_m``) or, for synchronous Pegasos, the reference
+backend's step functions (:meth:`PegasosBlock.iterate`, :func:`driver_step`); batches come
+from the counter keyed by the fit's seed and the block.  A block re-indexes its columns to
+the features its rows use (``cols``): its state and messages are ``d_k x M``, not ``d x M``.
+Every call names the round the driver believes the block is at; a block at another one
+(rebuilt behind the driver's back) raises :class:`StaleBlockError`.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ import scipy.sparse as sp
 
 from ..backends import make_backend
 from ..backends._state import S_A, S_VSQ
-from ..backends.base import PegasosPlan, SDCAPlan
+from ..backends.base import PegasosPlan, SDCAPlan, step_size
+from ..backends.numpy_ import NumpyBackend
 from ..solvers._sampling import CounterSampler, stream_key
 
 
@@ -240,87 +242,13 @@ def line_search(W, U, b, q, lam, n):
     return np.clip(gamma, 0.0, 1.0)
 
 
-def pegasos_apply(V, s, idx, vals, eta, lam, radius, project):
-    """One Pegasos step ``W <- Proj((1 - eta lam) W + eta G)`` on ``W = V diag(a)``.
-
-    ``s`` holds ``[a, nu]`` per output (``nu = ||w||^2``, in place); ``G`` is the all-reduced
-    subgradient ``vals`` (q, M) on the rows ``idx`` of ``V``.  The driver's replica runs this;
-    the blocks replay it on their columns (:func:`pegasos_replay`) from the record returned,
-    ``(zeroed, a_step, fold, a_final)``, so every replica stays bitwise identical (ALGORITHMS.md,
-    Pegasos, sparse form).
-    """
-    shrink = 1.0 - eta * lam
-    zeroed = shrink <= 0.0
-    if zeroed:                   # t = 1: w_{3/2} = eta g exactly
-        V[...] = 0.0
-        s[0] = 1.0
-        s[1] = 0.0
-    else:
-        s[0] *= shrink
-        s[1] *= shrink * shrink
-    a = s[0].copy()
-    if idx.size:
-        old = V[idx]
-        new = old + eta * vals / a
-        V[idx] = new
-        s[1] += a * a * ((new * new).sum(axis=0) - (old * old).sum(axis=0))
-    np.maximum(s[1], 0.0, out=s[1])
-    if project:
-        over = s[1] > radius * radius
-        if over.any():
-            s[0] = np.where(over, a * radius / np.sqrt(np.where(over, s[1], 1.0)), a)
-            s[1] = np.where(over, radius * radius, s[1])
-    fold = np.full(s.shape[1], np.nan)
-    for c in np.flatnonzero(np.abs(s[0]) < 1e-6):     # fold the scale before it underflows
-        fold[c] = s[0, c]
-        V[:, c] *= s[0, c]
-        s[1, c] = float(V[:, c] @ V[:, c])
-        s[0, c] = 1.0
-    return zeroed, a, fold, s[0].copy()
-
-
-def pegasos_replay(V, a_out, record, idx, vals, eta):
-    """Replay :func:`pegasos_apply`'s ``record`` on a block's replica ``V`` (its columns;
-    ``idx`` local), setting its scales ``a_out`` to the driver's.
-    """
-    zeroed, a_step, fold, a_final = record
-    if zeroed:
-        V[...] = 0.0
-    if idx.size:
-        V[idx] = V[idx] + eta * vals / a_step
-    for c in np.flatnonzero(~np.isnan(fold)):
-        V[:, c] *= fold[c]
-    a_out[...] = a_final
-
-
-def batch_part(X, Y, s, rows, V, a, weight, loss):
-    """One block's share of a mini-batch Pegasos subgradient on the rows of ``V`` it touches.
-
-    ``weight * sum_{i in rows} g_ic y_ic x_i``, ``g_ic = s_i [m_ic < 1]`` (hinge) or
-    ``2 s_i max(0, 1 - m_ic)`` (squared hinge), ``m_ic = y_ic a_c <v_c, x_i>`` (Shalev-Shwartz
-    et al. 2007, Fig. 1).  Returns ``idx`` (int64), ``vals`` (q, M) and ``n_active`` (M,).
-    """
-    Xb = X[rows]
-    Yb = Y[rows]
-    m = Yb * (np.asarray(Xb @ V) * a)
-    sb = np.ones(rows.size) if s is None else s[rows]
-    if loss == "squared_hinge":
-        g = 2.0 * sb[:, None] * np.maximum(0.0, 1.0 - m)
-    else:
-        g = sb[:, None] * (m < 1.0)
-    coef = weight * g * Yb
-    idx, inv = np.unique(Xb.indices, return_inverse=True)
-    Xs = sp.csr_matrix((Xb.data, inv.ravel(), Xb.indptr), shape=(rows.size, idx.size))
-    vals = np.asarray(Xs.T @ coef)
-    return idx.astype(np.int64), vals, (m < 1.0).sum(axis=0)
-
-
 class PegasosBlock:
     """One row block of distributed mini-batch Pegasos, resident on a worker.
 
-    Holds a replica of ``W = V diag(a)`` on its columns (``V``, ``a``: the state to start from,
-    None: 0 and 1) that every iteration ``t`` updates with the driver's all-reduced
-    subgradient; ``share`` is the block's rows per iteration.
+    Holds a replica of ``W = V diag(a)`` on its columns in a :class:`NumpyBackend` over
+    its rows (``V``, ``a``: the state to start from, None: 0 and 1) that every iteration
+    ``t`` updates with the driver's all-reduced step; ``share`` is the block's rows per
+    iteration.
     """
 
     def __init__(self, X, Y, s, block, n, share, seed, bias, intercept_scaling, loss, backend, V,
@@ -330,14 +258,14 @@ class PegasosBlock:
         self.cols, self.X = local_columns(Xc)
         n_k = Xc.shape[0]
         self.Y = np.ascontiguousarray(np.reshape(Y, (n_k, -1)), dtype=np.float64)
-        M = self.Y.shape[1]
         self.s = None if s is None else np.ascontiguousarray(s, dtype=np.float64)
         self.block, self.n, self.share, self.loss = block, n, share, loss
         self.backend = backend
-        self.weight = n_k / (n * share)
-        self.V = np.zeros((self.cols.size, M)) if V is None else \
-            np.array(np.reshape(V, (self.d, M))[self.cols], dtype=np.float64)
-        self.a = np.ones(M) if a is None else np.array(a, dtype=np.float64)
+        self.k_eff = n * share / n_k     # the block's rows stand for n_k / n of the batch
+        self.ref = NumpyBackend(self.X, self.Y, self.s)
+        self.ref.init_state_m(None if V is None else np.reshape(V, (self.d, -1))[self.cols])
+        if a is not None:
+            self.ref.sm[S_A] = a
         self.t = t
         self.seed = block_seed(seed, block)
         self.sampler = CounterSampler(n_k, share, "without_replacement", self.seed)
@@ -375,29 +303,61 @@ class PegasosBlock:
         self.t = t0 + local_steps
         return {"w": _host(W), "seconds": time.perf_counter() - start}
 
-    def iterate(self, t, update, lam, radius, project, evaluate, sample=True):
-        """Apply step ``t - 1`` (``update = (idx, vals, record)``, global columns;
-        None at ``t = 1``), then return this block's ``idx``, ``vals``, ``n_active`` of step ``t``
-        (unless not ``sample``) and the loss sums at ``w_t`` when ``evaluate``.
+    def iterate(self, t, update, lam, evaluate, sample=True):
+        """Apply step ``t - 1`` (``update``, global columns, from :func:`driver_step`; None
+        at ``t = 1``), then return this block's part ``idx``, ``agg`` of step ``t`` (unless
+        not ``sample``) and the loss sums at ``w_t`` when ``evaluate``.
+
+        The step is the driver's: the reference's ``pegasos_update_m`` with its shrunk
+        scale, then its scales after the projection (which saw the whole ``||v||^2``) and
+        ``renormalize_m``, so every replica of ``V`` stays bitwise the driver's.  The part
+        is the reference's ``sum_i eta_t/(k' a) g_i y_i x_i`` over the block's rows of
+        ``A_t`` at its replica (``margins_m``, ``pegasos_coef_m``, ``row_sum_m``),
+        ``k' = n k_k / n_k``.
         """
         if t != self.t:
             raise StaleBlockError(
                 f"block {self.block} is at iteration {self.t}, the driver expects {t}")
+        ref = self.ref
         if update is not None:
-            idx, vals, record = update
-            pos = np.searchsorted(self.cols, idx)
-            pos = np.minimum(pos, self.cols.size - 1)
+            idx, agg, a_step, a_new = update
+            pos = np.minimum(np.searchsorted(self.cols, idx), self.cols.size - 1)
             mine = self.cols[pos] == idx
-            pegasos_replay(self.V, self.a, record, pos[mine], vals[mine], 1.0 / (lam * (t - 1)))
+            ref.pegasos_update_m(pos[mine], agg[mine], a_step, 0.0, False)
+            ref.sm[S_A] = a_new          # the driver's projection saw the whole ||v||^2
+            ref.renormalize_m(PegasosPlan.renorm_threshold)
         out = {}
         if evaluate:
-            out["loss"] = self.loss_sum(self.V * self.a)
+            out["loss"] = self.loss_sum(ref.V * ref.sm[S_A])
         if not sample:
             self.t = t
             return out
         rows, _ = self.sampler.batch(t - 1)
-        idx, vals, n_active = batch_part(self.X, self.Y, self.s, rows.astype(np.int64), self.V,
-                                         self.a, self.weight, self.loss)
-        out["idx"], out["vals"], out["n_active"] = self.cols[idx], vals, n_active
+        m = ref.margins_m(rows)                                     # step 2, at w_t
+        eta, shrink = step_size("pegasos", t, lam, None, 0.0)        # step 3
+        if shrink == 0.0:
+            ref.reset_scale_m()
+            shrink = 1.0
+        coef, _ = ref.pegasos_coef_m(rows, m, eta / (self.k_eff * (ref.sm[S_A] * shrink)),
+                                     self.loss == "squared_hinge")
+        idx, out["agg"] = ref.row_sum_m(rows, coef)
+        out["idx"] = self.cols[idx]
         self.t = t + 1
         return out
+
+
+def driver_step(be, t, lam, idx, agg, radius, average):
+    """Pegasos step ``t`` on the driver's replica ``be`` (a :class:`NumpyBackend` without
+    rows) from the all-reduced part ``(idx, agg)``, as in ``pegasos_segment_m``: the reset
+    at ``t = 1``, ``pegasos_update_m``, ``renormalize_m``.  Returns the blocks' update
+    ``(idx, agg, a_step, a_new)`` (the shrunk scales, and those after the projection).
+    """
+    _, shrink = step_size("pegasos", t, lam, None, 0.0)
+    if shrink == 0.0:
+        be.reset_scale_m()
+        shrink = 1.0
+    a_step = be.sm[S_A] * shrink
+    be.pegasos_update_m(idx, agg, a_step, radius, average)
+    update = (idx, agg, a_step, be.sm[S_A].copy())
+    be.renormalize_m(PegasosPlan.renorm_threshold)
+    return update

@@ -15,11 +15,12 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_array, check_is_fitted
 
 from ..backends import BACKENDS
+from ..backends._state import S_A
+from ..backends.numpy_ import NumpyBackend
 from ..estimators._base import _LinearSVCBase
 from ..estimators._base import (LOSSES, MULTI_CLASS_MODES, class_labels, output_problems,
                                 resolve_lam, row_weights)
-from ._blocks import (PegasosBlock, SDCABlock, StaleBlockError, commit, line_search,
-                      pegasos_apply)
+from ._blocks import PegasosBlock, SDCABlock, StaleBlockError, commit, line_search, driver_step
 
 #: bias modes of the distributed estimators (both have a box-constrained dual / a plain step)
 DASK_BIAS_MODES = ("none", "augmented")
@@ -910,6 +911,8 @@ class PegasosSVC(_DaskLinearBase):
     of the subgradient at ``W_t``; the driver sums the parts and every replica of ``W``
     applies ``W_{t+1} = Proj((1 - eta_t lam) W_t + eta_t G_t)``, ``eta_t = 1/(lam t)``:
     the single-process algorithm with a stratified batch, ``W_t`` identical everywhere.
+    Both halves are the NumPy reference backend's step functions (one block: its
+    ``pegasos_segment_m`` on the same batches).
 
     Parameters
     ----------
@@ -1083,16 +1086,9 @@ class PegasosSVC(_DaskLinearBase):
             infos = self._gather([blk.info() for blk in blocks])
             d = infos[0][1]
             ctx["cols"] = [info[3] for info in infos]
-            V, st = np.zeros((d, M)), np.array([np.ones(M), np.zeros(M)])
-            w_sum, n_sum = np.zeros((d, M)), 0
-            if self.local_steps == 1:
-                t, stop, w_sum, n_sum = self._sync_loop(blocks, V, st, w_sum, n_sum, ctx)
-                w_last = st[0] * V
-            else:
-                t, stop, w_sum, n_sum, w_last = self._local_loop(blocks, d, M, w_sum, n_sum,
-                                                                 ctx)
+            loop = self._sync_loop if self.local_steps == 1 else self._local_loop
+            t, stop, W = loop(blocks, d, M, ctx)
             blocks = self._blocks
-            W = w_sum / n_sum if n_sum else w_last
             cols = ctx["cols"]
             while True:
                 try:
@@ -1102,7 +1098,6 @@ class PegasosSVC(_DaskLinearBase):
                     if not _lost_error(exc):
                         raise
                     self._recover(exc, "the final evaluation", blocks)
-                    state["V"], state["a"] = V, st[0]
                     blocks = self._place(client, sources, make(t))
         finally:
             self._release()
@@ -1127,47 +1122,50 @@ class PegasosSVC(_DaskLinearBase):
         return not (self.callback is not None and
                     self.callback(t - 1, objective, elapsed) is False)
 
-    def _sync_loop(self, blocks, V, st, w_sum, n_sum, ctx):
-        """Synchronous all-reduce iterations (one call per block and iteration)."""
+    def _sync_loop(self, blocks, d, M, ctx):
+        """Synchronous all-reduce iterations (one call per block and iteration); the driver's
+        replica of ``W`` is the reference backend's state without rows.  Returns ``t``, the
+        stop reason and the last or averaged ``W``."""
         stop = "max_iter"
         update = None
         t = 1
-        lam, radius, project, n = ctx["lam"], ctx["radius"], ctx["project"], ctx["n"]
-        allreduce = _AllReduce(V.shape[0], V.shape[1])
+        lam, n, tail_from = ctx["lam"], ctx["n"], ctx["tail_from"]
+        radius = ctx["radius"] if ctx["project"] else 0.0
+        be = NumpyBackend(sp.csr_matrix((0, d)), np.zeros((0, M)))
+        be.init_state_m(averaging=tail_from is not None)
+        allreduce = _AllReduce(d, M)
         while t <= ctx["T"]:
             evaluate = t > 1 and (t - 1) % ctx["every"] == 0
             try:
-                res = self._gather([blk.iterate(t, update, lam, radius, project, evaluate)
-                                    for blk in blocks])
+                res = self._gather([blk.iterate(t, update, lam, evaluate) for blk in blocks])
             except Exception as exc:
                 if not _lost_error(exc):
                     raise
                 self._recover(exc, f"iteration {t}", blocks)
-                ctx["state"]["V"], ctx["state"]["a"] = V, st[0].copy()
+                ctx["state"]["V"], ctx["state"]["a"] = be.V, be.sm[S_A].copy()
                 blocks = self._place(ctx["client"], ctx["sources"], ctx["make"](t))
                 update = None
                 continue
             if evaluate:
-                objective = 0.5 * lam * st[0] * st[0] * np.einsum("ij,ij->j", V, V) + \
+                a = be.sm[S_A]
+                objective = 0.5 * lam * a * a * np.einsum("ij,ij->j", be.V, be.V) + \
                     np.sum([x["loss"] for x in res], axis=0) / n
                 if not self._evaluation(t, float(objective.max()), ctx):
                     stop = "callback"
                     break
-            idx, vals = allreduce(res)
-            record = pegasos_apply(V, st, idx, vals, 1.0 / (lam * t), lam, radius, project)
-            update = (idx, vals, record)
-            if ctx["tail_from"] is not None and t + 1 >= ctx["tail_from"]:
-                w_sum += st[0] * V  # w_{t+1}
-                n_sum += 1
+            idx, agg = allreduce(res)
+            update = driver_step(be, t, lam, idx, agg, radius,
+                                 tail_from is not None and t + 1 >= tail_from)  # w_{t+1}
             t += 1
             if ctx["bar"] is not None:
                 ctx["bar"].update(1)
         self._blocks = blocks
-        return t, stop, w_sum, n_sum
+        return t, stop, be.output_m(tail_from is not None)[0]
 
-    def _local_loop(self, blocks, d, M, w_sum, n_sum, ctx):
+    def _local_loop(self, blocks, d, M, ctx):
         """Local-steps variant: ``local_steps`` iterations per block, then a weighted average."""
         stop = "max_iter"
+        w_sum, n_sum = np.zeros((d, M)), 0
         n, cols = ctx["n"], ctx["cols"]
         weights = [src["rows"].size / n for src in ctx["sources"]]
         lam, radius, project = ctx["lam"], ctx["radius"], ctx["project"]
@@ -1211,7 +1209,7 @@ class PegasosSVC(_DaskLinearBase):
                     stop = "callback"
                     break
         self._blocks = blocks
-        return t, stop, w_sum, n_sum, W
+        return t, stop, w_sum / n_sum if n_sum else W
 
     def to_local(self):
         """This model as an ordinary fitted :class:`gpusvm.PegasosSVC` (e.g. for ``save_model``).
@@ -1239,9 +1237,9 @@ class _AllReduce:
 
     def __call__(self, res):
         if len(res) == 1:
-            return res[0]["idx"], res[0]["vals"]
+            return res[0]["idx"], res[0]["agg"]
         for x in res:  # indices are unique within one block's part
-            self.acc[x["idx"]] += x["vals"]
+            self.acc[x["idx"]] += x["agg"]
             self.mark[x["idx"]] = True
         idx = np.flatnonzero(self.mark)
         vals = self.acc[idx]
