@@ -227,8 +227,13 @@ def load_module(kind: str = "cupy"):
         mod = _cupy_modules.get(dev)
         if mod is None:
             start = time.perf_counter()
+            names = name_expressions()
             mod = cupy.RawModule(code=module_source(), options=compile_options(),
-                                 name_expressions=name_expressions())
+                                 name_expressions=names)
+            # CuPy compiles a module on its first get_function, not in the constructor: do
+            # it here, so that the compile (or the disk cache's load) happens, and is timed,
+            # once and before the first fit's clock starts
+            mod.get_function(names[0])
             compile_seconds[dev] = time.perf_counter() - start
             _cupy_modules[dev] = mod
             if not cupy_caches_module(cupy.__version__):
