@@ -6,7 +6,7 @@
 #   benchmarks/gpu_session.sh --emulated      # the same steps, the emulated runtime for CuPy
 #   benchmarks/gpu_session.sh parity eps      # some steps only (then the summary)
 #   benchmarks/gpu_session.sh stage           # where ../shared/data exists: copy the files the
-#                                             # steps read into .gpudata/ (about 41 MB)
+#                                             # steps read into .gpudata/ (about 40 MB)
 #
 # Steps: env compile tests parity sanitizer iterations eps (see gpu_session.py).  A step whose
 # OUT/<step>.json exists is skipped (the session resumes); FORCE=1 runs it again.  Needs
@@ -19,8 +19,7 @@ PY=${PYTHON:-python3}
 OUT=${OUT:-$PWD/gpu-results}
 STEP_LIMIT=${STEP_LIMIT:-600}
 FILES="a9a/a9a a9a/a9a.t imdb/imdb_tfidf_unigram.train.svm.gz
-imdb/imdb_tfidf_unigram.test.svm.gz news20/news20bydate_binary_uni+bigram.train.svm.gz
-news20/news20bydate_binary_uni+bigram.test.svm.gz"
+news20/news20bydate_binary_uni+bigram.train.svm.gz"
 
 if [ "${1:-}" = "stage" ]; then
     for f in $FILES; do
