@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import time
 import warnings
 
 import numpy as np
@@ -20,7 +21,7 @@ from gpusvm.datasets import normalize_rows
 from gpusvm.estimators import DataScaleWarning
 from gpusvm import SDCASVC
 from gpusvm.solvers.pegasos import doubling_estimate, pegasos
-from gpusvm.solvers.sdca import next_certificate, sdca
+from gpusvm.solvers.sdca import CertificateCosts, next_certificate, sdca
 
 LAM = 1e-4
 
@@ -180,6 +181,68 @@ def test_certificate_cadence_adapts_to_the_gap():
     history = [(100, 1, 0, 0.1, 0), (500, 1, 0, 0.004, 0), (800, 1, 0, 0.0035, 0)]
     steady = math.log(0.1 / 0.0035) / 700
     assert next_certificate(history, 1e-3, epoch) == int(1.2 * math.log(3.5) / steady) == 313
+
+
+def test_certificate_cadence_never_certifies_sooner_than_the_balance():
+    epoch = 100
+    # the measured balance lifts both rules: far from tol (rate-based) and with tol = 0
+    assert next_certificate([(100, 1, 0, 0.0016, 0), (200, 1, 0, 0.0012, 0)], 1e-3, epoch,
+                            balance=300) == 300
+    assert next_certificate([(100, 1, 0, 0.5, 0)], 0.0, epoch, balance=350) == 350
+    # up to 4 times the last interval
+    assert next_certificate([(100, 1, 0, 0.5, 0)], 0.0, epoch, balance=7000) == 400
+    assert next_certificate([(100, 1, 0, 0.0016, 0), (200, 1, 0, 0.0012, 0)], 1e-3, epoch,
+                            balance=900) == 400
+    # and never lowers them
+    assert next_certificate([(100, 1, 0, 0.5, 0)], 1e-3, epoch, balance=10) == 400
+
+
+def test_certificate_costs_balance_is_the_certificate_in_iterations():
+    costs = CertificateCosts()
+    assert costs.balance() == 0                       # nothing measured
+    now = time.perf_counter()
+    costs.segment(10, now - 5.0)                      # the first segment (compiles) is set aside
+    costs.segment(1000, time.perf_counter() - 1.0)    # 1 ms an iteration
+    costs.certificate(time.perf_counter() - 9.0)      # alone, the first counts
+    assert 8990 <= costs.balance() <= 9000
+    costs.certificate(time.perf_counter() - 0.25)     # then the median of the others
+    costs.certificate(time.perf_counter() - 0.5)
+    costs.certificate(time.perf_counter() - 30.0)     # (one that paid a compile)
+    assert 495 <= costs.balance() <= 500
+
+
+class _TimedNumpy(NumpyBackend):
+    """The reference backend with a device's ``synchronize`` and a slow certificate."""
+
+    def synchronize(self):
+        pass
+
+    def dual_weights_m(self, lam):
+        time.sleep(0.25)
+        return super().dual_weights_m(lam)
+
+
+def test_sdca_spaces_costly_certificates_by_their_measured_cost(a9a_part):
+    X, y, _ = a9a_part
+    b = 64
+    epoch = math.ceil(X.shape[0] / b)
+    # tol = 0: a certificate an epoch, where a certificate's cost does not say otherwise
+    plain = sdca(NumpyBackend(X, y), lam=1e-3, b=b, max_iter=8 * epoch, seed=0, tol=0.0)
+    timed = sdca(_TimedNumpy(X, y), lam=1e-3, b=b, max_iter=8 * epoch, seed=0, tol=0.0)
+    assert [h[0] for h in plain.history] == [epoch * (i + 1) for i in range(8)]
+    ends = [h[0] for h in timed.history]
+    steps = np.diff([0] + ends)
+    per_step = timed.history[-1][4] / timed.n_iter       # an upper bound: certificates included
+    # once a certificate is measured, no interval is shorter than a certificate's worth of
+    # iterations (0.25 s of sleep each), but the last, cut by max_iter
+    assert all(s >= 0.25 / per_step for s in steps[1:-1])
+    assert steps[-1] == 8 * epoch - ends[-2]
+    assert len(timed.history) < len(plain.history)
+    # a CPU backend (no synchronize) keeps the cadence that depends on the gaps alone: a
+    # second fit repeats the first to the bit
+    again = sdca(NumpyBackend(X, y), lam=1e-3, b=b, max_iter=8 * epoch, seed=0, tol=0.0)
+    assert [h[0] for h in again.history] == [h[0] for h in plain.history]
+    np.testing.assert_array_equal(again.w, plain.w)
 
 
 def test_doubling_estimate_reads_the_rate_from_the_decreases():

@@ -384,6 +384,16 @@ class DeviceBackend(GeneralEvaluation):
 
     # ------------------------------------------------------------ transfers
     @_on_device
+    def synchronize(self) -> None:
+        """Wait until the work launched on the backend's stream has run (no copy).
+
+        The solvers call it only to time their parts (the certificates' cadence of
+        :func:`~gpusvm.solvers.sdca.sdca`); the CPU backends, which finish every call
+        before returning, have no such method.
+        """
+        self.runtime.stream.synchronize()
+
+    @_on_device
     def to_host(self, a):
         """Copy ``a`` to the host as a NumPy array (the only device-to-host copy).
 
