@@ -333,6 +333,49 @@ def time_to_eps(backend: str, X, y, solver: str, k: int, lam: float, eps: float,
     return r
 
 
+def certificate_parts(backend: str, X, y, k: int, lam: float, repeat: int) -> list[dict]:
+    """Seconds of each part of one SDCA certificate (``certificate_m`` and the best point).
+
+    After two epochs of SDCA at batch size ``k``, each part runs alone ``repeat`` times
+    (after one call not counted), timed as :class:`Timer` times a segment: the margins'
+    pass, ``W(alpha)``, the norms, the primal and dual objectives with their downloads, and
+    :class:`~gpusvm.solvers.sdca.BestPoints`' segment minimum, beside the whole.
+    """
+    from gpusvm.solvers.sdca import BestPoints, certificate_m, primal_from_margins  # noqa: PLC0415
+    be = make_backend(backend, X, y)
+    epoch = max(1, math.ceil(X.shape[0] / k))
+    run_solver(be, "sdca-aggressive", lam, k, 2 * epoch, epoch)
+    timer = Timer(be)
+    loss = "hinge"
+    W = be.dual_weights_m(lam)
+    with be.runtime.activate():
+        A = be.xp.ascontiguousarray((be.decision_function_m(W, 0.0) * be.Y).T)
+        sq = be.xp.asarray(be.col_sq_norms_m(W))
+    best = BestPoints(be, lam, loss, be.sample_weight)
+    cert = certificate_m(be, lam, loss)
+    best.offer(np.arange(1), *cert[:1], cert[4], cert[1], cert[5])
+
+    def offer():
+        best.offer(np.arange(1), cert[0], cert[4], cert[1], cert[5])
+
+    def primal():
+        with be.runtime.activate():
+            be.to_host(primal_from_margins(be.xp, A, be.sample_weight, sq, lam, loss))
+
+    parts = {"certificate_m (all below but the best point)": lambda: certificate_m(be, lam, loss),
+             "dual_weights_m: W(alpha), float64": lambda: be.dual_weights_m(lam),
+             "decision_function_m * Y: the margins": lambda: be.decision_function_m(W, 0.0),
+             "col_sq_norms_m": lambda: be.col_sq_norms_m(W),
+             "primal_from_margins + to_host": primal,
+             "dual_objective_m + to_host": lambda: be.to_host(
+                 be.dual_objective_m(lam, W, loss, sq=np.ones(1))),
+             "BestPoints.offer: segment minimum": offer}
+    rows = []
+    for name, fn in parts.items():
+        rows.append({"part": name, "k": k, "seconds": timer(fn, repeat)})
+    return rows
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--backend", choices=("cupy", "emulated"),
@@ -344,7 +387,11 @@ def main(argv=None) -> int:
     parser.add_argument("--eps", type=float, default=1e-3)
     parser.add_argument("--datasets", default="imdb,news20")
     parser.add_argument("--parts", default="iterations,kernels,eps",
-                        help="which tables: iterations, kernels, eps (comma-separated)")
+                        help="which tables: iterations, kernels, eps, certificate "
+                             "(comma-separated)")
+    parser.add_argument("--kernel-k", type=int, default=None,
+                        help="the batch size of the kernels' and the certificate's tables "
+                             "(default 4096; 256 with --smoke)")
     parser.add_argument("--json", type=Path, help="write the results to this file")
     args = parser.parse_args(argv)
     parts = set(args.parts.split(","))
@@ -368,7 +415,9 @@ def main(argv=None) -> int:
                "model_device": dev.name + note, "lam": args.lam, "eps": eps,
                "peak_bandwidth_GBps": peak / 1e9 if peak else None,
                "peak_bandwidth_source": peak_source,
-               "per_iteration": [], "time_to_eps": [], "kernels": []}
+               "per_iteration": [], "time_to_eps": [], "kernels": [], "certificate": []}
+    if args.kernel_k:
+        kernel_k = args.kernel_k
 
     def save():
         if args.json:
@@ -415,6 +464,17 @@ def main(argv=None) -> int:
                     print(f"{name:<8} {label[:52]:<52} {r['seconds'] * 1e6:>8.2f} "
                           f"{r['modelled_seconds'] * 1e6:>9.2f} {mb:>7} {gbps:>7} {frac:>8}",
                           flush=True)
+            save()
+
+    if "certificate" in parts:
+        print(f"\n## the parts of one SDCA certificate (k = {kernel_k}), each alone")
+        print(f"{'data':<8} {'part':<48} {'ms':>9}")
+        for name, (X, y) in sets.items():
+            for r in certificate_parts(args.backend, X, y, min(kernel_k, X.shape[0]), args.lam,
+                                       repeat):
+                r["data"] = name
+                results["certificate"].append(r)
+                print(f"{name:<8} {r['part']:<48} {r['seconds'] * 1e3:>9.3f}", flush=True)
             save()
 
     if "eps" in parts:
