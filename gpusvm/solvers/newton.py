@@ -210,7 +210,12 @@ def _line_search(xp, lam, n, w, p, z, q, s):
 
 
 def _certify(prod, Y, S, lam, W, Z, ix):
-    """``P_2``, ``D_2`` (host arrays) and ``alpha`` of the columns ``ix``, margins ``Z``."""
+    """``P_2``, ``D_2`` (host arrays), ``alpha`` and ``w(alpha)`` of the columns ``ix``,
+    margins ``Z``.
+
+    ``w(alpha) = (2/(lam n)) X^T (S R Y)`` is the product the gradient at the same point
+    needs, ``g = lam (w - w(alpha))``: :func:`_iterate` takes it from here.
+    """
     xp, n = prod.xp, prod.n
     R = xp.maximum(0.0, 1.0 - Z[:, ix])
     SR = S[:, ix] * R
@@ -220,14 +225,14 @@ def _certify(prod, Y, S, lam, W, Z, ix):
     primal = 0.5 * lam * _coldot(xp, W[:, ix], W[:, ix]) + loss / n
     # alpha_i^2 / (4 s_i) = s_i r_i^2: the dual's quadratic term is the loss again
     dual = (A.sum(axis=0) - loss) / n - 0.5 * lam * _coldot(xp, Wa, Wa)
-    return _host(primal), _host(dual), A
+    return _host(primal), _host(dual), A, Wa
 
 
 def primal_dual(products, y, s, lam, w):
     """``P_2(w)``, ``D_2(alpha(w))`` and the margins ``z = y * (X w)`` of one problem."""
     z = y * products.mm(w.reshape(-1, 1))[:, 0]
-    p, d, _ = _certify(products, y.reshape(-1, 1), s.reshape(-1, 1), lam, w.reshape(-1, 1),
-                       z.reshape(-1, 1), slice(None))
+    p, d, _, _ = _certify(products, y.reshape(-1, 1), s.reshape(-1, 1), lam,
+                          w.reshape(-1, 1), z.reshape(-1, 1), slice(None))
     return float(p[0]), float(d[0]), z
 
 
@@ -246,7 +251,7 @@ def _iterate(prod, Y, S, lam, tols, W, max_iter, cg_max_iter, after=None, certif
     xp, n, M = prod.xp, prod.n, Y.shape[1]
     c2 = 2.0 / n
     Z = Y * prod.mm(W)
-    primal, dual, alpha = _certify(prod, Y, S, lam, W, Z, slice(None))
+    primal, dual, alpha, Wa = _certify(prod, Y, S, lam, W, Z, slice(None))
     n_iter = np.zeros(M, dtype=np.int64)
     g0 = np.zeros(M)
     reasons = np.full(M, "max_iter", dtype=object)
@@ -259,7 +264,9 @@ def _iterate(prod, Y, S, lam, tols, W, max_iter, cg_max_iter, after=None, certif
             break
         ix = _cols(xp, live, M)
         R = xp.maximum(0.0, 1.0 - Z[:, ix])
-        G = lam * W[:, ix] - c2 * prod.rmm(S[:, ix] * R * Y[:, ix])
+        # g = lam w - (2/n) X^T (S R Y) = lam (w - w(alpha)): the certificate of this very
+        # point made the product (one pass over X an iteration fewer)
+        G = lam * (W[:, ix] - Wa[:, ix])
         gnorm = np.sqrt(_host(_coldot(xp, G, G)))
         g0[live] = np.where(n_iter[live] == 0, gnorm, g0[live])
         if not gnorm.all():                                 # at the optimum: no step
@@ -286,10 +293,11 @@ def _iterate(prod, Y, S, lam, tols, W, max_iter, cg_max_iter, after=None, certif
         Q = Y[:, ix] * prod.mm(P)
         t = [_line_search(xp, lam, n, W[:, j], P[:, q], Z[:, j], Q[:, q], S[:, j])
              for q, j in enumerate(live)]
-        W[:, ix] += xp.asarray(t) * P
-        Z[:, ix] = Y[:, ix] * prod.mm(W[:, ix])            # exact margins for the certificate
+        step = xp.asarray(t)
+        W[:, ix] += step * P
+        Z[:, ix] += step * Q            # y * X (w + t p), the margins without a pass over X
         n_iter[live] += 1
-        primal[live], dual[live], alpha[:, ix] = _certify(prod, Y, S, lam, W, Z, ix)
+        primal[live], dual[live], alpha[:, ix], Wa[:, ix] = _certify(prod, Y, S, lam, W, Z, ix)
         ran = live
         converged = primal[live] - dual[live] <= tols[live]
         reasons[live[converged]] = "tol"
