@@ -336,6 +336,22 @@ def csr_matmat(indptr, indices, data, W, b, out, pref):
 
 
 @njit(cache=True, nogil=True)
+def csr_rmatvec(indptr, indices, data, alpha, y, out, pref):
+    """:func:`csr_rmatmat` of one output (flat ``alpha``, ``y`` and ``out``): a binary fit
+    compiles no ``M`` loop."""
+    n = indptr.size - 1
+    for i in range(n):
+        if pref and i + 1 < n and alpha[i + 1] != 0.0:
+            for p in range(indptr[i + 1], indptr[i + 2]):
+                prefetch(out, indices[p])
+        c = alpha[i] * np.float64(y[i])
+        if c == 0.0:                      # alpha_i = 0 (every non-support vector)
+            continue
+        for p in range(indptr[i], indptr[i + 1]):
+            out[indices[p]] += np.float64(data[p]) * c
+
+
+@njit(cache=True, nogil=True)
 def csr_rmatmat(indptr, indices, data, alpha, Y, out, pref):
     """``out += X^T (alpha * Y)`` in float64, visiting only the (row, output) pairs whose
     ``alpha`` is not 0, all of a row's outputs per nonzero (they share the lines of
@@ -343,17 +359,6 @@ def csr_rmatmat(indptr, indices, data, alpha, Y, out, pref):
     n = indptr.size - 1
     M = out.shape[1]
     of = out.reshape(-1)
-    if M == 1:
-        for i in range(n):
-            if pref and i + 1 < n and alpha[i + 1, 0] != 0.0:
-                for p in range(indptr[i + 1], indptr[i + 2]):
-                    prefetch(of, indices[p])
-            c = alpha[i, 0] * np.float64(Y[i, 0])
-            if c == 0.0:                  # alpha_i = 0 (every non-support vector)
-                continue
-            for p in range(indptr[i], indptr[i + 1]):
-                of[indices[p]] += np.float64(data[p]) * c
-        return
     nz = np.empty(M, dtype=np.int64)
     coef = np.empty(M, dtype=np.float64)
     for i in range(n):
