@@ -54,7 +54,7 @@ from sklearn.utils.validation import _check_sample_weight, check_is_fitted
 
 from ..backends import make_backend, resolve_backend_name
 from ..solvers.newton import DEFAULT_MAX_ITER as DEFAULT_NEWTON_ITER
-from ..solvers.newton import newton_block
+from ..solvers.newton import block_products, newton_block
 from ..solvers.policy import choose_cv_solver, sdca_settings
 from ..solvers.sdca import sdca
 from ._base import class_labels, output_problems, row_weights
@@ -534,12 +534,13 @@ stop_reason_, history_, solver_
         Cs = ctx["Cs"]
         max_iter = self.max_iter if self.max_iter is not None else DEFAULT_NEWTON_ITER
         X64 = ctx["float64"]()[0]
+        products = block_products(X64)             # the float64 matrix and its squares, once
         prev = None
         for ci in range(len(Cs)):
             outs = [(ci, p, f) for (p, f) in lanes]
             Y, S, scale, g = self._outputs(outs, ctx)
             res = newton_block(X64, Y, S, ctx["lam_ref"], float(self.tol) / scale, W0=prev,
-                               max_iter=max_iter)
+                               max_iter=max_iter, products=products)
             prev = res["w"]
             ctx["result"].count_products(res["products"], res["product_columns"])
             ctx["result"].record(outs, res["w"], res["alpha"] / g[None, :], res["gap"] * scale,

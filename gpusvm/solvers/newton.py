@@ -472,9 +472,15 @@ def newton(backend, *, lam: float, tol: float = 1e-3, max_iter: int = DEFAULT_MA
                         stop_reason=reason, extra=extra)
 
 
+def block_products(X) -> _Products:
+    """The products :func:`newton_block` runs on ``X`` (a float64 CSR view, ``(X * X)^T``
+    made once): pass it as ``products=`` to every block of a search on the same rows."""
+    return _Products(sp.csr_matrix(X, dtype=np.float64), direct=False)
+
+
 @_one_blas_thread
 def newton_block(X, Y, S, lam: float, tol, *, W0=None, max_iter: int = DEFAULT_MAX_ITER,
-                 cg_max_iter: int = MAX_CG_ITER) -> dict:
+                 cg_max_iter: int = MAX_CG_ITER, products=None) -> dict:
     """:func:`newton` on ``M`` outputs at once: every product reads ``X`` once for all of them.
 
     An output leaves the block when its certificate is ``<= tol``, so the block narrows.
@@ -495,6 +501,9 @@ def newton_block(X, Y, S, lam: float, tol, *, W0=None, max_iter: int = DEFAULT_M
     W0 : ndarray of shape (d, M), optional
         Starting points.
     max_iter, cg_max_iter : int
+    products : optional
+        :func:`block_products` of ``X`` (``X`` is then not read): a search's blocks share
+        the float64 matrix and its squares.
 
     Returns
     -------
@@ -502,9 +511,11 @@ def newton_block(X, Y, S, lam: float, tol, *, W0=None, max_iter: int = DEFAULT_M
         ``w`` (d, M), ``primal``, ``dual``, ``gap`` (M,), ``alpha`` (n, M),
         ``n_iter`` (M,) Newton iterations per output, ``cg_iter`` (total block CG
         iterations), ``products`` and ``product_columns`` (the sparse-times-block products
-        made and their columns summed: what a device would run, for the performance model).
+        this call made and their columns summed: what a device would run, for the
+        performance model).
     """
-    prod = _Products(sp.csr_matrix(X, dtype=np.float64), direct=False)
+    prod = block_products(X) if products is None else products
+    before = list(prod.counts)
     Y = np.asarray(Y, dtype=np.float64)
     S = np.asarray(S, dtype=np.float64)
     M = Y.shape[1]
@@ -512,7 +523,8 @@ def newton_block(X, Y, S, lam: float, tol, *, W0=None, max_iter: int = DEFAULT_M
     tols = np.broadcast_to(np.asarray(tol, dtype=np.float64), (M,))
     primal, dual, alpha, n_iter, _, cg = _iterate(prod, Y, S, lam, tols, W, max_iter, cg_max_iter)
     return dict(w=W, primal=primal, dual=dual, gap=primal - dual, alpha=alpha, n_iter=n_iter,
-                cg_iter=cg, products=prod.counts[0], product_columns=prod.counts[1])
+                cg_iter=cg, products=prod.counts[0] - before[0],
+                product_columns=prod.counts[1] - before[1])
 
 
-__all__ = ["newton", "newton_block", "primal_dual", "DEFAULT_MAX_ITER"]
+__all__ = ["newton", "newton_block", "block_products", "primal_dual", "DEFAULT_MAX_ITER"]
