@@ -353,7 +353,7 @@ def certificate_parts(backend: str, X, y, k: int, lam: float, repeat: int) -> li
         sq = be.xp.asarray(be.col_sq_norms_m(W))
     best = BestPoints(be, lam, loss, be.sample_weight)
     cert = certificate_m(be, lam, loss)
-    best.offer(np.arange(1), *cert[:1], cert[4], cert[1], cert[5])
+    best.offer(np.arange(1), cert[0], cert[4], cert[1], cert[5])
 
     def offer():
         best.offer(np.arange(1), cert[0], cert[4], cert[1], cert[5])

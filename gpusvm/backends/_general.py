@@ -288,16 +288,25 @@ class GeneralEvaluation:
         xp = self.xp
         A = self.alpha * self.Y.astype(np.float64)
         W = xp.asarray(self.X.T @ A, dtype=np.float64) / (lam * self.n)
+        self._resync(W)
+        return W
+
+    def _resync(self, W) -> None:
+        """The iterate ``V = W(alpha)`` (rounded to ``V``'s dtype), scale 1, ``||v_c||^2`` of
+        the rounded values and ``sum_i alpha_ic``: the state after a certificate."""
+        xp = self.xp
         self.V[...] = W
         v64 = self.V.astype(np.float64)
         self.sm[S_A] = 1.0
         self.sm[S_VSQ] = xp.einsum("ij,ij->j", v64, v64)
         self.sm[S_ASUMD] = self.alpha.sum(axis=0)
-        return W
 
     def col_dots_m(self, A, a_cols, B):
         """``<A[:, a_cols[q]], B[:, q]>`` for every column ``q`` of ``B``, float64 (q,) in ``xp``
         (``A`` and ``B`` float64 ``(d, .)`` arrays of the backend)."""
+        if np.size(a_cols) == 1:                     # a view, not a gathered copy
+            c = int(np.asarray(a_cols).reshape(-1)[0])
+            return self.xp.einsum("ij,ij->j", A[:, c:c + 1], B)
         return self.xp.einsum("ij,ij->j", A[:, a_cols], B)
 
     def mix_columns_m(self, dst, dst_cols, src, t) -> None:

@@ -219,30 +219,27 @@ class NumbaBackend(NumpyBackend):
         """``W(alpha) = X^T (alpha * Y) / (lam n)`` in float64 (d, M), resynchronising ``V``."""
         W = np.zeros((self.d, self.n_outputs), dtype=np.float64)
         pref = W.nbytes > l2_cache_bytes()
-        if self.n_outputs == 1:          # NumPy for the columns: a binary fit compiles less
+        if self.n_outputs == 1:          # one column: NumPy's resync, a compile less
             csr.csr_rmatvec(*self._nb_csr(), self.alpha.reshape(-1), self.Y.reshape(-1),
                             W.reshape(-1), pref)
             W /= lam * self.n
-            self.V[...] = W
-            v = self.V.reshape(-1)
-            vsq = np.einsum("i,i->", v, v, dtype=np.float64).reshape(1)
-        else:
-            csr.csr_rmatmat(*self._nb_csr(), self.alpha, self.Y, W, pref)
-            vsq = np.empty(self.n_outputs)
-            csr.scale_copy_sq(W, lam * self.n, self.V, vsq)  # W /= lam n, V = W, ||v_c||^2
+            self._resync(W)
+            return W
+        csr.csr_rmatmat(*self._nb_csr(), self.alpha, self.Y, W, pref)
+        vsq = np.empty(self.n_outputs)
+        csr.scale_copy_sq(W, lam * self.n, self.V, vsq)      # W /= lam n, V = W, ||v_c||^2
         self.sm[S_A] = 1.0
         self.sm[S_VSQ] = vsq
         self.sm[S_ASUMD] = self.alpha.sum(axis=0)
         return W
 
-    # With one column (binary fits, the certificates' only case there) NumPy's pass is as
-    # fast, and a binary fit's first call compiles three functions fewer (0.8 s of CPU)
+    # The compiled column passes below serve several outputs; with one column (binary
+    # fits) NumPy's pass is as fast and a binary fit's first call compiles three functions
+    # fewer (0.8 s of CPU), so that case is GeneralEvaluation's
     def col_dots_m(self, A, a_cols, B) -> np.ndarray:
         """:meth:`GeneralEvaluation.col_dots_m` in one compiled row-major pass."""
-        if np.shape(B)[1] == 1:
-            return np.einsum("i,i->", A[:, int(np.asarray(a_cols).reshape(-1)[0])], B[:, 0],
-                             dtype=np.float64).reshape(1)
-        if not (A.flags.c_contiguous and B.flags.c_contiguous and A.dtype == B.dtype == np.float64):
+        if np.shape(B)[1] == 1 or not (A.flags.c_contiguous and B.flags.c_contiguous
+                                        and A.dtype == B.dtype == np.float64):
             return super().col_dots_m(A, a_cols, B)
         out = np.empty(np.shape(B)[1])
         csr.col_dots(A, np.asarray(a_cols, dtype=np.int64), B, out)
@@ -261,8 +258,7 @@ class NumbaBackend(NumpyBackend):
     def col_sq_norms_m(self, W) -> np.ndarray:
         """``||w_c||^2`` of every column of ``W`` (d, M) in one compiled pass (float64)."""
         if np.shape(W)[1] == 1:
-            w = np.asarray(W)[:, 0]
-            return np.einsum("i,i->", w, w, dtype=np.float64).reshape(1)
+            return super().col_sq_norms_m(W)
         out = np.empty(np.shape(W)[1])
         csr.col_sq_norms(np.ascontiguousarray(W, dtype=np.float64), out)
         return out
