@@ -9,7 +9,7 @@ import warnings
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from sklearn.datasets import load_breast_cancer
+from sklearn.datasets import load_breast_cancer, make_classification
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.svm import LinearSVC
 
@@ -212,7 +212,10 @@ def test_certificate_costs_balance_is_the_certificate_in_iterations():
 
 
 class _TimedNumpy(NumpyBackend):
-    """The reference backend with a device's ``synchronize`` and a slow certificate."""
+    """The reference backend timed as a GPU's (``synchronize``, ``times_certificates``) with a
+    slow certificate."""
+
+    times_certificates = True
 
     def synchronize(self):
         pass
@@ -238,11 +241,45 @@ def test_sdca_spaces_costly_certificates_by_their_measured_cost(a9a_part):
     assert all(s >= 0.25 / per_step for s in steps[1:-1])
     assert steps[-1] == 8 * epoch - ends[-2]
     assert len(timed.history) < len(plain.history)
-    # a CPU backend (no synchronize) keeps the cadence that depends on the gaps alone: a
+    # a CPU backend (no clock) keeps the cadence that depends on the gaps alone: a
     # second fit repeats the first to the bit
     again = sdca(NumpyBackend(X, y), lam=1e-3, b=b, max_iter=8 * epoch, seed=0, tol=0.0)
     assert [h[0] for h in again.history] == [h[0] for h in plain.history]
     np.testing.assert_array_equal(again.w, plain.w)
+
+
+def test_emulated_fits_keep_the_reference_cadence_whatever_a_certificate_costs():
+    # the emulator runs the GPU's kernels on a CPU: its seconds say nothing of a GPU's and its
+    # sums run in a fixed order, so its certificates come when the NumPy reference's do and
+    # its fit equals the reference's however long a certificate takes
+    from gpusvm.backends.device.backend import DeviceBackend  # noqa: PLC0415
+    from gpusvm.backends.device.runtime import CupyRuntime  # noqa: PLC0415
+    X, y = make_classification(n_samples=120, n_features=5, random_state=0)
+    X = sp.csr_matrix(X / np.linalg.norm(X, axis=1).max())
+    y = 2.0 * y - 1.0
+    b, epoch = 8, 15
+
+    def slowed(backend):
+        dual_weights_m = backend.dual_weights_m
+
+        def slow(lam):
+            time.sleep(0.2)
+            return dual_weights_m(lam)
+        backend.dual_weights_m = slow
+        return backend
+
+    kw = dict(lam=1e-2, b=b, max_iter=8 * epoch, seed=0, tol=0.0)
+    ref = sdca(NumpyBackend(X, y), **kw)
+    emulated = slowed(DeviceBackend(X, y, "emulated"))
+    assert not emulated.times_certificates and CupyRuntime.times_certificates
+    emu = sdca(emulated, **kw)
+    assert [h[0] for h in emu.history] == [h[0] for h in ref.history] \
+        == [epoch * (i + 1) for i in range(8)]
+    np.testing.assert_allclose(emu.w, ref.w, rtol=1e-12, atol=1e-14)
+    # the same backend timed as a GPU's spaces those costly certificates out
+    timed = slowed(DeviceBackend(X, y, "emulated"))
+    timed.times_certificates = True
+    assert len(sdca(timed, **kw).history) < len(ref.history)
 
 
 def test_doubling_estimate_reads_the_rate_from_the_decreases():

@@ -20,7 +20,8 @@ host values) may synchronise a device.  The solvers call:
 ``final_optimal_bias_m``, ``regularized_bias_m``, ``dual_weights_m``,
 ``dual_objective_m``, ``col_sq_norms_m``, ``col_dots_m``, ``mix_columns_m``,
 ``outputs_m`` (optional), ``sdca_unshrink_m`` (shrinking, CPU backends),
-``synchronize`` (device backends: wait for the stream, to time a segment)
+``synchronize`` and ``times_certificates`` (device backends: wait for the stream, to time a
+segment; whether the certificate cadence reads the clock, a GPU only)
     the evaluations, certificates and output selection of
     :class:`~gpusvm.backends._general.GeneralEvaluation`.
 

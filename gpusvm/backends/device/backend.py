@@ -200,6 +200,9 @@ class DeviceBackend(GeneralEvaluation):
         Number of kernel launches so far.
     device_id : int
         The CUDA device the backend is bound to (0 when emulated).
+    times_certificates : bool
+        Whether SDCA's certificate cadence weighs measured seconds (a GPU: yes; the
+        emulator: no, so that its fits are repeatable and equal the NumPy reference's).
 
     Raises
     ------
@@ -232,6 +235,7 @@ class DeviceBackend(GeneralEvaluation):
         runtime = self.runtime
         self.name = runtime.name
         self.device_id = runtime.device_id
+        self.times_certificates = bool(getattr(runtime, "times_certificates", False))
         self.xp = runtime.xp
         self.transfers: list[int] = []
         self.launches = 0
@@ -388,8 +392,8 @@ class DeviceBackend(GeneralEvaluation):
         """Wait until the work launched on the backend's stream has run (no copy).
 
         The solvers call it only to time their parts (the certificates' cadence of
-        :func:`~gpusvm.solvers.sdca.sdca`); the CPU backends, which finish every call
-        before returning, have no such method.
+        :func:`~gpusvm.solvers.sdca.sdca`, where :attr:`times_certificates`); the CPU
+        backends, which finish every call before returning, have no such method.
         """
         self.runtime.stream.synchronize()
 

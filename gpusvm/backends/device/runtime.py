@@ -159,6 +159,9 @@ class CupyRuntime(_StreamRuntime):
 
     name = "cupy"
     keeps_host_X = False
+    #: SDCA's certificate cadence weighs the measured seconds of a certificate against those
+    #: of the iterations (:class:`~gpusvm.solvers.sdca.CertificateCosts`)
+    times_certificates = True
     #: a segment graph holds at most this many kernel nodes (capture and instantiation once per
     #: fit: about 10 us per node)
     graph_nodes = 1024
@@ -200,6 +203,10 @@ class EmulatedRuntime(_StreamRuntime):
 
     name = "emulated"
     keeps_host_X = True
+    #: the emulator's seconds say nothing of a GPU's, and its sums run in a fixed order: its
+    #: cadence is the CPU backends' (no clock), so an emulated fit is repeatable and equals
+    #: the NumPy reference's
+    times_certificates = False
     #: small graphs: each captured launch costs the emulator an argument conversion
     graph_nodes = 128
 
