@@ -202,6 +202,92 @@ def test_newton_line_search_finds_the_exact_minimiser(monkeypatch, limit):
             assert phi(t) <= phi(other)
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_compiled_line_searches_equal_the_array_form_and_minimise(seed):
+    """The CPU's block line search (one pass, quickselect of the breakpoints on the side of 1
+    where phi'(1) puts the minimiser) returns, for every output, the step of the array-module
+    form (bracket and sort) and a minimum of the objective along the line: with weights 0,
+    ties and exact zeros among the margins, minimisers before and after 1."""
+    from gpusvm.backends._newton_nb import line_searches  # noqa: PLC0415
+    from gpusvm.solvers import newton as newton_mod  # noqa: PLC0415
+
+    rng = np.random.default_rng(seed)
+    sides = set()
+    for trial in range(150):
+        n, M = int(rng.integers(1, 300)), int(rng.integers(1, 6))
+        lam, scale = 10 ** rng.uniform(-5, 0), 10 ** rng.uniform(-2, 1)
+        Z, Q = rng.normal(1, 1, (n, M)), rng.normal(0, scale, (n, M))
+        if trial % 3 == 0:                          # ties, and margins exactly at 1
+            Z, Q = np.round(Z, 1), np.round(Q, 1)
+        S = rng.uniform(0, 2, (n, M))
+        S[rng.random((n, M)) < 0.2] = 0.0
+        W, P = rng.normal(size=(7, M)), rng.normal(size=(7, M))
+        # descent directions, as Newton's are: phi'(0) < 0 (-p and -q where it is not)
+        slope0 = lam * np.einsum("ij,ij->j", W, P) - (2.0 / n) * np.sum(
+            S * Q * np.maximum(0.0, 1.0 - Z), axis=0)
+        P, Q = P * -np.sign(slope0), Q * -np.sign(slope0)
+        cols = np.arange(M, dtype=np.int64)
+        out = np.empty(M)
+        line_searches(Z, Q, S, cols, cols, lam * np.einsum("ij,ij->j", W, P),
+                      lam * np.einsum("ij,ij->j", P, P), 2.0 / n, out)
+        for j in range(M):
+            ref = newton_mod._line_search(np, lam, n, W[:, j], P[:, j], Z[:, j], Q[:, j],
+                                          S[:, j])
+
+            def phi(t, j=j):
+                v = W[:, j] + t * P[:, j]
+                return 0.5 * lam * v @ v + np.sum(
+                    S[:, j] * np.maximum(0.0, 1.0 - Z[:, j] - t * Q[:, j]) ** 2) / n
+
+            assert out[j] == pytest.approx(ref, rel=1e-12, abs=1e-14)
+            assert out[j] >= 0.0
+            for other in (out[j] - 1e-3, out[j] + 1e-3, 0.0, 1.0, 2.0 * out[j]):
+                assert phi(out[j]) <= phi(other) + 1e-13 * abs(phi(other))
+            sides.add(bool(out[j] > 1.0))
+    assert sides == {False, True}
+
+
+def test_compiled_certificate_terms_equal_the_numpy_expressions():
+    from gpusvm.backends._newton_nb import certificate_terms, hessian_weights  # noqa: PLC0415
+
+    rng = np.random.default_rng(1)
+    n, M = 500, 4
+    Z, Y = rng.normal(1, 1, (n, M)), np.where(rng.random((n, M)) < 0.5, 1.0, -1.0)
+    Z[:20] = 1.0                                      # exactly on the margin: inactive
+    S = rng.uniform(0, 2, (n, 1))
+    cols, scols = np.array([3, 1], dtype=np.int64), np.zeros(2, dtype=np.int64)
+    A, AY, loss, asum = np.empty((n, 2)), np.empty((n, 2)), np.empty(2), np.empty(2)
+    certificate_terms(Z, Y, S, cols, scols, A, AY, loss, asum)
+    R = np.maximum(0.0, 1.0 - Z[:, cols])
+    np.testing.assert_allclose(A, 2.0 * S * R, rtol=1e-15)
+    np.testing.assert_allclose(AY, 2.0 * S * R * Y[:, cols], rtol=1e-15)
+    np.testing.assert_allclose(loss, np.sum(S * R * R, axis=0), rtol=1e-13)
+    np.testing.assert_allclose(asum, np.sum(2.0 * S * R, axis=0), rtol=1e-13)
+    SA = np.empty((n, 2))
+    rows = hessian_weights(Z, S, cols, scols, 0.5, SA)
+    np.testing.assert_array_equal(SA, 0.5 * S * (Z[:, cols] < 1.0))
+    np.testing.assert_array_equal(rows, np.flatnonzero((Z[:, cols] < 1.0).any(axis=1)))
+
+
+def test_newton_on_the_emulated_device_equals_the_cpu(a9a_part):
+    """The array-module Newton (line searches, certificates and Hessian weights as array
+    operations, the form a GPU runs) against the CPU's compiled passes: the same iterations
+    and the same optimum."""
+    X, y = a9a_part
+    X, y = X[:600], y[:600]
+    kw = dict(C=2.0, loss="squared_hinge", solver="newton", tol=1e-8, dtype="float64")
+    cpu = gpusvm.SDCASVC(backend="numpy", **kw).fit(X, y)
+    emu = gpusvm.SDCASVC(backend="emulated", **kw).fit(X, y)
+    assert emu.backend_ == "emulated" and cpu.n_iter_ == emu.n_iter_
+    # each certified to 1e-8: each primal within 1e-8 of P*, so of the other's; and a gap g
+    # bounds ||w - w*||^2 <= 2 g / lam (lam = 1 / (C n)), here 5e-3 (CG's rounding differs
+    # between the two forms, and its stopping rule with it)
+    assert emu.duality_gap_ <= 1e-8 and cpu.duality_gap_ <= 1e-8
+    assert abs(emu.primal_objective_ - cpu.primal_objective_) <= 1e-8
+    lam = 1.0 / (2.0 * X.shape[0])
+    assert np.linalg.norm(emu.coef_ - cpu.coef_) <= np.sqrt(2 * 2e-8 / lam)
+
+
 def test_slow_sdca_hands_over_to_newton(monkeypatch, a9a_part):
     """dual='auto' on wide data: SDCA that has not converged after SWITCH_EPOCHS epochs hands over
     to Newton, which finishes from its point at liblinear's optimum."""

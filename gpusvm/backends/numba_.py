@@ -282,15 +282,25 @@ def _call_loop(dispatcher, *args):
     ``args`` start with the CSR arrays ``(indptr, indices, data)`` as a tuple: the loops
     are compiled once per dtype of ``data``.
     """
-    dtype = args[0][2].dtype
-    key = (id(dispatcher), str(dtype))
-    if key not in _announced:         # once per loop, dtype and process
+    return call_compiled(dispatcher, args[0][2].dtype, *args)
+
+
+def call_compiled(dispatcher, dtype, *args, what: str = "the CPU loops of this solver",
+                  seconds: str = COMPILE_SECONDS, stacklevel: int = 6, group=None):
+    """Call the compiled function ``dispatcher(*args)``, first saying (once per function,
+    or per ``group`` of functions compiled together, ``dtype`` and process) when numba is
+    about to compile it rather than load it from its cache: ``what`` is compiled, in about
+    ``seconds`` of CPU time; the notice is attributed to the frame ``stacklevel`` above
+    :func:`warnings.warn`."""
+    key = (id(dispatcher) if group is None else group, str(dtype))
+    if key not in _announced:
         _announced.add(key)
-        _announce_compilation(dispatcher, args, dtype)
+        _announce_compilation(dispatcher, args, dtype, what, seconds, stacklevel)
     return dispatcher(*args)
 
 
-def _announce_compilation(dispatcher, args, dtype) -> None:
+def _announce_compilation(dispatcher, args, dtype, what="the CPU loops of this solver",
+                          seconds=COMPILE_SECONDS, stacklevel=6) -> None:
     """Warn (:class:`CompilationNotice`) when the call ``dispatcher(*args)`` will compile.
 
     numba compiles a loop for the argument types of the first call and keeps it
@@ -309,10 +319,10 @@ def _announce_compilation(dispatcher, args, dtype) -> None:
             return
     except Exception:                 # noqa: BLE001  another numba: say nothing rather than guess
         return
-    warnings.warn(f"gpusvm: compiling the CPU loops of this solver for {dtype} data, "
-                  f"once: about {COMPILE_SECONDS} of CPU time (longer in wall time when other "
+    warnings.warn(f"gpusvm: compiling {what} for {dtype} data, "
+                  f"once: about {seconds} of CPU time (longer in wall time when other "
                   "work shares the cores); numba caches them on disk for later runs",
-                  CompilationNotice, stacklevel=5)
+                  CompilationNotice, stacklevel=stacklevel)
 
 
 @functools.lru_cache(maxsize=None)

@@ -66,6 +66,9 @@ DIRECT_MAX_FEATURES = 128
 #: the line search sorts only the breakpoints of a bracket of the minimiser, bisected on
 #: ``phi'`` until it holds at most this many (sorting them all dominated a step on w8a)
 LINE_SEARCH_EVENTS = 1024
+#: what the compilation notice says the CPU passes cost once (BENCHMARKS.md, "One-off
+#: compilation": 2.3-2.4 CPU s for the first Newton fit with an empty cache)
+NEWTON_COMPILE_SECONDS = "2-3 s"
 
 
 def _host(a):
@@ -117,10 +120,21 @@ class _Products:
 
     def sq_rmm(self, U):
         """``(X * X)^T U``, the squares elementwise (made on first use)."""
+        return self._mul(self.squares(), U, self.counts)
+
+    def squares(self):
+        """``(X * X)^T``, made once."""
         if self._sqT is None:
             self._sqT = (self.X * self.X if isinstance(self.X, np.ndarray)
                          else self.X.multiply(self.X)).T
-        return self._mul(self._sqT, U, self.counts)
+        return self._sqT
+
+    def counted(self):
+        """The same products (the matrices shared, not copied) with counts of their own: one
+        per thread of a search."""
+        own = _Products.__new__(_Products)
+        own.__dict__.update(self.__dict__, counts=[0, 0])
+        return own
 
     def rows(self, index):
         """The products of the rows ``index`` only (the active rows of a Newton step)."""
@@ -209,6 +223,25 @@ def _line_search(xp, lam, n, w, p, z, q, s):
     return float(-a[k] / b[k])
 
 
+def _line_searches(xp, lam, n, W, P, Z, Q, S, live):
+    """The exact steps of the live outputs (columns ``live`` of ``W``, ``Z``, ``S``; columns
+    of ``P``, ``Q``): on the CPU all at once by the compiled quickselect
+    (:func:`gpusvm.backends._newton_nb.line_searches`, two row-major passes for the block),
+    elsewhere one :func:`_line_search` per output in the array module."""
+    scol = (lambda j: j) if S.shape[1] > 1 else (lambda j: 0)
+    if xp is not np:
+        return xp.asarray([_line_search(xp, lam, n, W[:, j], P[:, q], Z[:, j], Q[:, q],
+                                        S[:, scol(j)]) for q, j in enumerate(live)])
+    zcols, scols = _live_columns(live, W.shape[1], S.shape[1])
+    wp = lam * _coldot(np, W[:, _cols(np, live, W.shape[1])], P)
+    pp = lam * _coldot(np, P, P)
+    out = np.empty(live.size)
+    _compiled("line_searches", np.ascontiguousarray(Z), np.ascontiguousarray(Q),
+              np.ascontiguousarray(S), zcols, scols, np.ascontiguousarray(wp),
+              np.ascontiguousarray(pp), 2.0 / n, out)
+    return out
+
+
 def _certify(prod, Y, S, lam, W, Z, ix):
     """``P_2``, ``D_2`` (host arrays), ``alpha`` and ``w(alpha)`` of the columns ``ix``,
     margins ``Z``.
@@ -217,15 +250,56 @@ def _certify(prod, Y, S, lam, W, Z, ix):
     needs, ``g = lam (w - w(alpha))``: :func:`_iterate` takes it from here.
     """
     xp, n = prod.xp, prod.n
-    R = xp.maximum(0.0, 1.0 - Z[:, ix])
-    SR = S[:, ix] * R
-    loss = _coldot(xp, SR, R)                                   # sum_i s_i r_i^2
-    A = 2.0 * SR                                            # alpha_i = 2 s_i r_i
-    Wa = prod.rmm(A * Y[:, ix]) / (lam * n)
+    if xp is np:                    # one compiled pass over the margins of every output
+        zcols, scols = _live_columns(ix, Z.shape[1], S.shape[1])
+        A, AY = np.empty((n, zcols.size)), np.empty((n, zcols.size))
+        loss, asum = np.empty(zcols.size), np.empty(zcols.size)
+        _compiled("certificate_terms", np.ascontiguousarray(Z), np.ascontiguousarray(Y),
+                  np.ascontiguousarray(S), zcols, scols, A, AY, loss, asum)
+    else:
+        R = xp.maximum(0.0, 1.0 - Z[:, ix])
+        SR = S[:, ix] * R
+        loss = _coldot(xp, SR, R)                               # sum_i s_i r_i^2
+        A = 2.0 * SR                                            # alpha_i = 2 s_i r_i
+        AY, asum = A * Y[:, ix], A.sum(axis=0)
+    Wa = prod.rmm(AY) / (lam * n)
     primal = 0.5 * lam * _coldot(xp, W[:, ix], W[:, ix]) + loss / n
     # alpha_i^2 / (4 s_i) = s_i r_i^2: the dual's quadratic term is the loss again
-    dual = (A.sum(axis=0) - loss) / n - 0.5 * lam * _coldot(xp, Wa, Wa)
+    dual = (asum - loss) / n - 0.5 * lam * _coldot(xp, Wa, Wa)
     return _host(primal), _host(dual), A, Wa
+
+
+def _compiled(name, *args):
+    """Call the compiled pass ``name`` of :mod:`gpusvm.backends._newton_nb` (imported when a
+    CPU Newton fit first needs it; numba compiles the three passes once per machine, about
+    2.3 s of CPU time, and says so first)."""
+    from ..backends import _newton_nb  # noqa: PLC0415
+    from ..backends.numba_ import call_compiled  # noqa: PLC0415
+    # one notice for the three (the first, a certificate, decides)
+    return call_compiled(getattr(_newton_nb, name), np.dtype(np.float64), *args, stacklevel=5,
+                         what="the Newton solver's CPU passes", seconds=NEWTON_COMPILE_SECONDS,
+                         group="newton")
+
+
+def _live_columns(ix, m, s_columns):
+    """int64 indices of the columns ``ix`` (a slice of all ``m``, or an index array) and the
+    matching columns of a weight array with ``s_columns`` columns (one: shared)."""
+    zcols = np.arange(m, dtype=np.int64) if isinstance(ix, slice) else \
+        np.ascontiguousarray(ix, dtype=np.int64)
+    return zcols, (zcols if s_columns > 1 else np.zeros_like(zcols))
+
+
+def _hessian_weights(xp, Z, S, ix, c):
+    """``D`` of the generalised Hessian, ``c s_i`` on the rows active per output (``z_i <
+    1``) and 0 elsewhere, for the columns ``ix``; and the rows active in any of them."""
+    if xp is np:
+        zcols, scols = _live_columns(ix, Z.shape[1], S.shape[1])
+        SA = np.empty((Z.shape[0], zcols.size))
+        rows = _compiled("hessian_weights", np.ascontiguousarray(Z), np.ascontiguousarray(S),
+                         zcols, scols, c, SA)
+        return SA, rows
+    A = Z[:, ix] < 1.0
+    return S[:, ix] * A * c, xp.flatnonzero(A.any(axis=1))
 
 
 def primal_dual(products, y, s, lam, w):
@@ -263,7 +337,6 @@ def _iterate(prod, Y, S, lam, tols, W, max_iter, cg_max_iter, after=None, certif
         if live.size == 0:
             break
         ix = _cols(xp, live, M)
-        R = xp.maximum(0.0, 1.0 - Z[:, ix])
         # g = lam w - (2/n) X^T (S R Y) = lam (w - w(alpha)): the certificate of this very
         # point made the product (one pass over X an iteration fewer)
         G = lam * (W[:, ix] - Wa[:, ix])
@@ -272,15 +345,13 @@ def _iterate(prod, Y, S, lam, tols, W, max_iter, cg_max_iter, after=None, certif
         if not gnorm.all():                                 # at the optimum: no step
             reasons[live[gnorm == 0]] = "tol"
             keep = xp.asarray(np.flatnonzero(gnorm))
-            live, gnorm, R, G = live[gnorm > 0], gnorm[gnorm > 0], R[:, keep], G[:, keep]
+            live, gnorm, G = live[gnorm > 0], gnorm[gnorm > 0], G[:, keep]
             if live.size == 0:
                 break
             ix = _cols(xp, live, M)
         eta = np.minimum(0.1, np.sqrt(gnorm / g0[live]))
-        A = R > 0
-        rows = xp.flatnonzero(A.any(axis=1))
+        SA, rows = _hessian_weights(xp, Z, S, ix, c2)      # 2 s_i / n on the active rows
         sub = prod.rows(rows)
-        SA = S[:, ix] * A * c2                              # 2 s_i / n on the active rows
         D = xp.take(SA, rows, axis=0)
         if sub.direct:
             P = np.column_stack([_direct_step(sub, D[:, q], lam, G[:, q])
@@ -291,9 +362,7 @@ def _iterate(prod, Y, S, lam, tols, W, max_iter, cg_max_iter, after=None, certif
                        cg_max_iter, 1.0 / (lam + prod.sq_rmm(SA)))
         cg_total += k
         Q = Y[:, ix] * prod.mm(P)
-        t = [_line_search(xp, lam, n, W[:, j], P[:, q], Z[:, j], Q[:, q], S[:, j])
-             for q, j in enumerate(live)]
-        step = xp.asarray(t)
+        step = _line_searches(xp, lam, n, W, P, Z, Q, S, live)
         W[:, ix] += step * P
         Z[:, ix] += step * Q            # y * X (w + t p), the margins without a pass over X
         n_iter[live] += 1
@@ -474,8 +543,11 @@ def newton(backend, *, lam: float, tol: float = 1e-3, max_iter: int = DEFAULT_MA
 
 def block_products(X) -> _Products:
     """The products :func:`newton_block` runs on ``X`` (a float64 CSR view, ``(X * X)^T``
-    made once): pass it as ``products=`` to every block of a search on the same rows."""
-    return _Products(sp.csr_matrix(X, dtype=np.float64), direct=False)
+    made once): pass it as ``products=`` to every block of a search on the same rows, from
+    any thread (each block counts its products apart)."""
+    products = _Products(sp.csr_matrix(X, dtype=np.float64), direct=False)
+    products.squares()              # now, not lazily in a thread
+    return products
 
 
 @_one_blas_thread
@@ -490,7 +562,8 @@ def newton_block(X, Y, S, lam: float, tol, *, W0=None, max_iter: int = DEFAULT_M
 
     Parameters
     ----------
-    X : scipy.sparse.csr_matrix of shape (n, d)
+    X : scipy.sparse.csr_matrix of shape (n, d) or None
+        Not read when ``products`` are given.
     Y : ndarray of shape (n, M)
         Labels in {-1, +1}.
     S : ndarray of shape (n, M)
@@ -502,8 +575,8 @@ def newton_block(X, Y, S, lam: float, tol, *, W0=None, max_iter: int = DEFAULT_M
         Starting points.
     max_iter, cg_max_iter : int
     products : optional
-        :func:`block_products` of ``X`` (``X`` is then not read): a search's blocks share
-        the float64 matrix and its squares.
+        :func:`block_products` of ``X`` (``X`` is then not read): a search's blocks, in one
+        thread or several, share the float64 matrix and its squares.
 
     Returns
     -------
@@ -514,8 +587,7 @@ def newton_block(X, Y, S, lam: float, tol, *, W0=None, max_iter: int = DEFAULT_M
         this call made and their columns summed: what a device would run, for the
         performance model).
     """
-    prod = block_products(X) if products is None else products
-    before = list(prod.counts)
+    prod = block_products(X) if products is None else products.counted()
     Y = np.asarray(Y, dtype=np.float64)
     S = np.asarray(S, dtype=np.float64)
     M = Y.shape[1]
@@ -523,8 +595,7 @@ def newton_block(X, Y, S, lam: float, tol, *, W0=None, max_iter: int = DEFAULT_M
     tols = np.broadcast_to(np.asarray(tol, dtype=np.float64), (M,))
     primal, dual, alpha, n_iter, _, cg = _iterate(prod, Y, S, lam, tols, W, max_iter, cg_max_iter)
     return dict(w=W, primal=primal, dual=dual, gap=primal - dual, alpha=alpha, n_iter=n_iter,
-                cg_iter=cg, products=prod.counts[0] - before[0],
-                product_columns=prod.counts[1] - before[1])
+                cg_iter=cg, products=prod.counts[0], product_columns=prod.counts[1])
 
 
 __all__ = ["newton", "newton_block", "block_products", "primal_dual", "DEFAULT_MAX_ITER"]

@@ -1,0 +1,203 @@
+"""Compiled exact line searches of the primal Newton solver on the CPU (no solver logic).
+
+:func:`line_searches` minimises ``P_2(w + t p)`` along the Newton direction of every output
+of a block at once, as :func:`gpusvm.solvers.newton._line_search` (the array-module form,
+which a GPU runs) does for one: the same breakpoints, the same segment, the minimiser
+``-a / b`` of that segment's ``phi'(t) = a + b t``.  Where that form brackets the minimiser by
+bisection and sorts the breakpoints left inside, this one selects the segment by
+quickselect on the breakpoints (a three-way partition around the median of three, the
+slope read at each pivot from the partition's own sums): expected ``O(events)`` time and no
+sort.  One row-major pass reads the margins of all outputs (``Z``, ``Q``, ``S`` are ``(n,
+M)`` C-ordered: one cache line serves eight outputs of a row) and lists each output's
+breakpoint rows; the breakpoints of one output are then gathered from those rows alone.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+
+@njit(cache=True, nogil=True)
+def line_searches(Z, Q, S, zcols, scols, wp, pp, c, out):  # pragma: no cover (compiled)
+    """``out[q]``: the exact minimiser ``t`` of ``P_2(w_j + t p_q)`` for every live output.
+
+    Parameters
+    ----------
+    Z : ndarray (n, M)
+        Margins ``y_i <w_j, x_i>`` of every output of the block.
+    Q : ndarray (n, L)
+        ``y_i <p_q, x_i>`` of the live outputs' directions.
+    S : ndarray (n, K)
+        Row weights; output ``q`` reads column ``scols[q]``.
+    zcols, scols : ndarray of int64 (L,)
+        The columns of ``Z`` and ``S`` of live output ``q``.
+    wp, pp : ndarray (L,)
+        ``lam <w, p>`` and ``lam ||p||^2``.
+    c : float
+        ``2 / n``.
+    out : ndarray (L,)
+        The steps.
+
+    Notes
+    -----
+    With ``r_i = 1 - z_i``, row ``i`` is active just right of ``t = 0`` when ``r_i > 0``,
+    or ``r_i = 0 < -q_i``; it leaves at ``t_i = r_i / q_i`` when active with ``q_i > 0``,
+    and enters there when inactive with ``q_i < 0``.  ``phi'`` is continuous and
+    increasing, so the minimiser lies in the segment after the last breakpoint with
+    ``phi'(t_i) < 0``: events of a pivot with ``phi'(t_p) < 0`` (and all before it) are
+    applied to ``a``, ``b``, the others discarded.  The slope at the full step,
+    ``phi'(1)``, tells on which side of 1 the minimiser lies; only the breakpoints on that
+    side are selected (near the optimum few rows cross a margin within one step).
+    """
+    n = Z.shape[0]
+    L = Q.shape[1]
+    a = wp.copy()
+    b = pp.copy()
+    one = wp + pp                                        # phi'(1), at the full Newton step
+    # the rows of each output's breakpoints before 1 (lo) and from 1 on (hi)
+    lo_rows = np.empty((L, n), dtype=np.int32)
+    hi_rows = np.empty((L, n), dtype=np.int32)
+    n_lo = np.zeros(L, dtype=np.int64)
+    n_hi = np.zeros(L, dtype=np.int64)
+    for i in range(n):                                   # one row-major pass
+        for q in range(L):
+            s = c * S[i, scols[q]]
+            qi = Q[i, q]
+            r = 1.0 - Z[i, zcols[q]]
+            active = (r > 0.0) | ((r == 0.0) & (qi < 0.0))
+            a[q] -= s * qi * max(r, 0.0)                 # (no branch on the data: a select)
+            b[q] += s * qi * qi * active
+            one[q] -= s * qi * max(r - qi, 0.0)
+            if s != 0.0 and ((r > 0.0 and qi > 0.0) or (not active and qi < 0.0)):
+                if (r < qi) if qi > 0.0 else (r > qi):   # t = r / q < 1
+                    lo_rows[q, n_lo[q]] = i
+                    n_lo[q] += 1
+                else:
+                    hi_rows[q, n_hi[q]] = i
+                    n_hi[q] += 1
+    m = 0
+    for q in range(L):
+        m = max(m, n_lo[q], n_hi[q])
+    T = np.empty(m)
+    DA = np.empty(m)
+    DB = np.empty(m)
+    for q in range(L):
+        aq = a[q]
+        bq = b[q]
+        j = zcols[q]
+        sj = scols[q]
+        # the minimiser lies at or before 1 when phi'(1) >= 0: the breakpoints before 1 are
+        # searched; else after 1, and those before 1 apply
+        if one[q] < 0.0:
+            for k in range(n_lo[q]):
+                i = lo_rows[q, k]
+                s = c * S[i, sj]
+                qi = Q[i, q]
+                r = 1.0 - Z[i, j]
+                sign = 1.0 if r > 0.0 else -1.0          # leaves, or enters
+                aq += sign * s * qi * r
+                bq -= sign * s * qi * qi
+            rows, hi = hi_rows[q], n_hi[q]
+        else:
+            rows, hi = lo_rows[q], n_lo[q]
+        for k in range(hi):
+            i = rows[k]
+            s = c * S[i, sj]
+            qi = Q[i, q]
+            r = 1.0 - Z[i, j]
+            sign = 1.0 if r > 0.0 else -1.0
+            T[k] = r / qi
+            DA[k] = sign * s * qi * r
+            DB[k] = -sign * s * qi * qi
+        lo = 0                                           # quickselect of the segment
+        while hi > lo:
+            mid = lo + (hi - lo) // 2
+            x, y, z = T[lo], T[mid], T[hi - 1]
+            tp = max(min(x, y), min(max(x, y), z))       # median of three
+            # three-way partition of [lo, hi): < tp, == tp, > tp (Dijkstra)
+            lt = lo
+            gt = hi
+            k = lo
+            while k < gt:
+                tk = T[k]
+                if tk < tp:
+                    T[k], T[lt] = T[lt], tk
+                    DA[k], DA[lt] = DA[lt], DA[k]
+                    DB[k], DB[lt] = DB[lt], DB[k]
+                    lt += 1
+                    k += 1
+                elif tk > tp:
+                    gt -= 1
+                    T[k], T[gt] = T[gt], tk
+                    DA[k], DA[gt] = DA[gt], DA[k]
+                    DB[k], DB[gt] = DB[gt], DB[k]
+                else:
+                    k += 1
+            sa = 0.0
+            sb = 0.0
+            for k in range(lo, lt):
+                sa += DA[k]
+                sb += DB[k]
+            if (aq + sa) + (bq + sb) * tp >= 0.0:        # phi'(tp) >= 0: the root is at or before tp
+                hi = lt
+            else:                                        # after tp: its events apply
+                for k in range(lt, gt):
+                    sa += DA[k]
+                    sb += DB[k]
+                aq += sa
+                bq += sb
+                lo = gt
+        out[q] = -aq / bq
+
+
+@njit(cache=True, nogil=True)
+def certificate_terms(Z, Y, S, zcols, scols, A, AY, loss, asum):  # pragma: no cover
+    """The row sums of a certificate (:func:`gpusvm.solvers.newton._certify`) in one pass.
+
+    For live output ``q`` (column ``zcols[q]`` of ``Z`` and ``Y``, ``scols[q]`` of ``S``):
+    ``r_i = max(0, 1 - z_i)``, ``A[i, q] = 2 s_i r_i`` (the dual point), ``AY[i, q] =
+    A[i, q] y_i``, ``loss[q] = sum_i s_i r_i^2`` and ``asum[q] = sum_i A[i, q]``.
+    """
+    n = Z.shape[0]
+    L = A.shape[1]
+    for q in range(L):
+        loss[q] = 0.0
+        asum[q] = 0.0
+    for i in range(n):
+        for q in range(L):
+            j = zcols[q]
+            r = 1.0 - Z[i, j]
+            if r > 0.0:
+                sr = S[i, scols[q]] * r
+                loss[q] += sr * r
+                a = 2.0 * sr
+                asum[q] += a
+                A[i, q] = a
+                AY[i, q] = a * Y[i, j]
+            else:
+                A[i, q] = 0.0
+                AY[i, q] = 0.0
+
+
+@njit(cache=True, nogil=True)
+def hessian_weights(Z, S, zcols, scols, c, SA):  # pragma: no cover
+    """``SA[i, q] = c s_i`` where row ``i`` is active for live output ``q`` (``z_i < 1``),
+    0 elsewhere; returns the rows active in any output (the generalised Hessian's
+    ``D`` of :func:`gpusvm.solvers.newton._iterate`)."""
+    n = Z.shape[0]
+    L = SA.shape[1]
+    rows = np.empty(n, dtype=np.int64)
+    k = 0
+    for i in range(n):
+        hit = False
+        for q in range(L):
+            if Z[i, zcols[q]] < 1.0:
+                SA[i, q] = c * S[i, scols[q]]
+                hit = True
+            else:
+                SA[i, q] = 0.0
+        if hit:
+            rows[k] = i
+            k += 1
+    return rows[:k]
