@@ -428,7 +428,7 @@ def _auto_solver(X, y, params) -> str:
     settings (:func:`gpusvm.solvers.policy.choose_solver`)."""
     import numpy as np  # noqa: PLC0415
 
-    from .estimators.linear_svc import _mean_sq_norm  # noqa: PLC0415
+    from .estimators._base import _mean_sq_norm  # noqa: PLC0415
     from .solvers.policy import choose_solver  # noqa: PLC0415
 
     n, d = X.shape

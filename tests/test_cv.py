@@ -157,6 +157,28 @@ def test_multiclass_ovr_search_and_refit(shared_data):
     assert m.score(X, y) > 0.5
 
 
+def test_auto_solvers_of_the_search_and_of_the_refit():
+    from gpusvm.solvers.policy import choose_cv_solver  # noqa: PLC0415
+
+    # the search: Newton on n >> d (a9a, w8a, letter's 26 classes alike), SDCA on text
+    assert choose_cv_solver("squared_hinge", 15000, 17, 26) == "newton"
+    assert choose_cv_solver("squared_hinge", 25000, 74850, 1) == "sdca"
+    assert choose_cv_solver("hinge", 15000, 17, 26) == "sdca"
+    assert choose_cv_solver("squared_hinge", 15000, 17, 26, "sdca") == "sdca"
+    # a search on SDCA (4 d > n) whose refit at a large C is LinearSVC's choice, Newton: the
+    # refit is the fit at C_ (LIBLINEAR's optimum, certified)
+    X, y = toy(n=200, d=60)
+    m = SDCASVCCV(Cs=[10.0, 100.0], cv=3, loss="squared_hinge", tol=1e-8,
+                  random_state=0).fit(X, y)
+    assert (m.solver_, m.refit_solver_) == ("sdca", "newton")
+    ref = LinearSVC(C=m.C_, tol=1e-12, max_iter=10**6).fit(X, y)
+    assert m.duality_gap_ <= 1e-8
+    np.testing.assert_allclose(m.decision_function(X), ref.decision_function(X), atol=1e-3)
+    forced = SDCASVCCV(Cs=[10.0, 100.0], cv=3, loss="squared_hinge", solver="sdca",
+                       random_state=0).fit(X, y)
+    assert (forced.solver_, forced.refit_solver_) == ("sdca", "sdca")
+
+
 def test_refit_is_the_fit_at_the_chosen_C(a9a):
     X, y = a9a.X[:1500], a9a.y[:1500]
     m = SDCASVCCV(Cs=[0.1, 1.0], cv=3, loss="squared_hinge", tol=1e-6, random_state=0).fit(X, y)

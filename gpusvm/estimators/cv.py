@@ -55,9 +55,9 @@ from sklearn.utils.validation import _check_sample_weight, check_is_fitted
 from ..backends import make_backend, resolve_backend_name
 from ..solvers.newton import DEFAULT_MAX_ITER as DEFAULT_NEWTON_ITER
 from ..solvers.newton import block_products, newton_block
-from ..solvers.policy import choose_cv_solver, sdca_settings
+from ..solvers.policy import choose_cv_solver, choose_solver, sdca_settings
 from ..solvers.sdca import sdca
-from ._base import class_labels, output_problems, row_weights
+from ._base import _mean_sq_norm, class_labels, output_problems, row_weights
 from .pegasos import PegasosSVC
 from .sdca import SDCASVC
 
@@ -213,14 +213,14 @@ class _OnePassSearch:
         lanes = [(p, f) for f in range(n_F) for p in range(n_P)]
         run = self._run
         budget_per_output = (36 + Xc.dtype.itemsize) * n + 28 * d_aug
-        # the Newton products are SciPy's, which hold the GIL: more threads only contend; a
-        # device runs one stream (a graph capture forbids other threads' allocations), where
-        # the width of the pass is the parallelism
+        # a device runs one stream (a graph capture forbids other threads' allocations), where
+        # the width of the pass is the parallelism; on the CPU each thread takes its share of
+        # the lanes (SDCA's loops, Newton's compiled passes and BLAS products release the GIL:
+        # Newton on 2 cores, letter 3.10 -> 2.20 s, w8a 0.56 -> 0.48, a9a 0.48 -> 0.39)
         on_device = resolve_backend_name(self.backend) not in ("numpy", "numba")
-        workers = 1 if on_device or (self.solver_ == "newton" and self.n_jobs is None) else \
-            _effective_jobs(self.n_jobs, len(lanes))
+        workers = 1 if on_device else _effective_jobs(self.n_jobs, len(lanes))
         groups = [lanes[i::workers] for i in range(workers)]
-        ctx = dict(float64=_Float64(Xc), Xc=Xc, labels=labels, masks=masks, fold_weights=fold_weights, n_train=n_train, Cs=Cs,
+        ctx = dict(products=_SharedProducts(Xc), Xc=Xc, labels=labels, masks=masks, fold_weights=fold_weights, n_train=n_train, Cs=Cs,
                    C_ref=C_ref, lam_ref=lam_ref, result=result,
                    budget=max(1, MEMORY_BUDGET // workers // budget_per_output))
         if workers == 1:
@@ -240,7 +240,7 @@ class _OnePassSearch:
         self.search_products_ = tuple(result.products)
         self._certificates(result, Cs)
         if self.refit:
-            self._refit(X, y, sample_weight, best, result, folds, classes, problems, n)
+            self._refit(X, y, sample_weight, best, result, folds, classes, problems, n, Xc)
         else:
             W = np.mean([result.model(f, best) for f in range(n_F)], axis=0)
             b = np.mean([result.intercepts(f, best) for f in range(n_F)], axis=0)
@@ -379,9 +379,9 @@ class SDCASVCCV(_OnePassSearch, SDCASVC):
         ``intercept_`` are the mean over the folds of the models at ``C_``.
     n_jobs : int or None, default=None
         Threads the (problem, fold) lanes are split across.  None uses every core
-        this process may run on (a search is many independent problems) for SDCA,
-        whose compiled loops release the GIL, and one thread for Newton, whose SciPy
-        products hold it; -1 is every core.  On a GPU backend the search runs on one
+        this process may run on (a search is many independent problems; SDCA's loops,
+        Newton's compiled passes and its BLAS products release the GIL); -1 is every
+        core.  On a GPU backend the search runs on one
         thread (one stream), where the width of a pass is the parallelism.
     solver : {"auto", "sdca", "newton"}, default="auto"
         ``"sdca"``: the models are outputs of mini-batch SDCA passes (module
@@ -389,9 +389,10 @@ class SDCASVCCV(_OnePassSearch, SDCASVC):
         folds of one ``C`` as one block (:func:`~gpusvm.solvers.newton.newton_block`),
         ``C`` ascending, each block warm-started from the previous one.  ``"auto"``:
         Newton for the squared hinge when the data have at most a quarter as many
-        features as rows (``n >> d``: a9a, w8a, where the dual needs many epochs at large
-        ``C``) and a model has at most 8 binary problems, SDCA otherwise (sparse text,
-        and many classes: letter).
+        features as rows (``n >> d``: a9a, w8a, letter, where the dual needs many epochs
+        at large ``C``), SDCA otherwise (sparse text); the refit, one model, takes the
+        solver :class:`~gpusvm.LinearSVC` would
+        (:func:`~gpusvm.solvers.policy.choose_solver`).  ``solver_`` names the search's.
     loss, class_weight, multi_class, batch_size, variant, theta, tol, sigma2, \
 max_iter, sampling, bias, intercept_scaling, eval_every, backend, dtype, random_state, \
 verbose, shrinking, device
@@ -412,8 +413,12 @@ verbose, shrinking, device
     coef_, intercept_, classes_, n_features_in_, feature_names_in_
         Of the final model.
     lam_, alpha_, duality_gap_, primal_objective_, dual_objective_, n_iter_, \
-stop_reason_, history_, solver_
+stop_reason_, history_
         Of the refit (``refit=True``), as in SDCASVC.
+    solver_ : {"sdca", "newton"}
+        The solver of the search.
+    refit_solver_ : {"sdca", "newton"}
+        The solver of the refit (``refit=True``).
     n_iter_cv_ : ndarray of shape (n_folds, n_Cs, n_problems)
         Iterations of every model of the search (SDCA: of the pass it was in).
     search_products_ : tuple of (int, int)
@@ -533,18 +538,18 @@ stop_reason_, history_, solver_
         starting from the weights of the previous ``C``."""
         Cs = ctx["Cs"]
         max_iter = self.max_iter if self.max_iter is not None else DEFAULT_NEWTON_ITER
-        X64 = ctx["float64"]()[0]
-        products = block_products(X64)             # the float64 matrix and its squares, once
+        products = ctx["products"]()               # the float64 matrix and its squares, once
         prev = None
         for ci in range(len(Cs)):
             outs = [(ci, p, f) for (p, f) in lanes]
             Y, S, scale, g = self._outputs(outs, ctx)
-            res = newton_block(X64, Y, S, ctx["lam_ref"], float(self.tol) / scale, W0=prev,
+            res = newton_block(None, Y, S, ctx["lam_ref"], float(self.tol) / scale, W0=prev,
                                max_iter=max_iter, products=products)
             prev = res["w"]
             ctx["result"].count_products(res["products"], res["product_columns"])
-            ctx["result"].record(outs, res["w"], res["alpha"] / g[None, :], res["gap"] * scale,
-                                 res["n_iter"])
+            # no dual points kept: a refit after Newton starts from the weights (Newton) or
+            # from zero (SDCA, at a small C, where it needs a few epochs)
+            ctx["result"].record(outs, res["w"], None, res["gap"] * scale, res["n_iter"])
 
     def _levels_per_pass(self) -> int:
         """Values of ``C`` in one pass: all of them on a device (a wide M is the cheap
@@ -554,23 +559,33 @@ stop_reason_, history_, solver_
             return _LEVELS_CPU
         return 1 << 30
 
-    def _refit(self, X, y, sample_weight, best, result, folds, classes, problems, n):
-        est = SDCASVC(**self._base_params(), C=self.C_)
-        # warm start: each row's alpha from a fold that trained on it, the mean model's w
+    def _refit(self, X, y, sample_weight, best, result, folds, classes, problems, n, Xc):
+        params = self._base_params()
+        if self.solver == "auto" and self.loss == "squared_hinge":
+            # one model: the rule of a single fit (gpusvm.LinearSVC's), not the search's,
+            # which weighs how many models share a pass (letter, 26 classes, C = 32: the
+            # search's SDCA refit took 0.81 s warm-started, Newton 0.20 s cold)
+            params["solver"] = choose_solver(*Xc.shape, self.C_, _mean_sq_norm(Xc, 0.0),
+                                             classes.size, self.loss)
+        est = SDCASVC(**params, C=self.C_)
+        # warm start: each row's alpha from a fold that trained on it (SDCA searches keep
+        # them; Newton reads w only), the mean model's w
         alpha = np.zeros((n, result.n_P))
-        held = np.full(n, -1)
-        for f, (_, te) in enumerate(folds):
-            held[te] = f
         n_F = len(folds)
-        for f in range(n_F):
-            rows = np.flatnonzero((held + 1) % n_F == f) if n_F > 1 else np.arange(n)
-            alpha[rows] = result.alpha_of(f, best)[rows]
+        if result.alpha is not None:
+            held = np.full(n, -1)
+            for f, (_, te) in enumerate(folds):
+                held[te] = f
+            for f in range(n_F):
+                rows = np.flatnonzero((held + 1) % n_F == f) if n_F > 1 else np.arange(n)
+                alpha[rows] = result.alpha_of(f, best)[rows]
         W = np.mean([result.model(f, best) for f in range(n_F)], axis=0)
         if self.loss == "hinge":                   # inside the refit's box [0, s_i]
             s = row_weights(self.class_weight, sample_weight, classes,
                             np.searchsorted(classes, y), X)
             alpha = np.minimum(alpha, 1.0 if s is None else s[:, None])
-        if problems[0][0] is None:                 # binary or one-vs-rest: all rows
+        # binary or one-vs-rest (all rows), from the search's dual points or by Newton
+        if problems[0][0] is None and (result.alpha is not None or est.solver == "newton"):
             est.alpha_ = alpha[:, 0] if result.n_P == 1 else alpha
             est._set_solution(W, np.zeros(result.n_P))
             est.warm_start = True
@@ -580,7 +595,7 @@ stop_reason_, history_, solver_
         for key, value in vars(est).items():
             if key.endswith("_") and not key.startswith("_"):
                 setattr(self, key, value)
-        self.solver_ = solver
+        self.solver_, self.refit_solver_ = solver, est.solver
 
 
 class PegasosSVCCV(_OnePassSearch, PegasosSVC):
@@ -678,7 +693,7 @@ stop_reason_, history_
     def _certificates(self, result, Cs):
         """Pegasos has no certificate: nothing to report per model."""
 
-    def _refit(self, X, y, sample_weight, best, result, folds, classes, problems, n):
+    def _refit(self, X, y, sample_weight, best, result, folds, classes, problems, n, Xc):
         est = PegasosSVC(**self._base_params(), C=self.C_)
         est.fit(X, y, sample_weight=sample_weight)
         for key, value in vars(est).items():
@@ -733,19 +748,18 @@ def _partial_class_weight(class_weight, classes, y_idx, sw):
     return cw
 
 
-class _Float64:
-    """``X`` as float64 CSR and its transpose (a CSC view), made once (by the first thread
-    that asks)."""
+class _SharedProducts:
+    """The Newton search's float64 products of ``X`` (:func:`~gpusvm.solvers.newton.block_products`:
+    the matrix, its transpose and squares), made once by the first thread that asks."""
 
     def __init__(self, X):
-        self._X, self._pair, self._lock = X, None, threading.Lock()
+        self._X, self._products, self._lock = X, None, threading.Lock()
 
     def __call__(self):
         with self._lock:
-            if self._pair is None:
-                X64 = self._X.astype(np.float64)
-                self._pair = (X64, X64.T)
-        return self._pair
+            if self._products is None:
+                self._products = block_products(self._X)
+        return self._products
 
 
 class _SearchResult:

@@ -13,7 +13,6 @@ import warnings
 from numbers import Integral, Real
 
 import numpy as np
-import scipy.sparse as sp
 from sklearn.base import _fit_context
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils._param_validation import Interval, StrOptions
@@ -23,26 +22,13 @@ from .. import _arrays
 from ..backends import BACKENDS, resolve_backend_name
 from .._arrays import check_sparse_structure
 from ..solvers.policy import batch_size, choose_solver
-from ._base import _LinearSVCBase
+from ._base import _LinearSVCBase, _mean_sq_norm
 from .sdca import SDCASVC
 
 #: with ``dual="auto"``, SDCA (squared hinge) that has not converged after this many epochs
 #: hands over to Newton, started from its point (news20, 20 classes, ``C = 100``: SDCA
 #: alone stops at 1,000 epochs after 17 s; the text sets SDCA finishes need at most 160)
 SWITCH_EPOCHS = 200
-
-
-def _mean_sq_norm(X, intercept: float) -> float:
-    """``mean_i ||x_i||^2`` of ``X`` with the constant column ``intercept`` (0: none)."""
-    data = X.data if sp.issparse(X) else X
-    if hasattr(data, "get"):                    # CuPy: reduced on the device
-        total = float((data.ravel() @ data.ravel()).get()) if data.size else 0.0
-    else:
-        data = np.asarray(data).ravel()
-        # not BLAS's dot: on a long vector it wakes OpenBLAS's threads, which then spin on a
-        # second core for about 0.1 s (w8a: the fit's CPU time doubled); float64 sums too
-        total = float(np.einsum("i,i->", data, data, dtype=np.float64)) if data.size else 0.0
-    return total / max(X.shape[0], 1) + intercept * intercept
 
 
 class LinearSVC(_LinearSVCBase):

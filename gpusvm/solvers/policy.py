@@ -35,10 +35,6 @@ SDCA_EPOCHS = 100
 #: ``C * mean_i ||x_i||^2`` is at most this, the primal Newton solver above it (measured
 #: crossover, see :func:`choose_solver`)
 DUAL_MAX_C_SQNORM = 0.2
-#: SDCASVCCV's ``solver="auto"`` takes Newton for at most this many binary problems per
-#: model (:func:`choose_cv_solver`)
-NEWTON_MAX_PROBLEMS = 8
-
 
 def batch_size(backend: str, n: int, batch_size) -> int:
     """The batch a fit runs with: ``"auto"`` is 1 on a CPU backend, where every row costs the
@@ -177,12 +173,12 @@ def choose_solver(n_samples: int, n_features: int, C: float, mean_sq_norm: float
 
 def choose_cv_solver(loss: str, n: int, d: int, n_problems: int, solver: str = "auto") -> str:
     """SDCASVCCV's solver: ``"auto"`` takes Newton for the squared hinge on data with
-    ``4 d <= n`` and at most :data:`NEWTON_MAX_PROBLEMS` binary problems per model, SDCA
-    otherwise (measured: BENCHMARKS.md, "Choosing C": Newton 0.66 s against SDCA 1.62 s on
-    a9a, 0.88 against 2.90 on w8a; SDCA 6.2 against 12.6 on imdb; on letter's 26 classes
-    SDCA 3.7 against 6.1, where the Newton block's per-output line searches and
-    certificates dominate)."""
+    ``4 d <= n``, SDCA otherwise (measured: BENCHMARKS.md, "Choosing C", 2 cores: Newton
+    0.39 s against SDCA 1.6 s on a9a, 0.49 against 2.9 on w8a, 0.45 against 1.0 on ijcnn1;
+    with 26 and 10 classes, whose problems share the block products and the compiled line
+    searches, 1.7 against 4.4 on letter and 0.36 against 1.2 on pendigits; SDCA 6.2 against
+    12.6 on imdb, whose columns outnumber a quarter of its rows).  ``n_problems`` (binary
+    problems per model) does not enter the rule today."""
     if solver != "auto":
         return solver
-    newton = loss == "squared_hinge" and 4 * d <= n and n_problems <= NEWTON_MAX_PROBLEMS
-    return "newton" if newton else "sdca"
+    return "newton" if loss == "squared_hinge" and 4 * d <= n else "sdca"
