@@ -177,6 +177,12 @@ def test_auto_solvers_of_the_search_and_of_the_refit():
     forced = SDCASVCCV(Cs=[10.0, 100.0], cv=3, loss="squared_hinge", solver="sdca",
                        random_state=0).fit(X, y)
     assert (forced.solver_, forced.refit_solver_) == ("sdca", "sdca")
+    # max_iter counts the search's SDCA iterations: a Newton refit runs on its own default
+    with pytest.warns(ConvergenceWarning, match="models of the search ended above tol"):
+        capped = SDCASVCCV(Cs=[10.0, 100.0], cv=3, loss="squared_hinge", max_iter=1,
+                           random_state=0).fit(X, y)
+    assert capped.refit_solver_ == "newton" and capped.stop_reason_ == "tol"
+    assert capped.duality_gap_ <= capped.tol
 
 
 def test_refit_is_the_fit_at_the_chosen_C(a9a):

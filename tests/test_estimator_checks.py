@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
-from gpusvm import KernelPegasosSVC, LinearSVC, PegasosSVC, PegasosSVCCV, SDCASVCCV
+from gpusvm import KernelPegasosSVC, LinearSVC, LinearSVCCV, PegasosSVC, PegasosSVCCV, SDCASVCCV
 from gpusvm import SDCASVC
 
 ESTIMATORS = [
@@ -54,6 +54,8 @@ ESTIMATORS = [
     # LinearSVC on its defaults, and with the tolerance the sample-weight checks compare at
     LinearSVC(random_state=0),
     LinearSVC(random_state=0, dual=False, tol=1e-12),
+    # its cross-validated sibling, on the checks' small data
+    LinearSVCCV(Cs=[0.1, 1.0, 10.0], cv=3, n_jobs=1, random_state=0),
 ]
 
 #: {estimator class name: {check name: reason}}; empty while every check passes
@@ -71,6 +73,7 @@ WAIVED: dict[str, dict[str, str]] = {
     "PegasosSVCCV": {},
     "LinearSVC": {},
 }
+WAIVED["LinearSVCCV"] = dict(WAIVED["SDCASVCCV"])
 
 #: LinearSVC's default tol=1e-4 certifies the objective to 1e-4 of C n, not the decision function
 #: to 1e-7: scikit-learn waives the same checks for its own LinearSVC

@@ -288,6 +288,47 @@ def test_newton_on_the_emulated_device_equals_the_cpu(a9a_part):
     assert np.linalg.norm(emu.coef_ - cpu.coef_) <= np.sqrt(2 * 2e-8 / lam)
 
 
+def test_linear_svc_cv_has_linear_svc_parameters_with_cs_for_c():
+    from gpusvm import LinearSVCCV, SDCASVCCV  # noqa: PLC0415
+
+    base = inspect.signature(LinearSVC).parameters
+    cv = inspect.signature(LinearSVCCV).parameters
+    assert set(cv) == (set(base) - {"C"}) | {"Cs", "cv", "scoring", "refit", "n_jobs"}
+    for name in set(base) - {"C"}:
+        assert cv[name].default == base[name].default, name
+    for name in ("Cs", "cv", "scoring", "refit", "n_jobs"):
+        assert cv[name].default == inspect.signature(SDCASVCCV).parameters[name].default
+    with pytest.raises(ValueError, match=r"^penalty='l1' .* gpusvm.LinearSVCCV"):
+        LinearSVCCV(penalty="l1").fit(np.eye(4), [0, 1, 0, 1])
+
+
+@pytest.mark.parametrize("dual", ["auto", True])
+def test_linear_svc_cv_chooses_c_as_the_search_and_refits_linear_svc(a9a_part, dual):
+    """LinearSVCCV is SDCASVCCV with LinearSVC's settings: the same scores and C_ on the same
+    folds, and the refit is LinearSVC's optimum at C_ (liblinear's, to its certificate)."""
+    from sklearn.model_selection import StratifiedKFold  # noqa: PLC0415
+
+    from gpusvm import LinearSVCCV, SDCASVCCV  # noqa: PLC0415
+
+    X, y = a9a_part
+    X, y = X[:2000], y[:2000]
+    folds = StratifiedKFold(3, shuffle=True, random_state=0)
+    Cs = [0.01, 0.1, 1.0]
+    ours = LinearSVCCV(Cs=Cs, cv=folds, dual=dual, random_state=0).fit(X, y)
+    same = SDCASVCCV(Cs=Cs, cv=folds, loss="squared_hinge", tol=1e-4, random_state=0,
+                     solver="auto" if dual == "auto" else "sdca").fit(X, y)
+    assert ours.solver_ == same.solver_ == ("newton" if dual == "auto" else "sdca")
+    np.testing.assert_allclose(ours.scores_, same.scores_)
+    assert ours.C_ == same.C_ and ours.Cs_.tolist() == Cs
+    assert ours.duality_gaps_.shape == (3, 3, 1) and np.all(ours.duality_gaps_ <= 1e-4)
+    ref = SkLinearSVC(C=ours.C_, tol=1e-10, max_iter=10**6).fit(X, y)
+    assert ours.duality_gap_ <= 1e-4
+    assert np.mean(ours.predict(X) == ref.predict(X)) >= 0.995
+    np.testing.assert_allclose(ours.decision_function(X), ref.decision_function(X), atol=0.05)
+    # n_iter_ as LinearSVC reports it: epochs of SDCA, or Newton iterations
+    assert 1 <= ours.n_iter_ <= 1000
+
+
 def test_slow_sdca_hands_over_to_newton(monkeypatch, a9a_part):
     """dual='auto' on wide data: SDCA that has not converged after SWITCH_EPOCHS epochs hands over
     to Newton, which finishes from its point at liblinear's optimum."""

@@ -5,8 +5,9 @@
 
 from .._arrays import DataScaleWarning
 from .kernel import KernelPegasosSVC
-from .linear_svc import LinearSVC
+from .linear_svc import LinearSVC, LinearSVCCV
 from .pegasos import PegasosSVC
 from .sdca import SDCASVC
 
-__all__ = ["DataScaleWarning", "KernelPegasosSVC", "LinearSVC", "PegasosSVC", "SDCASVC"]
+__all__ = ["DataScaleWarning", "KernelPegasosSVC", "LinearSVC", "LinearSVCCV", "PegasosSVC",
+           "SDCASVC"]

@@ -392,7 +392,8 @@ class SDCASVCCV(_OnePassSearch, SDCASVC):
         features as rows (``n >> d``: a9a, w8a, letter, where the dual needs many epochs
         at large ``C``), SDCA otherwise (sparse text); the refit, one model, takes the
         solver :class:`~gpusvm.LinearSVC` would
-        (:func:`~gpusvm.solvers.policy.choose_solver`).  ``solver_`` names the search's.
+        (:func:`~gpusvm.solvers.policy.choose_solver`; when it is not the search's, with
+        that solver's default ``max_iter``).  ``solver_`` names the search's.
     loss, class_weight, multi_class, batch_size, variant, theta, tol, sigma2, \
 max_iter, sampling, bias, intercept_scaling, eval_every, backend, dtype, random_state, \
 verbose, shrinking, device
@@ -567,6 +568,8 @@ stop_reason_, history_
             # search's SDCA refit took 0.81 s warm-started, Newton 0.20 s cold)
             params["solver"] = choose_solver(*Xc.shape, self.C_, _mean_sq_norm(Xc, 0.0),
                                              classes.size, self.loss)
+            if params["solver"] != self.solver_:  # max_iter counts the search's iterations
+                params["max_iter"] = None
         est = SDCASVC(**params, C=self.C_)
         # warm start: each row's alpha from a fold that trained on it (SDCA searches keep
         # them; Newton reads w only), the mean model's w

@@ -21,8 +21,9 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from .. import _arrays
 from ..backends import BACKENDS, resolve_backend_name
 from .._arrays import check_sparse_structure
-from ..solvers.policy import batch_size, choose_solver
+from ..solvers.policy import batch_size, choose_cv_solver, choose_solver
 from ._base import _LinearSVCBase, _mean_sq_norm
+from .cv import SDCASVCCV
 from .sdca import SDCASVC
 
 #: with ``dual="auto"``, SDCA (squared hinge) that has not converged after this many epochs
@@ -325,4 +326,159 @@ class LinearSVC(_LinearSVCBase):
         return super().decision_function(X)
 
 
-__all__ = ["LinearSVC"]
+class LinearSVCCV(LinearSVC):
+    r"""LinearSVC with ``C`` chosen by cross-validation, every (C, fold) model in one pass.
+
+    :class:`LinearSVC`'s parameters, problem and attributes, with ``C`` replaced by the
+    search of scikit-learn's ``LogisticRegressionCV`` (``Cs``, ``cv``, ``scoring``,
+    ``refit``, ``n_jobs``): the one-pass search of :class:`~gpusvm.SDCASVCCV`, whose
+    models are outputs of one solver call (Newton blocks on data with ``n >= 4 d``, SDCA
+    passes on text; :func:`~gpusvm.solvers.policy.choose_cv_solver`), each certified by
+    its duality gap, and the refit at ``C_`` by the solver :class:`LinearSVC` would
+    choose.  scikit-learn has no ``LinearSVCCV``: the equivalent there is
+    ``GridSearchCV(LinearSVC(), {"C": Cs}, cv=cv)`` (BENCHMARKS.md, "Choosing C": 8 to 17
+    times slower on the shared data).
+
+    Parameters
+    ----------
+    Cs : int or array-like of float, default=10
+        The values of ``C``; an int asks for a log grid of that many values from
+        LIBLINEAR's smallest useful ``C`` for the data to 1024.
+    cv : int, cross-validation generator or iterable, default=None
+        As in scikit-learn: None is 5 stratified folds.
+    scoring : str, callable or None, default=None
+        A scikit-learn scorer; None is accuracy.
+    refit : bool, default=True
+        Fit the final model on all rows at ``C_``; with False, ``coef_`` and
+        ``intercept_`` are the mean of the folds' models at ``C_``.
+    n_jobs : int or None, default=None
+        Threads of the search (None: every core).
+    penalty, loss, dual, tol, multi_class, fit_intercept, intercept_scaling, \
+class_weight, verbose, random_state, max_iter, backend, device
+        As in :class:`LinearSVC`, for every model of the search and the refit
+        (``max_iter`` in epochs of the dual solver or Newton iterations; a refit by
+        another solver than the search's runs on that solver's default).
+
+    Attributes
+    ----------
+    C_ : float
+        The chosen value: the best mean score over the folds (the smallest ``C``
+        among ties).
+    Cs_ : ndarray of shape (n_Cs,)
+        The values tried, ascending.
+    scores_ : ndarray of shape (n_folds, n_Cs)
+        The score of every (fold, C) model on its fold's held-out rows.
+    duality_gaps_ : ndarray of shape (n_folds, n_Cs, n_problems)
+        The certificate of every model of the search (relative, as ``duality_gap_``).
+    coef_, intercept_, classes_, n_features_in_, feature_names_in_, duality_gap_, \
+backend_
+        Of the final model, as in :class:`LinearSVC`.
+    n_iter_ : int
+        Of the refit, as in :class:`LinearSVC` (``refit=True``).
+    solver_ : {"sdca", "newton"}
+        The solver of the search.
+    refit_solver_ : {"sdca", "newton"}
+        The solver of the refit (``refit=True``).
+
+    See Also
+    --------
+    gpusvm.SDCASVCCV : the search, with every setting of SDCASVC.
+    sklearn.model_selection.GridSearchCV : one fit per (C, fold).
+
+    Examples
+    --------
+    >>> from sklearn.datasets import make_classification
+    >>> from gpusvm import LinearSVCCV
+    >>> X, y = make_classification(n_samples=300, random_state=0)
+    >>> search = LinearSVCCV(Cs=[0.01, 0.1, 1.0], cv=3, random_state=0).fit(X, y)
+    >>> search.scores_.shape
+    (3, 3)
+    """
+
+    _parameter_constraints: dict = {
+        **{k: v for k, v in LinearSVC._parameter_constraints.items() if k != "C"},
+        "Cs": [Interval(Integral, 1, None, closed="left"), "array-like"],
+        "cv": ["cv_object"],
+        "scoring": [str, callable, None],
+        "refit": ["boolean"],
+        "n_jobs": [Integral, None],
+    }
+
+    def __init__(self, *, Cs=10, cv=None, scoring=None, refit=True, n_jobs=None, penalty="l2",
+                 loss="squared_hinge", dual="auto", tol=1e-4, multi_class="ovr",
+                 fit_intercept=True, intercept_scaling=1, class_weight=None, verbose=0,
+                 random_state=None, max_iter=1000, backend="auto", device=None):
+        self.Cs = Cs
+        self.cv = cv
+        self.scoring = scoring
+        self.refit = refit
+        self.n_jobs = n_jobs
+        self.penalty = penalty
+        self.loss = loss
+        self.dual = dual
+        self.tol = tol
+        self.multi_class = multi_class
+        self.fit_intercept = fit_intercept
+        self.intercept_scaling = intercept_scaling
+        self.class_weight = class_weight
+        self.verbose = verbose
+        self.random_state = random_state
+        self.max_iter = max_iter
+        self.backend = backend
+        self.device = device
+
+    @_fit_context(prefer_skip_nested_validation=True)
+    def fit(self, X, y, sample_weight=None):
+        """Score every value of ``Cs`` on the folds of ``cv``, choose ``C_``, refit.
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
+        y : array-like of shape (n_samples,)
+        sample_weight : array-like of shape (n_samples,), default=None
+
+        Returns
+        -------
+        self : LinearSVCCV
+            The fitted estimator.
+        """
+        reason = self.unsupported()
+        if reason is not None:
+            raise ValueError(reason.replace("gpusvm.LinearSVC", "gpusvm.LinearSVCCV"))
+        device = _arrays.is_device(X) or _arrays.is_device(y)
+        if not device:
+            check_sparse_structure(X)
+            X, y = validate_data(self, X, y, accept_sparse="csr", dtype=[np.float64, np.float32],
+                                 order="C", y_numeric=False)
+        n, d = X.shape
+        # dual="auto": the search's rule and, for the refit, LinearSVC's; True or False: that
+        # solver for both.  The search's solver is resolved here to count max_iter in its units
+        solver = {True: "sdca", False: "newton"}.get(self.dual, "auto")
+        resolved = choose_cv_solver(self.loss, n, d + bool(self.fit_intercept), 1, solver)
+        max_iter = max(int(self.max_iter), 1)
+        if resolved == "sdca":                      # epochs -> iterations
+            batch = batch_size(resolve_backend_name(self.backend), max(n, 1), "auto")
+            max_iter *= max(math.ceil(n / batch), 1)
+        search = SDCASVCCV(
+            Cs=self.Cs, cv=self.cv, scoring=self.scoring, refit=self.refit, n_jobs=self.n_jobs,
+            loss=self.loss, solver=solver, class_weight=self.class_weight, multi_class="ovr",
+            tol=float(self.tol), max_iter=max_iter,
+            bias="augmented" if self.fit_intercept else "none",
+            intercept_scaling=float(self.intercept_scaling), backend=self.backend,
+            random_state=self.random_state, verbose=self.verbose, device=self.device)
+        search.fit(X, y, sample_weight=sample_weight)
+        names = ["C_", "Cs_", "scores_", "duality_gaps_", "coef_", "intercept_", "classes_",
+                 "solver_"] + (["n_features_in_"] if device else [])
+        if self.refit:
+            names += ["duality_gap_", "backend_", "refit_solver_", "stop_reason_"]
+            n_iter = search.n_iter_
+            if search.refit_solver_ == "sdca":
+                n_iter = math.ceil(n_iter * search.batch_size_ / max(n, 1))
+            self.n_iter_ = int(n_iter)
+        for name in names:
+            setattr(self, name, getattr(search, name))
+        self._search = search
+        return self
+
+
+__all__ = ["LinearSVC", "LinearSVCCV"]
