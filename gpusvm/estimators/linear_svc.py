@@ -216,14 +216,7 @@ class LinearSVC(_LinearSVCBase):
         self : LinearSVC
             The fitted estimator.
         """
-        reason = self.unsupported()
-        if reason is not None:
-            raise ValueError(reason)
-        device = _arrays.is_device(X) or _arrays.is_device(y)
-        if not device:         # once here, to read the shape and norms; SDCASVC copies nothing
-            check_sparse_structure(X)
-            X, y = validate_data(self, X, y, accept_sparse="csr", dtype=[np.float64, np.float32],
-                                 order="C", y_numeric=False)
+        X, y, device = self._check_input(X, y)
         inner = self._inner(X, y)
         switch = self.dual == "auto" and inner.solver == "sdca" and self.loss == "squared_hinge"
         max_iter = inner.max_iter
@@ -247,6 +240,20 @@ class LinearSVC(_LinearSVCBase):
         return self
 
     # ------------------------------------------------------------ internals
+    def _check_input(self, X, y):
+        """The parameters gpusvm cannot honour as a one-line error; ``X``, ``y`` validated
+        once here, to read the shape and norms (the solvers copy nothing), unless on a GPU;
+        and whether they are."""
+        reason = self.unsupported()
+        if reason is not None:
+            raise ValueError(reason.replace("gpusvm.LinearSVC", f"gpusvm.{type(self).__name__}"))
+        device = _arrays.is_device(X) or _arrays.is_device(y)
+        if not device:
+            check_sparse_structure(X)
+            X, y = validate_data(self, X, y, accept_sparse="csr", dtype=[np.float64, np.float32],
+                                 order="C", y_numeric=False)
+        return X, y, device
+
     @staticmethod
     def _fit_quietly(inner, X, y, sample_weight):
         """Fit ``inner``, returning the warnings it raised instead of showing them."""
@@ -442,14 +449,7 @@ backend_
         self : LinearSVCCV
             The fitted estimator.
         """
-        reason = self.unsupported()
-        if reason is not None:
-            raise ValueError(reason.replace("gpusvm.LinearSVC", "gpusvm.LinearSVCCV"))
-        device = _arrays.is_device(X) or _arrays.is_device(y)
-        if not device:
-            check_sparse_structure(X)
-            X, y = validate_data(self, X, y, accept_sparse="csr", dtype=[np.float64, np.float32],
-                                 order="C", y_numeric=False)
+        X, y, device = self._check_input(X, y)
         n, d = X.shape
         # dual="auto": the search's rule and, for the refit, LinearSVC's; True or False: that
         # solver for both.  The search's solver is resolved here to count max_iter in its units
