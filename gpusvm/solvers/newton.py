@@ -32,7 +32,10 @@ product is a sparse matrix times an ``M``-column block, read once for all of the
 :func:`newton` runs a backend's problem(s) as blocks of one, :func:`newton_block` the folds
 of one ``C`` as one block.  The products run in float64 on the backend's CSR matrix in its
 array module: SciPy on the CPU, cuSPARSE through CuPy on ``cupy`` (the line search sorts
-on the device).  On the CPU a matrix with a quarter or more nonzeros is copied to a dense
+on the device).  On the CPU the row passes of all outputs (line searches, certificates, the
+Hessian's weights) are compiled (:mod:`gpusvm.backends._newton_nb`: one pass over the
+margins, a quickselect of the breakpoints); elsewhere they are the array-module expressions
+of :func:`_line_search` and :func:`_certify`.  On the CPU a matrix with a quarter or more nonzeros is copied to a dense
 array (BLAS products), and with at most 128 columns :func:`newton` then solves each Newton
 step exactly, ``H`` formed and factored (pendigits: 0.07 s against 0.14 s by CG on CSR).
 """
