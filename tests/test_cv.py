@@ -185,6 +185,31 @@ def test_auto_solvers_of_the_search_and_of_the_refit():
     assert capped.duality_gap_ <= capped.tol
 
 
+def test_overlapping_newton_calls_restore_blas_threads_after_the_last():
+    """Two threads' Newton calls overlapping (enter A, enter B, leave A, leave B): BLAS stays
+    on one thread until the last leaves, then has its own count again (each restoring what
+    it found left it on 1 for good after a threaded search)."""
+    from threadpoolctl import threadpool_info  # noqa: PLC0415
+
+    from gpusvm.solvers.newton import _BLAS_ONE_THREAD  # noqa: PLC0415
+
+    def blas():
+        return [p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"]
+
+    before = blas()
+    _BLAS_ONE_THREAD.__enter__()                       # A
+    _BLAS_ONE_THREAD.__enter__()                       # B
+    assert set(blas()) <= {1}
+    _BLAS_ONE_THREAD.__exit__(None, None, None)        # A leaves first
+    assert set(blas()) <= {1}
+    _BLAS_ONE_THREAD.__exit__(None, None, None)        # then B
+    assert blas() == before
+    X, y = toy(n=2000, d=20)
+    for _ in range(3):                                 # a threaded Newton search, end to end
+        m = SDCASVCCV(Cs=[0.1, 1.0, 10.0, 100.0], cv=5, loss="squared_hinge", n_jobs=2).fit(X, y)
+        assert m.solver_ == "newton" and blas() == before
+
+
 def test_refit_is_the_fit_at_the_chosen_C(a9a):
     X, y = a9a.X[:1500], a9a.y[:1500]
     m = SDCASVCCV(Cs=[0.1, 1.0], cv=3, loss="squared_hinge", tol=1e-6, random_state=0).fit(X, y)

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import functools
 import math
+import threading
 import time
 from typing import Callable
 
@@ -412,13 +413,43 @@ def _cg(xp, hess, rhs, eta, max_iter, inv_diag):
     return P, k
 
 
+class _OneBlasThread:
+    """BLAS on one thread while any solver call of any thread runs, restored after the last.
+
+    BLAS's thread count is the process's, not a thread's: two threads of a search each
+    setting it to 1 and restoring what they found on exit would leave it at 1 for good
+    when their calls overlap (the second saves the first's 1).  So the first call in sets
+    it and the last call out restores the original, under a lock."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._depth = 0
+        self._limiter = None
+
+    def __enter__(self):
+        with self._lock:
+            if self._depth == 0:
+                self._limiter = _threadpools().limit(limits=1, user_api="blas")
+            self._depth += 1
+
+    def __exit__(self, *exc):
+        with self._lock:
+            self._depth -= 1
+            if self._depth == 0:
+                self._limiter.restore_original_limits()
+                self._limiter = None
+
+
+_BLAS_ONE_THREAD = _OneBlasThread()
+
+
 def _one_blas_thread(func):
-    """Run ``func`` with BLAS on one thread: its BLAS calls are products of ``d``-vectors,
-    which a second thread does not speed up (20 Newsgroups one-vs-rest: the same wall time,
-    twice the CPU time)."""
+    """Run ``func`` with BLAS on one thread (:class:`_OneBlasThread`): its BLAS calls are
+    products of ``d``-vectors, which a second thread does not speed up (20 Newsgroups
+    one-vs-rest: the same wall time, twice the CPU time)."""
     @functools.wraps(func)
     def wrapper(*args, **kwargs):
-        with _threadpools().limit(limits=1, user_api="blas"):
+        with _BLAS_ONE_THREAD:
             return func(*args, **kwargs)
     return wrapper
 
