@@ -35,9 +35,10 @@ array module: SciPy on the CPU, cuSPARSE through CuPy on ``cupy`` (the line sear
 on the device).  On the CPU the row passes of all outputs (line searches, certificates, the
 Hessian's weights) are compiled (:mod:`gpusvm.backends._newton_nb`: one pass over the
 margins, a quickselect of the breakpoints); elsewhere they are the array-module expressions
-of :func:`_line_search` and :func:`_certify`.  On the CPU a matrix with a quarter or more nonzeros is copied to a dense
-array (BLAS products), and with at most 128 columns :func:`newton` then solves each Newton
-step exactly, ``H`` formed and factored (pendigits: 0.07 s against 0.14 s by CG on CSR).
+of :func:`_line_search` and :func:`_certify`.  On the CPU a matrix with a quarter or more
+nonzeros is copied to a dense array (BLAS products), and with at most 128 columns
+:func:`newton` then solves each Newton step exactly, ``H`` formed and factored (pendigits:
+0.07 s against 0.14 s by CG on CSR).
 """
 
 from __future__ import annotations
@@ -230,13 +231,12 @@ def _line_search(xp, lam, n, w, p, z, q, s):
 def _line_searches(xp, lam, n, W, P, Z, Q, S, live):
     """The exact steps of the live outputs (columns ``live`` of ``W``, ``Z``, ``S``; columns
     of ``P``, ``Q``): on the CPU all at once by the compiled quickselect
-    (:func:`gpusvm.backends._newton_nb.line_searches`, two row-major passes for the block),
+    (:func:`gpusvm.backends._newton_nb.line_searches`, one row-major pass for the block),
     elsewhere one :func:`_line_search` per output in the array module."""
-    scol = (lambda j: j) if S.shape[1] > 1 else (lambda j: 0)
+    zcols, scols = _live_columns(live, W.shape[1], S.shape[1])
     if xp is not np:
         return xp.asarray([_line_search(xp, lam, n, W[:, j], P[:, q], Z[:, j], Q[:, q],
-                                        S[:, scol(j)]) for q, j in enumerate(live)])
-    zcols, scols = _live_columns(live, W.shape[1], S.shape[1])
+                                        S[:, k]) for q, (j, k) in enumerate(zip(zcols, scols))])
     wp = lam * _coldot(np, W[:, _cols(np, live, W.shape[1])], P)
     pp = lam * _coldot(np, P, P)
     out = np.empty(live.size)
