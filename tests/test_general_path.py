@@ -288,18 +288,24 @@ def test_numba_column_norms_and_resynchronisation_match_numpy():
     np.testing.assert_allclose(b.sm, a.sm, rtol=1e-12, atol=1e-15)
 
 
-def test_numba_column_dots_and_combinations_match_numpy():
+@pytest.mark.parametrize("cols", [[4, 0, 2], [0, 1, 2, 3, 4]], ids=["some", "every"])
+def test_column_dots_and_combinations_by_the_textbook(cols):
+    """``<A[:, cols_q], B[:, q]>`` and ``dst[:, cols_q] += t_q (src_q - dst[:, cols_q])`` on
+    some columns (gathered) and on every column in order (whole-array passes): ``t = 1``
+    copies exactly, ``t = 0`` leaves the column bit for bit."""
     X, y = toy()
-    a, b = (make_backend(name, X, three_outputs(y)) for name in BACKENDS)
     rng = np.random.default_rng(2)
-    dst, src = rng.standard_normal((40, 5)), rng.standard_normal((40, 3))
-    cols, t = np.array([4, 0, 2]), np.array([0.25, 1.0, 0.0])
-    np.testing.assert_allclose(b.col_dots_m(dst, cols, src), a.col_dots_m(dst, cols, src),
-                               rtol=1e-13)
+    cols = np.array(cols)
+    dst, src = rng.standard_normal((40, 5)), rng.standard_normal((40, cols.size))
+    t = np.array([0.25, 1.0, 0.0, 0.5, 1.0])[:cols.size]
     expect = dst.copy()
-    expect[:, 4] += 0.25 * (src[:, 0] - expect[:, 4])
-    expect[:, 0] = src[:, 1]                               # t = 1: an exact copy
-    for be in (a, b):
+    for q, c in enumerate(cols):
+        expect[:, c] = (src[:, q] if t[q] == 1.0 else
+                        dst[:, c] + t[q] * (src[:, q] - dst[:, c]) if t[q] > 0.0 else dst[:, c])
+    dots = [sum(dst[j, c] * src[j, q] for j in range(40)) for q, c in enumerate(cols)]
+    for name in BACKENDS:
+        be = make_backend(name, X, three_outputs(y))
+        np.testing.assert_allclose(be.col_dots_m(dst, cols, src), dots, rtol=1e-13)
         out = dst.copy()
         be.mix_columns_m(out, cols, src, t)
         np.testing.assert_array_equal(out, expect)

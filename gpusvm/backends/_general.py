@@ -304,23 +304,34 @@ class GeneralEvaluation:
     def col_dots_m(self, A, a_cols, B):
         """``<A[:, a_cols[q]], B[:, q]>`` for every column ``q`` of ``B``, float64 (q,) in ``xp``
         (``A`` and ``B`` float64 ``(d, .)`` arrays of the backend)."""
-        if np.size(a_cols) == 1:                     # a view, not a gathered copy
-            c = int(np.asarray(a_cols).reshape(-1)[0])
-            return self.xp.einsum("ij,ij->j", A[:, c:c + 1], B)
-        return self.xp.einsum("ij,ij->j", A[:, a_cols], B)
+        cols = np.asarray(a_cols, dtype=np.intp).reshape(-1)
+        if _all_in_order(cols, A):                   # every column: no gathered copy
+            return self.xp.einsum("ij,ij->j", A, B)
+        if cols.size == 1:                           # a view, not a gathered copy
+            return self.xp.einsum("ij,ij->j", A[:, cols[0]:cols[0] + 1], B)
+        return self.xp.einsum("ij,ij->j", A[:, cols], B)
 
     def mix_columns_m(self, dst, dst_cols, src, t) -> None:
         """``dst[:, dst_cols[q]] += t_q (src[:, q] - dst[:, dst_cols[q]])`` in place, for the
         host weights ``0 <= t_q <= 1``: ``t_q = 1`` copies the column exactly, ``t_q = 0``
         leaves it (``dst``, ``src``: float64 ``(d, .)`` arrays of the backend)."""
+        xp = self.xp
         t = np.asarray(t, dtype=np.float64)
         cols = np.asarray(dst_cols, dtype=np.intp)
         copy, mix = np.flatnonzero(t == 1.0), np.flatnonzero((t > 0.0) & (t < 1.0))
+        if _all_in_order(cols, dst) and mix.size + copy.size > 1:
+            # every column, as whole-array passes (a gather and a scatter per column cost
+            # 17 ms on 20 columns of news20): adding 0 * (src - dst) leaves a column as it is
+            if mix.size:
+                dst += xp.asarray(np.where((t > 0.0) & (t < 1.0), t, 0.0)) * (src - dst)
+            if copy.size:
+                xp.copyto(dst, src, where=xp.asarray(t == 1.0))
+            return
         if copy.size:
             dst[:, cols[copy]] = src[:, copy]
         if mix.size:
             old = dst[:, cols[mix]]
-            dst[:, cols[mix]] = old + self.xp.asarray(t[mix]) * (src[:, mix] - old)
+            dst[:, cols[mix]] = old + xp.asarray(t[mix]) * (src[:, mix] - old)
 
     def dual_objective_m(self, lam: float, W, loss: str = "hinge", sq=None):
         """``D(alpha)`` (hinge) or ``D2(alpha)`` (squared hinge) of every output (M,);
@@ -335,3 +346,8 @@ class GeneralEvaluation:
         if sq is None:
             sq = self.col_sq_norms_m(xp.asarray(W, dtype=np.float64))
         return lin.sum(axis=0) / self.n - 0.5 * lam * xp.asarray(sq)
+
+
+def _all_in_order(cols, A) -> bool:
+    """Whether ``cols`` names every column of ``A`` in order (``A[:, cols]`` is ``A``)."""
+    return cols.size == A.shape[1] and bool(np.all(cols == np.arange(cols.size)))

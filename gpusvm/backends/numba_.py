@@ -233,36 +233,6 @@ class NumbaBackend(NumpyBackend):
         self.sm[S_ASUMD] = self.alpha.sum(axis=0)
         return W
 
-    # The compiled column passes below serve several outputs; with one column (binary
-    # fits) NumPy's pass is as fast and a binary fit's first call compiles three functions
-    # fewer (0.8 s of CPU), so that case is GeneralEvaluation's
-    def col_dots_m(self, A, a_cols, B) -> np.ndarray:
-        """:meth:`GeneralEvaluation.col_dots_m` in one compiled row-major pass."""
-        if np.shape(B)[1] == 1 or not (A.flags.c_contiguous and B.flags.c_contiguous
-                                        and A.dtype == B.dtype == np.float64):
-            return super().col_dots_m(A, a_cols, B)
-        out = np.empty(np.shape(B)[1])
-        csr.col_dots(A, np.asarray(a_cols, dtype=np.int64), B, out)
-        return out
-
-    def mix_columns_m(self, dst, dst_cols, src, t) -> None:
-        """:meth:`GeneralEvaluation.mix_columns_m` in one compiled row-major pass (NumPy's
-        fancy indexing walks a column at a time: 20 ms for 20 columns of news20)."""
-        if np.shape(src)[1] == 1 or not (dst.flags.c_contiguous and src.flags.c_contiguous
-                                          and dst.dtype == src.dtype == np.float64):
-            super().mix_columns_m(dst, dst_cols, src, t)
-            return
-        csr.mix_columns(dst, np.asarray(dst_cols, dtype=np.int64), src,
-                        np.asarray(t, dtype=np.float64))
-
-    def col_sq_norms_m(self, W) -> np.ndarray:
-        """``||w_c||^2`` of every column of ``W`` (d, M) in one compiled pass (float64)."""
-        if np.shape(W)[1] == 1:
-            return super().col_sq_norms_m(W)
-        out = np.empty(np.shape(W)[1])
-        csr.col_sq_norms(np.ascontiguousarray(W, dtype=np.float64), out)
-        return out
-
 
 class CompilationNotice(UserWarning):
     """The compiled CPU loops are being compiled (once; numba caches them on disk)."""
