@@ -236,27 +236,30 @@ def _news20_multiclass():
 @pytest.mark.parametrize("backend", ["auto"])
 def test_acceptance_multiclass_matches_local(client, name, backend):
     """Done-when: every output's gap <= 1e-3, the models within their certificates' bounds of
-    the local SDCASVC's, and (news20_multiclass) the accuracy within 0.003 of the local one.
+    the local SDCASVC's, and the test accuracy within 0.003 of the local one.
 
     On letter (16 features, lam = 1e-4, no intercept: many class scores nearly tie) fits
-    certified to 1e-3 differ in test accuracy by the seed alone (the local SDCASVC's five seeds:
-    0.6148-0.6250; the distributed fit 0.604), so there the accuracy is not compared: the
-    certificates bound the weights, not the ties."""
+    certified to a gap of 1e-3 differ in test accuracy by the seed alone (the local SDCASVC's
+    seeds 0-2: 0.6250, 0.6210, 0.6148; the distributed fit 0.6040), so both fits there are
+    certified to 1e-4 (a gap <= 1e-3 still): the distributed fit 0.6206 against the local
+    0.6232 (seeds 1-2: 0.6214; to a gap of 1e-5 both reach 0.6218)."""
     if name == "letter":
         X, y = load_svmlight_file(str(shared_data_dir() / "letter" / "letter.scale"),
                                   n_features=16)
         Xt, yt = load_svmlight_file(str(shared_data_dir() / "letter" / "letter.scale.t"),
                                     n_features=16)
+        tol = 1e-4
     else:
         X, Xt, y, yt = _news20_multiclass()
-    lam, tol = 1e-4, 1e-3
-    dist = gd.SDCASVC(lam=lam, tol=tol, random_state=0, backend=backend).fit(X, y)
+        tol = 1e-3
+    lam = 1e-4
+    dist = gd.SDCASVC(lam=lam, tol=tol, random_state=0, backend=backend,
+                      max_iter=1000).fit(X, y)
     local = LocalSDCASVC(lam=lam, tol=tol, bias="none", dtype="float64",
                          random_state=0).fit(X, y)
     assert np.all(dist.duality_gap_ <= tol) and np.asarray(dist.duality_gap_).size > 2
     check_against_local(dist, local, X, y, None, lam, "hinge", tol)
-    if name != "letter":
-        assert abs(dist.score(Xt, yt) - local.score(Xt, yt)) <= 0.003
+    assert abs(dist.score(Xt, yt) - local.score(Xt, yt)) <= 0.003
 
 
 @pytest.mark.slow
