@@ -86,8 +86,8 @@ def test_sdca_round_trip(tmp_path, data):
 @pytest.mark.parametrize("make", [
     lambda: gpusvm.LinearSVC(backend="numpy"),
     lambda: gpusvm.LinearSVC(C=0.1, fit_intercept=False, backend="numpy"),
-    lambda: gpusvm.SDCASVCCV(Cs=[0.1, 1.0], cv=3, backend="numpy", random_state=0),
-    lambda: gpusvm.PegasosSVCCV(Cs=[0.1, 1.0], cv=3, max_iter=200, backend="numpy",
+    lambda: gpusvm.SDCASVCCV(Cs=[0.1, 1.0], cv=3, backend="numba", random_state=0),
+    lambda: gpusvm.PegasosSVCCV(Cs=[0.1, 1.0], cv=3, max_iter=200, backend="numba",
                                 random_state=0),
 ], ids=["LinearSVC", "LinearSVC-no-intercept", "SDCASVCCV", "PegasosSVCCV"])
 @pytest.mark.parametrize("n_classes", [2, 3])
