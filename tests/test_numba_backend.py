@@ -451,3 +451,27 @@ def test_compile_notice_fires_exactly_when_numba_compiles(tmp_path, monkeypatch)
         assert sum(fresh.stats.cache_misses.values()) == 1
     finally:
         sys.modules.pop("gpusvm_tiny_loop", None)
+
+
+def test_a_multiclass_fit_narrowed_to_one_output_keeps_the_multi_output_loop(monkeypatch):
+    """Letter, 26 classes: the last output still above ``tol`` runs alone (``outputs_m``) for
+    an epoch; it keeps the M-output loop and products, so a multiclass fit never compiles the
+    one-output code as well (2.5-3.5 s cold), and still certifies every output."""
+    from sklearn.datasets import load_svmlight_file
+
+    from conftest import shared_data_dir
+    X, y = load_svmlight_file(str(shared_data_dir() / "letter" / "letter.scale"), n_features=16)
+    flags, live = [], []
+    loop = numba_.sdca_loop
+    monkeypatch.setattr(numba_, "sdca_loop", lambda *f: (flags.append(f), loop(*f))[1])
+    segment = NumbaBackend.sdca_segment_m
+
+    def counting(self, *args):
+        live.append(self.n_outputs)
+        return segment(self, *args)
+
+    monkeypatch.setattr(NumbaBackend, "sdca_segment_m", counting)
+    clf = SDCASVC(backend="numba", random_state=0).fit(X, y)
+    assert min(live) == 1 and max(live) == 26          # the case: narrowed to one output
+    assert flags and not any(one for one, *_ in flags)
+    assert np.all(clf.duality_gap_ <= clf.tol)

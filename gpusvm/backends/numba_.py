@@ -89,6 +89,10 @@ class NumbaBackend(NumpyBackend):
             raise ImportError(NUMBA_MISSING)
         super().__init__(X, y, sample_weight)
         self._nb_canonical = bool(X.has_canonical_format)
+        # a backend made for several outputs keeps their loop and products when the solver
+        # narrows it to one output (``outputs_m``: the last output not yet certified), so a
+        # multiclass fit compiles no one-output code (2.5-3.5 s) for its last segments
+        self._nb_one = self.n_outputs == 1
         self._nb_smp = None
         self._nb_key = None
 
@@ -158,8 +162,7 @@ class NumbaBackend(NumpyBackend):
         """``(one, row, by_epoch, weighted)`` of this fit's segments."""
         sam = self._nb_sampler(sampler)
         row = sampler.k == 1 and self._nb_canonical
-        return (self.n_outputs == 1, row, row and sam[7].size > 0,
-                self.sample_weight is not None)
+        return (self._nb_one, row, row and sam[7].size > 0, self.sample_weight is not None)
 
     # ------------------------------------------------------------ segments
     def pegasos_segment_m(self, sampler, t0: int, t1: int, plan) -> None:
@@ -207,8 +210,9 @@ class NumbaBackend(NumpyBackend):
         """``<w_c, x_i> + b_c`` on all rows, float64 (n, M), without an upcast copy of ``X``."""
         W = np.ascontiguousarray(W, dtype=np.float64)
         out = np.empty((self.n, W.shape[1]), dtype=np.float64)
-        bb = np.ascontiguousarray(np.broadcast_to(np.asarray(b, dtype=np.float64), (W.shape[1],)))
-        if W.shape[1] == 1:
+        # a writable copy: numba types a read-only array anew (one more compile)
+        bb = np.array(np.broadcast_to(np.asarray(b, dtype=np.float64), (W.shape[1],)))
+        if self._nb_one and W.shape[1] == 1:
             csr.csr_matvec(*self._nb_csr(), W.reshape(-1), float(bb[0]), out.reshape(-1),
                            W.nbytes > l2_cache_bytes())
         else:
@@ -219,7 +223,7 @@ class NumbaBackend(NumpyBackend):
         """``W(alpha) = X^T (alpha * Y) / (lam n)`` in float64 (d, M), resynchronising ``V``."""
         W = np.zeros((self.d, self.n_outputs), dtype=np.float64)
         pref = W.nbytes > l2_cache_bytes()
-        if self.n_outputs == 1:          # one column: NumPy's resync, a compile less
+        if self._nb_one:                 # one column: NumPy's resync, a compile less
             csr.csr_rmatvec(*self._nb_csr(), self.alpha.reshape(-1), self.Y.reshape(-1),
                             W.reshape(-1), pref)
             W /= lam * self.n
