@@ -402,6 +402,26 @@ def test_no_client_is_a_clear_error():
     assert "found no dask client" in out.stdout, out.stderr
 
 
+@pytest.mark.parametrize("M", [1, 3])
+def test_driver_sums_the_blocks_parts_at_their_columns(M):
+    """The driver keeps ``w`` on the union of the blocks' columns: each block's part lands on
+    its own columns, overlapping columns get the sum (against a dense textbook sum)."""
+    from gpusvm.dask._estimators import _assemble, _column_map
+    rng = np.random.default_rng(0)
+    d = 50
+    cols = [np.sort(rng.choice(d, k, replace=False)) for k in (20, 30, 1)]
+    parts = [rng.standard_normal((c.size, M)).astype(dt)
+             for c, dt in zip(cols, (np.float32, np.float64, np.float32))]
+    union, pos = _column_map(d, cols)
+    dense = np.zeros((d, M))
+    for c, p in zip(cols, parts):
+        dense[c] += p
+    np.testing.assert_array_equal(union, np.flatnonzero(np.any(dense != 0, axis=1)))
+    for c, p in zip(cols, pos):
+        np.testing.assert_array_equal(union[p], c)
+    np.testing.assert_allclose(_assemble(union.size, M, pos, parts), dense[union], rtol=1e-15)
+
+
 def test_import_gpusvm_does_not_import_dask():
     code = "import sys, gpusvm; print('dask' in sys.modules, 'distributed' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

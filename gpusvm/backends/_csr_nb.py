@@ -127,6 +127,17 @@ def draw_ahead(indptr, indices, data, vf, M, sam, bt, pref_v):
 
 
 # ---------------------------------------------------------------------- rows
+@njit(cache=True, nogil=True)
+def add_rows_at(out, pos, part):
+    """``out[pos[i], :] += part[i, :]`` for distinct ``pos`` (a dense scatter-add: the dask
+    driver's sum of the blocks' ``(d_k, M)`` parts, a quarter of NumPy's fancy-index add)."""
+    M = out.shape[1]
+    for i in range(pos.size):
+        j = pos[i]
+        for c in range(M):
+            out[j, c] += part[i, c]
+
+
 @njit(cache=True)
 def row_sq_norms(indptr, data, out):
     """``out_i = ||x_i||^2`` in float64, without a copy of ``X``."""
