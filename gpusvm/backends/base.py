@@ -83,25 +83,6 @@ def on_backend_stream(func):
     return run
 
 
-@dataclass(frozen=True)
-class Evaluation:
-    """Objective of one iterate on all training rows.
-
-    Attributes
-    ----------
-    objective : float
-        ``P(w) = lam/2 ||w||^2 (+ lam/2 b^2 if the bias is regularised) + mean hinge``.
-    loss : float
-        Mean hinge loss ``(1/n) sum_i max(0, 1 - y_i (<w, x_i> + b))``.
-    sq_norm : float
-        ``||w||^2``.
-    """
-
-    objective: float
-    loss: float
-    sq_norm: float
-
-
 #: step-size schedules (Pegasos Fig. 1 step 3, and the Fig. 2 comparisons), by int code
 SCHEDULES = ("pegasos", "norma", "constant")
 

@@ -22,7 +22,6 @@ from ..backends import BACKENDS, numba_available, resolve_backend_name
 from ..model_io import check_restored
 from ..solvers._sampling import SAMPLING_MODES
 from ..solvers.pegasos import BIAS_MODES
-from ..solvers.policy import batch_size
 
 
 #: the largest ``max_iter``: iteration counters are 64-bit integers in the compiled loops
@@ -406,12 +405,6 @@ class _LinearSVCBase(ClassifierMixin, BaseEstimator):
                 f"{given} is too large a regularisation for dtype={dtype.name}: the weights, of "
                 f"size about max ||x_i|| / lam = {norm / lam:.3g}, have squares below the "
                 f"smallest normal {dtype.name} (weights below {smallest:.3g}); use {fix}{other}")
-
-    def _resolve(self, n: int):
-        """The backend name and the batch size the fit runs with
-        (:func:`~gpusvm.solvers.policy.batch_size`)."""
-        backend = resolve_backend_name(self.backend)
-        return backend, batch_size(backend, n, self.batch_size)
 
     def _seed(self):
         rs = self.random_state

@@ -41,10 +41,10 @@ import os
 import threading
 import warnings
 from concurrent.futures import ThreadPoolExecutor
-from numbers import Integral, Real
+from numbers import Integral
 
 import numpy as np
-from sklearn.base import _fit_context, clone
+from sklearn.base import _fit_context
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.metrics import check_scoring
 from sklearn.model_selection import check_cv

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from numbers import Integral, Real
+from numbers import Real
 
 from sklearn.base import _fit_context
 from sklearn.exceptions import ConvergenceWarning

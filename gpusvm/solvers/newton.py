@@ -527,7 +527,7 @@ def newton(backend, *, lam: float, tol: float = 1e-3, max_iter: int = DEFAULT_MA
     W0 = None if w0 is None else xp.asarray(w0, dtype=np.float64).reshape(prod.d, -1)
     start = time.perf_counter()
     ws, alphas, histories, out = [], [], [], np.zeros((5, M))
-    reasons, cg_total, done = [], 0, 0
+    reasons, done = [], 0
     for c in range(M):              # one output after the other, each a block of one
         history = []
 
