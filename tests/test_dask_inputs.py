@@ -216,7 +216,7 @@ def test_worker_lost_on_one_class_partitions(problem, as_dask):
         killed = []
 
         def kill(round_, gap, elapsed):
-            if round_ >= 2 and not killed:
+            if round_ == 2 and not killed:
                 os.kill(victim, signal.SIGKILL)
                 killed.append(round_)
 

@@ -168,28 +168,25 @@ class SDCABlock:
             self.be.alpha[...] = commit(before, after, self.xp.asarray(gamma))
             self.pending = None
 
-    def certify(self, w, round_, gamma=None, primal=True):
+    def certify(self, w, round_, gamma=None):
         """Commit ``gamma``'s step, then the certificate's ``loss`` and ``dual`` sums at ``w``
-        (d_k, M) and the committed ``alpha`` (host float64, (M,)); ``loss`` None without
-        ``primal`` (no pass over the rows)."""
+        (d_k, M) and the committed ``alpha`` (host float64, (M,))."""
         self._commit(round_, gamma)
         be = self.be
-        w = self._broadcast(w)
-        Z = _host(be.decision_function_m(w, 0.0)) if primal else None
-        return {"loss": None if Z is None else loss_sums(Z, self.Y, self.s, self.loss),
+        Z = _host(be.decision_function_m(self._broadcast(w), 0.0))
+        return {"loss": loss_sums(Z, self.Y, self.s, self.loss),
                 "dual": dual_sums(_host(be.alpha), self.s, self.loss)}
 
-    def step(self, w, round_, t0, t1, gamma, primal=True):
-        """One round: :meth:`certify` at ``w`` (its ``loss`` only with ``primal``), then the
-        local solver over the counter positions ``t0 .. t1`` (one-row batches of the block's
-        epochs).
+    def step(self, w, round_, t0, t1, gamma):
+        """One round: :meth:`certify` at ``w``, then the local solver over the counter
+        positions ``t0 .. t1`` (one-row batches of the block's epochs).
 
         Returns the certificate's ``loss`` and ``dual``, ``u = (v - w) / sigma'`` (d_k, M) in
         ``w``'s dtype (float32 on the wire), ``alpha`` (pending, (n_k, M)), ``b``, ``q``
         (:func:`line_search`'s sums) and ``seconds``.
         """
         wire = np.float32 if np.asarray(w).dtype == np.float32 else np.float64
-        out = self.certify(w, round_, gamma, primal)
+        out = self.certify(w, round_, gamma)
         w = self._w                   # the broadcast point, float64
         be = self.be
         before = be.alpha.copy()

@@ -611,9 +611,7 @@ class SDCASVC(_DaskLinearBase):
     history_ : list of (int, float, float, float, float)
         ``(round, P, D, gap, elapsed seconds)`` at every certificate (the output of the
         largest gap).  A round's ``D`` uses the driver's running ``w(alpha)`` (exact up to
-        float32 rounding); the fit stops only on an exact gap, the last entry.  Far from
-        ``tol`` a round certifies only every few rounds (the rate of the last two
-        certificates predicts when the gap nears ``tol``), every round near it.
+        float32 rounding); the fit stops only on an exact gap, the last entry.
     primal_objective_, dual_objective_, duality_gap_ : float or ndarray of shape (n_classes,)
         At the returned ``W = W(alpha_)``, one per output for more than two classes.
     steps_ : ndarray of shape (n_iter,) or (n_iter, n_classes)
@@ -797,12 +795,11 @@ class SDCASVC(_DaskLinearBase):
                 else:
                     gamma = None
                 steps = [max(1, int(round(H * size))) for size in sizes]
-                primal_now = _certify_round(history, r, self.tol)
                 # between exact certificates, w and u travel in float32
                 Wb = W.astype(np.float32)
                 try:
                     res = self._gather([blk.step(np.take(Wb, pos[b], axis=0), r, position[b],
-                                                 position[b] + steps[b], gamma, primal_now)
+                                                 position[b] + steps[b], gamma)
                                         for b, blk in enumerate(blocks)])
                 except Exception as exc:
                     if not _lost_error(exc):
@@ -811,18 +808,16 @@ class SDCASVC(_DaskLinearBase):
                     blocks = self._place(client, sources, make(r))
                     continue
                 W = Wb.astype(np.float64)     # the running w(alpha), to rounding
-                if primal_now:
-                    primal, dual, gaps = _gaps(W, lam, n, res)
-                    worst = int(np.argmax(gaps))
-                    elapsed = time.perf_counter() - t0
-                    history.append((r, primal[worst], dual[worst], gaps[worst], elapsed))
-                    if bar is not None:
-                        bar.set_postfix(primal=f"{primal[worst]:.6g}",
-                                        gap=f"{gaps[worst]:.3g}")
-                    if self.callback is not None and \
-                            self.callback(r, float(gaps.max()), elapsed) is False:
-                        stop = "callback"
-                        break
+                primal, dual, gaps = _gaps(W, lam, n, res)
+                worst = int(np.argmax(gaps))
+                elapsed = time.perf_counter() - t0
+                history.append((r, primal[worst], dual[worst], gaps[worst], elapsed))
+                if bar is not None:
+                    bar.set_postfix(primal=f"{primal[worst]:.6g}", gap=f"{gaps[worst]:.3g}")
+                if self.callback is not None and \
+                        self.callback(r, float(gaps.max()), elapsed) is False:
+                    stop = "callback"
+                    break
                 compute = max(x["seconds"] for x in res)
                 self.worker_seconds_ += compute
                 U = _assemble(union.size, M, pos, [x["u"] for x in res])
@@ -838,8 +833,8 @@ class SDCASVC(_DaskLinearBase):
                 r += 1
                 if bar is not None:
                     bar.update(1)
-                if primal_now and gaps.max() <= self.tol:   # the running gap says done:
-                    primal, dual, gaps = certify_final()          # check it exactly
+                if gaps.max() <= self.tol:    # the running gap says done: check it exactly
+                    primal, dual, gaps = certify_final()
                     if gaps.max() <= self.tol:
                         stop = "tol"
                         break
@@ -918,32 +913,6 @@ def _assemble(m, M, pos, parts):
     for p, part in zip(pos, parts):
         add_rows_at(out, p, np.asarray(part).reshape(p.size, M))
     return out
-
-
-#: a round skips the primal half of its running certificate (a pass over every block's rows,
-#: a third of a news20 round) while the gap predicted from the last two certificates is above
-#: this multiple of ``tol``, and for at most this many rounds in a row
-CERTIFY_MARGIN = 4.0
-CERTIFY_EVERY = 4
-
-
-def _certify_round(history, r, tol) -> bool:
-    """Whether round ``r`` computes its running certificate (the primal's pass over the rows).
-
-    The gap of CoCoA falls at a roughly steady linear rate: measured over the last two
-    certificates ``(t0, G0)``, ``(t1, G1)`` it predicts ``G1 exp(-rate (r - t1))``, and the
-    round certifies once that is within :data:`CERTIFY_MARGIN` ``* tol`` (so every round near
-    ``tol``: the fit stops on the same round as with a certificate a round), or
-    :data:`CERTIFY_EVERY` rounds after the last one (a rate that overestimates only brings
-    certificates forward).  news20, 2 blocks: 12 certificates in 26 rounds.
-    """
-    if len(history) < 2 or tol <= 0:
-        return True
-    (t0, _, _, g0, _), (t1, _, _, g1, _) = history[-2], history[-1]
-    if r - t1 >= CERTIFY_EVERY or t1 <= t0 or not g0 > g1 > 0:
-        return True
-    rate = math.log(g0 / g1) / (t1 - t0)
-    return g1 * math.exp(-rate * (r - t1)) <= CERTIFY_MARGIN * tol
 
 
 def _gaps(W, lam, n, res):
