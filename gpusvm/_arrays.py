@@ -24,6 +24,14 @@ import scipy.sparse as sp
 
 from .backends import resolve_backend_name
 
+
+def col_dots(xp, A, B):
+    """``<A[:, j], B[:, j]>`` for every column ``j`` of two ``(m, M)`` arrays of the array
+    module ``xp`` (one column: BLAS's dot, 6x faster than einsum over an ``(m, 1)`` view)."""
+    if A.shape[1] == 1:
+        return (A[:, 0] @ B[:, 0]).reshape(1)
+    return xp.einsum("ij,ij->j", A, B)
+
 __all__ = ["INT32_MAX", "DataScaleWarning", "as_dtype", "check_sparse_structure",
            "decision_function", "is_device", "is_device_sparse", "predict", "prepare", "to_host",
            "warn_if_rows_unscaled"]

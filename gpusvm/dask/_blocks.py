@@ -19,6 +19,7 @@ import time
 import numpy as np
 import scipy.sparse as sp
 
+from .._arrays import col_dots
 from ..backends import make_backend
 from ..backends._state import S_A, S_VSQ
 from ..backends.base import PegasosPlan, SDCAPlan, step_size
@@ -241,14 +242,6 @@ def step_sums(before, after, s, loss: str):
     return b, q
 
 
-def col_dots(A, B) -> np.ndarray:
-    """``<A[:, c], B[:, c]>`` for every column ``c`` of two ``(m, M)`` host arrays (one
-    output: one BLAS dot, not einsum's slower pass over a ``(m, 1)`` view)."""
-    if A.shape[1] == 1:
-        return np.array([np.dot(A.reshape(-1), B.reshape(-1))])
-    return np.einsum("ij,ij->j", A, B)
-
-
 def line_search(W, U, b, q, lam, n):
     """The step ``gamma`` in ``[0, 1]`` maximising ``D`` along the round's change, per output.
 
@@ -256,8 +249,8 @@ def line_search(W, U, b, q, lam, n):
     ``n (D(alpha + gamma d) - D(alpha)) = gamma b - gamma^2 q - lam n (gamma <W, U> +
     gamma^2 ||U||^2 / 2)``, a concave quadratic; ``[0, 1]`` keeps ``alpha + gamma d`` feasible.
     """
-    slope = b / n - lam * col_dots(W, U)
-    curve = 2.0 * q / n + lam * col_dots(U, U)
+    slope = b / n - lam * col_dots(np, W, U)
+    curve = 2.0 * q / n + lam * col_dots(np, U, U)
     with np.errstate(divide="ignore", invalid="ignore"):
         gamma = np.where(curve > 0, slope / np.where(curve > 0, curve, 1.0),
                          np.where(slope > 0, 1.0, 0.0))

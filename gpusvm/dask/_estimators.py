@@ -14,6 +14,7 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_array, check_is_fitted
 
+from .._arrays import col_dots
 from ..backends import BACKENDS
 from ..backends._csr_nb import add_rows_at
 from ..backends._state import S_A
@@ -21,8 +22,7 @@ from ..backends.numpy_ import NumpyBackend
 from ..estimators._base import _LinearSVCBase
 from ..estimators._base import (LOSSES, MULTI_CLASS_MODES, class_labels, output_problems,
                                 resolve_lam, row_weights)
-from ._blocks import (PegasosBlock, SDCABlock, StaleBlockError, col_dots, commit, driver_step,
-                      line_search)
+from ._blocks import PegasosBlock, SDCABlock, StaleBlockError, commit, line_search, driver_step
 
 #: bias modes of the distributed estimators (both have a box-constrained dual / a plain step)
 DASK_BIAS_MODES = ("none", "augmented")
@@ -922,7 +922,7 @@ def _gaps(W, lam, n, res):
     ``w(alpha)`` itself, and weak duality makes ``P(w) - D(alpha)`` a certificate."""
     loss = np.sum([x["loss"] for x in res], axis=0)
     lin = np.sum([x["dual"] for x in res], axis=0)
-    wsq = col_dots(W, W)
+    wsq = col_dots(np, W, W)
     primal = 0.5 * lam * wsq + loss / n
     dual = lin / n - 0.5 * lam * wsq
     return primal, dual, primal - dual

@@ -54,6 +54,7 @@ import scipy.linalg
 import scipy.sparse as sp
 from threadpoolctl import ThreadpoolController
 
+from .._arrays import col_dots
 from ..backends.base import on_backend_stream
 from ._common import SolverResult
 
@@ -79,13 +80,6 @@ NEWTON_COMPILE_SECONDS = "2-3 s"
 def _host(a):
     """A small array of per-output values as a NumPy array."""
     return a.get() if hasattr(a, "get") else np.asarray(a)
-
-
-def _coldot(xp, A, B):
-    """``<A[:, j], B[:, j]>`` for every column ``j`` (one column: BLAS's dot, 6x faster)."""
-    if A.shape[1] == 1:
-        return (A[:, 0] @ B[:, 0]).reshape(1)
-    return xp.einsum("ij,ij->j", A, B)
 
 
 def _cols(xp, live, m):
@@ -237,8 +231,8 @@ def _line_searches(xp, lam, n, W, P, Z, Q, S, live):
     if xp is not np:
         return xp.asarray([_line_search(xp, lam, n, W[:, j], P[:, q], Z[:, j], Q[:, q],
                                         S[:, k]) for q, (j, k) in enumerate(zip(zcols, scols))])
-    wp = lam * _coldot(np, W[:, _cols(np, live, W.shape[1])], P)
-    pp = lam * _coldot(np, P, P)
+    wp = lam * col_dots(np, W[:, _cols(np, live, W.shape[1])], P)
+    pp = lam * col_dots(np, P, P)
     out = np.empty(live.size)
     _compiled("line_searches", np.ascontiguousarray(Z), np.ascontiguousarray(Q),
               np.ascontiguousarray(S), zcols, scols, np.ascontiguousarray(wp),
@@ -263,13 +257,13 @@ def _certify(prod, Y, S, lam, W, Z, ix):
     else:
         R = xp.maximum(0.0, 1.0 - Z[:, ix])
         SR = S[:, ix] * R
-        loss = _coldot(xp, SR, R)                               # sum_i s_i r_i^2
+        loss = col_dots(xp, SR, R)                               # sum_i s_i r_i^2
         A = 2.0 * SR                                            # alpha_i = 2 s_i r_i
         AY, asum = A * Y[:, ix], A.sum(axis=0)
     Wa = prod.rmm(AY) / (lam * n)
-    primal = 0.5 * lam * _coldot(xp, W[:, ix], W[:, ix]) + loss / n
+    primal = 0.5 * lam * col_dots(xp, W[:, ix], W[:, ix]) + loss / n
     # alpha_i^2 / (4 s_i) = s_i r_i^2: the dual's quadratic term is the loss again
-    dual = (asum - loss) / n - 0.5 * lam * _coldot(xp, Wa, Wa)
+    dual = (asum - loss) / n - 0.5 * lam * col_dots(xp, Wa, Wa)
     return _host(primal), _host(dual), A, Wa
 
 
@@ -344,7 +338,7 @@ def _iterate(prod, Y, S, lam, tols, W, max_iter, cg_max_iter, after=None, certif
         # g = lam w - (2/n) X^T (S R Y) = lam (w - w(alpha)): the certificate of this very
         # point made the product (one pass over X an iteration fewer)
         G = lam * (W[:, ix] - Wa[:, ix])
-        gnorm = np.sqrt(_host(_coldot(xp, G, G)))
+        gnorm = np.sqrt(_host(col_dots(xp, G, G)))
         g0[live] = np.where(n_iter[live] == 0, gnorm, g0[live])
         if not gnorm.all():                                 # at the optimum: no step
             reasons[live[gnorm == 0]] = "tol"
@@ -391,8 +385,8 @@ def _cg(xp, hess, rhs, eta, max_iter, inv_diag):
     R = rhs.copy()
     Zr = inv_diag * R
     Dr = Zr.copy()
-    rz = _host(_coldot(xp, R, Zr))
-    rr = _host(_coldot(xp, R, R))
+    rz = _host(col_dots(xp, R, Zr))
+    rr = _host(col_dots(xp, R, R))
     stop = eta * eta * rr
     live = np.flatnonzero(rr > stop)
     k = 0
@@ -400,15 +394,15 @@ def _cg(xp, hess, rhs, eta, max_iter, inv_diag):
         ix = _cols(xp, live, m)
         Dl = Dr[:, ix]
         Hd = hess(Dl, ix)
-        step = xp.asarray(rz[live] / _host(_coldot(xp, Dl, Hd)))
+        step = xp.asarray(rz[live] / _host(col_dots(xp, Dl, Hd)))
         P[:, ix] += step * Dl
         R[:, ix] -= step * Hd
         Rl = R[:, ix]
         Zl = inv_diag[:, ix] * Rl
-        rz_new = _host(_coldot(xp, Rl, Zl))
+        rz_new = _host(col_dots(xp, Rl, Zl))
         Dr[:, ix] = Zl + xp.asarray(rz_new / rz[live]) * Dl
         rz[live] = rz_new
-        live = live[_host(_coldot(xp, Rl, Rl)) > stop[live]]
+        live = live[_host(col_dots(xp, Rl, Rl)) > stop[live]]
         k += 1
     return P, k
 
