@@ -104,3 +104,13 @@ def imdb() -> Dataset:
 def news20() -> Dataset:
     """20 Newsgroups binary, unigrams+bigrams: 11,314 / 7,532 unit rows, 1,181,833 features."""
     return load_dataset("news20")
+
+
+def assert_near_w_alpha(W, W_alpha, gap, lam):
+    """Per output, a certified model and ``w(alpha)`` lie within the certificate's bound of
+    each other: both are within ``sqrt(2 gap / lam)`` of ``w*`` (``lam/2 ||w - w*||^2 <=
+    P(w) - P*`` and ``lam/2 ||w(alpha) - w*||^2 <= D* - D(alpha)``, each at most the gap)."""
+    W_alpha = np.asarray(W_alpha).reshape(np.shape(W_alpha)[0], -1)
+    dist = np.linalg.norm(np.asarray(W).reshape(W_alpha.shape) - W_alpha, axis=0)
+    bound = 2 * np.sqrt(2 * np.maximum(np.ravel(gap), 0.0) / lam) + 1e-12
+    assert np.all(dist <= bound), (dist, bound)

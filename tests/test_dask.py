@@ -27,6 +27,8 @@ from gpusvm.dask._blocks import block_seed
 from gpusvm.solvers._sampling import CounterSampler
 from gpusvm.model_io import load_model, save_model
 
+from conftest import assert_near_w_alpha
+
 LAM = 1e-4
 
 
@@ -91,12 +93,12 @@ def check_certificate_and_optimum(clf, X, y, lam, tol):
     assert clf.stop_reason_ == "tol"
     assert clf.duality_gap_ <= tol
     assert np.all((clf.alpha_ >= 0) & (clf.alpha_ <= 1))
-    # recompute everything from alpha_ here: w = w(alpha), and the gap is P(w) - D(alpha)
+    # recompute everything from alpha_ here: the gap is P(w) - D(alpha)
     D, w_alpha = dual(X64, y, clf.alpha_, lam)
-    np.testing.assert_allclose(w, w_alpha, rtol=0, atol=1e-12 * max(1.0, np.abs(w).max()))
     P = primal(X64, y, w, lam)
     assert P - D == pytest.approx(clf.duality_gap_, abs=1e-9)
     assert P - D <= tol
+    assert_near_w_alpha(w, w_alpha, P - D, lam)
     # LIBLINEAR's w*: P(w_ref) - P* <= P(w_ref) - D(alpha_) (D is a lower bound of P*)
     w_ref = liblinear_w(X64, y, lam)
     eps_ref = max(0.0, primal(X64, y, w_ref, lam) - D)
@@ -166,8 +168,9 @@ def test_sdca_augmented_bias(two_workers, rcv1_small):
     Xa = sp.hstack([X, np.ones((X.shape[0], 1))], format="csr")
     D, w_alpha = dual(Xa, y, clf.alpha_, LAM)
     w = np.concatenate([clf.coef_.ravel(), clf.intercept_])
-    np.testing.assert_allclose(w, w_alpha, rtol=0, atol=1e-12 * np.abs(w).max())
-    assert primal(Xa, y, w, LAM) - D <= 1e-3
+    gap = primal(Xa, y, w, LAM) - D
+    assert gap <= 1e-3
+    assert_near_w_alpha(w, w_alpha, gap, LAM)
     np.testing.assert_allclose(clf.decision_function(X), X @ clf.coef_.ravel() + clf.intercept_,
                                rtol=1e-12)
 
@@ -439,7 +442,7 @@ def test_sdca_acceptance_gap(two_workers, name, request):
     D, w_alpha = dual(ds.X.astype(np.float64), ds.y, clf.alpha_, LAM)
     P = primal(ds.X.astype(np.float64), ds.y, clf.coef_.ravel(), LAM)
     assert P - D <= 1e-3
-    np.testing.assert_allclose(clf.coef_.ravel(), w_alpha, rtol=0, atol=1e-10)
+    assert_near_w_alpha(clf.coef_, w_alpha, P - D, LAM)
 
 
 @pytest.mark.slow

@@ -134,6 +134,7 @@ class SDCABlock:
         self.pending = None
         self.round = round_
         self._w = None
+        self._Z = None          # the margins at the last round's point
 
     def info(self):
         """``(n_k, d, block, cols)``, also a liveness probe."""
@@ -169,14 +170,25 @@ class SDCABlock:
             self.be.alpha[...] = commit(before, after, self.xp.asarray(gamma))
             self.pending = None
 
-    def certify(self, w, round_, gamma=None):
+    def certify(self, w, round_, gamma=None, margins=False):
         """Commit ``gamma``'s step, then the certificate's ``loss`` and ``dual`` sums at ``w``
-        (d_k, M) and the committed ``alpha`` (host float64, (M,))."""
+        (d_k, M) and the committed ``alpha`` (host float64, (M,)).
+
+        A round's certificate keeps its margins; ``margins=True`` (a final certificate)
+        returns the signed margins ``A`` (n_k, M) at ``w`` and ``A_last`` at the last
+        round's point (None when this block has not certified a round since it was built).
+        """
         self._commit(round_, gamma)
         be = self.be
         Z = _host(be.decision_function_m(self._broadcast(w), 0.0))
-        return {"loss": loss_sums(Z, self.Y, self.s, self.loss),
-                "dual": dual_sums(_host(be.alpha), self.s, self.loss)}
+        out = {"loss": loss_sums(Z, self.Y, self.s, self.loss),
+               "dual": dual_sums(_host(be.alpha), self.s, self.loss)}
+        if margins:
+            out["A"] = self.Y * Z
+            out["A_last"] = None if self._Z is None else self.Y * self._Z
+        else:
+            self._Z = Z
+        return out
 
     def step(self, w, round_, t0, t1, gamma):
         """One round: :meth:`certify` at ``w``, then the local solver over the counter

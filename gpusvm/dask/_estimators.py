@@ -20,6 +20,7 @@ from ..backends._csr_nb import add_rows_at
 from ..backends._state import S_A
 from ..backends.numpy_ import NumpyBackend
 from ..estimators._base import _LinearSVCBase
+from ..solvers.sdca import primal_from_margins, segment_minimum
 from ..estimators._base import (LOSSES, MULTI_CLASS_MODES, class_labels, output_problems,
                                 resolve_lam, row_weights)
 from ._blocks import PegasosBlock, SDCABlock, StaleBlockError, commit, line_search, driver_step
@@ -613,7 +614,8 @@ class SDCASVC(_DaskLinearBase):
         largest gap).  A round's ``D`` uses the driver's running ``w(alpha)`` (exact up to
         float32 rounding); the fit stops only on an exact gap, the last entry.
     primal_objective_, dual_objective_, duality_gap_ : float or ndarray of shape (n_classes,)
-        At the returned ``W = W(alpha_)``, one per output for more than two classes.
+        At the returned ``W`` (the lowest-``P`` point between the last round's point and
+        ``w(alpha_)``) and ``alpha_``, one per output for more than two classes.
     steps_ : ndarray of shape (n_iter,) or (n_iter, n_classes)
         The line search's ``gamma`` of every round.
     n_blocks_ : int
@@ -732,6 +734,8 @@ class SDCASVC(_DaskLinearBase):
         H = float(self.local_epochs)
         sizes = [src["rows"].size for src in sources]
         committed = [None] * K  # the driver's copy of each block's committed alpha
+        s_rows = None if sources[0]["s"] is None else np.concatenate(
+            [np.asarray(src["s"], dtype=np.float64) for src in sources])
         position = [0] * K      # each block's counter position (steps done)
 
         def make(r):
@@ -757,12 +761,16 @@ class SDCASVC(_DaskLinearBase):
             committed = [np.asarray(a) for a in self._gather([blk.alpha_copy()
                                                                for blk in blocks])]
             W = np.zeros((union.size, M))   # w on the columns some block uses
+            model = W
+            last = None                     # the last round's broadcast point (float32)
             r = 0
 
             def certify_final():
                 """Commit the pending step, set ``W = w(alpha)`` from the blocks'
-                ``X_k^T (alpha_k Y_k)`` and certify it (no local solver), in ``history``."""
-                nonlocal committed, pending, blocks, W
+                ``X_k^T (alpha_k Y_k)`` and certify it (no local solver), in ``history``;
+                ``model``: the lowest-``P`` point between the last round's and ``W``
+                (:func:`_segment_best`), what the gap certifies."""
+                nonlocal committed, pending, blocks, W, model
                 gamma = None
                 if pending is not None:
                     gamma = pending[1]
@@ -772,7 +780,8 @@ class SDCASVC(_DaskLinearBase):
                     try:
                         parts = self._gather([blk.xty(r, gamma) for blk in blocks])
                         W = _assemble(union.size, M, pos, parts) / (lam * n)
-                        res = self._gather([blk.certify(np.take(W, pos[b], axis=0), r)
+                        res = self._gather([blk.certify(np.take(W, pos[b], axis=0), r,
+                                                        margins=True)
                                             for b, blk in enumerate(blocks)])
                     except Exception as exc:
                         if not _lost_error(exc):
@@ -782,6 +791,11 @@ class SDCASVC(_DaskLinearBase):
                         gamma = None
                         continue
                     primal, dual, gaps = _gaps(W, lam, n, res)
+                    model = W
+                    if last is not None and all(x["A_last"] is not None for x in res):
+                        model, primal = _segment_best(last.astype(np.float64), W, primal,
+                                                      res, s_rows, lam, loss)
+                        gaps = primal - dual
                     worst = int(np.argmax(gaps))
                     history.append((r, primal[worst], dual[worst], gaps[worst],
                                     time.perf_counter() - t0))
@@ -808,6 +822,7 @@ class SDCASVC(_DaskLinearBase):
                     blocks = self._place(client, sources, make(r))
                     continue
                 W = Wb.astype(np.float64)     # the running w(alpha), to rounding
+                last = Wb
                 primal, dual, gaps = _gaps(W, lam, n, res)
                 worst = int(np.argmax(gaps))
                 elapsed = time.perf_counter() - t0
@@ -817,6 +832,7 @@ class SDCASVC(_DaskLinearBase):
                 if self.callback is not None and \
                         self.callback(r, float(gaps.max()), elapsed) is False:
                     stop = "callback"
+                    model = W
                     break
                 compute = max(x["seconds"] for x in res)
                 self.worker_seconds_ += compute
@@ -852,7 +868,7 @@ class SDCASVC(_DaskLinearBase):
             alpha[src["rows"]] = committed[b]
         self.alpha_ = alpha[:, 0] if M == 1 else alpha
         W_full = np.zeros((d, M))
-        W_full[union] = W
+        W_full[union] = model
         self._set_outputs(W_full, M)
         self.n_iter_ = r
         self.history_ = history
@@ -913,6 +929,40 @@ def _assemble(m, M, pos, parts):
     for p, part in zip(pos, parts):
         add_rows_at(out, p, np.asarray(part).reshape(p.size, M))
     return out
+
+
+def _segment_best(W0, W1, P1, res, s, lam, loss):
+    """``(W, P)``: per output, the lowest-``P`` point of the segment from the last round's
+    point ``W0`` to ``w(alpha)`` ``W1`` (``P1`` its objective), and its objective.
+
+    The exact minimiser (:func:`gpusvm.solvers.sdca.segment_minimum`, as the local solver's
+    best points) from both ends' signed margins, the blocks' ``A_last`` and ``A`` in block
+    order (``s`` the rows' weights in that order, or None).  CoCoA+'s points alternate
+    around the optimum (news20: every other round's ``P`` is higher), so ``W1`` alone can
+    miss ``tol`` by a round where a point between the two does not; any primal point and the
+    dual-feasible ``alpha`` certify each other (weak duality).
+    """
+    A0 = np.concatenate([x["A_last"] for x in res]).T
+    E = np.concatenate([x["A"] for x in res]).T - A0
+    sq0, cross, sq1 = col_dots(np, W0, W0), col_dots(np, W0, W1), col_dots(np, W1, W1)
+    q1, q2 = cross - sq0, sq1 - 2.0 * cross + sq0
+    t = segment_minimum(np, A0, E, s, q1, q2, lam, loss)
+    P0 = primal_from_margins(np, A0, s, sq0, lam, loss)
+    Pt = primal_from_margins(np, A0 + t[:, None] * E, s, sq0 + t * (2.0 * q1 + t * q2), lam,
+                             loss)
+    # an inner point no lower than its ends (rounding only): the lower end
+    t = np.where(Pt < np.minimum(P0, P1), t, np.where(P0 < P1, 0.0, 1.0))
+    P = np.where(t == 0.0, P0, np.where(t == 1.0, P1, Pt))
+    if np.all(t == 1.0):
+        return W1, P
+    W = np.subtract(W1, W0)            # W0 + t (W1 - W0): one new d x M array, in place
+    W *= t
+    W += W0
+    for c in np.flatnonzero(t == 1.0):  # the ends exactly
+        W[:, c] = W1[:, c]
+    for c in np.flatnonzero(t == 0.0):
+        W[:, c] = W0[:, c]
+    return W, P
 
 
 def _gaps(W, lam, n, res):
