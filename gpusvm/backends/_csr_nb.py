@@ -128,6 +128,29 @@ def draw_ahead(indptr, indices, data, vf, M, sam, bt, pref_v):
 
 # ---------------------------------------------------------------------- rows
 @njit(cache=True, nogil=True)
+def localize_columns(indices, d):
+    """``(cols, local)``: the sorted columns ``indices`` use (int64), and ``indices`` re-indexed
+    to their positions in ``cols`` (int32); two passes over ``indices``, one over ``d``
+    (a dask block's columns: a third of NumPy's scatter, search and gather)."""
+    at = np.zeros(d, dtype=np.int32)              # 1 where used, then the position + 1
+    for p in range(indices.size):
+        at[indices[p]] = 1
+    k = 0
+    for j in range(d):
+        if at[j]:
+            k += 1
+            at[j] = k
+    cols = np.empty(k, dtype=np.int64)
+    for j in range(d):
+        if at[j]:
+            cols[at[j] - 1] = j
+    local = np.empty(indices.size, dtype=np.int32)
+    for p in range(indices.size):
+        local[p] = at[indices[p]] - 1
+    return cols, local
+
+
+@njit(cache=True, nogil=True)
 def add_rows_at(out, pos, part):
     """``out[pos[i], :] += part[i, :]`` for distinct ``pos`` (a dense scatter-add: the dask
     driver's sum of the blocks' ``(d_k, M)`` parts, a quarter of NumPy's fancy-index add)."""
