@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import time
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 from numbers import Integral, Real
 
 import numpy as np
@@ -315,16 +316,20 @@ class _DaskLinearBase(_LinearSVCBase):
         their (recomputable) futures.
         """
         workers = self._workers(client)
-        futures = []
-        for b, s in enumerate(sources):
+        def place(b):
             addr = workers[b % len(workers)]
+            s = sources[b]
             if s["local"] is not None:
                 data = client.scatter(s["local"], workers=[addr], direct=True, hash=False)
             else:
                 data = s["future"]
             cls, args = make(b, data)
-            futures.append(client.submit(cls, *args, actor=True, workers=[addr],
-                                         allow_other_workers=False, pure=False))
+            return client.submit(cls, *args, actor=True, workers=[addr],
+                                 allow_other_workers=False, pure=False)
+
+        # the blocks travel to their workers at once (one thread each), not one after another
+        with ThreadPoolExecutor(max_workers=min(len(sources), 8)) as pool:
+            futures = list(pool.map(place, range(len(sources))))
         actors = []
         for fut in futures:
             actors.append(fut.result(timeout=self.timeout))
