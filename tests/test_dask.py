@@ -425,6 +425,58 @@ def test_driver_sums_the_blocks_parts_at_their_columns(M):
     np.testing.assert_allclose(_assemble(union.size, M, pos, parts), dense[union], rtol=1e-15)
 
 
+@pytest.mark.parametrize("loss", ["hinge", "squared_hinge"])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_final_segment_point_is_the_segments_lowest(loss, weighted):
+    """The final certificate's point (``_segment_best``): per output, its objective is that of
+    the returned ``W`` recomputed from the data, and no point of a fine grid on the segment
+    from the last round's point to ``w(alpha)`` is lower (two blocks' margins, in block order)."""
+    from gpusvm.dask._estimators import _segment_best
+    rng = np.random.default_rng(1)
+    n, d, M, lam = 300, 40, 3, 1e-2
+    X = sp.random(n, d, density=0.2, format="csr", random_state=2)
+    Y = np.where(rng.random((n, M)) < 0.5, -1.0, 1.0)
+    s = rng.uniform(0.0, 2.0, n) if weighted else None
+    center, step = 0.1 * rng.standard_normal((d, M)), rng.standard_normal((d, M))
+    W0, W1 = center + step, center - step     # the last round's point, w(alpha): either side
+    A0, A1 = Y * (X @ W0), Y * (X @ W1)
+
+    def objective(W):
+        slack = np.maximum(0.0, 1.0 - Y * (X @ W))
+        slack = slack ** 2 if loss == "squared_hinge" else slack
+        sw = np.ones(n) if s is None else s
+        return 0.5 * lam * (W * W).sum(0) + (sw[:, None] * slack).mean(0)
+
+    cut = 120
+    res = [{"A_last": A0[:cut], "A": A1[:cut]}, {"A_last": A0[cut:], "A": A1[cut:]}]
+    W, P = _segment_best(W0, W1, objective(W1), res, s, lam, loss)
+    np.testing.assert_allclose(P, objective(W), rtol=1e-12)
+    grid = np.array([objective(W0 + t * (W1 - W0)) for t in np.linspace(0.0, 1.0, 401)])
+    assert np.all(P <= grid.min(axis=0) + 1e-12)
+    assert np.all(P < np.minimum(objective(W0), objective(W1)))      # inside, for this data
+
+
+def test_block_columns_localised_without_a_copy_of_a_received_block():
+    """A block whose arrays sit in a larger uint8 buffer (as dask delivers them) keeps them:
+    SciPy's prune would copy them; its columns are those ``np.unique`` finds, re-indexed."""
+    from gpusvm.dask._blocks import block_csr, local_columns
+    X = sp.random(200, 5000, density=0.01, format="csr", random_state=3)
+    raw = [np.frombuffer(a.tobytes(), dtype=np.uint8).copy() for a in (X.data, X.indices,
+                                                                        X.indptr)]
+    data, indices, indptr = (r.view(a.dtype) for r, a in zip(raw, (X.data, X.indices,
+                                                                   X.indptr)))
+    received = sp.csr_matrix((X.shape))
+    received.data, received.indices, received.indptr = data, indices, indptr
+    Xc = block_csr(received, "none", 1.0)
+    assert np.shares_memory(Xc.data, raw[0]) and np.shares_memory(Xc.indices, raw[1])
+    cols, Xl = local_columns(Xc)
+    np.testing.assert_array_equal(cols, np.unique(X.indices))
+    np.testing.assert_array_equal(cols[Xl.indices], X.indices)
+    v = np.arange(cols.size, dtype=np.float64)                # w on the block's columns
+    np.testing.assert_allclose(Xl @ v, X @ np.bincount(cols, weights=v, minlength=X.shape[1]),
+                               rtol=1e-15)
+
+
 def test_import_gpusvm_does_not_import_dask():
     code = "import sys, gpusvm; print('dask' in sys.modules, 'distributed' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
