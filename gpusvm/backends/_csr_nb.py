@@ -150,11 +150,61 @@ def localize_columns(indices, d):
     return cols, local
 
 
+@njit(cache=True, nogil=True, fastmath=True)
+def round_sums(Wb, U, W, out):
+    """``W = Wb`` in float64 and, per output ``c``, ``out[:, c] = (||W_c||^2, <W_c, U_c>,
+    ||U_c||^2)``: one pass where NumPy makes five (the dask driver's round: the gap's norm
+    and the line search's products)."""
+    m, M = W.shape
+    if M == 1:                                   # flat: the loop vectorises
+        wbf, uf, wf = Wb.reshape(-1), U.reshape(-1), W.reshape(-1)
+        ww = wu = uu = 0.0
+        for j in range(m):
+            w = np.float64(wbf[j])
+            u = uf[j]
+            wf[j] = w
+            ww += w * w
+            wu += w * u
+            uu += u * u
+        out[0, 0], out[1, 0], out[2, 0] = ww, wu, uu
+        return
+    for k in range(3):
+        for c in range(M):
+            out[k, c] = 0.0
+    for j in range(m):
+        for c in range(M):
+            w = np.float64(Wb[j, c])
+            u = U[j, c]
+            W[j, c] = w
+            out[0, c] += w * w
+            out[1, c] += w * u
+            out[2, c] += u * u
+
+
+@njit(cache=True, nogil=True)
+def add_scaled(W, U, step):
+    """``W[:, c] += step[c] U[:, c]`` (the dask driver's step along the round's change)."""
+    m, M = W.shape
+    if M == 1:                                   # flat: the loop vectorises
+        wf, uf, g = W.reshape(-1), U.reshape(-1), step[0]
+        for j in range(m):
+            wf[j] += g * uf[j]
+        return
+    for j in range(m):
+        for c in range(M):
+            W[j, c] += step[c] * U[j, c]
+
+
 @njit(cache=True, nogil=True)
 def add_rows_at(out, pos, part):
     """``out[pos[i], :] += part[i, :]`` for distinct ``pos`` (a dense scatter-add: the dask
     driver's sum of the blocks' ``(d_k, M)`` parts, a quarter of NumPy's fancy-index add)."""
     M = out.shape[1]
+    if M == 1:
+        of, pf = out.reshape(-1), part.reshape(-1)
+        for i in range(pos.size):
+            of[pos[i]] += pf[i]
+        return
     for i in range(pos.size):
         j = pos[i]
         for c in range(M):

@@ -19,7 +19,6 @@ import time
 import numpy as np
 import scipy.sparse as sp
 
-from .._arrays import col_dots
 from ..backends import make_backend
 from ..backends._csr_nb import localize_columns
 from ..backends._state import S_A, S_VSQ
@@ -161,9 +160,10 @@ class SDCABlock:
         return self._w
 
     def _set_w(self, w):
-        """``V = w`` (the broadcast point, local columns, float64), ``a = 1``."""
+        """``V = w`` (the round's point, local columns, float64), ``a = 1``: one pass from the
+        wire's float32 (exact in float64), and ``||V_c||^2``."""
         be = self.be
-        be.V[...] = w
+        be.V[...] = self.xp.asarray(np.reshape(w, be.V.shape))
         be.sm[S_A] = 1.0
         v = be.V if be.V.dtype == np.float64 else be.V.astype(np.float64)
         be.sm[S_VSQ] = self.xp.einsum("ij,ij->j", v, v)
@@ -180,40 +180,35 @@ class SDCABlock:
             self.be.alpha[...] = commit(before, after, self.xp.asarray(gamma))
             self.pending = None
 
-    def certify(self, w, round_, gamma=None, margins=False):
-        """Commit ``gamma``'s step, then the certificate's ``loss`` and ``dual`` sums at ``w``
-        (d_k, M) and the committed ``alpha`` (host float64, (M,)).
-
-        A round's certificate keeps its margins; ``margins=True`` (a final certificate)
-        returns the signed margins ``A`` (n_k, M) at ``w`` and ``A_last`` at the last
-        round's point (None when this block has not certified a round since it was built).
-        """
+    def certify(self, w, round_, gamma=None):
+        """A final certificate: commit ``gamma``'s step, then the ``loss`` and ``dual`` sums at
+        ``w`` (d_k, M) and the committed ``alpha`` (host float64, (M,)), the signed margins
+        ``A`` (n_k, M) at ``w`` and ``A_last`` at the last round's point (None when this
+        block has not stepped since it was built)."""
         self._commit(round_, gamma)
         be = self.be
         Z = _host(be.decision_function_m(self._broadcast(w), 0.0))
-        out = {"loss": loss_sums(Z, self.Y, self.s, self.loss),
-               "dual": dual_sums(_host(be.alpha), self.s, self.loss)}
-        if margins:
-            out["A"] = self.Y * Z
-            out["A_last"] = None if self._Z is None else self.Y * self._Z
-        else:
-            self._Z = Z
-        return out
+        return {"loss": loss_sums(Z, self.Y, self.s, self.loss),
+                "dual": dual_sums(_host(be.alpha), self.s, self.loss),
+                "A": self.Y * Z, "A_last": None if self._Z is None else self.Y * self._Z}
 
     def step(self, w, round_, t0, t1, gamma):
-        """One round: :meth:`certify` at ``w``, then the local solver over the counter
-        positions ``t0 .. t1`` (one-row batches of the block's epochs).
+        """One round: commit ``gamma``'s step, the certificate's sums at ``w`` (its margins
+        kept for a final certificate), then the local solver from ``V = w`` over the counter positions
+        ``t0 .. t1`` (one-row batches of the block's epochs).
 
         Returns the certificate's ``loss`` and ``dual``, ``u = (v - w) / sigma'`` (d_k, M) in
         ``w``'s dtype (float32 on the wire), ``alpha`` (pending, (n_k, M)), ``b``, ``q``
         (:func:`line_search`'s sums) and ``seconds``.
         """
         wire = np.float32 if np.asarray(w).dtype == np.float32 else np.float64
-        out = self.certify(w, round_, gamma)
-        w = self._w                   # the broadcast point, float64
+        self._commit(round_, gamma)
         be = self.be
+        self._set_w(w)                # V = w: the certificate's pass reads it before the solver
+        Z = self._Z = _host(be.decision_function_m(be.V, 0.0))   # kept for a final segment
+        out = {"loss": loss_sums(Z, self.Y, self.s, self.loss),
+               "dual": dual_sums(_host(be.alpha), self.s, self.loss)}
         before = be.alpha.copy()
-        self._set_w(w)
         start = time.perf_counter()
         be.sdca_segment_m(self.sampler, int(t0), int(t1), self.plan)
         if hasattr(be, "synchronize"):
@@ -223,9 +218,15 @@ class SDCABlock:
         self.pending = (before, after)
         self.round = round_ + 1
         out["alpha"] = _host(after)
-        u = self.xp.subtract(be.V, w, out=w)          # w's buffer: its last use this round
-        u /= self.sigma
-        out["u"] = _host(u).astype(wire)               # a fresh array for the wire
+        w = np.reshape(w, be.V.shape)
+        if self.sigma == 1.0 and isinstance(be, NumpyBackend):   # u = v - w, one pass
+            out["u"] = np.subtract(be.V, w, out=np.empty(w.shape, dtype=wire),
+                                   casting="same_kind")
+        else:
+            u = self._broadcast(w)
+            u = self.xp.subtract(be.V, u, out=u)
+            u /= self.sigma
+            out["u"] = _host(u).astype(wire)           # a fresh array for the wire
         out["b"], out["q"] = step_sums(_host(before), out["alpha"], self.s, self.loss)
         return out
 
@@ -264,15 +265,15 @@ def step_sums(before, after, s, loss: str):
     return b, q
 
 
-def line_search(W, U, b, q, lam, n):
+def line_search(wu, uu, b, q, lam, n):
     """The step ``gamma`` in ``[0, 1]`` maximising ``D`` along the round's change, per output.
 
-    With ``w(alpha) = W`` and ``U = w(alpha + d) - w(alpha)``,
-    ``n (D(alpha + gamma d) - D(alpha)) = gamma b - gamma^2 q - lam n (gamma <W, U> +
-    gamma^2 ||U||^2 / 2)``, a concave quadratic; ``[0, 1]`` keeps ``alpha + gamma d`` feasible.
+    With ``w(alpha) = W``, ``U = w(alpha + d) - w(alpha)``, ``wu = <W, U>`` and ``uu = ||U||^2``
+    per output, ``n (D(alpha + gamma d) - D(alpha)) = gamma b - gamma^2 q - lam n (gamma wu +
+    gamma^2 uu / 2)``, a concave quadratic; ``[0, 1]`` keeps ``alpha + gamma d`` feasible.
     """
-    slope = b / n - lam * col_dots(np, W, U)
-    curve = 2.0 * q / n + lam * col_dots(np, U, U)
+    slope = b / n - lam * wu
+    curve = 2.0 * q / n + lam * uu
     with np.errstate(divide="ignore", invalid="ignore"):
         gamma = np.where(curve > 0, slope / np.where(curve > 0, curve, 1.0),
                          np.where(slope > 0, 1.0, 0.0))

@@ -17,7 +17,7 @@ from sklearn.utils.validation import check_array, check_is_fitted
 
 from .._arrays import col_dots
 from ..backends import BACKENDS
-from ..backends._csr_nb import add_rows_at
+from ..backends._csr_nb import add_rows_at, add_scaled, round_sums
 from ..backends._state import S_A
 from ..backends.numpy_ import NumpyBackend
 from ..estimators._base import _LinearSVCBase
@@ -767,6 +767,8 @@ class SDCASVC(_DaskLinearBase):
                                                                for blk in blocks])]
             W = np.zeros((union.size, M))   # w on the columns some block uses
             model = W
+            W_buf, U_buf = np.empty_like(W), np.empty_like(W)   # a round's W and U, reused
+            sums = np.empty((3, M))
             last = None                     # the last round's broadcast point (float32)
             r = 0
 
@@ -785,8 +787,7 @@ class SDCASVC(_DaskLinearBase):
                     try:
                         parts = self._gather([blk.xty(r, gamma) for blk in blocks])
                         W = _assemble(union.size, M, pos, parts) / (lam * n)
-                        res = self._gather([blk.certify(np.take(W, pos[b], axis=0), r,
-                                                        margins=True)
+                        res = self._gather([blk.certify(np.take(W, pos[b], axis=0), r)
                                             for b, blk in enumerate(blocks)])
                     except Exception as exc:
                         if not _lost_error(exc):
@@ -795,7 +796,7 @@ class SDCASVC(_DaskLinearBase):
                         blocks = self._place(client, sources, make(r))   # from `committed`
                         gamma = None
                         continue
-                    primal, dual, gaps = _gaps(W, lam, n, res)
+                    primal, dual, gaps = _gaps(col_dots(np, W, W), lam, n, res)
                     model = W
                     if last is not None and all(x["A_last"] is not None for x in res):
                         model, primal = _segment_best(last.astype(np.float64), W, primal,
@@ -826,9 +827,12 @@ class SDCASVC(_DaskLinearBase):
                     self._recover(exc, f"round {r}", blocks)
                     blocks = self._place(client, sources, make(r))
                     continue
-                W = Wb.astype(np.float64)     # the running w(alpha), to rounding
+                # W = the running w(alpha) (to rounding) and the round's sums, in one pass
+                U = _assemble(union.size, M, pos, [x["u"] for x in res], U_buf)
+                W = W_buf
+                round_sums(Wb, U, W, sums)
                 last = Wb
-                primal, dual, gaps = _gaps(W, lam, n, res)
+                primal, dual, gaps = _gaps(sums[0], lam, n, res)
                 worst = int(np.argmax(gaps))
                 elapsed = time.perf_counter() - t0
                 history.append((r, primal[worst], dual[worst], gaps[worst], elapsed))
@@ -841,12 +845,10 @@ class SDCASVC(_DaskLinearBase):
                     break
                 compute = max(x["seconds"] for x in res)
                 self.worker_seconds_ += compute
-                U = _assemble(union.size, M, pos, [x["u"] for x in res])
                 b_sum = np.sum([x["b"] for x in res], axis=0)
                 q_sum = np.sum([x["q"] for x in res], axis=0)
-                step = line_search(W, U, b_sum, q_sum, lam, n)
-                U *= step
-                W += U
+                step = line_search(sums[1], sums[2], b_sum, q_sum, lam, n)
+                add_scaled(W, U, step)
                 steps_taken.append(step)
                 pending = ([x["alpha"] for x in res], step)
                 for b in range(K):
@@ -927,10 +929,13 @@ def _column_map(d, cols):
     return union, [at[c] for c in cols]
 
 
-def _assemble(m, M, pos, parts):
-    """The blocks' ``(d_k, M)`` parts added into one ``(m, M)`` matrix at their positions
-    ``pos``, in block order."""
-    out = np.zeros((m, M))
+def _assemble(m, M, pos, parts, out=None):
+    """The blocks' ``(d_k, M)`` parts added into one ``(m, M)`` matrix (``out``, or a new one) at
+    their positions ``pos``, in block order."""
+    if out is None:
+        out = np.zeros((m, M))
+    else:
+        out.fill(0.0)
     for p, part in zip(pos, parts):
         add_rows_at(out, p, np.asarray(part).reshape(p.size, M))
     return out
@@ -970,14 +975,13 @@ def _segment_best(W0, W1, P1, res, s, lam, loss):
     return W, P
 
 
-def _gaps(W, lam, n, res):
-    """``P(w_c)`` at the broadcast ``W``, ``D(alpha_c)`` with ``w(alpha) = W``, and their
-    differences, per output, from the blocks' loss and dual sums.  Between rounds ``W`` is
+def _gaps(wsq, lam, n, res):
+    """``P(w_c)`` at the broadcast ``W`` (``wsq = ||W_c||^2``), ``D(alpha_c)`` with ``w(alpha) =
+    W``, and their differences, per output, from the blocks' loss and dual sums.  Between rounds ``W`` is
     ``w(alpha)`` to float32 rounding (the running gap); the final certificate's ``W`` is
     ``w(alpha)`` itself, and weak duality makes ``P(w) - D(alpha)`` a certificate."""
     loss = np.sum([x["loss"] for x in res], axis=0)
     lin = np.sum([x["dual"] for x in res], axis=0)
-    wsq = col_dots(np, W, W)
     primal = 0.5 * lam * wsq + loss / n
     dual = lin / n - 0.5 * lam * wsq
     return primal, dual, primal - dual
