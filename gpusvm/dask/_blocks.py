@@ -194,8 +194,8 @@ class SDCABlock:
 
     def step(self, w, round_, t0, t1, gamma):
         """One round: commit ``gamma``'s step, the certificate's sums at ``w`` (its margins
-        kept for a final certificate), then the local solver from ``V = w`` over the counter positions
-        ``t0 .. t1`` (one-row batches of the block's epochs).
+        kept for a final certificate), then the local solver from ``V = w`` over the counter
+        positions ``t0 .. t1`` (one-row batches of the block's epochs).
 
         Returns the certificate's ``loss`` and ``dual``, ``u = (v - w) / sigma'`` (d_k, M) in
         ``w``'s dtype (float32 on the wire), ``alpha`` (pending, (n_k, M)), ``b``, ``q``

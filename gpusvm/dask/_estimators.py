@@ -21,9 +21,9 @@ from ..backends._csr_nb import add_rows_at, add_scaled, round_sums
 from ..backends._state import S_A
 from ..backends.numpy_ import NumpyBackend
 from ..estimators._base import _LinearSVCBase
-from ..solvers.sdca import primal_from_margins, segment_minimum
 from ..estimators._base import (LOSSES, MULTI_CLASS_MODES, class_labels, output_problems,
                                 resolve_lam, row_weights)
+from ..solvers.sdca import primal_from_margins, segment_minimum
 from ._blocks import PegasosBlock, SDCABlock, StaleBlockError, commit, line_search, driver_step
 
 #: bias modes of the distributed estimators (both have a box-constrained dual / a plain step)
@@ -316,6 +316,7 @@ class _DaskLinearBase(_LinearSVCBase):
         their (recomputable) futures.
         """
         workers = self._workers(client)
+
         def place(b):
             addr = workers[b % len(workers)]
             s = sources[b]
@@ -976,8 +977,8 @@ def _segment_best(W0, W1, P1, res, s, lam, loss):
 
 
 def _gaps(wsq, lam, n, res):
-    """``P(w_c)`` at the broadcast ``W`` (``wsq = ||W_c||^2``), ``D(alpha_c)`` with ``w(alpha) =
-    W``, and their differences, per output, from the blocks' loss and dual sums.  Between rounds ``W`` is
+    """``P(w_c)`` at the broadcast ``W`` (``wsq = ||W_c||^2``), ``D(alpha_c)`` with
+    ``w(alpha) = W``, and their differences, per output, from the blocks' loss and dual sums.  Between rounds ``W`` is
     ``w(alpha)`` to float32 rounding (the running gap); the final certificate's ``W`` is
     ``w(alpha)`` itself, and weak duality makes ``P(w) - D(alpha)`` a certificate."""
     loss = np.sum([x["loss"] for x in res], axis=0)
