@@ -159,7 +159,7 @@ class SDCABlock:
         self._w[...] = self.xp.asarray(np.reshape(w, self._w.shape))
         return self._w
 
-    def _set_w(self, w):
+    def _set_point(self, w):
         """``V = w`` (the round's point, local columns, float64, one pass from the wire's
         float32, exact) and ``a = 1``; the certificate's margins at ``V``; then ``||V_c||^2``,
         which brings ``V`` back into the cache for the solver after the pass over ``X``
@@ -208,7 +208,7 @@ class SDCABlock:
         wire = np.float32 if np.asarray(w).dtype == np.float32 else np.float64
         self._commit(round_, gamma)
         be = self.be
-        Z = self._Z = self._set_w(w)  # margins at V = w, kept for a final segment
+        Z = self._Z = self._set_point(w)  # margins at V = w, kept for a final segment
         out = {"loss": loss_sums(Z, self.Y, self.s, self.loss),
                "dual": dual_sums(_host(be.alpha), self.s, self.loss)}
         before = be.alpha.copy()

@@ -23,7 +23,7 @@ from ..backends.numpy_ import NumpyBackend
 from ..estimators._base import _LinearSVCBase
 from ..estimators._base import (LOSSES, MULTI_CLASS_MODES, class_labels, output_problems,
                                 resolve_lam, row_weights)
-from ..solvers.sdca import primal_from_margins, segment_minimum
+from ..solvers.sdca import primal_from_margins, segment_point
 from ._blocks import PegasosBlock, SDCABlock, StaleBlockError, commit, line_search, driver_step
 
 #: bias modes of the distributed estimators (both have a box-constrained dual / a plain step)
@@ -946,7 +946,7 @@ def _segment_best(W0, W1, P1, res, s, lam, loss):
     """``(W, P)``: per output, the lowest-``P`` point of the segment from the last round's
     point ``W0`` to ``w(alpha)`` ``W1`` (``P1`` its objective), and its objective.
 
-    The exact minimiser (:func:`gpusvm.solvers.sdca.segment_minimum`, as the local solver's
+    The exact minimiser (:func:`gpusvm.solvers.sdca.segment_point`, as the local solver's
     best points) from both ends' signed margins, the blocks' ``A_last`` and ``A`` in block
     order (``s`` the rows' weights in that order, or None).  CoCoA+'s points alternate
     around the optimum (news20: every other round's ``P`` is higher), so ``W1`` alone can
@@ -955,12 +955,10 @@ def _segment_best(W0, W1, P1, res, s, lam, loss):
     """
     A0 = np.concatenate([x["A_last"] for x in res]).T
     E = np.concatenate([x["A"] for x in res]).T - A0
-    sq0, cross, sq1 = col_dots(np, W0, W0), col_dots(np, W0, W1), col_dots(np, W1, W1)
-    q1, q2 = cross - sq0, sq1 - 2.0 * cross + sq0
-    t = segment_minimum(np, A0, E, s, q1, q2, lam, loss)
+    sq0 = col_dots(np, W0, W0)
+    t, _, _, Pt = segment_point(np, A0, E, s, sq0, col_dots(np, W0, W1), col_dots(np, W1, W1),
+                                lam, loss)
     P0 = primal_from_margins(np, A0, s, sq0, lam, loss)
-    Pt = primal_from_margins(np, A0 + t[:, None] * E, s, sq0 + t * (2.0 * q1 + t * q2), lam,
-                             loss)
     # an inner point no lower than its ends (rounding only): the lower end
     t = np.where(Pt < np.minimum(P0, P1), t, np.where(P0 < P1, 0.0, 1.0))
     P = np.where(t == 0.0, P0, np.where(t == 1.0, P1, Pt))

@@ -305,6 +305,18 @@ def segment_minimum(xp, A0, E, s, q1, q2, lam: float, loss: str = "hinge"):
     return xp.where(slope(xp.ones(M)) <= 0.0, 1.0, t)
 
 
+def segment_point(xp, A0, E, s, sq0, cross, sq1, lam: float, loss: str = "hinge"):
+    """The minimiser of ``P_s`` on the segment ``w_0 + t (w_1 - w_0)``, from both ends' signed
+    margins ``A0`` and ``A0 + E`` (M, n), ``sq0 = ||w_0||^2``, ``cross = <w_0, w_1>`` and
+    ``sq1 = ||w_1||^2`` (M,): ``(t, A_t, ||w_t||^2, P_s(w_t))`` per output, in ``xp``
+    (:func:`segment_minimum`, :func:`primal_from_margins`; no pass over the data)."""
+    q1, q2 = cross - sq0, sq1 - 2.0 * cross + sq0
+    t = segment_minimum(xp, A0, E, s, q1, q2, lam, loss)
+    At = A0 + t[:, None] * E
+    sqt = sq0 + t * (2.0 * q1 + t * q2)
+    return t, At, sqt, primal_from_margins(xp, At, s, sqt, lam, loss)
+
+
 class BestPoints:
     """Per output, the lowest-``P`` primal point on the segments between certified points.
 
@@ -361,16 +373,13 @@ class BestPoints:
         whole = idx.size == self.P.size
         q0 = xp.asarray(self.sq[idx])
         cross = xp.asarray(be.col_dots_m(self.W, idx, W))                    # <w_0, w_1>
-        q1, q2 = cross - q0, xp.asarray(sq) - 2.0 * cross + q0
         A0 = self.A if whole else self.A[xp.asarray(idx)]
         E = A - A0
         s = self.s
         if s is not None and s.ndim == 2 and not whole:       # the offered outputs' weights
             s = s[:, xp.asarray(idx)]
-        t_d = segment_minimum(xp, A0, E, s, q1, q2, self.lam, self.loss)
-        At = A0 + t_d[:, None] * E
-        sqt_d = q0 + t_d * (2.0 * q1 + t_d * q2)
-        pt_d = primal_from_margins(xp, At, s, sqt_d, self.lam, self.loss)
+        t_d, At, sqt_d, pt_d = segment_point(xp, A0, E, s, q0, cross, xp.asarray(sq),
+                                             self.lam, self.loss)
         t, pt, sqt = np.asarray(be.to_host(xp.stack([t_d, pt_d, sqt_d])), dtype=float)
         inner = (t > 0.0) & (t < 1.0)
         worse = inner & (pt >= np.minimum(self.P[idx], P))  # rounding only: keep the better end
