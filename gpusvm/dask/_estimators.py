@@ -17,7 +17,7 @@ from sklearn.utils.validation import check_array, check_is_fitted
 
 from .._arrays import col_dots
 from ..backends import BACKENDS
-from ..backends._csr_nb import add_rows_at, add_scaled, round_sums
+from ..backends._csr_nb import add_rows_at, add_scaled, localize_columns, round_sums
 from ..backends._state import S_A
 from ..backends.numpy_ import NumpyBackend
 from ..estimators._base import _LinearSVCBase
@@ -921,13 +921,8 @@ def _column_map(d, cols):
     """``(union, pos)``: the sorted columns some block uses, and each block's ``cols`` as
     positions in ``union`` (the driver keeps ``W`` on ``union`` only: the other columns of
     ``w(alpha)`` stay 0)."""
-    used = np.zeros(d, dtype=bool)
-    for c in cols:
-        used[c] = True
-    union = np.flatnonzero(used)
-    at = np.zeros(d, dtype=np.intp)
-    at[union] = np.arange(union.size)
-    return union, [at[c] for c in cols]
+    union, at = localize_columns(np.concatenate(cols).astype(np.int32), d)  # as a block's
+    return union, np.split(at, np.cumsum([c.size for c in cols])[:-1])
 
 
 def _assemble(m, M, pos, parts, out=None):
