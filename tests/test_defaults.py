@@ -213,15 +213,16 @@ def test_certificate_costs_balance_is_the_certificate_in_iterations():
 
 class _TimedNumpy(NumpyBackend):
     """The reference backend timed as a GPU's (``synchronize``, ``times_certificates``) with a
-    slow certificate."""
+    slow certificate (``delay`` seconds more)."""
 
     times_certificates = True
+    delay = 0.25
 
     def synchronize(self):
         pass
 
     def dual_weights_m(self, lam):
-        time.sleep(0.25)
+        time.sleep(self.delay)
         return super().dual_weights_m(lam)
 
 
@@ -231,14 +232,18 @@ def test_sdca_spaces_costly_certificates_by_their_measured_cost(a9a_part):
     epoch = math.ceil(X.shape[0] / b)
     # tol = 0: a certificate an epoch, where a certificate's cost does not say otherwise
     plain = sdca(NumpyBackend(X, y), lam=1e-3, b=b, max_iter=8 * epoch, seed=0, tol=0.0)
-    timed = sdca(_TimedNumpy(X, y), lam=1e-3, b=b, max_iter=8 * epoch, seed=0, tol=0.0)
+    # a certificate worth three of this host's epochs: a fixed 0.25 s was under one epoch
+    # while the host ran slowly, and the cadence rightly stayed at one certificate an epoch
+    timed_be = _TimedNumpy(X, y)
+    timed_be.delay = max(0.25, 3.0 * plain.history[-1][4] / 8)
+    timed = sdca(timed_be, lam=1e-3, b=b, max_iter=8 * epoch, seed=0, tol=0.0)
     assert [h[0] for h in plain.history] == [epoch * (i + 1) for i in range(8)]
     ends = [h[0] for h in timed.history]
     steps = np.diff([0] + ends)
     per_step = timed.history[-1][4] / timed.n_iter       # an upper bound: certificates included
     # once a certificate is measured, no interval is shorter than a certificate's worth of
-    # iterations (0.25 s of sleep each), but the last, cut by max_iter
-    assert all(s >= 0.25 / per_step for s in steps[1:-1])
+    # iterations (``delay`` seconds of sleep each), but the last, cut by max_iter
+    assert all(s >= timed_be.delay / per_step for s in steps[1:-1])
     assert steps[-1] == 8 * epoch - ends[-2]
     assert len(timed.history) < len(plain.history)
     # a CPU backend (no clock) keeps the cadence that depends on the gaps alone: a
