@@ -475,3 +475,50 @@ def test_a_multiclass_fit_narrowed_to_one_output_keeps_the_multi_output_loop(mon
     assert min(live) == 1 and max(live) == 26          # the case: narrowed to one output
     assert flags and not any(one for one, *_ in flags)
     assert np.all(clf.duality_gap_ <= clf.tol)
+
+
+def test_the_collector_is_paused_only_while_gpusvm_compiles():
+    """Python's collector is off from the start to the end of the outermost compilation of a
+    function defined in gpusvm (a function of another package compiled inside it included),
+    back as it was afterwards, and left on for another package's compilation."""
+    import gc
+
+    from numba import njit
+    from numba.core import event
+
+    from gpusvm.backends import _compile_nb
+
+    def helper(x):
+        return x + 1.0
+
+    def ours(x):
+        return helper_nb(x) * 2.0
+
+    def theirs(x):
+        return x - 1.0
+
+    ours.__module__ = "gpusvm.backends._probe"
+    helper_nb = njit(helper)
+    ours_nb, theirs_nb = njit(ours), njit(theirs)
+    seen = {}
+
+    class Probe(event.Listener):
+        def on_start(self, ev):
+            seen[ev.data["dispatcher"].py_func.__name__] = gc.isenabled()
+
+        def on_end(self, ev):
+            pass
+
+    assert gc.isenabled()
+    with event.install_listener("numba:compile", Probe()):
+        assert ours_nb(1.0) == 4.0
+        assert gc.isenabled() and _compile_nb.LISTENER.depth == 0
+        assert theirs_nb(1.0) == 0.0
+    assert seen == {"ours": False, "helper": False, "theirs": True}
+    assert gc.isenabled()
+    gc.disable()                       # a collector the caller turned off stays off
+    try:
+        assert njit(ours)(2.0) == 6.0
+        assert not gc.isenabled()
+    finally:
+        gc.enable()

@@ -28,6 +28,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from . import _compile_nb  # noqa: F401  (the collector paused while this compiles)
+
 # Literals, not imports: numba's on-disk cache is keyed on this file, so a constant imported
 # from another module could change under a stale cache.  tests/test_sampling.py checks that
 # they equal gpusvm.solvers._sampling.GOLDEN and ROUNDS.

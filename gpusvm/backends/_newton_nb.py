@@ -17,6 +17,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from . import _compile_nb  # noqa: F401  (the collector paused while this compiles)
+
 
 @njit(cache=True, nogil=True)
 def line_searches(Z, Q, S, zcols, scols, wp, pp, c, out):  # pragma: no cover (compiled)
