@@ -195,7 +195,7 @@ MAX_TABLE = 1 << 24
 _M32_U = np.uint32(0xFFFFFFFF)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _feistel_table(rk, slot, half, mask, table):
     """``table[x]`` = the ROUNDS Feistel rounds of :func:`permute` on every ``x < 2^(2 half)``.
 
