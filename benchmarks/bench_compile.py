@@ -21,7 +21,10 @@ timed), then the estimator is fitted twice on the same data:
 
 Paths (the ones ``gpusvm.LinearSVC`` dispatches to, and Pegasos):
 binary data are a9a (32,561 x 123), multiclass data are letter (15,000 x 16,
-26 classes); ``C = 1``; float32 unless the name ends in ``_f64``.
+26 classes); ``C = 1``; float32 unless the name ends in ``_f64``.  The
+``linearsvc_<set>`` paths fit ``gpusvm.LinearSVC()`` on each data set of
+``bench_linearsvc.py`` as it is loaded there (float64, the split's training
+part), whichever solver the estimator picks for it.
 
 ``--before PATH`` runs the same paths with the ``gpusvm`` package of another
 checkout (for example ``git archive <commit> | tar -x -C PATH``) in the same
@@ -60,11 +63,20 @@ PATHS = {
                    "a9a"),
     "pegasos_f64": ("PegasosSVC", {"dtype": "float64"}, "a9a"),
 }
+#: ``gpusvm.LinearSVC()`` on the data of ``bench_linearsvc.py``, as its users load them
+#: (float64; the solver the estimator picks: Newton, SDCA or SDCA then Newton)
+for _name in ("a9a", "w8a", "ijcnn1", "imdb", "news20", "letter", "pendigits",
+              "news20_multiclass", "news20_tfidf"):
+    PATHS[f"linearsvc_{_name}"] = ("LinearSVC", {}, f"linearsvc:{_name}")
 
 
 def _load(name):
     from sklearn.datasets import load_svmlight_file  # noqa: PLC0415
 
+    if name.startswith("linearsvc:"):
+        sys.path.insert(0, str(ROOT / "benchmarks"))
+        from _linearsvc_data import load  # noqa: PLC0415
+        return load(name.partition(":")[2])[:2]
     if name == "a9a":
         X, y = load_svmlight_file(str(DATA / "a9a" / "a9a"), n_features=123)
     else:
@@ -78,10 +90,11 @@ def child(path: str) -> dict:
 
     est_name, kwargs, data = PATHS[path]
     X, y = _load(data)
-    dtype = np.float64 if kwargs.get("dtype") == "float64" else np.float32
-    X = X.astype(dtype)
-    X.indices = X.indices.astype(np.int32)
-    X.indptr = X.indptr.astype(np.int32)
+    if not data.startswith("linearsvc:"):
+        dtype = np.float64 if kwargs.get("dtype") == "float64" else np.float32
+        X = X.astype(dtype)
+        X.indices = X.indices.astype(np.int32)
+        X.indptr = X.indptr.astype(np.int32)
 
     t = time.perf_counter()
     import gpusvm  # noqa: PLC0415
