@@ -26,6 +26,9 @@ binary data are a9a (32,561 x 123), multiclass data are letter (15,000 x 16,
 ``bench_linearsvc.py`` as it is loaded there (float64, the split's training
 part), whichever solver the estimator picks for it.
 
+``--repeat K`` runs every path K times a side (alternated) and reports the run of
+median compile CPU time, with every run's figure on the progress line.
+
 ``--before PATH`` runs the same paths with the ``gpusvm`` package of another
 checkout (for example ``git archive <commit> | tar -x -C PATH``) in the same
 run, each before/after pair back to back, so that both columns share the
@@ -162,6 +165,9 @@ def main(argv=None) -> None:
     parser.add_argument("--after", type=Path, default=ROOT, help=argparse.SUPPRESS)
     parser.add_argument("--detail", action="store_true", help="list the functions compiled")
     parser.add_argument("--json", type=Path, default=None, help="write the figures here")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="runs per path and side, alternated; the run of median compile "
+                             "CPU is reported (this machine's compile times vary by +-0.3 s)")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
@@ -169,14 +175,25 @@ def main(argv=None) -> None:
         return
 
     rows = []
+    def median_run(runs):
+        return sorted(runs, key=lambda r: r["compile_cpu_s"])[(len(runs) - 1) // 2] if runs \
+            else None
+
     for path in args.paths:
-        before = run_path(path, args.before) if args.before else None
-        after = run_path(path, args.after)
+        runs_b, runs_a = [], []
+        for _ in range(max(1, args.repeat)):
+            if args.before:
+                runs_b.append(run_path(path, args.before))
+            runs_a.append(run_path(path, args.after))
+        before, after = median_run(runs_b), median_run(runs_a)
         rows.append((path, before, after))
+        every = " / ".join(
+            f"{label} " + ", ".join(f"{r['compile_cpu_s']:.2f}" for r in runs)
+            for label, runs in (("before", runs_b), ("after", runs_a)) if runs)
         print(f"  {path}: compile CPU s {before['compile_cpu_s'] if before else float('nan'):.2f} "
               f"-> {after['compile_cpu_s']:.2f}, first fit s "
-              f"{before['first_s'] if before else float('nan'):.2f} -> {after['first_s']:.2f}",
-              file=sys.stderr, flush=True)
+              f"{before['first_s'] if before else float('nan'):.2f} -> {after['first_s']:.2f}"
+              f"  (every run: {every})", file=sys.stderr, flush=True)
         if args.json:                 # after every path, so that a long run keeps its figures
             args.json.write_text(json.dumps(rows, indent=1))
 
