@@ -602,7 +602,8 @@ def _make_sdca(one, row, by_epoch, aggressive):
         ``csr = (indptr, indices, data)``, ``lab = (Y, Y flat, weights)``, ``st = (V, V flat,
         sm, alpha, alpha flat, 1/||x_i||^2, ||x_i||^2)``, ``sam``: the sampler's state,
         ``prm = (lam, n, beta_b, theta, eps of V's dtype, prefetch V, active set, shrinking
-        bounds, weighted, squared, shrinking)``, ``wrk``: work arrays (``NumbaBackend._nb_work``).
+        bounds, weighted, squared, shrinking)``, ``wrk``: work arrays (``NumbaBackend._nb_work``);
+        the arrays of ``wrk`` and ``sam`` these flags never read may be None.
         """
         indptr, indices, data = csr
         Y, yf, sw = lab
