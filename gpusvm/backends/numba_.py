@@ -207,8 +207,9 @@ class NumbaBackend(NumpyBackend):
                (w["m"], w["delta"], w["coef"], w["slot"], w["acc"]))
         wrk += (None, None, None) if scalar else (w["touched"], w["wk"], w["z"])
         sam = self._nb_sampler(sampler)
-        if by_epoch:
-            sam = sam[:3] + (None,) + sam[4:6] + (None,) + sam[7:]
+        if by_epoch:                     # the ring's repeat flags and the stamps: unread
+            smp, ring, ringf, _, rk, ecache, _, order, table = sam
+            sam = (smp, ring, ringf, None, rk, ecache, None, order, table)
         st = (self.V, self.V.reshape(-1), self.sm, self.alpha, self.alpha.reshape(-1),
               self._inv_q, self.row_sq_norms)
         _call_loop(loop, self._nb_csr(), self._nb_labels(), st, sam, int(t0), int(t1), prm,

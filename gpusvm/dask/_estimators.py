@@ -971,9 +971,10 @@ def _segment_best(W0, W1, P1, res, s, lam, loss):
 
 def _gaps(wsq, lam, n, res):
     """``P(w_c)`` at the broadcast ``W`` (``wsq = ||W_c||^2``), ``D(alpha_c)`` with
-    ``w(alpha) = W``, and their differences, per output, from the blocks' loss and dual sums.  Between rounds ``W`` is
-    ``w(alpha)`` to float32 rounding (the running gap); the final certificate's ``W`` is
-    ``w(alpha)`` itself, and weak duality makes ``P(w) - D(alpha)`` a certificate."""
+    ``w(alpha) = W``, and their differences, per output, from the blocks' loss and dual
+    sums.  Between rounds ``W`` is ``w(alpha)`` to float32 rounding (the running gap); the
+    final certificate's ``W`` is ``w(alpha)`` itself, and weak duality makes ``P(w) -
+    D(alpha)`` a certificate."""
     loss = np.sum([x["loss"] for x in res], axis=0)
     lin = np.sum([x["dual"] for x in res], axis=0)
     primal = 0.5 * lam * wsq + loss / n
