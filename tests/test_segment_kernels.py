@@ -226,6 +226,35 @@ def test_margins_match_the_definition(mod, k, tile, dtype, m1):
     np.testing.assert_allclose(m, ref, rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.parametrize("k, tile", [(3, 3), (24, 6)])
+def test_margins_of_rows_over_many_chunks_and_windows(mod, k, tile):
+    """The one-output gather on rows of several 32-nonzero chunks (a partial last chunk) and on
+    a row of more chunks than the block's window of chunk sums (2,063 chunks: two windows of
+    CHUNK_WINDOW = 2048): every margin is the float64 dot product of its row."""
+    rng = np.random.default_rng(k)
+    n, d = 40, 70_000
+    lengths = rng.integers(100, 700, size=n)
+    lengths[3] = 66_000                                   # 2,063 chunks > CHUNK_WINDOW
+    indptr = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    indices = np.concatenate([np.sort(rng.choice(d, size=ln, replace=False))
+                              for ln in lengths]).astype(np.int32)
+    X = sp.csr_matrix((rng.normal(size=indptr[-1]), indices, indptr), shape=(n, d))
+    y = np.where(rng.random(n) < 0.5, 1.0, -1.0)
+    v = rng.normal(size=d)
+    rows = rng.integers(0, n, size=k).astype(np.int32)
+    rows[0] = 3
+    s = np.zeros(N_SLOTS)
+    s[S_A], s[S_B] = 1.3, 0.1
+    m = np.full(k, np.nan)
+    mod.get_function("gpusvm_margins<double,1>")(
+        (-(-k // tile),), (B,), (indptr, indices, X.data, y, v, rows, np.int32(k),
+                                 np.int32(tile), np.int32(1), s, m, np.int32(-1), np.uint64(0),
+                                 np.int32(n), np.int32(1), np.uint32(1), np.zeros(1, np.int64),
+                                 np.zeros(1, np.uint32), np.ones(k, np.int32)))
+    ref = y[rows] * (1.3 * (X @ v)[rows] + 0.1)
+    np.testing.assert_allclose(m, ref, rtol=1e-12, atol=1e-12)
+
+
 @pytest.mark.parametrize("m1", [1, 0])
 @pytest.mark.parametrize("code, mode", [(0, "without_replacement"), (2, "epoch")])
 @pytest.mark.parametrize("kernel", ["margins", "sdca_margins"])
