@@ -278,3 +278,86 @@ def test_acceptance_stored_order_one_class_per_partition(client, name, request):
     P, D, W_alpha = certificate(X, y[:, None], None, clf.alpha_, clf.coef_.T, 1e-4, "hinge")
     assert float(P[0] - D[0]) <= 1e-3
     assert_near_w_alpha(clf.coef_.T, W_alpha, P - D, 1e-4)
+
+
+def _held_out_accuracy_bounds(X, y, tr, te, classes, C, gaps, s_tr, **local):
+    """The held-out accuracy of a tightly certified ``SDCASVC(C=C)`` on the fold's training
+    rows, and the fraction of held-out rows whose prediction a model within the two
+    certificates' bounds of it (``||w_c - w*_c|| <= sqrt(2 gap_c / lam)`` for each,
+    ``lam = 1/(C n_tr)``) may flip."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")          # short of 1e-7: its own gap enters the bound
+        ref = LocalSDCASVC(C=C, tol=1e-7, bias="none", dtype="float64", backend="numba",
+                           random_state=0, **local).fit(X[tr], y[tr], sample_weight=s_tr)
+    Z = np.asarray(X[te] @ ref.coef_.T).reshape(te.size, -1)
+    lam = 1.0 / (C * tr.size)
+    r = np.sqrt(2 * np.asarray(gaps) / lam) + np.sqrt(2 * np.atleast_1d(ref.duality_gap_) / lam)
+    xn = np.sqrt(np.asarray(X[te].multiply(X[te]).sum(axis=1))).ravel()
+    if Z.shape[1] == 1:
+        pred = classes[(Z[:, 0] > 0).astype(int)]
+        loose = np.abs(Z[:, 0]) <= xn * r[0]
+    else:
+        top = np.argmax(Z, axis=1)
+        pred = classes[top]
+        lead = Z[np.arange(te.size), top][:, None] - Z          # top's lead over each class
+        reach = xn[:, None] * (r[top][:, None] + r[None, :])
+        loose = np.any((lead <= reach) & (np.arange(Z.shape[1])[None, :] != top[:, None]),
+                       axis=1)
+    return float(np.mean(pred == y[te])), float(np.mean(loose))
+
+
+@pytest.mark.parametrize("problem", ["binary", "multiclass"])
+def test_cv_search_scores_each_model_within_its_certificate(client, rcv1_small, letter_small,
+                                                             problem):
+    """gd.SDCASVCCV: every (fold, C, class) model certified to tol in the units of
+    SDCASVC(C=C) on the fold's training rows; its held-out accuracy that of the exact
+    optimum up to the rows the certificate lets flip; C_ the best mean; the refit the
+    distributed SDCASVC at C_ (same seed: the same model)."""
+    from sklearn.model_selection import StratifiedKFold
+    if problem == "binary":
+        X, y = rcv1_small.X.astype(np.float64), rcv1_small.y
+        Cs, extra = [0.1, 1.0], {}
+    else:
+        X, y = letter_small
+        X = sp.csr_matrix(X)
+        Cs, extra = [0.02, 0.2], {"class_weight": "balanced"}
+    w = np.random.default_rng(1).uniform(0.5, 1.5, X.shape[0])
+    cv = StratifiedKFold(3)
+    tol = 1e-5                     # a certificate tight enough to bound the held-out accuracy
+    search = gd.SDCASVCCV(Cs=Cs, cv=cv, tol=tol, random_state=0, max_iter=1000, **extra).fit(
+        X, y, sample_weight=w)
+    classes = np.unique(y)
+    n_P = 1 if classes.size == 2 else classes.size
+    assert search.duality_gaps_.shape == (3, 2, n_P) and np.all(search.duality_gaps_ <= tol)
+    np.testing.assert_array_equal(search.Cs_, Cs)
+    for f, (tr, te) in enumerate(cv.split(X, y)):
+        for ci, C in enumerate(Cs):
+            acc, loose = _held_out_accuracy_bounds(X, y, tr, te, classes, C,
+                                                   search.duality_gaps_[f, ci], w[tr], **extra)
+            assert abs(search.scores_[f, ci] - acc) <= loose, (f, C, search.scores_[f, ci],
+                                                                acc, loose)
+    mean = search.scores_.mean(axis=0)
+    assert search.C_ == Cs[int(np.flatnonzero(mean == mean.max())[0])]
+    refit = gd.SDCASVC(C=search.C_, tol=tol, random_state=0, max_iter=1000, **extra).fit(
+        X, y, sample_weight=w)
+    np.testing.assert_allclose(search.coef_, refit.coef_, rtol=0, atol=1e-12)
+    assert search.lam_ == refit.lam_ and np.all(np.atleast_1d(search.duality_gap_) <= tol)
+    assert search.to_local().C == search.C_
+
+
+def test_cv_search_refuses_what_it_cannot_do(client, rcv1_small):
+    """One-line errors: folds of one class, a bad grid, another multi_class mode."""
+    X, y = rcv1_small.X.astype(np.float64), rcv1_small.y
+    order = np.argsort(y, kind="stable")
+    from sklearn.model_selection import KFold
+    with pytest.raises(ValueError, match=r"^fold \d of cv trains on one class only \("):
+        gd.SDCASVCCV(Cs=[1.0], cv=KFold(2)).fit(X[order], y[order])
+    with pytest.raises(ValueError, match=r"^Cs must hold finite values > 0"):
+        gd.SDCASVCCV(Cs=[0.0, 1.0]).fit(X, y)
+    y3 = np.arange(y.size) % 3
+    with pytest.raises(ValueError, match=r"^SDCASVCCV fits more than two classes one-vs-rest "
+                                         r"only"):
+        gd.SDCASVCCV(Cs=[1.0], multi_class="ovo").fit(X, y3)
+    search = gd.SDCASVCCV(Cs=[1.0], cv=2, refit=False, random_state=0).fit(X, y)
+    with pytest.raises(ValueError, match=r"^to_local needs the model refitted at C_"):
+        search.to_local()

@@ -85,23 +85,32 @@ def _host(a) -> np.ndarray:
     return np.asarray(get() if callable(get) and not isinstance(a, np.ndarray) else a)
 
 
+def _as_columns(s, n):
+    """Row weights as a column (n, 1) shared by the outputs or (n, M) per output."""
+    if s is None:
+        return np.ones((n, 1))
+    return s if s.ndim == 2 else s[:, None]
+
+
 def loss_sums(Z, Y, s, loss: str) -> np.ndarray:
-    """``sum_i s_i loss(y_ic z_ic)`` per output (float64 (M,)), ``s`` None for unit weights."""
+    """``sum_i s_ic loss(y_ic z_ic)`` per output (float64 (M,)); ``s`` of shape (n,) shared by
+    the outputs, (n, M) per output, or None for unit weights."""
     slack = np.maximum(0.0, 1.0 - Y * Z)
     if loss == "squared_hinge":
         slack = slack * slack
     if s is not None:
-        slack = s[:, None] * slack
+        slack = _as_columns(s, slack.shape[0]) * slack
     return slack.sum(axis=0)
 
 
 def dual_sums(alpha, s, loss: str) -> np.ndarray:
-    """``sum_i alpha_ic`` (hinge) or ``sum_i (alpha_ic - alpha_ic^2 / (4 s_i))`` (squared hinge)."""
+    """``sum_i alpha_ic`` (hinge) or ``sum_i (alpha_ic - alpha_ic^2 / (4 s_ic))`` over
+    ``s_ic > 0`` (squared hinge); ``s`` as in :func:`loss_sums`."""
     if loss != "squared_hinge":
         return alpha.sum(axis=0)
-    w = np.ones(alpha.shape[0]) if s is None else s
-    safe = np.where(w > 0, w, 1.0)[:, None]
-    return np.where(w[:, None] > 0, alpha - alpha * alpha / (4.0 * safe), 0.0).sum(axis=0)
+    w = _as_columns(s, alpha.shape[0])
+    safe = np.where(w > 0, w, 1.0)
+    return np.where(w > 0, alpha - alpha * alpha / (4.0 * safe), 0.0).sum(axis=0)
 
 
 class SDCABlock:
@@ -256,13 +265,14 @@ def commit(before, after, gamma):
 def step_sums(before, after, s, loss: str):
     """``(b, q)`` of the change ``d = after - before``: the separable part of ``n D`` moves by
     ``gamma b - gamma^2 q`` along ``gamma d`` (hinge: ``b = sum d``, ``q = 0``; squared hinge:
-    ``b = sum (d - alpha d / (2 s))``, ``q = sum d^2 / (4 s)`` over ``s > 0``)."""
+    ``b = sum (d - alpha d / (2 s))``, ``q = sum d^2 / (4 s)`` over ``s > 0``; ``s`` as in
+    :func:`loss_sums`)."""
     d = after - before
     if loss != "squared_hinge":
         return d.sum(axis=0), np.zeros(d.shape[1])
-    w = np.ones(d.shape[0]) if s is None else s
-    pos = (w > 0)[:, None]
-    inv = 1.0 / np.where(w > 0, w, 1.0)[:, None]
+    w = _as_columns(s, d.shape[0])
+    pos = w > 0
+    inv = 1.0 / np.where(pos, w, 1.0)
     b = np.where(pos, d - before * d * inv / 2.0, 0.0).sum(axis=0)
     q = np.where(pos, d * d * inv / 4.0, 0.0).sum(axis=0)
     return b, q

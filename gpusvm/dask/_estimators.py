@@ -728,8 +728,9 @@ class SDCASVC(_DaskLinearBase):
         sources, Y, s = self._split(X, y, sample_weight, client)
         n, M = Y.shape
         K = len(sources)
-        lam = resolve_lam(self.lam, self.C, n)
+        lam = self._fit_lam(n)
         self.lam_ = lam
+        tol = self._output_tol(M)      # per output (a search's outputs have their own units)
         seed = self._seed_int()
         max_rounds = self.max_iter if self.max_iter is not None else 200
         loss = self.loss
@@ -857,14 +858,14 @@ class SDCASVC(_DaskLinearBase):
                 r += 1
                 if bar is not None:
                     bar.update(1)
-                if gaps.max() <= self.tol:    # the running gap says done: check it exactly
+                if np.all(gaps <= tol):    # the running gap says done: check it exactly
                     primal, dual, gaps = certify_final()
-                    if gaps.max() <= self.tol:
+                    if np.all(gaps <= tol):
                         stop = "tol"
                         break
             if stop == "max_iter":            # commit the last round's step and certify it
                 primal, dual, gaps = certify_final()
-                if gaps.max() <= self.tol:
+                if np.all(gaps <= tol):
                     stop = "tol"
         finally:
             self._release()
@@ -896,8 +897,16 @@ class SDCASVC(_DaskLinearBase):
             warnings.warn(
                 f"distributed SDCA stopped after max_iter={max_rounds} rounds with duality gap "
                 f"{float(np.max(gaps)):.3g} > tol={self.tol}; {advice}",
-                ConvergenceWarning, stacklevel=2)
+                ConvergenceWarning, stacklevel=4)   # the caller of fit
         return self
+
+    def _fit_lam(self, n):
+        """The ``lam`` of the fit's outputs (``C`` resolved on ``n`` rows)."""
+        return resolve_lam(self.lam, self.C, n)
+
+    def _output_tol(self, M):
+        """The gap each output must reach: ``tol`` for every output."""
+        return self.tol
 
     def to_local(self):
         """This model as an ordinary fitted :class:`gpusvm.SDCASVC` (e.g. for ``save_model``).
