@@ -1,10 +1,11 @@
-"""The one-pass C search on a dask cluster: every (C, fold, class) model an output of CoCoA+.
+"""The C search on a dask cluster: the (fold, class) models of each C outputs of one CoCoA+ fit.
 
 :class:`SDCASVCCV` is :class:`gpusvm.SDCASVCCV`'s search (ALGORITHMS.md, "Model selection in
 one pass") run by :class:`gpusvm.dask.SDCASVC`: the models of the search are the outputs of
 distributed fits, each output with its own labels (one class against the rest), row weights
 (the fold's training rows, 0 on its held-out rows, times ``C / C_ref``) and gap bound, all at
-the ``lam`` of the largest ``C``; each round reads a block's rows once for all of them.
+the ``lam`` of the largest ``C``; each round reads a block's rows once for all the models of a
+``C``, and each ``C`` starts from the dual point of the one before.
 """
 
 from __future__ import annotations
@@ -20,28 +21,25 @@ from sklearn.metrics import check_scoring
 from sklearn.utils.validation import _check_sample_weight, check_array
 
 from ..estimators._base import class_labels, output_problems
-from ..estimators.cv import (MEMORY_BUDGET, _OnePassSearch, _problem_columns, check_Cs,
-                             default_Cs)
+from ..estimators.cv import _OnePassSearch, _problem_columns, check_Cs, default_Cs
 from ._estimators import (SDCASVC, _block_scores, _client_current, _host_vector,
                           _is_dask_array, _is_dask_collection, _to_dask_array)
 
-#: bytes per column and output the driver holds in a fit (W, U and their round buffers)
-_DRIVER_BYTES = 32
-
 
 class SDCASVCCV(SDCASVC):
-    r"""Distributed SDCA with ``C`` chosen by cross-validation, the models as outputs of one fit.
+    r"""Distributed SDCA with ``C`` chosen by cross-validation, a value's models as one fit's outputs.
 
     The search of :class:`gpusvm.SDCASVCCV` on a dask cluster: the ``Cs`` values of ``C`` are
     tried on the folds of ``cv`` and scored by ``scoring`` on the held-out rows; ``C_`` is
     the value with the best mean score (the smallest among ties), and with ``refit=True`` a
-    :class:`gpusvm.dask.SDCASVC` is then fitted on all rows at ``C_``.  Every (C, fold,
-    class) model is one output of a distributed fit (CoCoA+ rounds, one call per block and
-    round for all of them): its labels are its class against the rest, its row weights
-    the fold's training rows (held-out rows 0) times ``C / C_ref`` at the ``lam`` of the
-    largest ``C``, and it stops on its own duality gap, in the units of an ``SDCASVC(C=C)``
-    fit on the fold's training rows.  The outputs are split into as few fits as keep the
-    driver's matrices under 1 GiB.
+    :class:`gpusvm.dask.SDCASVC` is then fitted on all rows at ``C_``.  The (fold, class)
+    models of one ``C`` are the outputs of one distributed fit (CoCoA+ rounds, one call per
+    block and round for all of them): a model's labels are its class against the rest, its
+    row weights the fold's training rows (held-out rows 0) times ``C / C_ref`` at the ``lam``
+    of the largest ``C``, and it stops on its own duality gap, in the units of an
+    ``SDCASVC(C=C)`` fit on the fold's training rows.  The values of ``C`` go in ascending
+    order, each fit starting from the previous one's dual point (in its own units), as the
+    local search does on the CPU.
 
     Parameters
     ----------
@@ -75,7 +73,7 @@ direct, random_state, verbose
         The certified duality gap of every model of the search, in the units of an
         ``SDCASVC(C=C)`` fit on the fold's training rows.
     search_rounds_ : list of int
-        Rounds of each fit of the search.
+        Rounds of the search's fit of each ``C``.
     coef_, intercept_, classes_, n_features_in_, lam_, alpha_, duality_gap_, \
 primal_objective_, dual_objective_, n_iter_, history_, stop_reason_
         Of the refit (``refit=True``), as in :class:`gpusvm.dask.SDCASVC`.
@@ -182,24 +180,28 @@ primal_objective_, dual_objective_, n_iter_, history_, stop_reason_
         d_aug = d + (self.bias == "augmented")
         W = np.zeros((n_F, n_C, n_P, d_aug))
         gaps = np.empty((n_F, n_C, n_P))
-        per_fit = max(1, MEMORY_BUDGET // (_DRIVER_BYTES * d_aug * n_F * n_P))
         self.search_rounds_ = []
-        for c0 in range(0, n_C, per_fit):
-            outs = [(ci, f, p) for ci in range(c0, min(n_C, c0 + per_fit))
-                    for f in range(n_F) for p in range(n_P)]
-            g = np.array([Cs[ci] / C_ref for ci, _, _ in outs])
+        prev = None                     # the last C's dual point, in its own units (n, M)
+        for ci in range(n_C):           # one fit per C, ascending, warm-started along C
+            outs = [(ci, f, p) for f in range(n_F) for p in range(n_P)]
+            g = Cs[ci] / C_ref
             Y = labels[:, [p for _, _, p in outs]]
             S = np.column_stack([weights[f] * masks[:, p] for _, f, p in outs]) * g
-            scale = np.array([n / (g[j] * max(n_train[f, p], 1.0))
-                              for j, (_, f, p) in enumerate(outs)])
+            scale = np.array([n / (g * max(n_train[f, p], 1.0)) for _, f, p in outs])
+            alpha0 = None
+            if prev is not None:
+                alpha0 = prev * g
+                if self.loss == "hinge":
+                    alpha0 = np.minimum(alpha0, S)          # the box [0, s_ic]
             self._search = (classes, np.ascontiguousarray(Y), np.ascontiguousarray(S),
-                            1.0 / (C_ref * n), self.tol / scale)
+                            1.0 / (C_ref * n), self.tol / scale, alpha0)
             try:
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore", ConvergenceWarning)   # said below, per model
                     SDCASVC.fit(self, X, y_host)
             finally:
                 del self._search
+            prev = np.asarray(self.alpha_).reshape(n, -1) / g
             self.search_rounds_.append(int(self.n_iter_))
             Wf = self.coef_.T if self.bias == "none" else np.vstack(
                 [self.coef_.T, self.intercept_ / self.intercept_scaling])
@@ -240,8 +242,10 @@ primal_objective_, dual_objective_, n_iter_, history_, stop_reason_
 
     # the hooks of SDCASVC.fit, while a search fit runs
     def _labels(self, y_local, n, sample_weight):
-        classes, Y, S, _, _ = self._search
-        return classes, Y, S
+        return self._search[:3]
+
+    def _initial_alpha(self):
+        return self._search[5]
 
     def _fit_lam(self, n):
         return self._search[3]

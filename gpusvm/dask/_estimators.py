@@ -740,7 +740,9 @@ class SDCASVC(_DaskLinearBase):
         self.worker_seconds_ = 0.0
         H = float(self.local_epochs)
         sizes = [src["rows"].size for src in sources]
-        committed = [None] * K  # the driver's copy of each block's committed alpha
+        alpha0 = self._initial_alpha()        # a warm start (n, M) in the caller's row order
+        # the driver's copy of each block's committed alpha
+        committed = [None if alpha0 is None else alpha0[src["rows"]] for src in sources]
         s_rows = None if sources[0]["s"] is None else np.concatenate(
             [np.asarray(src["s"], dtype=np.float64) for src in sources])
         position = [0] * K      # each block's counter position (steps done)
@@ -768,6 +770,9 @@ class SDCASVC(_DaskLinearBase):
             committed = [np.asarray(a) for a in self._gather([blk.alpha_copy()
                                                                for blk in blocks])]
             W = np.zeros((union.size, M))   # w on the columns some block uses
+            if alpha0 is not None:          # w(alpha0), from the blocks
+                W = _assemble(union.size, M, pos,
+                              self._gather([blk.xty(0) for blk in blocks])) / (lam * n)
             model = W
             W_buf, U_buf = np.empty_like(W), np.empty_like(W)   # a round's W and U, reused
             sums = np.empty((3, M))
@@ -899,6 +904,10 @@ class SDCASVC(_DaskLinearBase):
                 f"{float(np.max(gaps)):.3g} > tol={self.tol}; {advice}",
                 ConvergenceWarning, stacklevel=4)   # the caller of fit
         return self
+
+    def _initial_alpha(self):
+        """The dual point the fit starts from (n, M), or None for zero."""
+        return None
 
     def _fit_lam(self, n):
         """The ``lam`` of the fit's outputs (``C`` resolved on ``n`` rows)."""
