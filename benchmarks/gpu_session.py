@@ -19,7 +19,10 @@ into compile, upload, capture, replay and evaluations; ``P*`` shipped in
 unless the numba backend, run with the same seed, batches and epochs, does not reach it either
 and ends at the same objective: the expected outcome, said so in the step's line, as for
 Pegasos on the emulated slices, whose ``lam n = 0.03`` its ``O(1 / (lam T))`` rate cannot
-bring within ``eps`` in 30 epochs, and on news20 at ``k = 4096``), ``summary``.
+bring within ``eps`` in 30 epochs, and on news20 at ``k = 4096``), ``profile`` (Nsight
+Compute, clocks left alone, on three replayed iterations at ``k = 256`` of Pegasos and SDCA on
+imdb and news20: each kernel's duration, memory and compute throughput, cache hit rates,
+occupancy and cycles per issued instruction; CSV and JSON under ``--out``), ``summary``.
 
 ``--emulated`` runs every step with the emulated runtime standing in for CuPy, on slices of
 the data (its timings say nothing about a GPU; compute-sanitizer is replaced by the
@@ -47,7 +50,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-STEPS = ("env", "compile", "tests", "parity", "sanitizer", "iterations", "eps")
+STEPS = ("env", "compile", "tests", "parity", "sanitizer", "iterations", "eps", "profile")
 LAM = 1e-4
 EPS = 1e-3
 PSTAR_FILE = Path(__file__).with_name("gpu_session_pstar.json")
@@ -456,6 +459,106 @@ def step_eps(args, out):
     return write(out, "eps", ok, f"P - P* <= {EPS:g}: " + line, rows=rows)
 
 
+# ---------------------------------------------------------------------------- profile
+#: what the profile step reads of each kernel launch (Nsight Compute's "details" page)
+PROFILE_METRICS = ("Duration", "Memory Throughput", "DRAM Throughput", "L1/TEX Hit Rate",
+                   "L2 Hit Rate", "Compute (SM) Throughput", "Achieved Occupancy",
+                   "Warp Cycles Per Issued Instruction", "Registers Per Thread", "Grid Size")
+PROFILE_CASES = (("imdb", "pegasos"), ("imdb", "sdca-aggressive"), ("news20", "pegasos"),
+                 ("news20", "sdca-aggressive"))
+
+
+def profile_fit(args, data, solver):
+    """The iterations Nsight Compute profiles: ``solver`` at k = 256 on ``data`` (float32),
+    warmed up for two epochs as the iterations step, then a captured segment of 3 iterations
+    replayed once outside the profiled range and once inside it (cudaProfilerStart/Stop)."""
+    import bench_gpu  # noqa: PLC0415
+
+    from gpusvm.backends import make_backend  # noqa: PLC0415
+    X, y = load(data, args, np.float32)
+    k = min(16 if args.emulated else 256, X.shape[0])
+    be = make_backend(backend_name(args), X, y)
+    warm = 2 * max(1, math.ceil(X.shape[0] / k))
+    segment, sampler, plan = bench_gpu.run_solver(be, solver, LAM, k, warm, warm)
+    profiler = None
+    if not args.emulated:
+        import cupy  # noqa: PLC0415
+        profiler = cupy.cuda.profiler
+    with be.runtime.activate():
+        segment(sampler, warm, warm + 3, plan)             # captures the graphs, not profiled
+        be.runtime.stream.synchronize()
+        if profiler is not None:
+            profiler.start()
+        segment(sampler, warm + 3, warm + 6, plan)         # the replay that is profiled
+        be.runtime.stream.synchronize()
+        if profiler is not None:
+            profiler.stop()
+
+
+def _profile_rows(csv_text: str) -> dict:
+    """Per kernel (name without its template arguments' spaces): the median of each metric of
+    PROFILE_METRICS over its launches, from ``ncu --csv --page details``."""
+    import csv  # noqa: PLC0415
+    import io  # noqa: PLC0415
+    import re  # noqa: PLC0415
+    to_us = {"ns": 1e-3, "nsecond": 1e-3, "us": 1.0, "usecond": 1.0, "ms": 1e3, "msecond": 1e3}
+    start = csv_text.find('"ID"')
+    values: dict = {}
+    for row in csv.DictReader(io.StringIO(csv_text[start:] if start >= 0 else "")):
+        metric = row.get("Metric Name", "")
+        found = re.search(r"gpusvm_\w+(?:<[^>]*>)?", row.get("Kernel Name", ""))
+        if metric not in PROFILE_METRICS or found is None:
+            continue
+        try:
+            value = float(str(row.get("Metric Value", "")).replace(",", ""))
+        except ValueError:
+            continue
+        unit = row.get("Metric Unit", "")
+        if metric == "Duration" and unit in to_us:
+            value, unit = value * to_us[unit], "us"
+        key = f"{metric} ({unit})" if unit else metric
+        kernel = found.group(0).replace(" ", "")
+        values.setdefault(kernel, {}).setdefault(key, []).append(value)
+    return {kern: {m: float(np.median(v)) for m, v in ms.items()} for kern, ms in values.items()}
+
+
+def step_profile(args, out):
+    """Nsight Compute on the replayed iterations of PROFILE_CASES (one process each):
+    duration, memory and compute throughput, cache hit rates, occupancy and issue stalls of
+    every gpusvm kernel; on the emulator the profiled replay runs without the profiler."""
+    if args.emulated:
+        for data, solver in PROFILE_CASES:
+            profile_fit(args, data, solver)
+        return write(out, "profile", True, f"emulated: the {len(PROFILE_CASES)} profiled "
+                     "replays ran; Nsight Compute runs on a GPU only")
+    tool = shutil.which("ncu") or next(
+        (str(p) for p in sorted(Path("/usr/local").glob("cuda*/bin/ncu"))), None)
+    if tool is None:
+        return write(out, "profile", False, "ncu (Nsight Compute) not found (PATH, /usr/local/cuda*)")
+    cases, ok = {}, True
+    for data, solver in PROFILE_CASES:
+        tag = f"{data}-{solver}"
+        r = subprocess.run(
+            [tool, "--clock-control", "none", "--profile-from-start", "off",
+             "--target-processes", "all", "--kernel-name", "regex:gpusvm_",
+             *[a for sec in ("SpeedOfLight", "MemoryWorkloadAnalysis", "WarpStateStats",
+                             "LaunchStats", "Occupancy") for a in ("--section", sec)],
+             "--csv", "--page", "details", "--log-file", str(out / f"profile-{tag}.csv"),
+             sys.executable, __file__, "--out", str(out), "profilefit", "--case", tag],
+            cwd=REPO, capture_output=True, text=True)
+        (out / f"profile-{tag}.log").write_text(r.stdout[-20000:] + r.stderr[-20000:])
+        path = out / f"profile-{tag}.csv"
+        rows = _profile_rows(path.read_text()) if path.exists() else {}
+        cases[tag] = rows
+        ok = ok and r.returncode == 0 and bool(rows)
+    line = "; ".join(
+        f"{tag}: " + ", ".join(f"{k.split('<')[0].replace('gpusvm_', '')} "
+                               f"{m.get('Duration (us)', float('nan')):.1f} us"
+                               for k, m in rows.items())
+        for tag, rows in cases.items())
+    return write(out, "profile", ok, (line or "no kernel profiled")[:600], cases=cases)
+
+
 # ---------------------------------------------------------------------------- summary
 def step_summary(args, out):
     print(f"GPU session summary ({'emulated' if args.emulated else 'GPU'}), {out}:")
@@ -475,8 +578,10 @@ def step_summary(args, out):
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("step", choices=STEPS + ("summary", "shortfit"))
+    parser.add_argument("step", choices=STEPS + ("summary", "shortfit", "profilefit"))
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--case", default="imdb-pegasos",
+                        help="profilefit: DATA-SOLVER, one of PROFILE_CASES")
     parser.add_argument("--emulated", action="store_true",
                         help="the emulated runtime in place of CuPy, on slices of the data")
     args = parser.parse_args(argv)
@@ -486,6 +591,10 @@ def main(argv=None) -> int:
         return step_summary(args, args.out)
     if args.step == "shortfit":
         short_fit(args)
+        return 0
+    if args.step == "profilefit":
+        data, solver = args.case.split("-", 1)
+        profile_fit(args, data, solver)
         return 0
     try:
         rec = globals()[f"step_{args.step}"](args, args.out)
