@@ -513,3 +513,44 @@ def test_pegasos_acceptance_news20(two_workers, news20):
     assert clf.objective_ == pytest.approx(primal(X.astype(np.float64), y, clf.coef_.ravel(),
                                                   LAM), rel=1e-9)
     assert clf.objective_ - lower <= 2e-3
+
+
+class _DevicePartition:
+    """Stands for a CuPy array or cupyx sparse matrix (dask-cuda's partitions): only ``get()``
+    reaches the host; an implicit conversion raises, as CuPy's does."""
+
+    __module__ = "cupyx.scipy.sparse._csr"
+
+    def __init__(self, host):
+        self.host = host
+        self.shape = host.shape
+
+    def get(self):
+        return self.host
+
+    def __array__(self, *args, **kwargs):
+        raise TypeError("Implicit conversion to a NumPy array is not allowed")
+
+
+def test_device_partitions_are_built_on_the_host_once(rcv1_small):
+    """A partition in GPU memory is copied to the host where its block is built (and in the
+    rebalance's row moves, the scores and the search's norms); the block is the one a host
+    partition gives, its backend then holds it wherever it runs."""
+    from gpusvm.dask._blocks import SDCABlock, block_csr
+    from gpusvm.dask._cv import _max_sq_norm
+    from gpusvm.dask._estimators import _block_scores, _take_rows
+    X = rcv1_small.X[:200].astype(np.float64)
+    y = rcv1_small.y[:200][:, None]
+    dev = _DevicePartition(X)
+    with pytest.raises(TypeError, match="Implicit conversion"):
+        np.asarray(dev)
+    a, b = block_csr(dev, "augmented", 2.0), block_csr(X, "augmented", 2.0)
+    assert (a != b).nnz == 0 and a.shape == b.shape
+    idx = np.array([3, 1, 4])
+    assert (_take_rows(dev, idx) != X[idx]).nnz == 0
+    coef, off = np.random.default_rng(0).normal(size=(X.shape[1], 2)), np.array([0.5, -1.0])
+    np.testing.assert_array_equal(_block_scores(dev, coef, off), _block_scores(X, coef, off))
+    assert _max_sq_norm(dev) == _max_sq_norm(X)
+    blocks = [SDCABlock(p, y, None, 0, 200, 1e-3, 1.0, 0, "none", 1.0, "hinge", "numba", None,
+                        0) for p in (dev, X)]
+    np.testing.assert_array_equal(blocks[0].info()[3], blocks[1].info()[3])

@@ -42,8 +42,18 @@ def _rewrap(a):
     return a
 
 
+def on_host(X):
+    """A partition in host memory: a CuPy array or cupyx sparse matrix (dask-cuda's
+    partitions) is copied to the host once, where the block is built; the block's backend
+    puts it back on the worker's GPU (``backend="auto"``), where every round then runs."""
+    if type(X).__module__.split(".")[0] in ("cupy", "cupyx"):
+        return X.get()
+    return X
+
+
 def block_csr(X, bias: str, intercept_scaling: float) -> sp.csr_matrix:
     """The block's rows as canonical CSR float64, int32 indices, bias column appended."""
+    X = on_host(X)
     if sp.issparse(X) and X.format == "csr":
         X = sp.csr_matrix((_rewrap(X.data), _rewrap(X.indices), _rewrap(X.indptr)),
                           shape=X.shape)

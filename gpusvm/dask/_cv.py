@@ -22,6 +22,7 @@ from sklearn.utils.validation import _check_sample_weight, check_array
 
 from ..estimators._base import class_labels, output_problems
 from ..estimators.cv import _OnePassSearch, _problem_columns, check_Cs, default_Cs
+from ._blocks import on_host
 from ._estimators import (SDCASVC, _block_scores, _client_current, _host_vector,
                           _is_dask_array, _is_dask_collection, _to_dask_array)
 
@@ -320,6 +321,7 @@ def _block_columns(block, coef, b):
 def _max_sq_norm(X) -> float:
     """``max_i ||x_i||^2`` over the rows of X (in memory or a dask array, on the workers)."""
     def one(block):
+        block = on_host(block)
         if sp.issparse(block):
             sq = np.asarray(block.multiply(block).sum(axis=1)).ravel()
         else:

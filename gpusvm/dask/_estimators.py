@@ -24,7 +24,8 @@ from ..estimators._base import _LinearSVCBase
 from ..estimators._base import (LOSSES, MULTI_CLASS_MODES, class_labels, output_problems,
                                 resolve_lam, row_weights)
 from ..solvers.sdca import primal_from_margins, segment_point
-from ._blocks import PegasosBlock, SDCABlock, StaleBlockError, commit, line_search, driver_step
+from ._blocks import (PegasosBlock, SDCABlock, StaleBlockError, commit, driver_step, line_search,
+                      on_host)
 
 #: bias modes of the distributed estimators (both have a box-constrained dual / a plain step)
 DASK_BIAS_MODES = ("none", "augmented")
@@ -113,8 +114,8 @@ def deal_rows(n, K, seed):
 
 
 def _take_rows(block, idx):
-    """Rows ``idx`` of one chunk (a worker task of the rebalance)."""
-    return block[idx]
+    """Rows ``idx`` of one chunk (a worker task of the rebalance), in host memory."""
+    return on_host(block)[idx]
 
 
 def _stack_rows(*pieces):
@@ -518,6 +519,7 @@ def _accepts_n_workers(client) -> bool:
 
 
 def _block_scores(block, coef, b):
+    block = on_host(block)
     out = np.asarray(block @ coef, dtype=np.float64).reshape(block.shape[0], -1) + b
     return out[:, 0] if coef.shape[1] == 1 else out
 
