@@ -361,3 +361,25 @@ def test_cv_search_refuses_what_it_cannot_do(client, rcv1_small):
     search = gd.SDCASVCCV(Cs=[1.0], cv=2, refit=False, random_state=0).fit(X, y)
     with pytest.raises(ValueError, match=r"^to_local needs the model refitted at C_"):
         search.to_local()
+
+
+def test_cv_search_on_a_dask_array(client, rcv1_small):
+    """A dask array in: the default grid from the rows' largest norm (computed on the workers),
+    the held-out scores from the workers' chunks, the same as for the rows in memory."""
+    from sklearn.model_selection import StratifiedKFold
+
+    from gpusvm.dask._cv import _max_sq_norm, _scores_at
+    from gpusvm.estimators.cv import default_Cs
+    X, y = rcv1_small.X.astype(np.float64), rcv1_small.y
+    Xd = da.from_array(X, chunks=(300, X.shape[1]), asarray=False)
+    sq = float(np.max(np.asarray(X.multiply(X).sum(axis=1))))
+    assert _max_sq_norm(Xd) == pytest.approx(sq, rel=1e-15)
+    rows = np.array([5, 700, 3, 999])
+    coef, b = np.random.default_rng(2).normal(size=(X.shape[1], 3)), np.array([1.0, 0, -1])
+    np.testing.assert_allclose(_scores_at(Xd, rows, coef, b), _scores_at(X, rows, coef, b),
+                               rtol=1e-12, atol=1e-12)
+    search = gd.SDCASVCCV(Cs=2, cv=StratifiedKFold(2), refit=False, random_state=0,
+                          max_iter=1000).fit(Xd, y)
+    np.testing.assert_allclose(search.Cs_, default_Cs(2, X.shape[0], sq, "hinge"), rtol=1e-12)
+    assert search.scores_.shape == (2, 2) and np.all(search.duality_gaps_ <= search.tol)
+    assert search.coef_.shape == (1, X.shape[1]) and search.lam_ == 1 / (search.C_ * X.shape[0])
