@@ -22,7 +22,9 @@ Pegasos on the emulated slices, whose ``lam n = 0.03`` its ``O(1 / (lam T))`` ra
 bring within ``eps`` in 30 epochs, and on news20 at ``k = 4096``), ``profile`` (Nsight
 Compute, clocks left alone, on three replayed iterations at ``k = 256`` of Pegasos and SDCA on
 imdb and news20: each kernel's duration, memory and compute throughput, cache hit rates,
-occupancy and cycles per issued instruction; CSV and JSON under ``--out``), ``summary``.
+occupancy and cycles per issued instruction; CSV and JSON under ``--out``), ``while``
+(``graph_while_probe.py``: whether a CUDA graph WHILE node, which would make a segment of any
+length one graph launch, can be built here from Python), ``summary``.
 
 ``--emulated`` runs every step with the emulated runtime standing in for CuPy, on slices of
 the data (its timings say nothing about a GPU; compute-sanitizer is replaced by the
@@ -50,7 +52,8 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-STEPS = ("env", "compile", "tests", "parity", "sanitizer", "iterations", "eps", "profile")
+STEPS = ("env", "compile", "tests", "parity", "sanitizer", "iterations", "eps", "profile",
+         "while")
 LAM = 1e-4
 EPS = 1e-3
 PSTAR_FILE = Path(__file__).with_name("gpu_session_pstar.json")
@@ -557,6 +560,26 @@ def step_profile(args, out):
                                for k, m in rows.items())
         for tag, rows in cases.items())
     return write(out, "profile", ok, (line or "no kernel profiled")[:600], cases=cases)
+
+
+# ---------------------------------------------------------------------------- while
+def step_while(args, out):
+    """Whether a segment could be one graph launch here: graph_while_probe.py (a CUDA graph
+    WHILE node built through cuda-python around an NVRTC kernel).  Its answer, available or
+    not and at which stage, is the result; the step fails only if the probe did not report."""
+    if args.emulated:
+        return write(out, "while", True, "emulated: CUDA graph WHILE nodes exist on a GPU only")
+    r = subprocess.run([sys.executable, str(Path(__file__).with_name("graph_while_probe.py")),
+                        "--out", str(out)], cwd=REPO, capture_output=True, text=True)
+    (out / "while.log").write_text(r.stdout + r.stderr)
+    path = out / "graph_while.json"
+    if not path.exists():
+        return write(out, "while", False, f"the probe did not report: {r.stderr[-300:]}")
+    rep = json.loads(path.read_text())
+    lines = [ln for ln in r.stdout.splitlines() if ln.strip()]
+    return write(out, "while", True, ("WHILE node works: " if rep.get("ok") else
+                                      "WHILE node NOT available: ") + " | ".join(lines)[-500:],
+                 probe=rep)
 
 
 # ---------------------------------------------------------------------------- summary
