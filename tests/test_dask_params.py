@@ -306,7 +306,7 @@ def _held_out_accuracy_bounds(X, y, tr, te, classes, C, gaps, s_tr, **local):
     return float(np.mean(pred == y[te])), float(np.mean(loose))
 
 
-@pytest.mark.parametrize("problem", ["binary", "multiclass"])
+@pytest.mark.parametrize("problem", ["binary", "binary squared hinge", "multiclass"])
 def test_cv_search_scores_each_model_within_its_certificate(client, rcv1_small, letter_small,
                                                              problem):
     """gd.SDCASVCCV: every (fold, C, class) model certified to tol in the units of
@@ -314,9 +314,11 @@ def test_cv_search_scores_each_model_within_its_certificate(client, rcv1_small, 
     optimum up to the rows the certificate lets flip; C_ the best mean; the refit the
     distributed SDCASVC at C_ (same seed: the same model)."""
     from sklearn.model_selection import StratifiedKFold
-    if problem == "binary":
+    if problem.startswith("binary"):
         X, y = rcv1_small.X.astype(np.float64), rcv1_small.y
         Cs, extra = [0.1, 1.0], {}
+        if problem.endswith("squared hinge"):      # duals unbounded, held-out rows' s = 0
+            extra = {"loss": "squared_hinge"}
     else:
         X, y = letter_small
         X = sp.csr_matrix(X)
