@@ -4,6 +4,7 @@ Usage::
 
     python benchmarks/bench_dask_cv.py                       # imdb and news20, shuffled rows
     python benchmarks/bench_dask_cv.py --datasets imdb --Cs 0.25,1,4 --folds 5 --markdown
+    python benchmarks/bench_dask_cv.py --defaults --datasets imdb   # defaults vs LinearSVC
 
 For each data set (its rows permuted by a seeded permutation, as a cluster's partitions of
 mixed rows), on a ``LocalCluster`` of ``--workers`` single-threaded worker processes:
@@ -64,6 +65,53 @@ def local_search(X, y, Cs, cv, tol):
     return time.perf_counter() - t
 
 
+def defaults(names, workers, markdown):
+    """Defaults first: ``SDCASVCCV()`` with nothing set against ``GridSearchCV(LinearSVC())``
+    on the same values of C and folds, and the local ``gpusvm.SDCASVCCV()``, in one run."""
+    from distributed import Client, LocalCluster
+    from sklearn.model_selection import GridSearchCV, StratifiedKFold
+    from sklearn.svm import LinearSVC
+
+    import gpusvm
+    from gpusvm.dask import SDCASVCCV
+    rows = []
+    with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
+                      dashboard_address=None) as cluster, Client(cluster):
+        for name in names:
+            X, y = load(name)
+            perm = np.random.default_rng(0).permutation(X.shape[0])
+            X, y = X[perm], y[perm]
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                t = time.perf_counter()
+                dist = SDCASVCCV().fit(X, y)
+                t_dist = time.perf_counter() - t
+            above = int(np.sum(dist.duality_gaps_ > dist.tol))
+            warned = any("models of the search ended above" in str(w.message) for w in caught)
+            t = time.perf_counter()
+            local = gpusvm.SDCASVCCV().fit(X, y)
+            t_local = time.perf_counter() - t
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                t = time.perf_counter()
+                grid = GridSearchCV(LinearSVC(), {"C": list(dist.Cs_)},
+                                    cv=StratifiedKFold(5)).fit(X, y)
+                t_grid = time.perf_counter() - t
+            rows.append((name, f"{t_dist:.1f}", f"{dist.C_:.3g}",
+                         f"{dist.scores_.mean(axis=0).max():.4f}",
+                         "+".join(str(r) for r in dist.search_rounds_),
+                         f"{above}/{dist.duality_gaps_.size}" + (" (warned)" if warned else ""),
+                         f"{t_grid:.1f}", f"{grid.best_params_['C']:.3g}",
+                         f"{grid.best_score_:.4f}", f"{t_grid / t_dist:.2f}",
+                         f"{t_local:.1f}", f"{local.C_:.3g}"))
+            print("measured:", rows[-1], flush=True)
+    print(f"{workers} workers; every search on its defaults; GridSearchCV over the dask "
+          "search's Cs_ with 5 stratified folds")
+    table(rows, ["data", "dask search s", "C_", "best mean", "rounds per C",
+                 "models above tol", "GridSearchCV(LinearSVC) s", "its C", "its best",
+                 "GridSearchCV / dask", "local search s", "its C_"], markdown)
+
+
 def main(argv=None):
     """Run the comparison and print its table."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -74,7 +122,12 @@ def main(argv=None):
     ap.add_argument("--tol", type=float, default=1e-3)
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--markdown", action="store_true")
+    ap.add_argument("--defaults", action="store_true",
+                    help="the searches on their defaults against GridSearchCV(LinearSVC())")
     args = ap.parse_args(argv)
+    if args.defaults:
+        defaults([d for d in args.datasets.split(",") if d], args.workers, args.markdown)
+        return
     from distributed import Client, LocalCluster
     from sklearn.model_selection import StratifiedKFold
 
