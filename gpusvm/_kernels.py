@@ -39,6 +39,10 @@ SEGMENT_KERNELS = {"gpusvm_margins": ("M1",), "gpusvm_sdca_margins": ("M1", "SQ"
 #: first-occurrence mask of i.i.d. batches
 SEGMENT_SAMPLER_KERNELS = ("gpusvm_sample_next<0>", "gpusvm_sample_next<1>",
                            "gpusvm_sample_next<2>", "gpusvm_sample_firsts_next")
+#: the kernel that sets the condition of a segment's WHILE graph node, in a module of its own
+#: (a driver without conditional nodes still loads the main module)
+WHILE_FILE = "while_more.cu"
+WHILE_KERNEL = "gpusvm_while_more"
 #: threads per block of every kernel (``gpusvm::BLOCK`` in ``common.cuh``)
 BLOCK = 256
 
@@ -245,6 +249,46 @@ def load_module(kind: str = "cupy"):
                     "(pip install 'gpusvm[cuda12]' or 'gpusvm[cuda13]')", RuntimeWarning,
                     stacklevel=2)
     return mod
+
+
+def load_while_module(kind: str = "cupy"):
+    """The module of :data:`WHILE_KERNEL` (``kernels/while_more.cu``), built once per device.
+
+    Apart from the main module: its kernel calls the device runtime's
+    ``cudaGraphSetConditional`` (CUDA 12.4), which a driver without conditional graph
+    nodes may refuse to load, and only segments replayed through a WHILE node need it.
+
+    Parameters
+    ----------
+    kind : {"cupy", "emulated"}
+        As :func:`load_module`.
+
+    Returns
+    -------
+    module
+        An object with ``get_function(WHILE_KERNEL)``.
+    """
+    if kind == "emulated":
+        return _emulated_while_module()
+    if kind != "cupy":
+        raise ValueError(f"kind must be 'cupy' or 'emulated', got {kind!r}")
+    import cupy  # noqa: PLC0415  (optional dependency)
+    dev = cupy.cuda.Device().id
+    with _lock:
+        mod = _cupy_modules.get(("while", dev))
+        if mod is None:
+            mod = cupy.RawModule(code=read_source(WHILE_FILE), options=compile_options(),
+                                 name_expressions=[WHILE_KERNEL])
+            mod.get_function(WHILE_KERNEL)
+            _cupy_modules[("while", dev)] = mod
+    return mod
+
+
+@lru_cache(maxsize=None)
+def _emulated_while_module():
+    from ._emulator import EmulatedModule  # noqa: PLC0415  (builds a shared library)
+    return EmulatedModule(code=read_source(WHILE_FILE), options=compile_options(),
+                          name_expressions=(WHILE_KERNEL,))
 
 
 @lru_cache(maxsize=None)

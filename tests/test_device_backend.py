@@ -260,6 +260,44 @@ def test_cupy_iterations_never_synchronize(a9a_slice):
     assert be.to_host(be.sm)[S_A, 0] > 0
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not cuda_available(), reason="no CUDA device")
+def test_cupy_while_segments_leave_the_state_of_chunked_graphs(a9a_slice, monkeypatch):
+    """GPUSVM_GRAPH_WHILE=1 on a GPU: where cuda-python is installed (the GPU machines' image has
+    cuda-bindings) a segment of many chunks is at most log2(C) + 1 graph launches and leaves the
+    state chunked graphs leave, to the rounding of the kernels' atomic sums; without it, one
+    RuntimeWarning says why and the chunked graphs run."""
+    import importlib.util
+    X, y, _ = a9a_slice
+    states = {}
+    for setting in ("0", "1"):
+        monkeypatch.setenv("GPUSVM_GRAPH_WHILE", setting)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            be = make_backend("cupy", X, y)
+        if setting == "1" and importlib.util.find_spec("cuda.bindings") is None:
+            assert not be.runtime.while_nodes
+            assert any("WHILE graph nodes are not available" in str(w.message) for w in caught)
+            return
+        assert be.runtime.while_nodes == (setting == "1")
+        be.init_state_m(averaging=True)
+        sampler = CounterSampler(N_ROWS, 64, "with_replacement", 0)
+        plan = PegasosPlan(lam=1e-2, k=64, optimal=True, radius=10.0, averaged=True, t_avg=1,
+                           renorm_threshold=pegasos_module.RENORM_THRESHOLD)
+        with be.runtime.activate():
+            be.pegasos_segment_m(sampler, 0, 1, plan)
+            g0 = be.graph_stats["graph_launches"]
+            be.pegasos_segment_m(sampler, 1, 1 + 40 * 64 + 5, plan)
+        launched = be.graph_stats["graph_launches"] - g0
+        chunk = min(v[0].chunk for key, v in be._graphs.items() if key != "sampler")
+        if setting == "1":
+            assert launched <= int(np.log2(chunk)) + 1, (launched, chunk)
+        assert int(be.to_host(be._counter)[0]) == 1 + 40 * 64 + 5
+        states[setting] = (be.to_host(be.V).astype(np.float64), be.to_host(be.U))
+    for a, b in zip(states["1"], states["0"]):
+        assert rel(a, b) <= 1e-5
+
+
 # ------------------------------------------------------------------ benchmark smoke run
 def test_benchmark_smoke_mode_runs_on_the_emulator(tmp_path):
     proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "bench_gpu.py"), "--smoke",

@@ -287,29 +287,103 @@ def _segment_graphs(be):
     return [v[0] for key, v in be._graphs.items() if key != "sampler"]
 
 
-@pytest.mark.parametrize("kind, plan", [("pegasos", dict(optimal=True)),
-                                        ("sdca", dict(aggressive=True, beta_b=3.0))])
-def test_a_segment_of_any_length_is_a_bounded_number_of_graph_launches(kind, plan):
-    """Captured once per fit: a new length at every segment adds no capture past log2(C) + 1."""
+PLANS = [("pegasos", dict(optimal=True)), ("sdca", dict(aggressive=True, beta_b=3.0))]
+
+
+@pytest.mark.parametrize("kind, plan", PLANS)
+def test_a_segment_of_any_length_is_a_fixed_number_of_graph_launches(kind, plan):
+    """WHILE nodes: the whole chunks of any segment are one launch, so a segment costs at
+    most log2(C) + 1 graph launches whatever its length, and a fit captures at most
+    log2(C) + 2 graphs per sequence (a new length at every segment adds no capture)."""
     be, sampler, p, run = segment_setup(kind, **plan)
+    assert be.runtime.while_nodes
     run(sampler, 0, 1, p)                                   # t = 1: Pegasos' reset sequence
     t = 1
-    lengths = [1, 2, 3, 5, 8, 13, 21, 34, 55, 89, 144]         # a new length each time
+    lengths = [1, 2, 3, 5, 8, 13, 21, 34, 55, 89, 144, 377, 987]   # a new length each time
     for length in lengths:
         g0 = be.graph_stats["graph_launches"]
         run(sampler, t, t + length, p)
         t += length
         chunk = min(g.chunk for g in _segment_graphs(be))
-        assert be.graph_stats["graph_launches"] - g0 <= length // chunk + int(math.log2(chunk)) + 1
+        assert be.graph_stats["graph_launches"] - g0 <= int(math.log2(chunk)) + 1
+        assert int(be.to_host(be._counter)[0]) == t          # every iteration ran, once
     graphs = _segment_graphs(be)
     assert all(g.chunk >= 16 for g in graphs)
+    assert max(lengths) > 16 * max(g.chunk for g in graphs)   # many chunks in one launch
     assert be.graph_stats["captures"] == sum(g.captures for g in graphs)
     for g in graphs:
-        assert g.captures <= int(math.log2(g.chunk)) + 1, (g.captures, g.chunk)
+        assert g.captures <= int(math.log2(g.chunk)) + 2, (g.captures, g.chunk)
     # replaying more never captures again
     before = be.graph_stats["captures"]
     run(sampler, t, t + 299, p)
     assert be.graph_stats["captures"] == before
+
+
+@pytest.mark.parametrize("kind, plan", PLANS)
+def test_chunked_graphs_without_while_nodes(monkeypatch, kind, plan):
+    """GPUSVM_GRAPH_WHILE=0: whole chunks are launched one by one (L // C + log2 C + 1)."""
+    monkeypatch.setenv("GPUSVM_GRAPH_WHILE", "0")
+    be, sampler, p, run = segment_setup(kind, **plan)
+    assert not be.runtime.while_nodes
+    run(sampler, 0, 1, p)
+    t = 1
+    for length in [1, 3, 21, 144, 377]:
+        g0 = be.graph_stats["graph_launches"]
+        run(sampler, t, t + length, p)
+        t += length
+        chunk = min(g.chunk for g in _segment_graphs(be))
+        launched = be.graph_stats["graph_launches"] - g0
+        assert launched == length // chunk + bin(length % chunk).count("1")
+    for g in _segment_graphs(be):
+        assert g.captures <= int(math.log2(g.chunk)) + 1, (g.captures, g.chunk)
+
+
+def _state(be):
+    names = ("V", "U", "sm", "alpha", "_counter")
+    return {n: be.to_host(getattr(be, n)).copy() for n in names if getattr(be, n, None) is not None}
+
+
+@pytest.mark.parametrize("kind, plan", PLANS + [("pegasos", dict(averaged=True))])
+def test_while_nodes_replay_the_same_iterations_as_chunked_graphs(monkeypatch, kind, plan):
+    """Bit for bit the state of chunked graphs, over segments of one, several and many chunks
+    (one emulator worker: with several, the order of SDCA's atomic sums varies by rounding)."""
+    monkeypatch.setenv("GPUSVM_EMU_WORKERS", "1")
+    states = []
+    for setting in ("1", "0"):
+        monkeypatch.setenv("GPUSVM_GRAPH_WHILE", setting)
+        be, sampler, p, run = segment_setup(kind, **plan)
+        assert be.runtime.while_nodes == (setting == "1")
+        t = 0
+        for length in (1, 7, 300, 45, 1000):
+            run(sampler, t, t + length, p)
+            t += length
+        states.append(_state(be))
+    assert states[0].keys() == states[1].keys()
+    for name in states[0]:
+        np.testing.assert_array_equal(states[0][name], states[1][name], err_msg=name)
+
+
+def test_the_while_graph_runs_its_body_once_per_chunk(monkeypatch):
+    """The emulated WHILE node: the condition starts at its default 1 (the body runs once even
+    if nothing sets it), the kernel of kernels/while_more.cu counts the chunks down."""
+    be, sampler, p, run = segment_setup("sdca")
+    run(sampler, 0, 5 * 16 * 8, p)                       # several whole chunks
+    (seg,) = _segment_graphs(be)
+    loop = seg._loop
+    assert loop is not None and loop.graph.passes == (5 * 16 * 8) // seg.chunk
+    assert int(be.to_host(loop.left)[0]) == 0 and loop.cond[0] == 0
+    with be.runtime.stream:
+        be.runtime.stream.begin_capture()
+        with pytest.raises(es.CaptureError, match="launched, not captured"):
+            loop.graph.launch(be.runtime.stream)
+        with contextlib.suppress(es.CaptureError):
+            be.runtime.stream.end_capture()
+
+
+def test_a_bad_graph_while_setting_is_refused(monkeypatch):
+    monkeypatch.setenv("GPUSVM_GRAPH_WHILE", "maybe")
+    with pytest.raises(ValueError, match=r"GPUSVM_GRAPH_WHILE='maybe': set 1 \(WHILE nodes\) or 0"):
+        segment_setup("sdca")
 
 
 def test_an_error_during_a_capture_is_raised_as_itself(monkeypatch):

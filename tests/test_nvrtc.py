@@ -98,3 +98,22 @@ def test_cli_prints_the_table(compiled, capsys, monkeypatch):
     assert "gpusvm_pegasos_step<float,1,0,0>" in out and "sm_90" in out
     assert "0 compilations with warnings; 0 with spills" in out
     assert "sm_80" not in out
+
+
+@pytest.mark.parametrize("arch", nvrtc.ARCHS + nvrtc.OPTIONAL_ARCHS)
+def test_the_while_module_compiles_and_assembles(arch):
+    """kernels/while_more.cu, a module of its own: the device runtime's
+    ``cudaGraphSetConditional`` is a builtin of the compiler (no header, no device runtime
+    library), and ptxas assembles the kernel without relocatable code."""
+    if arch not in nvrtc.archs():
+        pytest.skip(f"the installed NVRTC {nvrtc.version()} does not know {arch}")
+    res = nvrtc.compile_ptx(_kernels.read_source(_kernels.WHILE_FILE), arch,
+                            _kernels.compile_options(), (_kernels.WHILE_KERNEL,),
+                            _kernels.WHILE_FILE)
+    assert nvrtc.warnings_in(res.log) == "", res.log
+    assert "cudaGraphSetConditional" in res.ptx
+    entries = set(re.findall(r"\.entry\s+(\S+)\(", res.ptx))
+    assert set(res.lowered.values()) == entries and len(entries) == 1
+    if arch == "compute_90":
+        (r,) = nvrtc.ptxas_resources(res.ptx, "sm_90")
+        assert r.spill_stores == 0 and r.spill_loads == 0 and 0 < r.registers <= 64, r

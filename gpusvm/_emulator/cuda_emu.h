@@ -1004,6 +1004,15 @@ inline unsigned int atomicDec(unsigned int* p, unsigned int limit) {
 #undef GPUSVM_EMU_MINMAX_ATOMIC
 #undef GPUSVM_EMU_BITS_ATOMIC
 
+// CUDA graph conditional nodes (CUDA 12.4): a kernel of a WHILE node's body sets the node's
+// condition.  The emulator's handle is the address of the node's condition word, which the
+// emulated WHILE graph reads after each pass of its body (gpusvm._emulator.streams.WhileGraph).
+typedef unsigned long long cudaGraphConditionalHandle;
+inline void cudaGraphSetConditional(cudaGraphConditionalHandle handle, unsigned int value) {
+    __atomic_store_n(reinterpret_cast<unsigned int*>(static_cast<uintptr_t>(handle)), value,
+                     __ATOMIC_RELEASE);
+}
+
 // =========================================================================
 // scheduler, worker pool, entry points
 // =========================================================================

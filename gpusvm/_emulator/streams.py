@@ -440,11 +440,20 @@ class Graph:
         self._reads, self._writes = frozenset(reads), frozenset(writes)
 
     def _emulated(self):
-        if self._graph is None and self._entries:
-            self._graph = self._entries[0][0]._module.graph()
+        """The native recordings of the launches, one per run of kernels of the same module."""
+        if self._graph is None:
+            graphs, module = [], None
             for kernel, grid, block, args, shared in self._entries:
-                self._graph.add(kernel, grid, block, args, shared_mem=shared)
+                if kernel._module is not module:
+                    module = kernel._module
+                    graphs.append(module.graph())
+                graphs[-1].add(kernel, grid, block, args, shared_mem=shared)
+            self._graph = graphs
         return self._graph
+
+    def _replay(self):
+        for g in self._emulated():
+            g.launch(1)
 
     def launch(self, stream=None):
         """Queue one replay of the graph on ``stream`` (default: the current stream)."""
@@ -457,13 +466,54 @@ class Graph:
                 return
             stream.graph_launches += 1
             stats["graph_launches"] += 1
-            g = self._emulated()
-            if g is None:
+            if not self._entries:
                 return
-            stream._enqueue(_Entry("launch", lambda: g.launch(1), f"graph of {self.nodes} launches",
+            stream._enqueue(_Entry("launch", self._replay, f"graph of {self.nodes} launches",
                                    self._reads, self._writes))
             if stream._legacy:
                 stream.flush()
+
+
+class WhileGraph(Graph):
+    """A graph of one conditional WHILE node (CUDA 12.4's ``cudaGraphCondTypeWhile``): its body
+    replayed, without the host, while the node's condition is non-zero.
+
+    The condition lives in ``cond`` (one ``uint32``), the storage of the node's conditional
+    handle: a kernel of the body sets it with ``cudaGraphSetConditional(handle, value)``,
+    which ``cuda_emu.h`` implements as a store to the word at address ``handle``. Each launch
+    first assigns the handle's default, 1 (``cudaGraphCondAssignDefault``), so the body runs
+    at least once per launch.
+
+    Parameters
+    ----------
+    body : Graph
+        The captured body (its last kernel sets the condition).
+    cond : numpy.ndarray
+        The condition word; ``np.uint64(cond.ctypes.data)`` is the handle kernels receive.
+
+    Attributes
+    ----------
+    passes : int
+        Passes of the body run so far, over every launch.
+    """
+
+    def __init__(self, body, cond):
+        super().__init__(body._entries)
+        self._cond = cond
+        self.passes = 0
+
+    def _replay(self):
+        self._cond[0] = 1
+        while self._cond[0]:
+            super()._replay()
+            self.passes += 1
+
+    def launch(self, stream=None):
+        """Queue one launch of the node (the body's passes run when the stream runs it)."""
+        stream = stream if stream is not None else get_current_stream()
+        if stream.is_capturing:
+            raise CaptureError("a WHILE graph is launched, not captured into another graph")
+        super().launch(stream)
 
 
 class StreamModule:

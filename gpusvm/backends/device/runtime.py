@@ -9,6 +9,7 @@ boundary (the rule of :mod:`gpusvm.backends.base`) and the graphs that replay a 
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 
 import numpy as np
@@ -24,15 +25,20 @@ EMULATED_MAX_BLOCKS = 4
 class SegmentGraph:
     """A segment's launch sequence as a fixed set of graphs, each captured once and replayed.
 
-    Graph ``G_j`` holds ``2**j`` iterations (``j = 0 .. log2 C``, ``C`` the largest power of two
-    with ``C`` iterations in at most the runtime's ``graph_nodes`` kernel nodes), captured on the backend's stream the first time a segment needs it
-    (``Stream.begin_capture`` / ``end_capture``: nothing runs while capturing).  A segment of
-    ``L`` iterations launches ``G_log2C`` ``L // C`` times and one ``G_j`` per set bit of
-    ``L % C``: at most ``L // C + log2 C + 1`` graph launches, and at most ``log2 C + 1``
-    captures per sequence whatever the segment lengths (Pegasos' doubling average and
-    SDCA's adaptive certificates change the length at nearly every segment).  Every
-    argument that changes between iterations lives in device memory (the batch counter,
-    the state vector), so the captured launches are valid for any position in the run.
+    Graph ``G_j`` holds ``2**j`` iterations (``j = 0 .. log2 C``, ``C`` the largest power of
+    two with ``C`` iterations in at most the runtime's ``graph_nodes`` kernel nodes), captured
+    on the backend's stream the first time a segment needs it (``Stream.begin_capture`` /
+    ``end_capture``: nothing runs while capturing).  A segment of ``L`` iterations runs its
+    ``L // C`` whole chunks, then one ``G_j`` per set bit of ``L % C``.  Where the runtime has
+    conditional graph nodes (:attr:`_StreamRuntime.while_nodes`), the whole chunks are one
+    launch of a graph holding one WHILE node, whose body is ``C`` iterations and the kernel
+    that counts the chunks down (``kernels/while_more.cu``): at most ``log2 C + 1`` graph
+    launches per segment whatever its length.  Without them ``G_log2C`` is launched ``L // C``
+    times: at most ``L // C + log2 C + 1``.  Either way at most ``log2 C + 2`` captures per
+    sequence whatever the segment lengths (Pegasos' doubling average and SDCA's adaptive
+    certificates change the length at nearly every segment).  Every argument that changes
+    between iterations lives in device memory (the batch counter, the state vector), so the
+    captured launches are valid for any position in the run.
 
     Attributes
     ----------
@@ -51,9 +57,23 @@ class SegmentGraph:
         chunk = max(1, runtime.graph_nodes // per_iteration)
         self.chunk = 1 << (chunk.bit_length() - 1)           # a power of two
         self._graphs: dict = {}
+        self._loop = None
         self.captures = 0
         self.launches = 0
         self.capture_seconds = 0.0
+
+    def _record(self, times: int) -> None:
+        """Launch ``times`` iterations of the sequence on the current (capturing) stream."""
+        for _ in range(times):
+            for fn, grid, args in self._launches:
+                fn((grid,), (_kernels.BLOCK,), args)
+
+    def _count_capture(self, start: float) -> None:
+        seconds = time.perf_counter() - start
+        self.capture_seconds += seconds
+        self.captures += 1
+        self._rt.captures += 1
+        self._rt.capture_seconds += seconds
 
     def _graph(self, times: int):
         graph = self._graphs.get(times)
@@ -62,9 +82,7 @@ class SegmentGraph:
             start = time.perf_counter()
             stream.begin_capture()
             try:
-                for _ in range(times):
-                    for fn, grid, args in self._launches:
-                        fn((grid,), (_kernels.BLOCK,), args)
+                self._record(times)
             except BaseException:
                 with contextlib.suppress(Exception):     # the capture's own error would mask it
                     stream.end_capture()
@@ -72,12 +90,19 @@ class SegmentGraph:
             graph = stream.end_capture()
             if hasattr(graph, "upload"):
                 graph.upload(stream)                      # instantiate now, not at the first replay
-            self.capture_seconds += time.perf_counter() - start
-            self.captures += 1
-            self._rt.captures += 1
-            self._rt.capture_seconds += time.perf_counter() - start
+            self._count_capture(start)
             self._graphs[times] = graph
         return graph
+
+    def _while(self):
+        """The WHILE graph of whole chunks (captured on first use), or None where the runtime
+        could not build one (it then has no WHILE nodes any more)."""
+        if self._loop is None:
+            start = time.perf_counter()
+            self._loop = self._rt.while_graph(self._record, self.chunk)
+            if self._loop is not None:
+                self._count_capture(start)
+        return self._loop
 
     def launch(self, times: int) -> None:
         times = int(times)
@@ -85,11 +110,128 @@ class SegmentGraph:
             return
         stream = self._rt.stream
         chunks, rest = divmod(times, self.chunk)
-        parts = [self.chunk] * chunks + [1 << j for j in range(rest.bit_length()) if rest >> j & 1]
+        parts = [1 << j for j in range(rest.bit_length()) if rest >> j & 1]
+        count = len(parts)
+        loop = self._while() if chunks and self._rt.while_nodes else None
+        if loop is not None:
+            loop.run(chunks)
+            count += 1
+        else:
+            parts = [self.chunk] * chunks + parts
+            count += chunks
         for size in parts:
             self._graph(size).launch(stream)
-        self.launches += len(parts)
-        self._rt.graph_launches += len(parts)
+        self.launches += count
+        self._rt.graph_launches += count
+
+
+def _graph_while_setting(default: bool) -> bool:
+    """``GPUSVM_GRAPH_WHILE``: ``1`` replays whole chunks through a WHILE node, ``0`` does not."""
+    value = os.environ.get("GPUSVM_GRAPH_WHILE", "").strip().lower()
+    if value in ("", "auto"):
+        return default
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"GPUSVM_GRAPH_WHILE={value!r}: set 1 (WHILE nodes) or 0 (chunked graphs)")
+
+
+def _check(result, what: str):
+    """The values of a ``cuda.bindings`` call, or a RuntimeError naming the call and its error."""
+    err, *values = result
+    if int(err) != 0:
+        raise RuntimeError(f"{what} failed: {err!r}")
+    return values[0] if len(values) == 1 else tuple(values)
+
+
+class _CupyWhileGraph:
+    """A CUDA graph of one conditional WHILE node, built through ``cuda.bindings`` (CuPy has no
+    conditional nodes): its body, captured from the backend's stream with
+    ``cudaStreamBeginCaptureToGraph``, is ``chunk`` iterations followed by
+    ``gpusvm_while_more``, which counts the chunks in ``left`` down and sets the condition.
+    """
+
+    def __init__(self, rt, record, chunk):
+        from cuda.bindings import runtime as cr  # noqa: PLC0415  (optional: cuda-python)
+        self._cr = cr
+        self._stream = rt.stream
+        self.left = rt.xp.zeros(1, dtype=np.int64)
+        more = _kernels.load_while_module("cupy").get_function(_kernels.WHILE_KERNEL)
+        graph = _check(cr.cudaGraphCreate(0), "cudaGraphCreate")
+        self._graph, self._exec = graph, None
+        handle = _check(cr.cudaGraphConditionalHandleCreate(
+            graph, 1, int(cr.cudaGraphConditionalHandleFlags.cudaGraphCondAssignDefault)),
+            "cudaGraphConditionalHandleCreate")
+        params = cr.cudaGraphNodeParams()
+        params.type = cr.cudaGraphNodeType.cudaGraphNodeTypeConditional
+        params.conditional.handle = handle
+        params.conditional.type = cr.cudaGraphConditionalNodeType.cudaGraphCondTypeWhile
+        params.conditional.size = 1
+        try:                                       # CUDA 13 bindings: (graph, deps, edge data, n, params)
+            _check(cr.cudaGraphAddNode(graph, None, None, 0, params), "cudaGraphAddNode")
+        except TypeError:                          # CUDA 12 bindings: (graph, deps, n, params)
+            _check(cr.cudaGraphAddNode(graph, None, 0, params), "cudaGraphAddNode")
+        body = params.conditional.phGraph_out[0]
+        ptr = self._stream.ptr
+        _check(cr.cudaStreamBeginCaptureToGraph(
+            ptr, body, None, None, 0, cr.cudaStreamCaptureMode.cudaStreamCaptureModeThreadLocal),
+            "cudaStreamBeginCaptureToGraph")
+        try:
+            with self._stream:
+                record(chunk)
+                more((1,), (32,), (np.uint64(int(handle)), self.left))
+        except BaseException:
+            with contextlib.suppress(Exception):             # the capture's own error would mask it
+                cr.cudaStreamEndCapture(ptr)
+            raise
+        _check(cr.cudaStreamEndCapture(ptr), "cudaStreamEndCapture")
+        self._exec = _check(cr.cudaGraphInstantiate(graph, 0), "cudaGraphInstantiate")
+        _check(cr.cudaGraphUpload(self._exec, ptr), "cudaGraphUpload")
+
+    def run(self, chunks: int) -> None:
+        """Run ``chunks`` passes of the body: one graph launch on the backend's stream."""
+        with self._stream:
+            self.left.fill(int(chunks))
+        _check(self._cr.cudaGraphLaunch(self._exec, self._stream.ptr), "cudaGraphLaunch")
+
+    def __del__(self):
+        cr = getattr(self, "_cr", None)
+        if cr is None:
+            return
+        with contextlib.suppress(Exception):
+            if self._exec is not None:
+                cr.cudaGraphExecDestroy(self._exec)
+            cr.cudaGraphDestroy(self._graph)
+
+
+class _EmulatedWhileGraph:
+    """The emulator's WHILE graph (:class:`gpusvm._emulator.streams.WhileGraph`), captured from the
+    backend's emulated stream as CuPy's is: ``chunk`` iterations, then ``gpusvm_while_more``."""
+
+    def __init__(self, rt, record, chunk):
+        streams = rt._streams
+        self._stream = rt.stream
+        self.cond = np.zeros(1, dtype=np.uint32)          # the conditional handle's storage
+        self.left = rt.xp.zeros(1, dtype=np.int64)
+        more = streams.StreamKernel(
+            _kernels.load_while_module("emulated").get_function(_kernels.WHILE_KERNEL))
+        self._stream.begin_capture()
+        try:
+            with self._stream:
+                record(chunk)
+                more((1,), (32,), (np.uint64(self.cond.ctypes.data), self.left))
+        except BaseException:
+            with contextlib.suppress(Exception):
+                self._stream.end_capture()
+            raise
+        self.graph = streams.WhileGraph(self._stream.end_capture(), self.cond)
+
+    def run(self, chunks: int) -> None:
+        """Run ``chunks`` passes of the body: one graph launch on the backend's stream."""
+        with self._stream:
+            self.left[...] = int(chunks)
+        self.graph.launch(self._stream)
 
 
 class _StreamRuntime:
@@ -105,6 +247,9 @@ class _StreamRuntime:
 
     #: kernel nodes a segment graph holds at most (its chunk of iterations, see SegmentGraph)
     graph_nodes = 1024
+    #: whether a segment's whole chunks are one launch of a WHILE node (see SegmentGraph); set
+    #: per runtime from ``GPUSVM_GRAPH_WHILE`` and what the machine supports
+    while_nodes = False
 
     def _init_streams(self, streams) -> None:
         self._streams = streams                  # cupy.cuda or gpusvm._emulator.streams
@@ -153,6 +298,12 @@ class _StreamRuntime:
     def graph(self, launches):
         return SegmentGraph(self, launches)
 
+    def while_graph(self, record, chunk):
+        """A graph of one WHILE node whose body is ``record(chunk)``'s launches (see
+        :class:`SegmentGraph`); its ``run(chunks)`` replays the body ``chunks`` times in one
+        graph launch."""
+        raise NotImplementedError
+
 
 class CupyRuntime(_StreamRuntime):
     """Arrays in CuPy, kernels compiled by NVRTC for one device, launched on its own stream."""
@@ -177,6 +328,42 @@ class CupyRuntime(_StreamRuntime):
             self.module = _kernels.load_module("cupy")
             self._init_streams(cupy.cuda)
             self.max_blocks = int(self.device.attributes["MultiProcessorCount"]) * BLOCKS_PER_SM
+            # off unless GPUSVM_GRAPH_WHILE=1 until the WHILE node is measured on a GPU
+            # (benchmarks/gpu_session.sh while)
+            if _graph_while_setting(False):
+                self.while_nodes = self._while_available()
+
+    def while_graph(self, record, chunk):
+        """As :meth:`_StreamRuntime.while_graph`; where CUDA refuses the graph, None, with one
+        RuntimeWarning naming the call, and this runtime's segments replay chunked graphs."""
+        try:
+            return _CupyWhileGraph(self, record, chunk)
+        except Exception as exc:  # noqa: BLE001  (whatever CUDA says, chunked graphs still work)
+            import warnings  # noqa: PLC0415
+            warnings.warn(f"a CUDA graph WHILE node could not be built ({type(exc).__name__}: "
+                          f"{exc}); segments replay chunked graphs", RuntimeWarning, stacklevel=2)
+            self.while_nodes = False
+            return None
+
+    def _while_available(self) -> bool:
+        """Whether WHILE nodes can run here (cuda-python, a CUDA 12.4 driver, the kernel loads);
+        if not, a RuntimeWarning says why and segments use chunked graphs."""
+        import importlib  # noqa: PLC0415
+        import warnings  # noqa: PLC0415
+        try:
+            importlib.import_module("cuda.bindings.runtime")
+            driver = int(self.xp.cuda.runtime.driverGetVersion())
+            if driver < 12040:
+                raise RuntimeError(f"the driver supports CUDA {driver // 1000}.{driver % 1000 // 10}; "
+                                   "conditional graph nodes need CUDA 12.4")
+            _kernels.load_while_module("cupy")
+        except Exception as exc:  # noqa: BLE001  (any failure means: not here)
+            warnings.warn(f"GPUSVM_GRAPH_WHILE=1 but WHILE graph nodes are not available "
+                          f"({type(exc).__name__}: {exc}); segments replay chunked graphs "
+                          "(pip install cuda-python for the bindings)", RuntimeWarning,
+                          stacklevel=2)
+            return False
+        return True
 
     def _device_context(self):
         return self.device
@@ -219,6 +406,10 @@ class EmulatedRuntime(_StreamRuntime):
         self.module = streams.StreamModule(_kernels.load_module("emulated"))
         self.max_blocks = int(max_blocks)
         self._init_streams(streams)
+        self.while_nodes = _graph_while_setting(True)
+
+    def while_graph(self, record, chunk):
+        return _EmulatedWhileGraph(self, record, chunk)
 
     def is_device(self, a) -> bool:
         return False
