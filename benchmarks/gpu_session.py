@@ -23,8 +23,10 @@ bring within ``eps`` in 30 epochs, and on news20 at ``k = 4096``), ``profile`` (
 Compute, clocks left alone, on three replayed iterations at ``k = 256`` of Pegasos and SDCA on
 imdb and news20: each kernel's duration, memory and compute throughput, cache hit rates,
 occupancy and cycles per issued instruction; CSV and JSON under ``--out``), ``while``
-(``graph_while_probe.py``: whether a CUDA graph WHILE node, which would make a segment of any
-length one graph launch, can be built here from Python), ``summary``.
+(``graph_while_probe.py``: whether a CUDA graph WHILE node, which makes a segment of any
+length one graph launch, can be built here from Python; where it can, the backend's WHILE
+segments, ``GPUSVM_GRAPH_WHILE=1``, against its chunked graphs: the same state, the graph
+launches and the seconds per iteration both ways), ``summary``.
 
 ``--emulated`` runs every step with the emulated runtime standing in for CuPy, on slices of
 the data (its timings say nothing about a GPU; compute-sanitizer is replaced by the
@@ -563,12 +565,70 @@ def step_profile(args, out):
 
 
 # ---------------------------------------------------------------------------- while
+#: (data, solver, k) of the backend's WHILE segments against its chunked graphs
+WHILE_CASES = (("imdb", "pegasos", 256), ("imdb", "sdca-aggressive", 256),
+               ("news20", "sdca-aggressive", 4096))
+
+
+def _while_segments(args, out) -> tuple[bool, str, list]:
+    """The backend's segments with ``GPUSVM_GRAPH_WHILE=1`` against ``=0`` on the same device:
+    the state after a segment of many chunks (to 1e-5: the kernels' atomic sums round in
+    any order), the graph launches of that segment (at most ``log2 C + 1`` with WHILE
+    nodes) and the seconds per iteration both ways (``bench_gpu.per_iteration``)."""
+    import bench_gpu  # noqa: PLC0415
+    from gpusvm.backends import make_backend  # noqa: PLC0415
+    dev, _ = bench_gpu.model_device("H100" if args.emulated else _device_name())
+    rows, ok = [], True
+    saved = os.environ.get("GPUSVM_GRAPH_WHILE")
+    try:
+        for data, solver, k in WHILE_CASES[:1] if args.emulated else WHILE_CASES:
+            X, y = load(data, args, np.float32)
+            row = {"data": data, "solver": solver, "k": k}
+            states = {}
+            for setting in ("0", "1"):
+                os.environ["GPUSVM_GRAPH_WHILE"] = setting
+                be = make_backend(backend_name(args), X, y)
+                if be.runtime.while_nodes != (setting == "1"):
+                    return False, f"GPUSVM_GRAPH_WHILE={setting} not honoured", rows
+                warm = max(2, math.ceil(X.shape[0] / k))
+                segment, sampler, plan = bench_gpu.run_solver(be, solver, LAM, k, warm, warm)
+                length = 3 * 64 + 3 if args.emulated else 5 * 1024 + 3
+                g0 = be.graph_stats["graph_launches"]
+                with be.runtime.activate():
+                    segment(sampler, warm, warm + length, plan)
+                row[f"graph_launches_{setting}"] = be.graph_stats["graph_launches"] - g0
+                states[setting] = be.to_host(be.V).astype(np.float64)
+                timing = bench_gpu.per_iteration(backend_name(args), X, y, solver, k,
+                                                 10 if args.emulated else 1000, LAM, dev,
+                                                 1 if args.emulated else 3)
+                row[f"seconds_per_iteration_{setting}"] = timing["seconds_per_iteration"]
+            row["rel_diff"] = rel(states["1"], states["0"])
+            row["ok"] = row["rel_diff"] <= 1e-5 and row["graph_launches_1"] <= 11
+            ok = ok and row["ok"]
+            rows.append(row)
+            print(json.dumps(row, default=float), flush=True)
+    finally:
+        if saved is None:
+            os.environ.pop("GPUSVM_GRAPH_WHILE", None)
+        else:
+            os.environ["GPUSVM_GRAPH_WHILE"] = saved
+    line = "; ".join(f"{r['data']} {r['solver']} k={r['k']}: rel {r['rel_diff']:.1e}, launches "
+                     f"{r['graph_launches_0']} -> {r['graph_launches_1']}, "
+                     f"{r['seconds_per_iteration_0'] * 1e6:.1f} -> "
+                     f"{r['seconds_per_iteration_1'] * 1e6:.1f} us/it" for r in rows)
+    return ok, line, rows
+
+
 def step_while(args, out):
-    """Whether a segment could be one graph launch here: graph_while_probe.py (a CUDA graph
-    WHILE node built through cuda-python around an NVRTC kernel).  Its answer, available or
-    not and at which stage, is the result; the step fails only if the probe did not report."""
+    """A segment as one graph launch: on a GPU, graph_while_probe.py first (a CUDA graph WHILE
+    node built through cuda-python around an NVRTC kernel, each stage reported); where it
+    works, the backend's own WHILE segments (``GPUSVM_GRAPH_WHILE=1``) against its chunked
+    graphs (:func:`_while_segments`).  Where WHILE nodes are not available the probe's answer
+    is the result and the step passes (the backend keeps its chunked graphs); it fails if the
+    probe did not report, or if the backend's WHILE segments disagree with its chunked ones."""
     if args.emulated:
-        return write(out, "while", True, "emulated: CUDA graph WHILE nodes exist on a GPU only")
+        ok, line, rows = _while_segments(args, out)
+        return write(out, "while", ok, "emulated: " + line, rows=rows)
     r = subprocess.run([sys.executable, str(Path(__file__).with_name("graph_while_probe.py")),
                         "--out", str(out)], cwd=REPO, capture_output=True, text=True)
     (out / "while.log").write_text(r.stdout + r.stderr)
@@ -577,9 +637,12 @@ def step_while(args, out):
         return write(out, "while", False, f"the probe did not report: {r.stderr[-300:]}")
     rep = json.loads(path.read_text())
     lines = [ln for ln in r.stdout.splitlines() if ln.strip()]
-    return write(out, "while", True, ("WHILE node works: " if rep.get("ok") else
-                                      "WHILE node NOT available: ") + " | ".join(lines)[-500:],
-                 probe=rep)
+    if not rep.get("ok"):
+        return write(out, "while", True, "WHILE node NOT available: " + " | ".join(lines)[-500:],
+                     probe=rep)
+    ok, line, rows = _while_segments(args, out)
+    return write(out, "while", ok, ("WHILE node works; backend: " + line)[:700], probe=rep,
+                 rows=rows)
 
 
 # ---------------------------------------------------------------------------- summary
