@@ -260,6 +260,122 @@ def test_cupy_iterations_never_synchronize(a9a_slice):
     assert be.to_host(be.sm)[S_A, 0] > 0
 
 
+class _FakeBindings:
+    """``cuda.bindings.runtime`` as far as the WHILE graph uses it: records the calls, in order,
+    and each call's outcome (a real module's enums and parameter objects)."""
+
+    def __init__(self, cr, cuda13=True, fail=None):
+        self._cr, self._cuda13, self._fail, self.calls = cr, cuda13, fail, []
+
+    def __getattr__(self, name):
+        if not name.startswith("cuda") or name in ("cudaGraphNodeParams",):
+            return getattr(self._cr, name)
+        if name.endswith(("Type", "Flags", "Mode")):
+            return getattr(self._cr, name)
+
+        def call(*args):
+            self.calls.append((name, args))
+            if name == "cudaGraphAddNode" and len(args) != (5 if self._cuda13 else 4):
+                raise TypeError("other bindings' signature")
+            if name == self._fail:
+                return (self._cr.cudaError_t.cudaErrorNotSupported, None)
+            out = {"cudaGraphCreate": "graph", "cudaGraphConditionalHandleCreate":
+                   self._cr.cudaGraphConditionalHandle(77), "cudaGraphInstantiate": "exec",
+                   "cudaStreamEndCapture": "body"}.get(name)
+            return (self._cr.cudaError_t.cudaSuccess,) if out is None and name in (
+                "cudaStreamBeginCaptureToGraph", "cudaGraphUpload", "cudaGraphLaunch",
+                "cudaGraphExecDestroy", "cudaGraphDestroy") else (self._cr.cudaError_t.cudaSuccess, out)
+        return call
+
+
+@pytest.mark.parametrize("cuda13", [True, False])
+def test_the_cupy_while_graph_follows_cuda_s_sequence(monkeypatch, cuda13):
+    """Without a GPU, against cuda-python's own enums and parameter objects: a graph, a handle
+    with the default 1, one WHILE node (either bindings' signature), the body captured from
+    the backend's stream (the segment's launches, then the count-down kernel with the
+    handle's value), instantiated and uploaded once; ``run`` sets the count on the stream,
+    then launches; an error in the body's capture ends the capture and is raised as itself."""
+    from cuda.bindings import runtime as cr      # the test extra installs it
+    import sys as _sys
+    import types
+    from gpusvm import _kernels
+    from gpusvm.backends.device import runtime as rtm
+    fake = _FakeBindings(cr, cuda13)
+    pkg = types.ModuleType("cuda.bindings")
+    pkg.runtime = fake
+    monkeypatch.setitem(_sys.modules, "cuda.bindings", pkg)
+    monkeypatch.setitem(_sys.modules, "cuda.bindings.runtime", fake)
+    events = []
+
+    class Stream:
+        ptr = 1234
+
+        def __enter__(self):
+            events.append("enter")
+
+        def __exit__(self, *exc):
+            events.append("exit")
+
+    class Left(np.ndarray):
+        def fill(self, v):
+            events.append(("fill", v))
+            super().fill(v)
+
+    class Kernel:
+        def __call__(self, grid, block, args):
+            events.append(("more", int(args[0]), args[1] is loop_left[0]))
+
+    class Module:
+        def get_function(self, name):
+            assert name == _kernels.WHILE_KERNEL
+            return Kernel()
+
+    monkeypatch.setattr(_kernels, "load_while_module", lambda kind: Module())
+    rt = types.SimpleNamespace(stream=Stream(), xp=types.SimpleNamespace(
+        zeros=lambda n, dtype: np.zeros(n, dtype=dtype).view(Left)))
+    loop_left = [None]
+    orig_zeros = rt.xp.zeros
+
+    def zeros(n, dtype):
+        loop_left[0] = orig_zeros(n, dtype)
+        return loop_left[0]
+
+    rt.xp.zeros = zeros
+    loop = rtm._CupyWhileGraph(rt, lambda chunk: events.append(("record", chunk)), 16)
+    names = [c[0] for c in fake.calls]
+    assert names == ["cudaGraphCreate", "cudaGraphConditionalHandleCreate"] + (
+        ["cudaGraphAddNode"] if cuda13 else ["cudaGraphAddNode", "cudaGraphAddNode"]) + [
+        "cudaStreamBeginCaptureToGraph", "cudaStreamEndCapture", "cudaGraphInstantiate",
+        "cudaGraphUpload"]
+    assert fake.calls[1][1] == ("graph", 1, 1)                 # default 1, AssignDefault
+    params = fake.calls[2 if cuda13 else 3][1][-1]
+    assert params.type == cr.cudaGraphNodeType.cudaGraphNodeTypeConditional
+    assert params.conditional.type == cr.cudaGraphConditionalNodeType.cudaGraphCondTypeWhile
+    assert int(params.conditional.handle) == 77 and params.conditional.size == 1
+    begin = fake.calls[names.index("cudaStreamBeginCaptureToGraph")][1]
+    assert begin[0] == 1234 and begin[-1] == cr.cudaStreamCaptureMode.cudaStreamCaptureModeThreadLocal
+    assert events == ["enter", ("record", 16), ("more", 77, True), "exit"]
+    events.clear()
+    fake.calls.clear()
+    loop.run(5)
+    assert events == ["enter", ("fill", 5), "exit"] and int(loop.left[0]) == 5
+    assert [c[0] for c in fake.calls] == ["cudaGraphLaunch"] and fake.calls[0][1] == ("exec", 1234)
+
+    class Boom(Exception):
+        pass
+
+    def bad(chunk):
+        raise Boom
+    fake.calls.clear()
+    with pytest.raises(Boom):
+        rtm._CupyWhileGraph(rt, bad, 16)
+    names = [c[0] for c in fake.calls]
+    assert names.index("cudaStreamEndCapture") > names.index("cudaStreamBeginCaptureToGraph")
+    fake._fail = "cudaGraphInstantiate"
+    with pytest.raises(RuntimeError, match="cudaGraphInstantiate failed: .*NotSupported"):
+        rtm._CupyWhileGraph(rt, lambda chunk: None, 16)
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not cuda_available(), reason="no CUDA device")
 def test_cupy_while_segments_leave_the_state_of_chunked_graphs(a9a_slice, monkeypatch):
@@ -277,7 +393,7 @@ def test_cupy_while_segments_leave_the_state_of_chunked_graphs(a9a_slice, monkey
             be = make_backend("cupy", X, y)
         if setting == "1" and importlib.util.find_spec("cuda.bindings") is None:
             assert not be.runtime.while_nodes
-            assert any("WHILE graph nodes are not available" in str(w.message) for w in caught)
+            assert any("CUDA graph WHILE nodes are not available" in str(w.message) for w in caught)
             return
         assert be.runtime.while_nodes == (setting == "1")
         be.init_state_m(averaging=True)

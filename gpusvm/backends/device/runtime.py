@@ -9,8 +9,10 @@ boundary (the rule of :mod:`gpusvm.backends.base`) and the graphs that replay a 
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
 import time
+import warnings
 
 import numpy as np
 
@@ -20,6 +22,8 @@ from ... import _kernels
 BLOCKS_PER_SM = 4
 #: blocks of an emulated launch (small: each emulated thread costs a fiber)
 EMULATED_MAX_BLOCKS = 4
+#: device id -> "" where WHILE graph nodes passed their self-test, else why not
+_WHILE_CHECKED: dict = {}
 
 
 class SegmentGraph:
@@ -328,10 +332,9 @@ class CupyRuntime(_StreamRuntime):
             self.module = _kernels.load_module("cupy")
             self._init_streams(cupy.cuda)
             self.max_blocks = int(self.device.attributes["MultiProcessorCount"]) * BLOCKS_PER_SM
-            # off unless GPUSVM_GRAPH_WHILE=1 until the WHILE node is measured on a GPU
-            # (benchmarks/gpu_session.sh while)
-            if _graph_while_setting(False):
-                self.while_nodes = self._while_available()
+            asked = os.environ.get("GPUSVM_GRAPH_WHILE", "").strip() != ""
+            if _graph_while_setting(True):
+                self.while_nodes = self._while_available(warn=asked)
 
     def while_graph(self, record, chunk):
         """As :meth:`_StreamRuntime.while_graph`; where CUDA refuses the graph, None, with one
@@ -339,31 +342,45 @@ class CupyRuntime(_StreamRuntime):
         try:
             return _CupyWhileGraph(self, record, chunk)
         except Exception as exc:  # noqa: BLE001  (whatever CUDA says, chunked graphs still work)
-            import warnings  # noqa: PLC0415
             warnings.warn(f"a CUDA graph WHILE node could not be built ({type(exc).__name__}: "
                           f"{exc}); segments replay chunked graphs", RuntimeWarning, stacklevel=2)
             self.while_nodes = False
             return None
 
-    def _while_available(self) -> bool:
-        """Whether WHILE nodes can run here (cuda-python, a CUDA 12.4 driver, the kernel loads);
-        if not, a RuntimeWarning says why and segments use chunked graphs."""
-        import importlib  # noqa: PLC0415
-        import warnings  # noqa: PLC0415
-        try:
-            importlib.import_module("cuda.bindings.runtime")
-            driver = int(self.xp.cuda.runtime.driverGetVersion())
-            if driver < 12040:
-                raise RuntimeError(f"the driver supports CUDA {driver // 1000}.{driver % 1000 // 10}; "
-                                   "conditional graph nodes need CUDA 12.4")
-            _kernels.load_while_module("cupy")
-        except Exception as exc:  # noqa: BLE001  (any failure means: not here)
-            warnings.warn(f"GPUSVM_GRAPH_WHILE=1 but WHILE graph nodes are not available "
-                          f"({type(exc).__name__}: {exc}); segments replay chunked graphs "
-                          "(pip install cuda-python for the bindings)", RuntimeWarning,
-                          stacklevel=2)
-            return False
-        return True
+    def _while_available(self, warn: bool) -> bool:
+        """Whether WHILE nodes work here, found once per process and device: cuda-python's
+        bindings import, the driver supports CUDA 12.4, the kernel loads, and a self-test
+        passes (a WHILE node whose body is a CuPy launch, captured from this runtime's stream as
+        a segment's are, then ``gpusvm_while_more``, asked for 3 passes: the body must run 3
+        times and the count end at 0).  If not, segments replay chunked graphs, with a
+        RuntimeWarning naming the cause when ``warn`` (``GPUSVM_GRAPH_WHILE`` was set)."""
+        found = _WHILE_CHECKED.get(self.device_id)
+        if found is None:
+            try:
+                importlib.import_module("cuda.bindings.runtime")
+                driver = int(self.xp.cuda.runtime.driverGetVersion())
+                if driver < 12040:
+                    raise RuntimeError(f"the driver supports CUDA {driver // 1000}."
+                                       f"{driver % 1000 // 10}; conditional graph nodes need 12.4")
+                passes = self.xp.zeros(1, dtype=np.int64)
+                with self.stream:
+                    self.xp.add(passes, 0, out=passes)   # CuPy's kernel loaded before the capture
+                loop = _CupyWhileGraph(self, lambda chunk: self.xp.add(passes, 1, out=passes), 1)
+                loop.run(3)
+                got = (int(passes.get(stream=self.stream)[0]),
+                       int(loop.left.get(stream=self.stream)[0]))
+                if got != (3, 0):
+                    raise RuntimeError(f"the self-test's body ran {got[0]} times for 3 passes "
+                                       f"(count left {got[1]})")
+                found = ""
+            except Exception as exc:  # noqa: BLE001  (any failure means: not here)
+                found = f"{type(exc).__name__}: {exc}"
+            _WHILE_CHECKED[self.device_id] = found
+        if found and warn:
+            warnings.warn(f"CUDA graph WHILE nodes are not available ({found}); segments replay "
+                          "chunked graphs (cuda-python provides the bindings)", RuntimeWarning,
+                          stacklevel=3)
+        return not found
 
     def _device_context(self):
         return self.device
