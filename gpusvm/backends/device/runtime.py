@@ -160,7 +160,8 @@ class _CupyWhileGraph:
         from cuda.bindings import runtime as cr  # noqa: PLC0415  (optional: cuda-python)
         self._cr = cr
         self._stream = rt.stream
-        self.left = rt.xp.zeros(1, dtype=np.int64)
+        with self._stream:                                  # zeroed on the stream it is used on
+            self.left = rt.xp.zeros(1, dtype=np.int64)
         more = _kernels.load_while_module("cupy").get_function(_kernels.WHILE_KERNEL)
         graph = _check(cr.cudaGraphCreate(0), "cudaGraphCreate")
         self._graph, self._exec = graph, None
@@ -362,8 +363,8 @@ class CupyRuntime(_StreamRuntime):
                 if driver < 12040:
                     raise RuntimeError(f"the driver supports CUDA {driver // 1000}."
                                        f"{driver % 1000 // 10}; conditional graph nodes need 12.4")
-                passes = self.xp.zeros(1, dtype=np.int64)
-                with self.stream:
+                with self.stream:                    # every operation on the runtime's stream
+                    passes = self.xp.zeros(1, dtype=np.int64)
                     self.xp.add(passes, 0, out=passes)   # CuPy's kernel loaded before the capture
                 loop = _CupyWhileGraph(self, lambda chunk: self.xp.add(passes, 1, out=passes), 1)
                 loop.run(3)
