@@ -746,6 +746,8 @@ def cmd_info(args) -> int:
     print(f"python       {sys.version.split()[0]}")
     for name in ("numpy", "scipy", "sklearn", "tqdm", "cupy"):
         print(f"{name:<12} {_version_of(name)}")
+    # cuda-python's bindings: the device backend's segments as CUDA graph WHILE nodes
+    print(f"{'cuda-python':<12} {_version_of('cuda.bindings')}")
     devices = _cuda_devices()
     print(f"GPU          {len(devices)} CUDA device(s): {', '.join(devices)}" if devices else
           "GPU          none found (no CuPy, no driver, or no CUDA device)")

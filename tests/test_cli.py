@@ -239,7 +239,7 @@ def test_info(capsys):
     status, out, _ = run(capsys, "info")
     assert status == 0
     assert f"gpusvm       {__version__}" in out.splitlines()
-    for name in ("numpy", "scipy", "sklearn", "cupy"):
+    for name in ("numpy", "scipy", "sklearn", "cupy", "cuda-python"):
         assert re.search(rf"^{name}\s+\S", out, re.MULTILINE), name
     assert "  numpy      yes (NumPy/SciPy reference backend, always available)" in out
     assert re.search(r"^GPU\s+", out, re.MULTILINE)
