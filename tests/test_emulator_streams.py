@@ -299,7 +299,7 @@ def test_a_segment_of_any_length_is_a_fixed_number_of_graph_launches(kind, plan)
     assert be.runtime.while_nodes
     run(sampler, 0, 1, p)                                   # t = 1: Pegasos' reset sequence
     t = 1
-    lengths = [1, 2, 3, 5, 8, 13, 21, 34, 55, 89, 144, 377, 987]   # a new length each time
+    lengths = [1, 2, 3, 5, 8, 13, 21, 34, 55, 89, 144, 377]   # a new length each time
     for length in lengths:
         g0 = be.graph_stats["graph_launches"]
         run(sampler, t, t + length, p)
@@ -309,13 +309,13 @@ def test_a_segment_of_any_length_is_a_fixed_number_of_graph_launches(kind, plan)
         assert int(be.to_host(be._counter)[0]) == t          # every iteration ran, once
     graphs = _segment_graphs(be)
     assert all(g.chunk >= 16 for g in graphs)
-    assert max(lengths) > 16 * max(g.chunk for g in graphs)   # many chunks in one launch
+    assert max(lengths) > 10 * max(g.chunk for g in graphs)   # many chunks in one launch
     assert be.graph_stats["captures"] == sum(g.captures for g in graphs)
     for g in graphs:
         assert g.captures <= int(math.log2(g.chunk)) + 2, (g.captures, g.chunk)
     # replaying more never captures again
     before = be.graph_stats["captures"]
-    run(sampler, t, t + 299, p)
+    run(sampler, t, t + 99, p)
     assert be.graph_stats["captures"] == before
 
 
@@ -327,7 +327,7 @@ def test_chunked_graphs_without_while_nodes(monkeypatch, kind, plan):
     assert not be.runtime.while_nodes
     run(sampler, 0, 1, p)
     t = 1
-    for length in [1, 3, 21, 144, 377]:
+    for length in [1, 3, 21, 144]:
         g0 = be.graph_stats["graph_launches"]
         run(sampler, t, t + length, p)
         t += length
@@ -354,7 +354,7 @@ def test_while_nodes_replay_the_same_iterations_as_chunked_graphs(monkeypatch, k
         be, sampler, p, run = segment_setup(kind, **plan)
         assert be.runtime.while_nodes == (setting == "1")
         t = 0
-        for length in (1, 7, 300, 45, 1000):
+        for length in (1, 7, 45, 330):             # within one chunk (32 here), several, many
             run(sampler, t, t + length, p)
             t += length
         states.append(_state(be))
