@@ -25,6 +25,43 @@ import scipy.sparse as sp
 from .backends import resolve_backend_name
 
 
+def dense_to_csr(X, dtype) -> sp.csr_matrix:
+    """``scipy.sparse.csr_matrix(X, dtype=dtype)`` of a 2-D NumPy array with at least one
+    column, in one pass over its flat nonzeros: the same ``indptr``, ``indices`` and
+    ``data`` as SciPy's, which goes through COO (ijcnn1, 49,990 x 22: 10 against 19 ms, a
+    sixth of a ``gpusvm.LinearSVC()`` fit there), 32-bit indices while the nonzeros allow
+    them.  NaN is nonzero, -0.0 zero, as in SciPy.
+    """
+    X = np.ascontiguousarray(X)
+    n, d = X.shape
+    flat = X.reshape(-1)
+    nz = np.flatnonzero(flat)
+    index = np.int32 if nz.size <= INT32_MAX and n * d <= INT32_MAX else np.int64
+    indptr = np.searchsorted(nz, np.arange(0, (n + 1) * d, d, dtype=np.int64)).astype(index)
+    return sp.csr_matrix((flat[nz].astype(dtype, copy=False), (nz % d).astype(index), indptr),
+                         shape=(n, d))
+
+
+def append_constant_column(Xc, value) -> sp.csr_matrix:
+    """``scipy.sparse.hstack([Xc, full((n, 1), value)], format="csr")`` of a CSR matrix whose
+    nonzeros (plus ``n``) fit 32-bit indices: each row's new entry, in column ``d``, after
+    its others, as SciPy's stack puts it, by two masked copies instead of its general
+    machinery (news20, 11,314 x 1,181,833: 14 against 31 ms).
+    """
+    n, d = Xc.shape
+    indptr = Xc.indptr.astype(np.int64) + np.arange(n + 1)
+    ends = indptr[1:] - 1                                  # the new entries
+    keep = np.ones(int(indptr[-1]), dtype=bool)
+    keep[ends] = False
+    data = np.empty(keep.size, dtype=Xc.dtype)
+    data[keep] = Xc.data
+    data[ends] = value
+    indices = np.empty(keep.size, dtype=np.int32)
+    indices[keep] = Xc.indices
+    indices[ends] = d
+    return sp.csr_matrix((data, indices, indptr.astype(np.int32)), shape=(n, d + 1))
+
+
 def col_dots(xp, A, B):
     """``<A[:, j], B[:, j]>`` for every column ``j`` of two ``(m, M)`` arrays of the array
     module ``xp`` (one column: BLAS's dot, 6x faster than einsum over an ``(m, 1)`` view)."""

@@ -215,3 +215,47 @@ def test_input_on_another_gpu_is_copied_to_the_estimators_device(monkeypatch, da
     fake.copied.clear()
     clf.decision_function(here)
     assert fake.copied == []
+
+
+# ------------------------------------------------------------------ conversions of a fit's X
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape", [(1, 1), (7, 1), (1, 9), (40, 13), (5, 3)])
+def test_dense_to_csr_is_scipys_conversion(dtype, shape):
+    """The same indptr, indices and data as ``csr_matrix(X, dtype=dtype)``: zero rows, all-zero
+    and all-nonzero rows, -0.0 (a zero), a float64 value that is tiny in float32."""
+    from gpusvm._arrays import dense_to_csr
+    rng = np.random.default_rng(sum(shape))
+    X = rng.normal(size=shape) * (rng.random(shape) < 0.4)
+    X[0, 0] = -0.0
+    if shape[0] > 2:
+        X[1] = 0.0
+        X[2] = rng.normal(size=shape[1]) + 5.0
+    if X.size > 3:
+        X.flat[3] = 1e-300
+    ref = sp.csr_matrix(X, dtype=dtype)
+    got = dense_to_csr(X, dtype)
+    assert got.dtype == dtype and got.shape == ref.shape
+    assert got.indices.dtype == np.int32 and got.indptr.dtype == np.int32
+    np.testing.assert_array_equal(got.indptr, ref.indptr)
+    np.testing.assert_array_equal(got.indices, ref.indices)
+    np.testing.assert_array_equal(got.data, ref.data)
+
+
+@pytest.mark.parametrize("value", [1.0, 0.25, 1e3])
+def test_append_constant_column_is_scipys_stack(value):
+    """``hstack([X, value * ones((n, 1))])``: rows empty, full, unsorted and with duplicates
+    (the new entry after a row's others, as SciPy's stack puts it)."""
+    from gpusvm._arrays import append_constant_column
+    X = sp.random(30, 11, density=0.3, random_state=3, format="csr", dtype=np.float32)
+    X = sp.csr_matrix(X)
+    X.indices = X.indices.astype(np.int32)
+    X.indptr = X.indptr.astype(np.int32)
+    lo, hi = X.indptr[4], X.indptr[5]
+    X.indices[lo:hi] = X.indices[lo:hi][::-1].copy()           # an unsorted row
+    ref = sp.hstack([X, sp.csr_matrix(np.full((30, 1), value, dtype=np.float32))], format="csr")
+    got = append_constant_column(X, value)
+    assert got.dtype == np.float32 and got.shape == (30, 12)
+    assert got.indices.dtype == np.int32 and got.indptr.dtype == np.int32
+    np.testing.assert_array_equal(got.indptr, ref.indptr)
+    np.testing.assert_array_equal(got.indices, ref.indices)
+    np.testing.assert_array_equal(got.data, ref.data)

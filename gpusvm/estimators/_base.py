@@ -333,7 +333,7 @@ class _LinearSVCBase(ClassifierMixin, BaseEstimator):
         check_sparse_structure(X)
         X, y = validate_data(self, X, y, accept_sparse="csr", dtype=dtype, order="C",
                              y_numeric=False, reset=reset)
-        Xc = sp.csr_matrix(X, dtype=dtype) if not sp.issparse(X) else X.tocsr().astype(dtype, copy=False)
+        Xc = _arrays.dense_to_csr(X, dtype) if not sp.issparse(X) else X.tocsr().astype(dtype, copy=False)
         check_sparse_structure(Xc)
         n, d = Xc.shape
         d_aug = d + (self.bias == "augmented")
@@ -366,10 +366,7 @@ class _LinearSVCBase(ClassifierMixin, BaseEstimator):
                 "the rows (gpusvm.datasets.normalize_rows) first")
         self._max_sq = max_sq
         if self.bias == "augmented":
-            col = sp.csr_matrix(np.full((n, 1), self.intercept_scaling, dtype=dtype))
-            Xc = sp.hstack([Xc, col], format="csr", dtype=dtype)
-            Xc.indices = Xc.indices.astype(np.int32)
-            Xc.indptr = Xc.indptr.astype(np.int32)
+            Xc = _arrays.append_constant_column(Xc, self.intercept_scaling)
         return Xc, y
 
     def _check_lam(self, lam: float) -> None:
