@@ -228,18 +228,10 @@ def load_module(kind: str = "cupy"):
     import cupy  # noqa: PLC0415  (optional dependency)
     dev = cupy.cuda.Device().id
     with _lock:
-        mod = _cupy_modules.get(dev)
-        if mod is None:
+        if dev not in _cupy_modules:
             start = time.perf_counter()
-            names = name_expressions()
-            mod = cupy.RawModule(code=module_source(), options=compile_options(),
-                                 name_expressions=names)
-            # CuPy compiles a module on its first get_function, not in the constructor: do
-            # it here, so that the compile (or the disk cache's load) happens, and is timed,
-            # once and before the first fit's clock starts
-            mod.get_function(names[0])
+            _cupy_module(dev, module_source(), name_expressions())
             compile_seconds[dev] = time.perf_counter() - start
-            _cupy_modules[dev] = mod
             if not cupy_caches_module(cupy.__version__):
                 import warnings  # noqa: PLC0415
                 warnings.warn(
@@ -248,6 +240,20 @@ def load_module(kind: str = "cupy"):
                     f"({compile_seconds[dev]:.1f} s here); install CuPy >= 14.2 "
                     "(pip install 'gpusvm[cuda12]' or 'gpusvm[cuda13]')", RuntimeWarning,
                     stacklevel=2)
+        return _cupy_modules[dev]
+
+
+def _cupy_module(key, code: str, names: list):
+    """``cupy.RawModule(code, name_expressions=names)`` for the current device, compiled once
+    per ``key`` (the caller holds ``_lock``).  CuPy compiles a module on its first
+    ``get_function``, not in the constructor: done here, so that the compile (or the disk
+    cache's load) happens, and is timed, once and before the first fit's clock starts."""
+    import cupy  # noqa: PLC0415  (optional dependency)
+    mod = _cupy_modules.get(key)
+    if mod is None:
+        mod = cupy.RawModule(code=code, options=compile_options(), name_expressions=names)
+        mod.get_function(names[0])
+        _cupy_modules[key] = mod
     return mod
 
 
@@ -273,15 +279,9 @@ def load_while_module(kind: str = "cupy"):
     if kind != "cupy":
         raise ValueError(f"kind must be 'cupy' or 'emulated', got {kind!r}")
     import cupy  # noqa: PLC0415  (optional dependency)
-    dev = cupy.cuda.Device().id
     with _lock:
-        mod = _cupy_modules.get(("while", dev))
-        if mod is None:
-            mod = cupy.RawModule(code=read_source(WHILE_FILE), options=compile_options(),
-                                 name_expressions=[WHILE_KERNEL])
-            mod.get_function(WHILE_KERNEL)
-            _cupy_modules[("while", dev)] = mod
-    return mod
+        return _cupy_module(("while", cupy.cuda.Device().id), read_source(WHILE_FILE),
+                            [WHILE_KERNEL])
 
 
 @lru_cache(maxsize=None)

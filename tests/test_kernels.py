@@ -91,3 +91,42 @@ def test_row_sq_norms_in_one_kernel(dtype, lanes):
     empty = sp.csr_matrix((5, 3), dtype=dtype)
     be = emulated(empty, np.array([1.0, -1.0, 1.0, 1.0, -1.0], dtype=dtype), lanes, blocks=2)
     np.testing.assert_array_equal(be.to_host(be.row_sq_norms), np.zeros(5))
+
+
+def test_cupy_modules_compile_once_per_device_at_load(monkeypatch):
+    """Against a stand-in for CuPy: the main and the WHILE module are each compiled once per
+    device, at load (their first ``get_function``), from their own sources and names; the
+    main module's compile is timed; a CuPy without the name-expression cache warns."""
+    import types
+    from gpusvm import _kernels
+    made = []
+
+    class RawModule:
+        def __init__(self, code, options, name_expressions):
+            self.code, self.names, self.loaded = code, list(name_expressions), []
+            assert options == _kernels.compile_options()
+            made.append(self)
+
+        def get_function(self, name):
+            self.loaded.append(name)
+            return name
+
+    device = types.SimpleNamespace(id=0)
+    fake = types.SimpleNamespace(__version__="14.2.0", RawModule=RawModule,
+                                 cuda=types.SimpleNamespace(Device=lambda: device))
+    monkeypatch.setitem(__import__("sys").modules, "cupy", fake)
+    monkeypatch.setattr(_kernels, "_cupy_modules", {})
+    monkeypatch.setattr(_kernels, "compile_seconds", {})
+    main = _kernels.load_module("cupy")
+    loop = _kernels.load_while_module("cupy")
+    assert _kernels.load_module("cupy") is main and _kernels.load_while_module("cupy") is loop
+    assert len(made) == 2 and main.names == _kernels.name_expressions()
+    assert main.loaded == main.names[:1] and "gpusvm_margins" in main.code
+    assert loop.names == loop.loaded == [_kernels.WHILE_KERNEL]
+    assert "cudaGraphSetConditional" in loop.code and "gpusvm_margins" not in loop.code
+    assert _kernels.compile_seconds[0] >= 0.0
+    device.id = 1                                         # another device: compiled again
+    fake.__version__ = "13.6.0"
+    with pytest.warns(RuntimeWarning, match="does not cache modules compiled with name"):
+        assert _kernels.load_module("cupy") is not main
+    assert _kernels.load_while_module("cupy") is not loop and len(made) == 4
