@@ -17,10 +17,11 @@ State the loops carry between batches (all preallocated by the backend):
     ``stamp[r]`` is the global position ``t k + j`` of the last first occurrence
     of row ``r``: an occurrence at ``t k + j`` repeats an earlier one of its own
     batch exactly when ``t k <= stamp[r] < t k + j``.
-``order`` (``int32[n]``), ``table`` (``uint32[2^h]``)
-    ``"epoch"`` sampling with one row per batch: the rows of a whole epoch, in
-    order (:func:`epoch_order`), so that an iteration reads its row instead of
-    computing it, and the Feistel network over the whole domain they come from.
+``order`` (``int32[E, n]``), ``table`` (``uint32[2^h]``)
+    ``"epoch"`` sampling with one row per batch: the rows of whole epochs, in
+    order (:func:`epoch_order`, one epoch a row, ``order[i]`` holding epoch
+    ``ecache[2] + i``), so that an iteration reads its row instead of computing
+    it, and the Feistel network over the whole domain they come from.
 """
 
 from __future__ import annotations
@@ -241,32 +242,9 @@ def epoch_order(n, seed, half, mask, e, rk, ecache, table, order):
     ecache[2] = e
 
 
-@njit(cache=True, inline="always")
-def epoch_position(t0, n, smp, rk, ecache, table, order):
-    """``(e, q)``, the epoch and position of one-row batch ``t0``, with that epoch's order in
-    ``order`` (made unless ``ecache`` says it is there); ``smp`` is the sampler's
-    ``(code, n, k, seed, half, mask)``."""
-    e = t0 // n
-    q = t0 - e * n
-    if ecache[2] != e:
-        epoch_order(n, smp[3], smp[4], smp[5], e, rk, ecache, table, order)
-    return e, q
-
-
-@njit(cache=True, inline="always")
-def epoch_advance(e, q, n, smp, rk, ecache, table, order):
-    """The position after ``q`` of epoch ``e``: at the epoch's end, position 0 of the next
-    epoch, whose order replaces ``order``."""
-    q += 1
-    if q == n:
-        e += 1
-        q = 0
-        epoch_order(n, smp[3], smp[4], smp[5], e, rk, ecache, table, order)
-    return e, q
-
-
 def sampler_state(n: int, epoch_rows: int = 0, half: int = 0):
-    """Fresh ``(rk, ecache, stamp, order, table)`` for :func:`batch` and :func:`epoch_order`.
+    """Fresh ``(rk, ecache, stamp, order, table)`` for :func:`batch` and :func:`epoch_order`
+    (``order``: room for one epoch, ``(1, epoch_rows)``; none when ``epoch_rows`` is 0).
 
     Parameters
     ----------
@@ -282,7 +260,7 @@ def sampler_state(n: int, epoch_rows: int = 0, half: int = 0):
     rk = np.zeros((3, ROUNDS), dtype=np.uint64)
     ecache = np.full(3, -1, dtype=np.int64)
     stamp = np.full(n, -1, dtype=np.int64)
-    order = np.zeros(epoch_rows, dtype=np.int32)
+    order = np.zeros((1 if epoch_rows else 0, epoch_rows), dtype=np.int32)
     size = 1 << (2 * half)
     table = np.zeros(size if epoch_rows > 0 and size <= MAX_TABLE else 0, dtype=np.uint32)
     return rk, ecache, stamp, order, table

@@ -23,8 +23,10 @@ that cost no measurable time and let one compiled loop serve them all:
     One row of a canonical CSR per batch: added in place, no per-column scratch.
 ``by_epoch``
     ``"epoch"`` sampling with one row per batch: the rows are read from the
-    epoch's order (:func:`~gpusvm.backends._counter_nb.epoch_order`), the same
-    rows as drawing them at a quarter of the cost.
+    orders of the segment's epochs, which the caller makes before the call
+    (``order[i]`` holds epoch ``ecache[2] + i``:
+    :meth:`NumbaBackend._nb_orders <gpusvm.backends.numba_.NumbaBackend._nb_orders>`),
+    the same rows as drawing them at a quarter of the cost.
 ``optimal``, ``aggressive``
     Pegasos' batch-optimal bias, SDCA's Alg. 2.
 
@@ -41,7 +43,6 @@ import math
 import numpy as np
 from numba import njit
 
-from ._counter_nb import epoch_advance, epoch_order, epoch_position
 from ._csr_nb import (ORDER_PREFETCH, RING, add_exact, add_row, add_row_to_columns, add_rows,
                       draw_ahead, fill_ring, prefetch, prefetch_duals, prefetch_row,
                       prefetch_v_row, row_dot, sum_sq_norms)
@@ -300,23 +301,31 @@ def _make_pegasos(one, row, by_epoch, optimal):
         asum, navg, bsum = sm[S_ASUM, 0], sm[S_NAVG, 0], sm[S_BSUM, 0]
         nact, loss, dnorm, yact = sm[S_NACT, 0], sm[S_LOSS, 0], sm[S_DNORM, 0], sm[S_YACT, 0]
         e, q = 0, 0
-        if by_epoch:
-            e, q = epoch_position(t0, n, smp, rk, ecache, table, order)     # batch t0 (k = 1)
+        if by_epoch:                        # batch t0 (k = 1) is position q of epoch e, whose
+            e = t0 // n                     # rows are order[e - ecache[2]] (made by the host)
+            q = t0 - e * n
+            e0 = ecache[2]
+            eo = e - e0
         else:
             fill_ring(sam, t0)
         for t in range(t0 + 1, t1 + 1):
             if by_epoch:
                 qa = q + ORDER_PREFETCH
                 if qa < n:
-                    prefetch_row(indptr, indices, data, order[qa])
-                    prefetch(yf, order[qa] * M)
+                    prefetch_row(indptr, indices, data, order[eo, qa])
+                    prefetch(yf, order[eo, qa] * M)
                 if pref_v and q + 1 < n:
-                    prefetch_v_row(indptr, indices, vf, M, order[q + 1])
-                r = order[q]                                                      # step 1: A_t
-                rows = ring[0]                # a copy: the next epoch's order overwrites order
+                    prefetch_v_row(indptr, indices, vf, M, order[eo, q + 1])
+                r = order[eo, q]                                                         # step 1: A_t
+                rows = ring[0]                                  # the batch as an array
                 if not scalar:
                     rows[0] = r
-                e, q = epoch_advance(e, q, n, smp, rk, ecache, table, order)
+                q += 1
+                if q == n:                                      # the next epoch's rows
+                    e += 1
+                    q = 0
+                    if t < t1:
+                        eo = e - e0
             else:
                 draw_ahead(indptr, indices, data, vf, M, sam, t - 1, pref_v)
                 rows = ring[(t - 1) % RING]                                       # step 1: A_t
@@ -620,25 +629,25 @@ def _make_sdca(one, row, by_epoch, aggressive):
         rho, dnorm = sm[S_TMP0, 0], sm[S_DNORM, 0]
         e = t0 // n                                       # epoch and position of batch t0
         q = t0 - e * n
-        if by_epoch:
-            if ecache[2] != e:
-                epoch_order(n, smp[3], smp[4], smp[5], e, rk, ecache, table, order)
+        if by_epoch:                          # the rows of epoch e: order[e - ecache[2]], made
+            e0 = ecache[2]                    # by the host for every epoch of the segment
+            eo = e - e0
         else:
             fill_ring(sam, t0)
         for bt in range(t0, t1):
             if by_epoch:
                 qa = q + ORDER_PREFETCH
                 if qa < n:                                # the row ahead, with its duals
-                    ra = order[qa]
+                    ra = order[eo, qa]
                     if not shrinking or active[ra]:       # (a shrunk row is only looked at)
                         prefetch_row(indptr, indices, data, ra)
                         prefetch_duals(af, yf, inv_q, M, ra)
                         if squared or aggressive:
                             prefetch(row_sq, ra)
                 if pref_v and q + 1 < n:
-                    prefetch_v_row(indptr, indices, vf, M, order[q + 1])
-                r = order[q]                                                      # A_t
-                rows = ring[0]                # a copy: the next epoch's order overwrites order
+                    prefetch_v_row(indptr, indices, vf, M, order[eo, q + 1])
+                r = order[eo, q]                                                         # A_t
+                rows = ring[0]                                  # the batch as an array
                 if not scalar:
                     rows[0] = r
                 first, has_first = ringf[0], False
@@ -655,8 +664,8 @@ def _make_sdca(one, row, by_epoch, aggressive):
             if epoch_ends:
                 e += 1
                 q = 0
-                if by_epoch:
-                    epoch_order(n, smp[3], smp[4], smp[5], e, rk, ecache, table, order)
+                if by_epoch and bt + 1 < t1:
+                    eo = e - e0
             if scalar:                          # M = 1, one row: scalars, slots in registers
                 step = not shrinking or active[r]
                 if step:

@@ -52,8 +52,13 @@ NUMBA_MISSING = ("backend='numba' needs numba, which cannot be imported; install
 
 if numba is not None:
     from . import _csr_nb as csr
-    from ._counter_nb import sampler_state
+    from ._compile_nb import AHEAD
+    from ._counter_nb import epoch_order, sampler_state
     from ._loops_nb import N_WORK, SCHEDULE_CODES, pegasos_loop, sdca_loop
+
+#: at most this many entries (int32) of epoch orders are held for a segment: a longer run of
+#: epochs is split into compiled calls of whole epochs (32 MiB; one epoch at least)
+ORDER_ENTRIES = 1 << 23
 
 
 class NumbaBackend(NumpyBackend):
@@ -95,6 +100,10 @@ class NumbaBackend(NumpyBackend):
         self._nb_one = self.n_outputs == 1
         self._nb_smp = None
         self._nb_key = None
+        self._nb_held = (0, 0)            # the epochs whose rows the order holds: first, count
+        self._nb_asked = False            # the products asked for ahead (CompileAhead)
+        self._nb_loops = set()            # the loops made ready (compiled or loaded)
+        self._nb_eo = False               # epoch_order compiled for this backend's arrays
 
     def _row_sq_norms(self) -> np.ndarray:
         """``||x_i||^2`` in float64 straight from ``X.data`` (no squared copy of ``X``)."""
@@ -156,7 +165,90 @@ class NumbaBackend(NumpyBackend):
             state = sampler_state(sampler.n if sampler.code == 1 else 1,
                                   sampler.n if by_epoch else 0, int(sampler.half))
             self._nb_smp = (sampler, (smp, ring, ringf, ringh, *state))
+            self._nb_held = (0, 0)
         return self._nb_smp[1]
+
+    def _nb_orders(self, sampler, sam, t0: int, t1: int):
+        """The rows of the epochs of the batches ``t0 .. t_end - 1`` in the ``order`` of the
+        sampler's state ``sam`` (``order[i]``: epoch ``ecache[2] + i``); returns ``(t_end,
+        sam)``: ``t1`` or the end of the last epoch that :data:`ORDER_ENTRIES` has room for,
+        and the state (a new one when ``order`` grew).
+
+        An epoch's rows come from the compiled :func:`~gpusvm.backends._counter_nb.epoch_order`
+        or, while it compiles ahead, from the NumPy reference's permutation (the same
+        integers); rows already held (the epoch a segment ended in) are kept.
+        """
+        n = sampler.n
+        e0 = t0 // n
+        count = min((t1 - 1) // n - e0 + 1, max(1, ORDER_ENTRIES // n))
+        first, held = self._nb_held
+        order = sam[7]
+        if order.shape[0] < count:            # room for the run's epochs, the held ones kept
+            grown = np.empty((count, n), dtype=np.int32)
+            grown[:held] = order[:held]
+            order = grown
+            self._nb_smp = (sampler, (*sam[:7], order, sam[8]))
+            sam = self._nb_smp[1]
+        smp, rk, ecache, table = sam[0], sam[4], sam[5], sam[8]
+        for i in range(count):
+            e = e0 + i
+            if first <= e0 and e < first + held:          # held in a row at or after i
+                if e - first != i:
+                    order[i] = order[e - first]
+                continue
+            args = (n, smp[3], smp[4], smp[5], e, rk, ecache, table, order[i])
+            if self._nb_eo or AHEAD.ready(epoch_order, args):
+                self._nb_eo = True                # compiled: no more asking
+                epoch_order(*args)
+            else:
+                order[i] = sampler.epoch(e)
+        ecache[2] = e0
+        self._nb_held = (e0, count)
+        return min(t1, (e0 + count) * n), sam
+
+    def _nb_run(self, loop, sampler, by_epoch, csr_, lab, st, t0, t1, prm, wrk) -> None:
+        """Run the compiled segment ``loop`` over the batches ``t0 .. t1 - 1``: one call, or
+        with one-row ``"epoch"`` batches one call per run of epochs whose orders are held.
+
+        The loop is compiled (or loaded) first; then the helpers the fit will call are
+        asked for ahead (:class:`~gpusvm.backends._compile_nb.CompileAhead`), so that they
+        compile in the background while the loop runs.
+        """
+        sam = self._nb_sampler(sampler)
+        if by_epoch:                     # read by the loop: the order, its first epoch, the
+            sam = (*sam[:3], None, None, sam[5], None, sam[7], None)                 # ring
+        if loop not in self._nb_loops:
+            self._nb_loops.add(loop)
+            _ready_loop(loop, (csr_, lab, st, sam, int(t0), int(t1), prm, wrk))
+        if not by_epoch:
+            if not self._nb_asked:
+                self._nb_ask_ahead()
+            loop(csr_, lab, st, sam, int(t0), int(t1), prm, wrk)
+            return
+        t, full = int(t0), self._nb_smp[1]
+        while t < t1:
+            end, full = self._nb_orders(sampler, full, t, int(t1))
+            if not self._nb_asked:
+                self._nb_ask_ahead()
+            loop(csr_, lab, st, (*full[:3], None, None, full[5], None, full[7], None), t, end,
+                 prm, wrk)
+            t = end
+
+    def _nb_ask_ahead(self) -> None:
+        """Ask (once) for the certificates' products of several outputs, and the
+        one output's ``X^T (alpha y)``, to be compiled ahead: their NumPy equivalents give the
+        same numbers bit for bit.  (The one output's ``X w`` is not: its four partial sums.)"""
+        self._nb_asked = True
+        dual = getattr(self, "alpha", None) is not None          # SDCA's certificates
+        if self._nb_one:
+            if dual:
+                AHEAD.ready(csr.csr_rmatvec, self._rmatvec_args(np.zeros(1)))
+            return
+        M = self.n_outputs
+        if dual:
+            AHEAD.ready(csr.dual_weights, self._dual_args(1.0, np.zeros((1, M)), np.zeros(M)))
+        AHEAD.ready(csr.csr_matmat, self._matmat_args(np.zeros((1, M)), np.zeros(M),
+                                                      np.zeros((1, M))))
 
     def _nb_flags(self, sampler):
         """``(one, row, by_epoch, weighted)`` of this fit's segments."""
@@ -179,9 +271,8 @@ class NumbaBackend(NumpyBackend):
                p.loss == "squared_hinge")
         wrk = (w["m"], w["coef"], w["slot"], w["acc"], w["touched"], w["wk"], w["tmp"], w["z"],
                w["yb"], w["sc"], w["bp"], w["wt"])
-        _call_loop(loop, self._nb_csr(), self._nb_labels(),
-                   (self.V, self.V.reshape(-1), U, U.reshape(-1), self.sm),
-                   self._nb_sampler(sampler), int(t0), int(t1), prm, wrk)
+        self._nb_run(loop, sampler, by_epoch, self._nb_csr(), self._nb_labels(),
+                     (self.V, self.V.reshape(-1), U, U.reshape(-1), self.sm), t0, t1, prm, wrk)
 
     def sdca_segment_m(self, sampler, t0: int, t1: int, plan) -> None:
         """SDCA iterations ``t0 + 1 .. t1`` in one compiled call
@@ -206,14 +297,10 @@ class NumbaBackend(NumpyBackend):
         wrk = ((None,) * 5 if scalar or fused else
                (w["m"], w["delta"], w["coef"], w["slot"], w["acc"]))
         wrk += (None, None, None) if scalar else (w["touched"], w["wk"], w["z"])
-        sam = self._nb_sampler(sampler)
-        if by_epoch:                     # the ring's repeat flags and the stamps: unread
-            smp, ring, ringf, _, rk, ecache, _, order, table = sam
-            sam = (smp, ring, ringf, None, rk, ecache, None, order, table)
         st = (self.V, self.V.reshape(-1), self.sm, self.alpha, self.alpha.reshape(-1),
               self._inv_q, self.row_sq_norms)
-        _call_loop(loop, self._nb_csr(), self._nb_labels(), st, sam, int(t0), int(t1), prm,
-                   wrk)
+        self._nb_run(loop, sampler, by_epoch, self._nb_csr(), self._nb_labels(), st, t0, t1,
+                     prm, wrk)
 
     # ------------------------------------------------------------ products
     def decision_function_m(self, W, b) -> np.ndarray:
@@ -225,25 +312,42 @@ class NumbaBackend(NumpyBackend):
         if self._nb_one and W.shape[1] == 1:
             csr.csr_matvec(*self._nb_csr(), W.reshape(-1), float(bb[0]), out.reshape(-1),
                            W.nbytes > l2_cache_bytes())
-        else:
-            csr.csr_matmat(*self._nb_csr(), W, W.reshape(-1), bb, out, np.empty(W.shape[1]),
-                           W.nbytes > l2_cache_bytes())
+            return out
+        args = self._matmat_args(W, bb, out)
+        if not AHEAD.ready(csr.csr_matmat, args):       # compiling ahead: the same sums
+            return super().decision_function_m(W, bb)
+        csr.csr_matmat(*args)
         return out
+
+    def _matmat_args(self, W, bb, out):
+        return (*self._nb_csr(), W, W.reshape(-1), bb, out, np.empty(W.shape[1]),
+                W.nbytes > l2_cache_bytes())
+
+    def _rmatvec_args(self, w):
+        return (*self._nb_csr(), self.alpha.reshape(-1), self.Y.reshape(-1), w,
+                w.nbytes > l2_cache_bytes())
+
+    def _dual_args(self, lamn, W, vsq):
+        M = self.n_outputs
+        return (*self._nb_csr(), self.alpha, self.Y, lamn, W, W.reshape(-1), self.V, vsq,
+                np.empty(M, dtype=np.int64), np.empty(M), W.nbytes > l2_cache_bytes())
 
     def dual_weights_m(self, lam: float) -> np.ndarray:
         """``W(alpha) = X^T (alpha * Y) / (lam n)`` in float64 (d, M), resynchronising ``V``."""
         W = np.zeros((self.d, self.n_outputs), dtype=np.float64)
-        pref = W.nbytes > l2_cache_bytes()
         if self._nb_one:                 # one column: NumPy's resync, a compile less
-            csr.csr_rmatvec(*self._nb_csr(), self.alpha.reshape(-1), self.Y.reshape(-1),
-                            W.reshape(-1), pref)
+            args = self._rmatvec_args(W.reshape(-1))
+            if not AHEAD.ready(csr.csr_rmatvec, args):  # compiling ahead: the same sums
+                return super().dual_weights_m(lam)
+            csr.csr_rmatvec(*args)
             W /= lam * self.n
             self._resync(W)
             return W
-        M = self.n_outputs
-        vsq = np.empty(M)                                     # W /= lam n, V = W, ||v_c||^2
-        csr.dual_weights(*self._nb_csr(), self.alpha, self.Y, lam * self.n, W, W.reshape(-1),
-                         self.V, vsq, np.empty(M, dtype=np.int64), np.empty(M), pref)
+        vsq = np.empty(self.n_outputs)                    # W /= lam n, V = W, ||v_c||^2
+        args = self._dual_args(lam * self.n, W, vsq)
+        if not AHEAD.ready(csr.dual_weights, args):     # compiling ahead: the same sums
+            return super().dual_weights_m(lam)
+        csr.dual_weights(*args)
         self.sm[S_A] = 1.0
         self.sm[S_VSQ] = vsq
         self.sm[S_ASUMD] = self.alpha.sum(axis=0)
@@ -261,18 +365,31 @@ _announced: set = set()
 COMPILE_SECONDS = "2-6 s"
 
 
-def _call_loop(dispatcher, *args):
-    """Call the compiled loop ``dispatcher(*args)``, first saying (:func:`_announce_compilation`)
-    when numba is about to compile it rather than load it from its cache.
+def _ready_loop(dispatcher, args) -> None:
+    """Have the compiled loop ``dispatcher`` ready for ``args``, first saying
+    (:func:`_announce_compilation`) when numba is about to compile it rather than load it
+    from its cache.
 
     ``args`` start with the CSR arrays ``(indptr, indices, data)`` as a tuple: the loops
-    are compiled once per dtype of ``data``.
+    are compiled once per dtype of ``data``.  The loop is compiled here, not by its first
+    call, so that its caller can ask for other functions to be compiled ahead once it is.
     """
     dtype = args[0][2].dtype
     key = (id(dispatcher), str(dtype))
     if key not in _announced:         # once per loop, dtype and process (no call between:
         _announced.add(key)           # a segment's Python calls are counted by the tests)
-        _announce_compilation(dispatcher, args, dtype, stacklevel=5)
+        _announce_compilation(dispatcher, args, dtype, stacklevel=6)
+        try:
+            sig = tuple(dispatcher.typeof_pyval(a) for a in args)
+        except Exception:             # noqa: BLE001  another numba: its first call compiles
+            return
+        if sig not in dispatcher.overloads:
+            dispatcher.compile(sig)
+
+
+def _call_loop(dispatcher, *args):
+    """Call the compiled loop ``dispatcher(*args)`` (:func:`_ready_loop` first)."""
+    _ready_loop(dispatcher, args)
     return dispatcher(*args)
 
 

@@ -220,6 +220,11 @@ class CounterSampler:
         first[tail:] = permute(rows[tail:], n, stream_key(self.seed, e0), inverse=True) < q0
         return rows.astype(np.int32), first
 
+    def epoch(self, e: int) -> np.ndarray:
+        """The rows of epoch ``e`` of ``"epoch"`` sampling in order, int32 (n,): the rows of
+        the batches of one row ``e n .. e n + n - 1``, all at once."""
+        return permute(np.arange(self.n), self.n, stream_key(self.seed, e)).astype(np.int32)
+
     def batches(self, t0: int, t1: int) -> tuple[np.ndarray, np.ndarray]:
         """The batches ``t0 .. t1 - 1`` stacked: ``(rows, first)`` of shape ``(t1 - t0, k)``.
 

@@ -1,0 +1,220 @@
+"""Helpers compiled ahead: a cold first fit waits for its loop only, and gets the same model.
+
+:class:`gpusvm.backends._compile_nb.CompileAhead` compiles the functions a fit calls
+after its loop (the certificates' products, the epochs' orders) in a background thread
+while the fit runs on their NumPy equivalents.  What must hold: the compilation happens
+in that thread and ends with the function compiled; a failure there is raised where the
+caller compiles; the switch works; a fork does not inherit the compiler lock held; and a
+fit whose helpers are not compiled yet gives the model of a fit whose helpers are, bit
+for bit (the NumPy equivalents sum in the same order).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import threading
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from numba import njit
+from numba.core import event
+from sklearn.datasets import load_svmlight_file
+
+from gpusvm import PegasosSVC, SDCASVC
+from gpusvm.backends import _compile_nb, make_backend, numba_
+from gpusvm.backends._compile_nb import CompileAhead
+from gpusvm.backends.base import SDCAPlan
+from gpusvm.solvers._sampling import CounterSampler
+
+
+class Threads(event.Listener):
+    """The threads of the outermost ``numba:compile`` events, with the functions' names."""
+
+    def __init__(self):
+        self.depth, self.seen = 0, []
+
+    def on_start(self, ev):
+        if self.depth == 0:
+            disp = (ev.data or {}).get("dispatcher")
+            self.seen.append((threading.get_ident(), getattr(disp, "__qualname__", "?")))
+        self.depth += 1
+
+    def on_end(self, ev):
+        self.depth -= 1
+
+
+def test_a_helper_compiles_in_the_background_thread_and_is_then_ready(monkeypatch):
+    monkeypatch.delenv("GPUSVM_COMPILE_AHEAD", raising=False)
+
+    @njit
+    def helper(x):
+        return x.sum() * 2.0
+
+    ahead = CompileAhead()
+    args = (np.ones(3),)
+    listener = Threads()
+    with event.install_listener("numba:compile", listener):
+        assert ahead.ready(helper, args) is False            # queued: the caller uses NumPy
+        assert ahead.ready(helper, args) is False            # queued once
+        ahead.wait()
+    assert [name for _, name in listener.seen] == [helper.__qualname__]
+    assert listener.seen[0][0] != threading.get_ident()       # not the caller's thread
+    assert len(helper.overloads) == 1
+    assert ahead.ready(helper, args) is True                  # compiled: the caller runs it
+    assert helper(*args) == 6.0
+
+
+def test_a_failed_compilation_is_raised_where_the_caller_compiles(monkeypatch):
+    monkeypatch.delenv("GPUSVM_COMPILE_AHEAD", raising=False)
+
+    @njit
+    def broken(x):
+        return x.no_such_attribute
+
+    ahead = CompileAhead()
+    assert ahead.ready(broken, (np.ones(2),)) is False
+    ahead.wait()
+    assert ahead.ready(broken, (np.ones(2),)) is True         # not queued again
+    with pytest.raises(Exception, match="no_such_attribute"):
+        broken(np.ones(2))
+
+
+def test_the_switch(monkeypatch):
+    @njit
+    def helper(x):
+        return x + 1
+
+    ahead = CompileAhead()
+    monkeypatch.setenv("GPUSVM_COMPILE_AHEAD", "0")
+    assert ahead.ready(helper, (1.0,)) is True                # compiled where it is called
+    assert ahead._thread is None and not helper.overloads
+    monkeypatch.setenv("GPUSVM_COMPILE_AHEAD", "yes")
+    with pytest.raises(ValueError, match=r"GPUSVM_COMPILE_AHEAD='yes': set 1 \(compile a fit's "
+                       r"helpers in a background thread\) or 0 \(compile each where it is "
+                       r"first called\)"):
+        ahead.ready(helper, (1.0,))
+
+
+def _compile_in_child(queue):
+    @njit
+    def fresh(x):
+        return x * 3
+
+    queue.put(fresh(2))
+
+
+def test_a_fork_waits_for_the_background_compilation(monkeypatch):
+    """A child forked while the thread compiles must not inherit numba's compiler lock held
+    (its own first compilation would hang): the fork waits for the queue to end."""
+    monkeypatch.delenv("GPUSVM_COMPILE_AHEAD", raising=False)
+
+    @njit
+    def slow(x):
+        s = 0.0
+        for i in range(x.size):
+            s += np.sin(x[i]) * np.cos(x[i]) + np.exp(-x[i] * x[i])
+        return s
+
+    assert _compile_nb.AHEAD.ready(slow, (np.ones(4),)) is False
+    ctx = multiprocessing.get_context("fork")
+    queue = ctx.Queue()
+    child = ctx.Process(target=_compile_in_child, args=(queue,))
+    child.start()
+    child.join(timeout=120)
+    assert child.exitcode == 0
+    assert queue.get(timeout=5) == 6
+    _compile_nb.AHEAD.wait()
+
+
+class NeverReady:
+    """Helpers never compiled: every call takes the NumPy equivalent (counted)."""
+
+    def __init__(self):
+        self.asked = []
+
+    def ready(self, dispatcher, args):
+        self.asked.append(dispatcher.py_func.__name__)
+        return False
+
+
+@pytest.fixture(scope="module")
+def letter():
+    from conftest import shared_data_dir  # noqa: PLC0415
+
+    X, y = load_svmlight_file(str(shared_data_dir() / "letter" / "letter.scale"))
+    return sp.csr_matrix(X[:3000], dtype=np.float32), y[:3000]
+
+
+def _fit(est, X, y, monkeypatch, never):
+    if never:
+        fake = NeverReady()
+        monkeypatch.setattr(numba_, "AHEAD", fake)
+    model = est.fit(X, y)
+    monkeypatch.setattr(numba_, "AHEAD", _compile_nb.AHEAD)
+    return model, (fake.asked if never else None)
+
+
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+@pytest.mark.parametrize("make, expected", [
+    (lambda: SDCASVC(C=1.0, loss="squared_hinge", random_state=3),
+     {"epoch_order", "dual_weights", "csr_matmat"}),
+    (lambda: SDCASVC(C=1.0, random_state=3, sampling="with_replacement"),
+     {"dual_weights", "csr_matmat"}),
+    (lambda: PegasosSVC(C=1.0, random_state=3, batch_size=1, sampling="epoch",
+                        max_iter=30_000, tol=0.0),
+     {"epoch_order", "csr_matmat"}),
+])
+def test_a_multiclass_fit_on_the_numpy_equivalents_is_the_same_model(letter, monkeypatch,
+                                                                       make, expected):
+    """Letter (3,000 rows, 26 classes): every helper on its NumPy equivalent gives the
+    coefficients, intercepts and iteration counts of the compiled helpers, bit for bit."""
+    X, y = letter
+    compiled, _ = _fit(make(), X, y, monkeypatch, never=False)
+    numpy_, asked = _fit(make(), X, y, monkeypatch, never=True)
+    assert set(asked) == expected
+    np.testing.assert_array_equal(numpy_.coef_, compiled.coef_)
+    np.testing.assert_array_equal(numpy_.intercept_, compiled.intercept_)
+    assert numpy_.n_iter_ == compiled.n_iter_
+
+
+def test_a_binary_fit_on_the_numpy_equivalents_is_the_same_model(rcv1_small, monkeypatch):
+    """RCV1 slice, SDCA's defaults (epoch batches of one row, shrinking): the epochs' orders
+    and ``X^T (alpha y)`` from NumPy, the same model bit for bit."""
+    X = sp.csr_matrix(rcv1_small.X, dtype=np.float32)
+    compiled, _ = _fit(SDCASVC(random_state=1), X, rcv1_small.y, monkeypatch, never=False)
+    numpy_, asked = _fit(SDCASVC(random_state=1), X, rcv1_small.y, monkeypatch, never=True)
+    assert set(asked) == {"epoch_order", "csr_rmatvec"}
+    np.testing.assert_array_equal(numpy_.coef_, compiled.coef_)
+    np.testing.assert_array_equal(numpy_.intercept_, compiled.intercept_)
+
+
+def _sdca_state(X, y, cuts, monkeypatch, entries=None):
+    if entries is not None:
+        monkeypatch.setattr(numba_, "ORDER_ENTRIES", entries)
+    be = make_backend("numba", X, y)
+    be.init_state_m()
+    be.init_dual_m(1.0)
+    sampler = CounterSampler(X.shape[0], 1, "epoch", 11)
+    plan = SDCAPlan(lam=1e-3)
+    for t0, t1 in zip(cuts[:-1], cuts[1:]):
+        be.sdca_segment_m(sampler, t0, t1, plan)
+    return be.V.copy(), be.alpha.copy()
+
+
+def test_a_run_of_epochs_split_into_calls_gives_the_same_iterates(rcv1_small, monkeypatch):
+    """One segment of 7.5 epochs (orders of every epoch held), the same with room for one
+    or two epochs a call, and segments that end and start mid-epoch (the epoch held is
+    kept): the same state bit for bit."""
+    X = sp.csr_matrix(rcv1_small.X[:300], dtype=np.float64)
+    y = np.where(rcv1_small.y[:300] > 0, 1.0, -1.0)
+    n = X.shape[0]
+    one = _sdca_state(X, y, [0, 15 * n // 2], monkeypatch)
+    for entries in (n, 2 * n + 1):
+        split = _sdca_state(X, y, [0, 15 * n // 2], monkeypatch, entries)
+        for a, b in zip(one, split):
+            np.testing.assert_array_equal(a, b)
+    monkeypatch.setattr(numba_, "ORDER_ENTRIES", 1 << 23)
+    pieces = _sdca_state(X, y, [0, n // 3, n // 2, 2 * n + 7, 3 * n, 15 * n // 2], monkeypatch)
+    for a, b in zip(one, pieces):
+        np.testing.assert_array_equal(a, b)
