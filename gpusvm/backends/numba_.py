@@ -362,7 +362,7 @@ _announced: set = set()
 
 #: what the notice says a cold first fit compiles for (BENCHMARKS.md, "One-off compilation":
 #: the CPU seconds numba spent on each path's first fit with an empty cache)
-COMPILE_SECONDS = "2-6 s"
+COMPILE_SECONDS = "2-5 s"
 
 
 def _ready_loop(dispatcher, args) -> None:
