@@ -23,7 +23,10 @@ the argument types of its first call, and caches the machine code on disk
 the loop specialised for the case at hand, so a cold first fit compiles only
 what it runs; :class:`CompilationNotice` says when a loop is about to be
 compiled rather than loaded (BENCHMARKS.md, "One-off compilation", measured by
-``benchmarks/bench_compile.py``).
+``benchmarks/bench_compile.py``).  What the fit calls after its loop (the
+epochs' orders, the certificates' products) compiles meanwhile in a background
+thread (:class:`~gpusvm.backends._compile_nb.CompileAhead`); until it is ready
+those calls run on the NumPy equivalents, which give the same numbers.
 
 numba is a dependency of every install (``backend="auto"`` picks this backend
 when no GPU is present); where it cannot be imported, building this backend
