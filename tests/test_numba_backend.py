@@ -423,6 +423,12 @@ def tiny_loop(csr):
 """
 
 
+def call_loop(dispatcher, *args):
+    """The loop made ready as a segment makes it (announced, compiled or loaded), then called."""
+    numba_._ready_loop(dispatcher, args)
+    return dispatcher(*args)
+
+
 def test_compile_notice_fires_exactly_when_numba_compiles(tmp_path, monkeypatch):
     """The notice says so when a call has no entry in numba's cache (a cold cache, or another
     dtype beside a cached one, whose index file already exists), names the dtype, and says
@@ -438,16 +444,16 @@ def test_compile_notice_fires_exactly_when_numba_compiles(tmp_path, monkeypatch)
         mod = importlib.import_module("gpusvm_tiny_loop")
         with pytest.warns(CompilationNotice, match=r"compiling the CPU loops of this solver for "
                           r"float32 data, once: about \d+-\d+ s of CPU time"):
-            assert numba_._call_loop(mod.tiny_loop, (ip, ix, np.ones(1, np.float32))) == 1.0
+            assert call_loop(mod.tiny_loop, (ip, ix, np.ones(1, np.float32))) == 1.0
         old = mod.tiny_loop                 # kept alive, so that its id is not reused
         fresh = importlib.reload(mod).tiny_loop
         assert fresh is not old
         with warnings.catch_warnings():
             warnings.simplefilter("error", CompilationNotice)
-            assert numba_._call_loop(fresh, (ip, ix, np.full(1, 2.0, np.float32))) == 2.0
+            assert call_loop(fresh, (ip, ix, np.full(1, 2.0, np.float32))) == 2.0
         assert sum(fresh.stats.cache_hits.values()) == 1 and not fresh.stats.cache_misses
         with pytest.warns(CompilationNotice, match="for float64 data"):
-            assert numba_._call_loop(fresh, (ip, ix, np.ones(1))) == 1.0
+            assert call_loop(fresh, (ip, ix, np.ones(1))) == 1.0
         assert sum(fresh.stats.cache_misses.values()) == 1
     finally:
         sys.modules.pop("gpusvm_tiny_loop", None)

@@ -115,15 +115,14 @@ class CompileAhead:
 
     def ready(self, dispatcher, args) -> bool:
         """Whether ``dispatcher(*args)`` runs compiled code now (module docstring)."""
+        if not compile_ahead_setting():
+            return True
         try:
             sig = tuple(dispatcher.typeof_pyval(a) for a in args)
-            if sig in dispatcher.overloads or not compile_ahead_setting():
-                return True
             key = (id(dispatcher), sig)
-            if key in self._failed or _in_disk_cache(dispatcher, sig):
+            if sig in dispatcher.overloads or key in self._failed or \
+                    _in_disk_cache(dispatcher, sig):
                 return True
-        except ValueError:
-            raise
         except Exception:             # noqa: BLE001  another numba: compile where called
             return True
         with self._lock:

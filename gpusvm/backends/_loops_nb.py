@@ -300,12 +300,11 @@ def _make_pegasos(one, row, by_epoch, optimal):
         sa, sb, vsq = sm[S_A, 0], sm[S_B, 0], sm[S_VSQ, 0]
         asum, navg, bsum = sm[S_ASUM, 0], sm[S_NAVG, 0], sm[S_BSUM, 0]
         nact, loss, dnorm, yact = sm[S_NACT, 0], sm[S_LOSS, 0], sm[S_DNORM, 0], sm[S_YACT, 0]
-        e, q = 0, 0
+        q = 0
         if by_epoch:                        # batch t0 (k = 1) is position q of epoch e, whose
             e = t0 // n                     # rows are order[e - ecache[2]] (made by the host)
             q = t0 - e * n
-            e0 = ecache[2]
-            eo = e - e0
+            eo = e - ecache[2]
         else:
             fill_ring(sam, t0)
         for t in range(t0 + 1, t1 + 1):
@@ -316,16 +315,14 @@ def _make_pegasos(one, row, by_epoch, optimal):
                     prefetch(yf, order[eo, qa] * M)
                 if pref_v and q + 1 < n:
                     prefetch_v_row(indptr, indices, vf, M, order[eo, q + 1])
-                r = order[eo, q]                                                         # step 1: A_t
+                r = order[eo, q]                                                  # step 1: A_t
                 rows = ring[0]                                  # the batch as an array
                 if not scalar:
                     rows[0] = r
                 q += 1
                 if q == n:                                      # the next epoch's rows
-                    e += 1
                     q = 0
-                    if t < t1:
-                        eo = e - e0
+                    eo += 1
             else:
                 draw_ahead(indptr, indices, data, vf, M, sam, t - 1, pref_v)
                 rows = ring[(t - 1) % RING]                                       # step 1: A_t
@@ -630,8 +627,7 @@ def _make_sdca(one, row, by_epoch, aggressive):
         e = t0 // n                                       # epoch and position of batch t0
         q = t0 - e * n
         if by_epoch:                          # the rows of epoch e: order[e - ecache[2]], made
-            e0 = ecache[2]                    # by the host for every epoch of the segment
-            eo = e - e0
+            eo = e - ecache[2]                # by the host for every epoch of the segment
         else:
             fill_ring(sam, t0)
         for bt in range(t0, t1):
@@ -646,7 +642,7 @@ def _make_sdca(one, row, by_epoch, aggressive):
                             prefetch(row_sq, ra)
                 if pref_v and q + 1 < n:
                     prefetch_v_row(indptr, indices, vf, M, order[eo, q + 1])
-                r = order[eo, q]                                                         # A_t
+                r = order[eo, q]                                                  # A_t
                 rows = ring[0]                                  # the batch as an array
                 if not scalar:
                     rows[0] = r
@@ -662,10 +658,9 @@ def _make_sdca(one, row, by_epoch, aggressive):
             q += 1
             epoch_ends = q == n
             if epoch_ends:
-                e += 1
                 q = 0
-                if by_epoch and bt + 1 < t1:
-                    eo = e - e0
+                if by_epoch:
+                    eo += 1
             if scalar:                          # M = 1, one row: scalars, slots in registers
                 step = not shrinking or active[r]
                 if step:

@@ -215,26 +215,24 @@ class NumbaBackend(NumpyBackend):
 
         The loop is compiled (or loaded) first; then the helpers the fit will call are
         asked for ahead (:class:`~gpusvm.backends._compile_nb.CompileAhead`), so that they
-        compile in the background while the loop runs.
+        compile in the background while the loop runs.  An ``"epoch"`` loop reads, of the
+        sampler's state, the ring, the orders and their first epoch only (None for the rest:
+        an array argument is unboxed by code compiled with the loop).
         """
-        sam = self._nb_sampler(sampler)
-        if by_epoch:                     # read by the loop: the order, its first epoch, the
-            sam = (*sam[:3], None, None, sam[5], None, sam[7], None)                 # ring
+        t, t1 = int(t0), int(t1)
+        full = self._nb_sampler(sampler)
+        sam = (*full[:3], None, None, full[5], None, full[7], None) if by_epoch else full
         if loop not in self._nb_loops:
             self._nb_loops.add(loop)
-            _ready_loop(loop, (csr_, lab, st, sam, int(t0), int(t1), prm, wrk))
-        if not by_epoch:
-            if not self._nb_asked:
-                self._nb_ask_ahead()
-            loop(csr_, lab, st, sam, int(t0), int(t1), prm, wrk)
-            return
-        t, full = int(t0), self._nb_smp[1]
+            _ready_loop(loop, (csr_, lab, st, sam, t, t1, prm, wrk))
         while t < t1:
-            end, full = self._nb_orders(sampler, full, t, int(t1))
+            end = t1
+            if by_epoch:
+                end, full = self._nb_orders(sampler, full, t, t1)
+                sam = (*full[:3], None, None, full[5], None, full[7], None)
             if not self._nb_asked:
                 self._nb_ask_ahead()
-            loop(csr_, lab, st, (*full[:3], None, None, full[5], None, full[7], None), t, end,
-                 prm, wrk)
+            loop(csr_, lab, st, sam, t, end, prm, wrk)
             t = end
 
     def _nb_ask_ahead(self) -> None:
@@ -388,12 +386,6 @@ def _ready_loop(dispatcher, args) -> None:
             return
         if sig not in dispatcher.overloads:
             dispatcher.compile(sig)
-
-
-def _call_loop(dispatcher, *args):
-    """Call the compiled loop ``dispatcher(*args)`` (:func:`_ready_loop` first)."""
-    _ready_loop(dispatcher, args)
-    return dispatcher(*args)
 
 
 def call_compiled(dispatcher, dtype, *args, what: str = "the CPU loops of this solver",
