@@ -353,3 +353,92 @@ def test_slow_sdca_hands_over_to_newton(monkeypatch, a9a_part):
     with pytest.warns(ConvergenceWarning):
         capped = LinearSVC(C=C, random_state=0, max_iter=1).fit(X, y)
     assert capped.solver_ == "sdca"
+
+
+def _geometric_history(g0, rate, epochs, every=5):
+    """Certificates ``(t, P, D, gap, s)`` of a gap ``g0 exp(-rate e)`` every ``every`` epochs
+    (one iteration per row, 1,000 rows)."""
+    return [(e * 1000, 1.0, 1.0 - g0 * np.exp(-rate * e), g0 * np.exp(-rate * e), 0.0)
+            for e in range(every, epochs + 1, every)]
+
+
+def test_sdca_hands_over_projects_the_gap_at_its_rate():
+    """On an exactly geometric gap the projection is exact: SDCA hands over once the epoch at
+    which the gap reaches tol lies beyond HANDOVER_PROJECTED_EPOCHS, never before
+    HANDOVER_MIN_EPOCHS, never once the gap is at tol; and a gap that stopped falling hands
+    over."""
+    from gpusvm.solvers import policy  # noqa: PLC0415
+
+    tol, g0 = 1e-4, 1.0
+    horizon = policy.HANDOVER_PROJECTED_EPOCHS
+    for reach, expected in ((horizon - 5, False), (horizon + 5, True)):
+        rate = np.log(g0 / tol) / reach              # the gap reaches tol at epoch `reach`
+        history = _geometric_history(g0, rate, 100)
+        assert policy.sdca_hands_over(history, 1000, tol) is expected
+        early = [row for row in history if row[0] < policy.HANDOVER_MIN_EPOCHS * 1000]
+        assert not any(policy.sdca_hands_over(early[:k], 1000, tol)
+                       for k in range(1, len(early) + 1))
+    converged = _geometric_history(g0, np.log(g0 / tol) / 50, 60)
+    assert not policy.sdca_hands_over(converged, 1000, tol)          # gap <= tol at 60
+    stalled = [(e * 1000, 1.0, 0.99, 1e-2, 0.0) for e in (10, 30, 60)]
+    assert policy.sdca_hands_over(stalled, 1000, tol)
+
+
+def test_sdca_hands_over_on_the_measured_certificates():
+    """The certificates of two C = 100 fits (BENCHMARKS.md): news20 with 20 classes, whose
+    SDCA had a gap of 5.6e-3 after 300 epochs, hands over at its certificate of epoch 72; 20
+    Newsgroups TF-IDF, which SDCA certifies at epoch 154, never does."""
+    from gpusvm.solvers.policy import sdca_hands_over  # noqa: PLC0415
+
+    def rows(pairs):
+        return [(e, 1.0, 1.0 - g, g, 0.0) for e, g in pairs]
+
+    news20_20 = rows([(1, 3.1e-1), (5, 4.2e-2), (19, 2.9e-2), (72, 2.0e-2), (237, 8.3e-3)])
+    decisions = [sdca_hands_over(news20_20[:k], 1.0, 1e-4) for k in range(1, 6)]
+    assert decisions == [False, False, False, True, True]
+    tfidf = rows([(1, 2.7e-1), (5, 3.5e-3), (9, 1.3e-3), (13, 8.9e-4), (19, 7.6e-4),
+                  (27, 5.7e-4), (35, 4.9e-4), (46, 4.3e-4), (58, 3.3e-4), (70, 2.7e-4),
+                  (82, 2.3e-4), (93, 2.0e-4), (104, 1.9e-4), (115, 1.6e-4), (124, 1.4e-4),
+                  (131, 1.3e-4), (136, 1.2e-4), (141, 1.15e-4), (145, 1.1e-4),
+                  (149, 1.05e-4), (152, 1.02e-4)])
+    assert not any(sdca_hands_over(tfidf[:k], 1.0, 1e-4) for k in range(1, len(tfidf) + 1))
+
+
+def test_slow_sdca_hands_over_before_switch_epochs(monkeypatch, a9a_part):
+    """dual='auto': SDCA whose gap falls too slowly stops at a certificate (stop reason
+    'handover'), before SWITCH_EPOCHS, and Newton finishes at liblinear's optimum; SDCASVC
+    on its own never hands over."""
+    from gpusvm import SDCASVC  # noqa: PLC0415
+    from gpusvm.solvers import policy  # noqa: PLC0415
+    from gpusvm.solvers import sdca as sdca_module  # noqa: PLC0415
+
+    X, y = a9a_part
+    X, y = X[:100], y[:100]
+    C = 1.0
+    plain = LinearSVC(C=C, random_state=0).fit(X, y)
+    assert plain.solver_ == "sdca"
+    monkeypatch.setattr(policy, "HANDOVER_MIN_EPOCHS", 1)
+    monkeypatch.setattr(policy, "HANDOVER_PROJECTED_EPOCHS", 2)
+    reasons = []
+    real = sdca_module.sdca
+
+    def spy(*args, **kwargs):
+        res = real(*args, **kwargs)
+        reasons.append(res.stop_reason)
+        return res
+
+    monkeypatch.setattr("gpusvm.estimators.sdca.sdca", spy)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        est = LinearSVC(C=C, random_state=0).fit(X, y)
+    assert reasons == ["handover"]
+    assert est.solver_ == "sdca+newton" and est.stop_reason_ == "tol"
+    sdca_epochs = est.n_iter_ - est._inner_estimator.n_iter_
+    assert 1 <= sdca_epochs < min(plain.n_iter_, 200)
+    ref = SkLinearSVC(C=C, dual=False, tol=1e-12, max_iter=10_000).fit(X.toarray(), y)
+    f_star = objective(X, y, ref.coef_, ref.intercept_, C)
+    f = objective(X, y, est.coef_, est.intercept_, C)
+    assert f_star * (1 - 1e-6) <= f <= f_star + 1.5e-4 * C * X.shape[0]
+    reasons.clear()
+    SDCASVC(C=C, loss="squared_hinge", random_state=0, max_iter=30_000).fit(X, y)
+    assert reasons and "handover" not in reasons

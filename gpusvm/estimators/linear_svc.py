@@ -8,6 +8,7 @@ LinearSVC's attributes.  No mathematics here.
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 from numbers import Integral, Real
@@ -21,14 +22,15 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from .. import _arrays
 from ..backends import BACKENDS, resolve_backend_name
 from .._arrays import check_sparse_structure
-from ..solvers.policy import batch_size, choose_cv_solver, choose_solver
+from ..solvers.policy import batch_size, choose_cv_solver, choose_solver, sdca_hands_over
 from ._base import _LinearSVCBase, _mean_sq_norm
 from .cv import SDCASVCCV
 from .sdca import SDCASVC
 
 #: with ``dual="auto"``, SDCA (squared hinge) that has not converged after this many epochs
 #: hands over to Newton, started from its point (news20, 20 classes, ``C = 100``: SDCA
-#: alone stops at 1,000 epochs after 17 s; the text sets SDCA finishes need at most 160)
+#: alone stops at 1,000 epochs after 17 s; the text sets SDCA finishes need at most 160);
+#: earlier when its gap's rate says it is that slow (:func:`~gpusvm.solvers.policy.sdca_hands_over`)
 SWITCH_EPOCHS = 200
 
 
@@ -222,9 +224,14 @@ class LinearSVC(_LinearSVCBase):
         max_iter = inner.max_iter
         if switch:                  # SDCA first, Newton from its point if it is slow
             inner.set_params(max_iter=min(max_iter, SWITCH_EPOCHS * max_iter // self._max_epochs()))
+            if max_iter > inner.max_iter:
+                inner._handover = functools.partial(
+                    sdca_hands_over, iterations_per_epoch=max_iter / self._max_epochs(),
+                    tol=float(self.tol))
         caught = self._fit_quietly(inner, X, y, sample_weight)
         sdca_epochs = None
-        if switch and inner.stop_reason_ == "max_iter" and max_iter > inner.max_iter:
+        if switch and (inner.stop_reason_ == "handover" or (
+                inner.stop_reason_ == "max_iter" and max_iter > inner.max_iter)):
             sdca_epochs = math.ceil(inner.n_iter_ * inner.batch_size_ / max(inner._n_rows, 1))
             inner.set_params(solver="newton", warm_start=True, max_iter=max(self.max_iter, 1))
             caught = self._fit_quietly(inner, X, y, sample_weight)

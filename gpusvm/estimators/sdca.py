@@ -278,6 +278,10 @@ class SDCASVC(_LinearSVCBase):
         "sigma2": [Interval(Real, 0, 1, closed="right"), None],
     }
 
+    #: ``handover(history) -> bool`` for :func:`~gpusvm.solvers.sdca.sdca` (None: never);
+    #: :class:`~gpusvm.estimators.linear_svc.LinearSVC` sets it on the SDCASVC it runs
+    _handover = None
+
     def __init__(self, *, lam=None, C=None, loss="hinge", solver="sdca", class_weight=None,
                  multi_class="ovr", warm_start=False, batch_size="auto", variant="auto", theta=0.5, tol=1e-3,
                  sigma2=None, max_iter=None, sampling="epoch", bias="augmented",
@@ -458,7 +462,7 @@ class SDCASVC(_LinearSVCBase):
                        theta=float(self.theta), sigma2=self.sigma2, tol=float(self.tol),
                        sampling=self.sampling, seed=self._seed(), eval_every=self.eval_every,
                        max_time=self.max_time, callback=self.callback, progress=progress,
-                       shrinking=shrinking,
+                       shrinking=shrinking, handover=self._handover,
                        **extra)
         finally:
             close()

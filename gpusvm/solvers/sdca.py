@@ -422,7 +422,7 @@ def sdca(backend, *, lam: float, b: int, max_iter: int, variant: str = "aggressi
          max_time: float | None = None, callback: Callable | None = None,
          progress=None, eval_at: Callable[[int], bool] | None = None,
          shrinking: bool = False, loss: str = "hinge", alpha0=None, w0=None,
-         output_scale=None) -> SolverResult:
+         output_scale=None, handover: Callable[[list], bool] | None = None) -> SolverResult:
     """Run mini-batch SDCA (Takáč et al. 2013) on a prepared backend.
 
     Parameters
@@ -492,6 +492,11 @@ def sdca(backend, *, lam: float, b: int, max_iter: int, variant: str = "aggressi
         With ``alpha0``: the best primal point of that fit (its ``w``), the first
         best point of this one (:class:`BestPoints`), so that a fit certified with
         ``alpha0`` and ``w0`` certifies again at the first certificate.
+    handover : callable, optional
+        ``handover(history) -> bool`` after every certificate above ``tol`` (``history``
+        as returned, so far); True stops the run with ``stop_reason="handover"``, for
+        another solver to finish from its point
+        (:func:`~gpusvm.solvers.policy.sdca_hands_over`).
 
     Returns
     -------
@@ -512,7 +517,7 @@ def sdca(backend, *, lam: float, b: int, max_iter: int, variant: str = "aggressi
         ``gap``, ``beta`` (final) and ``n_rejected`` (floats for 1-D ``y``, arrays of
         shape ``(M,)`` for 2-D ``y``), ``alpha`` (host float64, the shape of ``y``),
         ``beta_b`` and ``sigma2``. ``stop_reason`` is ``"tol"`` (every output's gap ``<= tol``),
-        ``"max_iter"``, ``"max_time"`` or ``"callback"``.
+        ``"max_iter"``, ``"max_time"``, ``"callback"`` or ``"handover"``.
 
     Notes
     -----
@@ -656,6 +661,8 @@ def sdca(backend, *, lam: float, b: int, max_iter: int, variant: str = "aggressi
             stop = "callback"
         elif max_time is not None and elapsed >= max_time:
             stop = "max_time"
+        elif handover is not None and handover(history):
+            stop = "handover"
         if stop != "max_iter":
             break
 
