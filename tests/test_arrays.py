@@ -235,6 +235,9 @@ def test_dense_to_csr_is_scipys_conversion(dtype, shape):
     ref = sp.csr_matrix(X, dtype=dtype)
     got = dense_to_csr(X, dtype)
     assert got.dtype == dtype and got.shape == ref.shape
+    # marked canonical without a check: a fresh matrix on the same arrays checks it so
+    assert got.has_canonical_format
+    assert sp.csr_matrix((got.data, got.indices, got.indptr), shape=got.shape).has_canonical_format
     assert got.indices.dtype == np.int32 and got.indptr.dtype == np.int32
     np.testing.assert_array_equal(got.indptr, ref.indptr)
     np.testing.assert_array_equal(got.indices, ref.indices)
@@ -255,6 +258,10 @@ def test_append_constant_column_is_scipys_stack(value):
     ref = sp.hstack([X, sp.csr_matrix(np.full((30, 1), value, dtype=np.float32))], format="csr")
     got = append_constant_column(X, value)
     assert got.dtype == np.float32 and got.shape == (30, 12)
+    assert not got.has_canonical_format                        # the unsorted row stays so
+    fresh = sp.csr_matrix((X.data, X.indices, X.indptr), shape=X.shape)
+    fresh.sort_indices()
+    assert append_constant_column(fresh, value).has_canonical_format
     assert got.indices.dtype == np.int32 and got.indptr.dtype == np.int32
     np.testing.assert_array_equal(got.indptr, ref.indptr)
     np.testing.assert_array_equal(got.indices, ref.indices)
