@@ -269,6 +269,36 @@ def test_compiled_certificate_terms_equal_the_numpy_expressions():
     np.testing.assert_array_equal(rows, np.flatnonzero((Z[:, cols] < 1.0).any(axis=1)))
 
 
+def test_one_output_hessian_weights_are_the_compiled_ones_without_compiling(monkeypatch):
+    """One live output (every step of newton()) takes the array expressions: the compiled
+    pass's numbers bit for bit, without calling it (one function fewer for a first fit to
+    compile); several outputs take the compiled pass."""
+    from gpusvm.backends._newton_nb import hessian_weights  # noqa: PLC0415
+    from gpusvm.solvers import newton as newton_module  # noqa: PLC0415
+
+    rng = np.random.default_rng(2)
+    n, M = 400, 3
+    Z = rng.normal(1, 1, (n, M))
+    Z[:15] = 1.0                                      # exactly on the margin: inactive
+    for S in (rng.uniform(0, 2, (n, 1)), rng.uniform(0, 2, (n, M))):
+        for j in range(M):
+            SA_ref = np.empty((n, 1))
+            rows_ref = hessian_weights(Z, S, np.array([j]), np.array([j if S.shape[1] > 1 else 0]),
+                                       2.0 / n, SA_ref)
+            calls = []
+            monkeypatch.setattr(newton_module, "_compiled", lambda *a: calls.append(a[0]))
+            SA, rows = newton_module._hessian_weights(np, Z, S, np.array([j]), 2.0 / n)
+            monkeypatch.undo()
+            assert calls == []
+            np.testing.assert_array_equal(SA, SA_ref)
+            np.testing.assert_array_equal(rows, rows_ref)
+            assert rows.dtype == rows_ref.dtype
+    calls = []
+    monkeypatch.setattr(newton_module, "_compiled", lambda *a: calls.append(a[0]) or np.arange(0))
+    newton_module._hessian_weights(np, Z, S, np.array([0, 2]), 2.0 / n)
+    assert calls == ["hessian_weights"]
+
+
 def test_newton_on_the_emulated_device_equals_the_cpu(a9a_part):
     """The array-module Newton (line searches, certificates and Hessian weights as array
     operations, the form a GPU runs) against the CPU's compiled passes: the same iterations

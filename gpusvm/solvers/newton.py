@@ -33,8 +33,9 @@ product is a sparse matrix times an ``M``-column block, read once for all of the
 of one ``C`` as one block.  The products run in float64 on the backend's CSR matrix in its
 array module: SciPy on the CPU, cuSPARSE through CuPy on ``cupy`` (the line search sorts
 on the device).  On the CPU the row passes of all outputs (line searches, certificates, the
-Hessian's weights) are compiled (:mod:`gpusvm.backends._newton_nb`: one pass over the
-margins, a quickselect of the breakpoints); elsewhere they are the array-module expressions
+Hessian's weights of a block of several outputs) are compiled
+(:mod:`gpusvm.backends._newton_nb`: one pass over the margins, a quickselect of the
+breakpoints); elsewhere they are the array-module expressions
 of :func:`_line_search` and :func:`_certify`.  On the CPU a matrix with a quarter or more
 nonzeros is copied to a dense array (BLAS products), and with at most 128 columns
 :func:`newton` then solves each Newton step exactly, ``H`` formed and factored (pendigits:
@@ -269,8 +270,8 @@ def _certify(prod, Y, S, lam, W, Z, ix):
 
 def _compiled(name, *args):
     """Call the compiled pass ``name`` of :mod:`gpusvm.backends._newton_nb` (imported when a
-    CPU Newton fit first needs it; numba compiles the three passes once per machine, about
-    2.3 s of CPU time, and says so first)."""
+    CPU Newton fit first needs it; numba compiles the passes once per machine, about 2 s of
+    CPU time, and says so first)."""
     from ..backends import _newton_nb  # noqa: PLC0415
     from ..backends.numba_ import call_compiled  # noqa: PLC0415
     # one notice for the three (the first, a certificate, decides)
@@ -289,9 +290,18 @@ def _live_columns(ix, m, s_columns):
 
 def _hessian_weights(xp, Z, S, ix, c):
     """``D`` of the generalised Hessian, ``c s_i`` on the rows active per output (``z_i <
-    1``) and 0 elsewhere, for the columns ``ix``; and the rows active in any of them."""
+    1``) and 0 elsewhere, for the columns ``ix``; and the rows active in any of them.
+
+    On the CPU a block of several live outputs takes the compiled pass (one row-major pass
+    over the margins); one output, which is every step of :func:`newton`, takes the array
+    expressions: the same numbers (``s_i`` times 1 or 0, then ``c``: exact products), and
+    a first ``gpusvm.LinearSVC`` fit on the Newton path compiles one function fewer
+    (0.3-0.4 s of its compilation)."""
     if xp is np:
         zcols, scols = _live_columns(ix, Z.shape[1], S.shape[1])
+        if zcols.size == 1:
+            A = Z[:, zcols] < 1.0
+            return S[:, scols] * A * c, np.flatnonzero(A[:, 0])
         SA = np.empty((Z.shape[0], zcols.size))
         rows = _compiled("hessian_weights", np.ascontiguousarray(Z), np.ascontiguousarray(S),
                          zcols, scols, c, SA)
