@@ -132,10 +132,10 @@ def class_labels(y, estimator_name: str):
     if target not in ("binary", "multiclass"):
         raise ValueError(f"Unknown label type: {estimator_name} needs class labels; got targets "
                          f"of type {target!r}")
-    classes = np.unique(y)
-    if classes.size == 2:           # the inverse by one comparison (np.unique's argsort of
-        inv = y == classes[1]       # ijcnn1's sorted y: 3 ms of a 0.1 s fit)
-    else:
+    if target == "binary":          # at most two classes: the inverse by one comparison
+        classes = np.unique(y)      # (np.unique's argsort of ijcnn1's sorted y: 3 ms of a
+        inv = y == classes[-1] if classes.size == 2 else np.zeros(y.shape, dtype=bool)
+    else:                           # 0.1 s fit); more classes: one sort for both
         classes, inv = np.unique(y, return_inverse=True)
     if classes.size == 0:
         raise ValueError(f"{estimator_name} needs samples of 2 classes, but y is empty; pass "
