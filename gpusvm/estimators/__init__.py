@@ -1,7 +1,5 @@
-"""The scikit-learn estimators of gpusvm, one module each (:mod:`~gpusvm.estimators.pegasos`,
-:mod:`~gpusvm.estimators.sdca`, :mod:`~gpusvm.estimators.kernel`,
-:mod:`~gpusvm.estimators.linear_svc`, :mod:`~gpusvm.estimators.cv`) over what they share
-(:mod:`gpusvm.estimators._base`)."""
+"""The scikit-learn estimators of gpusvm: pegasos, sdca, kernel, linear_svc and cv, one module
+each, over what they share (:mod:`gpusvm.estimators._base`)."""
 
 from .._arrays import DataScaleWarning
 from .kernel import KernelPegasosSVC

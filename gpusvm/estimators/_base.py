@@ -23,9 +23,17 @@ from ..model_io import check_restored
 from ..solvers._sampling import SAMPLING_MODES
 from ..solvers.pegasos import BIAS_MODES
 
-
 #: the largest ``max_iter``: iteration counters are 64-bit integers in the compiled loops
 MAX_ITER = 2**62
+#: losses of the linear estimators (ALGORITHMS.md, "Weights, and the squared hinge")
+LOSSES = ("hinge", "squared_hinge")
+#: how more than two classes are split into binary problems
+MULTI_CLASS_MODES = ("ovr", "ovo", "ordinal")
+#: ``lam`` when neither ``lam`` nor ``C`` is given
+DEFAULT_LAM = 1e-4
+#: backends where one-vs-rest is one M-output solver call (a batch row's gather serves all M
+#: margins; 20 Newsgroups, numba: 1.26 s against 2.14 s for one binary fit per class)
+OVR_NATIVE_BACKENDS = ("numpy", "numba", "cupy", "emulated")
 
 
 def _mean_sq_norm(X, intercept: float) -> float:
@@ -44,10 +52,7 @@ def _mean_sq_norm(X, intercept: float) -> float:
 def _max_squared_row_norm(X) -> float:
     """Largest ``||x_i||^2`` of a CSR matrix, in float64 (inf when it overflows).
 
-    One compiled pass without a copy where numba imports (the row-norm loop of the compiled
-    backend: 2-3 ms on imdb's 3.4 M nonzeros against 11 ms for the NumPy expression, which
-    makes a float64 copy of the values, their squares and a mask); the NumPy expression
-    otherwise.
+    The compiled row-norm loop where numba imports: no copy, 2-3 ms on imdb against 11 ms.
     """
     if X.nnz == 0:
         return 0.0
@@ -62,71 +67,8 @@ def _max_squared_row_norm(X) -> float:
     return float(np.max(sq))
 
 
-def binary_labels(y, estimator_name: str):
-    """Map two class labels to {-1, +1}.
-
-    Parameters
-    ----------
-    y : array-like of shape (n,)
-    estimator_name : str
-        Used in the error messages.
-
-    Returns
-    -------
-    classes : ndarray of shape (2,)
-        Sorted class labels; ``classes[1]`` is the positive class.
-    y_pm : ndarray of float64
-        Labels in {-1, +1}.
-    """
-    y = np.asarray(y)
-    target = type_of_target(y, input_name="y")
-    if target not in ("binary", "multiclass"):
-        raise ValueError(f"Unknown label type: {estimator_name} needs class labels; got targets "
-                         f"of type {target!r}")
-    classes, inv = np.unique(y, return_inverse=True)
-    if classes.size == 0:
-        raise ValueError(f"{estimator_name} needs samples of 2 classes, but y is empty; pass "
-                         "at least one sample of each class")
-    if classes.size < 2:
-        raise ValueError(
-            f"{estimator_name} needs samples of 2 classes, but the data contains only one "
-            f"class: {classes.tolist()[0]!r}")
-    if classes.size > 2:
-        raise ValueError(
-            f"Only binary classification is supported. {estimator_name} got y with "
-            f"{classes.size} classes: wrap the estimator in sklearn.multiclass.OneVsRestClassifier")
-    return classes, np.where(inv == 1, 1.0, -1.0)
-
-
-
-
-#: losses of the linear estimators (ALGORITHMS.md, "Weights, and the squared hinge")
-LOSSES = ("hinge", "squared_hinge")
-#: how more than two classes are split into binary problems
-MULTI_CLASS_MODES = ("ovr", "ovo", "ordinal")
-#: ``lam`` when neither ``lam`` nor ``C`` is given
-DEFAULT_LAM = 1e-4
-#: backends on which one-vs-rest runs as one M-output solver call (one gather of a batch row
-#: serves all M margins) when the solvers have it; measured on 20 Newsgroups (numba, CPU
-#: seconds): 1.26 s for one M-output call against 2.14 s for one binary fit per class
-OVR_NATIVE_BACKENDS = ("numpy", "numba", "cupy", "emulated")
-
-
 def class_labels(y, estimator_name: str):
-    """Sorted class labels and every row's class index (two or more classes).
-
-    Parameters
-    ----------
-    y : array-like of shape (n,)
-    estimator_name : str
-        Used in the error messages.
-
-    Returns
-    -------
-    classes : ndarray of shape (n_classes,)
-    y_idx : ndarray of intp, shape (n,)
-        ``classes[y_idx] == y``.
-    """
+    """Sorted class labels (two or more) and every row's index into them (intp)."""
     y = np.asarray(y)
     target = type_of_target(y, input_name="y")
     if target not in ("binary", "multiclass"):
@@ -147,23 +89,31 @@ def class_labels(y, estimator_name: str):
     return classes, inv.astype(np.intp).ravel()
 
 
+def _only_binary(estimator_name: str, n_classes: int) -> None:
+    if n_classes > 2:
+        raise ValueError(
+            f"Only binary classification is supported. {estimator_name} got y with "
+            f"{n_classes} classes: wrap the estimator in sklearn.multiclass.OneVsRestClassifier")
+
+
+def binary_labels(y, estimator_name: str):
+    """The sorted two classes and the labels in {-1, +1} (``+1``: ``classes[1]``)."""
+    classes, y_idx = class_labels(y, estimator_name)
+    _only_binary(estimator_name, classes.size)
+    return classes, np.where(y_idx == 1, 1.0, -1.0)
+
+
+def check_batch_size(k, n: int) -> None:
+    if k != "auto" and k > n:
+        raise ValueError(
+            f"batch_size={k} exceeds the number of samples n={n}; choose 1 <= batch_size <= {n}")
+
+
 def resolve_lam(lam, C, n: int) -> float:
-    """The ``lam`` of a fit on ``n`` rows from the estimator's ``lam`` or ``C``.
+    """The ``lam`` of a fit on ``n`` rows (of the pair for "ovo", "ordinal") from ``lam`` or ``C``.
 
-    LinearSVC's ``C`` minimises ``1/2 ||w||^2 + C sum_i s_i loss_i``, which is
-    ``C n`` times ``P_s(w) = lam/2 ||w||^2 + (1/n) sum_i s_i loss_i`` at
-    ``lam = 1/(C n)`` (ALGORITHMS.md, "Weights").
-
-    Parameters
-    ----------
-    lam : float or None
-    C : float or None
-    n : int
-        Rows of the fit (of the pair, for one-vs-one and ordinal problems).
-
-    Returns
-    -------
-    float
+    LinearSVC's ``1/2 ||w||^2 + C sum_i s_i loss_i`` is ``C n`` times
+    ``P_s(w) = lam/2 ||w||^2 + (1/n) sum_i s_i loss_i`` at ``lam = 1/(C n)``.
     """
     if C is None:
         return DEFAULT_LAM if lam is None else float(lam)
@@ -175,24 +125,10 @@ def resolve_lam(lam, C, n: int) -> float:
 
 
 def row_weights(class_weight, sample_weight, classes, y_idx, X):
-    """Per-row weights ``s_i = sample_weight_i * class_weight[y_i]``, or None when both are None.
+    """Row weights ``s_i = sample_weight_i * class_weight[y_i]`` (float64), None when all are 1.
 
-    scikit-learn's semantics (as LinearSVC): ``class_weight="balanced"`` gives class
-    ``c`` the weight ``n / (n_classes * count_c)``, the counts weighted by
-    ``sample_weight`` when it is given (:func:`sklearn.utils.class_weight.compute_class_weight`).
-
-    Parameters
-    ----------
-    class_weight : dict, "balanced" or None
-    sample_weight : array-like of shape (n,) or None
-    classes : ndarray of shape (n_classes,)
-    y_idx : ndarray of shape (n,)
-    X : matrix of n rows (for the shape check)
-
-    Returns
-    -------
-    ndarray of float64, shape (n,), or None
-        None also when every weight is 1 (the unweighted problem).
+    scikit-learn's semantics (:func:`~sklearn.utils.class_weight.compute_class_weight`:
+    "balanced" counts weighted by ``sample_weight``); ``X`` is for the shape check.
     """
     if sample_weight is None and class_weight is None:
         return None
@@ -219,23 +155,11 @@ def row_weights(class_weight, sample_weight, classes, y_idx, X):
 def output_problems(n_classes: int, y_idx, multi_class: str):
     """The binary problems of a fit: ``[(rows, labels), ...]``.
 
-    ``rows`` is None (all rows) or the row indices of the problem, ``labels`` is
-    in {-1, +1}: shape ``(n_rows,)`` for one output, ``(n, M)`` for the M outputs
-    of one-vs-rest (output c: +1 for class c).  Two classes: one problem,
-    ``+1`` for ``classes[1]``.  ``"ovo"``: one problem per pair ``a < b`` of
-    classes on the rows of ``a`` and ``b``, ``+1`` for ``b`` (scikit-learn's
-    OneVsOneClassifier order); ``"ordinal"``: the pairs ``(k, k + 1)`` of
-    neighbouring classes only (Duros & Katzman 2014, Sec. 3.1).
-
-    Parameters
-    ----------
-    n_classes : int
-    y_idx : ndarray of shape (n,)
-    multi_class : {"ovr", "ovo", "ordinal"}
-
-    Returns
-    -------
-    list of (ndarray or None, ndarray)
+    ``rows``: None (all) or the problem's row indices; ``labels`` in {-1, +1}, shape
+    ``(n_rows,)``, or ``(n, M)`` for one-vs-rest (output c: +1 for class c).  Two
+    classes: +1 for ``classes[1]``.  ``"ovo"``: each pair ``a < b`` on its rows, +1 for
+    ``b`` (OneVsOneClassifier's order); ``"ordinal"``: the pairs ``(k, k + 1)`` only
+    (Duros & Katzman 2014, Sec. 3.1).
     """
     if n_classes == 2:
         return [(None, np.where(y_idx == 1, 1.0, -1.0))]
@@ -259,28 +183,17 @@ def ordinal_scores(confidences):
     Class ``j`` lies above the pairs ``k < j`` and below the pairs ``k >= j``; its
     total agreement with all of them, ``sum_{k<j} f_k(x) - sum_{k>=j} f_k(x)``, is
     ``2 s_j(x) - sum_k f_k(x)`` with ``s_j(x) = sum_{k<j} f_k(x)`` (``s_0 = 0``).
-    The scores are ``s_j`` and the prediction is their argmax: when the signs are
-    consistent (``f_k > 0`` exactly for ``k < r``) it is class ``r``, the number of
+    The scores (n, K) are ``s_j`` and the prediction is their argmax: when the signs
+    are consistent (``f_k > 0`` exactly for ``k < r``) it is class ``r``, the number of
     thresholds passed; otherwise the class the margins agree with most.
-
-    Parameters
-    ----------
-    confidences : ndarray of shape (n, K - 1)
-
-    Returns
-    -------
-    ndarray of shape (n, K)
     """
     zero = np.zeros((confidences.shape[0], 1), dtype=np.float64)
     return np.hstack([zero, np.cumsum(confidences, axis=1, dtype=np.float64)])
 
 
 class _LinearSVCBase(ClassifierMixin, BaseEstimator):
-    """Shared validation, data preparation, decomposition into outputs, and prediction.
-
-    Subclasses that fit more than two classes set ``_MULTICLASS = True`` and
-    implement ``_solve`` (see :meth:`_fit_outputs`).
-    """
+    """Validation, data preparation, outputs and prediction; subclasses implement ``_solve``
+    (:meth:`_fit_outputs`) and set ``_MULTICLASS = True`` to fit more than two classes."""
 
     #: whether the estimator fits more than two classes (tag ``multi_class``)
     _MULTICLASS = False
@@ -320,16 +233,9 @@ class _LinearSVCBase(ClassifierMixin, BaseEstimator):
 
     # ------------------------------------------------------------ helpers
     def _prepare(self, X, y, *, reset=True):
-        """Validate, convert to CSR once, map labels, append the bias feature.
+        """Validated ``(Xc, y)``: ``Xc`` canonical CSR (int32 indices) with the bias column.
 
-        The caller's matrix is never modified: a CSR matrix with unsorted or
-        duplicate indices is copied before it is put in canonical form.
-
-        Returns
-        -------
-        Xc : csr_matrix of shape (n, d_aug)
-        y : ndarray of shape (n,)
-            The labels as given (validated).
+        The caller's matrix is never modified (a non-canonical CSR matrix is copied).
         """
         if _arrays.is_device(X) or _arrays.is_device(y):   # CuPy input (gpusvm._arrays)
             return _arrays.prepare(self, X, y, reset)
@@ -356,10 +262,7 @@ class _LinearSVCBase(ClassifierMixin, BaseEstimator):
                                shape=Xc.shape)
             Xc.sum_duplicates()
             Xc.sort_indices()
-        k = getattr(self, "batch_size", "auto")
-        if k != "auto" and k > n:
-            raise ValueError(
-                f"batch_size={k} exceeds the number of samples n={n}; choose 1 <= batch_size <= {n}")
+        check_batch_size(getattr(self, "batch_size", "auto"), n)
         max_sq = _max_squared_row_norm(Xc)
         if math.isfinite(max_sq):
             warn_if_rows_unscaled(math.sqrt(max_sq))
@@ -376,12 +279,10 @@ class _LinearSVCBase(ClassifierMixin, BaseEstimator):
     def _check_lam(self, lam: float) -> None:
         """Refuse a ``lam`` the data type cannot carry.
 
-        Too small: the steps ``1/lam`` overflow.  Too large: the weights, of size
-        about ``max ||x_i|| / lam`` (at such a ``lam`` every margin is below 1 and
-        ``w = (1/(lam n)) sum_i s_i y_i x_i``), have squares (``||w||^2`` in the
-        objective, the Newton step's curvature) below the smallest normal number of
-        the type, and the solvers compute with zeros: PegasosSVC with ``C=1e-300``
-        in float32 scored below the majority class, the Newton solver divided by 0.
+        Too small: the steps ``1/lam`` overflow.  Too large: the weights, about
+        ``max ||x_i|| / lam`` (every margin is below 1, ``w = (1/(lam n)) sum_i s_i y_i
+        x_i``), have squares below the smallest normal number and the solvers compute
+        with zeros (PegasosSVC at ``C=1e-300`` in float32 lost to the majority class).
         """
         dtype = as_dtype(self.dtype)
         max_sq = getattr(self, "_max_sq", 1.0)
@@ -408,20 +309,13 @@ class _LinearSVCBase(ClassifierMixin, BaseEstimator):
                 f"smallest normal {dtype.name} (weights below {smallest:.3g}); use {fix}{other}")
 
     def _seed(self):
-        rs = self.random_state
-        if isinstance(rs, np.random.RandomState):
-            return int(rs.randint(0, 2**31 - 1))
-        if isinstance(rs, np.random.Generator):
-            return int(rs.integers(0, 2**31 - 1))
-        return rs
+        return seed_of(self.random_state)
 
     def _set_solution(self, w, b):
         """``coef_`` and ``intercept_`` from ``w`` of shape ``(d_aug,)`` or ``(d_aug, M)``."""
         W = np.asarray(w, dtype=np.float64)
         W = W.reshape(-1, 1) if W.ndim == 1 else W
-        # coef_ is the transpose of the solver's (d, M) solution, not a copy: a C-ordered copy
-        # of 20 outputs of 130,000 features costs 50 ms, and coef_.T, which the decision
-        # function multiplies by, is then contiguous
+        # coef_ is a transposed view, not a copy (50 ms for 20 x 130,000), and coef_.T is contiguous
         if self.bias == "augmented":
             self.coef_ = W[:-1].T
             self.intercept_ = W[-1] * self.intercept_scaling
@@ -432,33 +326,16 @@ class _LinearSVCBase(ClassifierMixin, BaseEstimator):
 
     # ------------------------------------------------------------ fitting outputs
     def _fit_outputs(self, X, y, sample_weight=None, *, warm=None, classes=None, reset=True):
-        """Fit every output: validation, labels, weights, the problems, the solver.
+        """Fit every output; return the solver's ``(common, per_output)`` dicts.
 
-        ``self._solve(Xs, Y, s, lam, init)`` fits one problem: ``Xs`` its rows (CSR,
-        bias column included), ``Y`` labels in {-1, +1} of shape ``(n_rows,)`` or
-        ``(n, M)``, ``s`` its row weights or None, ``lam`` its regularisation and
-        ``init`` its warm start (see ``warm``).  It returns ``(W, b, common,
-        per_output)``: ``W`` of shape ``(d_aug, M)``, ``b`` of shape ``(M,)``, a dict
-        of values shared by the outputs and a dict of lists of M per-output values.
-
-        Parameters
-        ----------
-        X, y, sample_weight
-            As in ``fit``.
-        warm : callable or None
-            ``warm(first, M, multi, rows)`` gives ``init`` for the problem whose outputs
-            are ``first .. first + M - 1`` of ``coef_`` and whose rows are ``rows`` (None:
-            all): a list of M inits when ``multi`` (the ``(n, M)`` labels of
-            one-vs-rest), else one init.
-        classes : array-like or None
-            The classes (``partial_fit``); None takes those of ``y``.
-        reset : bool
-            Whether ``n_features_in_`` is set anew (False: checked against it).
-
-        Returns
-        -------
-        common : dict
-        per_output : dict of lists
+        ``self._solve(Xs, Y, s, lam, init)`` fits one problem: its rows ``Xs`` (CSR, bias
+        column included), labels ``Y`` in {-1, +1} (``(n_rows,)`` or ``(n, M)``), row
+        weights ``s`` or None, and warm start ``init``.  It returns ``(W (d_aug, M), b (M,),
+        common, per_output)``: a dict shared by the outputs, a dict of lists of M values.
+        ``warm(first, M, multi, rows)`` gives ``init`` for outputs ``first .. first + M - 1``
+        of ``coef_`` on ``rows`` (None: all): a list of M inits when ``multi``, else one.
+        ``classes`` (``partial_fit``) replaces those of ``y``; ``reset=False`` checks
+        ``n_features_in_`` instead of setting it.
         """
         Xc, y = self._prepare(X, y, reset=reset)
         name = type(self).__name__
@@ -471,16 +348,12 @@ class _LinearSVCBase(ClassifierMixin, BaseEstimator):
                 raise ValueError(
                     f"y holds the label {np.asarray(y)[unknown][0]!r}, which is not one of the "
                     f"classes {classes.tolist()} given to the first partial_fit call")
-        if classes.size > 2 and not self._MULTICLASS:
-            raise ValueError(
-                f"Only binary classification is supported. {name} got y with {classes.size} "
-                "classes: wrap the estimator in sklearn.multiclass.OneVsRestClassifier")
+        if not self._MULTICLASS:
+            _only_binary(name, classes.size)
         s = row_weights(getattr(self, "class_weight", None), sample_weight, classes, y_idx, Xc)
         self.classes_ = classes
         problems = output_problems(classes.size, y_idx, getattr(self, "multi_class", "ovr"))
-        Ws, bs, common, per = [], [], {}, {}
-        lams = []
-        first = 0
+        results, lams, first = [], [], 0
         for rows, Y in problems:
             Xs = Xc if rows is None else Xc[rows]
             ss = s if (s is None or rows is None) else s[rows]
@@ -491,13 +364,9 @@ class _LinearSVCBase(ClassifierMixin, BaseEstimator):
             n_out = Y.shape[1] if Y.ndim == 2 else 1
             init = warm(first, n_out, Y.ndim == 2, rows) if warm is not None else None
             first += n_out
-            W, b, com, per_out = self._solve(Xs, Y, ss, lam, init)
-            Ws.append(W)
-            bs.append(np.atleast_1d(np.asarray(b, dtype=np.float64)))
-            common = common or com
-            for key, values in per_out.items():
-                per.setdefault(key, []).extend(values)
-        self._set_solution(np.hstack(Ws), np.concatenate(bs))
+            results.append(self._solve(Xs, Y, ss, lam, init))
+        W, b, common, per = _join_outputs(results)
+        self._set_solution(W, b)
         self._problem_rows = [rows for rows, _ in problems]
         self._n_rows = Xc.shape[0]
         self.lam_ = lams[0] if len(lams) == 1 else np.asarray(lams)
@@ -514,31 +383,17 @@ class _LinearSVCBase(ClassifierMixin, BaseEstimator):
         return resolve_backend_name(self.backend) in OVR_NATIVE_BACKENDS
 
     def _solve_columns(self, Xs, Y, s, lam, init, solve_one, native: bool):
-        """One-vs-rest: one native call on the ``(n, M)`` labels, or one binary fit per column.
-
-        The binary fits run with the same seed, so they see the same batches as the
-        native M-output fit; they are its reference.
-        """
+        """One-vs-rest: one native call on the ``(n, M)`` labels, or one binary fit per column
+        (the same seed: the same batches; the native call's reference)."""
         if Y.ndim == 1 or native:
             return solve_one(Xs, Y, s, lam, init)
-        Ws, bs, common, per = [], [], {}, {}
-        for c in range(Y.shape[1]):
-            init_c = None if init is None else init[c]
-            W, b, com, per_out = solve_one(Xs, np.ascontiguousarray(Y[:, c]), s, lam, init_c)
-            Ws.append(W)
-            bs.append(np.atleast_1d(b))
-            common = common or com
-            for key, values in per_out.items():
-                per.setdefault(key, []).extend(values)
-        return np.hstack(Ws), np.concatenate(bs), common, per
+        return _join_outputs([solve_one(Xs, np.ascontiguousarray(Y[:, c]), s, lam,
+                                        None if init is None else init[c])
+                              for c in range(Y.shape[1])])
 
-    def _per_output_attributes(self, per, scalars=(), arrays=()):
-        """Set the per-output fitted attributes: plain values for 2 classes, arrays otherwise.
-
-        ``n_iter_`` is the largest count of any output, ``stop_reason_`` the first
-        reason other than ``"tol"`` (else ``"tol"``), ``history_`` the history of
-        the only output or the list of the outputs' histories.
-        """
+    def _per_output_attributes(self, per, scalars=()):
+        """Per-output attributes: values for 2 classes, arrays otherwise; ``n_iter_`` the
+        most of any output, ``stop_reason_`` the first other than ``"tol"``."""
         binary = len(per["n_iter"]) == 1
         self.n_iter_ = int(max(per["n_iter"]))
         reasons = [r for r in per["stop_reason"] if r != "tol"]
@@ -552,10 +407,9 @@ class _LinearSVCBase(ClassifierMixin, BaseEstimator):
     def decision_function(self, X):
         """Confidence scores: ``<w, x> + b`` for two classes, one score per class otherwise.
 
-        Two classes: positive means ``classes_[1]``.  More classes: ``"ovr"``, the
-        output of each class; ``"ovo"``, votes plus confidences as in
-        scikit-learn's OneVsOneClassifier; ``"ordinal"``, the scores of
-        :func:`ordinal_scores`.  The predicted class has the largest score.
+        Positive means ``classes_[1]``; else the predicted class has the largest score:
+        the output of each class (``"ovr"``), OneVsOneClassifier's votes plus confidences
+        (``"ovo"``), or :func:`ordinal_scores` (``"ordinal"``).
 
         Parameters
         ----------
@@ -589,7 +443,9 @@ class _LinearSVCBase(ClassifierMixin, BaseEstimator):
 
     def _labels(self, scores):
         """Predicted labels from the outputs' scores (n, M), as :meth:`predict` gives them."""
-        scores = self._class_scores(scores)
+        return self._predicted(self._class_scores(scores))
+
+    def _predicted(self, scores):
         if scores.ndim == 1:
             return self.classes_[(scores > 0).astype(int)]
         return self.classes_[np.argmax(scores, axis=1)]
@@ -608,24 +464,11 @@ class _LinearSVCBase(ClassifierMixin, BaseEstimator):
         check_is_fitted(self)
         if _arrays.is_device(X):                        # CuPy input: labels on the device
             return _arrays.predict(self, X)
-        scores = self.decision_function(X)
-        if scores.ndim == 1:
-            return self.classes_[(scores > 0).astype(int)]
-        return self.classes_[np.argmax(scores, axis=1)]
+        return self._predicted(self.decision_function(X))
 
 
 def warn_short_tail(averaging, n_iter, max_iter, stop_reason) -> None:
-    """Warn when ``averaging="tail"`` stopped before ``T/2``: the last iterate is returned.
-
-    Parameters
-    ----------
-    averaging : str
-    n_iter : int
-        Iterations performed.
-    max_iter : int
-        ``T``; the tail average starts after iteration ``T // 2``.
-    stop_reason : str
-    """
+    """Warn when ``averaging="tail"`` stopped before ``T/2 = max_iter // 2``: no average."""
     if averaging == "tail" and n_iter <= max_iter // 2:
         warnings.warn(
             f"averaging='tail' averages the iterates after iteration {max_iter // 2} = "
@@ -634,21 +477,25 @@ def warn_short_tail(averaging, n_iter, max_iter, stop_reason) -> None:
             "use averaging='all'", ConvergenceWarning, stacklevel=3)
 
 
-def _progress_bar(verbose, total):
-    """A tqdm bar showing the live objective when ``verbose``; no-op callables otherwise."""
+def _progress_bar(verbose, total, gap=False):
+    """``(update, close)`` of a tqdm bar with the live objective (``gap``: the primal and
+    the duality gap) when ``verbose``; ``(None, no-op)`` otherwise."""
     if not verbose:
         return None, lambda: None
-    from tqdm.auto import tqdm
-    bar = tqdm(total=total, unit="it", desc="gpusvm")
+    from tqdm.auto import tqdm  # noqa: PLC0415
+    bar = tqdm(total=total, unit="it", desc="gpusvm sdca" if gap else "gpusvm")
     state = {"done": 0}
 
-    def update(t, objective):
+    def update(t, objective, duality_gap=None):
         bar.update(t - state["done"])
         state["done"] = t
-        bar.set_postfix(objective=f"{objective:.6g}")
+        if gap:
+            bar.set_postfix(primal=f"{objective:.6g}", gap=f"{duality_gap:.3g}")
+        else:
+            bar.set_postfix(objective=f"{objective:.6g}")
 
     def close():
-        if 0 < state["done"] < bar.total:     # stopped early (tol): the run is complete
+        if not gap and 0 < state["done"] < bar.total:    # stopped early (tol): complete
             bar.total = state["done"]
             bar.refresh()
         bar.close()
@@ -656,17 +503,29 @@ def _progress_bar(verbose, total):
     return update, close
 
 
-def _gap_progress_bar(verbose, total):
-    """A tqdm bar showing the live duality gap when ``verbose``; no-op callables otherwise."""
-    if not verbose:
-        return None, lambda: None
-    from tqdm.auto import tqdm  # noqa: PLC0415
-    bar = tqdm(total=total, unit="it", desc="gpusvm sdca")
-    state = {"done": 0}
+def _join_outputs(results):
+    """``(W, b, common, per_output)`` of several solver calls joined along the outputs."""
+    Ws, bs, common, per = [], [], {}, {}
+    for W, b, com, per_out in results:
+        Ws.append(W)
+        bs.append(np.atleast_1d(np.asarray(b, dtype=np.float64)))
+        common = common or com
+        for key, values in per_out.items():
+            per.setdefault(key, []).extend(values)
+    return np.hstack(Ws), np.concatenate(bs), common, per
 
-    def update(t, primal, gap):
-        bar.update(t - state["done"])
-        state["done"] = t
-        bar.set_postfix(primal=f"{primal:.6g}", gap=f"{gap:.3g}")
 
-    return update, bar.close
+def _store_params(estimator, params) -> None:
+    """Set the arguments of ``__init__`` (its ``locals()``) as attributes, and nothing else."""
+    for name, value in params.items():
+        if name != "self":
+            setattr(estimator, name, value)
+
+
+def seed_of(random_state):
+    """The integer seed (or None) of a ``random_state`` (int, RandomState, Generator)."""
+    if isinstance(random_state, np.random.RandomState):
+        return int(random_state.randint(0, 2**31 - 1))
+    if isinstance(random_state, np.random.Generator):
+        return int(random_state.integers(0, 2**31 - 1))
+    return random_state

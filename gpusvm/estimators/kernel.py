@@ -10,13 +10,12 @@ from sklearn.base import BaseEstimator, ClassifierMixin, _fit_context
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from ..backends import BACKENDS
-from ..solvers._sampling import SAMPLING_MODES
 from ..solvers.kernel_pegasos import (KERNEL_BIAS_MODES, KERNELS, NONFINITE_KERNEL, kernel_blocks,
                                      kernel_pegasos, make_kernel, resolve_gamma)
 from ..solvers.pegasos import AVERAGING
 from .._arrays import check_sparse_structure
-from ._base import MAX_ITER, _progress_bar, binary_labels, warn_short_tail
+from ._base import (_LinearSVCBase, _progress_bar, _store_params, binary_labels, check_batch_size,
+                    seed_of, warn_short_tail)
 
 
 class KernelPegasosSVC(ClassifierMixin, BaseEstimator):
@@ -29,10 +28,10 @@ class KernelPegasosSVC(ClassifierMixin, BaseEstimator):
               + \frac{1}{n}\sum_i \max(0, 1 - y_i (\langle w, \phi(x_i)\rangle + b)),
               \qquad K(x, x') = \langle \phi(x), \phi(x')\rangle,
 
-    with ``b = 0`` unless ``bias="unregularized"``.  Starting from ``w_1 = 0``,
-    every iterate is ``w_{t+1} = (1/(lam t k)) sum_j alpha_j y_j phi(x_j)`` where
-    ``alpha_j`` counts the iterations in which ``j`` violated the margin, so the
-    solver keeps the vector ``alpha`` and the kernel scores of the training rows.
+    with ``b = 0`` unless ``bias="unregularized"``.  From ``w_1 = 0`` every iterate is
+    ``w_{t+1} = (1/(lam t k)) sum_j alpha_j y_j phi(x_j)``, ``alpha_j`` counting the
+    iterations in which ``j`` violated the margin: the solver keeps ``alpha`` and the
+    kernel scores of the training rows.
 
     Parameters
     ----------
@@ -41,81 +40,58 @@ class KernelPegasosSVC(ClassifierMixin, BaseEstimator):
     batch_size : int, default=1
         Mini-batch size ``k``, from 1 to ``n``.
     max_iter : int or None, default=None
-        Number of iterations ``T``; ``None`` means ten epochs, ``ceil(10 n / k)``.
+        Number of iterations ``T``; None means ten epochs, ``ceil(10 n / k)``.
     sampling : {"without_replacement", "with_replacement", "epoch"}, default="without_replacement"
-        How each ``A_t`` is drawn (as in :class:`gpusvm.PegasosSVC`, same seeds,
-        same batches).
+        As in :class:`gpusvm.PegasosSVC` (same seed, same batches).
     kernel : {"rbf", "poly", "linear", "sigmoid", "cosine"} or callable, default="rbf"
-        The kernel ``K``, with the parameters of :class:`sklearn.svm.SVC`; a callable
-        ``kernel(A, B)`` returns the Gram matrix of the rows of ``A`` and ``B``.
+        As in :class:`sklearn.svm.SVC`; a callable returns the Gram matrix ``kernel(A, B)``.
     gamma : {"scale", "auto"} or float, default="scale"
-        Coefficient of "rbf", "poly" and "sigmoid": ``"scale"`` is
-        ``1 / (n_features * X.var())``, ``"auto"`` is ``1 / n_features``.
+        Coefficient of "rbf", "poly", "sigmoid": "scale" is ``1 / (n_features * X.var())``,
+        "auto" ``1 / n_features``.
     degree : int, default=3
         Degree of "poly".
     coef0 : float, default=0.0
         Constant term of "poly" and "sigmoid".
     projection : bool, default=False
-        Project onto the ball of radius ``1/sqrt(lam)`` (Fig. 1, step 5).  It costs
-        O(n) per iteration and no kernel evaluation (``||w||^2`` comes from the
-        cached scores), but ``alpha`` stops being integer.
+        Project onto the ball of radius ``1/sqrt(lam)`` (Fig. 1, step 5): O(n) per
+        iteration and no kernel evaluation, but ``alpha`` stops being integer.
     averaging : {"none", "all", "tail"}, default="none"
-        Return the last iterate, the average of all iterates, or the average of
-        the last half (``t > T/2``).
+        Return the last iterate, the average of all iterates, or of the last half.
     bias : {"none", "unregularized"}, default="none"
-        No intercept (as in the paper's experiments), or an unregularised ``b``
-        stepped with the batch subgradient (Sec. 4; slower, ``O(1/sqrt(T))``).
+        No intercept (the paper's experiments), or an unregularised ``b`` stepped with
+        the batch subgradient (Sec. 4; slower, ``O(1/sqrt(T))``).
     eval_every : int or None, default=None
-        Iterations between evaluations of the objective (``history_``, stopping
-        rules, callback); ``None`` means only at the end.  One evaluation costs O(n).
+        Iterations between evaluations of the objective (``history_``, stopping rules,
+        callback), O(n) each; None means only at the end.
     max_time : float or None, default=None
-        Time budget in seconds, checked after every iteration (also without
-        ``eval_every``).
-    target_objective : float or None, default=None
-        Stop once ``P(w) <= target_objective`` at an evaluation.
-    callback : callable or None, default=None
-        ``callback(iteration, objective, elapsed)`` at each evaluation; return
-        ``False`` to stop.
+        Time budget in seconds, checked after every iteration.
+    target_objective, callback, verbose
+        As in :class:`gpusvm.PegasosSVC`.
     cache_size : float, default=200
         MiB of training-kernel columns kept between iterations (as in SVC).
     backend : {"auto", "numpy"}, default="auto"
-        Kernel Pegasos runs on the NumPy backend only; ``"auto"`` selects it.
+        Kernel Pegasos runs on the NumPy backend only.
     random_state : int, RandomState, Generator or None, default=None
         Seed of the batch stream.
-    verbose : int, default=0
-        Progress bar with the live objective when > 0.
 
     Attributes
     ----------
-    support_ : ndarray of shape (n_SV,)
-        Indices of the support vectors (``alpha_j > 0`` in the output).
-    support_vectors_ : {ndarray, sparse matrix} of shape (n_SV, n_features)
-    dual_coef_ : ndarray of shape (1, n_SV)
-        ``y_j`` times the coefficient of ``phi(x_j)`` in ``w``, as in SVC:
-        ``decision_function(x) = sum_j dual_coef_j K(sv_j, x) + intercept_``.
-    intercept_ : ndarray of shape (1,)
-    n_support_ : ndarray of shape (2,)
-        Support vectors of ``classes_[0]`` and ``classes_[1]``.
+    support_, support_vectors_, dual_coef_, intercept_, n_support_
+        As in :class:`sklearn.svm.SVC` (the support vectors: ``alpha_j > 0``).
     alpha_ : ndarray of shape (n_samples,)
         The counts ``alpha_j`` of the last iterate (int without projection).
     gamma_ : float
         The numeric ``gamma`` used.
-    classes_ : ndarray of shape (2,)
-    n_iter_ : int
-    history_ : list of (int, float, float)
-        ``(iteration, objective, elapsed seconds)`` at every evaluation.
     objective_ : float
         ``P(w)`` of the output on the training data.
-    stop_reason_ : str
-    n_features_in_ : int
+    classes_, n_iter_, history_, stop_reason_, n_features_in_
+        As in :class:`gpusvm.PegasosSVC` (two classes).
 
     Notes
     -----
-    Step 4 adds the kernel columns of the margin violators into the scores of all ``n``
-    training rows (O(n) kernel values each, columns cached): memory is O(n + cache).  The
-    sigmoid kernel is not positive semidefinite (the projection is then approximate).
-    Averaging is exact in the kernel form; a seed gives the same run.
-
+    Step 4 adds the kernel columns of the margin violators (cached) into the scores of
+    the ``n`` training rows: memory O(n + cache).  The sigmoid kernel is not positive
+    semidefinite (the projection is then approximate).
 
     References
     ----------
@@ -135,10 +111,11 @@ class KernelPegasosSVC(ClassifierMixin, BaseEstimator):
     """
 
     _parameter_constraints: dict = {
+        **{k: _LinearSVCBase._parameter_constraints[k] for k in (
+            "max_iter", "sampling", "eval_every", "max_time", "callback", "backend",
+            "random_state", "verbose")},
         "lam": [Interval(Real, 0, None, closed="neither")],
         "batch_size": [Interval(Integral, 1, None, closed="left")],
-        "max_iter": [Interval(Integral, 1, MAX_ITER, closed="both"), None],
-        "sampling": [StrOptions(set(SAMPLING_MODES))],
         "kernel": [StrOptions(set(KERNELS)), callable],
         "gamma": [StrOptions({"scale", "auto"}), Interval(Real, 0, None, closed="neither")],
         "degree": [Interval(Integral, 0, None, closed="left")],
@@ -146,14 +123,8 @@ class KernelPegasosSVC(ClassifierMixin, BaseEstimator):
         "projection": ["boolean"],
         "averaging": [StrOptions(set(AVERAGING))],
         "bias": [StrOptions(set(KERNEL_BIAS_MODES))],
-        "eval_every": [Interval(Integral, 1, None, closed="left"), None],
-        "max_time": [Interval(Real, 0, None, closed="neither"), None],
         "target_objective": [Real, None],
-        "callback": [callable, None],
         "cache_size": [Interval(Real, 0, None, closed="left")],
-        "backend": [StrOptions(set(BACKENDS))],
-        "random_state": ["random_state", np.random.Generator],
-        "verbose": ["verbose"],
     }
 
     def __init__(self, *, lam=1e-4, batch_size=1, max_iter=None, sampling="without_replacement",
@@ -161,25 +132,7 @@ class KernelPegasosSVC(ClassifierMixin, BaseEstimator):
                  averaging="none", bias="none", eval_every=None, max_time=None,
                  target_objective=None, callback=None, cache_size=200, backend="auto",
                  random_state=None, verbose=0):
-        self.lam = lam
-        self.batch_size = batch_size
-        self.max_iter = max_iter
-        self.sampling = sampling
-        self.kernel = kernel
-        self.gamma = gamma
-        self.degree = degree
-        self.coef0 = coef0
-        self.projection = projection
-        self.averaging = averaging
-        self.bias = bias
-        self.eval_every = eval_every
-        self.max_time = max_time
-        self.target_objective = target_objective
-        self.callback = callback
-        self.cache_size = cache_size
-        self.backend = backend
-        self.random_state = random_state
-        self.verbose = verbose
+        _store_params(self, locals())
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -194,19 +147,6 @@ class KernelPegasosSVC(ClassifierMixin, BaseEstimator):
             from ..model_io import check_restored  # noqa: PLC0415
             check_restored(self)
 
-    # ------------------------------------------------------------ helpers
-    def _seed(self):
-        rs = self.random_state
-        if isinstance(rs, np.random.RandomState):
-            return int(rs.randint(0, 2**31 - 1))
-        if isinstance(rs, np.random.Generator):
-            return int(rs.integers(0, 2**31 - 1))
-        return rs
-
-    def _gram(self):
-        return make_kernel(self.kernel, gamma=self.gamma_, degree=self.degree, coef0=self.coef0)
-
-    # ------------------------------------------------------------ fit
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y):
         """Fit the kernel SVM by mini-batch Pegasos.
@@ -232,10 +172,7 @@ class KernelPegasosSVC(ClassifierMixin, BaseEstimator):
         self.classes_, y_pm = binary_labels(y, type(self).__name__)
         n = X.shape[0]
         k = self.batch_size
-        if k > n:
-            raise ValueError(
-                f"batch_size={k} exceeds the number of samples n={n}; "
-                f"choose 1 <= batch_size <= {n}")
+        check_batch_size(k, n)
         self.gamma_ = resolve_gamma(self.gamma, X)
         max_iter = self.max_iter if self.max_iter is not None else math.ceil(10 * n / k)
         progress, close = _progress_bar(self.verbose, max_iter)
@@ -243,7 +180,7 @@ class KernelPegasosSVC(ClassifierMixin, BaseEstimator):
             res = kernel_pegasos(X, y_pm, lam=float(self.lam), k=k, max_iter=max_iter,
                                  kernel=self.kernel, gamma=self.gamma_, degree=self.degree,
                                  coef0=float(self.coef0), sampling=self.sampling,
-                                 seed=self._seed(), projection=bool(self.projection),
+                                 seed=seed_of(self.random_state), projection=bool(self.projection),
                                  averaging=self.averaging, bias=self.bias,
                                  eval_every=self.eval_every, max_time=self.max_time,
                                  target_objective=self.target_objective, callback=self.callback,
@@ -285,7 +222,8 @@ class KernelPegasosSVC(ClassifierMixin, BaseEstimator):
         X = validate_data(self, X, accept_sparse="csr", reset=False, dtype=np.float64)
         if self.support_.size == 0:
             return np.full(X.shape[0], self.intercept_[0])
-        K = kernel_blocks(self._gram(), X, self.support_vectors_)
+        gram = make_kernel(self.kernel, gamma=self.gamma_, degree=self.degree, coef0=self.coef0)
+        K = kernel_blocks(gram, X, self.support_vectors_)
         if not np.all(np.isfinite(K)):
             raise ValueError(NONFINITE_KERNEL)
         return K @ self.dual_coef_[0] + self.intercept_[0]

@@ -16,7 +16,7 @@ from ..backends import make_backend, resolve_backend_name
 from ..backends.base import SCHEDULES
 from ..solvers.pegasos import AVERAGING, pegasos
 from ..solvers.policy import MIN_OPTIMAL_BIAS_BATCH, pegasos_settings
-from ._base import _LinearSVCBase, _progress_bar, warn_short_tail
+from ._base import _LinearSVCBase, _progress_bar, _store_params, warn_short_tail
 
 
 class PegasosSVC(_LinearSVCBase):
@@ -31,63 +31,31 @@ class PegasosSVC(_LinearSVCBase):
 
     Parameters
     ----------
-    lam : float or None, default=None
-        Regularisation parameter ``lambda > 0``; None means ``1e-4`` unless ``C`` is given.
-    C : float or None, default=None
-        LinearSVC's regularisation, instead of ``lam``: ``lam = 1/(C n)`` with the
-        ``n`` of each fit (of each pair for ``multi_class="ovo"``/``"ordinal"``), so a
-        cross-validation fold keeps LinearSVC's meaning.  Giving both is an error.
-    loss : {"hinge", "squared_hinge"}, default="hinge"
-        ``max(0, 1 - m)`` or ``max(0, 1 - m)^2`` (ALGORITHMS.md, "Weights, and the
-        squared hinge").
-    class_weight : dict, "balanced" or None, default=None
-        Weight of each class's rows, as in LinearSVC: ``{label: weight}`` or
-        ``"balanced"`` (``n / (n_classes * count)``); multiplies ``sample_weight``.
-    multi_class : {"ovr", "ovo", "ordinal"}, default="ovr"
-        More than two classes: one-vs-rest (one output per class, all rows), one-vs-one
-        (a problem per pair of classes, on its rows; scikit-learn's vote rule), or
-        ordinal (ordered labels, a problem per pair of neighbouring classes, Duros &
-        Katzman 2014; decision rule: :func:`gpusvm.estimators._base.ordinal_scores`).
+    lam, C, loss, class_weight, multi_class, max_time, callback, backend, random_state, device
+        As in :class:`~gpusvm.SDCASVC` (``callback`` gets ``P(w)``).
     batch_size : int or "auto", default="auto"
-        Mini-batch size ``k``, from 1 to ``n``; ``k = n`` without replacement is the
-        deterministic subgradient method.  ``"auto"``: on a CPU backend, ``n`` (the
-        full batch) for ``fit`` on at most 64 rows, else 1 (one core does the same work
-        per epoch for any ``k``, and the fewest epochs win); ``min(n, 4096)`` on a GPU
-        (``batch_size_`` tells which).  With full batches and ``C``, a row of integer
-        weight ``m`` and ``m`` repeated copies of it give the same iterates (the step
-        ``(1/(lam t k)) sum_i s_i y_i x_i = (C/t) sum_i s_i y_i x_i`` does not depend
-        on ``n``), hence the same fit up to rounding; ``partial_fit`` keeps 1.
+        Mini-batch size ``k`` from 1 to ``n`` (``n``: the deterministic subgradient
+        method).  ``"auto"``: on a CPU ``n`` for ``fit`` on at most 64 rows, else 1;
+        ``min(n, 4096)`` on a GPU (docs/estimators.md, "Defaults").
     max_iter : int or None, default=None
-        Number of iterations ``T``; ``None`` means up to 64 epochs with the doubling
-        average and its stopping rule (see ``averaging``), ten epochs otherwise; a
-        full batch (``k = n``, from ``"auto"`` on at most 64 rows) may run 4096
-        iterations (640 without the doubling average), the steps of 64 (10)
-        single-row epochs on 64 rows.
+        Number of iterations ``T``; None means up to 64 epochs with the doubling average,
+        else ten epochs (a full batch: 4096 iterations, 640 without the doubling average).
     sampling : {"without_replacement", "with_replacement", "epoch"}, default="epoch"
-        How each ``A_t`` is drawn: a uniform k-subset (Takáč et al. 2013), k i.i.d.
-        indices (Pegasos Sec. 2.3), or consecutive slices of a per-epoch permutation
-        (every example once per epoch: fewer epochs to a given accuracy).
+        Each ``A_t`` a uniform k-subset (Takáč et al. 2013), k i.i.d. indices (Pegasos
+        Sec. 2.3), or a slice of a per-epoch permutation (fewer epochs).
     projection : bool, default=True
         Project onto a ball that holds the optimum (Fig. 1, step 5): radius
-        ``1/sqrt(lam)``, or smaller where weights or imbalanced classes allow
-        (:func:`gpusvm.solvers.pegasos.projection_radius`).
+        ``1/sqrt(lam)`` or smaller (:func:`gpusvm.solvers.pegasos.projection_radius`).
     averaging : {"auto", "none", "all", "tail", "doubling"}, default="auto"
-        Return the last iterate, the average of all iterates, the average of the
-        last half (``t > T/2``, Takáč et al. Theorem 1), or that tail average for
-        ``T = 1, 2, 4, ...`` epochs in turn, stopping once the decreases of the objective
-        between doublings put the suboptimality left at most ``tol`` (``"doubling"``,
-        :func:`gpusvm.solvers.pegasos.doubling_estimate`).  ``"auto"``:
-        ``"doubling"`` when ``max_iter`` is None, else ``"tail"`` (``averaging_``).
-        A ``"tail"`` run stopped (``max_time``, ``target_objective``, ``callback``)
-        before ``T/2`` has no tail: it returns the last iterate, with a
-        ``ConvergenceWarning``.
+        The last iterate, the average of all iterates, of the last half (Takáč et al.
+        Theorem 1; a run stopped before ``T/2`` warns and returns the last iterate), or
+        that tail average for ``T = 1, 2, 4, ...`` epochs until the rule of ``tol`` holds
+        (:func:`gpusvm.solvers.pegasos.doubling_estimate`).  ``"auto"``: ``"doubling"``
+        when ``max_iter`` is None, else ``"tail"``.
     tol : float or None, default=1e-3
-        The doubling average's stopping rule: stop when the suboptimality left,
-        estimated from how the objective falls from one doubling of ``T`` to the
-        next (the error of the tail average shrinks by a steady factor), is at most
-        ``tol``.  An estimate, not a certificate: SDCASVC certifies its result.
-        With weights it is read on the objective per unit of weight,
-        ``P_s / mean(s)`` (:func:`gpusvm.solvers.pegasos.weight_scale`).
+        The doubling average's rule: stop when the suboptimality left, estimated from
+        how the objective falls between doublings, is at most ``tol`` (per unit of
+        weight, ``P_s / mean(s)``).  An estimate, not a certificate (SDCASVC's).
     schedule : {"pegasos", "norma", "constant"}, default="pegasos"
         ``eta_t = 1/(lam t)``; NORMA's ``p/(lam sqrt t)``; a constant ``eta0``.
     eta0 : float or None, default=None
@@ -95,66 +63,34 @@ class PegasosSVC(_LinearSVCBase):
     norma_p : float, default=0.7
         NORMA's ``p``.
     bias : {"none", "augmented", "unregularized", "optimal"}, default="augmented"
-        Pegasos Sec. 4: no intercept; a constant feature ``intercept_scaling``
-        appended to every row (the intercept is regularised); an unregularised
-        ``b`` stepped with the batch subgradient; or the optimal ``b`` of each batch
-        (which needs ``batch_size >= 8``: a smaller batch's optimal bias puts its
-        margins at 1 and ``w`` barely moves).
+        Pegasos Sec. 4: no intercept; a regularised one, the weight of a constant
+        feature ``intercept_scaling``; an unregularised ``b`` stepped with the batch
+        subgradient; or the optimal ``b`` of each batch (needs ``batch_size >= 8``).
     intercept_scaling : float, default=1.0
-        Value of the appended constant feature for ``bias="augmented"``.  ``fit`` returns
-        the point with that feature's weight the exact minimiser of the objective given
-        the other weights (:func:`gpusvm.solvers.pegasos.polished_augmented_bias`).
+        Value of the constant feature, whose weight ``fit`` returns minimising the
+        objective given the others (:func:`gpusvm.solvers.pegasos.polished_augmented_bias`).
     eval_every : int or None, default=None
-        Iterations between evaluations of the objective (``history_``, stopping
-        rules, callback); ``None`` means once per epoch. Evaluations are the only
-        host synchronisations of a GPU run.
-    max_time : float or None, default=None
-        Time budget in seconds (checked at evaluations).
+        Iterations between evaluations of the objective (``history_``, stopping rules,
+        callback), a GPU run's only host synchronisations; None means once per epoch.
     target_objective : float or None, default=None
         Stop once ``P(w) <= target_objective`` at an evaluation.
-    callback : callable or None, default=None
-        ``callback(iteration, objective, elapsed)`` at each evaluation; return
-        ``False`` to stop.
-    backend : {"auto", "numpy", "numba", "cupy", "emulated"}, default="auto"
-        Where to run: CuPy when a CUDA device exists, else the compiled CPU
-        backend (numba, installed with gpusvm), else NumPy/SciPy if numba cannot load.
     dtype : {"float32", "float64"}, default="float32"
         Precision of the data and of ``v``; scalars and reductions are float64.
-    random_state : int, RandomState, Generator or None, default=None
-        Seed of the batch stream; the same seed gives every backend the same batches.
     verbose : int, default=0
         Progress bar with the live objective when > 0.
-    device : int or None, default=None
-        CUDA device id of ``backend="cupy"`` (as ``cupy.cuda.Device(id)``; None: the
-        current device): every allocation and launch of the fit happens on that device,
-        on a stream of its own, so one process can fit on several GPUs at once.
-        ``backend="emulated"`` is device 0; a CPU backend refuses a device id.
 
     Attributes
     ----------
-    coef_ : ndarray of shape (1, n_features) or (n_outputs, n_features)
-        One row for two classes; one per class (``"ovr"``), per pair of classes
-        (``"ovo"``, in the order (0, 1), (0, 2), ..., (1, 2), ...) or per pair of
-        neighbouring classes (``"ordinal"``) otherwise.
-    intercept_ : ndarray of shape (1,) or (n_outputs,)
-    classes_ : ndarray of shape (n_classes,)
-    lam_ : float or ndarray of shape (n_problems,)
-        The ``lam`` each problem was fitted with (``C`` resolved).
-    n_iter_ : int
-        Iterations performed (the most of any output).
+    coef_, intercept_, classes_, lam_, n_iter_, batch_size_, n_features_in_
+        As in :class:`~gpusvm.SDCASVC`.
     t_ : int
         Iterations of the step-size schedule so far (``partial_fit`` continues from it).
     history_ : list of (int, float, float), or a list of such lists
-        ``(iteration, objective, elapsed seconds)`` at every evaluation; with more
-        than one output, one such list per output, each with that output's own
-        objective.
+        ``(iteration, objective, elapsed seconds)`` at every evaluation, per output.
     stop_reason_ : str
         Why the run ended (``"tol"``: the doubling average's stopping rule).
-    batch_size_ : int
-        The batch size used (``batch_size="auto"`` resolved).
     averaging_ : str
-        The averaging used (``averaging="auto"`` resolved).
-    n_features_in_ : int
+        ``averaging`` resolved.
 
     Notes
     -----
@@ -199,31 +135,7 @@ class PegasosSVC(_LinearSVCBase):
                  norma_p=0.7, bias="augmented", intercept_scaling=1.0, eval_every=None,
                  max_time=None, target_objective=None, callback=None, backend="auto",
                  dtype="float32", random_state=None, verbose=0, device=None):
-        self.lam = lam
-        self.C = C
-        self.loss = loss
-        self.class_weight = class_weight
-        self.multi_class = multi_class
-        self.tol = tol
-        self.batch_size = batch_size
-        self.max_iter = max_iter
-        self.sampling = sampling
-        self.projection = projection
-        self.averaging = averaging
-        self.schedule = schedule
-        self.eta0 = eta0
-        self.norma_p = norma_p
-        self.bias = bias
-        self.intercept_scaling = intercept_scaling
-        self.eval_every = eval_every
-        self.max_time = max_time
-        self.target_objective = target_objective
-        self.callback = callback
-        self.backend = backend
-        self.dtype = dtype
-        self.random_state = random_state
-        self.verbose = verbose
-        self.device = device
+        _store_params(self, locals())
 
     def _initial_point(self, coef_init, intercept_init, d_aug, lam, clip=False):
         if coef_init is None and intercept_init is None:
@@ -231,10 +143,7 @@ class PegasosSVC(_LinearSVCBase):
         w0 = np.zeros(d_aug, dtype=np.float64)
         b0 = 0.0
         if coef_init is not None:
-            c = np.asarray(coef_init, dtype=np.float64).ravel()
-            if c.size != self.n_features_in_:
-                raise ValueError(
-                    f"coef_init has {c.size} values but X has {self.n_features_in_} features")
+            c = np.asarray(coef_init, dtype=np.float64).ravel()     # its size checked by warm
             if not np.all(np.isfinite(c)):
                 raise ValueError("coef_init contains NaN or infinity")
             w0[:c.size] = c
@@ -278,9 +187,8 @@ class PegasosSVC(_LinearSVCBase):
         self._check_options()
         self._averaging = None
         self.t_ = 0
-        warm = None
-        if coef_init is not None or intercept_init is not None:
-            warm = self._warm_from(coef_init, intercept_init)
+        warm = None if coef_init is None and intercept_init is None else \
+            self._warm_from(coef_init, intercept_init)
         common, per = self._fit_outputs(X, y, sample_weight, warm=warm)
         self._store(common, per)
         return self
@@ -288,12 +196,10 @@ class PegasosSVC(_LinearSVCBase):
     def partial_fit(self, X, y, classes=None, sample_weight=None):
         """One more epoch of Pegasos over ``X``, continuing the step-size schedule.
 
-        As scikit-learn's SGDClassifier: the first call needs ``classes`` (all the
-        labels the stream will hold) and starts from ``w = 0``; every call runs
-        ``ceil(n / k)`` iterations from the current point, continuing the step sizes
-        ``1/(lam t)`` after the ``t_`` iterations of the earlier calls, and returns
-        the last iterate (``averaging="auto"`` means ``"none"`` here).  With ``C``,
-        ``lam = 1/(C n)`` takes the ``n`` of the first call.
+        As SGDClassifier's: the first call needs ``classes`` (all the labels of the
+        stream) and starts from ``w = 0``; each runs ``ceil(n / k)`` iterations after
+        the ``t_`` of the earlier calls and returns the last iterate (``averaging="auto"``
+        means ``"none"``).  With ``C``, ``lam = 1/(C n)`` takes the first call's ``n``.
 
         Parameters
         ----------
@@ -372,13 +278,12 @@ class PegasosSVC(_LinearSVCBase):
             for c in range(start, start + m):
                 coef = None
                 if coef_init is not None:
-                    arr = np.asarray(coef_init, dtype=np.float64)
-                    if arr.ndim == 2:
-                        if arr.shape[0] <= c:
-                            raise ValueError(f"coef_init has {arr.shape[0]} rows but the fit "
+                    coef = np.asarray(coef_init, dtype=np.float64)
+                    if coef.ndim == 2:
+                        if coef.shape[0] <= c:
+                            raise ValueError(f"coef_init has {coef.shape[0]} rows but the fit "
                                              f"has more outputs (at least {c + 1})")
-                        arr = arr[c]
-                    coef = arr
+                        coef = coef[c]
                     if coef.size != d:
                         raise ValueError(f"coef_init has {coef.size} values but X has {d} "
                                          "features")
@@ -400,9 +305,8 @@ class PegasosSVC(_LinearSVCBase):
         n = Xs.shape[0]
         backend = resolve_backend_name(self.backend)
         stream = self._averaging is not None                 # partial_fit
-        k, averaging, max_iter = pegasos_settings(
-            backend, n, self.batch_size, self.averaging, self.max_iter,
-            self.bias, stream)
+        k, averaging, max_iter = pegasos_settings(backend, n, self.batch_size, self.averaging,
+                                                  self.max_iter, self.bias, stream)
         w0, b0, t_start = None, 0.0, 0
         if isinstance(init, list):               # M outputs in one native call
             points = [self._initial_point(coef, b, Xs.shape[1], lam, clip=t > 0)
@@ -459,9 +363,8 @@ class PegasosSVC(_LinearSVCBase):
 
     def _store(self, common, per):
         self._per_output_attributes(per)
-        self.backend_ = common["backend"]
-        self.batch_size_ = common["batch_size"]
-        self.averaging_ = common["averaging"]
+        for key in ("backend", "batch_size", "averaging"):
+            setattr(self, f"{key}_", common[key])
         self.t_ = self.n_iter_
         if common["averaging"] == "doubling" and self.stop_reason_ == "max_iter" \
                 and self.tol is not None:
