@@ -1,37 +1,24 @@
-r"""Choosing ``C`` by cross-validation in one pass: :class:`SDCASVCCV`.
+r"""Choosing ``C`` by cross-validation in one pass: :class:`SDCASVCCV`, :class:`PegasosSVCCV`.
 
-A search over ``n_Cs`` values of ``C`` and ``K`` folds asks for ``n_Cs x K`` models
-(times the binary problems of a multiclass fit).  Here they are outputs of the same
-solver call on all the rows (ALGORITHMS.md, "Model selection in one pass"): output
-``j = (problem p, C_j, fold f)`` has the labels of problem ``p``, and the row weights
+The ``n_Cs x K`` models of a search (times the binary problems) are outputs of one solver
+call on all the rows: output ``j = (problem p, C_j, fold f)`` has the labels of ``p`` and
+the row weights
 
 .. math::
 
     s_{ij} = \text{sample\_weight}_i \cdot \text{class\_weight}_f[y_i]
              \cdot [i \in \text{train}_f] \cdot [i \in \text{rows}_p] \cdot C_j / C_\text{ref},
 
-with one shared ``lam_ref = 1/(C_ref n)``.  Output ``j`` then minimises
-``(C_j / C_ref) (n_j / n)`` times the objective of ``SDCASVC(C=C_j)`` fitted on
-fold ``f``'s training rows of problem ``p`` (``n_j`` of them), so it reaches the
-same model, and :func:`gpusvm.solvers.sdca.sdca` reports and tests its duality
-gap in that fit's own units (``output_scale``): every output stops on its own
-certificate and leaves the pass, which narrows as the grid converges.  A row with
-weight 0 for an output (its held-out fold) costs that output no step.
+with one shared ``lam_ref = 1/(C_ref n)``.  Output ``j`` then minimises ``(C_j / C_ref)
+(n_j / n)`` times the objective of ``SDCASVC(C=C_j)`` on the ``n_j`` training rows of
+``p`` in fold ``f``, so it reaches the same model; :func:`gpusvm.solvers.sdca.sdca`
+reports its duality gap in that fit's units (``output_scale``), so every output stops on
+its own certificate.  A held-out row (weight 0) costs its output no step.
 
-Warm starts along ``C`` (Chu, Ho, Tsai, Lin & Lin, KDD 2015, as LIBLINEAR's
-``train -C``): the values of ``C`` are solved in ascending groups (``levels``
-values per pass), each group starting from the dual point of the largest ``C`` of
-the group before (the same ``alpha`` in each fit's own units, clipped to the
-hinge's box), where the small values, which converge first, seed the large ones.
-
-Memory: a pass holds, per output, ``alpha``, the weights, the labels and two
-float64 margin rows (``~ (8 + 8 + 4 + 16) n`` bytes) and its weights (``~ 28 d``
-bytes: ``V``, ``W(alpha)`` and the best point); the outputs of a pass are chosen so
-that the pass stays within :data:`MEMORY_BUDGET` bytes (host or device alike),
-whole groups of ``C`` first, then fewer problems and folds per pass.
-
-Cores: the ``(problem, fold)`` lanes are independent problems, split across
-``n_jobs`` threads; the compiled loops release the GIL.
+The values of ``C`` are solved in ascending groups, each warm-started from the dual point
+of the largest ``C`` before (Chu et al., KDD 2015, as LIBLINEAR's ``train -C``), clipped
+to the hinge's box.  A pass holds ``~ 36 n + 28 d`` bytes per output, within
+:data:`MEMORY_BUDGET`; ``n_jobs`` threads share the ``(problem, fold)`` lanes.
 """
 
 from __future__ import annotations
@@ -57,33 +44,31 @@ from ..solvers.newton import DEFAULT_MAX_ITER as DEFAULT_NEWTON_ITER
 from ..solvers.newton import block_products, newton_block
 from ..solvers.policy import choose_cv_solver, choose_solver, sdca_settings
 from ..solvers.sdca import sdca
-from ._base import _mean_sq_norm, class_labels, output_problems, row_weights
+from ._base import _mean_sq_norm, _store_params, class_labels, output_problems, row_weights
 from .pegasos import PegasosSVC
 from .sdca import SDCASVC
 
-#: bytes one pass may hold for its outputs (alpha, weights, labels, margins, W): the
-#: outputs of a search are split into passes that fit it (see the module docstring)
+#: bytes one pass may hold for its outputs (alpha, weights, labels, margins, W)
 MEMORY_BUDGET = 1 << 30
-
 #: LIBLINEAR's largest C of ``train -C`` (the top of the grid when ``Cs`` is an int)
 LIBLINEAR_MAX_C = 1024.0
+#: values of C per pass on the CPU backends (measured: BENCHMARKS.md, "Choosing C")
+_LEVELS_CPU = 1
 
 
 def default_Cs(n_Cs: int, n: int, max_sq_norm: float, loss: str) -> np.ndarray:
-    """A log grid of ``n_Cs`` values whose ends come from the data, as LIBLINEAR's search.
+    """A log grid of ``n_Cs`` values of ``C`` for ``n`` rows, as LIBLINEAR's search.
 
-    The smallest ``C`` is LIBLINEAR's start (``calc_start_C``: ``2^floor(log2(1 /
-    (2 n max_i ||x_i||^2)))`` for the squared hinge, below which every model is
-    nearly ``w = 0``; ``1 / (n max ||x_i||^2)`` for the hinge), the largest is
-    LIBLINEAR's ``max_C`` (1024).
+    From LIBLINEAR's start (``calc_start_C``: ``2^floor(log2(1 / (2 n max_sq_norm)))``
+    for the squared hinge, below which every model is nearly ``w = 0``; without the 2
+    for the hinge) to its ``max_C`` (1024).
 
     Parameters
     ----------
-    n_Cs : int
-    n : int
-        Rows.
+    n_Cs, n : int
+        The size of the grid; the number of rows.
     max_sq_norm : float
-        ``max_i ||x_i||^2`` (bias feature included).
+        ``max_i ||x_i||^2``, bias feature included.
     loss : {"hinge", "squared_hinge"}
 
     Returns
@@ -161,10 +146,8 @@ class _OnePassSearch:
         if not self.refit:
             raise ValueError("to_estimator needs the model refitted at C_; fit with refit=True")
         est = self._BASE(**self._base_params(), C=self.C_)
-        skip = {"Cs_", "C_", "scores_", "duality_gaps_", "n_iter_cv_", "search_products_"}
-        for key, value in vars(self).items():
-            if key.endswith("_") and not key.startswith("_") and key not in skip:
-                setattr(est, key, value)
+        _copy_fitted(self, est, skip={"Cs_", "C_", "scores_", "duality_gaps_", "n_iter_cv_",
+                                      "search_products_"})
         return est
 
     # ------------------------------------------------------------------ fit
@@ -185,17 +168,15 @@ class _OnePassSearch:
         self._check_search()
         Cs = check_Cs(self.Cs) if not isinstance(self.Cs, Integral) else None
         Xc, y = self._prepare(X, y)
-        name = type(self).__name__
-        classes, y_idx = class_labels(y, name)
+        classes, y_idx = class_labels(y, type(self).__name__)
         K = classes.size
         n_problems = 1 if K == 2 else {"ovr": K, "ovo": K * (K - 1) // 2}.get(self.multi_class,
                                                                               K - 1)
         self.solver_ = self._choose_solver(*Xc.shape, n_problems)
         n, d_aug = Xc.shape
-        sw = None
-        if sample_weight is not None:
-            sw = _check_sample_weight(sample_weight, Xc, dtype=np.float64,
-                                      ensure_non_negative=True, allow_all_zero_weights=False)
+        sw = None if sample_weight is None else _check_sample_weight(
+            sample_weight, Xc, dtype=np.float64, ensure_non_negative=True,
+            allow_all_zero_weights=False)
         if Cs is None:
             Cs = default_Cs(int(self.Cs), n, self._max_sq + (self.bias == "augmented")
                             * self.intercept_scaling ** 2, self.loss)
@@ -205,31 +186,27 @@ class _OnePassSearch:
                     for rows, Y in output_problems(classes.size, y_idx, self.multi_class)]
         labels, masks = _problem_columns(problems, n)
         fold_weights, n_train = self._fold_weights(folds, sw, classes, y_idx, masks, n)
-
         n_P, n_F, n_C = labels.shape[1], len(folds), Cs.size
         C_ref = float(Cs[-1])
         lam_ref = 1.0 / (C_ref * n)
         result = _SearchResult(n_F, n_C, n_P, n, d_aug)
         lanes = [(p, f) for f in range(n_F) for p in range(n_P)]
-        run = self._run
         budget_per_output = (36 + Xc.dtype.itemsize) * n + 28 * d_aug
-        # a device runs one stream (a graph capture forbids other threads' allocations), where
-        # the width of the pass is the parallelism; on the CPU each thread takes its share of
-        # the lanes (SDCA's loops, Newton's compiled passes and BLAS products release the GIL:
-        # Newton on 2 cores, letter 3.10 -> 2.20 s, w8a 0.56 -> 0.48, a9a 0.48 -> 0.39)
+        # a device runs one stream (a graph capture forbids other threads' allocations); on
+        # the CPU threads share the lanes (Newton on 2 cores: letter 3.10 -> 2.20 s)
         on_device = resolve_backend_name(self.backend) not in ("numpy", "numba")
         workers = 1 if on_device else _effective_jobs(self.n_jobs, len(lanes))
         groups = [lanes[i::workers] for i in range(workers)]
-        ctx = dict(products=_SharedProducts(Xc), Xc=Xc, labels=labels, masks=masks, fold_weights=fold_weights, n_train=n_train, Cs=Cs,
-                   C_ref=C_ref, lam_ref=lam_ref, result=result,
+        ctx = dict(products=_SharedProducts(Xc), Xc=Xc, labels=labels, masks=masks,
+                   fold_weights=fold_weights, n_train=n_train, Cs=Cs, C_ref=C_ref,
+                   lam_ref=lam_ref, result=result,
                    budget=max(1, MEMORY_BUDGET // workers // budget_per_output))
         if workers == 1:
-            run(groups[0], ctx)
+            self._run(groups[0], ctx)
         else:
             with ThreadPoolExecutor(max_workers=workers) as pool:
-                for fut in [pool.submit(run, g, ctx) for g in groups]:
+                for fut in [pool.submit(self._run, g, ctx) for g in groups]:
                     fut.result()
-
         self.Cs_ = Cs
         self.classes_ = classes
         self.scores_ = self._score(Xc, y, folds, result, scorer, classes, problems)
@@ -284,13 +261,12 @@ class _OnePassSearch:
         for f, (tr, _) in enumerate(folds):
             s = np.zeros(n)
             s[tr] = 1.0 if sw is None else sw[tr]
-            if self.class_weight is not None:
-                cw = compute_class_weight(self.class_weight, classes=classes,
-                                          y=classes[y_idx[tr]],
-                                          sample_weight=None if sw is None else sw[tr]) \
-                    if np.unique(y_idx[tr]).size == classes.size else \
-                    _partial_class_weight(self.class_weight, classes, y_idx[tr],
-                                          None if sw is None else sw[tr])
+            if self.class_weight is not None:      # a class the fold lacks keeps weight 1
+                present = np.unique(y_idx[tr])
+                cw = np.ones(classes.size)
+                cw[present] = compute_class_weight(self.class_weight, classes=classes[present],
+                                                   y=classes[y_idx[tr]],
+                                                   sample_weight=None if sw is None else sw[tr])
                 s[tr] *= cw[y_idx[tr]]
             weights.append(s)
             train = np.zeros(n, dtype=bool)
@@ -355,82 +331,64 @@ class _OnePassSearch:
 class SDCASVCCV(_OnePassSearch, SDCASVC):
     r"""SDCASVC with ``C`` chosen by cross-validation, every (C, fold) model in one pass.
 
-    Scikit-learn's ``LogisticRegressionCV`` conventions: ``Cs`` values of ``C`` are
-    tried on the folds of ``cv`` and scored by ``scoring``; ``C_`` is the value with
-    the best mean score over the folds (the whole model's score, as GridSearchCV
-    chooses), and with ``refit=True`` the model is then fitted on all rows at
-    ``C_``, warm-started from the folds' dual points.  The models of the search are
-    outputs of one solver call (module docstring): each visited row is read once
-    for all of them, and each stops on its own duality gap.
+    ``LogisticRegressionCV``'s conventions: ``C_`` has the best mean score over the folds,
+    and the refit at ``C_`` starts from the folds' dual points.  The models of the search
+    are outputs of one solver call (module docstring), each stopped by its own gap.
 
     Parameters
     ----------
     Cs : int or array-like of float, default=10
-        The values of ``C`` (LinearSVC's meaning).  An int asks for a log grid of that
-        many values from LIBLINEAR's smallest useful ``C`` for the data to 1024
-        (:func:`default_Cs`).
+        The values of ``C`` (LinearSVC's meaning), or the size of a log grid from
+        LIBLINEAR's smallest useful ``C`` for the data to 1024 (:func:`default_Cs`).
     cv : int, cross-validation generator or iterable, default=None
-        As in scikit-learn: None is 5 folds, an int that many; stratified
-        (``StratifiedKFold``, no shuffling) for int and None.
+        As in scikit-learn: None is 5 folds, an int that many, stratified
+        (``StratifiedKFold``, no shuffling).
     scoring : str or callable, default=None
         A scikit-learn scorer name or callable; None is accuracy.
     refit : bool, default=True
         Fit the final model on all rows at ``C_``; with False, ``coef_`` and
-        ``intercept_`` are the mean over the folds of the models at ``C_``.
+        ``intercept_`` are the mean of the folds' models at ``C_``.
     n_jobs : int or None, default=None
-        Threads the (problem, fold) lanes are split across.  None uses every core
-        this process may run on (a search is many independent problems; SDCA's loops,
-        Newton's compiled passes and its BLAS products release the GIL); -1 is every
-        core.  On a GPU backend the search runs on one
-        thread (one stream), where the width of a pass is the parallelism.
+        Threads the (problem, fold) lanes are split across (None, -1: every core this
+        process may run on); a GPU backend runs one.
     solver : {"auto", "sdca", "newton"}, default="auto"
-        ``"sdca"``: the models are outputs of mini-batch SDCA passes (module
-        docstring).  ``"newton"`` (squared hinge): the primal Newton solver on the
-        folds of one ``C`` as one block (:func:`~gpusvm.solvers.newton.newton_block`),
-        ``C`` ascending, each block warm-started from the previous one.  ``"auto"``:
-        Newton for the squared hinge when the data have at most a quarter as many
-        features as rows (``n >> d``: a9a, w8a, letter, where the dual needs many epochs
-        at large ``C``), SDCA otherwise (sparse text); the refit, one model, takes the
-        solver :class:`~gpusvm.LinearSVC` would
-        (:func:`~gpusvm.solvers.policy.choose_solver`; when it is not the search's, with
-        that solver's default ``max_iter``).  ``solver_`` names the search's.
+        SDCA passes, or (squared hinge) primal Newton on the folds of one ``C`` as one
+        block (:func:`~gpusvm.solvers.newton.newton_block`), warm-started along ``C``.
+        ``"auto"``: Newton for the squared hinge when ``n >= 4 d``, else SDCA; the refit
+        takes :class:`~gpusvm.LinearSVC`'s solver (with its default ``max_iter`` when
+        it is not the search's).
     loss, class_weight, multi_class, batch_size, variant, theta, tol, sigma2, \
 max_iter, sampling, bias, intercept_scaling, eval_every, backend, dtype, random_state, \
 verbose, shrinking, device
-        As in :class:`~gpusvm.estimators.sdca.SDCASVC`, for every model of the search
-        and the refit.
+        As in :class:`~gpusvm.SDCASVC`, for every model of the search and the refit.
 
     Attributes
     ----------
     Cs_ : ndarray of shape (n_Cs,)
         The values of ``C`` tried, ascending.
     C_ : float
-        The chosen value.
+        The chosen value (the smallest ``C`` among ties).
     scores_ : ndarray of shape (n_folds, n_Cs)
         The score of every (fold, C) model on its fold's held-out rows.
     duality_gaps_ : ndarray of shape (n_folds, n_Cs, n_problems)
-        The certified duality gap of every model of the search, in the units of an
+        The certified gap of every model of the search, in the units of an
         ``SDCASVC(C=C)`` fit on the fold's training rows.
     coef_, intercept_, classes_, n_features_in_, feature_names_in_
         Of the final model.
     lam_, alpha_, duality_gap_, primal_objective_, dual_objective_, n_iter_, \
 stop_reason_, history_
         Of the refit (``refit=True``), as in SDCASVC.
-    solver_ : {"sdca", "newton"}
-        The solver of the search.
-    refit_solver_ : {"sdca", "newton"}
-        The solver of the refit (``refit=True``).
+    solver_, refit_solver_ : {"sdca", "newton"}
+        The solver of the search; of the refit (``refit=True``).
     n_iter_cv_ : ndarray of shape (n_folds, n_Cs, n_problems)
         Iterations of every model of the search (SDCA: of the pass it was in).
     search_products_ : tuple of (int, int)
-        ``solver="newton"``: the sparse-times-block products the search made and their
-        columns summed (what ``benchmarks/roofline.py`` models on a
-        GPU); ``(0, 0)`` for SDCA.
+        Newton's sparse-times-block products and their columns summed (what
+        ``benchmarks/roofline.py`` models); ``(0, 0)`` for SDCA.
 
     Notes
     -----
-    Each output's weights are its own: class weights (``"balanced"``) are
-    computed on each fold's training rows, as a GridSearchCV of SDCASVC would.
+    Class weights are computed on each fold's training rows, as in a GridSearchCV.
     """
 
     _BASE = SDCASVC
@@ -447,31 +405,7 @@ stop_reason_, history_
                  max_iter=None, sampling="epoch", bias="augmented", intercept_scaling=1.0,
                  eval_every=None, backend="auto", dtype="float32", random_state=None,
                  verbose=0, shrinking=True, device=None):
-        self.Cs = Cs
-        self.cv = cv
-        self.scoring = scoring
-        self.refit = refit
-        self.n_jobs = n_jobs
-        self.loss = loss
-        self.solver = solver
-        self.class_weight = class_weight
-        self.multi_class = multi_class
-        self.batch_size = batch_size
-        self.variant = variant
-        self.theta = theta
-        self.tol = tol
-        self.sigma2 = sigma2
-        self.max_iter = max_iter
-        self.sampling = sampling
-        self.bias = bias
-        self.intercept_scaling = intercept_scaling
-        self.eval_every = eval_every
-        self.backend = backend
-        self.dtype = dtype
-        self.random_state = random_state
-        self.verbose = verbose
-        self.shrinking = shrinking
-        self.device = device
+        _store_params(self, locals())
 
     def _base_params(self) -> dict:
         params = super()._base_params()
@@ -595,23 +529,19 @@ stop_reason_, history_
         est.fit(X, y, sample_weight=sample_weight)
         est.warm_start = False
         solver = self.solver_
-        for key, value in vars(est).items():
-            if key.endswith("_") and not key.startswith("_"):
-                setattr(self, key, value)
+        _copy_fitted(est, self)
         self.solver_, self.refit_solver_ = solver, est.solver
 
 
 class PegasosSVCCV(_OnePassSearch, PegasosSVC):
     r"""PegasosSVC with ``C`` chosen by cross-validation, every (C, fold) model in one pass.
 
-    The search of :class:`SDCASVCCV` with mini-batch Pegasos as the solver: every
-    ``(problem, C, fold)`` model is an output of the same Pegasos run (ALGORITHMS.md,
-    "Model selection in one pass": the shrink ``1 - eta_t lam_j = 1 - 1/t`` is
-    common to all outputs, the step and the projection radius are per output, a
-    held-out row has weight 0).  The run stops by Pegasos' doubling rule read on the
-    outputs' mean objective, each in its own fit's units.  Pegasos' first step
-    multiplies ``w`` by ``1 - eta_1 lam = 0``, so neither the values of ``C`` nor the
-    refit are warm-started.
+    The search of :class:`SDCASVCCV` with Pegasos as the solver: every ``(problem, C,
+    fold)`` model is an output of one Pegasos run (the shrink ``1 - eta_t lam_j = 1 - 1/t``
+    is common to all outputs, the step and the projection radius are per output, a
+    held-out row has weight 0), stopped by the doubling rule on the outputs' mean
+    objective, each in its own fit's units.  Pegasos' first step multiplies ``w`` by
+    ``1 - eta_1 lam = 0``: neither the values of ``C`` nor the refit are warm-started.
 
     Parameters
     ----------
@@ -620,8 +550,7 @@ class PegasosSVCCV(_OnePassSearch, PegasosSVC):
     loss, class_weight, multi_class, batch_size, max_iter, sampling, projection, \
 averaging, tol, schedule, eta0, norma_p, bias, intercept_scaling, eval_every, backend, \
 dtype, random_state, verbose, device
-        As in :class:`~gpusvm.estimators.pegasos.PegasosSVC`, for every model of the
-        search and the refit.
+        As in :class:`~gpusvm.PegasosSVC`, for every model of the search and the refit.
 
     Attributes
     ----------
@@ -645,31 +574,7 @@ stop_reason_, history_
                  schedule="pegasos", eta0=None, norma_p=0.7, bias="augmented",
                  intercept_scaling=1.0, eval_every=None, backend="auto", dtype="float32",
                  random_state=None, verbose=0, device=None):
-        self.Cs = Cs
-        self.cv = cv
-        self.scoring = scoring
-        self.refit = refit
-        self.n_jobs = n_jobs
-        self.loss = loss
-        self.class_weight = class_weight
-        self.multi_class = multi_class
-        self.batch_size = batch_size
-        self.max_iter = max_iter
-        self.sampling = sampling
-        self.projection = projection
-        self.averaging = averaging
-        self.tol = tol
-        self.schedule = schedule
-        self.eta0 = eta0
-        self.norma_p = norma_p
-        self.bias = bias
-        self.intercept_scaling = intercept_scaling
-        self.eval_every = eval_every
-        self.backend = backend
-        self.dtype = dtype
-        self.random_state = random_state
-        self.verbose = verbose
-        self.device = device
+        _store_params(self, locals())
 
     def _check_search(self) -> None:
         self._check_options()
@@ -697,15 +602,16 @@ stop_reason_, history_
         """Pegasos has no certificate: nothing to report per model."""
 
     def _refit(self, X, y, sample_weight, best, result, folds, classes, problems, n, Xc):
-        est = PegasosSVC(**self._base_params(), C=self.C_)
-        est.fit(X, y, sample_weight=sample_weight)
-        for key, value in vars(est).items():
-            if key.endswith("_") and not key.startswith("_"):
-                setattr(self, key, value)
+        est = PegasosSVC(**self._base_params(), C=self.C_).fit(X, y, sample_weight=sample_weight)
+        _copy_fitted(est, self)
 
 
-#: values of C per pass on the CPU backends (measured: BENCHMARKS.md, "Choosing C")
-_LEVELS_CPU = 1
+
+def _copy_fitted(source, target, skip=()):
+    """Copy the fitted attributes (``name_``) of ``source`` to ``target``."""
+    for key, value in vars(source).items():
+        if key.endswith("_") and not key.startswith("_") and key not in skip:
+            setattr(target, key, value)
 
 
 def _effective_jobs(n_jobs, lanes: int) -> int:
@@ -728,27 +634,13 @@ def _problem_columns(problems, n):
     cols, masks = [], []
     for rows, Y in problems:
         Y = Y.reshape(Y.shape[0], -1)
+        at = slice(None) if rows is None else rows
         for c in range(Y.shape[1]):
-            col = np.full(n, -1.0)
-            mask = np.zeros(n, dtype=bool)
-            if rows is None:
-                col[:] = Y[:, c]
-                mask[:] = True
-            else:
-                col[rows] = Y[:, c]
-                mask[rows] = True
-            cols.append(col)
-            masks.append(mask)
+            cols.append(np.full(n, -1.0))
+            cols[-1][at] = Y[:, c]
+            masks.append(np.zeros(n, dtype=bool))
+            masks[-1][at] = True
     return np.column_stack(cols), np.column_stack(masks)
-
-
-def _partial_class_weight(class_weight, classes, y_idx, sw):
-    """Class weights when a training fold lacks some classes (their weight is unused)."""
-    present = np.unique(y_idx)
-    cw = np.ones(classes.size)
-    cw[present] = compute_class_weight(class_weight, classes=classes[present],
-                                       y=classes[y_idx], sample_weight=sw)
-    return cw
 
 
 class _SharedProducts:

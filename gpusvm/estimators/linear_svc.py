@@ -1,9 +1,8 @@
 """LinearSVC: scikit-learn's ``LinearSVC`` interface on gpusvm's solvers, chosen by the data.
 
-The estimator validates LinearSVC's parameters, picks the solver (dual SDCA or primal
-Newton, :func:`~gpusvm.solvers.policy.choose_solver`), runs :class:`~gpusvm.estimators.sdca.SDCASVC` with
-LinearSVC's ``C``, intercept and stopping settings translated, and reports the result in
-LinearSVC's attributes.  No mathematics here.
+It validates LinearSVC's parameters, picks the solver (:func:`~gpusvm.solvers.policy.choose_solver`),
+runs :class:`~gpusvm.estimators.sdca.SDCASVC` with LinearSVC's settings translated, and reports
+the result in LinearSVC's attributes.  No mathematics here.
 """
 
 from __future__ import annotations
@@ -17,105 +16,86 @@ import numpy as np
 from sklearn.base import _fit_context
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils._param_validation import Interval, StrOptions
-from sklearn.utils.validation import check_is_fitted, validate_data
+from sklearn.utils.validation import validate_data
 
 from .. import _arrays
 from ..backends import BACKENDS, resolve_backend_name
 from .._arrays import check_sparse_structure
 from ..solvers.policy import batch_size, choose_cv_solver, choose_solver, sdca_hands_over
-from ._base import _LinearSVCBase, _mean_sq_norm
-from .cv import SDCASVCCV
+from ._base import _LinearSVCBase, _mean_sq_norm, _store_params
+from .cv import SDCASVCCV, _OnePassSearch
 from .sdca import SDCASVC
 
-#: with ``dual="auto"``, SDCA (squared hinge) that has not converged after this many epochs
-#: hands over to Newton, started from its point (news20, 20 classes, ``C = 100``: SDCA
-#: alone stops at 1,000 epochs after 17 s; the text sets SDCA finishes need at most 160);
-#: earlier when its gap's rate says it is that slow (:func:`~gpusvm.solvers.policy.sdca_hands_over`)
+#: with ``dual="auto"``, SDCA (squared hinge) not converged after this many epochs hands over
+#: to Newton from its point (news20, ``C = 100``: SDCA alone takes 1,000 epochs, 17 s; the
+#: text sets SDCA finishes need at most 160); earlier when its gap's rate says it is that
+#: slow (:func:`~gpusvm.solvers.policy.sdca_hands_over`)
 SWITCH_EPOCHS = 200
 
 
 class LinearSVC(_LinearSVCBase):
     r"""Linear Support Vector Classification: scikit-learn's ``LinearSVC`` on gpusvm's solvers.
 
-    The same parameters, defaults and attributes as :class:`sklearn.svm.LinearSVC`,
-    and the same problem: for two classes (one-vs-rest for more, one problem per
-    class)
+    The parameters, defaults, attributes and problem of :class:`sklearn.svm.LinearSVC`:
+    for two classes (one-vs-rest for more)
 
     .. math::
 
         \min_w\ \frac12\|w\|^2 + C\sum_i s_i \max(0, 1 - y_i\langle w, x_i\rangle)^2
 
-    (``loss="squared_hinge"``; the hinge without the square for ``loss="hinge"``),
-    with the intercept, when ``fit_intercept=True``, the weight of a constant feature
-    ``intercept_scaling`` appended to every row and regularised with ``w``, as
-    liblinear does.  The solver is chosen by the data (:func:`~gpusvm.solvers.policy.choose_solver`): dual
-    coordinate ascent (:class:`~gpusvm.estimators.sdca.SDCASVC`, mini-batch SDCA) for
-    wide data and small ``C``, primal truncated Newton
-    (``SDCASVC(solver="newton")``) for ``n_samples >= n_features`` and larger ``C``;
-    ``solver_`` says which ran.  Both stop on a duality gap, a certificate of the
-    distance to the optimum.
+    (``loss="squared_hinge"``; without the square for ``"hinge"``), the intercept the
+    weight of a regularised constant feature ``intercept_scaling``, as in liblinear.
+    The solver is chosen by the data (:func:`~gpusvm.solvers.policy.choose_solver`, the
+    faster one on every set and ``C`` of BENCHMARKS.md): mini-batch SDCA
+    (:class:`~gpusvm.SDCASVC`) for wide data and small ``C``, primal truncated Newton for
+    ``n_samples >= n_features`` and larger ``C``.  Both stop on a duality gap, a
+    certificate of the distance to the optimum.
 
     Parameters
     ----------
     penalty : {"l2"}, default="l2"
-        Only the L2 penalty; ``"l1"`` raises an error that names the alternatives
-        (``sklearn.svm.LinearSVC(penalty="l1", dual=False)``).
+        Only the L2 penalty; ``"l1"`` raises an error that names the alternatives.
     loss : {"squared_hinge", "hinge"}, default="squared_hinge"
-        The squared hinge (LinearSVC's default) or the hinge (dual solver only).
+        The squared hinge or the hinge (dual solver only).
     dual : "auto" or bool, default="auto"
-        ``True``: the dual solver (SDCA); ``False``: the primal Newton solver
-        (squared hinge only, as in LinearSVC); ``"auto"``: chosen from the data
-        (:func:`~gpusvm.solvers.policy.choose_solver`).
+        The dual solver (SDCA), the primal Newton solver (squared hinge), or the data's.
     tol : float, default=1e-4
-        Stop when the duality gap of the problem divided by ``C n`` (the objective
-        at ``w = 0`` without weights) is ``<= tol``: a certified bound on the
-        suboptimality, relative to where the solvers start.
+        Stop when the duality gap divided by ``C n`` (the objective at ``w = 0``
+        without weights) is ``<= tol``: a certified relative suboptimality.
     C : float, default=1.0
-        Regularisation parameter, as LinearSVC's (strictly positive).
+        Regularisation parameter (strictly positive).
     multi_class : {"ovr"}, default="ovr"
-        One-vs-rest; ``"crammer_singer"`` raises an error that names the
-        alternative.
+        One-vs-rest; ``"crammer_singer"`` raises an error that names the alternative.
     fit_intercept : bool, default=True
         Fit an intercept (a regularised constant feature, as liblinear).
     intercept_scaling : float, default=1
-        The value of that constant feature; a larger value regularises the
-        intercept less.
+        The value of that feature; a larger value regularises the intercept less.
     class_weight : dict or "balanced", default=None
-        ``{label: weight}`` or ``"balanced"`` (``n / (n_classes * count)``), as
-        LinearSVC.  With more than two classes every row keeps its weight in every
-        one-vs-rest output (liblinear weights only the positive class of each).
+        ``{label: weight}`` or ``"balanced"`` (``n / (n_classes * count)``).  With more
+        than two classes a row keeps its weight in every output (liblinear weights only
+        the positive class of each).
     verbose : int, default=0
         A progress bar with the live duality gap when > 0.
     random_state : int, RandomState instance or None, default=None
         Seed of the order in which the dual solver visits the rows.
     max_iter : int, default=1000
         The most epochs of the dual solver, or Newton iterations of the primal one
-        (each output of one-vs-rest has its own), as LinearSVC's.
-    backend : {"auto", "numpy", "numba", "cupy", "emulated"}, default="auto"
-        Where to run (gpusvm's backends): a CUDA device when one is found, else the
-        compiled CPU loops.
-    device : int or None, default=None
-        CUDA device id of ``backend="cupy"``.
+        (per output of one-vs-rest).
+    backend, device
+        As in :class:`~gpusvm.SDCASVC`.
 
     Attributes
     ----------
-    coef_ : ndarray of shape (1, n_features) or (n_classes, n_features)
-    intercept_ : ndarray of shape (1,) or (n_classes,)
-    classes_ : ndarray of shape (n_classes,)
+    coef_, intercept_, classes_, n_features_in_, feature_names_in_
+        As in :class:`sklearn.svm.LinearSVC`.
     n_iter_ : int
-        Epochs of the dual solver, or Newton iterations of the primal one (the most
-        of any output); for ``solver_ == "sdca+newton"``, the epochs of SDCA plus the
-        Newton iterations.
-    n_features_in_ : int
-    feature_names_in_ : ndarray of shape (n_features_in_,)
-        Defined when ``X`` has feature names that are all strings.
+        Epochs of the dual solver or Newton iterations (the most of any output); for
+        ``"sdca+newton"``, the epochs of SDCA plus the Newton iterations.
     solver_ : {"sdca", "newton", "sdca+newton"}
         The solver that ran; ``"sdca+newton"``: with ``dual="auto"``, SDCA had not
-        converged after :data:`SWITCH_EPOCHS` (200) epochs and Newton finished from
-        its point.
+        converged after :data:`SWITCH_EPOCHS` epochs and Newton finished from its point.
     duality_gap_ : float or ndarray of shape (n_classes,)
-        The certificate: the duality gap divided by ``C n`` (see ``tol``), one per
-        output for more than two classes.
+        The certificate: the duality gap divided by ``C n`` (see ``tol``), per output.
     backend_ : str
         The backend that ran.
 
@@ -124,13 +104,6 @@ class LinearSVC(_LinearSVCBase):
     sklearn.svm.LinearSVC : the liblinear estimator this one mirrors.
     gpusvm.SDCASVC : the solvers, with all their settings.
     gpusvm.patch_sklearn : make ``sklearn.svm.LinearSVC`` this class in unmodified code.
-
-    Notes
-    -----
-    Measured on the shared data sets (two CPU cores, compilation excluded), the
-    rule of :func:`~gpusvm.solvers.policy.choose_solver` picks the faster of the two solvers on every set
-    and ``C`` of BENCHMARKS.md ("gpusvm.LinearSVC"), whose table compares every fit
-    with ``sklearn.svm.LinearSVC()``.
 
     Examples
     --------
@@ -164,20 +137,7 @@ class LinearSVC(_LinearSVCBase):
     def __init__(self, penalty="l2", loss="squared_hinge", *, dual="auto", tol=1e-4, C=1.0,
                  multi_class="ovr", fit_intercept=True, intercept_scaling=1, class_weight=None,
                  verbose=0, random_state=None, max_iter=1000, backend="auto", device=None):
-        self.penalty = penalty
-        self.loss = loss
-        self.dual = dual
-        self.tol = tol
-        self.C = C
-        self.multi_class = multi_class
-        self.fit_intercept = fit_intercept
-        self.intercept_scaling = intercept_scaling
-        self.class_weight = class_weight
-        self.verbose = verbose
-        self.random_state = random_state
-        self.max_iter = max_iter
-        self.backend = backend
-        self.device = device
+        _store_params(self, locals())
 
     def unsupported(self):
         """Why gpusvm cannot fit these parameters, in one line, or None when it can.
@@ -232,7 +192,7 @@ class LinearSVC(_LinearSVCBase):
         sdca_epochs = None
         if switch and (inner.stop_reason_ == "handover" or (
                 inner.stop_reason_ == "max_iter" and max_iter > inner.max_iter)):
-            sdca_epochs = math.ceil(inner.n_iter_ * inner.batch_size_ / max(inner._n_rows, 1))
+            sdca_epochs = _epochs(inner.n_iter_, inner.batch_size_, inner._n_rows)
             inner.set_params(solver="newton", warm_start=True, max_iter=max(self.max_iter, 1))
             caught = self._fit_quietly(inner, X, y, sample_weight)
         for w in caught:
@@ -272,6 +232,10 @@ class LinearSVC(_LinearSVCBase):
     def _max_epochs(self):
         return max(int(self.max_iter), 1)
 
+    def _iterations(self, n, backend):
+        """``max_iter`` epochs in SDCA iterations on ``n`` rows (batches of the default size)."""
+        return self._max_epochs() * max(math.ceil(n / batch_size(backend, max(n, 1), "auto")), 1)
+
     def _inner(self, X, y):
         """The SDCASVC that fits this problem (solver chosen, settings translated)."""
         n, d = X.shape
@@ -284,10 +248,7 @@ class LinearSVC(_LinearSVCBase):
         else:
             solver = choose_solver(n, d, float(self.C), 0.0, 2, self.loss, self.dual)
         backend = resolve_backend_name(self.backend)
-        max_iter = max(int(self.max_iter), 1)
-        if solver == "sdca":
-            batch = batch_size(backend, max(n, 1), "auto")
-            max_iter = max_iter * max(math.ceil(n / batch), 1)
+        max_iter = self._iterations(n, backend) if solver == "sdca" else self._max_epochs()
         return SDCASVC(
             C=float(self.C), loss=self.loss, solver=solver, class_weight=self.class_weight,
             multi_class="ovr", tol=float(self.tol), max_iter=max_iter,
@@ -300,11 +261,8 @@ class LinearSVC(_LinearSVCBase):
                  "stop_reason_") + (("n_features_in_",) if device else ())
         for name in names:
             setattr(self, name, getattr(inner, name))
-        if inner.solver_ == "sdca":
-            n = inner._n_rows
-            self.n_iter_ = int(math.ceil(inner.n_iter_ * inner.batch_size_ / max(n, 1)))
-        else:
-            self.n_iter_ = int(inner.n_iter_)
+        self.n_iter_ = int(_epochs(inner.n_iter_, inner.batch_size_, inner._n_rows)
+                           if inner.solver_ == "sdca" else inner.n_iter_)
         self._inner_estimator = inner
 
     def _convergence_message(self, inner):
@@ -319,80 +277,35 @@ class LinearSVC(_LinearSVCBase):
         return (f"gpusvm.LinearSVC did not converge: {self.n_iter_} {what} ended with relative "
                 f"duality gap {gap:.3g} > tol={self.tol}; {fix}")
 
-    def __sklearn_tags__(self):
-        tags = super().__sklearn_tags__()
-        tags.input_tags.sparse = True
-        tags.classifier_tags.multi_class = True
-        return tags
-
-    def decision_function(self, X):
-        """Confidence scores: ``<w, x> + b``; one column per class for more than two classes.
-
-        Parameters
-        ----------
-        X : {array-like, sparse matrix} of shape (n_samples, n_features)
-
-        Returns
-        -------
-        ndarray of shape (n_samples,) or (n_samples, n_classes)
-        """
-        check_is_fitted(self)
-        return super().decision_function(X)
-
 
 class LinearSVCCV(LinearSVC):
     r"""LinearSVC with ``C`` chosen by cross-validation, every (C, fold) model in one pass.
 
-    :class:`LinearSVC`'s parameters, problem and attributes, with ``C`` replaced by the
-    search of scikit-learn's ``LogisticRegressionCV`` (``Cs``, ``cv``, ``scoring``,
-    ``refit``, ``n_jobs``): the one-pass search of :class:`~gpusvm.SDCASVCCV`, whose
-    models are outputs of one solver call (Newton blocks on data with ``n >= 4 d``, SDCA
-    passes on text; :func:`~gpusvm.solvers.policy.choose_cv_solver`), each certified by
-    its duality gap, and the refit at ``C_`` by the solver :class:`LinearSVC` would
-    choose.  scikit-learn has no ``LinearSVCCV``: the equivalent there is
-    ``GridSearchCV(LinearSVC(), {"C": Cs}, cv=cv)`` (BENCHMARKS.md, "Choosing C": 8 to 17
-    times slower on the shared data).
+    :class:`LinearSVC` with ``C`` replaced by ``LogisticRegressionCV``'s search: the
+    one-pass search of :class:`~gpusvm.SDCASVCCV` (Newton blocks when ``n >= 4 d``, SDCA
+    passes on text; :func:`~gpusvm.solvers.policy.choose_cv_solver`), each model certified
+    by its duality gap, then the refit at ``C_`` by the solver :class:`LinearSVC` would
+    choose.  scikit-learn's equivalent, ``GridSearchCV(LinearSVC(), {"C": Cs}, cv=cv)``,
+    is 8 to 17 times slower on the shared data (BENCHMARKS.md, "Choosing C").
 
     Parameters
     ----------
-    Cs : int or array-like of float, default=10
-        The values of ``C``; an int asks for a log grid of that many values from
-        LIBLINEAR's smallest useful ``C`` for the data to 1024.
-    cv : int, cross-validation generator or iterable, default=None
-        As in scikit-learn: None is 5 stratified folds.
-    scoring : str, callable or None, default=None
-        A scikit-learn scorer; None is accuracy.
-    refit : bool, default=True
-        Fit the final model on all rows at ``C_``; with False, ``coef_`` and
-        ``intercept_`` are the mean of the folds' models at ``C_``.
-    n_jobs : int or None, default=None
-        Threads of the search (None: every core).
+    Cs, cv, scoring, refit, n_jobs
+        As in :class:`~gpusvm.SDCASVCCV`.
     penalty, loss, dual, tol, multi_class, fit_intercept, intercept_scaling, \
 class_weight, verbose, random_state, max_iter, backend, device
-        As in :class:`LinearSVC`, for every model of the search and the refit
-        (``max_iter`` in epochs of the dual solver or Newton iterations; a refit by
-        another solver than the search's runs on that solver's default).
+        As in :class:`LinearSVC`, for every model of the search and the refit (a refit by
+        another solver than the search's runs with that solver's default ``max_iter``).
 
     Attributes
     ----------
-    C_ : float
-        The chosen value: the best mean score over the folds (the smallest ``C``
-        among ties).
-    Cs_ : ndarray of shape (n_Cs,)
-        The values tried, ascending.
-    scores_ : ndarray of shape (n_folds, n_Cs)
-        The score of every (fold, C) model on its fold's held-out rows.
+    C_, Cs_, scores_, solver_, refit_solver_
+        As in :class:`~gpusvm.SDCASVCCV`.
     duality_gaps_ : ndarray of shape (n_folds, n_Cs, n_problems)
         The certificate of every model of the search (relative, as ``duality_gap_``).
     coef_, intercept_, classes_, n_features_in_, feature_names_in_, duality_gap_, \
-backend_
-        Of the final model, as in :class:`LinearSVC`.
-    n_iter_ : int
-        Of the refit, as in :class:`LinearSVC` (``refit=True``).
-    solver_ : {"sdca", "newton"}
-        The solver of the search.
-    refit_solver_ : {"sdca", "newton"}
-        The solver of the refit (``refit=True``).
+backend_, n_iter_
+        Of the final model (``n_iter_``: of the refit), as in :class:`LinearSVC`.
 
     See Also
     --------
@@ -411,35 +324,14 @@ backend_
 
     _parameter_constraints: dict = {
         **{k: v for k, v in LinearSVC._parameter_constraints.items() if k != "C"},
-        "Cs": [Interval(Integral, 1, None, closed="left"), "array-like"],
-        "cv": ["cv_object"],
-        "scoring": [str, callable, None],
-        "refit": ["boolean"],
-        "n_jobs": [Integral, None],
+        **_OnePassSearch._SEARCH_CONSTRAINTS,
     }
 
     def __init__(self, *, Cs=10, cv=None, scoring=None, refit=True, n_jobs=None, penalty="l2",
                  loss="squared_hinge", dual="auto", tol=1e-4, multi_class="ovr",
                  fit_intercept=True, intercept_scaling=1, class_weight=None, verbose=0,
                  random_state=None, max_iter=1000, backend="auto", device=None):
-        self.Cs = Cs
-        self.cv = cv
-        self.scoring = scoring
-        self.refit = refit
-        self.n_jobs = n_jobs
-        self.penalty = penalty
-        self.loss = loss
-        self.dual = dual
-        self.tol = tol
-        self.multi_class = multi_class
-        self.fit_intercept = fit_intercept
-        self.intercept_scaling = intercept_scaling
-        self.class_weight = class_weight
-        self.verbose = verbose
-        self.random_state = random_state
-        self.max_iter = max_iter
-        self.backend = backend
-        self.device = device
+        _store_params(self, locals())
 
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y, sample_weight=None):
@@ -462,10 +354,8 @@ backend_
         # solver for both.  The search's solver is resolved here to count max_iter in its units
         solver = {True: "sdca", False: "newton"}.get(self.dual, "auto")
         resolved = choose_cv_solver(self.loss, n, d + bool(self.fit_intercept), 1, solver)
-        max_iter = max(int(self.max_iter), 1)
-        if resolved == "sdca":                      # epochs -> iterations
-            batch = batch_size(resolve_backend_name(self.backend), max(n, 1), "auto")
-            max_iter *= max(math.ceil(n / batch), 1)
+        max_iter = self._max_epochs() if resolved != "sdca" else \
+            self._iterations(n, resolve_backend_name(self.backend))
         search = SDCASVCCV(
             Cs=self.Cs, cv=self.cv, scoring=self.scoring, refit=self.refit, n_jobs=self.n_jobs,
             loss=self.loss, solver=solver, class_weight=self.class_weight, multi_class="ovr",
@@ -478,14 +368,17 @@ backend_
                  "solver_"] + (["n_features_in_"] if device else [])
         if self.refit:
             names += ["duality_gap_", "backend_", "refit_solver_", "stop_reason_"]
-            n_iter = search.n_iter_
-            if search.refit_solver_ == "sdca":
-                n_iter = math.ceil(n_iter * search.batch_size_ / max(n, 1))
-            self.n_iter_ = int(n_iter)
+            self.n_iter_ = int(_epochs(search.n_iter_, search.batch_size_, n)
+                               if search.refit_solver_ == "sdca" else search.n_iter_)
         for name in names:
             setattr(self, name, getattr(search, name))
         self._search = search
         return self
+
+
+def _epochs(n_iter, batch, n):
+    """SDCA iterations of ``batch`` rows as epochs over ``n`` rows, rounded up."""
+    return math.ceil(n_iter * batch / max(n, 1))
 
 
 __all__ = ["LinearSVC", "LinearSVCCV"]
