@@ -18,11 +18,8 @@ class SolverResult:
 
     Attributes
     ----------
-    w : ndarray of float64, shape (d,) or (d, M)
-        The output weight vector (last iterate or average); one column per
-        output for 2-D labels.
-    b : float or ndarray of shape (M,)
-        The output bias (one per output for 2-D labels).
+    w, b : ndarray of float64 of shape (d,) and float, or (d, M) and (M,)
+        The output point (last iterate or average), one column per output for 2-D labels.
     n_iter : int
         Iterations performed.
     history : list of tuple
@@ -47,31 +44,25 @@ def default_eval_every(n: int, k: int, max_iter: int) -> int:
 
 
 def segment_length(t: int, limit: int, eval_every: int, eval_at: Callable | None = None) -> int:
-    """Iterations ``t + 1 .. t + s`` that one segment runs: up to the next evaluation.
-
-    Parameters
-    ----------
-    t : int
-        Iterations done so far.
-    limit : int
-        At most this many (the rest of ``max_iter``).
-    eval_every : int
-        Evaluate when ``t % eval_every == 0`` ...
-    eval_at : callable, optional
-        ... or, when given, when ``eval_at(t)`` is True.  ``eval_at`` must be a pure
-        predicate of ``t``: it is asked about iterations ahead of the run.
-
-    Returns
-    -------
-    int
-        ``s >= 1``: the smallest with an evaluation after iteration ``t + s``, or ``limit``.
-    """
+    """Iterations ``t + 1 .. t + s`` of the next segment, ``s >= 1``: up to the next evaluation
+    (at ``t % eval_every == 0``, or where ``eval_at(t)``, a pure predicate of ``t`` asked
+    about iterations ahead), at most ``limit``."""
     if eval_at is None:
         return int(min(limit, eval_every - t % eval_every))
     for s in range(1, limit + 1):
         if eval_at(t + s):
             return s
     return limit
+
+
+def check_output_scale(output_scale, n_outputs: int):
+    """``output_scale`` as float64 (M,), positive and finite, or None."""
+    if output_scale is None:
+        return None
+    scale = np.asarray(output_scale, dtype=np.float64)
+    if scale.shape != (n_outputs,) or not np.all(np.isfinite(scale) & (scale > 0)):
+        raise ValueError("output_scale must be positive and finite, one value per output")
+    return scale
 
 
 def run_output(backend, W, b):

@@ -1,43 +1,21 @@
 """Mini-batches from a counter: the rows of ``A_t`` as a pure function of ``(seed, t, j)``.
 
-Every backend computes the batches where it uses them, with the same unsigned
-integer arithmetic (wrapping ``uint64`` and ``uint32``), so a seed gives every
-backend bit-identical batches with no per-iteration host work and no batch
-uploads (../shared/ALGORITHMS.md, "Mini-batches from a counter"):
+Every backend computes the batches where it uses them with the same wrapping ``uint64`` /
+``uint32`` arithmetic, so a seed gives every backend bit-identical batches with no host work
+per iteration (ALGORITHMS.md, "Mini-batches from a counter").  This module is the NumPy
+reference (vectorised over ``j``); :mod:`gpusvm.backends._counter_nb` has it compiled and
+``kernels/sampler.cuh`` as CUDA device functions (``gpusvm_sample``).
 
-* this module is the NumPy reference (vectorised over ``j``);
-* :mod:`gpusvm.backends.numba_` has the same functions compiled (``_nb_batch``);
-* ``kernels/sampler.cuh`` has them as CUDA device functions (``gpusvm_sample``).
-
-The arithmetic, with ``M64`` the splitmix64 finaliser and ``F32`` the murmur3
-finaliser:
-
-``key(seed, c) = M64(seed ^ M64(c))``
-    the key of a batch (``c = t``, the 0-based iteration) or of an epoch (``c = e``).
-``rk_r = low32(M64(key + (r + 1) G))``, ``r = 0 .. 5``
-    the round keys of a 6-round Feistel network (``G = 0x9E3779B97F4A7C15``).
-``pi_key(q)``
-    a keyed bijection of ``{0 .. n-1}``: ``x = q``; repeat ``x = feistel(x)`` while
-    ``x >= n`` ("cycle walking"). ``feistel`` permutes ``{0 .. 2^h - 1}``, ``h`` the
-    smallest even number ``>= 2`` with ``2^h >= n``, by ROUNDS = 6 rounds
-    ``(L, R) <- (R, L ^ (F32(R ^ rk_r) & mask))`` on halves of ``h/2`` bits. As
-    ``2^h < 4n``, fewer than 4 walks are needed on average.
-``"without_replacement"`` (Rand(k) of Takáč et al. 2013)
-    ``A_t = {pi_key(seed, t)(j) : j < k}``: ``k`` distinct rows, a uniformly
-    random ``k``-subset when ``pi`` is a random permutation.
-``"epoch"``
-    position ``p = t k + j``, epoch ``e = p div n``, ``q = p mod n``,
-    row ``pi_key(seed, e)(q)``: a fresh permutation every epoch. A batch that
-    straddles two epochs may repeat a row; the occurrence from epoch ``e + 1``
-    is a repeat exactly when ``pi_e^{-1}(row) >= q_0``, the first position of the
-    batch in epoch ``e`` (an O(1) test, with the inverse network).
-``"with_replacement"`` (Pegasos Sec. 2.3)
-    ``u = M64(key(seed, t) ^ M64(j + G))``, row ``= floor(u n / 2^64)`` (the high
-    word of a 64 x 64-bit product, computed from 32-bit halves: no modulo bias).
-    Repeats are marked by a first-occurrence mask.
-
-The mask of first occurrences (``first``, used by SDCA, whose repeated rows must
-not step twice) is ``None`` when a batch holds no repeat by construction.
+``M64`` is splitmix64's finaliser, ``F32`` murmur3's.  A batch (``c = t``) or an epoch
+(``c = e``) has the key :func:`stream_key`; ``pi_key`` is a keyed bijection of
+``{0 .. n-1}``: a ROUNDS-round Feistel network on ``{0 .. 2^h - 1}`` (:func:`feistel_shape`,
+:func:`round_keys`) re-applied while ``x >= n`` (cycle walking; ``2^h < 4n``, so fewer than 4
+walks on average).  ``"without_replacement"``: ``A_t = {pi_key(seed, t)(j) : j < k}``;
+``"epoch"``: position ``p = t k + j`` is row ``pi_key(seed, e)(p mod n)`` of epoch ``e = p div
+n``, and a row from epoch ``e + 1`` repeats one of epoch ``e``'s exactly when its inverse
+image under ``pi_e`` is ``>= q_0``, the batch's first position in epoch ``e`` (an O(1) test);
+``"with_replacement"``: :func:`uniform_rows`.  The mask of first occurrences (SDCA's repeated
+rows must not step twice) is None when a batch holds no repeat by construction.
 """
 
 from __future__ import annotations
@@ -59,8 +37,7 @@ ROUNDS = 6
 
 def seed_u64(seed) -> int:
     """The 64-bit seed of the counter streams: an int modulo ``2^64``, one 64-bit draw
-    of a generator (seeded alike: the same stream), or fresh OS entropy for None.
-    """
+    of a generator (seeded alike: the same stream), or fresh OS entropy for None."""
     if isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
         return int(seed) & _MASK64
     if isinstance(seed, np.random.RandomState):
@@ -70,16 +47,12 @@ def seed_u64(seed) -> int:
 
 
 def feistel_shape(n: int) -> tuple[int, int]:
-    """``(half, mask)`` of the Feistel network on ``{0 .. 2^h - 1}`` for ``n`` rows.
-
-    ``h`` is the smallest even number ``>= 2`` with ``2^h >= n``; ``half = h/2``
-    and ``mask = 2^half - 1``.
-    """
+    """``(half, mask) = (h/2, 2^(h/2) - 1)`` of the Feistel network on ``{0 .. 2^h - 1}``,
+    ``h`` the smallest even number ``>= 2`` with ``2^h >= n``."""
     h = 2
     while (1 << h) < n:
         h += 2
-    half = h // 2
-    return half, (1 << half) - 1
+    return h // 2, (1 << (h // 2)) - 1
 
 
 def mix64(z):
@@ -121,8 +94,7 @@ def round_keys(key: int) -> np.ndarray:
 
 def _feistel(x, rk, half: int, mask: int, inverse: bool = False):
     hs, mk = _U64(half), _U64(mask)
-    left = x >> hs
-    right = x & mk
+    left, right = x >> hs, x & mk
     if not inverse:
         for r in range(ROUNDS):
             left, right = right, left ^ (fmix32(right ^ rk[r]) & mk)
@@ -149,9 +121,7 @@ def uniform_rows(n: int, key: int, j) -> np.ndarray:
     """``floor(M64(key ^ M64(j + G)) n / 2^64)`` for the positions ``j`` (int64)."""
     with np.errstate(over="ignore"):
         u = mix64(_U64(key) ^ mix64(np.asarray(j, dtype=_U64) + _U64(GOLDEN)))
-    hi = u >> _U64(32)
-    lo = u & _U64(0xFFFFFFFF)
-    nn = _U64(n)
+    hi, lo, nn = u >> _U64(32), u & _U64(0xFFFFFFFF), _U64(n)   # 64 x 64-bit product's high word
     return (hi * nn + ((lo * nn) >> _U64(32))).astype(np.int64) >> 32
 
 
@@ -172,17 +142,9 @@ class CounterSampler:
 
     ``mode``: ``"without_replacement"`` (a uniformly random k-subset, Takáč et al. 2013,
     Rand(b)), ``"with_replacement"`` (k i.i.d. rows, Pegasos Sec. 2.3) or ``"epoch"`` (a fresh
-    permutation every epoch, read k rows at a time; a batch straddling two epochs may repeat a
-    row).  ``seed``: see :func:`seed_u64`; ``t`` is 0-based (the solvers' iteration ``t + 1``).
-
-    Attributes
-    ----------
-    seed : int
-        The 64-bit seed every backend uses.
-    code : int
-        ``MODE_CODES[mode]``.
-    half, mask : int
-        :func:`feistel_shape` of ``n``.
+    permutation every epoch, read k rows at a time).  ``seed``: see :func:`seed_u64`; ``t`` is
+    0-based (the solvers' iteration ``t + 1``).  Attributes: ``seed``, the 64-bit seed every
+    backend uses; ``code = MODE_CODES[mode]``; ``half, mask = feistel_shape(n)``.
     """
 
     def __init__(self, n: int, k: int, mode: str, seed) -> None:
@@ -198,9 +160,7 @@ class CounterSampler:
         self.half, self.mask = feistel_shape(self.n)
 
     def batch(self, t: int) -> tuple[np.ndarray, np.ndarray | None]:
-        """Rows (int32, (k,)) of ``A_t`` and their first-occurrence mask, None when
-        the batch cannot hold a repeat.
-        """
+        """Rows (int32, (k,)) of ``A_t`` and their first-occurrence mask (None: no repeat)."""
         n, k = self.n, self.k
         j = np.arange(k, dtype=np.int64)
         if self.mode == "without_replacement":
@@ -208,8 +168,7 @@ class CounterSampler:
         if self.mode == "with_replacement":
             rows = uniform_rows(n, stream_key(self.seed, t), j).astype(np.int32)
             return rows, first_occurrences(rows)
-        p0 = t * k
-        e0, q0 = divmod(p0, n)
+        e0, q0 = divmod(t * k, n)
         if q0 + k <= n:                                            # inside epoch e0
             return permute(q0 + j, n, stream_key(self.seed, e0)).astype(np.int32), None
         tail = n - q0                                              # straddles e0 and e0 + 1
@@ -221,15 +180,13 @@ class CounterSampler:
         return rows.astype(np.int32), first
 
     def epoch(self, e: int) -> np.ndarray:
-        """The rows of epoch ``e`` of ``"epoch"`` sampling in order, int32 (n,): the rows of
-        the batches of one row ``e n .. e n + n - 1``, all at once."""
+        """The rows of epoch ``e`` of ``"epoch"`` sampling in order, int32 (n,): those of the
+        positions ``e n .. e n + n - 1``, all at once."""
         return permute(np.arange(self.n), self.n, stream_key(self.seed, e)).astype(np.int32)
 
     def batches(self, t0: int, t1: int) -> tuple[np.ndarray, np.ndarray]:
-        """The batches ``t0 .. t1 - 1`` stacked: ``(rows, first)`` of shape ``(t1 - t0, k)``.
-
-        ``first`` is all True where :meth:`batch` returns None.
-        """
+        """The batches ``t0 .. t1 - 1`` stacked: ``(rows, first)`` of shape ``(t1 - t0, k)``,
+        ``first`` all True where :meth:`batch` returns None."""
         rows = np.empty((t1 - t0, self.k), dtype=np.int32)
         first = np.ones((t1 - t0, self.k), dtype=bool)
         for i, t in enumerate(range(t0, t1)):

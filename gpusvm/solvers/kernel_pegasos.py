@@ -1,31 +1,16 @@
 """Kernelized (Mercer) mini-batch Pegasos on the NumPy reference backend.
 
-Implements Sec. 4 "Using Mercer kernels" of Shalev-Shwartz, Singer & Srebro,
-"Pegasos: Primal Estimated sub-GrAdient SOlver for SVM" (ICML 2007): with
-``w_1 = 0`` every iterate of Fig. 1 is a combination of the training points,
-
-    w_{t+1} = (rho_t / (lam t k)) sum_j alpha_j y_j phi(x_j),
-
-where, without projection, ``rho_t = 1`` and ``alpha_j`` is the integer number
-of iterations in which ``j`` was in ``A_s^+`` (counted with multiplicity when
-batches are drawn with replacement).  The projection of step 5 multiplies the
-scale ``rho`` instead of touching ``alpha``, so the representation stays exact;
-later additions are then ``1/rho`` in units of ``alpha`` (and ``alpha`` is no
-longer integer).
-
-The solver keeps the raw scores ``g_i = sum_j alpha_j y_j K(x_j, x_i)`` of *all*
-training rows, so that
-
-* the margins of a batch (Fig. 1, step 2) are ``y_i (scale g_i + b)``: O(k);
-* step 4 adds the kernel columns ``K(., x_j)`` of the newly active rows into
-  ``g``: O(n |A_t^+|) kernel values, served from a column cache;
-* ``||w||^2 = scale^2 sum_j alpha_j y_j g_j`` (Sec. 4) costs O(n) and no kernel
-  evaluation, so the projection (step 5) and the objective are cheap.
-
-Averaging (Corollary 1; Takáč et al. 2013, Theorem 1): every iterate is a
-combination of the same ``phi(x_j)``, so the sum of iterates has coefficients
-``sum_t scale_t alpha^(t)`` and raw scores ``sum_t scale_t g^(t)``, both
-accumulated with one O(n) update per averaged iteration.
+Sec. 4 "Using Mercer kernels" of Shalev-Shwartz, Singer & Srebro (ICML 2007): with ``w_1 = 0``
+every iterate of Fig. 1 is ``w_{t+1} = (rho_t / (lam t k)) sum_j alpha_j y_j phi(x_j)``, where
+without projection ``rho_t = 1`` and ``alpha_j`` counts the iterations in which ``j`` was in
+``A_s^+`` (with multiplicity when batches are drawn with replacement).  The projection (step
+5) multiplies ``rho`` instead of touching ``alpha``, so the representation stays exact (later
+additions are then ``1/rho`` in units of ``alpha``).  The solver keeps the raw scores ``g_i =
+sum_j alpha_j y_j K(x_j, x_i)`` of all training rows: a batch's margins (step 2) cost O(k),
+step 4 adds the kernel columns of the newly active rows (O(n |A_t^+|) kernel values, served
+from a column cache), and ``||w||^2 = scale^2 sum_j alpha_j y_j g_j`` costs O(n) and no
+kernel value.  Averages (Corollary 1; Takáč et al. 2013, Theorem 1) accumulate
+``scale_t alpha^(t)`` and ``scale_t g^(t)``, one O(n) update per averaged iteration.
 """
 
 from __future__ import annotations
@@ -47,13 +32,8 @@ KERNELS = ("rbf", "poly", "linear", "sigmoid", "cosine")
 #: bias modes of the kernel form (Pegasos Sec. 4): none, or an unregularised ``b``
 KERNEL_BIAS_MODES = ("none", "unregularized")
 #: parameters that ``pairwise_kernels`` accepts for each named kernel
-_KERNEL_PARAMS = {
-    "rbf": ("gamma",),
-    "poly": ("gamma", "degree", "coef0"),
-    "linear": (),
-    "sigmoid": ("gamma", "coef0"),
-    "cosine": (),
-}
+_KERNEL_PARAMS = {"rbf": ("gamma",), "poly": ("gamma", "degree", "coef0"), "linear": (),
+                  "sigmoid": ("gamma", "coef0"), "cosine": ()}
 #: fold ``rho`` into ``alpha`` and ``g`` when it falls below this (projection only)
 RENORM_THRESHOLD = 1e-6
 #: at most this many kernel values are computed by one ``pairwise_kernels`` call
@@ -71,21 +51,17 @@ class KernelSolverResult:
     Attributes
     ----------
     coef : ndarray of float64, shape (n,)
-        The output ``w = sum_j coef_j y_j phi(x_j)`` (last iterate or average), ``> 0`` exactly
-        on the support vectors.
+        The output ``w = sum_j coef_j y_j phi(x_j)`` (last iterate or average), ``> 0``
+        exactly on the support vectors.
     alpha : ndarray of shape (n,)
-        The last iterate's counts ``alpha_j`` (int64; float64 in units of ``scale`` with
-        projection).
+        The last iterate's counts (int64; float64 in units of ``scale`` with projection).
     scale : float
         ``w_{T+1} = scale sum_j alpha_j y_j phi(x_j)``, i.e. ``rho / (lam T k)``.
     b : float
     decision : ndarray of float64, shape (n,)
         ``<w, phi(x_i)> + b`` on the training rows.
-    n_iter : int
-    history : list of tuple
-        ``(iteration, objective, elapsed_seconds)`` at every evaluation.
-    stop_reason : str
-        ``"max_iter"``, ``"max_time"``, ``"target_objective"`` or ``"callback"``.
+    n_iter, history, stop_reason
+        As in :class:`~gpusvm.solvers._common.SolverResult` (no ``"tol"``).
     extra : dict
         ``objective``, ``sq_norm``, ``loss`` of the output and ``kernel_evaluations``.
     """
@@ -103,8 +79,7 @@ class KernelSolverResult:
 
 def resolve_gamma(gamma, X) -> float:
     """Numeric ``gamma`` as in :class:`sklearn.svm.SVC`: ``"scale"`` is
-    ``1 / (n_features X.var())`` (1 when ``X.var() == 0``), ``"auto"`` ``1 / n_features``.
-    """
+    ``1 / (n_features X.var())`` (1 when ``X.var() == 0``), ``"auto"`` ``1 / n_features``."""
     if isinstance(gamma, str):
         d = X.shape[1]
         if gamma == "auto":
@@ -126,8 +101,7 @@ def make_kernel(kernel, *, gamma: float = 1.0, degree: int = 3,
                 coef0: float = 0.0) -> Callable:
     """The kernel ``K(A, B) -> ndarray (len(A), len(B))``: a name computed by
     :func:`sklearn.metrics.pairwise.pairwise_kernels` with :class:`sklearn.svm.SVC`'s parameters
-    (numeric ``gamma``), or a callable returning the Gram matrix, used as is.
-    """
+    (numeric ``gamma``), or a callable returning the Gram matrix, used as is."""
     if callable(kernel):
         def gram(A, B):
             K = np.asarray(kernel(A, B), dtype=np.float64)
@@ -227,47 +201,33 @@ def kernel_pegasos(X, y, *, lam: float, k: int, max_iter: int, kernel="rbf", gam
 
     Parameters
     ----------
-    X : {ndarray, csr_matrix} of shape (n, d)
-        Training rows (converted to float64).
-    y : ndarray of shape (n,)
-        Labels in {-1, +1}.
+    X, y : {ndarray, csr_matrix} of shape (n, d), ndarray of shape (n,)
+        Training rows (converted to float64) and their labels in {-1, +1}.
     lam : float
         Regularisation ``lam > 0`` of ``P(w) = lam/2 ||w||^2 + (1/n) sum_i hinge_i``.
-    k : int
-        Mini-batch size, ``1 <= k <= n``.
-    max_iter : int
-        Number of iterations ``T``.
+    k, max_iter : int
+        Mini-batch size ``1 <= k <= n`` and number of iterations ``T``.
     kernel, gamma, degree, coef0
         See :func:`make_kernel`; ``gamma`` may be ``"scale"`` or ``"auto"``
         (:func:`resolve_gamma`).
-    sampling : str
-        See :class:`gpusvm.solvers._sampling.CounterSampler`.
-    seed : int
-        Seed of the batch stream; the linear solver draws the same batches
-        from the same seed.
+    sampling, seed
+        The batch stream (:class:`gpusvm.solvers._sampling.CounterSampler`); the linear
+        solver draws the same batches from the same seed.
     projection : bool
         Project onto the ball of radius ``1/sqrt(lam)`` (Fig. 1, step 5).
     averaging : {"none", "all", "tail"}
-        Output the last iterate, the average of ``w_2..w_{T+1}`` (Corollary 1),
-        or the average of the iterates after steps ``t > T/2`` (Takáč et al.
-        2013, Theorem 1), with ``T = max_iter``.
+        The last iterate, the average of ``w_2..w_{T+1}`` (Corollary 1), or of the iterates
+        after steps ``t > T/2`` (Takáč et al. 2013, Theorem 1), ``T = max_iter``.
     bias : {"none", "unregularized"}
-        No bias (the paper's experiments), or an unregularised ``b`` updated with
-        the batch subgradient, ``b <- b + (eta_t/k) sum_{A_t^+} y_i`` (Sec. 4).
-    eval_every : int, optional
-        Iterations between evaluations of the objective; default: only at the end.
-    max_time : float, optional
-        Time budget in seconds, checked after every iteration (an evaluation
-        may be far away: by default there is none before the end).
-    target_objective : float, optional
-        Stop at the first evaluation with ``P(w) <= target_objective``.
-    callback : callable, optional
-        ``callback(iteration, objective, elapsed)`` at each evaluation; returning
-        ``False`` stops the run.
+        No bias (the paper's experiments), or an unregularised ``b`` updated with the batch
+        subgradient, ``b <- b + (eta_t/k) sum_{A_t^+} y_i`` (Sec. 4).
+    eval_every, max_time : int, float, optional
+        Iterations between evaluations of the objective (default: only at the end) and a
+        time budget in seconds, checked after every iteration.
+    target_objective, callback, progress
+        As in :func:`gpusvm.solvers.pegasos.pegasos`.
     cache_size : float
         MiB of kernel columns kept (:class:`KernelColumns`).
-    progress : callable, optional
-        ``progress(iterations_done, objective)`` at each evaluation.
 
     Returns
     -------
@@ -301,18 +261,15 @@ def kernel_pegasos(X, y, *, lam: float, k: int, max_iter: int, kernel="rbf", gam
     rho, scale, b = 1.0, 0.0, 0.0
     avg = {"coef": np.zeros(n), "g": np.zeros(n), "b": 0.0, "count": 0} if averaged else None
 
-    def output():
-        """Coefficients, training decision values and ``||w||^2`` of the output."""
+    def evaluate():
+        """The output's coefficients, training decisions, bias, ``||w||^2``, loss and ``P``."""
         if averaged and avg["count"] > 0:
             c = avg["count"]
             coef, f, bb = avg["coef"] / c, avg["g"] / c, avg["b"] / c
         else:
             coef, f, bb = scale * alpha, scale * g, b
         sq = max(0.0, float(np.dot(coef * y, f)))                      # Sec. 4: ||w||^2
-        return coef, f + bb, bb, sq
-
-    def evaluate():
-        coef, decision, bb, sq = output()
+        decision = f + bb
         loss = float(np.mean(np.maximum(0.0, 1.0 - y * decision)))
         return coef, decision, bb, sq, loss, 0.5 * lam * sq + loss
 
@@ -338,8 +295,7 @@ def kernel_pegasos(X, y, *, lam: float, k: int, max_iter: int, kernel="rbf", gam
             wsq = scale * scale * max(0.0, float(np.dot(alpha * y, g)))
             if wsq > radius_sq:
                 shrink = math.sqrt(radius_sq / wsq)
-                rho *= shrink
-                scale *= shrink
+                rho, scale = rho * shrink, scale * shrink
             if rho < RENORM_THRESHOLD:                            # fold rho into alpha
                 alpha *= rho
                 g *= rho

@@ -1,49 +1,27 @@
-r"""Primal truncated Newton for the squared-hinge (L2) SVM, with a duality-gap certificate.
+"""Primal truncated Newton for the squared-hinge (L2) SVM, with a duality-gap certificate.
 
-The weighted L2-SVM objective (ALGORITHMS.md, "Weights, and the squared hinge")
-
-.. math::
-
-    P_2(w) = \frac{\lambda}{2}\|w\|^2 + \frac1n \sum_i s_i \max(0, 1 - y_i\langle w, x_i\rangle)^2
-
-is differentiable with a piecewise-constant generalised Hessian.  With
-``I = {i : y_i <w, x_i> < 1}`` (Keerthi & DeCoste 2005, eqs. 3-5; Chapelle 2007,
-Sec. 4.2):
-
-* gradient ``g = lam w - (2/n) X_I^T (S (1 - y_I * X_I w) * y_I)``;
-* Hessian-vector product ``H v = lam v + (2/n) X_I^T (S (X_I v))``: two sparse
-  products over the active rows ``I`` only, ``H`` never formed.
-
-Each outer iteration solves ``H p = -g`` by Jacobi-preconditioned conjugate gradients to
-the relative residual ``min(0.1, sqrt(||g|| / ||g_0||))`` (the inexact Newton forcing
-term of Eisenstat & Walker, as in LIBLINEAR's TRON, Lin, Weng & Keerthi 2008, Alg. 2,
+Newton-CG on the generalised Hessian of ``P_2`` (ALGORITHMS.md, "Weights, and the squared
+hinge": the gradient, ``H v`` as two sparse products over the active rows ``I``, the dual
+point ``alpha_i = 2 s_i max(0, 1 - y_i <w, x_i>)`` whose gap bounds ``P_2(w) - P_2*``; Keerthi
+& DeCoste 2005, eqs. 3-5; Chapelle 2007, Sec. 4.2).  Each iteration solves ``H p = -g`` by
+Jacobi-preconditioned CG to the relative residual ``min(0.1, sqrt(||g|| / ||g_0||))``
+(Eisenstat & Walker's forcing term, as in LIBLINEAR's TRON, Lin, Weng & Keerthi 2008, Alg. 2,
 which takes a trust region where this solver searches the line), then minimises ``P_2``
-exactly along ``p``: a convex piecewise quadratic whose breakpoints are the rows entering
-or leaving ``I`` (Keerthi & DeCoste 2005, Sec. 3, "exact line search").
+exactly along ``p`` (Keerthi & DeCoste 2005, Sec. 3).  An output stops at a gap ``<= tol``.
 
-Certificate (ALGORITHMS.md): ``alpha_i = 2 s_i max(0, 1 - y_i <w, x_i>) >= 0`` is
-feasible for the dual
-``D_2(alpha) = (1/n) sum_i (alpha_i - alpha_i^2 / (4 s_i)) - (lam/2) ||w(alpha)||^2``,
-``w(alpha) = (1/(lam n)) sum_i alpha_i y_i x_i``, so ``P_2(w) - D_2(alpha)`` bounds
-``P_2(w) - P_2*``; an output stops when it is ``<= tol``.
-
-One iteration (:func:`_iterate`) runs ``M`` problems on the same rows side by side: every
-product is a sparse matrix times an ``M``-column block, read once for all of them.
-:func:`newton` runs a backend's problem(s) as blocks of one, :func:`newton_block` the folds
-of one ``C`` as one block.  The products run in float64 on the backend's CSR matrix in its
-array module: SciPy on the CPU, cuSPARSE through CuPy on ``cupy`` (the line search sorts
-on the device).  On the CPU the row passes of all outputs (line searches, certificates, the
-Hessian's weights of a block of several outputs) are compiled
-(:mod:`gpusvm.backends._newton_nb`: one pass over the margins, a quickselect of the
-breakpoints); elsewhere they are the array-module expressions
-of :func:`_line_search` and :func:`_certify`.  On the CPU a matrix with a quarter or more
-nonzeros is copied to a dense array (BLAS products), and with at most 128 columns
-:func:`newton` then solves each Newton step exactly, ``H`` formed and factored (pendigits:
-0.07 s against 0.14 s by CG on CSR).
+:func:`_iterate` runs ``M`` problems on the same rows side by side (every product a sparse
+matrix times an ``M``-column block); :func:`newton` runs a backend's outputs as blocks of
+one, :func:`newton_block` the folds of one ``C`` as one block.  Products run in float64 in
+the backend's array module (SciPy, or cuSPARSE through CuPy).  On the CPU the row passes
+(line searches, certificates, a block's Hessian weights) are compiled
+(:mod:`gpusvm.backends._newton_nb`), elsewhere the array expressions of :func:`_line_search`
+and :func:`_certify`; a CPU matrix with a quarter or more nonzeros is copied dense (BLAS),
+and with at most 128 columns :func:`newton` then solves each step by Cholesky.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import threading
@@ -68,13 +46,12 @@ MAX_CG_ITER = 250
 DENSE_MIN_DENSITY = 0.25
 DENSE_MAX_ENTRIES = 20_000_000
 #: with a dense copy and at most this many columns, :func:`newton` solves ``H p = -g`` by
-#: Cholesky: forming ``H`` costs ``|I| d^2``, about ``k = d / 2`` CG steps of ``2 |I| d``
+#: Cholesky: forming ``H`` costs ``|I| d^2``, about ``d / 2`` CG steps of ``2 |I| d``
 DIRECT_MAX_FEATURES = 128
 #: the line search sorts only the breakpoints of a bracket of the minimiser, bisected on
 #: ``phi'`` until it holds at most this many (sorting them all dominated a step on w8a)
 LINE_SEARCH_EVENTS = 1024
-#: what the compilation notice says the CPU passes cost once (BENCHMARKS.md, "One-off
-#: compilation": 2.3-2.4 CPU s for the first Newton fit with an empty cache)
+#: what the compilation notice says the CPU passes cost once (BENCHMARKS.md, "One-off compilation")
 NEWTON_COMPILE_SECONDS = "2-3 s"
 
 
@@ -104,26 +81,25 @@ class _Products:
         self.counts = [0, 0]
         self._sqT = None
 
-    @staticmethod
-    def _mul(A, B, counts):
-        counts[0] += 1
-        counts[1] += B.shape[1]
+    def _mul(self, A, B):
+        self.counts[0] += 1
+        self.counts[1] += B.shape[1]
         if B.shape[1] == 1:          # SciPy's matrix-vector loop: a third faster for X^T u
             return (A @ B[:, 0]).reshape(-1, 1)
         return A @ B
 
     def mm(self, B):
-        return self._mul(self.X, B, self.counts)
+        return self._mul(self.X, B)
 
     def rmm(self, U):
-        return self._mul(self.XT, U, self.counts)
+        return self._mul(self.XT, U)
 
     def sq_rmm(self, U):
-        """``(X * X)^T U``, the squares elementwise (made on first use)."""
-        return self._mul(self.squares(), U, self.counts)
+        """``(X * X)^T U``, the squares elementwise."""
+        return self._mul(self.squares(), U)
 
     def squares(self):
-        """``(X * X)^T``, made once."""
+        """``(X * X)^T``, made on first use."""
         if self._sqT is None:
             self._sqT = (self.X * self.X if isinstance(self.X, np.ndarray)
                          else self.X.multiply(self.X)).T
@@ -157,13 +133,13 @@ def _line_search(xp, lam, n, w, p, z, q, s):
     """Exact minimiser ``t > 0`` of ``P_2(w + t p)`` (a convex piecewise quadratic in ``t``).
 
     ``z_i = y_i <w, x_i>``, ``q_i = y_i <p, x_i>``, ``r_i = 1 - z_i``: between breakpoints
-    ``phi'(t) = a + b t`` with ``a = lam <w, p> - (2/n) sum_active s_i q_i r_i`` and
-    ``b = lam ||p||^2 + (2/n) sum_active s_i q_i^2``; row ``i`` leaves the active set at
-    ``t_i = r_i / q_i`` when ``q_i > 0 < r_i`` and enters there when ``q_i < 0``,
-    ``r_i <= 0``.  ``phi'`` increases, so the root lies in the first segment whose right end
-    has ``phi' >= 0``.  Only the breakpoints of a bracket ``(lo, hi]`` are sorted: ``hi`` the
-    first of ``1, 2, 4, ...`` with ``phi'(hi) >= 0``, bisected while it holds more than
-    :data:`LINE_SEARCH_EVENTS`, and ``a``, ``b`` taken at ``lo``.
+    ``phi'(t) = a + b t``, ``a = lam <w, p> - (2/n) sum_active s_i q_i r_i``, ``b = lam ||p||^2
+    + (2/n) sum_active s_i q_i^2``; row ``i`` leaves the active set at ``t_i = r_i / q_i``
+    when ``q_i > 0 < r_i`` and enters there when ``q_i < 0``, ``r_i <= 0``.  ``phi'``
+    increases: the root lies in the first segment whose right end has ``phi' >= 0``.  Only
+    the breakpoints of a bracket ``(lo, hi]`` are sorted (``hi`` the first of ``1, 2, 4,
+    ...`` with ``phi'(hi) >= 0``, bisected while it holds more than
+    :data:`LINE_SEARCH_EVENTS`), with ``a``, ``b`` taken at ``lo``.
     """
     r = 1.0 - z
     active = r > 0
@@ -224,10 +200,9 @@ def _line_search(xp, lam, n, w, p, z, q, s):
 
 
 def _line_searches(xp, lam, n, W, P, Z, Q, S, live):
-    """The exact steps of the live outputs (columns ``live`` of ``W``, ``Z``, ``S``; columns
-    of ``P``, ``Q``): on the CPU all at once by the compiled quickselect
-    (:func:`gpusvm.backends._newton_nb.line_searches`, one row-major pass for the block),
-    elsewhere one :func:`_line_search` per output in the array module."""
+    """The exact steps of the outputs ``live`` (columns of ``W``, ``Z``, ``S``; ``P``, ``Q``
+    hold only theirs): on the CPU by the compiled pass
+    :func:`gpusvm.backends._newton_nb.line_searches`, elsewhere by :func:`_line_search`."""
     zcols, scols = _live_columns(live, W.shape[1], S.shape[1])
     if xp is not np:
         return xp.asarray([_line_search(xp, lam, n, W[:, j], P[:, q], Z[:, j], Q[:, q],
@@ -242,12 +217,9 @@ def _line_searches(xp, lam, n, W, P, Z, Q, S, live):
 
 
 def _certify(prod, Y, S, lam, W, Z, ix):
-    """``P_2``, ``D_2`` (host arrays), ``alpha`` and ``w(alpha)`` of the columns ``ix``,
-    margins ``Z``.
-
-    ``w(alpha) = (2/(lam n)) X^T (S R Y)`` is the product the gradient at the same point
-    needs, ``g = lam (w - w(alpha))``: :func:`_iterate` takes it from here.
-    """
+    """``P_2``, ``D_2`` (host arrays), ``alpha`` and ``w(alpha)`` of the columns ``ix`` at the
+    margins ``Z``.  ``w(alpha)`` is the product the gradient there needs, ``g = lam (w -
+    w(alpha))``: :func:`_iterate` takes it from here."""
     xp, n = prod.xp, prod.n
     if xp is np:                    # one compiled pass over the margins of every output
         zcols, scols = _live_columns(ix, Z.shape[1], S.shape[1])
@@ -270,11 +242,9 @@ def _certify(prod, Y, S, lam, W, Z, ix):
 
 def _compiled(name, *args):
     """Call the compiled pass ``name`` of :mod:`gpusvm.backends._newton_nb` (imported when a
-    CPU Newton fit first needs it; numba compiles the passes once per machine, about 2 s of
-    CPU time, and says so first)."""
+    CPU Newton fit first needs it; one compilation notice for the three passes)."""
     from ..backends import _newton_nb  # noqa: PLC0415
     from ..backends.numba_ import call_compiled  # noqa: PLC0415
-    # one notice for the three (the first, a certificate, decides)
     return call_compiled(getattr(_newton_nb, name), np.dtype(np.float64), *args, stacklevel=5,
                          what="the Newton solver's CPU passes", seconds=NEWTON_COMPILE_SECONDS,
                          group="newton")
@@ -289,14 +259,11 @@ def _live_columns(ix, m, s_columns):
 
 
 def _hessian_weights(xp, Z, S, ix, c):
-    """``D`` of the generalised Hessian, ``c s_i`` on the rows active per output (``z_i <
-    1``) and 0 elsewhere, for the columns ``ix``; and the rows active in any of them.
-
-    On the CPU a block of several live outputs takes the compiled pass (one row-major pass
-    over the margins); one output, which is every step of :func:`newton`, takes the array
-    expressions: the same numbers (``s_i`` times 1 or 0, then ``c``: exact products), and
-    a first ``gpusvm.LinearSVC`` fit on the Newton path compiles one function fewer
-    (0.3-0.4 s of its compilation)."""
+    """``D`` of the generalised Hessian for the columns ``ix``, ``c s_i`` on the rows active
+    per output (``z_i < 1``) and 0 elsewhere, and the rows active in any of them.  On the CPU
+    a block of several outputs takes the compiled pass; one output (every step of
+    :func:`newton`) the array expressions, the same numbers, which spares a first Newton fit
+    one compilation."""
     if xp is np:
         zcols, scols = _live_columns(ix, Z.shape[1], S.shape[1])
         if zcols.size == 1:
@@ -320,16 +287,11 @@ def primal_dual(products, y, s, lam, w):
 
 def _iterate(prod, Y, S, lam, tols, W, max_iter, cg_max_iter, after=None, certify_first=True):
     """Newton-CG with exact line searches on the ``M`` problems ``Y[:, j]``, ``S[:, j]`` at
-    once, ``W`` (d, M) updated in place.
-
-    The margins, gradients and each CG iteration's Hessian products are block products
-    (``I`` the rows active in any output, ``D`` zero where a row is inactive for an output);
-    CG and the line searches keep their scalars per output.  An output leaves the block when
-    its certificate is ``<= tol`` (before the first step too if ``certify_first``) or its
-    gradient is zero, or
-    when ``after(ran, live, n_iter, primal, dual)``, called after each iteration with the
-    outputs that ran and those still live, returns a stop reason for the live ones.
-    """
+    once, ``W`` (d, M) updated in place: block products (``I`` the rows active in any output,
+    ``D`` zero where a row is inactive for an output), CG and line-search scalars per output.
+    An output leaves the block when its certificate is ``<= tol`` (before the first step too
+    if ``certify_first``), its gradient is zero, or ``after(ran, live, n_iter, primal,
+    dual)``, called after each iteration, returns a stop reason for the live ones."""
     xp, n, M = prod.xp, prod.n, Y.shape[1]
     c2 = 2.0 / n
     Z = Y * prod.mm(W)
@@ -417,13 +379,13 @@ def _cg(xp, hess, rhs, eta, max_iter, inv_diag):
     return P, k
 
 
-class _OneBlasThread:
+class _OneBlasThread(contextlib.ContextDecorator):
     """BLAS on one thread while any solver call of any thread runs, restored after the last.
 
-    BLAS's thread count is the process's, not a thread's: two threads of a search each
-    setting it to 1 and restoring what they found on exit would leave it at 1 for good
-    when their calls overlap (the second saves the first's 1).  So the first call in sets
-    it and the last call out restores the original, under a lock."""
+    The solvers' BLAS calls are products of ``d``-vectors, which a second thread does not
+    speed up.  BLAS's thread count is the process's: two overlapping calls each saving and
+    restoring what they found would leave it at 1 for good, so the first call in sets it
+    and the last one out restores the original, under a lock."""
 
     def __init__(self):
         self._lock = threading.Lock()
@@ -447,24 +409,13 @@ class _OneBlasThread:
 _BLAS_ONE_THREAD = _OneBlasThread()
 
 
-def _one_blas_thread(func):
-    """Run ``func`` with BLAS on one thread (:class:`_OneBlasThread`): its BLAS calls are
-    products of ``d``-vectors, which a second thread does not speed up (20 Newsgroups
-    one-vs-rest: the same wall time, twice the CPU time)."""
-    @functools.wraps(func)
-    def wrapper(*args, **kwargs):
-        with _BLAS_ONE_THREAD:
-            return func(*args, **kwargs)
-    return wrapper
-
-
 @functools.lru_cache(maxsize=1)
 def _threadpools() -> ThreadpoolController:
     """The process's thread pools, found once (about 10 ms a search)."""
     return ThreadpoolController()
 
 
-@_one_blas_thread
+@_BLAS_ONE_THREAD
 @on_backend_stream
 def newton(backend, *, lam: float, tol: float = 1e-3, max_iter: int = DEFAULT_MAX_ITER,
            y=None, sample_weight=None, w0=None, max_time: float | None = None,
@@ -475,45 +426,35 @@ def newton(backend, *, lam: float, tol: float = 1e-3, max_iter: int = DEFAULT_MA
     Parameters
     ----------
     backend : Backend
-        Supplies the CSR matrix ``backend.X`` (bias column included) and, unless
-        ``y`` is given, the labels ``backend.y``.
+        Supplies the CSR matrix ``backend.X`` (bias column included) and, unless ``y`` is
+        given, the labels ``backend.y``.
     lam : float
         Regularisation ``lambda > 0``.
     tol : float or array of shape (M,), default=1e-3
-        Stop when the duality gap ``P_2(w) - D_2(alpha(w))`` is ``<= tol`` (per
-        output when an array).
-    max_iter : int, default=100
-        Newton iterations.
-    y : array of shape (n,) or (n, M), optional
-        Labels in {-1, +1}; M columns are M independent problems on the same rows
-        (one after the other, sharing the products).
-    sample_weight : array of shape (n,) or (n, M), optional
-        Row weights ``s_i >= 0`` (None: all 1), shared by the outputs or one column
-        per output.
+        Stop when the duality gap ``P_2(w) - D_2(alpha(w))`` is ``<= tol`` (per output).
+    max_iter, cg_max_iter : int, default=100, 250
+        Newton iterations, and CG iterations of one step.
+    y, sample_weight : arrays of shape (n,) or (n, M), optional
+        Labels in {-1, +1} (M columns: M problems on the same rows, one after the other,
+        sharing the products) and row weights ``s_i >= 0`` (None: all 1; one column: shared).
     w0 : array of shape (d,) or (d, M), optional
         Starting point (warm start); zeros by default.
     max_time : float or None
         Time budget in seconds (checked after every Newton iteration).
-    callback : callable or None
-        ``callback(iteration, primal, elapsed)`` after every Newton iteration;
-        ``False`` stops.
-    progress : callable or None
-        ``progress(iteration, primal, gap)`` after every Newton iteration (iterations
-        counted over the outputs one after the other).
-    cg_max_iter : int, default=250
-        Cap of the CG iterations of one step.
+    callback, progress : callable or None
+        After every Newton iteration, ``callback(iteration, primal, elapsed)`` (``False``
+        stops) and ``progress(iteration, primal, gap)`` (iterations counted over the outputs).
     products : _Products, optional
         Reuse the float64 products of an earlier call on the same backend.
 
     Returns
     -------
     SolverResult
-        ``w`` (shape ``(d,)``, or ``(d, M)``), ``b = 0``, ``n_iter`` (Newton
-        iterations, the most of any output), ``history`` with rows
-        ``(iteration, P, D, gap, elapsed)`` (a list of them per output for M > 1),
-        ``extra``: ``primal``, ``dual``, ``gap`` (floats, or arrays of shape
-        ``(M,)``), ``alpha`` (the dual point, y's shape), ``cg_iter`` (total CG
-        iterations), ``n_iters`` and ``stop_reasons`` (per output), ``products``.
+        ``w`` (``(d,)`` or ``(d, M)``), ``b = 0``, ``n_iter`` (the most Newton iterations of
+        any output), ``history`` with rows ``(iteration, P, D, gap, elapsed)`` (a list of
+        them per output for M > 1), ``extra``: ``primal``, ``dual``, ``gap`` (floats, or
+        arrays of shape ``(M,)``), ``alpha`` (the dual point, y's shape), ``cg_iter``
+        (total CG iterations), ``n_iters`` and ``stop_reasons`` (per output), ``products``.
     """
     if not lam > 0:
         raise ValueError(f"lam must be > 0, got {lam!r}")
@@ -580,50 +521,45 @@ def newton(backend, *, lam: float, tol: float = 1e-3, max_iter: int = DEFAULT_MA
 
 
 def block_products(X) -> _Products:
-    """The products :func:`newton_block` runs on ``X`` (a float64 CSR view, ``(X * X)^T``
-    made once): pass it as ``products=`` to every block of a search on the same rows, from
-    any thread (each block counts its products apart)."""
+    """The products :func:`newton_block` runs on ``X`` (float64 CSR, ``(X * X)^T`` made now):
+    pass it as ``products=`` to every block of a search on the same rows, from any thread
+    (each block counts its products apart)."""
     products = _Products(sp.csr_matrix(X, dtype=np.float64), direct=False)
-    products.squares()              # now, not lazily in a thread
+    products.squares()
     return products
 
 
-@_one_blas_thread
+@_BLAS_ONE_THREAD
 def newton_block(X, Y, S, lam: float, tol, *, W0=None, max_iter: int = DEFAULT_MAX_ITER,
                  cg_max_iter: int = MAX_CG_ITER, products=None) -> dict:
     """:func:`newton` on ``M`` outputs at once: every product reads ``X`` once for all of them.
 
-    An output leaves the block when its certificate is ``<= tol``, so the block narrows.
-    Used by the one-pass search (:class:`~gpusvm.estimators.cv.SDCASVCCV`), whose outputs
-    are the folds of one ``C`` (each warm-started from the previous ``C``).  Every step is
-    taken by CG (no direct solves), so the products counted are those a device would run.
+    An output leaves the block when its certificate is ``<= tol``.  Used by the one-pass
+    search (:class:`~gpusvm.estimators.cv.SDCASVCCV`), whose outputs are the folds of one
+    ``C``, warm-started from the previous ``C``.  Every step is taken by CG (no direct
+    solves), so the products counted are those a device would run.
 
     Parameters
     ----------
     X : scipy.sparse.csr_matrix of shape (n, d) or None
-        Not read when ``products`` are given.
-    Y : ndarray of shape (n, M)
-        Labels in {-1, +1}.
-    S : ndarray of shape (n, M)
-        Each output's row weights (``>= 0``; 0 leaves a row out of an output).
+        Not read when ``products`` (:func:`block_products` of ``X``) are given.
+    Y, S : ndarray of shape (n, M)
+        Labels in {-1, +1} and each output's row weights (``>= 0``; 0 leaves a row out).
     lam : float
     tol : float or ndarray of shape (M,)
         Duality gap at which each output stops.
     W0 : ndarray of shape (d, M), optional
         Starting points.
-    max_iter, cg_max_iter : int
-    products : optional
-        :func:`block_products` of ``X`` (``X`` is then not read): a search's blocks, in one
-        thread or several, share the float64 matrix and its squares.
+    max_iter, cg_max_iter, products
+        As in :func:`newton`.
 
     Returns
     -------
     dict
-        ``w`` (d, M), ``primal``, ``dual``, ``gap`` (M,), ``alpha`` (n, M),
-        ``n_iter`` (M,) Newton iterations per output, ``cg_iter`` (total block CG
-        iterations), ``products`` and ``product_columns`` (the sparse-times-block products
-        this call made and their columns summed: what a device would run, for the
-        performance model).
+        ``w`` (d, M), ``primal``, ``dual``, ``gap`` (M,), ``alpha`` (n, M), ``n_iter`` (M,)
+        Newton iterations per output, ``cg_iter`` (total block CG iterations),
+        ``products`` and ``product_columns`` (the sparse-times-block products this call
+        made and their columns summed, for the performance model).
     """
     prod = block_products(X) if products is None else products.counted()
     Y = np.asarray(Y, dtype=np.float64)

@@ -16,7 +16,8 @@ from typing import Callable
 import numpy as np
 
 from ..backends.base import PegasosPlan, on_backend_stream
-from ._common import LOSSES, SolverResult, default_eval_every, run_output, segment_length
+from ._common import (LOSSES, SolverResult, check_output_scale, default_eval_every, run_output,
+                      segment_length)
 from ._sampling import CounterSampler
 
 AVERAGING = ("none", "all", "tail", "doubling")
@@ -28,38 +29,20 @@ RENORM_THRESHOLD = 1e-6
 
 
 def doubling_estimate(levels: list, noise_floor: bool = True) -> float:
-    """Suboptimality left at the last of the objectives ``P_j`` at ``T_j = 2^j`` epochs.
+    """Suboptimality left at the last of the objectives ``levels = [P_0, ..., P_j]`` at
+    ``T_j = 2^j`` epochs.
 
-    With the decreases ``d_j = P_{j-1} - P_j``, an error that shrinks by a
-    factor ``r`` per doubling gives ``d_j = e_j (1/r - 1)``, so
-    ``e_j = d_j r / (1 - r)``; ``r`` is estimated as ``d_j / d_{j-1}``.  The
-    ``O(1/T)`` rate of the tail average (Takáč et al. 2013, Theorem 1) is
-    ``r = 1/2``, ``e_j = d_j``, which is also the estimate while only one
-    decrease is known; ``r`` is taken at least 1/3 (the first doublings fall
-    fastest, and would understate the error), and a decrease that does not
-    shrink gives ``inf``.  An increase after a decrease is read as the noise
-    floor of a stochastic run (``0``) when ``noise_floor``; an increase at the
-    first doubling, before any decrease, is the transient of the first large
-    steps (``inf``), and so is every increase of a deterministic run
-    (``noise_floor=False``: full batches, which have no noise floor).
-
-    Parameters
-    ----------
-    levels : list of float
-        ``P_0, P_1, ..., P_j``.
-    noise_floor : bool, default=True
-        Whether the objectives carry sampling noise (mini-batches smaller than ``n``).
-
-    Returns
-    -------
-    float
+    With ``d_j = P_{j-1} - P_j``, an error that shrinks by ``r`` per doubling is ``e_j = d_j
+    r / (1 - r)``, ``r = d_j / d_{j-1}`` taken at least 1/3 (the first doublings fall
+    fastest); with one decrease, ``r = 1/2`` (the tail average's ``O(1/T)``, Takáč et al.
+    2013, Theorem 1): ``e_j = d_j``.  A decrease that does not shrink gives ``inf``; an
+    increase after a decrease is the noise floor (``0``) when ``noise_floor`` (batches
+    smaller than ``n``), else, like a first rise (the transient), ``inf``.
     """
     if len(levels) < 2:
         return math.inf
     d = levels[-2] - levels[-1]
-    if len(levels) < 3:
-        # a first doubling that raised the objective is still the transient (the first
-        # steps 1/(lam t) overshoot), not the noise floor: no estimate yet
+    if len(levels) < 3:               # a first rise is the transient (steps 1/(lam t) overshoot)
         return d if d > 0.0 else math.inf
     d_prev = levels[-3] - levels[-2]
     if d <= 0.0:
@@ -85,123 +68,75 @@ def pegasos(backend, *, lam: float, k: int, max_iter: int, sampling: str = "with
     Parameters
     ----------
     backend : Backend
-        Holds ``X`` (with the constant feature appended when ``bias="augmented"``),
-        ``y`` of shape ``(n,)`` or ``(n, M)`` (``M`` outputs trained at once on
-        the same batches) and optional sample weights ``s``.
+        Holds ``X`` (with the constant feature when ``bias="augmented"``), ``y`` (n,) or
+        (n, M) (``M`` outputs on the same batches) and optional sample weights ``s``.
     lam : float
-        Regularisation ``lam > 0`` of
-        ``P_s(w) = lam/2 ||w||^2 + (1/n) sum_i s_i loss_i(w)`` (``s_i = 1`` without weights).
-    k : int
-        Mini-batch size, ``1 <= k <= n``.
-    max_iter : int
-        Number of iterations ``T``.
-    sampling : str
-        See :class:`gpusvm.solvers._sampling.CounterSampler`.
-    seed : int or numpy.random.Generator
-        Seed of the counter-based batch stream (:func:`gpusvm.solvers._sampling.seed_u64`).
+        Regularisation ``lam > 0`` of ``P_s(w) = lam/2 ||w||^2 + (1/n) sum_i s_i loss_i(w)``.
+    k, max_iter : int
+        Mini-batch size ``1 <= k <= n`` and number of iterations ``T``.
+    sampling, seed
+        The batch stream (:class:`gpusvm.solvers._sampling.CounterSampler`, ``seed`` an int
+        or a generator, :func:`gpusvm.solvers._sampling.seed_u64`).
     projection : bool
-        Project onto a ball that holds the optimum (Fig. 1, step 5): radius
-        ``1/sqrt(lam)``; ``sqrt(mean(s) / lam)`` with weights; ``sqrt(2 mean(s) / lam)``
-        for the squared hinge; smaller where the best constant predictor (the bias
-        alone) has a small objective, as with imbalanced classes
-        (:func:`projection_radius`).
+        Project onto a ball that holds the optimum (Fig. 1, step 5; :func:`projection_radius`).
     averaging : {"none", "all", "tail", "doubling"}
-        Output the last iterate, the average of all iterates ``w_2..w_{T+1}``
-        (Corollary 1), or the average of the iterates after steps
-        ``t > T/2`` (Takáč et al. 2013, Theorem 1), with ``T = max_iter``.
-        ``"doubling"``: the tail average for ``T = 1, 2, 4, 8, ...`` epochs
-        (``ceil(n/k)`` iterations each) in turn: the average restarts at every
-        ``T_j``, so that at ``T_{j+1} = 2 T_j`` it is the tail average of the
-        iterates after ``T_{j+1}/2``; the objective is evaluated at each ``T_j``
-        only (``eval_every`` and ``eval_at`` are ignored) and the run stops there
-        once :func:`doubling_estimate` of the suboptimality left is ``<= tol``
-        (from the decreases of the objective between doublings; a stopping rule,
-        not a certificate).
+        The last iterate, the average of all iterates ``w_2..w_{T+1}`` (Corollary 1), or of
+        those after steps ``t > T/2`` (Takáč et al. 2013, Theorem 1), ``T = max_iter``.
+        ``"doubling"``: the tail average for ``T = 1, 2, 4, ...`` epochs (``ceil(n/k)``
+        iterations) in turn, restarted at every ``T_j``, the objective evaluated there only
+        (``eval_every`` and ``eval_at`` ignored) and the run stopped once
+        :func:`doubling_estimate` is ``<= tol`` (a stopping rule, not a certificate).
     schedule, eta0, norma_p
-        See :func:`step_size`.
+        See :func:`gpusvm.backends.base.step_size`.
     bias : {"none", "augmented", "unregularized", "optimal"}
-        Sec. 4: no bias; a constant feature in ``X`` (handled by the caller);
-        an unregularised ``b`` updated with the batch subgradient
-        ``-(1/k) sum_{A_t^+} y_i``; the optimal ``b`` of each batch (a weighted
-        median of the breakpoints ``y_i - <w, x_i>``).
+        Sec. 4: no bias; a constant feature in ``X`` (added by the caller); an
+        unregularised ``b`` stepped with ``-(1/k) sum_{A_t^+} y_i``; the optimal ``b`` of
+        each batch (a weighted median of the breakpoints ``y_i - <w, x_i>``).
     w0, b0
-        Initial point; ``||w0|| <= 1/sqrt(lam)`` is the caller's check.  Shapes
-        ``(d,)`` and float for 1-D ``y``, ``(d, M)`` and ``(M,)`` for 2-D ``y``.
+        Initial point: ``(d,)`` and a float for 1-D ``y``, ``(d, M)`` and ``(M,)`` for 2-D.
     eval_every : int, optional
-        Iterations between two evaluations of the objective (the only
-        synchronisation points of a device backend). Default: once per epoch.
-    max_time : float, optional
-        Time budget in seconds, checked at evaluations.
-    target_objective : float, optional
-        Stop at the first evaluation with ``P(w) <= target_objective``.
-    callback : callable, optional
-        ``callback(iteration, objective, elapsed)`` at each evaluation; returning
-        ``False`` stops the run.
-    progress : callable, optional
-        ``progress(iterations_done, objective)`` at each evaluation (progress bars).
+        Iterations between two evaluations (a device backend's only synchronisation
+        points); default: once per epoch.
+    max_time, target_objective : float, optional
+        Stop at the first evaluation past the time budget (seconds) or with ``P(w) <=
+        target_objective``.
+    callback, progress : callable, optional
+        At each evaluation, ``callback(iteration, objective, elapsed)`` (``False`` stops)
+        and ``progress(iterations_done, objective)``.
     eval_at : callable, optional
-        ``eval_at(t) -> bool``, called after every iteration ``t``; when given it
-        replaces ``eval_every``: the objective is evaluated exactly at the
-        iterations where it returns True (e.g. geometrically spaced ones).
+        ``eval_at(t) -> bool``: evaluate exactly where it is True (replaces ``eval_every``).
     tol : float, optional
-        ``averaging="doubling"``: stop once :func:`doubling_estimate` of the
-        suboptimality left is at most ``tol`` (``stop_reason="tol"``), read on
-        ``P_s / mean(s)`` (:func:`weight_scale`): unchanged without weights, and
-        the same for a row of integer weight ``m`` as for ``m`` repeated rows
-        with ``lam = 1/(C n)``; and never while an output's objective is above that
-        of ``w = 0, b = 0`` (``mean(s)``, an upper bound of ``P*``).
+        ``averaging="doubling"``'s stopping threshold, read on ``P_s / mean(s)``
+        (:func:`weight_scale`), and never passed while an output's objective is above
+        ``P_s(0, 0) = mean(s)``, an upper bound of ``P*``.
     loss : {"hinge", "squared_hinge"}, default="hinge"
-        The subgradient of a violated example is ``-s_i y_i x_i`` (hinge) or
-        ``-2 s_i (1 - m_i) y_i x_i`` (squared hinge).  ``bias="optimal"``
-        minimises the batch hinge loss and takes the hinge only.
+        The subgradient of a violated example is ``-s_i y_i x_i`` or ``-2 s_i (1 - m_i) y_i
+        x_i``.  ``bias="optimal"`` takes the hinge only.
     t_start : int, default=0
-        Iterations already done (``partial_fit``): the run performs iterations
-        ``t_start + 1 .. t_start + max_iter`` on the batches ``t_start ..`` of
-        the stream, with their step sizes, from ``w0``/``b0``; two runs of
-        ``T/2`` chained this way take the steps of one run of ``T`` (averages
-        restart with each run).
+        Iterations already done (``partial_fit``): this run takes the batches and steps of
+        iterations ``t_start + 1 .. t_start + max_iter`` (averages restart).
     intercept_scaling : float, default=1.0
-        ``bias="augmented"``: the value of the constant feature, the last column of
-        ``X`` (it tightens the projection radius, :func:`projection_radius`).
+        ``bias="augmented"``: the value of the constant feature, the last column of ``X``.
     whole_problem : bool, default=True
-        The rows are the whole problem (``fit``).  ``False`` for one chunk of a stream
-        (``partial_fit``), whose optimum is not that of the chunk alone: the projection
-        radius is the dual bound only (the constant-predictor bound of
-        :func:`projection_radius` reads the chunk's labels), and the returned point keeps
-        Pegasos' bias (:func:`polished_augmented_bias` would fit it to the chunk), so
-        that the next chunk goes on from the solver's own point.
+        False for one chunk of a stream (``partial_fit``): the projection takes the dual
+        bound only and the bias is not polished to the chunk
+        (:func:`polished_augmented_bias`).
     output_scale : array of shape (M,), optional
-        Output ``c``'s objective is evaluated, reported and read by the
-        stopping rule multiplied by ``output_scale[c] > 0`` (the one-pass search, whose
-        outputs minimise positive multiples of their own objectives; see
-        :func:`gpusvm.solvers.sdca.sdca`).
+        Each output's objective is reported and read by the stopping rule times
+        ``output_scale[c] > 0`` (the one-pass search; :func:`gpusvm.solvers.sdca.sdca`).
 
     Returns
     -------
     SolverResult
-        ``w`` of shape ``(d,)`` and float ``b`` for 1-D ``y``; ``(d, M)`` and
-        ``(M,)`` for 2-D ``y``.  The objective values of ``history`` (and
-        ``extra["objective"]``, the callbacks' and ``target_objective``'s) are
-        the mean over the outputs when ``M > 1``; ``extra["objectives"]`` has
-        every output's, and ``extra["histories"]`` every output's own rows
-        ``(iteration, objective, elapsed_seconds)``.  ``n_iter`` counts the
-        iterations of this run.
+        With ``M > 1`` the objectives of ``history``, ``extra["objective"]``, the callbacks
+        and ``target_objective`` are the mean over the outputs; ``extra["objectives"]`` and
+        ``extra["histories"]`` hold every output's.  ``n_iter`` counts this run's iterations.
 
     Notes
     -----
-    *Fastest settings on a CPU* (the compiled backend, ``backend="numba"``;
-    measurements in BENCHMARKS.md, ``lam = 1e-4``, eps = 1e-3): ``k`` from 1 to
-    16, ``averaging="tail"``, ``sampling="epoch"``; k = 16 was fastest on a9a
-    and w8a, k = 1 on imdb and news20.  One core does the same work per epoch
-    for every ``k`` (a margin per row, an update per active row), so what
-    matters is the number of epochs, which grows once ``k`` exceeds about
-    ``1/sigma^2`` (8 on imdb, 11 on news20; Takáč et al. 2013, Theorem 1:
-    the speedup per iteration is ``k / beta_k``), and the constant cost of an
-    iteration, which ``k = 16`` amortises on short rows (12-14 nonzeros).  The
-    tail average removes most of the last iterate's noise.  Pegasos still
-    needs 3-6 times the epochs of SDCA at this ``lam`` (16 on imdb, 48 on
-    news20), so on a CPU mini-batch SDCA is the faster solver of this
-    objective; Pegasos' large ``k`` pays off on a GPU.
+    On a CPU one core does the same work per epoch for every ``k``, and the epochs grow once
+    ``k`` exceeds about ``1/sigma^2`` (Takáč et al. 2013, Theorem 1): ``k`` from 1 to 16,
+    ``averaging="tail"`` and ``sampling="epoch"`` are fastest (BENCHMARKS.md).
     """
     n = backend.n
     if loss not in LOSSES:
@@ -219,42 +154,32 @@ def pegasos(backend, *, lam: float, k: int, max_iter: int, sampling: str = "with
         eval_every, eval_at = None, None
     elif eval_every is None:
         eval_every = default_eval_every(n, k, max_iter)
-    reg_bias = False  # an augmented bias is part of w; the others are not regularised
     averaged = averaging != "none"
     t_avg = t_start + (1 if averaging in ("all", "doubling") else max_iter // 2 + 1)
     levels: list = []                 # doubling: the objectives at the previous T_j
-    # the stopping rule reads P_s / mean(s): the objective per unit of weight, which an integer
-    # weight and as many repeated rows give alike (weight_scale)
-    per_weight = 1.0 / weight_scale(backend)
-    scale = None
-    if output_scale is not None:      # each output's objective in its own fit's units
-        scale = np.asarray(output_scale, dtype=np.float64)
-        if scale.shape != (backend.n_outputs,) or \
-                not np.all(np.isfinite(scale) & (scale > 0)):
-            raise ValueError("output_scale must be positive and finite, one value per output")
+    per_weight = 1.0 / weight_scale(backend)      # the stopping rule reads P_s / mean(s)
+    scale = check_output_scale(output_scale, backend.n_outputs)
+    if scale is not None:             # each output's objective in its own fit's units
         per_weight = 1.0
     # every batch holds every row: a deterministic run, whose objective has no noise floor
     full_batch = k >= n and sampling != "with_replacement"
     # one chunk of a stream (partial_fit) does not bound the whole problem's constant predictor
-    radius_bias = bias if whole_problem else "none"
-    radius = projection_radius(backend, lam, loss, radius_bias, intercept_scaling) \
-        if projection else 0.0
-    unreg = bias == "unregularized"
+    radius = projection_radius(backend, lam, loss, bias if whole_problem else "none",
+                               intercept_scaling) if projection else 0.0
     optimal = bias == "optimal"
 
     backend.init_state_m(w0, b0, averaging=averaged)
     sampler = CounterSampler(n, k, sampling, seed)                            # A_t from (seed, t)
     plan = PegasosPlan(lam=lam, k=k, schedule=schedule, eta0=0.0 if eta0 is None else eta0,
-                       norma_p=norma_p, unreg_bias=unreg, optimal=optimal, radius=radius,
-                       averaged=averaged, t_avg=t_avg, renorm_threshold=RENORM_THRESHOLD,
-                       loss=loss)
+                       norma_p=norma_p, unreg_bias=bias == "unregularized", optimal=optimal,
+                       radius=radius, averaged=averaged, t_avg=t_avg,
+                       renorm_threshold=RENORM_THRESHOLD, loss=loss)
     history: list = []
     # M outputs: every output's own rows (t, P, seconds) besides the mean of ``history``
     histories = [[] for _ in range(backend.n_outputs)] if np.ndim(backend.y) == 2 else None
     start = time.perf_counter()
     t = t_start
     stop = "max_iter"
-
     # the returned point's augmented bias is the exact minimiser given the rest of w
     polish = whole_problem and bias == "augmented" and t_end > t_start
 
@@ -264,18 +189,27 @@ def pegasos(backend, *, lam: float, k: int, max_iter: int, sampling: str = "with
             b = backend.final_optimal_bias_m(W)                               # Sec. 4, all rows
         if final and polish:
             W = polished_augmented_bias(backend, W, lam, loss, intercept_scaling)
-        objs = np.asarray(backend.to_host(backend.evaluate_m(W, b, lam, loss, reg_bias)[0]),
+        # reg_bias False: an augmented bias is part of w, the others are not regularised
+        objs = np.asarray(backend.to_host(backend.evaluate_m(W, b, lam, loss, False)[0]),
                           dtype=np.float64)
         if scale is not None:
             objs = objs * scale
         return W, b, float(np.mean(objs)), objs
 
+    def record(obj, objs):
+        elapsed = time.perf_counter() - start
+        history.append((t, obj, elapsed))
+        for m, rows in enumerate(histories or ()):
+            rows.append((t, float(objs[m]), elapsed))
+        if progress is not None:
+            progress(t, obj)
+        return elapsed
+
     zero = None                       # P(0, 0) per output: every slack is 1, so mean(s_c)
 
     def settled(obj, objs):
         """The doubling rule's ``tol`` test, never passed by an output whose objective is above
-        ``P(0, 0) >= P*`` (it is then at least that far from the optimum, whatever the
-        estimate reads from a run that rose and fell)."""
+        ``P(0, 0) >= P*`` (it is then at least that far from the optimum)."""
         nonlocal zero
         if doubling_estimate(levels + [obj * per_weight], not full_batch) > tol:
             return False
@@ -301,12 +235,7 @@ def pegasos(backend, *, lam: float, k: int, max_iter: int, sampling: str = "with
         at_level = doubling and t == t_start + level
         if t < t_end:
             _, _, obj, objs = evaluate()
-            elapsed = time.perf_counter() - start
-            history.append((t, obj, elapsed))
-            for m, rows in enumerate(histories or ()):
-                rows.append((t, float(objs[m]), elapsed))
-            if progress is not None:
-                progress(t, obj)
+            elapsed = record(obj, objs)
             if callback is not None and callback(t, obj, elapsed) is False:
                 stop = "callback"
             elif target_objective is not None and obj <= target_objective:
@@ -322,8 +251,7 @@ def pegasos(backend, *, lam: float, k: int, max_iter: int, sampling: str = "with
                 backend.reset_average_m()
 
     w, b, obj, objs = evaluate(final=True)
-    # max_iter at a T_j (the default's 64 epochs): the stopping rule reads that last evaluation
-    # too, as it reads every earlier one, instead of calling the run unsettled unseen
+    # max_iter at a T_j (the default's 64 epochs): the stopping rule reads that evaluation too
     if stop == "max_iter" and at_level and tol is not None and settled(obj, objs):
         stop = "tol"
     if history and history[-1][0] == t:
@@ -331,12 +259,7 @@ def pegasos(backend, *, lam: float, k: int, max_iter: int, sampling: str = "with
         for m, rows in enumerate(histories or ()):
             rows[-1] = (t, float(objs[m]), rows[-1][2])
     else:
-        elapsed = time.perf_counter() - start
-        history.append((t, obj, elapsed))
-        for m, rows in enumerate(histories or ()):
-            rows.append((t, float(objs[m]), elapsed))
-        if progress is not None:
-            progress(t, obj)
+        elapsed = record(obj, objs)
         if callback is not None:
             callback(t, obj, elapsed)                 # the run ends here whatever it returns
     if stop == "max_iter" and target_objective is not None and obj <= target_objective:
@@ -352,72 +275,36 @@ def pegasos(backend, *, lam: float, k: int, max_iter: int, sampling: str = "with
 
 @on_backend_stream
 def weight_scale(backend) -> float:
-    """``mean(s)``, the mean sample weight of the backend's rows (1 without weights; with
-    weights per output, the largest of the outputs' means).
+    """``mean(s)`` of the backend's sample weights (1 without; per output, the largest mean).
 
-    ``P_s(w) / mean(s) = (lam / (2 mean(s))) ||w||^2 + sum_i s_i loss_i / sum_i s_i``
-    is the objective per unit of weight.  With ``lam = 1/(C n)`` it is
-    ``(||w||^2 / (2C) + sum_i s_i loss_i) / sum_i s_i``: a row of integer weight
-    ``m`` and ``m`` repeated rows of weight 1 give the same value, where ``P_s``
-    itself differs by the factor ``n / sum_i s_i``.
-
-    Parameters
-    ----------
-    backend : Backend
-        Its ``sample_weight`` (None for unit weights) is read.
-
-    Returns
-    -------
-    float
+    ``P_s(w) / mean(s)`` is the objective per unit of weight: with ``lam = 1/(C n)`` a row of
+    integer weight ``m`` and ``m`` repeated rows give the same value (``P_s`` differs by
+    ``n / sum_i s_i``).
     """
     s = getattr(backend, "sample_weight", None)
     if s is None:
         return 1.0
     s = np.asarray(backend.to_host(s), dtype=np.float64)
-    # per output (s of shape (n, M)): the largest of the outputs' means bounds them all
     return float(np.max(np.mean(s.reshape(s.shape[0], -1), axis=0)))
 
 
 @on_backend_stream
 def projection_radius(backend, lam: float, loss: str = "hinge", bias: str = "none",
                       intercept_scaling: float = 1.0) -> float:
-    """Radius of a ball that holds the optimum (Fig. 1 step 5; ALGORITHMS.md, "Weights").
+    """Radius of a ball that holds the optimum (Fig. 1 step 5; ALGORITHMS.md, "Weights"):
+    the smaller of two bounds on ``||w*||``.
 
-    The smaller of two bounds on ``||w*||``:
+    * The dual bound: ``sqrt(mean(s) / lam)`` for the hinge (strong duality, ``lam ||w*||^2
+      <= (1/n) sum_i alpha_i <= mean(s)``; the paper's ``1/sqrt(lam)`` without weights),
+      ``sqrt(2 mean(s) / lam)`` for the squared hinge (``lam/2 ||w*||^2 <= P_s(0)``).
+    * The constant-predictor bound ``sqrt(2 P_s(u) / lam)``, ``u`` the best point whose
+      margins are a constant (the bias alone: a free ``b``, or for ``"augmented"`` only the
+      constant feature of value ``intercept_scaling``), in closed form
+      (:func:`_constant_objective`): much tighter with imbalanced classes.
 
-    * the dual bound, ``sqrt(mean(s) / lam)`` for the hinge: strong duality gives
-      ``lam ||w*||^2 <= (1/n) sum_i alpha_i <= mean(s)`` (dual box ``0 <= alpha_i <= s_i``),
-      which is the paper's ``1/sqrt(lam)`` without weights; ``sqrt(2 mean(s) / lam)``
-      for the squared hinge (``lam/2 ||w*||^2 <= P_s(0) = mean(s)``);
-    * the constant-predictor bound ``sqrt(2 P_s(u) / lam)``: ``lam/2 ||w*||^2 <=
-      P_s(w*) <= P_s(u)`` for any point ``u`` whose margins are a constant, the bias
-      alone (``w = 0`` with the best free ``b`` for ``bias="unregularized"`` or
-      ``"optimal"``; ``w = c e_bias``, only the constant feature of value
-      ``intercept_scaling``, for ``"augmented"``).  Its loss depends only on the
-      weights of the two classes, ``S+`` and ``S-``, and its best value has a closed
-      form (:func:`_constant_objective`).  With balanced classes it is no tighter
-      than the dual bound; with imbalanced ones (or large class weights) much tighter:
-      ``sqrt(2 (2 S- / n) / lam)`` against ``sqrt(mean(s) / lam)`` for a free bias and
-      a minority class of weight ``S-``.
-
-    ALGORITHMS.md states the looser ``sqrt(max_i s_i / lam)``.  Both bounds are, with
-    ``lam = 1/(C n)``, the same for integer weights as for repeated rows (they depend
-    on ``n lam`` and the class weights ``S+``, ``S-``), so the projection keeps that
-    equivalence.  With ``M`` outputs the largest radius of the outputs serves all.
-
-    Parameters
-    ----------
-    backend : Backend
-        Its ``y`` and ``sample_weight`` (None for unit weights) are read.
-    lam : float
-    loss : {"hinge", "squared_hinge"}
-    bias : {"none", "augmented", "unregularized", "optimal"}, default="none"
-    intercept_scaling : float, default=1.0
-        Value of the constant feature (the last column of ``X``) for ``"augmented"``.
-
-    Returns
-    -------
-    float
+    Both depend on ``n lam`` and the class weights only, so with ``lam = 1/(C n)`` integer
+    weights and repeated rows keep the same radius (ALGORITHMS.md states the looser
+    ``sqrt(max_i s_i / lam)``).  With ``M`` outputs the largest radius serves all.
     """
     mean_s = weight_scale(backend)
     if loss == "squared_hinge":
@@ -442,16 +329,12 @@ def projection_radius(backend, lam: float, loss: str = "hinge", bias: str = "non
 
 
 def _constant_objective(p: float, q: float, lam: float, loss: str, c: float | None) -> float:
-    """The least objective of a constant margin, an upper bound of ``P_s(w*)``.
+    """The least objective of a constant margin ``u``, an upper bound of ``P_s(w*)``.
 
-    The margin ``y_i u`` is the same ``u`` for every row: ``P(u) = R(u) + p L(1 - u) +
-    q L(1 + u)`` with ``p = S+/n``, ``q = S-/n``, ``L`` the hinge or the squared hinge,
-    and ``R(u) = lam/2 (u/c)^2`` for the augmented bias (the constant feature ``c``
-    carries ``u`` with weight ``u/c``), ``R = 0`` for a free bias (``c`` None).  Both
-    are convex in ``u`` with their minimum in ``[-1, 1]`` (outside it one loss term
-    is zero and the other, with ``R``, grows), where the loss terms are linear
-    (hinge) or quadratic (squared hinge): the minimiser is the stationary point of
-    that piece, clipped to ``[-1, 1]``.
+    ``P(u) = R(u) + p L(1 - u) + q L(1 + u)``, ``p = S+/n``, ``q = S-/n``, ``R(u) = lam/2
+    (u/c)^2`` for the augmented bias (feature ``c``), 0 for a free bias (``c`` None).  Convex,
+    with its minimum in ``[-1, 1]``, where ``L`` is linear or quadratic: the stationary point
+    of that piece, clipped to ``[-1, 1]``.
     """
     r = 0.0 if c is None else lam / (c * c)            # R(u) = r/2 u^2
     if loss == "squared_hinge":                        # r u - 2p (1 - u) + 2q (1 + u) = 0
@@ -470,30 +353,13 @@ def _constant_objective(p: float, q: float, lam: float, loss: str, c: float | No
 
 @on_backend_stream
 def polished_augmented_bias(backend, w, lam: float, loss: str, intercept_scaling: float):
-    """``w`` with its augmented-bias weight (last entry) the exact minimiser of ``P_s``.
+    """A copy of Pegasos' output points ``w`` (d, M) whose augmented-bias weight (last row) is
+    the exact minimiser of ``P_s`` given the other weights.
 
-    ``bias="augmented"`` regularises the bias: it is the weight ``beta`` of the constant
-    feature ``c = intercept_scaling``, the last column of ``X``.  Given the other weights,
-    ``P_s`` is a convex one-dimensional function of ``beta``, minimised exactly by
-    :func:`~gpusvm.backends._general.regularized_bias_xp` (one sort of the ``n``
-    breakpoints); the objective of the returned point is never above the one of ``w``.
-    Pegasos' last steps ``1/(lam t)`` still move ``beta`` by up to ``||x_i||/(lam t)``, far
-    from its best value where rows are long or weights large (class weights of 1000);
-    the other weights keep Pegasos' values (Fig. 1).
-
-    Parameters
-    ----------
-    backend : Backend
-    w : array of shape (d, M)
-        Pegasos' output points (the tail average, or the last iterate).
-    lam : float
-    loss : {"hinge", "squared_hinge"}
-    intercept_scaling : float
-
-    Returns
-    -------
-    array of shape (d, M)
-        A copy, last row replaced.
+    ``P_s`` is convex in the weight of the constant feature ``intercept_scaling``, minimised
+    by :func:`~gpusvm.backends._general.regularized_bias_xp` (one sort of the ``n``
+    breakpoints), so the objective never rises.  Pegasos' last steps still move that weight
+    by up to ``||x_i||/(lam t)``, far from its best value where rows are long or weights large.
     """
     w = backend.xp.array(w, dtype=backend.xp.float64, copy=True)
     w[-1] = backend.regularized_bias_m(w, lam, float(intercept_scaling), loss)
