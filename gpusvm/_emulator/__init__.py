@@ -14,12 +14,12 @@ blocks taken by one worker thread per core, real barriers: a deadlock raises a
 synchronous and release the GIL. Built with ``tsan=True`` a module runs under
 ThreadSanitizer (``tests/tsan_runner.py``), which is how data races are found: a racy kernel
 practically never gives wrong numbers in a plain run (nor does an intra-warp race between
-barriers, which only TSAN sees). Further limits: atomics are relaxed
-C++ atomics and ``__threadfence`` a seq_cst fence; a thread spinning on another (a spin
-lock, a flag loop) hangs, since fibers switch only at barriers; static ``__shared__``
-variables persist per worker between blocks; device-side ``assert`` aborts the process and
-``printf`` is not ordered across workers; g++ does not contract multiply-adds into FMA as
-NVRTC does, so compare with GPU results using tolerances, never bit for bit.
+barriers, which only TSAN sees). Further limits: atomics are relaxed C++ atomics and
+``__threadfence`` a seq_cst fence; a thread spinning on another (a spin lock, a flag loop)
+hangs, since fibers switch only at barriers; static ``__shared__`` variables persist per
+worker between blocks; device-side ``assert`` aborts the process and ``printf`` is not
+ordered across workers; g++ does not contract multiply-adds into FMA as NVRTC does, so
+compare with GPU results using tolerances, never bit for bit.
 
 Environment: ``GPUSVM_EMU_WORKERS`` (worker threads, default ``os.cpu_count()``),
 ``GPUSVM_EMU_CACHE`` (build cache, default ``~/.cache/gpusvm/emulator``), ``GPUSVM_EMU_CXX``
@@ -269,10 +269,8 @@ _VALUE_OPTIONS = {"-D": "-D", "--define-macro": "-D", "-U": "-U", "--undefine-ma
 def _parse_options(options):
     """Split cupy-style options into g++ preprocessor flags and include dirs; NVRTC-only
     ones are dropped."""
-    if isinstance(options, str):
-        options = (options,)
+    opts = [options] if isinstance(options, str) else list(options)
     flags, includes = [], []
-    opts = list(options)
     i = 0
     while i < len(opts):
         opt = opts[i]
