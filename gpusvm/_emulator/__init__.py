@@ -17,9 +17,9 @@ practically never gives wrong numbers in a plain run (nor does an intra-warp rac
 barriers, which only TSAN sees). Further limits: atomics are relaxed C++ atomics and
 ``__threadfence`` a seq_cst fence; a thread spinning on another (a spin lock, a flag loop)
 hangs, since fibers switch only at barriers; static ``__shared__`` variables persist per
-worker between blocks; device-side ``assert`` aborts the process and ``printf`` is not
-ordered across workers; g++ does not contract multiply-adds into FMA as NVRTC does, so
-compare with GPU results using tolerances, never bit for bit.
+worker between blocks (their size is not checked); device-side ``assert`` aborts the process
+and ``printf`` is not ordered across workers; g++ does not contract multiply-adds into FMA as
+NVRTC does, so compare with GPU results using tolerances, never bit for bit.
 
 Environment: ``GPUSVM_EMU_WORKERS`` (worker threads, default ``os.cpu_count()``),
 ``GPUSVM_EMU_CACHE`` (build cache, default ``~/.cache/gpusvm/emulator``), ``GPUSVM_EMU_CXX``

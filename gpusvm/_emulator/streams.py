@@ -220,6 +220,7 @@ class _Entry:
         self.kind, self.run, self.name = kind, run, name
         self.reads, self.writes, self.event = reads, writes, event
 
+
 class Stream:
     """An emulated CUDA stream (``cupy.cuda.Stream``'s interface as the backend uses it).
 
