@@ -76,10 +76,7 @@ def row_normalize(X):
     """
     xp, xsp, _ = _modules(X)
     A = _as_float64_matrix(X)
-    if xsp.issparse(A):
-        sq = xp.asarray(A.multiply(A).sum(axis=1)).ravel()
-    else:
-        sq = xp.sum(A * A, axis=1)
+    sq = xp.asarray(A.multiply(A).sum(axis=1)).ravel() if xsp.issparse(A) else xp.sum(A * A, axis=1)
     norms = xp.sqrt(sq)
     inv = xp.where(norms > 0, 1.0 / xp.where(norms > 0, norms, 1.0), 0.0)
     if xsp.issparse(A):
