@@ -1,12 +1,11 @@
 """Find, assemble and load the CUDA kernels of ``kernels/*.cu``.
 
-The kernels ship as CUDA C++ files: at the top of a source checkout
-(``<repo>/kernels``) and inside an installed wheel (``gpusvm/kernels``, mapped
-there by the build).  :func:`module_source` joins every ``.cu`` file into one
-text with the ``#include "..."`` lines replaced by the included files, so that
-a compiler cache keyed on the source text (CuPy's is) sees every change, and
-:func:`compile_options` adds a hash of all kernel files as a ``-D`` define for
-good measure.  :func:`load_module` compiles that text once per device, with
+The kernels ship as CUDA C++ files: at the top of a source checkout (``<repo>/kernels``) and
+inside an installed wheel (``gpusvm/kernels``, mapped there by the build).
+:func:`module_source` joins every ``.cu`` file into one text with the ``#include "..."``
+lines replaced by the included files, so that a compiler cache keyed on the source text
+(CuPy's is) sees every change; :func:`compile_options` adds a hash of all kernel files as a
+``-D`` define for good measure. :func:`load_module` compiles that text once per device, with
 CuPy's NVRTC for a GPU, or with the CPU kernel emulator.
 """
 
@@ -50,19 +49,8 @@ _INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*"([^"]+)"[ \t]*$', re.MULTILI
 
 
 def kernel_dir() -> Path:
-    """Directory holding the ``.cu`` files.
-
-    Returns
-    -------
-    pathlib.Path
-        ``gpusvm/kernels`` next to this module in an installed wheel, else
-        ``<repo>/kernels`` in a source checkout.
-
-    Raises
-    ------
-    FileNotFoundError
-        When neither location holds the kernel files.
-    """
+    """Directory of the ``.cu`` files: ``gpusvm/kernels`` next to this module in an installed
+    wheel, else ``<repo>/kernels`` in a source checkout; FileNotFoundError when neither has them."""
     here = Path(__file__).resolve().parent
     candidates = (here / "kernels", here.parent / "kernels")
     for cand in candidates:
@@ -74,12 +62,6 @@ def kernel_dir() -> Path:
         "reinstall gpusvm")
 
 
-def kernel_files() -> list[Path]:
-    """Every kernel source file (``.cu`` and ``.cuh``), sorted by name."""
-    root = kernel_dir()
-    return sorted(list(root.glob("*.cu")) + list(root.glob("*.cuh")))
-
-
 def _inline(path: Path, seen: set) -> str:
     """Text of ``path`` with its quoted includes replaced by their text (each file once)."""
     seen.add(path.name)
@@ -88,36 +70,24 @@ def _inline(path: Path, seen: set) -> str:
         name = match.group(1)
         if name in seen:
             return f"// (already included: {name})"
-        inc = path.parent / name
-        return f"// ---- begin {name}\n{_inline(inc, seen)}\n// ---- end {name}"
+        return f"// ---- begin {name}\n{_inline(path.parent / name, seen)}\n// ---- end {name}"
 
     return _INCLUDE.sub(repl, path.read_text(encoding="utf-8"))
 
 
 def read_source(name: str) -> str:
-    """Text of one kernel file with its includes inlined.
-
-    Parameters
-    ----------
-    name : str
-        File name in the kernel directory, e.g. ``"margins.cu"``.
-
-    Returns
-    -------
-    str
-        Self-contained CUDA C++ text.
-    """
+    """Self-contained text of the kernel file ``name`` (e.g. ``"margins.cu"``), includes inlined."""
     return _inline(kernel_dir() / name, set())
 
 
 def source_hash() -> str:
-    """SHA-256 of every kernel file (names and contents), hex."""
+    """SHA-256 of every kernel file (``.cu`` and ``.cuh``, sorted by name: names and contents), hex."""
     h = hashlib.sha256()
-    for path in kernel_files():
-        h.update(path.name.encode())
-        h.update(b"\0")
-        h.update(path.read_bytes())
-        h.update(b"\0")
+    root = kernel_dir()
+    for path in sorted(list(root.glob("*.cu")) + list(root.glob("*.cuh"))):
+        for part in (path.name.encode(), path.read_bytes()):
+            h.update(part)
+            h.update(b"\0")
     return h.hexdigest()
 
 
@@ -131,11 +101,8 @@ def module_source() -> str:
 
 
 def compile_options() -> tuple:
-    """Compiler options of the kernel module (the NVRTC test uses the same).
-
-    ``-DGPUSVM_KERNELS_SHA256=<hash>`` keys any compiler cache on the sources of
-    every kernel file, included headers too.
-    """
+    """Compiler options of the kernel module (the NVRTC test uses the same);
+    ``-DGPUSVM_KERNELS_SHA256=<hash>`` keys any compiler cache on every kernel file."""
     return ("-std=c++17", f"-DGPUSVM_KERNELS_SHA256={source_hash()[:16]}")
 
 
@@ -145,17 +112,9 @@ def row_kernel(op: str, lanes: int, value_type: str) -> str:
 
 
 def segment_kernel(op: str, value_type: str, **flags) -> str:
-    """Name expression of a segment kernel, e.g. ``gpusvm_pegasos_step<float,1,0,0>``.
-
-    Parameters
-    ----------
-    op : str
-        A key of :data:`SEGMENT_KERNELS`.
-    value_type : str
-        ``"float"`` or ``"double"``.
-    **flags : bool
-        ``M1``, ``SQ``, ``WT`` (those the kernel takes; others are ignored; default 0).
-    """
+    """Name expression of the segment kernel ``op`` (a key of :data:`SEGMENT_KERNELS`), e.g.
+    ``gpusvm_pegasos_step<float,1,0,0>``; ``flags`` sets ``M1``, ``SQ``, ``WT`` (default 0;
+    those ``op`` does not take are ignored)."""
     return "<".join((op, ",".join([value_type] + [str(int(bool(flags.get(f, 0))))
                                                   for f in SEGMENT_KERNELS[op]]))) + ">"
 
@@ -189,37 +148,17 @@ CUPY_CACHING_NAME_EXPRESSIONS = (14, 2)
 
 
 def cupy_caches_module(version: str) -> bool:
-    """Whether CuPy ``version`` keeps this module in its disk cache (one compile per machine).
-
-    Parameters
-    ----------
-    version : str
-        ``cupy.__version__``.
-
-    Returns
-    -------
-    bool
-    """
+    """Whether CuPy ``version`` (``cupy.__version__``) keeps this module in its disk cache."""
     parts = re.findall(r"\d+", version)[:2]
     return tuple(int(p) for p in parts) >= CUPY_CACHING_NAME_EXPRESSIONS
 
 
 def load_module(kind: str = "cupy"):
-    """The compiled kernel module, built once per device.
-
-    Parameters
-    ----------
-    kind : {"cupy", "emulated"}
-        ``"cupy"``: a :class:`cupy.RawModule` for the current CUDA device
-        (memoised per device id; CuPy also caches the binary on disk);
-        ``"emulated"``: a :class:`gpusvm._emulator.EmulatedModule` running
-        the same source on the CPU (memoised per process).
-
-    Returns
-    -------
-    module
-        An object with ``get_function(name_expression)``; the returned kernels
-        are called as ``kernel(grid, block, args, shared_mem=0)``.
+    """The compiled kernel module, built once per device: for ``kind="cupy"`` a
+    :class:`cupy.RawModule` for the current CUDA device (memoised per device id; CuPy also
+    caches the binary on disk), for ``"emulated"`` a :class:`gpusvm._emulator.EmulatedModule`
+    running the same source on the CPU (memoised per process). Its ``get_function(name
+    expression)`` gives kernels called as ``kernel(grid, block, args, shared_mem=0)``.
     """
     if kind == "emulated":
         return _emulated_module()
@@ -244,10 +183,9 @@ def load_module(kind: str = "cupy"):
 
 
 def _cupy_module(key, code: str, names: list):
-    """``cupy.RawModule(code, name_expressions=names)`` for the current device, compiled once
-    per ``key`` (the caller holds ``_lock``).  CuPy compiles a module on its first
-    ``get_function``, not in the constructor: done here, so that the compile (or the disk
-    cache's load) happens, and is timed, once and before the first fit's clock starts."""
+    """``cupy.RawModule(code, name_expressions=names)``, compiled once per ``key`` (the caller
+    holds ``_lock``). CuPy compiles on the first ``get_function``, so that is called here: the
+    compile (or disk-cache load) happens, and is timed, before the first fit's clock starts."""
     import cupy  # noqa: PLC0415  (optional dependency)
     mod = _cupy_modules.get(key)
     if mod is None:
@@ -258,22 +196,10 @@ def _cupy_module(key, code: str, names: list):
 
 
 def load_while_module(kind: str = "cupy"):
-    """The module of :data:`WHILE_KERNEL` (``kernels/while_more.cu``), built once per device.
-
-    Apart from the main module: its kernel calls the device runtime's
-    ``cudaGraphSetConditional`` (CUDA 12.4), which a driver without conditional graph
-    nodes may refuse to load, and only segments replayed through a WHILE node need it.
-
-    Parameters
-    ----------
-    kind : {"cupy", "emulated"}
-        As :func:`load_module`.
-
-    Returns
-    -------
-    module
-        An object with ``get_function(WHILE_KERNEL)``.
-    """
+    """The module of :data:`WHILE_KERNEL`, built once per device (``kind`` as for
+    :func:`load_module`). Apart from the main module: its kernel calls the device runtime's
+    ``cudaGraphSetConditional`` (CUDA 12.4), which a driver without conditional graph nodes may
+    refuse to load, and only segments replayed through a WHILE node need it."""
     if kind == "emulated":
         return _emulated_while_module()
     if kind != "cupy":

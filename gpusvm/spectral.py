@@ -15,23 +15,16 @@ whose rows are assumed to satisfy ``max_i ||x_i|| <= 1``.  Then
 mini-batch of size ``b`` over ``b = 1`` is ``b / beta_b``: essentially linear
 while ``b <= 1/sigma^2``.
 
-What is computed
-----------------
-With ``normalize=True`` (the default) :func:`sigma_squared` returns
-``||X_hat||^2 / n`` for the row-normalised matrix ``X_hat`` with rows
-``x_i / ||x_i||`` (all-zero rows stay zero).  This is the quantity the SDCA
-step of :mod:`gpusvm.solvers.sdca` needs for *any* row norms: that step divides
-by ``||x_i||^2``, so its separable surrogate is ``beta sum_i delta_i^2 Q_ii``
-and Lemma 1 of the paper, applied to the unit-diagonal matrix
-``Q_hat = diag(Q)^{-1/2} Q diag(Q)^{-1/2}``, gives the safe ``beta_b`` from the
-spectral norm of ``X_hat``.  For unit-norm rows (the paper's setting) both
-choices coincide.  ``normalize=False`` returns ``||X||^2 / n`` of the matrix as
-given, which equals the paper's ``sigma^2`` only when ``max_i ||x_i|| <= 1``.
+With ``normalize=True`` (the default) :func:`sigma_squared` uses the rows ``x_i / ||x_i||``
+(zero rows stay zero), which is what the SDCA step of :mod:`gpusvm.solvers.sdca` needs for
+*any* row norms: that step divides by ``||x_i||^2``, so its separable surrogate is
+``beta sum_i delta_i^2 Q_ii``, and Lemma 1 of the paper applied to the unit-diagonal
+``Q_hat = diag(Q)^{-1/2} Q diag(Q)^{-1/2}`` gives the safe ``beta_b`` from the spectral norm
+of ``X_hat``. For unit-norm rows (the paper's setting) both choices coincide.
 
-The largest singular value is computed by Lanczos iterations
-(``scipy.sparse.linalg.svds``, ARPACK; ``cupyx.scipy.sparse.linalg.svds`` for a
-CuPy matrix) or by power iteration on the smaller Gram matrix written against
-the array module of the matrix, so a device matrix never leaves the device.
+The largest singular value comes from Lanczos iterations (``svds``: ARPACK, or cupyx's for a
+CuPy matrix) or from power iteration on the smaller Gram matrix, in the matrix's own array
+module, so a device matrix never leaves the device.
 """
 
 from __future__ import annotations
@@ -47,7 +40,6 @@ __all__ = ["sigma_squared", "row_normalize", "beta_b", "predicted_speedup", "spe
 SPECTRAL_METHODS = ("lanczos", "power")
 
 
-# ---------------------------------------------------------------- array modules
 def _modules(X):
     """``(xp, xsp, svds)`` for a NumPy/SciPy or a CuPy/cupyx matrix."""
     if type(X).__module__.split(".")[0] in ("cupy", "cupyx"):
@@ -84,10 +76,7 @@ def row_normalize(X):
     """
     xp, xsp, _ = _modules(X)
     A = _as_float64_matrix(X)
-    if xsp.issparse(A):
-        sq = xp.asarray(A.multiply(A).sum(axis=1)).ravel()
-    else:
-        sq = xp.sum(A * A, axis=1)
+    sq = xp.asarray(A.multiply(A).sum(axis=1)).ravel() if xsp.issparse(A) else xp.sum(A * A, axis=1)
     norms = xp.sqrt(sq)
     inv = xp.where(norms > 0, 1.0 / xp.where(norms > 0, norms, 1.0), 0.0)
     if xsp.issparse(A):
@@ -124,14 +113,14 @@ def sigma_squared(X, *, normalize: bool = True, method: str = "lanczos", tol: fl
     X : array or sparse matrix of shape (n, d)
         NumPy/SciPy or CuPy/cupyx (the computation stays in that array module).
     normalize : bool, default=True
-        Use the rows ``x_i / ||x_i||`` (zero rows stay zero): the ``sigma^2`` that
-        the paper assumes (``max ||x_i|| <= 1``) and that the SDCA step needs for
-        any row norms (see the module docstring).  ``False`` uses ``X`` as given.
+        Use the rows ``x_i / ||x_i||`` (zero rows stay zero): the ``sigma^2`` that the paper
+        assumes (``max ||x_i|| <= 1``) and that the SDCA step needs for any row norms (see the
+        module docstring). ``False`` uses ``X`` as given.
     method : {"lanczos", "power"}, default="lanczos"
         Lanczos iterations of ``svds`` (ARPACK on the CPU), or power iteration.
     tol : float, default=1e-10
-        Relative tolerance on the largest singular value (``svds``) or on the
-        Rayleigh quotient ``||A A^T z||`` of the power iteration.
+        Relative tolerance on the largest singular value (``svds``) or on the Rayleigh
+        quotient ``||A A^T z||`` of the power iteration.
     max_iter : int, default=10000
         Iteration cap of the power iteration / of ARPACK.
     seed : int, default=0
@@ -140,8 +129,8 @@ def sigma_squared(X, *, normalize: bool = True, method: str = "lanczos", tol: fl
     Returns
     -------
     float
-        ``||X||_2^2 / n``; with ``normalize=True`` it lies in ``[1/n, 1]``
-        (``0`` when every row is zero).
+        ``||X||_2^2 / n``; with ``normalize=True`` it lies in ``[1/n, 1]`` (``0`` when every
+        row is zero).
     """
     if method not in SPECTRAL_METHODS:
         raise ValueError(f"method must be one of {SPECTRAL_METHODS}, got {method!r}")
@@ -162,11 +151,8 @@ def sigma_squared(X, *, normalize: bool = True, method: str = "lanczos", tol: fl
     else:
         rng = np.random.default_rng(seed)
         v0 = xp.asarray(rng.standard_normal(min(n, d)))
-        if xp is np:
-            s = svds(A, k=1, which="LM", v0=v0, tol=tol, maxiter=max_iter,
-                     return_singular_vectors=False)
-        else:  # cupyx's svds (thick-restart Lanczos) has no v0
-            s = svds(A, k=1, which="LM", tol=tol, maxiter=max_iter, return_singular_vectors=False)
+        start = {"v0": v0} if xp is np else {}      # cupyx's svds (thick-restart Lanczos) has no v0
+        s = svds(A, k=1, which="LM", tol=tol, maxiter=max_iter, return_singular_vectors=False, **start)
         top = float(s[0]) ** 2
     return top / n
 
@@ -181,9 +167,9 @@ def beta_b(b: int, n: int, sigma2: float) -> float:
     n : int
         Number of examples.
     sigma2 : float
-        ``sigma^2`` of data with ``max ||x_i|| <= 1`` (see :func:`sigma_squared`),
-        in ``[1/n, 1]``; values outside by less than ``1e-9`` relative are clipped
-        (rounding of the singular value computation).
+        ``sigma^2`` of data with ``max ||x_i|| <= 1`` (see :func:`sigma_squared`), in
+        ``[1/n, 1]``; values outside by less than ``1e-9`` relative (rounding of the singular
+        value) are clipped.
 
     Returns
     -------
@@ -236,9 +222,7 @@ def speedup_table(n: int, sigma2: float, batch_sizes=None) -> list[SpeedupRow]:
 
     Parameters
     ----------
-    n : int
-        Number of examples.
-    sigma2 : float
+    n, sigma2
         As in :func:`beta_b`.
     batch_sizes : iterable of int, optional
         Batch sizes to tabulate instead of the powers of two.
@@ -253,21 +237,16 @@ def speedup_table(n: int, sigma2: float, batch_sizes=None) -> list[SpeedupRow]:
             sizes.append(n)
     else:
         sizes = [int(b) for b in batch_sizes]
-    rows = []
-    for b in sizes:
-        bb = beta_b(b, n, sigma2)
-        rows.append(SpeedupRow(b, bb, b / bb))
-    return rows
+    return [SpeedupRow(b, beta_b(b, n, sigma2), predicted_speedup(b, n, sigma2)) for b in sizes]
 
 
-# ---------------------------------------------------------------- command line
 def add_cli(subparsers) -> None:
-    """Register the ``spectral`` subcommand on an ``argparse`` subparsers object.
+    """Register the ``spectral`` subcommand (``func=run_cli``) on an ``argparse`` subparsers object.
 
     Parameters
     ----------
     subparsers : argparse._SubParsersAction
-        From ``parser.add_subparsers()``; the subcommand sets ``func=run_cli``.
+        From ``parser.add_subparsers()``.
     """
     import argparse  # noqa: PLC0415
     p = subparsers.add_parser(

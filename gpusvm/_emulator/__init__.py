@@ -1,48 +1,30 @@
-"""CPU emulator for gpusvm's CUDA kernels.
+"""CPU emulator for gpusvm's CUDA kernels (docs/backends.md, "Execution").
 
-The very same ``.cu`` sources that CuPy compiles with NVRTC are compiled here by
-the host C++ compiler through ``cuda_emu.h``, a header that provides CUDA's
-execution model, and launched from Python with ``cupy.RawKernel``'s calling
-convention::
+The very same ``.cu`` sources that CuPy compiles with NVRTC are compiled by the host C++
+compiler through ``cuda_emu.h`` and launched with ``cupy.RawKernel``'s calling convention::
 
     mod = EmulatedModule(path="kernels/batch_margins.cu",
                          name_expressions=("gpusvm_margins<32>",))
     kern = mod.get_function("gpusvm_margins<32>")
     kern((n_blocks,), (128,), (indptr, indices, data, w, out, np.int32(n)))
 
-Each CUDA thread is a fiber; one OS worker thread per core (``os.cpu_count()``,
-or ``GPUSVM_EMU_WORKERS``) takes blocks from a shared counter. ``__syncthreads``
-and the warp intrinsics are real barriers, so a kernel that deadlocks (for
-example ``__syncthreads`` in divergent code, or a full-mask shuffle naming lanes
-that exited) fails with a ``RuntimeError`` that names where each group of
-threads waits, instead of hanging. Launches are synchronous and release the
-GIL. Built with ``tsan=True`` the module runs under ThreadSanitizer (the tests'
-``tests/tsan_runner.py``), which is how data races are found: a racy kernel
-practically never produces wrong numbers in a plain run.
+``cuda_emu.h``'s header comment describes the execution model (a fiber per CUDA thread,
+blocks taken by one worker thread per core, real barriers: a deadlock raises a
+``RuntimeError`` saying where each group of threads waits) and its limits. Launches are
+synchronous and release the GIL. Built with ``tsan=True`` a module runs under
+ThreadSanitizer (``tests/tsan_runner.py``), which is how data races are found: a racy kernel
+practically never gives wrong numbers in a plain run (nor does an intra-warp race between
+barriers, which only TSAN sees). Further limits: atomics are relaxed C++ atomics and
+``__threadfence`` a seq_cst fence; a thread spinning on another (a spin lock, a flag loop)
+hangs, since fibers switch only at barriers; static ``__shared__`` variables persist per
+worker between blocks (their size is not checked); device-side ``assert`` aborts the process
+and ``printf`` is not ordered across workers; g++ does not contract multiply-adds into FMA as
+NVRTC does, so compare with GPU results using tolerances, never bit for bit.
 
 Environment: ``GPUSVM_EMU_WORKERS`` (worker threads, default ``os.cpu_count()``),
-``GPUSVM_EMU_CACHE`` (build cache, default ``~/.cache/gpusvm/emulator``),
-``GPUSVM_EMU_CXX`` (compiler, default ``g++``), ``GPUSVM_EMU_STACK_KB`` (fiber
-stack size, default 256, 512 under TSAN; a stack overflow hits a guard page and
-crashes the process).
-
-Limits (stated honestly):
-
-* no independent thread scheduling inside a warp: a thread runs until it
-  reaches a barrier, a warp intrinsic or its end, so intra-warp races between
-  barriers never corrupt results here (TSAN still sees them);
-* ``__activemask()`` is "lanes of the warp that have not exited";
-* no occupancy, register, shared-memory-size (static) or memory-model checks;
-  atomics are relaxed C++ atomics; ``__threadfence`` is a seq_cst fence;
-* a thread that spins waiting for another thread (a spin lock, a flag loop)
-  hangs, because fibers switch only at barriers;
-* static ``__shared__`` variables persist per worker between blocks (only the
-  dynamic ``extern __shared__`` buffer is refilled with ``0xFF`` bytes, so
-  reads of unwritten dynamic shared memory come out as NaN);
-* no PTX inline assembly, textures, cooperative groups, ``__half``, device-side
-  ``assert`` (it aborts the process) or ``printf`` ordering across workers;
-* g++ does not contract multiply-adds into FMA as NVRTC does: compare results
-  with GPU ones using tolerances, never bit for bit.
+``GPUSVM_EMU_CACHE`` (build cache, default ``~/.cache/gpusvm/emulator``), ``GPUSVM_EMU_CXX``
+(compiler, default ``g++``), ``GPUSVM_EMU_STACK_KB`` (fiber stack, default 256, 512 under
+TSAN; an overflow hits a guard page and crashes the process).
 """
 
 from __future__ import annotations
@@ -52,33 +34,26 @@ import functools
 import hashlib
 import os
 import re
+import shutil
 import subprocess
 import tempfile
 import threading
+import time
 import warnings
 from pathlib import Path
 
 import numpy as np
 
-__all__ = [
-    "EmulatedGraph",
-    "EmulatedKernel",
-    "EmulatedModule",
-    "EmulatorBuildError",
-    "cache_dir",
-    "default_workers",
-    "find_compiler",
-]
+__all__ = ["EmulatedGraph", "EmulatedKernel", "EmulatedModule", "EmulatorBuildError", "cache_dir",
+           "default_workers", "find_compiler"]
 
 _HEADER = Path(__file__).resolve().with_name("cuda_emu.h")
 _ABI = "gpusvm-emu-abi-1"
 _MAX_DYNAMIC_SHARED = 232448
-_COMMON_FLAGS = (
-    "-std=c++20", "-fPIC", "-shared", "-pthread",
-    "-fvisibility=hidden", "-fvisibility-inlines-hidden", "-fno-gnu-unique",
-    "-fno-strict-aliasing", "-fno-math-errno",
-    "-Wall", "-Wno-unknown-pragmas", "-Wno-unused-function", "-Wno-unused-variable",
-)
+_COMMON_FLAGS = ("-std=c++20", "-fPIC", "-shared", "-pthread", "-fvisibility=hidden",
+                 "-fvisibility-inlines-hidden", "-fno-gnu-unique", "-fno-strict-aliasing",
+                 "-fno-math-errno", "-Wall", "-Wno-unknown-pragmas", "-Wno-unused-function",
+                 "-Wno-unused-variable")
 _PLAIN_FLAGS = ("-O2",)
 _TSAN_FLAGS = ("-fsanitize=thread", "-O1", "-g", "-fno-omit-frame-pointer")
 
@@ -110,8 +85,6 @@ def _compiler():
 
 def find_compiler():
     """Absolute path of ``$GPUSVM_EMU_CXX`` (default ``g++``), or None when not found."""
-    import shutil
-
     return shutil.which(_compiler())
 
 
@@ -126,14 +99,10 @@ def _compiler_id(cxx):
 
 
 def _clean_env():
-    env = dict(os.environ)
-    env.pop("LD_PRELOAD", None)        # never run the compiler under TSAN
-    return env
+    return {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}      # never the compiler under TSAN
 
 
-# ---------------------------------------------------------------------------
-# source scanning
-# ---------------------------------------------------------------------------
+# ---------------------------------------------------------------------------- source scanning
 _LEXEME = re.compile(r'//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'', re.S)
 
 
@@ -151,6 +120,8 @@ def _strip(src):
 
 _ARG_MACROS = {"__launch_bounds__", "__attribute__", "__align__", "__declspec", "alignas"}
 _IDENT = re.compile(r"[A-Za-z_]\w*")
+_SPACE = re.compile(r"[ \t\r\n]*")
+_SPACE_OR_DECLARATOR = re.compile(r"[ \t\r\n*&]*")
 
 
 def _skip_parens(text, i):
@@ -171,15 +142,11 @@ def _decl_name(text, i):
     """Name of the function declared from offset i and the specifiers before it."""
     specs = []
     while i < len(text):
-        while i < len(text) and text[i] in " \t\r\n*&":
-            i += 1
-        m = _IDENT.match(text, i)
+        m = _IDENT.match(text, _SPACE_OR_DECLARATOR.match(text, i).end())
         if not m:
             return None, specs
         word, i = m.group(0), m.end()
-        j = i
-        while j < len(text) and text[j] in " \t\r\n":
-            j += 1
+        j = _SPACE.match(text, i).end()
         if j < len(text) and text[j] == "(":
             if word in _ARG_MACROS:
                 i = _skip_parens(text, j)
@@ -190,15 +157,17 @@ def _decl_name(text, i):
     return None, specs
 
 
+def _statement_start(text, pos):
+    return max(text.rfind(";", 0, pos), text.rfind("{", 0, pos), text.rfind("}", 0, pos)) + 1
+
+
 def _brace_kinds(text):
-    """Offsets of braces: list of (offset, char, kind) with kind 'ns' or 'code'."""
+    """The braces as (offset, char, kind), kind "ns", "externC" or "code"."""
     out = []
     for m in re.finditer(r"[{}]", text):
         kind = "code"
         if m.group(0) == "{":
-            start = max(text.rfind(";", 0, m.start()), text.rfind("{", 0, m.start()),
-                        text.rfind("}", 0, m.start())) + 1
-            head = text[start:m.start()]
+            head = text[_statement_start(text, m.start()):m.start()]
             if re.search(r"\bnamespace\b[^()]*$", head) or re.search(r'\bextern\s*"C"\s*$', head):
                 kind = "externC" if "extern" in head else "ns"
         out.append((m.start(), m.group(0), kind))
@@ -222,8 +191,7 @@ def _find_kernels(text):
     names = []
     braces = _brace_kinds(text)
     for m in re.finditer(r'\bextern\s*"C"', text):
-        rest = text[m.end():].lstrip()
-        if rest.startswith("{"):
+        if text[m.end():].lstrip().startswith("{"):
             continue
         name, specs = _decl_name(text, m.end())
         if name and "__global__" in specs:
@@ -232,9 +200,7 @@ def _find_kernels(text):
         ctx = _context(braces, m.start())
         if "externC" not in ctx or "code" in ctx:
             continue
-        start = max(text.rfind(";", 0, m.start()), text.rfind("{", 0, m.start()),
-                    text.rfind("}", 0, m.start())) + 1
-        if re.search(r"\btemplate\b|\bextern\b", text[start:m.start()]):
+        if re.search(r"\btemplate\b|\bextern\b", text[_statement_start(text, m.start()):m.start()]):
             continue
         name, _ = _decl_name(text, m.end())
         if name:
@@ -247,23 +213,17 @@ _EXTERN_SHARED = re.compile(
 
 
 def _rewrite_extern_shared(src, text):
-    """Turn ``extern __shared__ T name[];`` into a pointer to the per-worker buffer.
-
-    Inside a function the pointer is a local constant; at namespace scope it is
-    a ``static thread_local`` (each worker has one fixed buffer).
-    """
+    """Turn ``extern __shared__ T name[];`` into a pointer to the worker's dynamic buffer
+    (a local constant in a function, a ``static thread_local`` at namespace scope)."""
     braces = _brace_kinds(text)
     pieces, last = [], 0
     for m in _EXTERN_SHARED.finditer(text):
         ctype = " ".join((m.group("pre") + " " + m.group("post")).split())
         ctype = re.sub(r"\b__align__\s*\(\s*\w+\s*\)", "", ctype).strip() or "unsigned char"
-        in_code = "code" in _context(braces, m.start())
-        storage = "" if in_code else "static thread_local "
+        storage = "" if "code" in _context(braces, m.start()) else "static thread_local "
         repl = (f"{storage}{ctype}* const {m.group('name')} = "
                 f"reinterpret_cast<{ctype}*>(::gpusvm_emu::dynamic_shared());")
-        repl += "\n" * m.group(0).count("\n")
-        pieces.append(src[last:m.start()])
-        pieces.append(repl)
+        pieces += [src[last:m.start()], repl + "\n" * m.group(0).count("\n")]
         last = m.end()
     pieces.append(src[last:])
     return "".join(pieces)
@@ -288,9 +248,7 @@ def _local_includes(src, dirs, seen=None, depth=0):
     return out
 
 
-# ---------------------------------------------------------------------------
-# options
-# ---------------------------------------------------------------------------
+# ---------------------------------------------------------------------------- options
 _IGNORED_PREFIXES = (
     "-std", "--std", "-ftz", "--ftz", "-prec-div", "--prec-div", "-prec-sqrt", "--prec-sqrt",
     "-fmad", "--fmad", "-use_fast_math", "--use_fast_math", "-arch", "--gpu-architecture",
@@ -304,48 +262,44 @@ _IGNORED_PREFIXES = (
     "-Xptxas", "--ptxas-options", "-diag-", "--diag-", "-pch", "--pch", "-create-pch",
     "-use-pch", "-pch-dir", "-instantiation-dir",
 )
+_VALUE_OPTIONS = {"-D": "-D", "--define-macro": "-D", "-U": "-U", "--undefine-macro": "-U",
+                  "-I": "-I", "--include-path": "-I"}
 
 
 def _parse_options(options):
-    """Split cupy-style options into g++ preprocessor flags; NVRTC-only ones are dropped."""
-    if isinstance(options, str):
-        options = (options,)
+    """Split cupy-style options into g++ preprocessor flags and include dirs; NVRTC-only
+    ones are dropped."""
+    opts = [options] if isinstance(options, str) else list(options)
     flags, includes = [], []
-    opts = list(options)
     i = 0
     while i < len(opts):
         opt = opts[i]
         if not isinstance(opt, str):
             raise TypeError(f"options must be strings, got {opt!r}")
-        nxt = opts[i + 1] if i + 1 < len(opts) else None
-        if opt in ("-D", "--define-macro", "-U", "--undefine-macro", "-I", "--include-path"):
-            if nxt is None:
-                raise ValueError(f"option {opt} needs a value")
-            flag = {"-D": "-D", "--define-macro": "-D", "-U": "-U", "--undefine-macro": "-U",
-                    "-I": "-I", "--include-path": "-I"}[opt]
-            (includes if flag == "-I" else flags).append(nxt if flag == "-I" else flag + nxt)
-            i += 2
-            continue
-        if opt.startswith("--define-macro="):
-            flags.append("-D" + opt.split("=", 1)[1])
-        elif opt.startswith("--undefine-macro="):
-            flags.append("-U" + opt.split("=", 1)[1])
-        elif opt.startswith("--include-path="):
-            includes.append(opt.split("=", 1)[1])
-        elif opt.startswith("-D") or opt.startswith("-U"):
-            flags.append(opt)
-        elif opt.startswith("-I"):
-            includes.append(opt[2:])
-        elif not opt.startswith(_IGNORED_PREFIXES):
-            warnings.warn(f"option {opt!r} is ignored by the CPU kernel emulator", RuntimeWarning,
-                          stacklevel=4)
         i += 1
+        name, eq, value = opt.partition("=")
+        if opt in _VALUE_OPTIONS:
+            if i == len(opts):
+                raise ValueError(f"option {opt} needs a value")
+            flag, value = _VALUE_OPTIONS[opt], opts[i]
+            i += 1
+        elif eq and name in ("--define-macro", "--undefine-macro", "--include-path"):
+            flag = _VALUE_OPTIONS[name]
+        elif opt.startswith(("-D", "-U", "-I")):
+            flag, value = opt[:2], opt[2:]
+        else:
+            if not opt.startswith(_IGNORED_PREFIXES):
+                warnings.warn(f"option {opt!r} is ignored by the CPU kernel emulator", RuntimeWarning,
+                              stacklevel=4)
+            continue
+        if flag == "-I":
+            includes.append(value)
+        else:
+            flags.append(flag + value)
     return flags, includes
 
 
-# ---------------------------------------------------------------------------
-# build
-# ---------------------------------------------------------------------------
+# ---------------------------------------------------------------------------- build
 class _Spec:
     """Everything that determines one emulated shared object."""
 
@@ -354,17 +308,12 @@ class _Spec:
             raise TypeError("give exactly one of code= and path=")
         if path is not None:
             path = Path(path).resolve()
-            src = path.read_text()
-            src_name = str(path)
-            dirs = [str(path.parent)]
-            stem = path.stem
+            src, src_name, dirs, stem = path.read_text(), str(path), [str(path.parent)], path.stem
         else:
             if not isinstance(code, str):
                 raise TypeError(f"code must be a str, got {type(code).__name__}")
-            src = code
+            src, dirs, stem = code, [], "emulated"
             src_name = f"emulated_{hashlib.sha256(code.encode()).hexdigest()[:12]}.cu"
-            dirs = []
-            stem = "emulated"
         if isinstance(name_expressions, str):
             name_expressions = (name_expressions,)
         self.name_expressions = tuple(" ".join(e.split()) for e in name_expressions)
@@ -377,10 +326,8 @@ class _Spec:
             warnings.warn(f'{src_name}: no extern "C" __global__ kernel found and no name_expressions given',
                           RuntimeWarning, stacklevel=3)
         body = _rewrite_extern_shared(src, text)
-        entries = [(k, f"&{k}") for k in self.kernels]
-        entries += [(e, f"&{e}") for e in self.name_expressions if e not in self.kernels]
-        self.names = tuple(n for n, _ in entries)
-        reg = ",\n        ".join(f'gpusvm_emu::make_entry("{n}", {expr})' for n, expr in entries)
+        self.names = (*self.kernels, *(e for e in self.name_expressions if e not in self.kernels))
+        reg = ",\n        ".join(f'gpusvm_emu::make_entry("{n}", &{n})' for n in self.names)
         self.cpp = (
             "// generated by gpusvm._emulator: cuda_emu.h + kernel source + kernel table\n"
             f'#include "{_HEADER}"\n'
@@ -414,8 +361,6 @@ _build_locks_guard = threading.Lock()
 
 def _ensure_built(spec):
     """Build spec's shared object unless cached; return (path, seconds spent, compiler log)."""
-    import time
-
     if spec.so_path.exists():
         return spec.so_path, 0.0, ""
     with _build_locks_guard:
@@ -457,6 +402,19 @@ def _tsan_loaded():
 
 _loaded = {}
 _load_lock = threading.Lock()
+_UINTS = ctypes.POINTER(ctypes.c_uint)
+_ERR = (ctypes.c_char_p, ctypes.c_size_t)       # message buffer and its size
+#: entry points of a built module: name -> (restype, argtypes)
+_ENTRY_POINTS = {
+    "gpusvm_emu_num_kernels": (ctypes.c_int, None),
+    "gpusvm_emu_kernel_name": (ctypes.c_char_p, [ctypes.c_int]),
+    "gpusvm_emu_kernel_signature": (ctypes.c_char_p, [ctypes.c_int]),
+    "gpusvm_emu_launch": (ctypes.c_int, [ctypes.c_int, _UINTS, _UINTS, ctypes.c_ulonglong,
+                                         ctypes.POINTER(ctypes.c_void_p), ctypes.c_int, *_ERR]),
+    "gpusvm_emu_replay": (ctypes.c_int, [
+        ctypes.c_int, ctypes.POINTER(ctypes.c_int), _UINTS, _UINTS, ctypes.POINTER(ctypes.c_ulonglong),
+        ctypes.POINTER(ctypes.c_void_p), ctypes.c_longlong, ctypes.c_int, *_ERR]),
+}
 
 
 def _load(so_path):
@@ -464,41 +422,23 @@ def _load(so_path):
         lib = _loaded.get(so_path)
         if lib is None:
             lib = ctypes.CDLL(str(so_path), mode=os.RTLD_NOW | os.RTLD_LOCAL)
-            lib.gpusvm_emu_num_kernels.restype = ctypes.c_int
-            lib.gpusvm_emu_kernel_name.restype = ctypes.c_char_p
-            lib.gpusvm_emu_kernel_name.argtypes = [ctypes.c_int]
-            lib.gpusvm_emu_kernel_signature.restype = ctypes.c_char_p
-            lib.gpusvm_emu_kernel_signature.argtypes = [ctypes.c_int]
-            lib.gpusvm_emu_launch.restype = ctypes.c_int
-            lib.gpusvm_emu_launch.argtypes = [
-                ctypes.c_int, ctypes.POINTER(ctypes.c_uint), ctypes.POINTER(ctypes.c_uint),
-                ctypes.c_ulonglong, ctypes.POINTER(ctypes.c_void_p), ctypes.c_int,
-                ctypes.c_char_p, ctypes.c_size_t]
-            lib.gpusvm_emu_replay.restype = ctypes.c_int
-            lib.gpusvm_emu_replay.argtypes = [
-                ctypes.c_int, ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.c_uint),
-                ctypes.POINTER(ctypes.c_uint), ctypes.POINTER(ctypes.c_ulonglong),
-                ctypes.POINTER(ctypes.c_void_p), ctypes.c_longlong, ctypes.c_int,
-                ctypes.c_char_p, ctypes.c_size_t]
+            for name, (restype, argtypes) in _ENTRY_POINTS.items():
+                getattr(lib, name).restype = restype
+                if argtypes is not None:
+                    getattr(lib, name).argtypes = argtypes
             _loaded[so_path] = lib
         return lib
 
 
-# ---------------------------------------------------------------------------
-# parameters and arguments
-# ---------------------------------------------------------------------------
-_CTYPE_DTYPES = {
-    "float": np.dtype(np.float32), "double": np.dtype(np.float64),
-    "int": np.dtype(np.int32), "unsigned int": np.dtype(np.uint32), "unsigned": np.dtype(np.uint32),
-    "long int": np.dtype(np.int64), "long": np.dtype(np.int64),
-    "long long int": np.dtype(np.int64), "long long": np.dtype(np.int64),
-    "long unsigned int": np.dtype(np.uint64), "unsigned long": np.dtype(np.uint64),
-    "long long unsigned int": np.dtype(np.uint64), "unsigned long long": np.dtype(np.uint64),
-    "short int": np.dtype(np.int16), "short": np.dtype(np.int16),
-    "short unsigned int": np.dtype(np.uint16), "unsigned short": np.dtype(np.uint16),
-    "signed char": np.dtype(np.int8), "unsigned char": np.dtype(np.uint8), "char": np.dtype(np.int8),
-    "bool": np.dtype(np.bool_),
-}
+# ---------------------------------------------------------------------------- parameters and arguments
+_CTYPE_DTYPES = {ctype: np.dtype(t) for t, ctypes_ in (
+    (np.float32, ("float",)), (np.float64, ("double",)),
+    (np.int32, ("int",)), (np.uint32, ("unsigned int", "unsigned")),
+    (np.int64, ("long int", "long", "long long int", "long long")),
+    (np.uint64, ("long unsigned int", "unsigned long", "long long unsigned int", "unsigned long long")),
+    (np.int16, ("short int", "short")), (np.uint16, ("short unsigned int", "unsigned short")),
+    (np.int8, ("signed char", "char")), (np.uint8, ("unsigned char",)), (np.bool_, ("bool",)),
+) for ctype in ctypes_}
 _BYTE_TYPES = {"char", "signed char", "unsigned char"}
 
 
@@ -507,14 +447,12 @@ class _Param:
 
     def __init__(self, ctype, size):
         ctype = " ".join(re.sub(r"\b__restrict(__)?\b", " ", ctype).split())
-        ctype = ctype.replace(" *", "*")
-        self.ctype = ctype
+        self.ctype = ctype = ctype.replace(" *", "*")
         self.size = size
         self.pointer = ctype.endswith("*")
         base = ctype[:-1] if self.pointer else ctype
-        base = " ".join(w for w in base.split() if w not in ("const", "volatile"))
-        self.base = base
-        self.dtype = _CTYPE_DTYPES.get(base)
+        self.base = " ".join(w for w in base.split() if w not in ("const", "volatile"))
+        self.dtype = _CTYPE_DTYPES.get(self.base)
 
     def need(self):
         if self.dtype is None:
@@ -546,6 +484,16 @@ def _dims(value, what):
     return dims
 
 
+def _run(module, entry_point, *args):
+    """Call a launching entry point of module's shared object; raise what it reports."""
+    err = ctypes.create_string_buffer(16384)
+    rc = getattr(module._lib, entry_point)(*args, module._workers or default_workers(), err, len(err))
+    if rc == 1:
+        raise RuntimeError(err.value.decode(errors="replace"))
+    if rc != 0:
+        raise ValueError(err.value.decode(errors="replace"))
+
+
 class EmulatedKernel:
     """A kernel of an :class:`EmulatedModule` (from :meth:`~EmulatedModule.get_function`),
     called like ``cupy.RawKernel``; ``name`` is its name or name expression, ``signature`` the
@@ -556,11 +504,8 @@ class EmulatedKernel:
         self._module = module
         self._index = index
         self.name = name
-        self._params = []
-        if signature:
-            for item in signature.split(";"):
-                ctype, _, size = item.rpartition("|")
-                self._params.append(_Param(ctype, int(size)))
+        items = [item.rpartition("|") for item in signature.split(";")] if signature else []
+        self._params = [_Param(ctype, int(size)) for ctype, _, size in items]
         self.signature = "(" + ", ".join(p.ctype for p in self._params) + ")"
 
     def __repr__(self):
@@ -572,29 +517,27 @@ class EmulatedKernel:
         return TypeError(f"{self.name}{self.signature}: argument {i} needs {p.need()}, got {got}")
 
     def _convert(self, args):
+        """The checked arguments as a ``void*[]`` and the objects it points into."""
         if not isinstance(args, (tuple, list)):
             raise TypeError(f"args must be a tuple of arguments, got {type(args).__name__}")
         if len(args) != len(self._params):
             raise TypeError(f"{self.name}{self.signature} takes {len(self._params)} arguments, "
                             f"{len(args)} given")
-        n = len(args)
-        argv = (ctypes.c_void_p * max(n, 1))()
+        argv = (ctypes.c_void_p * max(len(args), 1))()
         keep = []
         for i, (a, p) in enumerate(zip(args, self._params)):
             if p.pointer:
                 if not isinstance(a, np.ndarray):
-                    if isinstance(a, (bool, int, float, complex, np.generic)):
-                        raise self._arg_error(i, p, a, f"the scalar {a!r} for a pointer parameter")
-                    raise self._arg_error(i, p, a)
+                    scalar = isinstance(a, (bool, int, float, complex, np.generic))
+                    raise self._arg_error(i, p, a, f"the scalar {a!r} for a pointer parameter"
+                                          if scalar else None)
                 if not a.flags.c_contiguous:
                     raise self._arg_error(i, p, a, "a non-C-contiguous array "
                                                    "(pass np.ascontiguousarray(...))")
-                if p.dtype is not None:
-                    ok = a.dtype.itemsize == 1 if p.base in _BYTE_TYPES else a.dtype == p.dtype
-                    if not ok:
-                        raise self._arg_error(i, p, a)
+                if p.dtype is not None and not (
+                        a.dtype.itemsize == 1 if p.base in _BYTE_TYPES else a.dtype == p.dtype):
+                    raise self._arg_error(i, p, a)
                 holder = ctypes.c_void_p(a.ctypes.data)
-                keep.append(holder)
                 argv[i] = ctypes.addressof(holder)
             else:
                 if not isinstance(a, np.generic):
@@ -614,19 +557,20 @@ class EmulatedKernel:
                 if not ok:
                     raise self._arg_error(i, p, a)
                 holder = np.array(a)
-                keep.append(holder)
                 argv[i] = holder.ctypes.data
+            keep.append(holder)
         return argv, keep
 
     def __call__(self, grid, block, args, *, shared_mem=0, enable_cooperative_groups=False):
-        """Launch the kernel on ``grid`` x ``block`` (up to 3 dimensions, at most 1024
-        threads a block) and wait for it.
+        """Launch the kernel on ``grid`` x ``block`` (up to 3 dimensions, at most 1024 threads a
+        block) and wait for it.
 
         ``args``: C-contiguous NumPy arrays for pointer parameters (dtype of the pointee) and NumPy
         scalars of exactly the parameter's type for the others (Python scalars are refused);
-        ``shared_mem``: bytes of ``extern __shared__`` per block.  Raises TypeError for wrong
-        arguments, ValueError for an invalid configuration (or a cooperative launch) and
-        RuntimeError, saying where, when the kernel deadlocked, trapped or misused a warp intrinsic.
+        ``shared_mem``: bytes of ``extern __shared__`` per block. Raises TypeError for wrong
+        arguments, ValueError for an invalid configuration, NotImplementedError for a cooperative
+        launch and RuntimeError, saying where, when the kernel deadlocked, trapped or misused a
+        warp intrinsic.
         """
         if enable_cooperative_groups:
             raise NotImplementedError("cooperative launches are not emulated")
@@ -642,36 +586,18 @@ class EmulatedKernel:
         if not 0 <= shared_mem <= _MAX_DYNAMIC_SHARED:
             raise ValueError(f"shared_mem={shared_mem} is outside [0, {_MAX_DYNAMIC_SHARED}]")
         argv, keep = self._convert(args)
-        err = ctypes.create_string_buffer(16384)
-        lib = self._module._lib
-        rc = lib.gpusvm_emu_launch(
-            self._index, (ctypes.c_uint * 3)(*g), (ctypes.c_uint * 3)(*b), shared_mem, argv,
-            self._module._workers or default_workers(), err, len(err))
+        _run(self._module, "gpusvm_emu_launch", self._index, (ctypes.c_uint * 3)(*g),
+             (ctypes.c_uint * 3)(*b), shared_mem, argv)
         del keep
-        if rc == 1:
-            raise RuntimeError(err.value.decode(errors="replace"))
-        if rc != 0:
-            raise ValueError(err.value.decode(errors="replace"))
 
 
 class EmulatedGraph:
-    """A recorded sequence of launches, replayed by the emulator without Python in between.
+    """A recorded sequence of launches of ``module``'s kernels, replayed without Python between.
 
-    The emulator's counterpart of a captured CUDA graph (``cupy.cuda.Stream.begin_capture`` /
-    ``end_capture`` and ``Graph.launch``): :meth:`add` checks and converts each launch's
-    arguments once (arrays are bound by address, so what a replay reads and writes is their
+    The emulator's counterpart of a captured CUDA graph: :meth:`add` checks and converts each
+    launch's arguments once (arrays are bound by address: a replay reads and writes their
     contents at that time); :meth:`launch` runs the whole sequence ``times`` times in order in
-    one call into the shared object.
-
-    Parameters
-    ----------
-    module : EmulatedModule
-        The module whose kernels are recorded.
-
-    Attributes
-    ----------
-    launches : int
-        Launches recorded.
+    one call into the shared object. ``launches`` counts the launches recorded.
     """
 
     def __init__(self, module):
@@ -684,10 +610,9 @@ class EmulatedGraph:
         return len(self._entries)
 
     def add(self, kernel, grid, block, args, *, shared_mem=0):
-        """Record one launch of ``kernel`` (an :class:`EmulatedKernel` of the same module).
-
-        Arguments are checked as :meth:`EmulatedKernel.__call__` checks them.  The arrays must
-        stay alive and in place as long as the graph is replayed (the graph keeps references).
+        """Record one launch of ``kernel`` (an :class:`EmulatedKernel` of the same module),
+        checked as :meth:`EmulatedKernel.__call__` checks it. The arrays must stay alive and in
+        place as long as the graph is replayed (the graph keeps references).
         """
         if kernel._module is not self._module:
             raise ValueError(f"{kernel.name} belongs to another module")
@@ -700,33 +625,20 @@ class EmulatedGraph:
         self._packed = None
 
     def launch(self, times=1):
-        """Replay the recorded launches ``times`` times (synchronous).
-
-        Raises
-        ------
-        RuntimeError
-            A launch failed; the message names the repetition and the launch.
-        """
+        """Replay the recorded launches ``times`` times (synchronous); a failed launch raises
+        RuntimeError naming the repetition and the launch."""
         times = int(times)
         if times <= 0 or not self._entries:
             return
         if self._packed is None:
-            n = len(self._entries)
-            idx = (ctypes.c_int * n)(*[e[0] for e in self._entries])
-            grid = (ctypes.c_uint * (3 * n))(*[x for e in self._entries for x in e[1]])
-            block = (ctypes.c_uint * (3 * n))(*[x for e in self._entries for x in e[2]])
-            shared = (ctypes.c_ulonglong * n)(*[e[3] for e in self._entries])
-            argvs = (ctypes.c_void_p * n)(*[ctypes.cast(e[4], ctypes.c_void_p) for e in self._entries])
-            self._packed = (n, idx, grid, block, shared, argvs)
-        n, idx, grid, block, shared, argvs = self._packed
-        err = ctypes.create_string_buffer(16384)
-        rc = self._module._lib.gpusvm_emu_replay(
-            n, idx, grid, block, shared, argvs, times,
-            self._module._workers or default_workers(), err, len(err))
-        if rc == 1:
-            raise RuntimeError(err.value.decode(errors="replace"))
-        if rc != 0:
-            raise ValueError(err.value.decode(errors="replace"))
+            e = self._entries
+            n = len(e)
+            self._packed = (n, (ctypes.c_int * n)(*[x[0] for x in e]),
+                            (ctypes.c_uint * (3 * n))(*[v for x in e for v in x[1]]),
+                            (ctypes.c_uint * (3 * n))(*[v for x in e for v in x[2]]),
+                            (ctypes.c_ulonglong * n)(*[x[3] for x in e]),
+                            (ctypes.c_void_p * n)(*[ctypes.cast(x[4], ctypes.c_void_p) for x in e]))
+        _run(self._module, "gpusvm_emu_replay", *self._packed, times)
 
 
 class EmulatedModule:
@@ -743,31 +655,18 @@ class EmulatedModule:
         NVRTC-style options: ``-DNAME[=VALUE]``, ``-UNAME``, ``-I<dir>`` honoured, NVRTC-only
         ones ignored.
     tsan : bool, optional
-        Build with ThreadSanitizer. Such a module can only be loaded into a
-        process started with libtsan preloaded (``tests/tsan_runner.py`` starts one).
+        Build with ThreadSanitizer; such a module loads only into a process started with
+        libtsan preloaded (``tests/tsan_runner.py`` starts one).
     include_dirs : sequence of path, optional
     workers : int, optional
         OS worker threads per launch; default :func:`default_workers` at each launch.
 
-    Attributes
-    ----------
-    kernel_names : tuple of str
-        Registered kernels, in source order, then name expressions.
-    so_path : pathlib.Path
-    build_seconds : float
-        Compile time, 0.0 on a cache hit.
-    build_log : str
-
-    Raises
-    ------
-    EmulatorBuildError
-        The host compiler failed; the message holds its output.
-
-    Notes
-    -----
-    Builds are cached under :func:`cache_dir`, keyed by a SHA-256 of the header, the sources
-    (local includes too), the options, the compiler version and the tsan flag; parallel
-    processes build to temporary files renamed atomically.
+    Raises ``EmulatorBuildError`` (with the compiler's output) when the build fails. Attributes:
+    ``kernel_names`` (registered kernels, in source order, then name expressions), ``so_path``,
+    ``build_seconds`` (0.0 on a cache hit) and ``build_log``. Builds are cached under
+    :func:`cache_dir`, keyed by a SHA-256 of the header, the sources (local includes too), the
+    options, the compiler version and the tsan flag; parallel processes build to temporary files
+    renamed atomically.
     """
 
     def __init__(self, code=None, path=None, name_expressions=(), options=(), tsan=False,
@@ -783,10 +682,9 @@ class EmulatedModule:
                 "(LD_PRELOAD=$(g++ -print-file-name=libtsan.so) on the real python binary); "
                 "tests/tsan_runner.py's check_launches() runs kernels under TSAN")
         self._lib = _load(self.so_path)
-        n = self._lib.gpusvm_emu_num_kernels()
         self._kernels = {}
         names = []
-        for i in range(n):
+        for i in range(self._lib.gpusvm_emu_num_kernels()):
             name = self._lib.gpusvm_emu_kernel_name(i).decode()
             sig = self._lib.gpusvm_emu_kernel_signature(i).decode()
             self._kernels[_canon(name)] = EmulatedKernel(self, i, name, sig)

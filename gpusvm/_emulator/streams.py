@@ -1,24 +1,12 @@
 """CUDA streams, events and graph capture, emulated: launches wait until something synchronises.
 
-The emulated device backend (:class:`gpusvm.backends.device.DeviceBackend` with
-``runtime="emulated"``) stands in for CuPy.  Without this module its launches would run
-synchronously, so code that reads a buffer before the kernel writing it has finished (a
-stream race on a GPU) would still read the right numbers.  Here:
-
-* a kernel launched on a :class:`Stream` other than the legacy default stream
-  (:data:`null`) is *deferred*: it is queued on the stream and runs only when something
-  synchronises with it: :meth:`Stream.synchronize`, :meth:`Event.synchronize`, a stream
-  (or the host's next operation on the legacy stream) waiting on an :class:`Event` recorded
-  after it, or an array operation issued while that stream is current (which is ordered
-  after it, as a CuPy operation on that stream would be);
-* "device" arrays are :class:`DeviceArray` (a NumPy subclass made by :data:`xp`, the
-  emulated array module); every operation on one checks the stream order: an operation on
-  the legacy stream that reads an array a pending launch writes (or writes one it reads or
-  writes) is a *race*; so is a launch on a stream that uses an array last written on the
-  legacy stream after the stream last joined it (an event recorded there);
-* graph capture follows CUDA's rules: while a stream captures, an allocation, a host
-  synchronisation, an array operation or any legacy-stream work is an error
-  (:class:`CaptureError`) that also invalidates the capture, so ``end_capture`` fails too.
+The emulated device backend (``runtime="emulated"``) stands in for CuPy through this module,
+so that reading a buffer before the kernel writing it has finished (a stream race on a GPU)
+fails here too. docs/gpu.md ("The emulator sees asynchrony") states the model: a launch on a
+:class:`Stream` other than the legacy :data:`null` is queued until something synchronises
+with it; every operation on a :class:`DeviceArray` (made by :data:`xp`) checks the stream
+order (:func:`host_op`, :meth:`Stream.launch`); graph capture follows CUDA's rules
+(:class:`CaptureError`).
 
 Modes (``GPUSVM_EMU_STREAMS``, or :func:`set_mode`): ``"strict"`` (default) raises
 :class:`StreamOrderError` at the racing operation, naming it and the pending kernel;
@@ -57,16 +45,15 @@ class CaptureError(RuntimeError):
     """What CUDA refuses while a stream is capturing (``cudaErrorStreamCapture*``)."""
 
 
-def _env_mode():
-    m = os.environ.get("GPUSVM_EMU_STREAMS", "strict")
-    if m not in MODES:
-        raise ValueError(f"GPUSVM_EMU_STREAMS must be one of {', '.join(MODES)}, got {m!r}")
-    return m
+def _valid_mode(value, what):
+    if value not in MODES:
+        raise ValueError(f"{what} must be one of {', '.join(MODES)}, got {value!r}")
+    return value
 
 
 _lock = threading.RLock()
 _tls = threading.local()
-_mode = [_env_mode()]
+_mode = [_valid_mode(os.environ.get("GPUSVM_EMU_STREAMS", "strict"), "GPUSVM_EMU_STREAMS")]
 #: races seen in ``"poison"`` mode (and in ``"strict"`` mode before raising), as messages
 races: list = []
 #: counters: launches queued, launches run, graph captures, graph launches
@@ -84,8 +71,7 @@ def mode() -> str:
 
 def set_mode(value: str) -> None:
     """Set the mode (see the module's docstring); pending launches run first."""
-    if value not in MODES:
-        raise ValueError(f"mode must be one of {', '.join(MODES)}, got {value!r}")
+    _valid_mode(value, "mode")
     for s in list(_streams):
         s.flush()
     _mode[0] = value
@@ -168,13 +154,29 @@ def _mark_legacy(arrays):
         _legacy_written[key] = (ref, _clock[0])      # dropped when the array is freed
 
 
+def _legacy_write_unjoined(a, stream):
+    """Whether ``a`` was written on the legacy stream after ``stream`` last joined it."""
+    rec = _legacy_written.get(id(_root(a)))
+    return rec is not None and rec[0]() is _root(a) and rec[1] > stream._joined
+
+
+def _launch_access(args, params):
+    """Root ids of the arrays a launch reads and of those it writes (non-const pointers)."""
+    reads, writes = set(), set()
+    for a, p in zip(args, params):
+        if isinstance(a, np.ndarray):
+            reads.add(id(_root(a)))
+            if p.pointer and "const" not in p.ctype.split():
+                writes.add(id(_root(a)))
+    return reads, writes
+
+
 def host_op(reads, writes, what="an array operation"):
     """Order a host-issued operation on device arrays after what it depends on.
 
-    On a current non-legacy stream the stream's pending launches run first (the operation
-    is queued after them).  On the legacy stream: the events it waits on are honoured, then
-    any still-pending launch that writes an array the operation uses, or reads one it
-    writes, is a race (see the module's docstring).
+    On a current non-legacy stream its pending launches run first (the operation is queued
+    after them). On the legacy stream the events it waits on are honoured, then a pending
+    launch that writes an array the operation uses, or reads one it writes, is a race.
     """
     if _mode[0] == "sync" or not (reads or writes):
         return
@@ -191,8 +193,7 @@ def host_op(reads, writes, what="an array operation"):
             for e in s._pending:
                 if e.kind != "launch":
                     continue
-                hit = (e.writes & used) or (e.reads & written)
-                if hit:
+                if (e.writes & used) or (e.reads & written):
                     _race(f"{what} on the legacy default stream uses an array that {e.name} "
                           f"(launched on {s!r}, not yet synchronised) "
                           f"{'writes' if e.writes & used else 'reads'}: run it on the stream "
@@ -220,22 +221,12 @@ class _Entry:
         self.reads, self.writes, self.event = reads, writes, event
 
 
-class _Capture:
-    def __init__(self):
-        self.entries = []     # (kernel, grid, block, args, shared_mem)
-        self.error = None
-
-
 class Stream:
     """An emulated CUDA stream (``cupy.cuda.Stream``'s interface as the backend uses it).
 
-    Parameters
-    ----------
-    null : bool
-        The legacy default stream (use :data:`null`, the only one).
-    non_blocking : bool
-        Accepted for ``cupy.cuda.Stream``'s signature; every emulated stream other than
-        the legacy one behaves as a non-blocking stream (no implicit ordering with it).
+    ``null=True`` makes the legacy default stream (use :data:`null`, the only one).
+    ``non_blocking`` is accepted for ``cupy.cuda.Stream``'s signature; every stream other than
+    the legacy one behaves as a non-blocking stream (no implicit ordering with it).
     """
 
     def __init__(self, null=False, non_blocking=False, *, _legacy=False):
@@ -254,10 +245,8 @@ class Stream:
     def __repr__(self):
         return "<legacy default stream>" if self._legacy else f"<emulated stream {id(self):#x}>"
 
-    # ------------------------------------------------------------------ current stream
     def __enter__(self):
-        _stack().append(self)
-        return self
+        return self.use()
 
     def __exit__(self, *exc):
         _stack().pop()
@@ -267,7 +256,6 @@ class Stream:
         _stack().append(self)
         return self
 
-    # ------------------------------------------------------------------ queue
     def _enqueue(self, entry):
         self._pending.append(entry)
         self._seq += 1
@@ -323,18 +311,15 @@ class Stream:
         event.record(self)
         return event
 
-    # ------------------------------------------------------------------ launches
     def launch(self, kernel, grid, block, args, shared_mem=0):
-        """Queue (or capture, or on the legacy stream run) one launch of an emulated kernel."""
+        """Queue (or capture, or on the legacy stream run) one launch of an emulated kernel.
+
+        A queued launch that uses an array written on the legacy stream after this stream
+        last joined it (waited on an event recorded there) is a race.
+        """
         params = kernel._params
-        reads, writes, arrays = set(), set(), []
-        for a, p in zip(args, params):
-            if isinstance(a, np.ndarray):
-                arrays.append(a)
-                rid = id(_root(a))
-                reads.add(rid)
-                if p.pointer and "const" not in p.ctype.split():
-                    writes.add(rid)
+        arrays = [a for a, _ in zip(args, params) if isinstance(a, np.ndarray)]
+        reads, writes = _launch_access(args, params)
         with _lock:
             stats["launches"] += 1
             if self._legacy:
@@ -349,8 +334,7 @@ class Stream:
                 return
             if _mode[0] != "sync":
                 for a in arrays:
-                    rec = _legacy_written.get(id(_root(a)))
-                    if rec is not None and rec[0]() is _root(a) and rec[1] > self._joined:
+                    if _legacy_write_unjoined(a, self):
                         _race(f"{kernel.name} launched on {self!r} uses an array written on the "
                               "legacy default stream after the stream last waited on it: record "
                               "an event on the legacy stream and wait on it, or write the array "
@@ -362,7 +346,6 @@ class Stream:
             self._enqueue(_Entry("launch", lambda: kernel(grid, block, keep, shared_mem=shared_mem),
                                  kernel.name, frozenset(reads), frozenset(writes)))
 
-    # ------------------------------------------------------------------ capture
     @property
     def is_capturing(self) -> bool:
         return self._capture is not None
@@ -375,7 +358,8 @@ class Stream:
         with _lock:
             if self._capture is not None:
                 raise CaptureError(f"{self!r} is already capturing")
-            self._capture = _Capture()
+            # entries: (kernel, grid, block, args, shared_mem); error: what invalidated it
+            self._capture = types.SimpleNamespace(entries=[], error=None)
             _capturing.add(self)
 
     def end_capture(self):
@@ -432,11 +416,9 @@ class Graph:
         self.nodes = len(self._entries)
         reads, writes = set(), set()
         for kernel, _, _, args, _ in self._entries:
-            for a, p in zip(args, kernel._params):
-                if isinstance(a, np.ndarray):
-                    reads.add(id(_root(a)))
-                    if p.pointer and "const" not in p.ctype.split():
-                        writes.add(id(_root(a)))
+            r, w = _launch_access(args, kernel._params)
+            reads |= r
+            writes |= w
         self._reads, self._writes = frozenset(reads), frozenset(writes)
 
     def _emulated(self):
@@ -475,26 +457,15 @@ class Graph:
 
 
 class WhileGraph(Graph):
-    """A graph of one conditional WHILE node (CUDA 12.4's ``cudaGraphCondTypeWhile``): its body
-    replayed, without the host, while the node's condition is non-zero.
+    """A graph of one conditional WHILE node (CUDA 12.4's ``cudaGraphCondTypeWhile``): ``body``
+    (a captured :class:`Graph` whose last kernel sets the condition) replayed, without the host,
+    while the condition is non-zero.
 
-    The condition lives in ``cond`` (one ``uint32``), the storage of the node's conditional
-    handle: a kernel of the body sets it with ``cudaGraphSetConditional(handle, value)``,
-    which ``cuda_emu.h`` implements as a store to the word at address ``handle``. Each launch
-    first assigns the handle's default, 1 (``cudaGraphCondAssignDefault``), so the body runs
-    at least once per launch.
-
-    Parameters
-    ----------
-    body : Graph
-        The captured body (its last kernel sets the condition).
-    cond : numpy.ndarray
-        The condition word; ``np.uint64(cond.ctypes.data)`` is the handle kernels receive.
-
-    Attributes
-    ----------
-    passes : int
-        Passes of the body run so far, over every launch.
+    The condition is ``cond`` (one ``uint32``), the storage of the node's conditional handle:
+    ``np.uint64(cond.ctypes.data)`` is the handle kernels receive, and ``cuda_emu.h``'s
+    ``cudaGraphSetConditional(handle, value)`` stores to it. Each launch first assigns the
+    handle's default, 1 (``cudaGraphCondAssignDefault``), so the body runs at least once per
+    launch. ``passes`` counts the passes of the body over every launch.
     """
 
     def __init__(self, body, cond):
@@ -542,24 +513,22 @@ class StreamKernel:
 
 
 # ---------------------------------------------------------------------------- device arrays
-def _plain(obj):
-    if isinstance(obj, DeviceArray):
-        return obj.view(np.ndarray)
+def _each(obj, leaf):
+    """``leaf`` applied to ``obj``, or to the items of (nested) tuples and lists."""
     if isinstance(obj, tuple):
-        return tuple(_plain(o) for o in obj)
+        return tuple(_each(o, leaf) for o in obj)
     if isinstance(obj, list):
-        return [_plain(o) for o in obj]
-    return obj
+        return [_each(o, leaf) for o in obj]
+    return leaf(obj)
+
+
+def _plain(obj):
+    return _each(obj, lambda a: a.view(np.ndarray) if isinstance(a, DeviceArray) else a)
 
 
 def _device(obj):
-    if isinstance(obj, np.ndarray) and not isinstance(obj, DeviceArray):
-        return obj.view(DeviceArray)
-    if isinstance(obj, tuple):
-        return tuple(_device(o) for o in obj)
-    if isinstance(obj, list):
-        return [_device(o) for o in obj]
-    return obj
+    return _each(obj, lambda a: a.view(DeviceArray)
+                 if isinstance(a, np.ndarray) and not isinstance(a, DeviceArray) else a)
 
 
 def _new_arrays(result, inputs):
@@ -578,9 +547,7 @@ _WRITE_FIRST = {"copyto", "put", "place", "putmask", "fill_diagonal", "put_along
 class DeviceArray(np.ndarray):
     """A NumPy array that stands for a CuPy array: every operation on it checks the stream order.
 
-    Made by the emulated array module :data:`xp` and the emulated runtime's uploads; views
-    of one are device arrays of the same memory.
-    """
+    Made by :data:`xp` and :func:`upload`; its views are device arrays of the same memory."""
 
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
         out = kwargs.get("out", ())
@@ -605,8 +572,7 @@ class DeviceArray(np.ndarray):
         if func.__name__ in _WRITE_FIRST and args and isinstance(args[0], DeviceArray):
             writes.append(args[0])
         host_op(reads, writes, f"np.{func.__name__}")
-        plain_kwargs = {k: _plain(v) for k, v in kwargs.items()}
-        result = func(*_plain(args), **plain_kwargs)
+        result = func(*_plain(args), **{k: _plain(v) for k, v in kwargs.items()})
         if kwargs.get("out") is not None:
             return kwargs["out"]
         result = _device(result)
@@ -620,8 +586,7 @@ class DeviceArray(np.ndarray):
         if isinstance(res, np.ndarray) and res.base is not None and _root(res) is _root(plain):
             return res.view(DeviceArray)          # a view: nothing read
         host_op([self] + _arrays_in(key, []), [], "indexing")
-        res = plain[key]
-        res = _device(res)
+        res = _device(plain[key])
         if isinstance(res, DeviceArray):
             created([res])
         return res
@@ -737,11 +702,10 @@ def download(a, stream):
     """``a`` as a host array after ``stream``'s work (``cupy.ndarray.get(stream=...)``)."""
     with _lock:
         _check_capture("a device-to-host copy (a host synchronisation)")
-        if isinstance(a, DeviceArray) and _mode[0] != "sync" and stream is not null:
-            rec = _legacy_written.get(id(_root(a)))
-            if rec is not None and rec[0]() is _root(a) and rec[1] > stream._joined:
-                _race(f"a download on {stream!r} of an array written on the legacy default stream "
-                      "after the stream last waited on it")
+        if (isinstance(a, DeviceArray) and _mode[0] != "sync" and stream is not null
+                and _legacy_write_unjoined(a, stream)):
+            _race(f"a download on {stream!r} of an array written on the legacy default stream "
+                  "after the stream last waited on it")
         stream.synchronize()
         if stream is null and isinstance(a, DeviceArray):
             host_op([a], [], "a download")
@@ -749,29 +713,23 @@ def download(a, stream):
 
 
 class DeviceCSR(sp.csr_matrix):
-    """A SciPy CSR matrix standing for a ``cupyx`` one: its products check the stream order.
+    """A SciPy CSR matrix standing for a ``cupyx`` one: its products with a :class:`DeviceArray`
+    are array operations on the current stream returning device arrays; its transpose and row
+    selections are :class:`DeviceCSR` too."""
 
-    Products with a :class:`DeviceArray` are array operations on the current stream (they
-    read the operand after the stream's pending launches, or race with them on the legacy
-    stream) and return device arrays; its transpose and row selections are
-    :class:`DeviceCSR` too.
-    """
+    def _product(self, dispatch, other):
+        host_op(_arrays_in(other, []), [], "a sparse product")
+        res = dispatch(_plain(other))
+        if isinstance(res, np.ndarray):
+            res = _device(res)
+            created([res])
+        return res
 
     def _matmul_dispatch(self, other):
-        host_op(_arrays_in(other, []), [], "a sparse product")
-        res = super()._matmul_dispatch(_plain(other))
-        if isinstance(res, np.ndarray):
-            res = _device(res)
-            created([res])
-        return res
+        return self._product(super()._matmul_dispatch, other)
 
     def _rmatmul_dispatch(self, other):
-        host_op(_arrays_in(other, []), [], "a sparse product")
-        res = super()._rmatmul_dispatch(_plain(other))
-        if isinstance(res, np.ndarray):
-            res = _device(res)
-            created([res])
-        return res
+        return self._product(super()._rmatmul_dispatch, other)
 
     def transpose(self, axes=None, copy=False):
         return DeviceCSR(sp.csr_matrix(self).transpose(axes=axes, copy=copy).tocsr())
