@@ -60,12 +60,11 @@ def _continue_series(head: list, end: int, option: str) -> list:
 
 def _int(tok: str, option: str) -> int:
     try:
-        value = float(tok)
+        if float(tok).is_integer():
+            return int(float(tok))
     except ValueError:
-        raise ValueError(f"{option}: {tok!r} is not an integer") from None
-    if not value.is_integer():
-        raise ValueError(f"{option}: {tok!r} is not an integer")
-    return int(value)
+        pass
+    raise ValueError(f"{option}: {tok!r} is not an integer")
 
 
 def parse_float_list(text: str, option: str) -> list[float]:

@@ -403,6 +403,5 @@ def load_results(path) -> dict:
     """
     import json  # noqa: PLC0415
     p = Path(path)
-    with open(p / "results.json" if p.is_dir() else p, encoding="utf-8") as f:
-        return json.load(f)
+    return json.loads((p / "results.json" if p.is_dir() else p).read_text(encoding="utf-8"))
 

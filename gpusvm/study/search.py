@@ -1,6 +1,6 @@
 r"""The first iteration ``T`` with ``P(w_T) - P* <= eps``, without evaluating ``P`` every iteration.
 
-The method and its guarantee are told in docs/studies.md ("What is measured").  With
+The method and its guarantee are told in docs/studies.md ("What is measured, and how").  With
 ``f(t) = P(w_t) - P*`` and ``G = dense_below * eps``, the probe pass evaluates at
 ``t_{j+1} = max(t_j + 1, ceil(r t_j))``, but one dense step (``max(1, floor(rel_step t))``) apart
 once ``f <= r^2 G`` or where a local power-law fit ``f ~ t^-p`` predicts ``f <= G`` within a

@@ -128,8 +128,7 @@ class CellStore:
         """The stored cell, or None when it is not finished, unreadable or altered."""
         p = self.path(key)
         try:
-            with open(p, encoding="utf-8") as f:
-                cell = json.load(f)
+            cell = json.loads(p.read_text(encoding="utf-8"))
         except (OSError, ValueError, RecursionError):
             return None
         if not (isinstance(cell, dict) and cell.get("key") == key):
