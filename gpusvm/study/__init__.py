@@ -1,19 +1,12 @@
-"""Batch-size scaling studies and the Pegasos paper's experiments.
+"""Batch-size scaling studies and the Pegasos paper's experiments (docs/studies.md).
 
-``gpusvm study`` (and :func:`scaling_study`) reproduces Figure 1 of Takáč,
-Bijral, Richtárik & Srebro (ICML 2013) on given data: the iterations ``T`` that
-mini-batch Pegasos and naive, safe and aggressive mini-batch SDCA need to reach
-``P(w_T) - P* <= eps``, against the batch size ``b``, beside the theory
-(``sigma^2``, ``beta_b / b``, predicted speedup ``b / beta_b``).
-:func:`pegasos_k_study` and :func:`schedules_study` are the experiments of the
-Pegasos paper (Shalev-Shwartz, Singer & Srebro, ICML 2007): Figure 3 (the effect
-of k, with T fixed and with kT fixed) and Figure 2 (Pegasos against NORMA and
-against fixed step sizes).
-
-Every study writes ``results.csv``, ``results.json``, ``results.md`` and PNG
-plots to its output directory, and stores each finished unit of work (a
-*cell*) atomically in ``DIR/cells/``, so an interrupted study resumes where it
-stopped when rerun with the same arguments.
+``gpusvm study`` (and :func:`scaling_study`) reproduces Figure 1 of Takáč, Bijral, Richtárik &
+Srebro (ICML 2013) on given data: the iterations ``T`` that mini-batch Pegasos and naive, safe
+and aggressive mini-batch SDCA need to reach ``P(w_T) - P* <= eps`` against the batch size
+``b``, beside the theory (``sigma^2``, ``beta_b / b``, predicted speedup ``b / beta_b``).
+:func:`pegasos_k_study` and :func:`schedules_study` are Figures 3 and 2 of the Pegasos paper
+(Shalev-Shwartz, Singer & Srebro, ICML 2007).  Every study writes tables and PNG plots to its
+output directory and keeps each finished *cell* in ``DIR/cells/``, so a rerun resumes.
 """
 
 from .cli import add_cli, run_cli

@@ -1,35 +1,31 @@
 r"""The experiments of the Pegasos paper (Shalev-Shwartz, Singer & Srebro, ICML 2007, Sec. 5).
 
-* :func:`pegasos_k_study` — Figure 3: the objective value reached by Pegasos as
-  a function of the mini-batch size ``k``, once with the number of iterations
-  ``T`` fixed, once with the number of examples processed ``kT`` fixed.
-* :func:`schedules_study` — Figure 2: Pegasos against NORMA (Kivinen et al.,
-  ``eta_t = p/(lam sqrt t)``) and against SGD with a fixed step size
-  (Zhang 2004), objective (and test hinge loss) against ``T``.
-
-Both run Pegasos as in the paper's Fig. 1: ``w_1 = 0``, ``eta_t = 1/(lam t)``,
-projection onto the ball of radius ``1/sqrt(lam)``, output the last iterate
-``w_{T+1}``, ``A_t`` of ``k`` examples drawn i.i.d. (with replacement); NORMA
-and the fixed-step method differ only by the step sizes and the absence of the
-projection (Sec. 5).  Each (setting, ``k``, seed) is a cell stored atomically
-in ``DIR/cells`` as in :func:`gpusvm.study.scaling_study`, so the studies
-resume after an interrupt.
+:func:`pegasos_k_study` (Figure 3: the objective against the mini-batch size ``k``, with ``T``
+or ``kT`` fixed) and :func:`schedules_study` (Figure 2: Pegasos against NORMA,
+``eta_t = p/(lam sqrt t)``, and against fixed step sizes).  Pegasos runs as in the paper's
+Fig. 1, with projection and the last iterate; NORMA and the fixed steps run without projection.
 """
 
 from __future__ import annotations
 
-import datetime as _dt
 import math
 import time
 from pathlib import Path
 
 import numpy as np
+import scipy.sparse as sp
 
-from .report import fmt_num, write_csv
-from .scaling import (StudyResult, _check_positive, certified_optimum, check_batch_sizes,
-                      check_seeds, ensure_problem, machine, spectral_sigma2, versions)
+from ..backends import make_backend, resolve_backend_name
+from ..solvers.pegasos import pegasos
+from .plots import plot_pegasos_k, plot_schedules
+from .problem import fingerprint
+from .report import fmt_num, write_outputs
+from .runner import run_cells
+from .scaling import (StudyResult, _check_jobs, _check_positive, _unique_ints,
+                      certified_optimum, check_batch_sizes, check_seeds, ensure_problem, machine,
+                      spectral_sigma2, versions)
 from .search import RunSpec, trace_run
-from .store import cell_key, locked_study, write_json_atomic, write_text_atomic
+from .store import _utc_now, cell_key, locked_study
 
 __all__ = ["pegasos_k_study", "schedules_study", "norma_p"]
 
@@ -39,18 +35,7 @@ PAPER_ETAS = (0.001, 0.01, 0.1, 1.0, 10.0)
 
 
 def norma_p(T: int) -> float:
-    """NORMA's optimal ``p = 0.5 (2 + 0.5 T^{-1/2})^{1/2}`` (Pegasos paper, Sec. 5).
-
-    Parameters
-    ----------
-    T : int
-        Number of iterations.
-
-    Returns
-    -------
-    float
-        In ``[0.7071, 0.716]`` for ``T >= 100``.
-    """
+    """NORMA's optimal ``p = 0.5 (2 + 0.5 T^{-1/2})^{1/2}`` for ``T`` iterations (Pegasos paper, Sec. 5)."""
     return 0.5 * math.sqrt(2.0 + 0.5 / math.sqrt(T))
 
 
@@ -63,11 +48,9 @@ def _common_setup(X, y, *, lam, seeds, backend, out_dir, normalize, name, pstar_
     lam = _check_positive("lam", lam)
     pstar_gap = _check_positive("pstar_gap", pstar_gap)
     seeds = check_seeds(seeds)
-    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
-        raise ValueError(f"jobs must be a positive integer, got {jobs!r}")
+    _check_jobs(jobs)
     if out_dir is None:
         raise ValueError("out_dir is required: the study writes its cells and results there")
-    from ..backends import resolve_backend_name  # noqa: PLC0415
     backend = resolve_backend_name(backend)
     problem = ensure_problem(X, y, normalize=normalize, name=name)
     out = Path(out_dir)
@@ -78,28 +61,23 @@ def _common_setup(X, y, *, lam, seeds, backend, out_dir, normalize, name, pstar_
     return lam, seeds, backend, problem, out, sig, opt
 
 
-def _base_metadata(kind, reproduces, problem, lam, opt, sig, seeds, backend, command, started,
+def _base_metadata(kind, figure, problem, lam, opt, sig, seeds, backend, command, started,
                    started_at, counts, jobs):
     return {
-        "study": kind, "reproduces": reproduces, "dataset": problem.describe(),
+        "study": kind, "reproduces": f"Shalev-Shwartz, Singer & Srebro (ICML 2007), Figure {figure}",
+        "dataset": problem.describe(),
         "normalization": ("rows scaled to unit L2 norm" if problem.normalized
                           else f"rows used as given (max row norm {problem.max_row_norm:.4g})"),
         "objective": "P(w) = lam/2 ||w||^2 + (1/n) sum_i max(0, 1 - y_i <w, x_i>), no bias",
         "lam": lam, "optimum": opt, "p_star": opt["p_star"], "sigma2": sig["sigma2"],
         "seeds": seeds, "backend": backend, "versions": versions(), "machine": machine(),
         "command": command or f"python: gpusvm.study.{kind.replace('-', '_')}_study(...)",
-        "started": started_at,
-        "finished": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "seconds": time.perf_counter() - started,
+        "started": started_at, "finished": _utc_now(), "seconds": time.perf_counter() - started,
         "cells_total": counts["total"], "cells_computed": counts["computed"],
-        "cells_reused": counts["reused"], "jobs": jobs,
-    }
+        "cells_reused": counts["reused"], "jobs": jobs}
 
 
-# ------------------------------------------------------------------ Figure 3
 def _compute_k_cell(problem, task: dict) -> dict:
-    from ..backends import make_backend  # noqa: PLC0415
-    from ..solvers.pegasos import pegasos  # noqa: PLC0415
     spec = RunSpec(**task["spec"])
     T = task["T"]
     be = make_backend(spec.backend, problem.X, problem.y)
@@ -126,9 +104,8 @@ def pegasos_k_study(X, y=None, *, lam: float, batch_sizes=None, T_values=PAPER_T
     Parameters
     ----------
     X : {sparse matrix, array-like} or Problem
-        Training data (see :func:`gpusvm.study.scaling_study`).
     y : array-like, optional
-        Labels (None when ``X`` is a Problem).
+        Training data and labels, as in :func:`gpusvm.study.scaling_study`.
     lam : float
         Regularisation (the paper used ``2e-4`` on Astro-Physics).
     batch_sizes : iterable of int, optional
@@ -138,38 +115,31 @@ def pegasos_k_study(X, y=None, *, lam: float, batch_sizes=None, T_values=PAPER_T
     kT_values : iterable of int, default=(10**4, 10**5, 10**6)
         Fixed ``kT`` of the right panel; ``T = floor(kT / k)`` for each ``k <= kT``.
     seeds : int or iterable of int, default=3
-    backend : str, default="numpy"
-    out_dir : path
-    normalize : bool, default=True
-    name : str, optional
     pstar_gap : float, default=1e-8
         Certificate of ``P*`` (drawn as a reference line).
-    jobs : int, default=1
-    plots, progress, on_cell, command
+    backend, out_dir, normalize, name, jobs, plots, progress, on_cell, command
         As in :func:`gpusvm.study.scaling_study`.
 
     Returns
     -------
     StudyResult
-        ``summary`` rows: ``setting`` (``"T"`` or ``"kT"``), ``value``, ``k``,
-        ``T``, ``objective_median``/``_min``/``_max``, ``subopt_median``,
-        ``seconds_median``.
+        ``summary`` rows: ``setting`` (``"T"`` or ``"kT"``), ``value``, ``k``, ``T``,
+        ``objective_median``/``_min``/``_max``, ``subopt_median``, ``seconds_median``.
 
     References
     ----------
-    S. Shalev-Shwartz, Y. Singer, N. Srebro. Pegasos: Primal Estimated
-    sub-GrAdient SOlver for SVM. ICML 2007, Sec. 5 and Fig. 3.
+    S. Shalev-Shwartz, Y. Singer, N. Srebro. Pegasos. ICML 2007, Sec. 5 and Fig. 3.
     """
     started = time.perf_counter()
-    started_at = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    started_at = _utc_now()
     lam, seeds, backend, problem, out, sig, opt = _common_setup(
         X, y, lam=lam, seeds=seeds, backend=backend, out_dir=out_dir, normalize=normalize,
         name=name, pstar_gap=pstar_gap, jobs=jobs)
     n = problem.n
     ks = check_batch_sizes([b for b in (1 << j for j in range(11)) if b <= n]
                            if batch_sizes is None else batch_sizes, n)
-    T_values = _positive_ints("T_values", T_values)
-    kT_values = _positive_ints("kT_values", kT_values)
+    T_values = _unique_ints(T_values, 1, "T_values must hold positive integers")
+    kT_values = _unique_ints(kT_values, 1, "kT_values must hold positive integers")
     if not T_values and not kT_values:
         raise ValueError("T_values and kT_values are both empty; give at least one")
     tasks = []
@@ -189,64 +159,38 @@ def pegasos_k_study(X, y=None, *, lam: float, batch_sizes=None, T_values=PAPER_T
                                   "params": params, "spec": dict(spec.__dict__), "T": T,
                                   "setting": setting, "value": v, "p_star": opt["p_star"],
                                   "label": f"{setting}={v} k={k} seed={seed}"})
-    from .runner import run_cells  # noqa: PLC0415
     cells, counts = run_cells(problem, tasks, _compute_k_cell, out_dir=out, jobs=jobs,
                               progress=progress, on_cell=on_cell,
                               desc=f"pegasos-k {problem.name}")
+    groups: dict = {}                   # cells come in the order of the tasks
+    for c in cells:
+        groups.setdefault((c["setting"], c["value"], c["k"]), []).append(c)
     summary = []
-    for setting, values in (("T", T_values), ("kT", kT_values)):
-        for v in values:
-            for k in ks:
-                group = [c for c in cells if c["setting"] == setting and c["value"] == v
-                         and c["k"] == k]
-                if not group:
-                    continue
-                objs = [c["objective"] for c in group]
-                fin = [o for o in objs if o is not None]
-                summary.append({"setting": setting, "value": v, "k": k, "T": group[0]["T"],
-                                "seeds": len(group), "objective_median": _median(objs),
-                                "objective_min": min(fin) if fin else None,
-                                "objective_max": max(fin) if fin else None,
-                                "subopt_median": _median([c["subopt"] for c in group]),
-                                "seconds_median": _median([c["seconds"] for c in group])})
-    metadata = _base_metadata("pegasos-k", "Shalev-Shwartz, Singer & Srebro (ICML 2007), "
-                              "Figure 3", problem, lam, opt, sig, seeds, backend, command, started,
-                              started_at, counts, jobs)
-    metadata.update({
-        "batch_sizes": ks, "T_values": T_values, "kT_values": kT_values,
-        "pegasos": {"algorithm": "Pegasos Fig. 1: w_1 = 0, eta_t = 1/(lam t), projection onto "
-                                 "the ball of radius 1/sqrt(lam), A_t = k examples drawn i.i.d. "
-                                 "(with replacement)",
-                    "iterate": "last iterate w_{T+1}"}})
-    files = _write_k_outputs(out, metadata, cells, summary, plots)
-    return StudyResult(out_dir=out, cells=cells, summary=summary, metadata=metadata,
-                       computed=counts["computed"], reused=counts["reused"], files=files)
-
-
-def _positive_ints(name, values) -> list[int]:
-    out = []
-    for v in values:
-        if isinstance(v, bool) or not float(v).is_integer() or int(v) < 1:
-            raise ValueError(f"{name} must hold positive integers, got {v!r}")
-        if int(v) not in out:
-            out.append(int(v))
-    return out
+    for (setting, v, k), group in groups.items():
+        objs = [c["objective"] for c in group]
+        fin = [o for o in objs if o is not None]
+        summary.append({"setting": setting, "value": v, "k": k, "T": group[0]["T"],
+                        "seeds": len(group), "objective_median": _median(objs),
+                        "objective_min": min(fin) if fin else None,
+                        "objective_max": max(fin) if fin else None,
+                        "subopt_median": _median([c["subopt"] for c in group]),
+                        "seconds_median": _median([c["seconds"] for c in group])})
+    metadata = _base_metadata("pegasos-k", 3, problem, lam, opt, sig, seeds, backend, command,
+                              started, started_at, counts, jobs)
+    metadata.update({"batch_sizes": ks, "T_values": T_values, "kT_values": kT_values, "pegasos": {
+        "algorithm": "Pegasos Fig. 1: w_1 = 0, eta_t = 1/(lam t), projection onto the ball of "
+                     "radius 1/sqrt(lam), A_t = k examples drawn i.i.d. (with replacement)",
+        "iterate": "last iterate w_{T+1}"}})
+    return StudyResult(out, cells, summary, metadata, counts["computed"], counts["reused"],
+                       _write_k_outputs(out, metadata, cells, summary, plots))
 
 
 def _write_k_outputs(out, metadata, cells, summary, plots):
     name = metadata["dataset"]["name"]
     cols = ["dataset", "setting", "value", "k", "T", "seed", "objective", "subopt", "seconds",
             "key"]
-    write_csv(out / "results.csv", cols, [{**c, "dataset": name} for c in cells])
     scols = ["dataset", "setting", "value", "k", "T", "seeds", "objective_median", "objective_min",
              "objective_max", "subopt_median", "seconds_median"]
-    write_csv(out / "summary.csv", scols, [{**r, "dataset": name} for r in summary])
-    pngs = []
-    if plots:
-        from .plots import plot_pegasos_k  # noqa: PLC0415
-        pngs.append(plot_pegasos_k(metadata, summary, out / "pegasos_k.png"))
-    write_json_atomic(out / "results.json", {"metadata": metadata, "summary": summary,
-                                             "cells": cells})
     ds = metadata["dataset"]
     lines = [f"# Pegasos: the effect of k ({name})", "",
              f"Reproduces {metadata['reproduces']}: the objective P(w_{{T+1}}) reached by Pegasos "
@@ -258,6 +202,7 @@ def _write_k_outputs(out, metadata, cells, summary, plots):
              f"- Pegasos: {metadata['pegasos']['algorithm']}; {metadata['pegasos']['iterate']}",
              f"- seeds: {', '.join(map(str, metadata['seeds']))} (median shown)",
              f"- command: `{metadata['command']}`", ""]
+    by = {(r["setting"], r["value"], r["k"]): r for r in summary}
     for setting, values in (("T", metadata["T_values"]), ("kT", metadata["kT_values"])):
         if not values:
             continue
@@ -265,23 +210,17 @@ def _write_k_outputs(out, metadata, cells, summary, plots):
                   "| k | " + " | ".join(f"{setting}={v}" for v in values) + " |",
                   "|---:|" + "---:|" * len(values)]
         for k in metadata["batch_sizes"]:
-            vals = []
-            for v in values:
-                r = next((r for r in summary if r["setting"] == setting and r["value"] == v
-                          and r["k"] == k), None)
-                vals.append("-" if r is None else
-                            (f"{r['objective_median']:.5f}" if r["objective_median"] is not None
-                             else "NA"))
-            lines.append(f"| {k} | " + " | ".join(vals) + " |")
+            rs = (by.get((setting, v, k)) for v in values)
+            lines.append(f"| {k} | " + " | ".join(
+                "-" if r is None else "NA" if r["objective_median"] is None
+                else f"{r['objective_median']:.5f}" for r in rs) + " |")
         lines.append("")
-    if pngs:
-        lines += ["## Plot", ""] + [f"![{p.stem}]({p.name})" for p in pngs] + [""]
-    write_text_atomic(out / "results.md", "\n".join(lines))
-    return [out / "results.csv", out / "summary.csv", out / "results.json",
-            out / "results.md"] + pngs
+    return write_outputs(out, metadata, cells, summary, [
+        ("results.csv", cols, [{**c, "dataset": name} for c in cells]),
+        ("summary.csv", scols, [{**r, "dataset": name} for r in summary])],
+        [(plot_pegasos_k, out / "pegasos_k.png")] if plots else [], lines)
 
 
-# ------------------------------------------------------------------ Figure 2
 def _log_points(T_max: int, per_decade: int = 4, start: int = 10) -> list[int]:
     pts = set()
     e = math.log10(start)
@@ -294,9 +233,7 @@ def _log_points(T_max: int, per_decade: int = 4, start: int = 10) -> list[int]:
 
 def _test_loss_fn(X_test, y_test):
     def extra(w):
-        w = np.asarray(w, dtype=np.float64)
-        z = X_test @ w
-        margins = y_test * z
+        margins = y_test * (X_test @ np.asarray(w, dtype=np.float64))
         return {"test_loss": float(np.mean(np.maximum(0.0, 1.0 - margins))),
                 "test_error": float(np.mean(margins <= 0))}
     return extra
@@ -314,13 +251,9 @@ def _compute_schedule_cell(problem, task: dict) -> dict:
     t0 = time.perf_counter()
     hist = trace_run(problem, spec, points=task["points"], max_iter=task["T_max"],
                      p_star=task["p_star"], extra_eval=extra)
-    trace = []
-    for t, f, P, train, extras in hist:
-        row = {"T": int(t), "objective": P if math.isfinite(P) else None,
-               "subopt": f if math.isfinite(f) else None, "train_seconds": train}
-        if extras:
-            row.update(extras)
-        trace.append(row)
+    trace = [{"T": int(t), "objective": P if math.isfinite(P) else None,
+              "subopt": f if math.isfinite(f) else None, "train_seconds": train, **(extras or {})}
+             for t, f, P, train, extras in hist]
     return {"kind": "schedules", "label": task["label"], "group": task["group"],
             "schedule": spec.schedule, "eta0": spec.eta0, "norma_p": spec.norma_p,
             "projection": spec.projection, "seed": spec.seed, "trace": trace,
@@ -339,36 +272,36 @@ def schedules_study(X, y=None, *, lam: float, T_max: int = 1_000_000, etas=PAPER
     Parameters
     ----------
     X : {sparse matrix, array-like} or Problem
-        Training data.
     y : array-like, optional
+        Training data and labels, as in :func:`pegasos_k_study`.
     lam : float
         Regularisation (the paper: ``2e-4`` on Astro-Physics).
     T_max : int, default=10**6
-        Iterations of every run (``k = 1``); the objective is recorded at four
-        log-spaced points per decade from 10 to ``T_max``.
+        Iterations of every run (``k = 1``); the objective is recorded at four log-spaced
+        points per decade from 10 to ``T_max``.
     etas : iterable of float, default=(0.001, 0.01, 0.1, 1, 10)
         Fixed step sizes (each needs ``eta lam < 1``).
     p : float, optional
         NORMA's ``p``; default the paper's optimal :func:`norma_p` of ``T_max``.
     seeds : int or iterable of int, default=1
-    X_test, y_test : optional
-        Test data (same features and classes) for the test hinge loss of the
-        left panel; its rows are normalised like the training rows.
+    X_test, y_test : {sparse matrix, array-like}, optional
+        Test data (same features and classes) for the test hinge loss of the left panel;
+        its rows are normalised like the training rows.
     backend, out_dir, normalize, name, pstar_gap, jobs, plots, progress, on_cell, command
         As in :func:`pegasos_k_study`.
 
     Returns
     -------
     StudyResult
-        ``summary`` holds one trace per run label (medians over seeds):
-        ``label``, ``group``, ``T``, ``objective``, ``test_loss``.
+        ``summary`` holds one trace per run label (medians over seeds): ``label``,
+        ``group``, ``T``, ``objective``, ``test_loss``.
 
     References
     ----------
     S. Shalev-Shwartz, Y. Singer, N. Srebro. Pegasos. ICML 2007, Sec. 5 and Fig. 2.
     """
     started = time.perf_counter()
-    started_at = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    started_at = _utc_now()
     if isinstance(T_max, bool) or not float(T_max).is_integer() or int(T_max) < 10:
         raise ValueError(f"T_max must be an integer >= 10, got {T_max!r}")
     T_max = int(T_max)
@@ -384,12 +317,10 @@ def schedules_study(X, y=None, *, lam: float, T_max: int = 1_000_000, etas=PAPER
     test = _prepare_test(problem, X_test, y_test)
     _TEST["data"] = test
     points = _log_points(T_max)
-    runs = [("pegasos", "Pegasos", dict(schedule="pegasos", projection=True))]
-    runs.append(("norma", f"NORMA (p={p:.4f})", dict(schedule="norma", projection=False,
-                                                    norma_p=p)))
-    for e in etas:
-        runs.append(("constant", f"fixed eta={e:g}", dict(schedule="constant", projection=False,
-                                                          eta0=e)))
+    runs = [("pegasos", "Pegasos", dict(schedule="pegasos", projection=True)),
+            ("norma", f"NORMA (p={p:.4f})", dict(schedule="norma", projection=False, norma_p=p))]
+    runs += [("constant", f"fixed eta={e:g}", dict(schedule="constant", projection=False, eta0=e))
+             for e in etas]
     tasks = []
     for group, label, opts in runs:
         for seed in seeds:
@@ -397,12 +328,11 @@ def schedules_study(X, y=None, *, lam: float, T_max: int = 1_000_000, etas=PAPER
                            pegasos_output="last", sampling="with_replacement", **opts)
             params = {"kind": "schedules", "data": problem.fingerprint, "spec": spec.__dict__,
                       "T_max": T_max, "points": points, "optimum": opt["key"],
-                      "test": None if test is None else _test_fingerprint(test)}
+                      "test": None if test is None else fingerprint(test[0], test[1], False)}
             slug = f"{group}-{opts.get('eta0', '')}".rstrip("-").replace(".", "p")
             tasks.append({"key": cell_key(f"schedules-{slug}-s{seed}", params), "params": params,
                           "spec": dict(spec.__dict__), "T_max": T_max, "points": points,
                           "p_star": opt["p_star"], "label": label, "group": group})
-    from .runner import run_cells  # noqa: PLC0415
     try:
         cells, counts = run_cells(problem, tasks, _compute_schedule_cell, out_dir=out, jobs=jobs,
                                   progress=progress, on_cell=on_cell,
@@ -411,21 +341,15 @@ def schedules_study(X, y=None, *, lam: float, T_max: int = 1_000_000, etas=PAPER
         _TEST.pop("data", None)
     summary = []
     for group, label, _ in runs:
-        group_cells = [c for c in cells if c["label"] == label]
-        by_t = [{r["T"]: r for r in c["trace"]} for c in group_cells]
+        by_t = [{r["T"]: r for r in c["trace"]} for c in cells if c["label"] == label]
         Ts = sorted({t for d in by_t for t in d})
-        trace = {"label": label, "group": group, "T": Ts, "objective": [], "test_loss": []}
-        for t in Ts:
-            rows = [d[t] for d in by_t if t in d]
-            trace["objective"].append(_median([r["objective"] for r in rows]))
-            if test is not None:
-                trace["test_loss"].append(_median([r.get("test_loss") for r in rows]))
-        if test is None:
-            trace["test_loss"] = None
-        summary.append(trace)
-    metadata = _base_metadata("schedules", "Shalev-Shwartz, Singer & Srebro (ICML 2007), "
-                              "Figure 2", problem, lam, opt, sig, seeds, backend, command, started,
-                              started_at, counts, jobs)
+        rows = [[d[t] for d in by_t if t in d] for t in Ts]
+        summary.append({"label": label, "group": group, "T": Ts,
+                        "objective": [_median([r["objective"] for r in rs]) for rs in rows],
+                        "test_loss": None if test is None else
+                        [_median([r.get("test_loss") for r in rs]) for rs in rows]})
+    metadata = _base_metadata("schedules", 2, problem, lam, opt, sig, seeds, backend, command,
+                              started, started_at, counts, jobs)
     metadata.update({
         "T_max": T_max, "points": points, "etas": etas, "norma_p": p,
         "test": None if test is None else {"n": int(test[0].shape[0])},
@@ -433,9 +357,8 @@ def schedules_study(X, y=None, *, lam: float, T_max: int = 1_000_000, etas=PAPER
                  "norma": "eta_t = p/(lam sqrt(t)), no projection, k = 1, last iterate",
                  "constant": "eta_t = eta fixed (Zhang 2004), no projection, k = 1, last iterate",
                  "sampling": "i.i.d. (with replacement)"}})
-    files = _write_schedule_outputs(out, metadata, cells, summary, plots)
-    return StudyResult(out_dir=out, cells=cells, summary=summary, metadata=metadata,
-                       computed=counts["computed"], reused=counts["reused"], files=files)
+    return StudyResult(out, cells, summary, metadata, counts["computed"], counts["reused"],
+                       _write_schedule_outputs(out, metadata, cells, summary, plots))
 
 
 def _prepare_test(problem, X_test, y_test):
@@ -443,8 +366,6 @@ def _prepare_test(problem, X_test, y_test):
         return None
     if X_test is None or y_test is None:
         raise ValueError("give both X_test and y_test, or neither")
-    import scipy.sparse as sp  # noqa: PLC0415
-
     from ..datasets import normalize_rows  # noqa: PLC0415
     Xt = sp.csr_matrix(X_test, dtype=np.float64)
     if Xt.shape[1] != problem.d:
@@ -461,27 +382,12 @@ def _prepare_test(problem, X_test, y_test):
     return Xt, np.where(yt == classes[1], 1.0, -1.0)
 
 
-def _test_fingerprint(test) -> str:
-    from .problem import fingerprint  # noqa: PLC0415
-    return fingerprint(test[0], test[1], False)
-
-
 def _write_schedule_outputs(out, metadata, cells, summary, plots):
     name = metadata["dataset"]["name"]
-    rows = []
-    for c in cells:
-        for r in c["trace"]:
-            rows.append({"dataset": name, "label": c["label"], "group": c["group"],
-                         "seed": c["seed"], **r, "key": c["key"]})
+    rows = [{"dataset": name, "label": c["label"], "group": c["group"], "seed": c["seed"], **r,
+             "key": c["key"]} for c in cells for r in c["trace"]]
     cols = ["dataset", "label", "group", "seed", "T", "objective", "subopt", "test_loss",
             "test_error", "train_seconds", "key"]
-    write_csv(out / "results.csv", cols, rows)
-    pngs = []
-    if plots:
-        from .plots import plot_schedules  # noqa: PLC0415
-        pngs.append(plot_schedules(metadata, summary, out / "schedules.png"))
-    write_json_atomic(out / "results.json", {"metadata": metadata, "summary": summary,
-                                             "cells": cells})
     ds = metadata["dataset"]
     show = [t for t in metadata["points"] if math.log10(t).is_integer() or t == metadata["T_max"]]
     lines = [f"# Pegasos against NORMA and fixed step sizes ({name})", "",
@@ -508,7 +414,5 @@ def _write_schedule_outputs(out, metadata, cells, summary, plots):
             lines.append(f"| {tr['label']} | "
                          + " | ".join("NA" if v is None else f"{v:.4g}" for v in vals) + " |")
     lines.append("")
-    if pngs:
-        lines += ["## Plot", ""] + [f"![{p.stem}]({p.name})" for p in pngs] + [""]
-    write_text_atomic(out / "results.md", "\n".join(lines))
-    return [out / "results.csv", out / "results.json", out / "results.md"] + pngs
+    return write_outputs(out, metadata, cells, summary, [("results.csv", cols, rows)],
+                         [(plot_schedules, out / "schedules.png")] if plots else [], lines)

@@ -1,8 +1,7 @@
 """PNG plots of the studies (matplotlib, the ``plot`` extra; imported only when plotting).
 
-The figures are drawn on ``matplotlib.figure.Figure`` objects with the Agg
-canvas, so plotting never touches pyplot's global state or the user's
-interactive backend, and each PNG is written atomically.
+The figures are ``matplotlib.figure.Figure`` objects on the Agg canvas, so plotting never touches
+pyplot's global state or the user's interactive backend; each PNG is written atomically.
 """
 
 from __future__ import annotations
@@ -22,17 +21,7 @@ MARKERS = {"pegasos": "o", "sdca-naive": "x", "sdca-safe": "s", "sdca-aggressive
 
 
 def require_matplotlib():
-    """Import matplotlib's object-oriented API, or explain how to get it.
-
-    Returns
-    -------
-    (Figure, FigureCanvasAgg)
-
-    Raises
-    ------
-    ImportError
-        When matplotlib is not installed.
-    """
+    """``(Figure, FigureCanvasAgg)`` from matplotlib, or an ImportError that says how to get it."""
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: PLC0415
         from matplotlib.figure import Figure  # noqa: PLC0415
@@ -43,11 +32,10 @@ def require_matplotlib():
     return Figure, FigureCanvasAgg
 
 
-def _log_axes(ax, *, x=True, y=True) -> None:
+def _log_axes(ax) -> None:
     """Log scales where there is positive data to scale (an empty panel stays linear)."""
-    if x:
-        ax.set_xscale("log", base=2)
-    if y and any(len(line.get_ydata()) and (line.get_ydata() > 0).any()
+    ax.set_xscale("log", base=2)
+    if any(len(line.get_ydata()) and (line.get_ydata() > 0).any()
                  for line in ax.get_lines()):
         ax.set_yscale("log")
 
@@ -90,8 +78,7 @@ def _draw_iterations(ax, metadata, summary, *, legend=True):
                         label=None if kind in shown else label)
                 shown.add(kind)
     _log_axes(ax)
-    ax.set_xlabel("mini-batch size b")
-    ax.set_ylabel(f"iterations T to P - P* <= {metadata['eps']:g}")
+    ax.set(xlabel="mini-batch size b", ylabel=f"iterations T to P - P* <= {metadata['eps']:g}")
     ax.grid(True, which="major", alpha=0.3)
     s2 = metadata["sigma2"]
     if s2 and 1.0 / s2 <= max(sizes):
@@ -99,8 +86,7 @@ def _draw_iterations(ax, metadata, summary, *, legend=True):
     ax2 = ax.twinx()
     bb = [r["beta_b_over_b"] for r in summary if r["method"] == methods[0]]
     ax2.plot(sizes, bb, "k--", lw=1.2, label="beta_b / b (right axis)")
-    ax2.set_yscale("log")
-    ax2.set_ylabel("beta_b / b")
+    ax2.set(yscale="log", ylabel="beta_b / b")
     ds = metadata["dataset"]
     ax.set_title(f"{ds['name']} (n={ds['n']}, lam={metadata['lam']:g}, "
                  f"1/sigma^2={1 / s2:.3g})" if s2 else ds["name"], fontsize=9)
@@ -114,18 +100,7 @@ def _draw_iterations(ax, metadata, summary, *, legend=True):
 def plot_iterations(metadata, summary, path) -> Path:
     """Figure 1 of Takáč et al.: median T against b (log-log) per method, ``beta_b/b`` on the right.
 
-    Parameters
-    ----------
-    metadata : dict
-        A scaling study's metadata.
-    summary : list of dict
-        Its summary rows.
-    path : path
-        PNG to write.
-
-    Returns
-    -------
-    pathlib.Path
+    ``metadata`` and ``summary`` are a scaling study's; the PNG goes to ``path``, returned.
     """
     Figure, _ = require_matplotlib()
     fig = Figure(figsize=(6.4, 4.6))
@@ -134,18 +109,7 @@ def plot_iterations(metadata, summary, path) -> Path:
 
 
 def plot_speedup(metadata, summary, path) -> Path:
-    """Measured speedup ``T(b_ref)/T(b)`` per method against the predicted ``b/beta_b``.
-
-    Parameters
-    ----------
-    metadata, summary
-        As in :func:`plot_iterations`.
-    path : path
-
-    Returns
-    -------
-    pathlib.Path
-    """
+    """Measured speedup ``T(b_ref)/T(b)`` per method against the predicted ``b/beta_b``."""
     Figure, _ = require_matplotlib()
     fig = Figure(figsize=(6.4, 4.6))
     ax = fig.add_subplot(1, 1, 1)
@@ -159,8 +123,7 @@ def plot_speedup(metadata, summary, path) -> Path:
         ax.plot([r["b"] for r in rows], [r["measured_speedup"] for r in rows],
                 marker=MARKERS.get(m, "o"), color=COLORS.get(m), label=f"measured: {m}", ms=5)
     _log_axes(ax)
-    ax.set_xlabel("mini-batch size b")
-    ax.set_ylabel(f"speedup T({b_ref}) / T(b)")
+    ax.set(xlabel="mini-batch size b", ylabel=f"speedup T({b_ref}) / T(b)")
     ax.grid(True, alpha=0.3)
     ds = metadata["dataset"]
     ax.set_title(f"{ds['name']}: measured (median over seeds) vs predicted speedup", fontsize=9)
@@ -169,18 +132,7 @@ def plot_speedup(metadata, summary, path) -> Path:
 
 
 def plot_accesses(metadata, summary, path) -> Path:
-    """Data accesses ``b T`` (serial work) against ``b``; flat means a linear speedup.
-
-    Parameters
-    ----------
-    metadata, summary
-        As in :func:`plot_iterations`.
-    path : path
-
-    Returns
-    -------
-    pathlib.Path
-    """
+    """Data accesses ``b T`` (serial work) against ``b``; flat means a linear speedup."""
     Figure, _ = require_matplotlib()
     fig = Figure(figsize=(6.4, 4.6))
     ax = fig.add_subplot(1, 1, 1)
@@ -192,8 +144,7 @@ def plot_accesses(metadata, summary, path) -> Path:
     ax.plot(metadata["batch_sizes"], [n] * len(metadata["batch_sizes"]), color="gray", ls=":",
             lw=1, label="one pass over the data (n)")
     _log_axes(ax)
-    ax.set_xlabel("mini-batch size b")
-    ax.set_ylabel("data accesses b T (median over seeds)")
+    ax.set(xlabel="mini-batch size b", ylabel="data accesses b T (median over seeds)")
     ax.grid(True, alpha=0.3)
     ax.set_title(f"{metadata['dataset']['name']}: serial work to reach eps", fontsize=9)
     ax.legend(fontsize=7)
@@ -206,9 +157,11 @@ def plot_figure1(results, path, *, ncols: int = 2) -> Path:
     Parameters
     ----------
     results : list of dict
-        ``results.json`` contents (``metadata`` and ``summary``).
-    path : path
+        ``results.json`` contents (``metadata`` and ``summary``), e.g. from :func:`gpusvm.study.load_results`.
+    path : str or os.PathLike
+        The PNG to write.
     ncols : int, default=2
+        Panels per row.
 
     Returns
     -------
@@ -218,8 +171,7 @@ def plot_figure1(results, path, *, ncols: int = 2) -> Path:
     k = len(results)
     if k == 0:
         raise ValueError("plot_figure1 needs at least one study")
-    rows = int(math.ceil(k / ncols))
-    cols = min(ncols, k)
+    rows, cols = int(math.ceil(k / ncols)), min(ncols, k)
     fig = Figure(figsize=(5.6 * cols, 4.2 * rows + 0.6))
     handles: dict = {}
     for i, res in enumerate(results):
@@ -235,21 +187,7 @@ def plot_figure1(results, path, *, ncols: int = 2) -> Path:
 
 
 def plot_pegasos_k(metadata, summary, path) -> Path:
-    """Figure 3 of the Pegasos paper: objective against k, with T fixed and with kT fixed.
-
-    Parameters
-    ----------
-    metadata : dict
-        A ``pegasos-k`` study's metadata.
-    summary : list of dict
-        Rows with ``setting`` (``"T"`` or ``"kT"``), ``value``, ``k`` and
-        ``objective_median`` (and min/max).
-    path : path
-
-    Returns
-    -------
-    pathlib.Path
-    """
+    """Figure 3 of the Pegasos paper: objective against k, with T fixed and with kT fixed."""
     Figure, _ = require_matplotlib()
     fig = Figure(figsize=(11, 4.2))
     p_star = metadata.get("p_star")
@@ -262,16 +200,13 @@ def plot_pegasos_k(metadata, summary, path) -> Path:
             ks = [r["k"] for r in rows]
             ax.plot(ks, [r["objective_median"] for r in rows], marker="o", ms=4,
                     label=f"{setting}={v:g}")
-            lo = [r["objective_min"] for r in rows]
-            hi = [r["objective_max"] for r in rows]
+            lo, hi = [r["objective_min"] for r in rows], [r["objective_max"] for r in rows]
             if len(rows) and all(x is not None for x in lo + hi):
                 ax.fill_between(ks, lo, hi, alpha=0.15)
         if p_star is not None:
             ax.axhline(p_star, color="k", ls=":", lw=1, label="P*")
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        ax.set_xlabel("k (mini-batch size)")
-        ax.set_ylabel("objective P(w_{T+1})")
+        ax.set(xscale="log", yscale="log", xlabel="k (mini-batch size)",
+               ylabel="objective P(w_{T+1})")
         ax.set_title(f"{metadata['dataset']['name']}: {title}", fontsize=9)
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=7)
@@ -282,23 +217,11 @@ def plot_pegasos_k(metadata, summary, path) -> Path:
 def plot_schedules(metadata, traces, path) -> Path:
     """Figure 2 of the Pegasos paper: Pegasos against NORMA (left) and fixed step sizes (right).
 
-    Parameters
-    ----------
-    metadata : dict
-        A ``schedules`` study's metadata.
-    traces : list of dict
-        ``{"label", "group" ("norma" or "constant" or "pegasos"), "T": [...],
-        "objective": [...], "test_loss": [...] or None}`` (medians over seeds).
-    path : path
-
-    Returns
-    -------
-    pathlib.Path
+    ``traces``: the ``summary`` of :func:`gpusvm.study.schedules_study`.
     """
     Figure, _ = require_matplotlib()
     fig = Figure(figsize=(11, 4.2))
-    axl = fig.add_subplot(1, 2, 1)
-    axr = fig.add_subplot(1, 2, 2)
+    axl, axr = fig.add_subplot(1, 2, 1), fig.add_subplot(1, 2, 2)
     for tr in traces:
         pts = [(t, o) for t, o in zip(tr["T"], tr["objective"]) if o is not None]
         if tr["group"] in ("pegasos", "norma"):
@@ -311,15 +234,9 @@ def plot_schedules(metadata, traces, path) -> Path:
         if tr["group"] in ("pegasos", "constant"):
             axr.plot([p[0] for p in pts], [p[1] for p in pts], lw=1.5, label=tr["label"],
                      color="k" if tr["group"] == "pegasos" else None)
-    axl.set_xscale("log")
-    axl.set_yscale("log")
-    axl.set_xlabel("T")
-    axl.set_ylabel("objective (solid), test loss (dashed)")
+    axl.set(xscale="log", yscale="log", xlabel="T", ylabel="objective (solid), test loss (dashed)")
     axl.set_title(f"{metadata['dataset']['name']}: Pegasos vs NORMA", fontsize=9)
-    axr.set_xscale("log")
-    axr.set_xlabel("T")
-    axr.set_ylabel("objective")
-    axr.set_ylim(0.0, 1.0)
+    axr.set(xscale="log", xlabel="T", ylabel="objective", ylim=(0.0, 1.0))
     axr.set_title(f"{metadata['dataset']['name']}: Pegasos vs fixed eta (Zhang 2004)", fontsize=9)
     p_star = metadata.get("p_star")
     for ax in (axl, axr):

@@ -1,10 +1,9 @@
 """The data of a study: validated CSR matrix, labels in {-1, +1}, fingerprint, row norms.
 
-Every study works on float64 data (the reference backend then computes every
-objective in float64 and runs are bitwise repeatable for a seed).  The theory
-of Takáč et al. (2013) assumes ``max_i ||x_i|| <= 1``, so rows are scaled to
-unit L2 norm unless the caller asks otherwise; whether this happened is part of
-the fingerprint and of every output.
+Every study works on float64 data (so runs of the reference backend are bitwise repeatable for
+a seed).  The theory of Takáč et al. (2013) assumes ``max_i ||x_i|| <= 1``, so rows are scaled
+to unit L2 norm unless the caller asks otherwise; whether they were is part of the fingerprint
+and of every output.
 """
 
 from __future__ import annotations
@@ -29,10 +28,8 @@ class Problem:
         Sorted, duplicate-free CSR (rows scaled to unit norm when ``normalized``).
     y : ndarray of float64, shape (n,)
         Labels in {-1, +1}.
-    name : str
-        Short name used in titles and tables (e.g. the file name).
-    source : str or None
-        Path of the file the data came from, if any.
+    name, source : str, str or None
+        Short name used in titles and tables; path of the file the data came from, if any.
     normalized : bool
         Whether the rows were scaled to unit L2 norm.
     max_row_norm : float
@@ -72,37 +69,16 @@ class Problem:
         return {"name": self.name, "source": self.source, "n": self.n, "d": self.d,
                 "nnz": self.nnz, "normalized": self.normalized,
                 "max_row_norm": self.max_row_norm, "fingerprint": self.fingerprint,
-                "classes": [_plain(c) for c in self.classes]}
-
-
-def _plain(value):
-    """A NumPy scalar as a plain Python value (for JSON)."""
-    return value.item() if isinstance(value, np.generic) else value
+                "classes": [c.item() if isinstance(c, np.generic) else c for c in self.classes]}
 
 
 def fingerprint(X: sp.csr_matrix, y: np.ndarray, normalized: bool) -> str:
-    """sha256 of the data exactly as a study uses it.
-
-    Parameters
-    ----------
-    X : scipy.sparse.csr_matrix of float64
-        Canonical CSR (sorted indices, no duplicates).
-    y : ndarray of float64
-        Labels in {-1, +1}.
-    normalized : bool
-        Whether the rows were scaled (recorded so that the flag alone changes the key).
-
-    Returns
-    -------
-    str
-        64 hexadecimal digits.
-    """
+    """sha256 (64 hex digits) of canonical CSR data, its labels and the ``normalized`` flag."""
     h = hashlib.sha256()
     h.update(f"csr:{X.shape[0]}x{X.shape[1]}:nnz={X.nnz}:normalized={bool(normalized)}".encode())
-    h.update(np.ascontiguousarray(X.indptr, dtype=np.int64).tobytes())
-    h.update(np.ascontiguousarray(X.indices, dtype=np.int64).tobytes())
-    h.update(np.ascontiguousarray(X.data, dtype=np.float64).tobytes())
-    h.update(np.ascontiguousarray(y, dtype=np.float64).tobytes())
+    for arr, dtype in ((X.indptr, np.int64), (X.indices, np.int64), (X.data, np.float64),
+                       (y, np.float64)):
+        h.update(np.ascontiguousarray(arr, dtype=dtype).tobytes())
     return h.hexdigest()
 
 
@@ -117,12 +93,9 @@ def prepare_problem(X, y, *, normalize: bool = True, name: str | None = None,
     y : array-like of shape (n,)
         Two class labels (any two values; the larger one becomes +1).
     normalize : bool, default=True
-        Scale every nonzero row to unit L2 norm (the mini-batch theory assumes
-        ``max ||x_i|| <= 1``).
-    name : str, optional
-        Name used in outputs (default ``"data"``).
-    source : str, optional
-        Path of the file the data came from.
+        Scale every nonzero row to unit L2 norm (the theory assumes ``max ||x_i|| <= 1``).
+    name, source : str, optional
+        Name used in outputs (default ``"data"``); path of the file the data came from.
 
     Returns
     -------
@@ -131,12 +104,10 @@ def prepare_problem(X, y, *, normalize: bool = True, name: str | None = None,
     Raises
     ------
     ValueError
-        For empty data, mismatched lengths, non-finite values or labels that
-        are not exactly two classes.
+        For empty data, mismatched lengths, non-finite values or not exactly two classes.
     """
     from ..datasets import normalize_rows          # noqa: PLC0415  (keeps import light)
     from ..estimators._base import binary_labels   # noqa: PLC0415
-
     if sp.issparse(X):
         X = sp.csr_matrix(X, dtype=np.float64)
     else:
@@ -179,18 +150,15 @@ def load_problem(path, *, n_features: int | None = None, normalize: bool = True,
         The training file.
     n_features : int, optional
         Number of columns (default: the largest index in the file).
-    normalize : bool, default=True
-        Scale the rows to unit L2 norm.
-    name : str, optional
-        Name in outputs; default: the file name without ``.gz``/``.bz2`` and
-        the ``.svm``/``.txt`` suffixes.
+    normalize, name
+        As in :func:`prepare_problem`; the name defaults to the file name without
+        ``.gz``, ``.bz2``, ``.svm``, ``.txt``.
 
     Returns
     -------
     Problem
     """
     from ..datasets import load_svmlight           # noqa: PLC0415
-
     path = os.fspath(path)
     X, y = load_svmlight(path, n_features=n_features, dtype=np.float64)
     return prepare_problem(X, y, normalize=normalize, name=name or dataset_name(path),
@@ -198,16 +166,7 @@ def load_problem(path, *, n_features: int | None = None, normalize: bool = True,
 
 
 def dataset_name(path) -> str:
-    """Short name of a data file (``a9a.t.gz`` -> ``a9a.t``, ``x.train.svm`` -> ``x.train``).
-
-    Parameters
-    ----------
-    path : str or os.PathLike
-
-    Returns
-    -------
-    str
-    """
+    """Short name of a data file (``a9a.t.gz`` -> ``a9a.t``, ``x.train.svm`` -> ``x.train``)."""
     base = os.path.basename(os.fspath(path))
     for suffix in (".gz", ".bz2", ".svm", ".txt", ".libsvm"):
         if base.endswith(suffix) and len(base) > len(suffix):

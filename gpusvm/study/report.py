@@ -1,8 +1,7 @@
 """Tables of a study: aggregation over seeds, CSV, JSON and Markdown files.
 
-Conventions: a quantity that was not measured because the cell did not reach
-``eps`` is ``null`` in JSON, ``NA`` in CSV and ``n.r.`` (not reached),
-``div.`` (diverged), ``stall`` or ``time`` in Markdown; it is never a number.
+A quantity not measured because the cell did not reach ``eps`` is ``null`` in JSON, ``NA`` in
+CSV and ``n.r.``, ``div.``, ``stall`` or ``time`` in Markdown; it is never a number.
 """
 
 from __future__ import annotations
@@ -10,13 +9,14 @@ from __future__ import annotations
 import csv
 import io
 import math
+from collections import Counter
 from pathlib import Path
 
 from .. import spectral
 from . import plots as plotting
 from .store import write_json_atomic, write_text_atomic
 
-__all__ = ["summarize_scaling", "write_scaling_outputs", "write_csv", "fmt_num"]
+__all__ = ["summarize_scaling", "write_scaling_outputs", "write_outputs", "write_csv", "fmt_num"]
 
 CELL_COLUMNS = ["dataset", "method", "b", "seed", "status", "failed", "T", "T_lower", "accesses",
                 "seconds", "iterations_run", "cap", "final_subopt", "best_subopt", "evaluations",
@@ -28,61 +28,23 @@ SUMMARY_COLUMNS = ["dataset", "method", "b", "seeds", "reached", "failed", "T_me
 STATUS_MARK = {"not_reached": "n.r.", "diverged": "div.", "stalled": "stall", "time_cap": "time"}
 
 
-def _finite_or_none(x):
-    return None if x is None or (isinstance(x, float) and not math.isfinite(x)) else x
-
-
-def median_with_inf(values) -> float:
-    """Median where None (not reached) counts as +infinity.
-
-    Parameters
-    ----------
-    values : iterable of float or None
-
-    Returns
-    -------
-    float
-        ``inf`` when at least half of the values are missing.
-    """
-    vals = sorted(math.inf if v is None else float(v) for v in values)
-    if not vals:
-        return math.inf
-    m = len(vals) // 2
-    if len(vals) % 2:
-        return vals[m]
-    lo, hi = vals[m - 1], vals[m]
-    return math.inf if math.isinf(hi) else 0.5 * (lo + hi)
-
-
 def _median(values):
-    m = median_with_inf(values)
-    if math.isinf(m):
+    """Median where None (not reached) counts as +infinity; None when the median is infinite."""
+    vals = sorted(math.inf if v is None else float(v) for v in values)
+    m = len(vals) // 2
+    if not vals or math.isinf(vals[m]):
         return None
-    return int(m) if float(m).is_integer() else m
+    med = vals[m] if len(vals) % 2 else 0.5 * (vals[m - 1] + vals[m])
+    return None if math.isinf(med) else int(med) if med.is_integer() else med
 
 
 def summarize_scaling(cells, *, methods, batch_sizes, n: int, sigma2: float) -> list[dict]:
     """One row per (method, b): medians over seeds and the theory beside them.
 
-    Parameters
-    ----------
-    cells : list of dict
-        Scaling cells (see :func:`gpusvm.study.scaling.scaling_study`).
-    methods : list of str
-    batch_sizes : list of int
-        Sorted; the smallest is the reference of the speedups.
-    n : int
-    sigma2 : float
-
-    Returns
-    -------
-    list of dict
-        Keys of :data:`SUMMARY_COLUMNS` (without ``dataset``) plus ``statuses``.
-        ``T_median`` counts a cell that did not reach ``eps`` as +infinity (it
-        is None when half the seeds or more did not reach it);
-        ``measured_speedup = T_median(b_ref) / T_median(b)``;
-        ``predicted_speedup = (b / beta_b) / (b_ref / beta_ref)`` (``b / beta_b``
-        when ``b_ref = 1``).
+    Rows hold the keys of :data:`SUMMARY_COLUMNS` (but ``dataset``) and ``statuses``.
+    ``T_median`` counts a cell that did not reach ``eps`` as +infinity (None when half the
+    seeds or more did not); ``measured_speedup = T_median(b_ref) / T_median(b)`` and
+    ``predicted_speedup = (b / beta_b) / (b_ref / beta_ref)``, ``b_ref = min(batch_sizes)``.
     """
     b_ref = min(batch_sizes)
     beta = {b: spectral.beta_b(b, n, sigma2) if sigma2 > 0 else 1.0 for b in batch_sizes}
@@ -93,16 +55,12 @@ def summarize_scaling(cells, *, methods, batch_sizes, n: int, sigma2: float) -> 
             group = [c for c in cells if c["method"] == method and c["b"] == b]
             Ts = [c["T"] for c in group]
             reached = [t for t in Ts if t is not None]
-            statuses: dict = {}
-            for c in group:
-                statuses[c["status"]] = statuses.get(c["status"], 0) + 1
             t_med = _median(Ts)
             if b == b_ref:
                 ref = t_med
-            row = {
+            rows.append({
                 "method": method, "b": b, "seeds": len(group), "reached": len(reached),
-                "failed": sum(1 for c in group if c.get("failed")),
-                "T_median": t_med,
+                "failed": sum(1 for c in group if c.get("failed")), "T_median": t_med,
                 "T_min": min(reached) if reached else None,
                 "T_max": max(reached) if len(reached) == len(Ts) and reached else None,
                 "accesses_median": _median([c.get("accesses") for c in group]),
@@ -110,9 +68,7 @@ def summarize_scaling(cells, *, methods, batch_sizes, n: int, sigma2: float) -> 
                 "beta_b": beta[b], "beta_b_over_b": beta[b] / b,
                 "predicted_speedup": (b / beta[b]) / (b_ref / beta[b_ref]),
                 "measured_speedup": (ref / t_med) if (ref is not None and t_med) else None,
-                "b_ref": b_ref, "statuses": statuses,
-            }
-            rows.append(row)
+                "b_ref": b_ref, "statuses": dict(Counter(c["status"] for c in group))})
     return rows
 
 
@@ -135,41 +91,28 @@ def fmt_ratio(x) -> str:
 
 
 def write_csv(path, columns, rows) -> None:
-    """Write ``rows`` (dicts) as CSV with ``NA`` for missing values, atomically.
-
-    Parameters
-    ----------
-    path : path
-    columns : list of str
-    rows : list of dict
-    """
+    """Write ``rows`` (dicts) as CSV with ``NA`` for missing values, atomically."""
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(columns)
-    for r in rows:
-        out = []
-        for c in columns:
-            v = _finite_or_none(r.get(c))
-            if v is None:
-                out.append("NA")
-            elif isinstance(v, bool):
-                out.append(str(v).lower())
-            elif isinstance(v, float):
-                out.append(repr(v))
-            else:
-                out.append(str(v))
-        w.writerow(out)
+    w.writerows([_csv_field(r.get(c)) for c in columns] for r in rows)
     write_text_atomic(path, buf.getvalue())
+
+
+def _csv_field(v) -> str:
+    if v is None or (isinstance(v, float) and not math.isfinite(v)):
+        return "NA"
+    if isinstance(v, bool):
+        return str(v).lower()
+    return repr(v) if isinstance(v, float) else str(v)
 
 
 def _cell_rows(cells, metadata):
     n, s2 = metadata["dataset"]["n"], metadata["sigma2"]
-    rows = []
-    for c in cells:
-        bb = spectral.beta_b(c["b"], n, s2) if s2 > 0 else 1.0
-        rows.append({**c, "dataset": metadata["dataset"]["name"], "sigma2": s2, "beta_b": bb,
-                     "beta_b_over_b": bb / c["b"], "predicted_speedup": c["b"] / bb})
-    return rows
+    beta = {c["b"]: spectral.beta_b(c["b"], n, s2) if s2 > 0 else 1.0 for c in cells}
+    return [{**c, "dataset": metadata["dataset"]["name"], "sigma2": s2, "beta_b": beta[c["b"]],
+             "beta_b_over_b": beta[c["b"]] / c["b"], "predicted_speedup": c["b"] / beta[c["b"]]}
+            for c in cells]
 
 
 def _t_cell(row) -> str:
@@ -181,12 +124,11 @@ def _t_cell(row) -> str:
     return STATUS_MARK.get(worst, "n.r.")
 
 
-def scaling_markdown(metadata, summary, plots) -> str:
-    """The ``results.md`` text of a scaling study."""
+def scaling_markdown(metadata, summary) -> list:
+    """The lines of a scaling study's ``results.md``, but its plots."""
     ds, opt = metadata["dataset"], metadata["optimum"]
     methods, sizes = metadata["methods"], metadata["batch_sizes"]
-    caps = metadata["caps"]
-    cap_txt = ", ".join(f"{k}={v}" for k, v in caps.items() if v is not None)
+    cap_txt = ", ".join(f"{k}={v}" for k, v in metadata["caps"].items() if v is not None)
     lines = [
         f"# Batch-size scaling study: {ds['name']}",
         "",
@@ -247,49 +189,37 @@ def scaling_markdown(metadata, summary, plots) -> str:
             r = by[(m, b)]
             rng = (f"{fmt_num(r['T_min'])} - {fmt_num(r['T_max'])}" if r["T_max"] is not None
                    else (f">= {fmt_num(r['T_min'])}" if r["T_min"] is not None else "NA"))
-            acc = fmt_num(r["accesses_median"]) if r["accesses_median"] is not None else "NA"
             sec = f"{r['seconds_median']:.3g}" if r["seconds_median"] is not None else "NA"
-            lines.append(f"| {b} | {_t_cell(r)} | {rng} | {r['reached']} / {r['seeds']} | {acc} "
-                         f"| {sec} | {fmt_ratio(r['measured_speedup'])} | "
+            lines.append(f"| {b} | {_t_cell(r)} | {rng} | {r['reached']} / {r['seeds']} | "
+                         f"{fmt_num(r['accesses_median'])} | {sec} | {fmt_ratio(r['measured_speedup'])} | "
                          f"{fmt_ratio(r['predicted_speedup'])} |")
         lines.append("")
-    if plots:
-        lines += ["## Plots", ""] + [f"![{Path(p).stem}]({Path(p).name})" for p in plots] + [""]
-    return "\n".join(lines)
+    return lines
 
 
 def write_scaling_outputs(out_dir, metadata, cells, summary, *, plots: bool = True) -> list:
-    """Write ``results.csv`` (one row per cell), ``summary.csv``, ``results.json``,
-    ``results.md`` and the plots of a scaling study.
-
-    Parameters
-    ----------
-    out_dir : pathlib.Path
-    metadata : dict
-    cells : list of dict
-    summary : list of dict
-    plots : bool, default=True
-
-    Returns
-    -------
-    list of pathlib.Path
-        The files written.
-    """
+    """Write the CSV, JSON, Markdown and PNG files of a scaling study; return their paths."""
     out = Path(out_dir)
     name = metadata["dataset"]["name"]
-    files = []
-    write_csv(out / "results.csv", CELL_COLUMNS, _cell_rows(cells, metadata))
-    files.append(out / "results.csv")
-    write_csv(out / "summary.csv", SUMMARY_COLUMNS, [{**r, "dataset": name} for r in summary])
-    files.append(out / "summary.csv")
-    pngs = []
-    if plots:
-        pngs = [plotting.plot_iterations(metadata, summary, out / "iterations.png"),
-                plotting.plot_speedup(metadata, summary, out / "speedup.png"),
-                plotting.plot_accesses(metadata, summary, out / "accesses.png")]
+    figures = [(plotting.plot_iterations, out / "iterations.png"),
+               (plotting.plot_speedup, out / "speedup.png"),
+               (plotting.plot_accesses, out / "accesses.png")] if plots else []
+    return write_outputs(out, metadata, cells, summary, [
+        ("results.csv", CELL_COLUMNS, _cell_rows(cells, metadata)),
+        ("summary.csv", SUMMARY_COLUMNS, [{**r, "dataset": name} for r in summary])],
+        figures, scaling_markdown(metadata, summary), "Plots")
+
+
+def write_outputs(out, metadata, cells, summary, tables, figures, lines, heading="Plot") -> list:
+    """Write the CSV ``tables`` ``(file, columns, rows)``, the ``figures`` ``(plot, path)``,
+    ``results.json`` and ``results.md`` (``lines``, then the plots under ``heading``), in this
+    order; return the paths."""
+    for file, columns, rows in tables:
+        write_csv(out / file, columns, rows)
+    pngs = [plot(metadata, summary, path) for plot, path in figures]
     write_json_atomic(out / "results.json", {"metadata": metadata, "summary": summary,
                                              "cells": cells})
-    files.append(out / "results.json")
-    write_text_atomic(out / "results.md", scaling_markdown(metadata, summary, pngs))
-    files.append(out / "results.md")
-    return files + pngs
+    if pngs:
+        lines = lines + [f"## {heading}", ""] + [f"![{p.stem}]({p.name})" for p in pngs] + [""]
+    write_text_atomic(out / "results.md", "\n".join(lines))
+    return [out / t[0] for t in tables] + [out / "results.json", out / "results.md"] + pngs

@@ -1,30 +1,23 @@
 """Running the cells of a study: skip the finished ones, compute the rest (optionally in parallel).
 
-Each task is a plain dict with its ``key`` and everything its compute function
-needs except the data, which every worker holds once (inherited through
-``fork`` where available).  A finished cell is saved atomically by whoever
-computed it, before anything else happens, so an interrupt at any moment loses
-at most the cells in progress.
+A task is a plain dict with its ``key`` and all its compute function needs but the data, which
+every worker holds once (inherited through ``fork`` where available).  Whoever computes a cell
+saves it at once, so an interrupt at any moment loses at most the cells in progress.
 """
 
 from __future__ import annotations
 
-import datetime as _dt
 import multiprocessing
 import platform
 import signal
 import sys
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
-from .store import CellStore
+from .store import CellStore, _utc_now
 
-__all__ = ["run_cells", "RunCounts"]
+__all__ = ["run_cells"]
 
 _WORKER: dict = {}
-
-
-class RunCounts(dict):
-    """``{"computed": int, "reused": int, "total": int}`` of one :func:`run_cells` call."""
 
 
 def _init_worker(problem, compute, store_dir) -> None:
@@ -39,13 +32,10 @@ def _init_worker(problem, compute, store_dir) -> None:
 
 
 def _single_thread_blas():
-    """Limit BLAS to one thread for good (worker processes).
+    """Limit BLAS to one thread (a ``threadpool_limits``, also usable as a context manager).
 
-    The solvers take dot products of a few thousand entries every iteration; a
-    multi-threaded BLAS spends far longer synchronising its threads than
-    computing them (0.6 ms instead of 3 us for 22,000 entries, and tens of ms
-    on a busy machine), and the summation order would depend on the thread
-    count.
+    Per-iteration dot products of a few thousand entries take 0.6 ms instead of 3 us on a
+    multi-threaded BLAS, and its summation order would depend on the thread count.
     """
     from threadpoolctl import threadpool_limits  # noqa: PLC0415  (a scikit-learn dependency)
     return threadpool_limits(limits=1, user_api="blas")
@@ -58,58 +48,28 @@ def _work(task: dict) -> dict:
 
 
 def _finish(cell: dict, task: dict) -> dict:
-    cell = dict(cell)
-    cell["key"] = task["key"]
+    cell = {**cell, "key": task["key"]}
     cell.setdefault("params", task.get("params"))
-    cell["computed_at"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-    cell["host"] = platform.node()
-    return cell
+    return {**cell, "computed_at": _utc_now(), "host": platform.node()}
 
 
 def run_cells(problem, tasks: list, compute, *, out_dir, jobs: int = 1, progress: bool = True,
               on_cell=None, desc: str = "cells"):
-    """Compute every task whose cell file is missing; load the others.
+    """Compute every task whose cell file is missing, load the others: ``(cells, counts)``, the
+    counts of cells ``computed``, ``reused`` and in ``total``.
 
-    Parameters
-    ----------
-    problem : Problem
-        The data, given to ``compute``.
-    tasks : list of dict
-        Each with a unique ``key`` (see :func:`gpusvm.study.store.cell_key`).
-    compute : callable
-        ``compute(problem, task) -> dict``: the cell (a module-level function,
-        so that worker processes can run it).
-    out_dir : path
-        Study directory (cells go to ``out_dir/cells``).
-    jobs : int, default=1
-        Worker processes (1 = in this process).
-    progress : bool, default=True
-        tqdm progress bar over the cells (on stderr).
-    on_cell : callable, optional
-        ``on_cell(cell)`` after each newly computed cell is saved (an exception
-        raised there stops the study, as an interrupt would).
-    desc : str
-        Label of the progress bar.
-
-    Returns
-    -------
-    cells : list of dict
-        In the order of ``tasks``.
-    counts : RunCounts
+    ``compute(problem, task) -> dict`` must be a module-level function (workers run it); cells
+    come in the order of ``tasks``; ``on_cell(cell)`` runs after each newly computed cell is
+    saved (an exception raised there stops the study, as an interrupt would).
     """
     from tqdm.auto import tqdm  # noqa: PLC0415
-
     store = CellStore(out_dir)
     keys = [t["key"] for t in tasks]
     if len(set(keys)) != len(keys):
         raise ValueError("duplicate cells in the study (repeated batch sizes, methods or seeds?)")
-    done = {}
-    for t in tasks:
-        cell = store.load(t["key"])
-        if cell is not None:
-            done[t["key"]] = cell
+    done = {t["key"]: cell for t in tasks if (cell := store.load(t["key"])) is not None}
     pending = [t for t in tasks if t["key"] not in done]
-    counts = RunCounts(computed=0, reused=len(done), total=len(tasks))
+    counts = {"computed": 0, "reused": len(done), "total": len(tasks)}
     bar = tqdm(total=len(tasks), initial=len(done), desc=desc, unit="cell", disable=not progress,
                file=sys.stderr, dynamic_ncols=True)
     try:
@@ -153,9 +113,8 @@ def _run_parallel(problem, pending, compute, store, jobs, done, counts, bar, on_
                 if on_cell is not None:
                     on_cell(cell)
     except BaseException:
-        # An interrupt: stop the running cells too (their partial files are only *.tmp files,
-        # removed by the next run). ProcessPoolExecutor has no public way to stop running
-        # tasks, so the worker processes are terminated directly.
+        # an interrupt: stop the running cells too (leaving only *.tmp files); the executor has
+        # no public way to stop running tasks, so its worker processes are terminated directly
         workers = list((getattr(pool, "_processes", None) or {}).values())
         pool.shutdown(wait=False, cancel_futures=True)
         for proc in workers:

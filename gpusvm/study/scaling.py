@@ -1,19 +1,17 @@
 r"""Batch-size scaling study: Takáč, Bijral, Richtárik & Srebro (2013), Figure 1, on given data.
 
-For every method (mini-batch Pegasos without projection, naive, safe and
-aggressive mini-batch SDCA), batch size ``b`` and seed, the study measures the
-first iteration ``T`` at which ``P(w_T) - P* <= eps`` (see
-:mod:`gpusvm.study.search` for how, and for what the guarantee is), the data
-accesses ``b T`` and the training time, and sets them beside the theory:
-``sigma^2 = ||X||^2 / n``, ``beta_b`` (eq. 11), ``beta_b / b`` (the leading
-term of Theorems 1-2, the right axis of Figure 1) and the predicted speedup
-``b / beta_b``.
+For every method, batch size ``b`` and seed: the first iteration ``T`` with ``P(w_T) - P* <= eps``
+(:mod:`gpusvm.study.search`), the data accesses ``b T`` and the training time, beside the theory:
+``sigma^2 = ||X||^2 / n``, ``beta_b`` (eq. 11), ``beta_b / b`` (the leading term of Theorems 1-2,
+the right axis of Figure 1) and the predicted speedup ``b / beta_b``.  Shared helpers of the
+other studies (validation, metadata, the cached ``sigma^2`` and ``P*`` cells) live here too.
 """
 
 from __future__ import annotations
 
-import datetime as _dt
 import math
+import os
+import platform
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -22,7 +20,7 @@ from pathlib import Path
 from . import report
 from .problem import Problem, prepare_problem
 from .search import METHODS, PEGASOS_OUTPUTS, RunSpec, SearchSettings, find_crossing
-from .store import CellStore, cell_key, iteration_cap, locked_study
+from .store import CellStore, _utc_now, cell_key, iteration_cap, locked_study
 
 __all__ = ["scaling_study", "StudyResult", "default_batch_sizes", "check_methods",
            "check_batch_sizes", "check_seeds"]
@@ -39,16 +37,12 @@ class StudyResult:
     ----------
     out_dir : pathlib.Path
         Where the outputs are.
-    cells : list of dict
-        One per cell, as stored in ``out_dir/cells``.
-    summary : list of dict
-        Aggregated rows (e.g. per method and batch size, medians over seeds).
+    cells, summary : list of dict
+        One per cell, as stored in ``out_dir/cells``; the rows aggregated over seeds.
     metadata : dict
         Data set, parameters, ``P*`` certificate, versions, command line, timing.
-    computed : int
-        Cells computed by this call (the others were reused from ``out_dir/cells``).
-    reused : int
-        Cells found finished and not recomputed.
+    computed, reused : int
+        Cells computed by this call, and cells found finished in ``out_dir/cells``.
     files : list of pathlib.Path
         Output files written.
     """
@@ -62,73 +56,26 @@ class StudyResult:
     files: list = field(default_factory=list)
 
 
-# ------------------------------------------------------------------ validation
 def default_batch_sizes(n: int, max_b: int = DEFAULT_MAX_B) -> list[int]:
-    """``1, 2, 4, ...`` up to ``min(max_b, n)``.
-
-    Parameters
-    ----------
-    n : int
-        Number of examples.
-    max_b : int, default=16384
-
-    Returns
-    -------
-    list of int
-    """
-    top = min(max_b, n)
-    return [1 << k for k in range(int(math.floor(math.log2(top))) + 1)]
+    """``1, 2, 4, ...`` up to ``min(max_b, n)``."""
+    return [1 << k for k in range(int(math.floor(math.log2(min(max_b, n)))) + 1)]
 
 
 def check_methods(methods) -> list[str]:
-    """Validate a list of method names (unique, order kept).
-
-    Parameters
-    ----------
-    methods : iterable of str
-
-    Returns
-    -------
-    list of str
-
-    Raises
-    ------
-    ValueError
-        ``"methods is empty; ..."`` or ``"unknown method 'x'; choose from ..."``.
-    """
+    """Validate method names (a list, or a comma-separated string): unique, order kept."""
     if isinstance(methods, str):
         methods = [m for m in methods.split(",") if m.strip()]
     methods = [str(m).strip() for m in methods]
     if not methods:
         raise ValueError(f"methods is empty; choose from {', '.join(METHODS)}")
-    out = []
     for m in methods:
         if m not in METHODS:
             raise ValueError(f"unknown method {m!r}; choose from {', '.join(METHODS)}")
-        if m not in out:
-            out.append(m)
-    return out
+    return list(dict.fromkeys(methods))
 
 
 def check_batch_sizes(batch_sizes, n: int) -> list[int]:
-    """Validate batch sizes against ``n`` (sorted, duplicates removed).
-
-    Parameters
-    ----------
-    batch_sizes : iterable of int
-    n : int
-
-    Returns
-    -------
-    list of int
-
-    Raises
-    ------
-    ValueError
-        ``"batch_sizes is empty; ..."``, ``"batch sizes must be positive
-        integers, got ..."`` or ``"batch size B exceeds the number of examples
-        n=N; use batch sizes <= N"``.
-    """
+    """Validate batch sizes against ``n``: sorted, duplicates removed."""
     sizes = list(batch_sizes)
     if not sizes:
         raise ValueError("batch_sizes is empty; give at least one batch size, e.g. 1,2,4,...,1024")
@@ -145,30 +92,27 @@ def check_batch_sizes(batch_sizes, n: int) -> list[int]:
 
 
 def check_seeds(seeds) -> list[int]:
-    """``seeds`` as a list: an int ``k`` means ``0..k-1``.
-
-    Parameters
-    ----------
-    seeds : int or iterable of int
-
-    Returns
-    -------
-    list of int
-    """
+    """``seeds`` as a list (unique, order kept): an int ``k`` means ``0..k-1``."""
     if isinstance(seeds, bool):
         raise ValueError(f"seeds must be a positive integer or a list of integers, got {seeds!r}")
     if isinstance(seeds, int):
         if seeds < 1:
             raise ValueError(f"seeds must be >= 1, got {seeds}")
         return list(range(seeds))
-    out = []
-    for s in seeds:
-        if isinstance(s, bool) or not float(s).is_integer() or int(s) < 0:
-            raise ValueError(f"seeds must be non-negative integers, got {s!r}")
-        if int(s) not in out:
-            out.append(int(s))
+    out = _unique_ints(seeds, 0, "seeds must be non-negative integers")
     if not out:
         raise ValueError("seeds is empty; give a number of seeds or a list of seeds")
+    return out
+
+
+def _unique_ints(values, minimum: int, message: str) -> list[int]:
+    """``values`` as distinct ints ``>= minimum``, order kept; else ``ValueError(message, got v)``."""
+    out = []
+    for v in values:
+        if isinstance(v, bool) or not float(v).is_integer() or int(v) < minimum:
+            raise ValueError(f"{message}, got {v!r}")
+        if int(v) not in out:
+            out.append(int(v))
     return out
 
 
@@ -181,10 +125,13 @@ def _check_positive(name, value, *, allow_none=False):
     return value
 
 
+def _check_jobs(jobs) -> None:
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+        raise ValueError(f"jobs must be a positive integer, got {jobs!r}")
+
+
 def versions() -> dict:
     """Versions of gpusvm, Python and the libraries a study depends on."""
-    import platform  # noqa: PLC0415
-
     import numpy  # noqa: PLC0415
     import scipy  # noqa: PLC0415
     import sklearn  # noqa: PLC0415
@@ -202,13 +149,10 @@ def versions() -> dict:
 
 def machine() -> dict:
     """Platform and CPU count (timings depend on them)."""
-    import os  # noqa: PLC0415
-    import platform  # noqa: PLC0415
     return {"platform": platform.platform(), "processor": platform.processor() or None,
             "cpus": os.cpu_count()}
 
 
-# ------------------------------------------------------------------ shared pieces
 def ensure_problem(X, y, *, normalize: bool, name: str | None) -> Problem:
     """``X`` if it is already a :class:`Problem`, else :func:`prepare_problem`."""
     if isinstance(X, Problem):
@@ -256,19 +200,7 @@ def certified_optimum(problem: Problem, lam: float, out_dir: Path, *, gap_tol: f
 
 
 def certificate_holds(cell: dict) -> bool:
-    """Whether a P* cell agrees with its certificate.
-
-    That is ``lower_bound <= p_star`` and ``gap = p_star - lower_bound``.
-
-    Parameters
-    ----------
-    cell : dict
-        A cell written by :func:`certified_optimum`.
-
-    Returns
-    -------
-    bool
-    """
+    """Whether a P* cell agrees with its certificate (``lower_bound <= p_star = lower_bound + gap``)."""
     values = [cell.get(k) for k in ("p_star", "lower_bound", "gap")]
     if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
                for v in values):
@@ -277,15 +209,13 @@ def certificate_holds(cell: dict) -> bool:
     return lower <= p_star and abs((p_star - lower) - gap) <= 1e-12 * max(1.0, abs(p_star))
 
 
-# ------------------------------------------------------------------ cells
 def _compute_scaling_cell(problem: Problem, task: dict) -> dict:
     spec = RunSpec(**task["spec"])
     res = find_crossing(problem, spec, p_star=task["p_star"], eps=task["eps"], cap=task["cap"],
                         settings=SearchSettings(**task["search"]),
                         max_seconds=task["max_seconds"])
-    T = res["T"]
     return {"kind": "scaling", "method": spec.method, "b": spec.b, "seed": spec.seed,
-            "cap": task["cap"], "accesses": (spec.b * T) if T is not None else None,
+            "cap": task["cap"], "accesses": (spec.b * res["T"]) if res["T"] is not None else None,
             "failed": res["status"] in ("diverged", "stalled"), **res}
 
 
@@ -303,10 +233,9 @@ def scaling_study(X, y=None, *, lam: float, eps: float = 1e-3, batch_sizes=None,
     Parameters
     ----------
     X : {sparse matrix, array-like} of shape (n, d), or Problem
-        Training data (or a :class:`~gpusvm.study.problem.Problem` from
-        :func:`~gpusvm.study.problem.load_problem`, then ``y=None``).
     y : array-like of shape (n,), optional
-        Two class labels.
+        Training data and its two class labels (``y=None`` when ``X`` is a
+        :class:`~gpusvm.study.problem.Problem`, e.g. from :func:`~gpusvm.study.load_problem`).
     lam : float
         Regularisation of ``P(w) = lam/2 ||w||^2 + (1/n) sum_i max(0, 1 - y_i <w, x_i>)``.
     eps : float, default=1e-3
@@ -318,15 +247,14 @@ def scaling_study(X, y=None, *, lam: float, eps: float = 1e-3, batch_sizes=None,
     seeds : int or iterable of int, default=3
         Number of seeds (``0..seeds-1``) or the seeds themselves.
     backend : str, default="numpy"
-        Backend name (see :func:`gpusvm.backends.make_backend`).  The ``T``
-        guarantee needs a deterministic backend; ``replay_consistent`` records it.
+        Backend name (:func:`gpusvm.backends.make_backend`).  The ``T`` guarantee needs a
+        deterministic backend; ``replay_consistent`` records it.
     out_dir : str or os.PathLike
         Output directory (created); finished cells go to ``out_dir/cells``.
     max_epochs : float or None, default=100
         Cap on the data accesses ``b T`` of a cell, in passes over the data.
     max_iter : int or None, default=None
-        Cap on ``T``.  At least one cap is required; a cell that hits it is
-        ``"not_reached"`` with ``T = None``.
+        Cap on ``T``.  At least one cap is required; a cell that hits it is ``"not_reached"``.
     max_seconds : float, optional
         Wall-clock cap of a cell (status ``"time_cap"``; machine dependent).
     pegasos_output : {"tail", "last"}, default="tail"
@@ -341,14 +269,10 @@ def scaling_study(X, y=None, *, lam: float, eps: float = 1e-3, batch_sizes=None,
         Duality gap to which ``P*`` is certified; must be ``<= eps / 100``.
     jobs : int, default=1
         Worker processes.
-    plots : bool, default=True
-        Write the PNG plots (needs matplotlib, the ``plot`` extra).
-    progress : bool, default=True
-        tqdm progress bar over the cells.
-    on_cell : callable, optional
-        ``on_cell(cell)`` after each newly computed cell is saved.
-    command : str, optional
-        Command line to record (the CLI passes it).
+    plots, progress : bool, default=True
+        Write the PNG plots (needs matplotlib, the ``plot`` extra); show a tqdm bar over the cells.
+    on_cell, command : callable, str, optional
+        ``on_cell(cell)`` after each newly computed cell is saved; the command line to record.
 
     Returns
     -------
@@ -356,20 +280,17 @@ def scaling_study(X, y=None, *, lam: float, eps: float = 1e-3, batch_sizes=None,
 
     Notes
     -----
-    Mini-batch Pegasos runs as in Takáč et al. (2013, Algorithm 1): ``w_1 = 0``,
-    ``eta_t = 1/(lam t)``, no projection, ``A_t`` a uniformly random b-subset.
-    SDCA starts at ``alpha = 0``; safe uses ``beta = beta_b``; aggressive uses
-    ``theta = 0.5``.  A rerun with the same arguments and ``out_dir`` skips the
-    finished cells; any change of data, ``lam``, ``eps``, caps or settings
-    makes new cells.
+    Pegasos runs as Takáč et al.'s Algorithm 1 (no projection, ``A_t`` a random b-subset);
+    aggressive SDCA uses ``theta = 0.5``.  A rerun with the same arguments and ``out_dir``
+    skips the finished cells; any change of data or settings makes new cells.
 
     References
     ----------
-    M. Takáč, A. Bijral, P. Richtárik, N. Srebro. Mini-Batch Primal and Dual
-    Methods for SVMs. ICML 2013.
+    M. Takáč, A. Bijral, P. Richtárik, N. Srebro. Mini-Batch Primal and Dual Methods for SVMs.
+    ICML 2013.
     """
     started = time.perf_counter()
-    started_at = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    started_at = _utc_now()
     lam = _check_positive("lam", lam)
     eps = _check_positive("eps", eps)
     pstar_gap = _check_positive("pstar_gap", pstar_gap)
@@ -385,8 +306,7 @@ def scaling_study(X, y=None, *, lam: float, eps: float = 1e-3, batch_sizes=None,
         raise ValueError(f"max_iter must be a positive integer or None, got {max_iter!r}")
     if max_epochs is None and max_iter is None:
         raise ValueError("give max_epochs or max_iter: every cell needs an iteration cap")
-    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
-        raise ValueError(f"jobs must be a positive integer, got {jobs!r}")
+    _check_jobs(jobs)
     if pstar_gap > eps / 100:
         raise ValueError(f"pstar_gap={pstar_gap:g} is too loose for eps={eps:g}: P* must be "
                          f"certified to eps/100 = {eps / 100:g} or better")
@@ -401,7 +321,6 @@ def scaling_study(X, y=None, *, lam: float, eps: float = 1e-3, batch_sizes=None,
     search = search or SearchSettings()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-
     sig = spectral_sigma2(problem, out)
     sigma2 = sig["sigma2"]
     opt = certified_optimum(problem, lam, out, gap_tol=pstar_gap, sigma2=sigma2, backend=backend)
@@ -409,7 +328,6 @@ def scaling_study(X, y=None, *, lam: float, eps: float = 1e-3, batch_sizes=None,
         raise RuntimeError(f"could not certify P* to eps/100 = {eps / 100:g}: the best duality "
                            f"gap is {opt['gap']:.3g}; see {out / 'cells'}")
     p_star = opt["p_star"]
-
     tasks = []
     for b in batch_sizes:
         for method in methods:
@@ -429,22 +347,18 @@ def scaling_study(X, y=None, *, lam: float, eps: float = 1e-3, batch_sizes=None,
     from .runner import run_cells  # noqa: PLC0415
     cells, counts = run_cells(problem, tasks, _compute_scaling_cell, out_dir=out, jobs=jobs,
                               progress=progress, on_cell=on_cell, desc=f"study {problem.name}")
-
     summary = report.summarize_scaling(cells, methods=methods, batch_sizes=batch_sizes, n=n,
                                        sigma2=sigma2)
     metadata = {
-        "study": "scaling",
-        "reproduces": "Takáč, Bijral, Richtárik & Srebro (ICML 2013), Figure 1",
+        "study": "scaling", "reproduces": "Takáč, Bijral, Richtárik & Srebro (ICML 2013), Figure 1",
         "dataset": problem.describe(),
         "normalization": ("rows scaled to unit L2 norm (the theory assumes max ||x_i|| <= 1)"
                           if problem.normalized else
                           f"rows used as given (max row norm {problem.max_row_norm:.4g}); the "
                           "theory columns use sigma^2 of the row-normalised data"),
         "objective": "P(w) = lam/2 ||w||^2 + (1/n) sum_i max(0, 1 - y_i <w, x_i>), no bias",
-        "lam": lam, "eps": eps,
-        "optimum": opt, "p_star": p_star,
-        "sigma2": sigma2, "one_over_sigma2": 1.0 / sigma2 if sigma2 > 0 else None,
-        "sigma2_method": sig["method"],
+        "lam": lam, "eps": eps, "optimum": opt, "p_star": p_star, "sigma2": sigma2,
+        "one_over_sigma2": 1.0 / sigma2 if sigma2 > 0 else None, "sigma2_method": sig["method"],
         "batch_sizes": batch_sizes, "methods": methods, "seeds": seeds,
         "caps": {"max_epochs": max_epochs, "max_iter": max_iter, "max_seconds": max_seconds},
         "search": {**search.as_dict(), "guarantee": (
@@ -463,19 +377,15 @@ def scaling_study(X, y=None, *, lam: float, eps: float = 1e-3, batch_sizes=None,
         "sdca": {"start": "alpha = 0", "safe_beta": "beta_b (eq. 11)",
                  "aggressive_theta": 0.5, "iterate": "w(alpha_T)",
                  "sampling": "A_t uniform b-subset (Rand(b))"},
-        "backend": backend,
-        "versions": versions(), "machine": machine(),
+        "backend": backend, "versions": versions(), "machine": machine(),
         "command": command or "python: gpusvm.study.scaling_study(...)",
-        "started": started_at,
-        "finished": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "seconds": time.perf_counter() - started,
+        "started": started_at, "finished": _utc_now(), "seconds": time.perf_counter() - started,
         "cells_total": counts["total"], "cells_computed": counts["computed"],
         "cells_reused": counts["reused"], "jobs": jobs,
         "cells_seconds": sum(c.get("cell_seconds") or 0.0 for c in cells),
     }
-    files = report.write_scaling_outputs(out, metadata, cells, summary, plots=plots)
-    return StudyResult(out_dir=out, cells=cells, summary=summary, metadata=metadata,
-                       computed=counts["computed"], reused=counts["reused"], files=files)
+    return StudyResult(out, cells, summary, metadata, counts["computed"], counts["reused"],
+                       report.write_scaling_outputs(out, metadata, cells, summary, plots=plots))
 
 
 def load_results(path) -> dict:
@@ -493,8 +403,5 @@ def load_results(path) -> dict:
     """
     import json  # noqa: PLC0415
     p = Path(path)
-    if p.is_dir():
-        p = p / "results.json"
-    with open(p, encoding="utf-8") as f:
-        return json.load(f)
+    return json.loads((p / "results.json" if p.is_dir() else p).read_text(encoding="utf-8"))
 

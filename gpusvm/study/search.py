@@ -1,71 +1,17 @@
 r"""The first iteration ``T`` with ``P(w_T) - P* <= eps``, without evaluating ``P`` every iteration.
 
-The method
-----------
-Evaluating ``P`` costs a pass over the data, so a run cannot afford it after
-every iteration.  For one ``(method, b, seed)``, with ``f(t) = P(w_t) - P*``,
-``G = dense_below * eps`` (``2 eps``) and the *dense step*
-``s(t) = max(1, floor(rel t))`` (``rel = 0.005``):
-
-1. **Probe pass.**  Run the solver once, evaluating ``f`` at geometrically
-   spaced iterations ``t_{j+1} = max(t_j + 1, ceil(r t_j))`` (``r = 1.25``).
-   Once ``f <= r^2 G``, or a local power-law fit ``f ~ t^-p`` through an
-   earlier evaluation predicts ``f <= G`` within a factor ``r^2``, the
-   evaluations are one dense step apart (for good, in the first case).
-2. **Result or bracket.**  Let ``T`` be the first evaluation with
-   ``f(T) <= eps`` and ``t_G`` the last evaluation before the first one with
-   ``f <= G``.  If every evaluation after ``t_G`` is at most one dense step
-   after the previous one, ``T`` is the answer.  Otherwise the first crossing
-   is bracketed in ``(t_G, T]``.
-3. **Replay.**  Run the solver again from scratch with the same seed (a
-   backend is deterministic for a seed: the NumPy backend bitwise), evaluating
-   at ``t_G`` and then every dense step up to ``T``; the first of these with
-   ``f <= eps`` is the answer.  The replay re-evaluates ``P(w_{t_G})`` and
-   records whether it agrees with the probe pass to ``1e-9`` relative
-   (``replay_consistent``; SDCA recomputes ``w(alpha)`` exactly at each
-   evaluation, so two runs with different evaluation points agree to rounding,
-   not bitwise).
-
-The solver is driven only through its ``eval_at`` hook (a pure predicate:
-where to evaluate) and its ``callback`` (the evaluations), so the search works
-on any backend, including those that run the iterations between two
-evaluations in one fused call.
-
-The guarantee
--------------
-The reported ``T`` always has ``f(T) <= eps`` (a verified crossing), and all
-evaluations in ``(t_G, T)``, at most ``s(t) <= 0.5% t`` apart, have ``f > eps``;
-``T_lower`` is the one just before ``T``.  Hence the true first crossing ``T*``
-satisfies ``T* <= T`` and ``T - T* <= 0.5% T*``, unless ``f`` dips below ``eps``
-for less than one dense step, or falls from above ``2 eps`` to below ``eps`` and
-back above ``2 eps`` between two probes (25% of ``t`` apart).  When
-``rel t < 1`` every iteration is evaluated.  ``tests/test_study.py`` checks the
-1% guarantee against evaluating every iteration.
-
-Which iterate counts
---------------------
-SDCA: the primal iterate ``w(alpha_T)`` after ``T`` iterations.  Pegasos:
-by default the tail average of Takáč et al. (2013, Theorem 1) — the mean of the
-iterates after steps ``q+1, ..., T`` with ``q`` the largest snapshot point
-``<= T/2`` (snapshots at every iteration up to 16, then geometrically with ratio
-1.05, so the averaged suffix is the last 50-52.5% of the run; exactly the
-solver's ``averaging="tail"`` when ``q = floor(T/2)``); or the last iterate
-``w_{T+1}`` (``pegasos_output="last"``).
-
-Time
-----
-``seconds`` is the solver's wall time to ``T`` minus the time the search
-spends in its callbacks (snapshots, tail averages); it still includes the
-solver's own objective evaluations at the ``evaluations`` points.
-
-Failures
---------
-``diverged``: a non-finite ``P``, or (SDCA only, which starts at ``P(0) = 1``)
-``P > explode`` (10 by default).  ``stalled``: after ``stall_min_epochs``
-epochs (10), no evaluation in the last ``1 - 1/stall_window`` (3/4) of the run
-improved on the best one before it.  ``not_reached``: the iteration cap.
-``time_cap``: the optional wall-clock cap of a cell.  In all these cases ``T`` is
-None (never a number).
+The method and its guarantee are told in docs/studies.md ("What is measured, and how").  With
+``f(t) = P(w_t) - P*`` and ``G = dense_below * eps``, the probe pass evaluates at
+``t_{j+1} = max(t_j + 1, ceil(r t_j))``, but one dense step (``max(1, floor(rel_step t))``) apart
+once ``f <= r^2 G`` or where a local power-law fit ``f ~ t^-p`` predicts ``f <= G`` within a
+factor ``r^2``.  Unless dense steps cover everything after ``t_G`` (the last evaluation before
+the first with ``f <= G``), a replay with the same seed evaluates every dense step from ``t_G``
+to the first evaluation with ``f <= eps``; ``replay_consistent`` records whether it reproduced
+``P(w_{t_G})`` to 1e-9 relative (SDCA recomputes ``w(alpha)``, so it agrees to rounding only).
+The solver is driven only through ``eval_at`` (a pure predicate) and ``callback``, so backends
+that fuse iterations work too.  The Pegasos tail average snapshots every iteration up to 16,
+then on the ``snapshot_ratio`` grid; it is the solver's ``averaging="tail"`` when ``floor(T/2)``
+is a snapshot.  ``seconds`` excludes the time spent in the callbacks.
 """
 
 from __future__ import annotations
@@ -91,25 +37,19 @@ class SearchSettings:
     probe_ratio : float
         Ratio ``r > 1`` between successive probe evaluations.
     rel_step : float
-        Dense evaluation step as a fraction of ``t``; the reported ``T`` is
-        within ``rel_step`` of the first crossing (see the module docstring).
+        Dense step as a fraction of ``t``: ``T`` is within ``rel_step`` of the first crossing.
     snapshot_ratio : float
         Ratio of the snapshot grid of the Pegasos tail average.
     explode : float or None
-        SDCA runs with ``P > explode`` are ``diverged`` (``P(0) = 1``).
-    stall_window : float or None
-        ``stalled`` when the last ``1 - 1/stall_window`` of the run brought no
-        improvement; None disables the rule.
-    stall_min_epochs : float
-        The stall rule applies only after this many passes over the data.
+        SDCA runs with ``P > explode`` are ``diverged`` (``P(0) = 1``); ``P`` not finite always is.
+    stall_window, stall_min_epochs : float
+        ``stalled`` when, after ``stall_min_epochs`` passes over the data, no evaluation in the
+        last ``1 - 1/stall_window`` of the run improved on the best one before (None: never).
     dense_below : float
-        Once an evaluation has ``f <= dense_below * eps``, every later
-        evaluation is one dense step apart (a dip below ``eps`` is then missed
-        only if it lasts less than one dense step).
+        Once ``f <= dense_below * eps``, every later evaluation is one dense step apart.
     predict_dense : bool
         Also take dense steps where a power-law fit predicts the crossing within
-        ``probe_ratio^2`` (False: bracket and replay instead; slower, same
-        guarantee).
+        ``probe_ratio^2`` (False: bracket and replay instead; slower, same guarantee).
     """
 
     probe_ratio: float = 1.25
@@ -148,32 +88,22 @@ class RunSpec:
     Attributes
     ----------
     method : str
-        One of :data:`METHODS`, or ``"pegasos"`` with the options below for the
-        Pegasos-paper experiments.
-    b : int
-        Mini-batch size.
-    seed : int
-        Seed of the batch stream.
+        One of :data:`METHODS`.
+    b, seed : int
+        Mini-batch size and seed of the batch stream.
     lam : float
         Regularisation.
     backend : str
         Backend name for :func:`gpusvm.backends.make_backend`.
     pegasos_output : {"tail", "last"}
         Which Pegasos iterate is evaluated.
-    projection : bool
-        Pegasos projection step (Takáč et al.: off; Pegasos Fig. 1: on).
-    schedule : {"pegasos", "norma", "constant"}
-        Pegasos step sizes (Fig. 2 of the Pegasos paper compares them).
-    eta0 : float or None
-        Constant step size.
-    norma_p : float
-        NORMA's ``p``.
+    projection, schedule, eta0, norma_p
+        Pegasos' projection step (Takáč et al.: off; Pegasos Fig. 1: on), step sizes
+        (``"pegasos"``, ``"norma"`` or ``"constant"``), constant step and NORMA's ``p``.
     sampling : str
         Batch sampling (Rand(b) = ``"without_replacement"``).
-    theta : float
-        Aggressive SDCA's adaptation weight.
-    sigma2 : float or None
-        ``sigma^2`` of the row-normalised data, passed to SDCA.
+    theta, sigma2 : float
+        Aggressive SDCA's adaptation weight; ``sigma^2`` of the row-normalised data, for SDCA.
     """
 
     method: str
@@ -197,39 +127,19 @@ class RunSpec:
 
 
 def dense_step(t: int, rel: float) -> int:
-    """Dense evaluation step at iteration ``t``: ``max(1, floor(rel t))``.
-
-    Parameters
-    ----------
-    t : int
-    rel : float
-
-    Returns
-    -------
-    int
-    """
+    """Dense evaluation step at iteration ``t``: ``max(1, floor(rel t))``."""
     return max(1, int(math.floor(rel * t)))
 
 
-# ------------------------------------------------------------------ iterates
 class _LastIterate:
-    """The current iterate: SDCA's ``w(alpha)``, Pegasos' ``w_{t+1}``.
-
-    The solver's own objective at an evaluation is the objective of this
-    iterate, so nothing is recomputed.
-    """
+    """The current iterate (SDCA's ``w(alpha)``, Pegasos' ``w_{t+1}``): the solver's objective."""
 
     averaging = "none"
     uses_solver_objective = True
+    next_snap = -1                # no snapshots
 
     def __init__(self, backend, lam: float) -> None:
         self.backend, self.lam = backend, lam
-
-    def next_snapshot(self) -> int:
-        return -1
-
-    def snapshot(self, t: int) -> None:
-        """Nothing to record."""
 
     def weights(self, t: int):
         return self.backend.output_m(False)[0][:, 0]
@@ -238,11 +148,8 @@ class _LastIterate:
 class _TailAverage:
     """Tail average of the Pegasos iterates from snapshots of their running sum.
 
-    The solver runs with ``averaging="all"``, so at an evaluation
-    ``output_m(True)`` is the mean of the iterates after steps ``1..t`` and
-    ``S_t = t * output_m(True)`` their sum.  Snapshots are taken at every
-    iteration up to ``exact_upto`` and then on a geometric grid (the solver
-    evaluates there too: a snapshot point is an evaluation point).
+    The solver runs with ``averaging="all"``, so ``S_t = t * output_m(True)`` is the sum of
+    the iterates after steps ``1..t``; a snapshot point is also an evaluation point.
     """
 
     averaging = "all"
@@ -255,9 +162,6 @@ class _TailAverage:
         self.snaps: dict = {0: None}     # S_0 = 0
         self.next_snap = 1
 
-    def next_snapshot(self) -> int:
-        return self.next_snap
-
     def _sum(self, t: int):
         return self.backend.output_m(True)[0][:, 0] * float(t)
 
@@ -268,32 +172,28 @@ class _TailAverage:
         self.keys.append(t)
         self.next_snap = t + 1 if t < self.exact_upto else max(t + 1, int(t * self.ratio))
         # evaluations at T >= t use the largest key <= T // 2 >= t // 2: drop the older keys
-        j = bisect.bisect_right(self.keys, t // 2) - 1
-        if j > 0:
-            for old in self.keys[:j]:
-                del self.snaps[old]
-            del self.keys[:j]
+        j = bisect.bisect_right(self.keys, t // 2) - 1       # >= 0: keys[0] <= t // 2
+        for old in self.keys[:j]:
+            del self.snaps[old]
+        del self.keys[:j]
 
     def weights(self, t: int):
-        j = bisect.bisect_right(self.keys, t // 2) - 1
-        q = self.keys[j]
-        s_t = self._sum(t)
-        s_q = self.snaps[q]
+        q = self.keys[bisect.bisect_right(self.keys, t // 2) - 1]
+        s_t, s_q = self._sum(t), self.snaps[q]
         return (s_t if s_q is None else s_t - s_q) / float(t - q)
 
 
-# ------------------------------------------------------------------ plans
 class _ProbePlan:
-    """Geometric probes, dense steps where the crossing is predicted."""
+    """Geometric probes, dense steps where the crossing is predicted (a plan: ``first``, then
+    ``next_after`` each evaluation)."""
+
+    first = 1
 
     def __init__(self, settings: SearchSettings, eps: float) -> None:
         self.r, self.rel, self.eps = settings.probe_ratio, settings.rel_step, eps
         self.predict = settings.predict_dense
         self.near = settings.dense_below * eps
         self.dense = False            # sticky once f <= dense_below * eps was seen
-
-    def first(self) -> int:
-        return 1
 
     def next_after(self, t: int, hist: list) -> int:
         # dense steps must already be running when f first falls below dense_below * eps
@@ -309,11 +209,7 @@ class _ProbePlan:
             return False
         f = hist[-1][1]
         limit = t / math.sqrt(self.r)
-        ref = None
-        for tt, ff, *_ in reversed(hist[:-1]):
-            if tt <= limit:
-                ref = (tt, ff)
-                break
+        ref = next(((tt, ff) for tt, ff, *_ in reversed(hist[:-1]) if tt <= limit), None)
         if ref is None or not (ref[1] > f > 0) or not math.isfinite(ref[1]):
             return False
         p = math.log(ref[1] / f) / math.log(t / ref[0])          # f ~ t^-p locally
@@ -324,10 +220,7 @@ class _DensePlan:
     """Every dense step from ``lo`` (included) to ``hi``."""
 
     def __init__(self, lo: int, hi: int, rel: float) -> None:
-        self.lo, self.hi, self.rel = lo, hi, rel
-
-    def first(self) -> int:
-        return max(1, self.lo)
+        self.first, self.hi, self.rel = max(1, lo), hi, rel
 
     def next_after(self, t: int, hist: list) -> int:
         return min(self.hi, t + dense_step(t, self.rel))
@@ -336,8 +229,7 @@ class _DensePlan:
 class _EveryPlan:
     """Every iteration (the brute-force reference of the tests)."""
 
-    def first(self) -> int:
-        return 1
+    first = 1
 
     def next_after(self, t: int, hist: list) -> int:
         return t + 1
@@ -350,23 +242,18 @@ class _FixedPlan:
         self.points = sorted({int(p) for p in points if int(p) >= 1})
         if not self.points:
             raise ValueError("no evaluation point >= 1")
-
-    def first(self) -> int:
-        return self.points[0]
+        self.first = self.points[0]
 
     def next_after(self, t: int, hist: list) -> int:
         j = bisect.bisect_right(self.points, t)
         return self.points[j] if j < len(self.points) else 0
 
 
-# ------------------------------------------------------------------ observer
 class _Observer:
     """Decides where the solver evaluates (``due``, its ``eval_at``) and reads the evaluations.
 
-    ``due(t)`` is a pure function of ``t`` between two evaluations (a fused
-    backend may ask it about iterations ahead).  At every evaluation the
-    solver calls ``callback(t, objective, elapsed)``, where the observer takes
-    its snapshot, records ``P`` and decides; returning False stops the run.
+    ``due(t)`` is pure between two evaluations (a fused backend may ask it about iterations
+    ahead); ``callback`` snapshots, records ``P`` and decides; returning False stops the run.
     """
 
     def __init__(self, *, plan, spec: RunSpec, n: int, cap: int, settings: SearchSettings,
@@ -376,30 +263,16 @@ class _Observer:
         self.settings, self.p_star, self.eps, self.replay = settings, p_star, eps, replay
         self.max_seconds, self.extra_eval = max_seconds, extra_eval
         self.hist: list = []          # (t, f, P, train_seconds, extras)
-        self.status: str | None = None
-        self.T: int | None = None
-        self.T_lower: int | None = None
-        self.bracket: tuple | None = None
-        self.stop = False
-        self.excluded = 0.0
-        self.next_eval = plan.first()
-        self.next_snap = -1
-        self.last_t = 0
-        self.region_start: int | None = None
+        self.status = self.T = self.T_lower = self.bracket = self.region_start = None
+        self.stop, self.excluded, self.next_snap, self.last_t = False, 0.0, -1, 0
+        self.next_eval = plan.first
 
     def attach(self, backend) -> None:
-        """Bind the freshly built backend."""
         if self.spec.method == "pegasos" and self.spec.pegasos_output == "tail":
             self.iterate = _TailAverage(backend, self.spec.lam, self.settings.snapshot_ratio)
         else:
             self.iterate = _LastIterate(backend, self.spec.lam)
-        self.next_snap = self.iterate.next_snapshot()
-
-    @property
-    def averaging(self) -> str:
-        """Averaging mode the Pegasos solver must run with."""
-        return "all" if (self.spec.method == "pegasos"
-                         and self.spec.pegasos_output == "tail") else "none"
+        self.next_snap = self.iterate.next_snap
 
     def due(self, t: int) -> bool:
         """Whether the solver evaluates after iteration ``t`` (pure between evaluations)."""
@@ -413,7 +286,7 @@ class _Observer:
         train = elapsed - self.excluded
         if t == self.next_snap:
             self.iterate.snapshot(t)
-            self.next_snap = self.iterate.next_snapshot()
+            self.next_snap = self.iterate.next_snap
         if t == self.next_eval or t == self.cap:
             self._evaluate(t, objective, train)
         if not self.stop and self.max_seconds is not None and train > self.max_seconds:
@@ -432,21 +305,19 @@ class _Observer:
         else:
             w = self.iterate.weights(t)
             P = float(self.iterate.backend.evaluate_m(w[:, None], 0.0, self.spec.lam)[0][0])
-        extras = None
-        if self.extra_eval is not None:
-            extras = self.extra_eval(self.iterate.weights(t) if w is None else w)
+        extras = None if self.extra_eval is None else self.extra_eval(
+            self.iterate.weights(t) if w is None else w)
         f = P - self.p_star
         prev_t = self.hist[-1][0] if self.hist else 0
         self.hist.append((t, f, P, train, extras))
-        if self.region_start is None and self.eps is not None \
-                and f <= self.settings.dense_below * self.eps:
-            self.region_start = prev_t          # the first crossing lies after this evaluation
         if self.eps is None:                                   # a trace: record only
             nxt = self.plan.next_after(t, self.hist)
             self.next_eval = nxt if nxt and nxt <= self.cap else -1
             if not math.isfinite(P):
                 self._finish("diverged")
             return
+        if self.region_start is None and f <= self.settings.dense_below * self.eps:
+            self.region_start = prev_t          # the first crossing lies after this evaluation
         if not math.isfinite(P) or (self.spec.is_sdca and self.settings.explode is not None
                                     and P > self.settings.explode):
             self._finish("diverged")
@@ -469,13 +340,9 @@ class _Observer:
 
     def _covered(self, start: int) -> bool:
         """Whether the evaluations after ``start`` are at most one dense step apart."""
-        prev = 0
-        for h in self.hist:
-            t = h[0]
-            if t > start and t - prev > dense_step(prev, self.settings.rel_step):
-                return False
-            prev = t
-        return True
+        ts = [0] + [h[0] for h in self.hist]
+        return all(t <= start or t - prev <= dense_step(prev, self.settings.rel_step)
+                   for prev, t in zip(ts, ts[1:]))
 
     def _stalled(self, t: int) -> bool:
         win = self.settings.stall_window
@@ -487,52 +354,26 @@ class _Observer:
         return bool(old) and len(recent) >= 3 and min(recent) >= min(old)
 
 
-# ------------------------------------------------------------------ runs
 def run_solver(problem, spec: RunSpec, observer: _Observer, max_iter: int):
-    """Run one method from scratch on a fresh backend, observed after every iteration.
-
-    Parameters
-    ----------
-    problem : Problem
-    spec : RunSpec
-    observer : _Observer
-        Its ``due`` is the solver's ``eval_at``; its ``callback`` reads the
-        evaluations and stops the run.
-    max_iter : int
-        Iteration cap of this run.
-
-    Returns
-    -------
-    SolverResult
-
-    Notes
-    -----
-    BLAS runs on one thread during the run (see
-    :func:`gpusvm.study.runner._single_thread_blas`).
-    """
-    from .runner import _single_thread_blas      # noqa: PLC0415
-
-    with _single_thread_blas():
-        return _run_solver(problem, spec, observer, max_iter)
-
-
-def _run_solver(problem, spec: RunSpec, observer: _Observer, max_iter: int):
+    """Run ``spec`` from scratch on a fresh backend for at most ``max_iter`` iterations, BLAS on
+    one thread; ``observer.due`` is the solver's ``eval_at``, ``observer.callback`` its callback."""
     from ..backends import make_backend          # noqa: PLC0415
     from ..solvers.pegasos import pegasos        # noqa: PLC0415
-
-    backend = make_backend(spec.backend, problem.X, problem.y)
-    observer.attach(backend)
-    if spec.method == "pegasos":
-        return pegasos(backend, lam=spec.lam, k=spec.b, max_iter=max_iter,
-                       sampling=spec.sampling, seed=spec.seed, projection=spec.projection,
-                       averaging=observer.averaging, schedule=spec.schedule, eta0=spec.eta0,
-                       norma_p=spec.norma_p, bias="none", eval_at=observer.due,
-                       callback=observer.callback)
     from ..solvers.sdca import sdca              # noqa: PLC0415
-    return sdca(backend, lam=spec.lam, b=spec.b, max_iter=max_iter,
-                variant=spec.method[len("sdca-"):], theta=spec.theta, sigma2=spec.sigma2,
-                tol=0.0, sampling=spec.sampling, seed=spec.seed, eval_at=observer.due,
-                callback=observer.callback)
+    from .runner import _single_thread_blas      # noqa: PLC0415
+    with _single_thread_blas():
+        backend = make_backend(spec.backend, problem.X, problem.y)
+        observer.attach(backend)
+        if spec.method == "pegasos":
+            return pegasos(backend, lam=spec.lam, k=spec.b, max_iter=max_iter,
+                           sampling=spec.sampling, seed=spec.seed, projection=spec.projection,
+                           averaging=observer.iterate.averaging, schedule=spec.schedule,
+                           eta0=spec.eta0, norma_p=spec.norma_p, bias="none",
+                           eval_at=observer.due, callback=observer.callback)
+        return sdca(backend, lam=spec.lam, b=spec.b, max_iter=max_iter,
+                    variant=spec.method[len("sdca-"):], theta=spec.theta, sigma2=spec.sigma2,
+                    tol=0.0, sampling=spec.sampling, seed=spec.seed, eval_at=observer.due,
+                    callback=observer.callback)
 
 
 def find_crossing(problem, spec: RunSpec, *, p_star: float, eps: float, cap: int,
@@ -544,10 +385,8 @@ def find_crossing(problem, spec: RunSpec, *, p_star: float, eps: float, cap: int
     ----------
     problem : Problem
     spec : RunSpec
-    p_star : float
-        The certified optimum.
-    eps : float
-        Target suboptimality (absolute).
+    p_star, eps : float
+        The certified optimum and the target suboptimality (absolute).
     cap : int
         Iteration cap; not reaching ``eps`` by then gives ``T = None``.
     settings : SearchSettings, optional
@@ -557,12 +396,10 @@ def find_crossing(problem, spec: RunSpec, *, p_star: float, eps: float, cap: int
     Returns
     -------
     dict
-        ``status`` (one of ``reached``, ``not_reached``, ``diverged``,
-        ``stalled``, ``time_cap``), ``T`` and ``T_lower`` (None unless
-        reached), ``seconds`` (training time to ``T``, evaluations excluded),
-        ``iterations_run``, ``final_subopt``, ``best_subopt``, ``evaluations``,
-        ``replay``, ``replay_consistent``, ``trace`` (``[t, P - P*]`` of the
-        probe pass) and ``cell_seconds``.
+        ``status`` (``reached``, ``not_reached``, ``diverged``, ``stalled`` or ``time_cap``),
+        ``T`` and ``T_lower`` (the evaluation before; None unless reached), ``seconds``,
+        ``iterations_run``, ``final_subopt``, ``best_subopt``, ``evaluations``, ``replay``,
+        ``replay_consistent``, ``trace`` (``[t, P - P*]`` of the probe pass), ``cell_seconds``.
     """
     settings = settings or SearchSettings()
     if not eps > 0:
@@ -576,8 +413,7 @@ def find_crossing(problem, spec: RunSpec, *, p_star: float, eps: float, cap: int
     if obs.status is None:      # the solver stopped without a decision (cannot happen: t == cap)
         obs.status = "not_reached"
     result = {"replay": False, "replay_consistent": None}
-    final = obs
-    evaluations = len(obs.hist)
+    final, evaluations = obs, len(obs.hist)
     if obs.status == "bracket":
         lo, hi = obs.bracket
         rep = _Observer(plan=_DensePlan(lo, hi, settings.rel_step), spec=spec, n=problem.n,
@@ -585,13 +421,10 @@ def find_crossing(problem, spec: RunSpec, *, p_star: float, eps: float, cap: int
         run_solver(problem, spec, rep, hi)
         evaluations += len(rep.hist)
         result["replay"] = True
-        if lo >= 1:
-            P_lo = next((h[2] for h in obs.hist if h[0] == lo), None)
-            P_rep = rep.hist[0][2] if rep.hist and rep.hist[0][0] == lo else None
-            result["replay_consistent"] = (P_lo is not None and P_rep is not None
-                                           and abs(P_lo - P_rep) <= 1e-9 * max(1.0, abs(P_lo)))
-        else:
-            result["replay_consistent"] = True
+        P_lo = next((h[2] for h in obs.hist if h[0] == lo), None)       # None when lo < 1
+        P_rep = rep.hist[0][2] if rep.hist and rep.hist[0][0] == lo else None
+        result["replay_consistent"] = lo < 1 or (P_lo is not None and P_rep is not None and
+                                                 abs(P_lo - P_rep) <= 1e-9 * max(1.0, abs(P_lo)))
         if rep.status == "reached":
             if rep.T == lo and lo >= 1:          # replay disagrees with the probe pass
                 rep.T_lower = None
@@ -600,50 +433,22 @@ def find_crossing(problem, spec: RunSpec, *, p_star: float, eps: float, cap: int
             obs.T, obs.T_lower, obs.status = hi, lo, "reached"
     status = "reached" if final.status in ("reached", "bracket") else final.status
     T = final.T if status == "reached" else None
-    seconds = None
-    if T is not None:
-        seconds = next((h[3] for h in final.hist if h[0] == T), None)
+    seconds = None if T is None else next((h[3] for h in final.hist if h[0] == T), None)
     fs = [h[1] for h in obs.hist if math.isfinite(h[1])]
     result.update({
-        "status": status,
-        "T": T,
-        "T_lower": final.T_lower if T is not None else None,
-        "seconds": seconds,
-        "iterations_run": int(obs.last_t),
+        "status": status, "T": T, "T_lower": final.T_lower if T is not None else None,
+        "seconds": seconds, "iterations_run": int(obs.last_t),
         "final_subopt": obs.hist[-1][1] if obs.hist else None,
-        "best_subopt": min(fs) if fs else None,
-        "evaluations": evaluations,
-        "trace": [[int(h[0]), h[1]] for h in obs.hist],
-        "cell_seconds": time.perf_counter() - t0,
-    })
+        "best_subopt": min(fs) if fs else None, "evaluations": evaluations,
+        "trace": [[int(h[0]), h[1]] for h in obs.hist], "cell_seconds": time.perf_counter() - t0})
     return result
 
 
 def trace_run(problem, spec: RunSpec, *, points, max_iter: int, p_star: float = 0.0,
               extra_eval=None, every: bool = False) -> list:
-    """Run a method and record ``P`` at given iterations (or at every iteration).
-
-    Parameters
-    ----------
-    problem : Problem
-    spec : RunSpec
-    points : iterable of int
-        Iterations at which to evaluate (ignored when ``every``).
-    max_iter : int
-        Iterations to run.
-    p_star : float, default=0.0
-        Subtracted from ``P`` in the second column.
-    extra_eval : callable, optional
-        ``extra_eval(w) -> dict`` of additional values at each evaluation
-        (e.g. the test loss); ``w`` is the evaluated weight vector.
-    every : bool, default=False
-        Evaluate after every iteration (brute force; for small problems).
-
-    Returns
-    -------
-    list of tuple
-        ``(t, P - p_star, P, train_seconds, extras)`` per evaluation.
-    """
+    """Run ``spec`` for ``max_iter`` iterations, evaluating at ``points`` (after every iteration
+    when ``every``): ``(t, P - p_star, P, train_seconds, extras)`` per evaluation, where
+    ``extras = extra_eval(w)`` (e.g. the test loss) or None."""
     plan = _EveryPlan() if every else _FixedPlan([p for p in points if p <= max_iter])
     obs = _Observer(plan=plan, spec=spec, n=problem.n, cap=max_iter,
                     settings=SearchSettings(), p_star=p_star, eps=None, extra_eval=extra_eval)

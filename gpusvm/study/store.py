@@ -1,25 +1,17 @@
 """Resumable storage of study cells: one JSON file per finished cell, written atomically.
 
-A *cell* is one unit of work (e.g. one ``(method, b, seed)`` of a scaling
-study).  Its key is a readable prefix plus the sha256 of every parameter that
-can change its result (the data fingerprint, ``lam``, ``eps``, the key of the
-``P*`` cell, the caps, the search settings, the format version), so a rerun
-with any other setting never reuses it.  A finished cell is written to a
-temporary file in the same directory and renamed over its final name with
-:func:`os.replace`, which is atomic on POSIX and Windows: an interrupted run
-leaves either the complete file or none (plus, at worst, a ``*.tmp`` file that
-a later run deletes once it is stale: its writer is gone, or it is an hour old).
-
-Every cell carries the sha256 of its content (``checksum``); a cell whose
-content no longer matches it (edited, or damaged) is recomputed, with a
-warning.  A study holds an exclusive lock on its directory
-(:func:`study_lock`, ``.gpusvm-study.lock``) while it runs, so that two studies
-never write the same cells at once.
+A *cell* is one unit of work (e.g. one ``(method, b, seed)`` of a scaling study); its key
+hashes every parameter its result depends on, and it is written through a temporary file and
+:func:`os.replace` (docs/studies.md, "Resuming").  Every cell carries the sha256 of its content
+(``checksum``): one edited or damaged is recomputed, with a warning.  A study holds an
+exclusive lock on its directory (:func:`study_lock`) while it runs, so that two studies never
+write the same cells at once.
 """
 
 from __future__ import annotations
 
 import contextlib
+import datetime
 import functools
 import hashlib
 import json
@@ -28,6 +20,8 @@ import os
 import time
 import warnings
 from pathlib import Path
+
+import numpy as np
 
 from .._output import write_output
 
@@ -43,13 +37,16 @@ STALE_SECONDS = 3600.0
 LOCK_NAME = ".gpusvm-study.lock"
 
 
+def _utc_now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
 def _canonical(obj) -> str:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), allow_nan=False,
                       default=_json_default)
 
 
 def _json_default(obj):
-    import numpy as np  # noqa: PLC0415
     if isinstance(obj, np.generic):
         return obj.item()
     if isinstance(obj, np.ndarray):
@@ -58,19 +55,7 @@ def _json_default(obj):
 
 
 def cell_key(prefix: str, params: dict) -> str:
-    """Key of a cell: ``prefix`` plus 16 hex digits of the hash of ``params``.
-
-    Parameters
-    ----------
-    prefix : str
-        Readable part, e.g. ``"sdca-safe-b64-s0"`` (only ``[A-Za-z0-9._-]``).
-    params : dict
-        Every setting the result depends on (JSON-serialisable, finite floats).
-
-    Returns
-    -------
-    str
-    """
+    """``prefix`` (``[A-Za-z0-9._-]``) plus 16 hex digits of the hash of ``params`` (finite JSON)."""
     if not prefix or any(not (c.isalnum() or c in "._-") for c in prefix):
         raise ValueError("a cell prefix may hold only letters, digits, '.', '_' and '-', "
                          f"got {prefix!r}")
@@ -79,70 +64,29 @@ def cell_key(prefix: str, params: dict) -> str:
 
 
 def sanitize(obj):
-    """Replace non-finite floats by None (JSON has no NaN/inf) recursively.
-
-    Parameters
-    ----------
-    obj : JSON-like object
-
-    Returns
-    -------
-    The same structure with ``nan``/``inf`` replaced by None.
-    """
+    """``obj`` with non-finite floats replaced by None, recursively (JSON has no NaN/inf)."""
     if isinstance(obj, float):
         return obj if math.isfinite(obj) else None
     if isinstance(obj, dict):
         return {k: sanitize(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
         return [sanitize(v) for v in obj]
-    try:
-        import numpy as np  # noqa: PLC0415
-        if isinstance(obj, np.generic):
-            return sanitize(obj.item())
-    except ImportError:  # pragma: no cover
-        pass
-    return obj
+    return sanitize(obj.item()) if isinstance(obj, np.generic) else obj
 
 
 def write_json_atomic(path, obj, *, indent: int | None = 1) -> None:
-    """Write ``obj`` as JSON to ``path`` atomically (temporary file + :func:`os.replace`).
-
-    Parameters
-    ----------
-    path : str or os.PathLike
-        Destination; its directory must exist.
-    obj : JSON-serialisable object
-        Non-finite floats are written as null.
-    indent : int or None, default=1
-    """
+    """Write ``obj`` as JSON to ``path`` (its directory must exist) atomically; NaN/inf as null."""
     write_text_atomic(path, json.dumps(sanitize(obj), indent=indent, allow_nan=False,
                                        default=_json_default) + "\n")
 
 
 def write_text_atomic(path, text: str) -> None:
-    """Write ``text`` to ``path`` atomically (:func:`gpusvm._output.write_output`).
-
-    Parameters
-    ----------
-    path : str or os.PathLike
-    text : str
-    """
+    """Write ``text`` to ``path`` atomically (:func:`gpusvm._output.write_output`)."""
     write_output(path, lambda f: f.write(text), what="study output", binary=False)
 
 
 def checksum(cell: dict) -> str:
-    """sha256 of a cell's content (every field but ``checksum``), as written to its file.
-
-    Parameters
-    ----------
-    cell : dict
-        JSON-serialisable, with finite floats (see :func:`sanitize`).
-
-    Returns
-    -------
-    str
-        64 hex digits.
-    """
+    """sha256 (64 hex digits) of a sanitized cell's content: every field but ``checksum``."""
     body = {k: v for k, v in cell.items() if k != "checksum"}
     return hashlib.sha256(_canonical(body).encode()).hexdigest()
 
@@ -150,40 +94,22 @@ def checksum(cell: dict) -> str:
 def _stale(tmp: Path) -> bool:
     """Whether a temporary file was left by a writer that is gone (or is an hour old)."""
     try:
-        age = time.time() - tmp.stat().st_mtime
-    except OSError:
-        return False
-    if age > STALE_SECONDS:
-        return True
-    parts = tmp.name.split(".")          # .<name>.<pid>.<random>.tmp
-    try:
-        pid = int(parts[-3])
-    except (IndexError, ValueError):
-        return False
-    try:
-        os.kill(pid, 0)
+        if time.time() - tmp.stat().st_mtime > STALE_SECONDS:
+            return True
+        os.kill(int(tmp.name.split(".")[-3]), 0)       # .<name>.<pid>.<random>.tmp
     except ProcessLookupError:
         return True
-    except OSError:                      # it exists, under another user
-        return False
+    except (OSError, IndexError, ValueError):   # no file, no pid, or another user's process
+        pass
     return False
 
 
 class CellStore:
-    """The ``cells/`` directory of a study.
+    """The ``cells/`` directory of the study directory ``out_dir`` (created when missing).
 
-    Parameters
-    ----------
-    out_dir : str or os.PathLike
-        Study output directory; ``out_dir/cells`` is created when missing.
-
-    Notes
-    -----
-    Creating the store deletes the stale ``*.tmp`` files of an interrupted run:
-    those whose writing process is gone, or that are more than an hour old
-    (another process's write in flight is left alone).  A cell file that cannot
-    be parsed, or whose content does not match its checksum, is treated as
-    missing and recomputed (with a warning for a checksum mismatch).
+    Creating the store deletes the ``*.tmp`` files of an interrupted run whose writer is gone
+    or that are an hour old.  A cell file that cannot be parsed, or does not match its
+    checksum (then with a warning), is treated as missing and recomputed.
     """
 
     def __init__(self, out_dir) -> None:
@@ -191,10 +117,8 @@ class CellStore:
         self.dir.mkdir(parents=True, exist_ok=True)
         for leftover in self.dir.glob(".*.tmp"):
             if _stale(leftover):
-                try:
+                with contextlib.suppress(OSError):
                     leftover.unlink()
-                except OSError:
-                    pass
 
     def path(self, key: str) -> Path:
         """File of the cell ``key``."""
@@ -204,8 +128,7 @@ class CellStore:
         """The stored cell, or None when it is not finished, unreadable or altered."""
         p = self.path(key)
         try:
-            with open(p, encoding="utf-8") as f:
-                cell = json.load(f)
+            cell = json.loads(p.read_text(encoding="utf-8"))
         except (OSError, ValueError, RecursionError):
             return None
         if not (isinstance(cell, dict) and cell.get("key") == key):
@@ -221,13 +144,7 @@ class CellStore:
         return cell
 
     def save(self, cell: dict) -> Path:
-        """Write a finished cell (it must hold its ``key``) with its checksum, atomically.
-
-        Returns
-        -------
-        pathlib.Path
-            The cell's file.
-        """
+        """Write a finished cell (it must hold its ``key``) with its checksum, atomically; its path."""
         p = self.path(cell["key"])
         clean = sanitize(cell)
         clean["checksum"] = checksum(clean)
@@ -240,23 +157,11 @@ _HELD: dict = {}
 
 @contextlib.contextmanager
 def study_lock(out_dir):
-    """Hold the exclusive lock of a study directory (re-entrant within a process).
+    """Hold the exclusive lock of the study directory ``out_dir`` (created; re-entrant).
 
-    Parameters
-    ----------
-    out_dir : str or os.PathLike
-        The study directory (created when missing).
-
-    Raises
-    ------
-    RuntimeError
-        When another process holds the lock (a study is running there).
-
-    Notes
-    -----
-    The lock is an ``flock`` on ``out_dir/.gpusvm-study.lock``; the operating
-    system releases it when its process ends, however it ends.  Where ``fcntl``
-    does not exist (Windows) no lock is taken.
+    An ``flock`` on ``out_dir/.gpusvm-study.lock``, released by the operating system when its
+    process ends, however it ends (none without ``fcntl``: Windows).  RuntimeError when another
+    process holds it.
     """
     try:
         import fcntl  # noqa: PLC0415
@@ -297,43 +202,17 @@ def study_lock(out_dir):
 
 
 def locked_study(fn):
-    """Decorator: run a study function holding :func:`study_lock` on its ``out_dir``.
-
-    Parameters
-    ----------
-    fn : callable
-        Takes ``out_dir`` as a keyword argument (``None`` runs it unlocked; the
-        function then reports the missing directory itself).
-
-    Returns
-    -------
-    callable
-    """
+    """Decorator: run ``fn`` holding :func:`study_lock` on its keyword ``out_dir`` (None: unlocked)."""
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         out_dir = kwargs.get("out_dir")
-        if out_dir is None:
-            return fn(*args, **kwargs)
-        with study_lock(out_dir):
+        with contextlib.nullcontext() if out_dir is None else study_lock(out_dir):
             return fn(*args, **kwargs)
     return wrapper
 
 
 def iteration_cap(n: int, b: int, max_epochs: float | None, max_iter: int | None) -> int:
-    """Iteration cap of a cell: ``min(max_iter, ceil(max_epochs n / b))``.
-
-    Parameters
-    ----------
-    n, b : int
-    max_epochs : float or None
-        Cap on the data accesses ``b T`` in passes over the data.
-    max_iter : int or None
-        Cap on ``T``.
-
-    Returns
-    -------
-    int
-    """
+    """Iteration cap of a cell: ``min(max_iter, ceil(max_epochs n / b))`` (None: no such cap)."""
     caps = []
     if max_epochs is not None:
         caps.append(max(1, int(math.ceil(max_epochs * n / b))))
