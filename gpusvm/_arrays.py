@@ -19,6 +19,10 @@ import scipy.sparse as sp
 
 from .backends import resolve_backend_name
 
+__all__ = ["INT32_MAX", "DataScaleWarning", "as_dtype", "check_sparse_structure",
+           "decision_function", "is_device", "is_device_sparse", "predict", "prepare", "to_host",
+           "warn_if_rows_unscaled"]
+
 
 def dense_to_csr(X, dtype) -> sp.csr_matrix:
     """``scipy.sparse.csr_matrix(X, dtype=dtype)`` of a 2-D array with a column, by one mask of
@@ -63,11 +67,6 @@ def col_dots(xp, A, B):
     if A.shape[1] == 1:
         return (A[:, 0] @ B[:, 0]).reshape(1)
     return xp.einsum("ij,ij->j", A, B)
-
-
-__all__ = ["INT32_MAX", "DataScaleWarning", "as_dtype", "check_sparse_structure",
-           "decision_function", "is_device", "is_device_sparse", "predict", "prepare", "to_host",
-           "warn_if_rows_unscaled"]
 
 
 def as_dtype(dtype) -> np.dtype:
@@ -192,8 +191,7 @@ def _to_current_device(X):
         if X.data.device.id == here:
             return X
         import cupyx.scipy.sparse as csp  # noqa: PLC0415
-        return csp.csr_matrix((cupy.copy(X.data), cupy.copy(X.indices), cupy.copy(X.indptr)),
-                              shape=X.shape)
+        return csp.csr_matrix((cupy.copy(X.data), cupy.copy(X.indices), cupy.copy(X.indptr)), shape=X.shape)
     return X if X.device.id == here else cupy.copy(X)
 
 
@@ -219,8 +217,7 @@ def _prepare_on_device(estimator, X, y, reset):
     y = np.asarray(y).ravel()
     n, d = int(X.shape[0]), int(X.shape[1])
     if y.shape[0] != n:
-        raise ValueError("Found input variables with inconsistent numbers of samples: "
-                         f"[{n}, {y.shape[0]}]")
+        raise ValueError(f"Found input variables with inconsistent numbers of samples: [{n}, {y.shape[0]}]")
     Xc = X.tocsr() if is_device_sparse(X) else csp.csr_matrix(cupy.asarray(X))
     Xc = Xc.astype(dtype)
     if not bool(cupy.isfinite(Xc.data).all()):           # one scalar to the host

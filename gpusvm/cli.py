@@ -8,6 +8,7 @@ parameter) print one line on stderr and exit with status 2, without a traceback.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import importlib.util
 import math
@@ -260,18 +261,15 @@ def main(argv=None) -> int:
 
 def _silence_stdout():
     """Point stdout at /dev/null, so that flushing it at exit raises no second BrokenPipeError."""
-    try:
+    with contextlib.suppress(OSError, ValueError, AttributeError):  # no real file descriptor
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         os.close(devnull)
-    except (OSError, ValueError, AttributeError):   # no real file descriptor (captured output)
-        pass
 
 
 def _one_line(exc) -> str:
     text = " ".join(str(exc).split())
-    if isinstance(exc, FileNotFoundError) and exc.filename and not text.startswith(("svmlight",
-                                                                                    "model")):
+    if isinstance(exc, FileNotFoundError) and exc.filename and not text.startswith(("svmlight", "model")):
         text = f"file not found: {exc.filename}"
     return text or type(exc).__name__
 
@@ -301,8 +299,7 @@ def _class_weight(text: str):
         try:
             if not sep or not label:
                 raise ValueError
-            value = float(weight)
-            key = float(label)
+            value, key = float(weight), float(label)
         except ValueError:
             raise argparse.ArgumentTypeError(
                 f"expected balanced or LABEL:WEIGHT pairs separated by commas (e.g. 1:5,-1:1), "
@@ -341,15 +338,12 @@ def cmd_fit(args) -> int:
                "eval_every": args.eval_every, "max_time": args.max_time, "backend": args.backend,
                "dtype": args.dtype}
     accepted = cls().get_params(deep=False)
-    params = {}
-    for name, value in options.items():
-        if value is None:
-            continue
-        if name not in accepted:
-            what = "sdca and newton solvers (SDCASVC) that --solver auto chooses from" if auto \
-                else f"{args.solver} solver ({cls.__name__})"
-            raise ValueError(f"--{name.replace('_', '-')} is not an option of the {what}")
-        params[name] = value
+    params = {name: value for name, value in options.items() if value is not None}
+    unknown = next((name for name in params if name not in accepted), None)
+    if unknown is not None:
+        what = "sdca and newton solvers (SDCASVC) that --solver auto chooses from" if auto \
+            else f"{args.solver} solver ({cls.__name__})"
+        raise ValueError(f"--{unknown.replace('_', '-')} is not an option of the {what}")
     params["random_state"] = args.seed
     out = args.out if args.out is not None else default_model_path(args.data)
     check_output(out, what="model")           # before the training, not after it
@@ -370,8 +364,7 @@ def cmd_fit(args) -> int:
         _print_outputs(est)
     else:
         _print_trace(est.history_)
-    print(f"stopped after {est.n_iter_} iterations ({getattr(est, 'stop_reason_', '?')}), "
-          f"{seconds:.2f} s")
+    print(f"stopped after {est.n_iter_} iterations ({getattr(est, 'stop_reason_', '?')}), {seconds:.2f} s")
     print(f"training accuracy: {est.score(X, y):.4f}")
     _save(est, args, out, zero_based)
     return EXIT_OK
@@ -418,11 +411,8 @@ def _print_outputs(est):
 
 
 def _print_trace(history, p_star=None, epoch_size=None):
-    """Print the ``history_`` rows, with P - P* when it is known.
-
-    Rows are ``(iteration, P, seconds)`` (Pegasos) or ``(iteration, P, D, gap,
-    seconds)`` (SDCA, whose dual objective and duality gap are printed too).
-    """
+    """Print the ``history_`` rows, ``(iteration, P, seconds)`` (Pegasos) or ``(iteration, P, D,
+    gap, seconds)`` (SDCA), with P - P* when it is known."""
     dual = bool(history) and len(history[0]) == 5
     head = f"{'iteration':>10}" + (f" {'epoch':>7}" if epoch_size else "") + f" {'objective P(w)':>15}"
     if dual:
@@ -443,8 +433,7 @@ def _print_trace(history, p_star=None, epoch_size=None):
 # --------------------------------------------------------------------- predict
 def format_label(value) -> str:
     """A label as written in LIBSVM files: integral floats without the ``.0``."""
-    if isinstance(value, (float, np.floating)) and math.isfinite(value) \
-            and float(value).is_integer():
+    if isinstance(value, (float, np.floating)) and math.isfinite(value) and float(value).is_integer():
         return str(int(value))
     return str(value.item() if isinstance(value, np.generic) else value)
 
@@ -579,8 +568,7 @@ def _augmented_objective(X, y, coef, intercept, lam):
     """``lam/2 (||w||^2 + b^2) + mean hinge``: the objective of ``bias="augmented"``, in float64."""
     w = np.asarray(coef, dtype=np.float64).ravel()
     margins = y * (X.astype(np.float64) @ w + intercept)
-    return float(0.5 * lam * (w @ w + intercept * intercept)
-                 + np.maximum(0.0, 1.0 - margins).mean())
+    return float(0.5 * lam * (w @ w + intercept * intercept) + np.maximum(0.0, 1.0 - margins).mean())
 
 
 def _reference_optimum(X, y, lam):
@@ -616,8 +604,7 @@ def cmd_demo(args) -> int:
     est = PegasosSVC(lam=lam, batch_size=k, max_iter=max_iter, averaging=DEMO["averaging"],
                      bias=DEMO["bias"], eval_every=eval_every, backend=args.backend,
                      random_state=args.seed, verbose=int(_show_progress(args.progress)))
-    print("gpusvm demo: mini-batch Pegasos on a9a (UCI Adult, LIBSVM binarisation, shipped "
-          "with gpusvm)")
+    print("gpusvm demo: mini-batch Pegasos on a9a (UCI Adult, LIBSVM binarisation, shipped with gpusvm)")
     print(f"  train n={n} d={d}, test n={X_test.shape[0]}; lam={lam:g} (C = 1/(lam n) = "
           f"{1 / (lam * n):.4g}), batch_size={k}, {max_iter} iterations ({DEMO['epochs']} "
           f"epochs), averaging={DEMO['averaging']!r}, bias={DEMO['bias']!r}")

@@ -26,10 +26,8 @@ __all__ = ["load_svmlight", "normalize_rows", "load_a9a", "read_20newsgroups_tar
 A9A_N_FEATURES = 123
 
 #: sha256 of the uncompressed shipped files (see gpusvm/data/PROVENANCE.txt)
-A9A_SHA256 = {
-    "train": "f5d5ffd8d865ff41328e7ee043e4b020816914ff6843ff15b98905ddbedce906",
-    "test": "1f448a153f0320399a7e40836eb207655b0bde0f21fc941cc472193daa9f5de9",
-}
+A9A_SHA256 = {"train": "f5d5ffd8d865ff41328e7ee043e4b020816914ff6843ff15b98905ddbedce906",
+              "test": "1f448a153f0320399a7e40836eb207655b0bde0f21fc941cc472193daa9f5de9"}
 _A9A_FILES = {"train": "a9a.gz", "test": "a9a.t.gz"}
 
 _INT32_MAX = np.iinfo(np.int32).max
@@ -48,26 +46,25 @@ def load_svmlight(path, n_features=None, dtype=np.float32, *, zero_based="auto",
     Parameters
     ----------
     path : str or os.PathLike
-        File to read; ``.gz`` and ``.bz2`` files are decompressed on the fly.
+        File to read; ``.gz`` and ``.bz2`` files are decompressed on the fly, and a UTF-8
+        byte-order mark at the start (some Windows editors write one) is skipped.
     n_features : int or None, default=None
-        Number of columns. ``None`` takes the largest index in the file; pass the training
-        set's count when loading a test set (a test file may not use the last features;
-        a9a's test file uses 122 of its 123).
+        Number of columns; ``None`` takes the largest index in the file. Pass the training
+        set's count for a test set, which may not use the last features (a9a's test file
+        uses 122 of its 123).
     dtype : {numpy.float32, numpy.float64}, default=numpy.float32
         Type of the values.
     zero_based : bool or "auto", default="auto"
-        Whether indices start at 0. ``False``: one-based (LIBSVM's convention), and an index
-        0 is an error naming its line. ``True``: zero-based. ``"auto"``: one-based unless an
-        index 0 occurs; then the file is read as zero-based and a ``UserWarning`` names the
-        first line with index 0 (a single stray ``0:`` in a one-based file would otherwise
-        shift every column by one, silently). Pass the base explicitly to decide.
+        Whether indices start at 0 (``False``: LIBSVM's one-based indices, and an index 0 is
+        an error naming its line). ``"auto"``: one-based unless an index 0 occurs; then the
+        file is read as zero-based with a ``UserWarning`` naming the first such line (a
+        stray ``0:`` in a one-based file would otherwise shift every column, silently).
     return_zero_based : bool, default=False
-        Also return the base the file was read with (record it with a model, and read the
-        test data with the same base).
+        Also return the base used (record it with a model; read the test data with it).
     finite : bool, default=True
-        Refuse NaN and infinite values and labels (and values that overflow ``dtype``) with
-        an error naming the first such line; no gpusvm estimator accepts them. ``False``
-        loads them as they are (e.g. for an imputer).
+        Refuse NaN and infinite values and labels (and values that overflow ``dtype``),
+        naming the first such line: no gpusvm estimator accepts them. ``False`` loads them
+        as they are (e.g. for an imputer).
 
     Returns
     -------
@@ -88,11 +85,6 @@ def load_svmlight(path, n_features=None, dtype=np.float32, *, zero_based="auto",
         holds no example, uses more than ``n_features`` features, holds an index 0 with
         ``zero_based=False``, or (with ``finite=True``) a NaN or infinite value or label.
 
-    Notes
-    -----
-    A UTF-8 byte-order mark at the start of the file (which some Windows editors write) is
-    skipped.
-
     Warns
     -----
     UserWarning
@@ -107,8 +99,7 @@ def load_svmlight(path, n_features=None, dtype=np.float32, *, zero_based="auto",
     if dtype not in (np.float32, np.float64):
         raise ValueError(f"dtype must be float32 or float64, got {dtype}")
     if n_features is not None:
-        if isinstance(n_features, bool) or not isinstance(n_features, (int, np.integer)) \
-                or n_features < 1:
+        if isinstance(n_features, bool) or not isinstance(n_features, (int, np.integer)) or n_features < 1:
             raise ValueError(f"n_features must be a positive integer or None, got {n_features!r}")
         n_features = int(n_features)
     if not (zero_based is True or zero_based is False or zero_based == "auto"):
@@ -173,8 +164,7 @@ def _to_int32_csr(X):
     X.sum_duplicates()
     X.sort_indices()
     if X.nnz <= _INT32_MAX and X.shape[1] <= _INT32_MAX and X.indices.dtype != np.int32:
-        X = sp.csr_matrix((X.data, X.indices.astype(np.int32), X.indptr.astype(np.int32)),
-                          shape=X.shape)
+        X = sp.csr_matrix((X.data, X.indices.astype(np.int32), X.indptr.astype(np.int32)), shape=X.shape)
     return X
 
 
@@ -207,8 +197,7 @@ def _non_finite_error(path, dtype):
             if not parts:
                 continue
             if not np.isfinite(float(parts[0])):
-                return f"{path}, line {lineno}: label {parts[0]!r} is not finite; " \
-                       f"{_NON_FINITE_ADVICE}"
+                return f"{path}, line {lineno}: label {parts[0]!r} is not finite; {_NON_FINITE_ADVICE}"
             for tok in parts[1:]:
                 idx_s, _, val_s = tok.partition(":")
                 if idx_s == "qid":
@@ -319,13 +308,12 @@ def normalize_rows(X, max_norm=1.0, *, mode="all"):
         Target norm, ``> 0``.
     mode : {"all", "above"}, default="all"
         ``"all"``: every nonzero row is scaled to norm exactly ``max_norm`` (the usual L2
-        normalisation). ``"above"``: only rows longer than ``max_norm`` are scaled down to
-        it; shorter rows are kept as they are.
+        normalisation); ``"above"``: only rows longer than ``max_norm`` are scaled down to it.
 
     Returns
     -------
     X_scaled : same type, shape and dtype as ``X`` (CSR for sparse input)
-        A new matrix. All-zero rows stay zero.
+        A new matrix; all-zero rows stay zero.
     """
     if not (isinstance(max_norm, (int, float, np.floating, np.integer))
             and not isinstance(max_norm, bool) and np.isfinite(max_norm) and max_norm > 0):
@@ -337,8 +325,7 @@ def normalize_rows(X, max_norm=1.0, *, mode="all"):
         X = X.astype(np.float64)
     if sp.issparse(X):
         data = X.data.astype(np.float64)
-        norms = np.sqrt(np.add.reduceat(data * data, X.indptr[:-1])
-                        if X.nnz else np.zeros(X.shape[0]))
+        norms = np.sqrt(np.add.reduceat(data * data, X.indptr[:-1]) if X.nnz else np.zeros(X.shape[0]))
         norms[np.diff(X.indptr) == 0] = 0.0        # reduceat gives garbage for empty rows
     else:
         if X.ndim != 2:
@@ -347,12 +334,8 @@ def normalize_rows(X, max_norm=1.0, *, mode="all"):
     if not np.all(np.isfinite(norms)):
         raise ValueError("X contains NaN or infinity; clean the data before normalising it")
     factor = np.ones_like(norms)
-    nonzero = norms > 0
-    if mode == "all":
-        factor[nonzero] = max_norm / norms[nonzero]
-    else:
-        long_rows = norms > max_norm
-        factor[long_rows] = max_norm / norms[long_rows]
+    scaled = norms > 0 if mode == "all" else norms > max_norm
+    factor[scaled] = max_norm / norms[scaled]
     if sp.issparse(X):
         X.data = (X.data * np.repeat(factor, np.diff(X.indptr))).astype(X.dtype, copy=False)
         return X

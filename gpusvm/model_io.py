@@ -48,14 +48,10 @@ FORMAT_VERSION = 2
 METADATA_MEMBER = "gpusvm_metadata"
 
 #: where each estimator class lives (imported lazily when a file needs it)
-ESTIMATOR_MODULES = {
-    "PegasosSVC": "gpusvm.estimators.pegasos",
-    "SDCASVC": "gpusvm.estimators.sdca",
-    "KernelPegasosSVC": "gpusvm.estimators.kernel",
-    "LinearSVC": "gpusvm.estimators.linear_svc",
-    "SDCASVCCV": "gpusvm.estimators.cv",
-    "PegasosSVCCV": "gpusvm.estimators.cv",
-}
+ESTIMATOR_MODULES = {"PegasosSVC": "gpusvm.estimators.pegasos", "SDCASVC": "gpusvm.estimators.sdca",
+                     "KernelPegasosSVC": "gpusvm.estimators.kernel",
+                     "LinearSVC": "gpusvm.estimators.linear_svc", "SDCASVCCV": "gpusvm.estimators.cv",
+                     "PegasosSVCCV": "gpusvm.estimators.cv"}
 
 #: the estimators with one linear model per output (several classes allowed)
 _LINEAR = ("PegasosSVC", "SDCASVC", "LinearSVC", "SDCASVCCV", "PegasosSVCCV")
@@ -88,10 +84,8 @@ def _to_json(value):
         return {k: _to_json(v) for k, v in value.items()}
     if isinstance(value, dict):      # e.g. class_weight={1: 5.0, -1: 1.0}: labels as keys
         return {"__items__": [[_to_json(k), _to_json(v)] for k, v in value.items()]}
-    if isinstance(value, type) and issubclass(value, np.generic):
+    if isinstance(value, type) and issubclass(value, np.generic) or isinstance(value, np.dtype):
         return {"__dtype__": np.dtype(value).name}
-    if isinstance(value, np.dtype):
-        return {"__dtype__": value.name}
     raise _Unsupported(type(value).__name__)
 
 
@@ -218,14 +212,11 @@ def _summary(estimator):
     params = estimator.get_params(deep=False)
     coef = getattr(estimator, "coef_", None)
     lam = getattr(estimator, "lam_", params.get("lam"))
-    return {
-        "n_classes": int(len(estimator.classes_)),
-        "n_outputs": int(coef.shape[0]) if isinstance(coef, np.ndarray) and coef.ndim == 2 else 1,
-        "loss": params.get("loss", "hinge"),
-        "multi_class": params.get("multi_class", "ovr") if len(estimator.classes_) > 2 else None,
-        "C": params.get("C"),
-        "lam": np.asarray(lam, dtype=np.float64).tolist() if lam is not None else None,
-    }
+    return {"n_classes": int(len(estimator.classes_)),
+            "n_outputs": int(coef.shape[0]) if isinstance(coef, np.ndarray) and coef.ndim == 2 else 1,
+            "loss": params.get("loss", "hinge"), "C": params.get("C"),
+            "multi_class": params.get("multi_class", "ovr") if len(estimator.classes_) > 2 else None,
+            "lam": np.asarray(lam, dtype=np.float64).tolist() if lam is not None else None}
 
 
 def n_outputs_of(n_classes: int, multi_class: str) -> int:
@@ -256,8 +247,7 @@ def _open_archive(path):
     if not head.startswith((*_ZIP_MAGIC, np.lib.format.MAGIC_PREFIX)):
         # np.load would try the file as a pickle and advise unpickling it: never here
         what = f"it starts with {head!r}" if head else "it is empty"
-        raise ValueError(f"cannot read model file {path}: it is not a .npz archive ({what}); "
-                         f"{_WRITTEN_BY}")
+        raise ValueError(f"cannot read model file {path}: it is not a .npz archive ({what}); {_WRITTEN_BY}")
     try:
         archive = np.load(path, allow_pickle=False)
     except (ValueError, OSError, EOFError, zipfile.BadZipFile, zlib.error) as exc:
@@ -490,8 +480,7 @@ def _rebuild(archive, path, cls, metadata, limit):
                 make(_checked_csr(path, attr, data, indices, indptr, shape)[:3],
                      shape=tuple(int(v) for v in shape)))
     for attr, spec in _dict(metadata.get("json_arrays", {}), "json_arrays", path).items():
-        setattr(estimator, _attribute_name(cls, attr, path),
-                _json_array(path, attr, spec, limit))
+        setattr(estimator, _attribute_name(cls, attr, path), _json_array(path, attr, spec, limit))
     for attr, value in _dict(metadata["attributes"], "attributes", path).items():
         setattr(estimator, _attribute_name(cls, attr, path), _from_json(value))
     return estimator
@@ -520,8 +509,7 @@ def _json_array(path, attr, spec, limit):
     except ValueError:
         found = None
     if found is None or found.shape != tuple(shape):
-        raise _corrupted(path, f"{attr} declares shape {tuple(shape)} but holds values of "
-                               f"another shape")
+        raise _corrupted(path, f"{attr} declares shape {tuple(shape)} but holds values of another shape")
     arr = np.empty(found.shape, dtype=dtype)
     try:
         arr[...] = found
@@ -600,8 +588,7 @@ def _check_fitted(estimator, cls, path):
         _float_array(estimator, "dual_coef_", (1, n_sv), path)
         _float_array(estimator, "intercept_", (1,), path)
         support = getattr(estimator, "support_", None)
-        if not isinstance(support, np.ndarray) or support.dtype.kind not in "iu" \
-                or support.shape != (n_sv,):
+        if not isinstance(support, np.ndarray) or support.dtype.kind not in "iu" or support.shape != (n_sv,):
             raise _corrupted(path, f"support is not an integer array of {n_sv} indices")
         gamma = getattr(estimator, "gamma_", None)
         if isinstance(gamma, bool) or not isinstance(gamma, (int, float)) \
@@ -616,8 +603,7 @@ def _check_fitted(estimator, cls, path):
         m = n_outputs_of(classes.size, mode)
         if isinstance(coef, np.ndarray) and coef.ndim == 2 and coef.shape[0] == m \
                 and coef.shape[1] != n_features:
-            raise _corrupted(path, f"coef has {coef.shape[-1]} features but n_features_in_ = "
-                                   f"{n_features}")
+            raise _corrupted(path, f"coef has {coef.shape[-1]} features but n_features_in_ = {n_features}")
         _float_array(estimator, "coef_", (m, n_features), path)
         _float_array(estimator, "intercept_", (m,), path)
 
