@@ -31,15 +31,12 @@ def _target(path: str, what: str):
     if path == "":
         raise ValueError(f"the {what} path is empty; pass a file name")
     try:
-        st = os.stat(path)                      # follows symbolic links
-    except FileNotFoundError:
-        st = None
+        mode = os.stat(path).st_mode            # follows symbolic links
+    except FileNotFoundError:   # a new file, or a dangling link: create the file the link names
+        return (os.path.realpath(path) if os.path.islink(path) else path), False
     except NotADirectoryError:
         raise ValueError(f"cannot write the {what} to {path}: a component of the path is not "
                          "a directory") from None
-    if st is None:              # a new file, or a dangling link: create the file the link names
-        return (os.path.realpath(path) if os.path.islink(path) else path), False
-    mode = st.st_mode
     if stat.S_ISREG(mode):
         return os.path.realpath(path), False
     if stat.S_ISCHR(mode) or stat.S_ISFIFO(mode):
@@ -50,23 +47,19 @@ def _target(path: str, what: str):
     raise ValueError(f"cannot write the {what} to {path}: it is {kind}{hint}")
 
 
-def _uncreatable(path, what, directory, exc) -> OSError:
-    """The error of a temporary file that cannot be made beside ``path``: target and cause."""
-    cause = f"[Errno {exc.errno}] {exc.strerror}" if exc.errno and exc.strerror else str(exc)
-    error = OSError(f"cannot write the {what} to {path}: a file cannot be created in "
-                    f"{directory} ({cause}); pass a path in a writable directory")
-    error.errno = exc.errno
-    return error
-
-
 def _temporary(path, target, what):
-    """``(fd, name)`` of a new temporary file beside ``target``, or an error naming ``path``."""
+    """``(fd, name)`` of a new temporary file beside ``target``, or an OSError naming ``path``
+    and the cause."""
     directory = os.path.dirname(os.path.abspath(target))
     try:
         return tempfile.mkstemp(prefix=f".{os.path.basename(target)}.{os.getpid()}.",
                                 suffix=".tmp", dir=directory)
     except OSError as exc:
-        raise _uncreatable(path, what, directory, exc) from None
+        cause = f"[Errno {exc.errno}] {exc.strerror}" if exc.errno and exc.strerror else str(exc)
+        error = OSError(f"cannot write the {what} to {path}: a file cannot be created in "
+                        f"{directory} ({cause}); pass a path in a writable directory")
+        error.errno = exc.errno
+        raise error from None
 
 
 def check_output(path, *, what: str = "output") -> None:

@@ -29,6 +29,7 @@ import os
 import re
 import zipfile
 import zlib
+from collections import namedtuple
 
 import numpy as np
 import scipy.sparse as sp
@@ -264,11 +265,8 @@ _MAX_RATIO = 1100
 _HEADER_SLACK = 4096
 
 
-class _Restored:
-    """In place of a path: the checks of :func:`check_restored` (an estimator's state)."""
-
-    def __init__(self, name):
-        self.name = name
+#: in place of a path: the checks of :func:`check_restored` (an estimator's state)
+_Restored = namedtuple("_Restored", "name")
 
 
 def _corrupted(path, detail):
