@@ -1,22 +1,17 @@
 """The checks every estimator makes of its input, and input that already lives on a GPU.
 
-Checks: :func:`as_dtype`, :func:`check_sparse_structure`, the 32-bit index bound
-:data:`INT32_MAX` and the row-norm warning (:func:`warn_if_rows_unscaled`,
-:class:`DataScaleWarning`); the model files (:mod:`gpusvm.model_io`) check restored
-support vectors with the same function.
-
-Device input (CuPy arrays, ``cupyx.scipy.sparse`` matrices), detected by protocol
-without importing CuPy: :func:`prepare` (``fit``; with ``backend="cupy"`` ``X`` is
-validated and made canonical CSR on the estimator's ``device``, other backends copy it to
-the host once), :func:`decision_function` and :func:`predict` (the products on the
-device, CuPy results).  ``coef_`` and ``intercept_`` stay NumPy arrays whatever the input.
+Checks: :func:`as_dtype`, :func:`check_sparse_structure` (also of restored models), the
+32-bit index bound :data:`INT32_MAX` and the row-norm warning (:class:`DataScaleWarning`).
+Device input (CuPy arrays, ``cupyx.scipy.sparse`` matrices), detected by protocol without
+importing CuPy: :func:`prepare`, :func:`decision_function` and :func:`predict` work on the
+device with ``backend="cupy"`` and copy ``X`` to the host once otherwise.  ``coef_`` and
+``intercept_`` stay NumPy arrays whatever the input.
 """
 
 from __future__ import annotations
 
 import contextlib
 import math
-
 import warnings
 
 import numpy as np
@@ -24,14 +19,15 @@ import scipy.sparse as sp
 
 from .backends import resolve_backend_name
 
+__all__ = ["INT32_MAX", "DataScaleWarning", "as_dtype", "check_sparse_structure",
+           "decision_function", "is_device", "is_device_sparse", "predict", "prepare", "to_host",
+           "warn_if_rows_unscaled"]
+
 
 def dense_to_csr(X, dtype) -> sp.csr_matrix:
-    """``scipy.sparse.csr_matrix(X, dtype=dtype)`` of a 2-D NumPy array with at least one
-    column, by one boolean mask of its nonzeros: the same ``indptr``, ``indices`` and
-    ``data`` as SciPy's, which goes through COO (ijcnn1, 49,990 x 22: 6-7 against 19 ms,
-    a tenth of a ``gpusvm.LinearSVC()`` fit there), 32-bit indices while the nonzeros
-    allow them.  NaN is nonzero, -0.0 zero, as in SciPy.
-    """
+    """``scipy.sparse.csr_matrix(X, dtype=dtype)`` of a 2-D array with a column, by one mask of
+    its nonzeros: SciPy's arrays without its detour through COO (ijcnn1: 6-7 against 19 ms),
+    32-bit indices while they fit.  NaN is nonzero, -0.0 zero, as in SciPy."""
     X = np.ascontiguousarray(X)
     n, d = X.shape
     mask = X != 0
@@ -47,11 +43,8 @@ def dense_to_csr(X, dtype) -> sp.csr_matrix:
 
 
 def append_constant_column(Xc, value) -> sp.csr_matrix:
-    """``scipy.sparse.hstack([Xc, full((n, 1), value)], format="csr")`` of a CSR matrix whose
-    nonzeros (plus ``n``) fit 32-bit indices: each row's new entry, in column ``d``, after
-    its others, as SciPy's stack puts it, by two masked copies instead of its general
-    machinery (news20, 11,314 x 1,181,833: 14 against 31 ms).
-    """
+    """``scipy.sparse.hstack([Xc, full((n, 1), value)], format="csr")`` (nonzeros plus ``n``
+    within 32-bit indices) by two masked copies (news20: 14 against 31 ms)."""
     n, d = Xc.shape
     indptr = Xc.indptr.astype(np.int64) + np.arange(n + 1)
     ends = indptr[1:] - 1                                  # the new entries
@@ -75,10 +68,6 @@ def col_dots(xp, A, B):
         return (A[:, 0] @ B[:, 0]).reshape(1)
     return xp.einsum("ij,ij->j", A, B)
 
-__all__ = ["INT32_MAX", "DataScaleWarning", "as_dtype", "check_sparse_structure",
-           "decision_function", "is_device", "is_device_sparse", "predict", "prepare", "to_host",
-           "warn_if_rows_unscaled"]
-
 
 def as_dtype(dtype) -> np.dtype:
     """``dtype`` as a NumPy dtype, refused unless float32 or float64."""
@@ -93,24 +82,10 @@ INT32_MAX = int(np.iinfo(np.int32).max)
 
 
 def check_sparse_structure(X) -> None:
-    """Check the index arrays of a sparse matrix before any compiled code reads them.
-
-    scipy checks only their lengths when a matrix is built, and not at all
-    when the arrays are changed afterwards; an index out of range or a
-    decreasing ``indptr`` makes compiled loops (scipy's, numba's, the CUDA
-    kernels) read and write out of bounds. The check is O(nnz) and vectorised.
-
-    Parameters
-    ----------
-    X : object
-        Anything; only CSR, CSC and COO matrices are checked.
-
-    Raises
-    ------
-    ValueError
-        When an index is out of range or the index pointer is not a
-        non-decreasing sequence from 0 to nnz.
-    """
+    """Raise a ValueError for a CSR, CSC or COO ``X`` (anything else passes) with an index out
+    of range or an ``indptr`` that is not non-decreasing from 0 to nnz: scipy checks only the
+    lengths when a matrix is built, and compiled loops (scipy's, numba's, the CUDA kernels)
+    would read and write out of bounds. O(nnz), vectorised."""
     if not sp.issparse(X):
         return
     fmt = X.format
@@ -146,24 +121,14 @@ ROW_NORM_HINT = 20.0
 
 
 def warn_if_rows_unscaled(max_row_norm: float, *, unconverged: bool = False) -> None:
-    """Warn when the largest row norm is far above 1, naming the fixes.
+    """Warn when the largest row norm (bias column excluded) is far above 1, naming the fixes.
 
-    The step sizes of Pegasos and the mini-batch theory of both papers assume
-    ``max_i ||x_i|| <= 1`` (Pegasos Theorem 1's ``R``; Takáč et al. Sec. 2);
-    rows of norm in the thousands (raw measurements) leave Pegasos at the
-    majority class for any practical number of epochs, and SDCA's progress per
-    epoch falls with ``R^2 / (lam n)``.  Before a fit the warning needs rows of
-    norm above :data:`ROW_NORM_WARNING`; after a fit that stopped without
-    converging (``unconverged=True``), above :data:`ROW_NORM_HINT`, when the
-    warning before the fit has not already been given.
-
-    Parameters
-    ----------
-    max_row_norm : float
-        The largest Euclidean row norm of the training data (bias column excluded).
-    unconverged : bool, default=False
-        Whether the fit has stopped without converging (it warns with a
-        ``ConvergenceWarning`` too).
+    Pegasos' step sizes and the mini-batch theory assume ``max_i ||x_i|| <= 1`` (Pegasos
+    Theorem 1's ``R``; Takáč et al. Sec. 2): rows of norm in the thousands leave Pegasos at
+    the majority class, and SDCA's progress per epoch falls with ``R^2 / (lam n)``.  Before a
+    fit the warning needs norms above :data:`ROW_NORM_WARNING`; after a fit that stopped
+    without converging (``unconverged=True``), above :data:`ROW_NORM_HINT` (and at most
+    :data:`ROW_NORM_WARNING`, which warned before the fit).
     """
     fix = ("scale the rows with gpusvm.datasets.normalize_rows(X) or the features with "
            "sklearn.preprocessing.StandardScaler (or MaxAbsScaler for sparse X) in a Pipeline")
@@ -194,10 +159,8 @@ def is_device(X) -> bool:
 
 
 def to_host(X):
-    """A device array or sparse matrix as a NumPy array or SciPy sparse matrix (one copy).
-
-    Host input is returned as it is.
-    """
+    """A device array or sparse matrix as a NumPy array or SciPy sparse matrix (one copy);
+    host input as it is."""
     if not is_device(X):
         return X
     out = X.get()
@@ -209,12 +172,8 @@ def _backend_name(estimator) -> str:
 
 
 def _on_device(estimator):
-    """A context in which CuPy works on ``estimator.device``.
-
-    ``cupy.cuda.Device(estimator.device)``, or a no-op for ``device=None`` (the current
-    device) and for estimators without a ``device`` parameter; CuPy is imported only
-    when a device id is given.
-    """
+    """``cupy.cuda.Device(estimator.device)``, or a no-op without a device id (then CuPy is
+    not imported)."""
     device = getattr(estimator, "device", None)
     if device is None:
         return contextlib.nullcontext()
@@ -223,12 +182,8 @@ def _on_device(estimator):
 
 
 def _to_current_device(X):
-    """``X`` on the current CuPy device: as it is when it lives there, else a copy there.
-
-    Data on another GPU than the estimator's ``device`` are copied across once
-    (``cupy.copy`` copies between devices), as the fit and the products read them
-    on that device.
-    """
+    """``X`` on the current CuPy device: as it is when it lives there, else copied across once
+    (``cupy.copy`` copies between devices)."""
     import cupy  # noqa: PLC0415  (only reached with device input)
     here = cupy.cuda.runtime.getDevice()
     if is_device_sparse(X):
@@ -236,30 +191,14 @@ def _to_current_device(X):
         if X.data.device.id == here:
             return X
         import cupyx.scipy.sparse as csp  # noqa: PLC0415
-        return csp.csr_matrix((cupy.copy(X.data), cupy.copy(X.indices), cupy.copy(X.indptr)),
-                              shape=X.shape)
+        return csp.csr_matrix((cupy.copy(X.data), cupy.copy(X.indices), cupy.copy(X.indptr)), shape=X.shape)
     return X if X.device.id == here else cupy.copy(X)
 
 
 def prepare(estimator, X, y, reset=True):
-    """``estimator._prepare(X, y)`` for device input, kept on the device for the cupy backend.
-
-    Parameters
-    ----------
-    estimator : PegasosSVC or SDCASVC
-    X : CuPy array or cupyx.scipy.sparse matrix (or host input with device labels)
-    y : array-like (host or device)
-    reset : bool
-        Whether ``n_features_in_`` is set anew (False: checked against it).
-
-    Returns
-    -------
-    Xc : scipy.sparse.csr_matrix or cupyx.scipy.sparse.csr_matrix
-        Canonical CSR (int32 indices, sorted, no duplicates), with the bias column
-        appended for ``bias="augmented"``.
-    y : ndarray
-        The labels as given, on the host (the estimator maps them to classes).
-    """
+    """``estimator._prepare(X, y, reset)`` for device input: ``(Xc, y)``, ``Xc`` canonical CSR
+    (int32 indices, bias column appended for ``bias="augmented"``), kept on the device for
+    the cupy backend, and ``y`` on the host as given."""
     if not is_device(X) or _backend_name(estimator) != "cupy":
         return estimator._prepare(to_host(X), to_host(y), reset=reset)
     with _on_device(estimator):
@@ -278,8 +217,7 @@ def _prepare_on_device(estimator, X, y, reset):
     y = np.asarray(y).ravel()
     n, d = int(X.shape[0]), int(X.shape[1])
     if y.shape[0] != n:
-        raise ValueError("Found input variables with inconsistent numbers of samples: "
-                         f"[{n}, {y.shape[0]}]")
+        raise ValueError(f"Found input variables with inconsistent numbers of samples: [{n}, {y.shape[0]}]")
     Xc = X.tocsr() if is_device_sparse(X) else csp.csr_matrix(cupy.asarray(X))
     Xc = Xc.astype(dtype)
     if not bool(cupy.isfinite(Xc.data).all()):           # one scalar to the host
@@ -308,13 +246,9 @@ def _prepare_on_device(estimator, X, y, reset):
 
 
 def decision_function(estimator, X):
-    """Scores of a fitted estimator for device input (see ``decision_function``).
-
-    With ``backend="cupy"`` computed on the device (a CuPy array, float64; the
-    one-vs-one and ordinal scores are computed on the host from the device's
-    outputs); with any other backend ``X`` is copied to the host and the
-    estimator's host path answers (NumPy).
-    """
+    """Scores of a fitted estimator for device input: with ``backend="cupy"`` a float64 CuPy
+    array computed on the device (one-vs-one and ordinal scores on the host), else NumPy
+    scores of ``X`` copied to the host."""
     if _backend_name(estimator) != "cupy":
         return type(estimator).decision_function(estimator, to_host(X))
     with _on_device(estimator):
@@ -340,11 +274,8 @@ def _decision_function_on_device(estimator, X):
 
 
 def predict(estimator, X):
-    """Class labels of a fitted estimator for device input.
-
-    With ``backend="cupy"``: a CuPy array (numeric classes; other classes come back as a
-    NumPy array); with any other backend ``X`` is copied to the host (NumPy labels).
-    """
+    """Class labels for device input: a CuPy array with ``backend="cupy"`` and numeric classes,
+    else NumPy labels."""
     if _backend_name(estimator) != "cupy":
         return type(estimator).predict(estimator, to_host(X))
     import cupy  # noqa: PLC0415

@@ -8,6 +8,7 @@ parameter) print one line on stderr and exit with status 2, without a traceback.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import importlib.util
 import math
@@ -50,21 +51,7 @@ class _Parser(argparse.ArgumentParser):
 
 # --------------------------------------------------------------------- parser
 def output_path(text: str) -> str:
-    """argparse type of ``--out``: a non-empty path.
-
-    Parameters
-    ----------
-    text : str
-
-    Returns
-    -------
-    str
-
-    Raises
-    ------
-    argparse.ArgumentTypeError
-        For an empty string (which would otherwise mean "the default path").
-    """
+    """argparse type of ``--out``: a non-empty path (an empty one would mean the default)."""
     if text == "":
         raise argparse.ArgumentTypeError("the path is empty; pass a file name, or leave --out "
                                          "out for the default")
@@ -72,14 +59,7 @@ def output_path(text: str) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The argument parser of the ``gpusvm`` command.
-
-    Returns
-    -------
-    argparse.ArgumentParser
-        With the subcommands ``fit``, ``predict``, ``select``, ``demo``, ``info``,
-        ``spectral`` and ``study``.
-    """
+    """The argument parser of the ``gpusvm`` command and its subcommands."""
     parser = _Parser(
         prog="gpusvm",
         description="Train and apply linear SVMs by large mini-batch Pegasos and SDCA.")
@@ -92,27 +72,25 @@ def build_parser() -> argparse.ArgumentParser:
                                      "accepted), print the objective trace and the training "
                                      "accuracy, and save the model as .npz.")
     fit.add_argument("--solver", choices=SOLVERS, default="auto",
-                     help="auto (default: the solver gpusvm.LinearSVC chooses for the data, "
-                          "sdca or newton, on LinearSVC's model: squared hinge, C=1, "
-                          "tol=1e-4), pegasos (PegasosSVC), sdca (SDCASVC) or newton "
-                          "(SDCASVC(solver='newton'): primal Newton, squared hinge only)")
+                     help="auto (default: the solver gpusvm.LinearSVC chooses for the data, sdca or "
+                          "newton, on LinearSVC's model: squared hinge, C=1, tol=1e-4), pegasos "
+                          "(PegasosSVC), sdca (SDCASVC) or newton (SDCASVC(solver='newton'): "
+                          "primal Newton, squared hinge only)")
     fit.add_argument("--lam", type=float, help="regularisation lambda > 0 (default 1e-4)")
-    fit.add_argument("--C", dest="C", type=float,
-                     help="LinearSVC's C instead of --lam: lam = 1/(C n)")
+    fit.add_argument("--C", dest="C", type=float, help="LinearSVC's C instead of --lam: lam = 1/(C n)")
     fit.add_argument("--loss", choices=("hinge", "squared_hinge"),
-                     help="hinge (default of pegasos and sdca) or squared_hinge (default of "
-                          "auto and newton)")
-    fit.add_argument("--batch-size", type=_batch_size, help="mini-batch size k, 1 <= k <= n, "
-                                                           "or auto (default: 1 on a CPU, "
-                                                           "n for Pegasos on <= 64 rows)")
-    fit.add_argument("--max-iter", type=int, help="iteration cap (default: the estimator's, in "
-                                                  "epochs)")
+                     help="hinge (default of pegasos and sdca) or squared_hinge (default of auto "
+                          "and newton)")
+    fit.add_argument("--batch-size", type=_batch_size, help="mini-batch size k, 1 <= k <= n, or auto "
+                                                           "(default: 1 on a CPU, n for Pegasos on "
+                                                           "<= 64 rows)")
+    fit.add_argument("--max-iter", type=int, help="iteration cap (default: the estimator's, in epochs)")
     fit.add_argument("--sampling", choices=("epoch", "without_replacement", "with_replacement"),
                      help="how batches are drawn (default epoch)")
     fit.add_argument("--tol", type=float, help="stop at this duality gap (sdca) or objective "
                                                "decrease per doubling (pegasos); default 1e-3")
-    fit.add_argument("--bias", help="intercept handling, e.g. none or augmented "
-                                    "(see the estimator's documentation)")
+    fit.add_argument("--bias", help="intercept handling, e.g. none or augmented (see the "
+                                    "estimator's documentation)")
     fit.add_argument("--averaging", help="pegasos: auto, none, all, tail or doubling")
     fit.add_argument("--eval-every", type=int, help="iterations between objective evaluations "
                                                     "(default: once per epoch)")
@@ -133,10 +111,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     sel = sub.add_parser("select", help="choose C by cross-validation (every C and fold in one "
                                         "pass) and save the model refitted at it",
-                         description="Score values of C on stratified folds of DATA with "
-                                     "SDCASVCCV (every (C, fold) model an output of one pass), "
-                                     "print the mean and spread of the CV score per C, mark the "
-                                     "chosen C, refit on all of DATA at it and save the model.")
+                         description="Score values of C on stratified folds of DATA with SDCASVCCV "
+                                     "(every (C, fold) model an output of one pass), print the "
+                                     "mean and spread of the CV score per C, mark the chosen C, "
+                                     "refit on all of DATA at it and save the model.")
     sel.add_argument("--Cs", type=_cs, default=None, metavar="CS",
                      help="the values of C: a count for a log grid whose ends come from the data "
                           "(LIBLINEAR's smallest useful C to 1024), or values separated by "
@@ -146,19 +124,17 @@ def build_parser() -> argparse.ArgumentParser:
                      help="squared_hinge (LinearSVC's, default) or hinge")
     sel.add_argument("--solver", choices=("auto", "sdca", "newton"), default="auto",
                      help="auto (default: chosen from the data), sdca or newton (squared hinge)")
-    sel.add_argument("--scoring", default=None, help="a scikit-learn scorer name (default "
-                                                     "accuracy)")
+    sel.add_argument("--scoring", default=None, help="a scikit-learn scorer name (default accuracy)")
     sel.add_argument("--tol", type=float, help="duality gap of every model (default 1e-3)")
     sel.add_argument("--n-jobs", type=int, help="threads (default: every core)")
-    sel.add_argument("--seed", type=int, default=0, help="seed of the folds and batches "
-                                                         "(default 0)")
+    sel.add_argument("--seed", type=int, default=0, help="seed of the folds and batches (default 0)")
     _add_training_options(sel)
     sel.add_argument("--plot", metavar="FILE", type=output_path,
                      help="draw the validation curve (mean CV score against C, with its spread "
                           "over the folds) to FILE (.png, .pdf, .svg; needs matplotlib)")
 
-    demo = sub.add_parser("demo", help="train on the shipped a9a data set and compare with "
-                                       "the optimum",
+    demo = sub.add_parser("demo", help="train on the shipped a9a data set and compare with the "
+                                       "optimum",
                           description="Train PegasosSVC on a9a (UCI Adult, shipped with gpusvm), "
                                       "print the objective trace, the test accuracy and the "
                                       "distance P(w) - P* to the optimum computed by "
@@ -168,9 +144,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_progress(demo)
 
     sub.add_parser("info", help="versions, devices and the backends that can run here",
-                   description="Print the versions of gpusvm and its dependencies, whether a "
-                               "CUDA device was found, which backends can run here, and where "
-                               "the CUDA kernel sources are.")
+                   description="Print the versions of gpusvm and its dependencies, whether a CUDA "
+                               "device was found, which backends can run here, and where the "
+                               "CUDA kernel sources are.")
 
     spectral.add_cli(sub)
     study.add_cli(sub)
@@ -186,34 +162,32 @@ def _add_training_options(parser):
     """The arguments ``fit`` and ``select`` share: DATA, classes, backend, how DATA is read, --out."""
     parser.add_argument("data", metavar="DATA", help="training data in svmlight/LIBSVM format")
     parser.add_argument("--class-weight", type=_class_weight, metavar="WEIGHTS",
-                        help="balanced, or LABEL:WEIGHT pairs separated by commas (e.g. "
-                             "1:5,-1:1); unlisted classes weigh 1")
+                        help="balanced, or LABEL:WEIGHT pairs separated by commas (e.g. 1:5,-1:1); "
+                             "unlisted classes weigh 1")
     parser.add_argument("--multi-class", choices=("ovr", "ovo", "ordinal"),
-                        help="more than two classes: ovr (one-vs-rest, default), ovo "
-                             "(one-vs-one) or ordinal (ordered labels, neighbouring pairs)")
+                        help="more than two classes: ovr (one-vs-rest, default), ovo (one-vs-one) "
+                             "or ordinal (ordered labels, neighbouring pairs)")
     parser.add_argument("--backend", help=f"{_backend_choices()} (default auto)")
-    parser.add_argument("--n-features", type=int,
-                        help="number of features (default: from the file)")
+    parser.add_argument("--n-features", type=int, help="number of features (default: from the file)")
     parser.add_argument("--zero-based", choices=tuple(ZERO_BASED), default="auto",
-                        help="whether DATA's feature indices start at 0: yes, no (LIBSVM's "
-                             "one-based indices; index 0 is an error) or auto (one-based unless "
-                             "index 0 occurs, with a warning; default). The base is stored in "
-                             "the model and predict reads its data with it")
+                        help="whether DATA's feature indices start at 0: yes, no (LIBSVM's one-based "
+                             "indices; index 0 is an error) or auto (one-based unless index 0 "
+                             "occurs, with a warning; default). The base is stored in the model "
+                             "and predict reads its data with it")
     parser.add_argument("--normalize", action="store_true",
-                        help="scale every row to unit L2 norm (stored in the model; predict "
-                             "applies it too)")
+                        help="scale every row to unit L2 norm (stored in the model; predict applies "
+                             "it too)")
     parser.add_argument("--out", metavar="MODEL", type=output_path,
                         help="model file to write (default: DATA's stem + .npz in the current "
-                             "directory); a regular file is replaced atomically, a symbolic "
-                             "link is followed, a device or FIFO is written through")
+                             "directory); a regular file is replaced atomically, a symbolic link "
+                             "is followed, a device or FIFO is written through")
 
 
 def _read_training_data(args):
     """DATA as ``fit`` and ``select`` read it: ``(X, y, zero_based)``, rows normalised on request."""
     from .datasets import load_svmlight, normalize_rows
     X, y, zero_based = load_svmlight(args.data, n_features=args.n_features,
-                                     zero_based=ZERO_BASED[args.zero_based],
-                                     return_zero_based=True)
+                                     zero_based=ZERO_BASED[args.zero_based], return_zero_based=True)
     return (normalize_rows(X) if args.normalize else X), y, zero_based
 
 
@@ -242,8 +216,7 @@ def main(argv=None) -> int:
     Returns
     -------
     int
-        0 on success, 2 on a usage or input error (one line on stderr), 130
-        when interrupted.
+        0 on success, 2 on a usage or input error (one line on stderr), 130 when interrupted.
     """
     parser = build_parser()
     try:
@@ -288,18 +261,15 @@ def main(argv=None) -> int:
 
 def _silence_stdout():
     """Point stdout at /dev/null, so that flushing it at exit raises no second BrokenPipeError."""
-    try:
+    with contextlib.suppress(OSError, ValueError, AttributeError):  # no real file descriptor
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         os.close(devnull)
-    except (OSError, ValueError, AttributeError):   # no real file descriptor (captured output)
-        pass
 
 
 def _one_line(exc) -> str:
     text = " ".join(str(exc).split())
-    if isinstance(exc, FileNotFoundError) and exc.filename and not text.startswith(("svmlight",
-                                                                                    "model")):
+    if isinstance(exc, FileNotFoundError) and exc.filename and not text.startswith(("svmlight", "model")):
         text = f"file not found: {exc.filename}"
     return text or type(exc).__name__
 
@@ -309,24 +279,9 @@ def _show_progress(flag) -> bool:
 
 
 # --------------------------------------------------------------------- fit
-def _estimator_class(solver):
-    """PegasosSVC for ``pegasos``, SDCASVC for ``sdca`` and ``newton``."""
-    from .estimators import PegasosSVC, SDCASVC
-    return PegasosSVC if solver == "pegasos" else SDCASVC
-
-
 def default_model_path(data) -> str:
-    """Default model file of ``gpusvm fit DATA``: DATA's stem + ``.npz``, in the current directory.
-
-    Parameters
-    ----------
-    data : str
-        The training file; a ``.gz``/``.bz2`` suffix is dropped first.
-
-    Returns
-    -------
-    str
-    """
+    """Default model file of ``gpusvm fit DATA``: DATA's stem (``.gz``/``.bz2`` dropped first)
+    + ``.npz``, in the current directory."""
     name = Path(data).name
     for suffix in (".gz", ".bz2"):
         if name.endswith(suffix) and len(name) > len(suffix):
@@ -344,8 +299,7 @@ def _class_weight(text: str):
         try:
             if not sep or not label:
                 raise ValueError
-            value = float(weight)
-            key = float(label)
+            value, key = float(weight), float(label)
         except ValueError:
             raise argparse.ArgumentTypeError(
                 f"expected balanced or LABEL:WEIGHT pairs separated by commas (e.g. 1:5,-1:1), "
@@ -366,40 +320,34 @@ def _batch_size(text: str):
 
 def cmd_fit(args) -> int:
     """``gpusvm fit DATA``: train, report the objective trace and accuracy, save the model."""
+    from ._output import check_output
+    from .estimators import PegasosSVC, SDCASVC
+
     auto = args.solver == "auto"
-    cls = _estimator_class("sdca" if auto else args.solver)
-    loss = args.loss
+    cls = PegasosSVC if args.solver == "pegasos" else SDCASVC
+    loss, C, tol = args.loss, args.C, args.tol
     if args.solver in ("newton", "auto") and loss is None:
         loss = "squared_hinge"
-    C = args.C
-    tol = args.tol
     if auto:               # gpusvm.LinearSVC's model: squared hinge, C = 1, tol = 1e-4
         C = 1.0 if C is None and args.lam is None else C
         tol = 1e-4 if tol is None else tol
     options = {"lam": args.lam, "C": C, "loss": loss, "class_weight": args.class_weight,
-               "multi_class": args.multi_class,
-               "solver": "newton" if args.solver == "newton" else None,
-               "batch_size": args.batch_size, "max_iter": args.max_iter,
-               "sampling": args.sampling, "tol": tol,
-               "bias": args.bias, "averaging": args.averaging, "eval_every": args.eval_every,
-               "max_time": args.max_time, "backend": args.backend, "dtype": args.dtype}
+               "multi_class": args.multi_class, "solver": "newton" if args.solver == "newton" else None,
+               "batch_size": args.batch_size, "max_iter": args.max_iter, "sampling": args.sampling,
+               "tol": tol, "bias": args.bias, "averaging": args.averaging,
+               "eval_every": args.eval_every, "max_time": args.max_time, "backend": args.backend,
+               "dtype": args.dtype}
     accepted = cls().get_params(deep=False)
-    params = {}
-    for name, value in options.items():
-        if value is None:
-            continue
-        if name not in accepted:
-            what = "sdca and newton solvers (SDCASVC) that --solver auto chooses from" if auto \
-                else f"{args.solver} solver ({cls.__name__})"
-            raise ValueError(f"--{name.replace('_', '-')} is not an option of the {what}")
-        params[name] = value
+    params = {name: value for name, value in options.items() if value is not None}
+    unknown = next((name for name in params if name not in accepted), None)
+    if unknown is not None:
+        what = "sdca and newton solvers (SDCASVC) that --solver auto chooses from" if auto \
+            else f"{args.solver} solver ({cls.__name__})"
+        raise ValueError(f"--{unknown.replace('_', '-')} is not an option of the {what}")
     params["random_state"] = args.seed
     out = args.out if args.out is not None else default_model_path(args.data)
-    from ._output import check_output
     check_output(out, what="model")           # before the training, not after it
-
-    progress = _show_progress(args.progress)
-    est = cls(**params, verbose=int(progress))
+    est = cls(**params, verbose=int(_show_progress(args.progress)))
     est._validate_params()            # a bad parameter is reported before a large file is read
     X, y, zero_based = _read_training_data(args)
     n, d = X.shape
@@ -407,7 +355,7 @@ def cmd_fit(args) -> int:
         params["solver"] = _auto_solver(X, y, params)
         est.set_params(solver=params["solver"])
     print(f"gpusvm fit: {args.data}: n={n} d={d} nnz={X.nnz}; "
-          f"{cls.__name__}({_format_params(params)})")
+          f"{cls.__name__}({', '.join(f'{k}={v!r}' for k, v in params.items())})")
     start = time.perf_counter()
     est.fit(X, y)
     seconds = time.perf_counter() - start
@@ -416,18 +364,15 @@ def cmd_fit(args) -> int:
         _print_outputs(est)
     else:
         _print_trace(est.history_)
-    print(f"stopped after {est.n_iter_} iterations ({getattr(est, 'stop_reason_', '?')}), "
-          f"{seconds:.2f} s")
+    print(f"stopped after {est.n_iter_} iterations ({getattr(est, 'stop_reason_', '?')}), {seconds:.2f} s")
     print(f"training accuracy: {est.score(X, y):.4f}")
     _save(est, args, out, zero_based)
     return EXIT_OK
 
 
 def _auto_solver(X, y, params) -> str:
-    """``--solver auto``: the solver gpusvm.LinearSVC would choose for this data and these
-    settings (:func:`gpusvm.solvers.policy.choose_solver`)."""
-    import numpy as np  # noqa: PLC0415
-
+    """``--solver auto``: the solver :func:`gpusvm.solvers.policy.choose_solver` picks, as
+    gpusvm.LinearSVC would for this data and these settings."""
     from .estimators._base import _mean_sq_norm  # noqa: PLC0415
     from .solvers.policy import choose_solver  # noqa: PLC0415
 
@@ -449,17 +394,14 @@ def _print_outputs(est):
                  for b in range(a + 1, len(classes))]
     else:
         names = [f"{classes[k + 1]} vs {classes[k]}" for k in range(len(classes) - 1)]
-    histories = est.history_
     # a certified fit reports each output's certificate: P of its coef_ row, D, their gap
     certificate = [np.ravel(getattr(est, attr, [])) for attr in
                    ("primal_objective_", "dual_objective_", "duality_gap_")]
     dual = all(c.size == len(names) for c in certificate)
-    head = f"{'output':>24} {'iteration':>10} {'objective P(w)':>15}"
-    if dual:
-        head += f" {'dual D(alpha)':>15} {'gap':>10}"
     print(f"{len(names)} outputs ({mode}), last evaluation of each:")
-    print(head)
-    for m, (name, history) in enumerate(zip(names, histories)):
+    print(f"{'output':>24} {'iteration':>10} {'objective P(w)':>15}"
+          + (f" {'dual D(alpha)':>15} {'gap':>10}" if dual else ""))
+    for m, (name, history) in enumerate(zip(names, est.history_)):
         row = history[-1]
         if dual:
             print(f"{name:>24} {row[0]:>10d} {certificate[0][m]:>15.8f} "
@@ -468,59 +410,32 @@ def _print_outputs(est):
             print(f"{name:>24} {row[0]:>10d} {row[1]:>15.8f}")
 
 
-def _format_params(params) -> str:
-    return ", ".join(f"{k}={v!r}" for k, v in params.items())
-
-
 def _print_trace(history, p_star=None, epoch_size=None):
-    """Print the ``history_`` rows, with P - P* when it is known.
-
-    Rows are ``(iteration, P, seconds)`` (Pegasos) or ``(iteration, P, D, gap,
-    seconds)`` (SDCA, whose dual objective and duality gap are printed too).
-    """
+    """Print the ``history_`` rows, ``(iteration, P, seconds)`` (Pegasos) or ``(iteration, P, D,
+    gap, seconds)`` (SDCA), with P - P* when it is known."""
     dual = bool(history) and len(history[0]) == 5
-    head = f"{'iteration':>10}"
-    if epoch_size:
-        head += f" {'epoch':>7}"
-    head += f" {'objective P(w)':>15}"
+    head = f"{'iteration':>10}" + (f" {'epoch':>7}" if epoch_size else "") + f" {'objective P(w)':>15}"
     if dual:
         head += f" {'dual D(alpha)':>15} {'gap':>10}"
     if p_star is not None:
         head += f" {'P(w) - P*':>11}"
-    head += f" {'seconds':>8}"
-    print(head)
+    print(head + f" {'seconds':>8}")
     for row in history:
         it, obj, elapsed = row[0], row[1], row[-1]
-        line = f"{it:>10d}"
-        if epoch_size:
-            line += f" {it / epoch_size:>7.1f}"
-        line += f" {obj:>15.8f}"
+        line = f"{it:>10d}" + (f" {it / epoch_size:>7.1f}" if epoch_size else "") + f" {obj:>15.8f}"
         if dual:
             line += f" {row[2]:>15.8f} {row[3]:>10.3e}"
         if p_star is not None:
             line += f" {obj - p_star:>11.3e}"
-        line += f" {elapsed:>8.2f}"
-        print(line)
+        print(line + f" {elapsed:>8.2f}")
 
 
 # --------------------------------------------------------------------- predict
 def format_label(value) -> str:
-    """A label as written in LIBSVM files: integral floats without the ``.0``.
-
-    Parameters
-    ----------
-    value : scalar
-
-    Returns
-    -------
-    str
-    """
-    if isinstance(value, (float, np.floating)) and math.isfinite(value) \
-            and float(value).is_integer():
+    """A label as written in LIBSVM files: integral floats without the ``.0``."""
+    if isinstance(value, (float, np.floating)) and math.isfinite(value) and float(value).is_integer():
         return str(int(value))
-    if isinstance(value, (np.generic,)):
-        value = value.item()
-    return str(value)
+    return str(value.item() if isinstance(value, np.generic) else value)
 
 
 def _cs(text: str):
@@ -561,8 +476,7 @@ def cmd_select(args) -> int:
         check_output(args.plot, what="plot")
         if importlib.util.find_spec("matplotlib") is None:
             raise ImportError("--plot needs matplotlib: pip install 'gpusvm[plot]'")
-    est = SDCASVCCV(**params, cv=StratifiedKFold(args.folds, shuffle=True,
-                                                 random_state=args.seed),
+    est = SDCASVCCV(**params, cv=StratifiedKFold(args.folds, shuffle=True, random_state=args.seed),
                     random_state=args.seed)
     est._validate_params()
     X, y, zero_based = _read_training_data(args)
@@ -610,11 +524,11 @@ def _plot_validation_curve(est, path, name):
 
 def cmd_predict(args) -> int:
     """``gpusvm predict MODEL DATA``: predictions, and the accuracy when labels match."""
-    from .datasets import load_svmlight, normalize_rows
+    from ._output import check_output, write_output
+    from .datasets import _locate_error, load_svmlight, normalize_rows
     from .model_io import load_model, read_model_metadata
 
     if args.out is not None:
-        from ._output import check_output
         check_output(args.out, what="predictions")
     est = load_model(args.model)
     extra = read_model_metadata(args.model).get("extra") or {}
@@ -624,7 +538,6 @@ def cmd_predict(args) -> int:
         zero_based = "auto"
     X, y, zero_based = load_svmlight(args.data, zero_based=zero_based, return_zero_based=True)
     if X.shape[1] > n_features:
-        from .datasets import _locate_error
         first = 0 if zero_based else 1
         raise ValueError(_locate_error(
             args.data, None, n_features, zero_based,
@@ -638,14 +551,12 @@ def cmd_predict(args) -> int:
     pred = est.predict(X)
     print(f"gpusvm predict: {args.data}: n={X.shape[0]} with {args.model} "
           f"({type(est).__name__}, {n_features} features)")
-    classes = set(np.asarray(est.classes_).tolist())
-    if set(np.unique(y).tolist()) <= classes:
+    if set(np.unique(y).tolist()) <= set(np.asarray(est.classes_).tolist()):
         print(f"accuracy: {float(np.mean(pred == y)):.4f}")
     else:
         print("accuracy: not computed (the labels of DATA are not the model's classes "
               f"{', '.join(format_label(c) for c in est.classes_)})")
     if args.out is not None:
-        from ._output import write_output
         write_output(args.out, lambda f: f.writelines(format_label(p) + "\n" for p in pred),
                      what="predictions", binary=False)
         print(f"predictions written to {args.out}")
@@ -657,16 +568,15 @@ def _augmented_objective(X, y, coef, intercept, lam):
     """``lam/2 (||w||^2 + b^2) + mean hinge``: the objective of ``bias="augmented"``, in float64."""
     w = np.asarray(coef, dtype=np.float64).ravel()
     margins = y * (X.astype(np.float64) @ w + intercept)
-    return float(0.5 * lam * (w @ w + intercept * intercept)
-                 + np.maximum(0.0, 1.0 - margins).mean())
+    return float(0.5 * lam * (w @ w + intercept * intercept) + np.maximum(0.0, 1.0 - margins).mean())
 
 
 def _reference_optimum(X, y, lam):
     """``P*`` of the demo's objective from scikit-learn's LinearSVC (liblinear, ``tol=1e-10``).
 
-    LinearSVC with ``fit_intercept=True, intercept_scaling=1`` minimises
-    ``1/2 (||w||^2 + b^2) + C sum_i hinge_i`` (liblinear regularises the intercept as an
-    appended constant feature): ``P / lam`` of ``bias="augmented"`` at ``C = 1/(lam n)``.
+    With ``fit_intercept=True, intercept_scaling=1`` liblinear minimises
+    ``1/2 (||w||^2 + b^2) + C sum_i hinge_i`` (the intercept regularised as an appended
+    constant feature): ``P / lam`` of ``bias="augmented"`` at ``C = 1/(lam n)``.
     """
     from sklearn.exceptions import ConvergenceWarning
     from sklearn.svm import LinearSVC
@@ -694,8 +604,7 @@ def cmd_demo(args) -> int:
     est = PegasosSVC(lam=lam, batch_size=k, max_iter=max_iter, averaging=DEMO["averaging"],
                      bias=DEMO["bias"], eval_every=eval_every, backend=args.backend,
                      random_state=args.seed, verbose=int(_show_progress(args.progress)))
-    print("gpusvm demo: mini-batch Pegasos on a9a (UCI Adult, LIBSVM binarisation, shipped "
-          "with gpusvm)")
+    print("gpusvm demo: mini-batch Pegasos on a9a (UCI Adult, LIBSVM binarisation, shipped with gpusvm)")
     print(f"  train n={n} d={d}, test n={X_test.shape[0]}; lam={lam:g} (C = 1/(lam n) = "
           f"{1 / (lam * n):.4g}), batch_size={k}, {max_iter} iterations ({DEMO['epochs']} "
           f"epochs), averaging={DEMO['averaging']!r}, bias={DEMO['bias']!r}")
@@ -717,8 +626,7 @@ def cmd_demo(args) -> int:
 
 # --------------------------------------------------------------------- info
 def _version_of(module_name):
-    spec = importlib.util.find_spec(module_name)
-    if spec is None:
+    if importlib.util.find_spec(module_name) is None:
         return "not installed"
     try:
         module = importlib.import_module(module_name)

@@ -1,13 +1,14 @@
 """Data loading: svmlight/LIBSVM files, row normalisation and the shipped a9a data set.
 
-``load_svmlight`` wraps scikit-learn's fast parser and adds what it lacks: CSR
-with int32 ``indices``/``indptr``, and parse errors that name the file and the
-line. ``load_a9a`` reads the copy of LIBSVM's a9a (UCI Adult) shipped inside the
-package, so examples and the ``gpusvm demo`` command need no download.
+``load_svmlight`` wraps scikit-learn's fast parser and adds what it lacks: CSR with int32
+``indices``/``indptr``, and parse errors that name the file and the line. ``load_a9a`` reads
+the copy of LIBSVM's a9a (UCI Adult) shipped inside the package, so examples and the
+``gpusvm demo`` command need no download.
 """
 
 from __future__ import annotations
 
+import bz2
 import gzip
 import hashlib
 import io
@@ -25,10 +26,8 @@ __all__ = ["load_svmlight", "normalize_rows", "load_a9a", "read_20newsgroups_tar
 A9A_N_FEATURES = 123
 
 #: sha256 of the uncompressed shipped files (see gpusvm/data/PROVENANCE.txt)
-A9A_SHA256 = {
-    "train": "f5d5ffd8d865ff41328e7ee043e4b020816914ff6843ff15b98905ddbedce906",
-    "test": "1f448a153f0320399a7e40836eb207655b0bde0f21fc941cc472193daa9f5de9",
-}
+A9A_SHA256 = {"train": "f5d5ffd8d865ff41328e7ee043e4b020816914ff6843ff15b98905ddbedce906",
+              "test": "1f448a153f0320399a7e40836eb207655b0bde0f21fc941cc472193daa9f5de9"}
 _A9A_FILES = {"train": "a9a.gz", "test": "a9a.t.gz"}
 
 _INT32_MAX = np.iinfo(np.int32).max
@@ -47,53 +46,44 @@ def load_svmlight(path, n_features=None, dtype=np.float32, *, zero_based="auto",
     Parameters
     ----------
     path : str or os.PathLike
-        File to read; ``.gz`` and ``.bz2`` files are decompressed on the fly.
+        File to read; ``.gz`` and ``.bz2`` files are decompressed on the fly, and a UTF-8
+        byte-order mark at the start (some Windows editors write one) is skipped.
     n_features : int or None, default=None
-        Number of columns. ``None`` takes the largest index in the file; pass
-        the training set's count when loading a test set (a test file may not
-        use the last features; a9a's test file uses 122 of its 123).
+        Number of columns; ``None`` takes the largest index in the file. Pass the training
+        set's count for a test set, which may not use the last features (a9a's test file
+        uses 122 of its 123).
     dtype : {numpy.float32, numpy.float64}, default=numpy.float32
         Type of the values.
     zero_based : bool or "auto", default="auto"
-        Whether indices start at 0. ``False``: one-based (LIBSVM's convention),
-        and an index 0 is an error naming its line. ``True``: zero-based.
-        ``"auto"``: one-based unless an index 0 occurs; then the file is read as
-        zero-based and a ``UserWarning`` names the first line with index 0 (a
-        single stray ``0:`` in a one-based file would otherwise shift every
-        column by one, silently). Pass the base explicitly to decide.
+        Whether indices start at 0 (``False``: LIBSVM's one-based indices, and an index 0 is
+        an error naming its line). ``"auto"``: one-based unless an index 0 occurs; then the
+        file is read as zero-based with a ``UserWarning`` naming the first such line (a
+        stray ``0:`` in a one-based file would otherwise shift every column, silently).
     return_zero_based : bool, default=False
-        Also return the base the file was read with (record it with a model,
-        and read the test data with the same base).
+        Also return the base used (record it with a model; read the test data with it).
     finite : bool, default=True
-        Refuse NaN and infinite values and labels (and values that overflow
-        ``dtype``) with an error naming the first such line; no gpusvm estimator
-        accepts them. ``False`` loads them as they are (e.g. for an imputer).
+        Refuse NaN and infinite values and labels (and values that overflow ``dtype``),
+        naming the first such line: no gpusvm estimator accepts them. ``False`` loads them
+        as they are (e.g. for an imputer).
 
     Returns
     -------
     X : scipy.sparse.csr_matrix of shape (n_samples, n_features)
-        Sorted, duplicate-free CSR; ``indices`` and ``indptr`` are int32 whenever
-        ``nnz`` and ``n_features`` fit in int32, int64 otherwise.
+        Sorted, duplicate-free CSR; ``indices`` and ``indptr`` are int32 whenever ``nnz``
+        and ``n_features`` fit in int32, int64 otherwise.
     y : ndarray of float64, shape (n_samples,)
         The labels exactly as written in the file (no remapping).
     zero_based : bool
-        Only with ``return_zero_based=True``: whether the file was read as
-        zero-based.
+        Only with ``return_zero_based=True``: whether the file was read as zero-based.
 
     Raises
     ------
     FileNotFoundError
         When ``path`` does not exist.
     ValueError
-        When the file is malformed (the message names the file and the first bad
-        line), holds no example, uses more than ``n_features`` features, holds
-        an index 0 with ``zero_based=False``, or (with ``finite=True``) a NaN or
-        infinite value or label.
-
-    Notes
-    -----
-    A UTF-8 byte-order mark at the start of the file (which some Windows
-    editors write) is skipped.
+        When the file is malformed (the message names the file and the first bad line),
+        holds no example, uses more than ``n_features`` features, holds an index 0 with
+        ``zero_based=False``, or (with ``finite=True``) a NaN or infinite value or label.
 
     Warns
     -----
@@ -109,8 +99,7 @@ def load_svmlight(path, n_features=None, dtype=np.float32, *, zero_based="auto",
     if dtype not in (np.float32, np.float64):
         raise ValueError(f"dtype must be float32 or float64, got {dtype}")
     if n_features is not None:
-        if isinstance(n_features, bool) or not isinstance(n_features, (int, np.integer)) \
-                or n_features < 1:
+        if isinstance(n_features, bool) or not isinstance(n_features, (int, np.integer)) or n_features < 1:
             raise ValueError(f"n_features must be a positive integer or None, got {n_features!r}")
         n_features = int(n_features)
     if not (zero_based is True or zero_based is False or zero_based == "auto"):
@@ -175,8 +164,7 @@ def _to_int32_csr(X):
     X.sum_duplicates()
     X.sort_indices()
     if X.nnz <= _INT32_MAX and X.shape[1] <= _INT32_MAX and X.indices.dtype != np.int32:
-        X = sp.csr_matrix((X.data, X.indices.astype(np.int32), X.indptr.astype(np.int32)),
-                          shape=X.shape)
+        X = sp.csr_matrix((X.data, X.indices.astype(np.int32), X.indptr.astype(np.int32)), shape=X.shape)
     return X
 
 
@@ -187,13 +175,8 @@ _BOM = b"\xef\xbb\xbf"
 def _open_text(path):
     """Binary file object of a possibly compressed file (as scikit-learn opens it), positioned
     after a UTF-8 byte-order mark when the file starts with one."""
-    if path.endswith(".gz"):
-        f = gzip.open(path, "rb")
-    elif path.endswith(".bz2"):
-        import bz2
-        f = bz2.open(path, "rb")
-    else:
-        f = open(path, "rb")
+    opener = gzip.open if path.endswith(".gz") else bz2.open if path.endswith(".bz2") else open
+    f = opener(path, "rb")
     try:
         if f.read(len(_BOM)) != _BOM:
             f.seek(0)
@@ -214,8 +197,7 @@ def _non_finite_error(path, dtype):
             if not parts:
                 continue
             if not np.isfinite(float(parts[0])):
-                return f"{path}, line {lineno}: label {parts[0]!r} is not finite; " \
-                       f"{_NON_FINITE_ADVICE}"
+                return f"{path}, line {lineno}: label {parts[0]!r} is not finite; {_NON_FINITE_ADVICE}"
             for tok in parts[1:]:
                 idx_s, _, val_s = tok.partition(":")
                 if idx_s == "qid":
@@ -235,10 +217,9 @@ def _non_finite_error(path, dtype):
 def _locate_error(path, exc, n_features, zero_based, *, limit=None):
     """Re-scan ``path`` line by line with the rules of scikit-learn's parser.
 
-    Returns an error message naming the file and the first bad line; falls back
-    to the parser's own message when no single line is at fault. ``limit``
-    replaces the advice about ``n_features`` for an index beyond it (e.g. "the
-    model was trained on 12 features").
+    Returns an error message naming the file and the first bad line; falls back to the
+    parser's own message when no single line is at fault. ``limit`` replaces the advice about
+    ``n_features`` for an index beyond it (e.g. "the model was trained on 12 features").
     """
     reason = (str(exc) or type(exc).__name__) if exc is not None else "inconsistent data"
     max_index, max_line, lineno = -1, 0, 0
@@ -269,10 +250,8 @@ def _locate_error(path, exc, n_features, zero_based, *, limit=None):
 
 
 def _check_line(raw: bytes, zero_based):
-    """Validate one line like scikit-learn's parser does.
-
-    Returns an error string, or ``(largest index, whether index 0 occurs)``.
-    """
+    """Validate one line like scikit-learn's parser: an error string, or ``(largest index,
+    whether index 0 occurs)``."""
     try:
         line = raw.split(b"#", 1)[0].decode("ascii")
     except UnicodeDecodeError:
@@ -287,8 +266,7 @@ def _check_line(raw: bytes, zero_based):
         return f"label {target!r} is not a number"
     if features and features[0].startswith("qid:"):  # a query id (ignored) may follow the label
         features = features[1:]
-    prev = -1
-    has_zero = False
+    prev, has_zero = -1, False
     for tok in features:
         if ":" not in tok:
             return f"term {tok!r} is not of the form index:value"
@@ -318,9 +296,9 @@ def _check_line(raw: bytes, zero_based):
 def normalize_rows(X, max_norm=1.0, *, mode="all"):
     """Scale the rows of ``X`` so that no row has L2 norm above ``max_norm``.
 
-    The convergence analysis of mini-batch Pegasos and SDCA (Takáč et al. 2013)
-    assumes ``max_i ||x_i|| <= 1``; text features are usually unit rows already,
-    while e.g. a9a's rows have norm 3.3 to 3.7.
+    The convergence analysis of mini-batch Pegasos and SDCA (Takáč et al. 2013) assumes
+    ``max_i ||x_i|| <= 1``; text features are usually unit rows already, while e.g. a9a's
+    rows have norm 3.3 to 3.7.
 
     Parameters
     ----------
@@ -329,45 +307,35 @@ def normalize_rows(X, max_norm=1.0, *, mode="all"):
     max_norm : float, default=1.0
         Target norm, ``> 0``.
     mode : {"all", "above"}, default="all"
-        ``"all"``: every nonzero row is scaled to norm exactly ``max_norm`` (the
-        usual L2 normalisation). ``"above"``: only rows longer than ``max_norm``
-        are scaled down to it; shorter rows are kept as they are.
+        ``"all"``: every nonzero row is scaled to norm exactly ``max_norm`` (the usual L2
+        normalisation); ``"above"``: only rows longer than ``max_norm`` are scaled down to it.
 
     Returns
     -------
     X_scaled : same type, shape and dtype as ``X`` (CSR for sparse input)
-        A new matrix. All-zero rows stay zero.
+        A new matrix; all-zero rows stay zero.
     """
     if not (isinstance(max_norm, (int, float, np.floating, np.integer))
             and not isinstance(max_norm, bool) and np.isfinite(max_norm) and max_norm > 0):
         raise ValueError(f"max_norm must be a finite number > 0, got {max_norm!r}")
     if mode not in ("all", "above"):
         raise ValueError(f"mode must be 'all' or 'above', got {mode!r}")
+    X = sp.csr_matrix(X, copy=True) if sp.issparse(X) else np.array(X, copy=True)
+    if X.dtype.kind != "f":
+        X = X.astype(np.float64)
     if sp.issparse(X):
-        X = sp.csr_matrix(X, copy=True)
-        if X.dtype.kind != "f":
-            X = X.astype(np.float64)
         data = X.data.astype(np.float64)
-        norms = np.sqrt(np.add.reduceat(data * data, X.indptr[:-1])
-                        if X.nnz else np.zeros(X.shape[0]))
-        # reduceat gives garbage for empty rows: force them to 0
-        norms[np.diff(X.indptr) == 0] = 0.0
+        norms = np.sqrt(np.add.reduceat(data * data, X.indptr[:-1]) if X.nnz else np.zeros(X.shape[0]))
+        norms[np.diff(X.indptr) == 0] = 0.0        # reduceat gives garbage for empty rows
     else:
-        X = np.array(X, copy=True)
-        if X.dtype.kind != "f":
-            X = X.astype(np.float64)
         if X.ndim != 2:
             raise ValueError(f"X must be 2-dimensional, got an array of shape {X.shape}")
         norms = np.sqrt(np.einsum("ij,ij->i", X.astype(np.float64), X.astype(np.float64)))
     if not np.all(np.isfinite(norms)):
         raise ValueError("X contains NaN or infinity; clean the data before normalising it")
     factor = np.ones_like(norms)
-    nonzero = norms > 0
-    if mode == "all":
-        factor[nonzero] = max_norm / norms[nonzero]
-    else:
-        long_rows = norms > max_norm
-        factor[long_rows] = max_norm / norms[long_rows]
+    scaled = norms > 0 if mode == "all" else norms > max_norm
+    factor[scaled] = max_norm / norms[scaled]
     if sp.issparse(X):
         X.data = (X.data * np.repeat(factor, np.diff(X.indptr))).astype(X.dtype, copy=False)
         return X
@@ -378,9 +346,8 @@ def normalize_rows(X, max_norm=1.0, *, mode="all"):
 def load_a9a(split="train", *, dtype=np.float32):
     """Load the a9a data set (UCI Adult, LIBSVM binarisation) shipped with gpusvm.
 
-    The compressed files live in ``gpusvm/data``; their sha256 is checked on
-    every load. See ``gpusvm/data/PROVENANCE.txt`` for sources and licence
-    (UCI Adult, CC BY 4.0).
+    The compressed files live in ``gpusvm/data``; their sha256 is checked on every load. See
+    ``gpusvm/data/PROVENANCE.txt`` for sources and licence (UCI Adult, CC BY 4.0).
 
     Parameters
     ----------
@@ -399,8 +366,8 @@ def load_a9a(split="train", *, dtype=np.float32):
     Raises
     ------
     ValueError
-        For an unknown split, or when the shipped file does not match its
-        recorded checksum (a damaged installation: reinstall gpusvm).
+        For an unknown split, or when the shipped file does not match its recorded checksum
+        (a damaged installation: reinstall gpusvm).
     """
     if split not in _A9A_FILES:
         raise ValueError(f"split must be 'train' or 'test', got {split!r}")
@@ -420,9 +387,8 @@ def load_a9a(split="train", *, dtype=np.float32):
 def read_20newsgroups_tar(path, subset="train"):
     """Read the raw text of 20 Newsgroups ("bydate" split) from its ``.tar.gz`` release.
 
-    The archive holds ``20news-bydate-train/<group>/<document>`` and
-    ``20news-bydate-test/<group>/<document>``; documents are decoded as latin-1
-    (as scikit-learn's ``fetch_20newsgroups`` does) and returned in the order of
+    The archive holds ``20news-bydate-{train,test}/<group>/<document>``; documents are decoded
+    as latin-1 (as scikit-learn's ``fetch_20newsgroups`` does) and returned in the order of
     their groups, then of their file names.
 
     Parameters
@@ -454,7 +420,6 @@ def read_20newsgroups_tar(path, subset="train"):
             text = tar.extractfile(member).read().decode("latin-1")
             found.append((parts[0], parts[1], text))
     if not found:
-        raise ValueError(f"{path} holds no documents under {prefix}: not the 20news-bydate "
-                         "release")
+        raise ValueError(f"{path} holds no documents under {prefix}: not the 20news-bydate release")
     found.sort(key=lambda item: (item[0], item[1]))
     return [t for _, _, t in found], np.array([g for g, _, _ in found])

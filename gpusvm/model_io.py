@@ -1,27 +1,23 @@
 """Saving and loading fitted gpusvm estimators as a single ``.npz`` file.
 
-A model file is a NumPy ``.npz`` archive readable with ``allow_pickle=False``
-(no code is ever unpickled). It holds:
+A model file is a NumPy ``.npz`` archive read with ``allow_pickle=False`` (no code is ever
+unpickled). It holds:
 
-* one array member per fitted array attribute, named without the trailing
-  underscore (``coef``, ``intercept``, ``classes`` when the labels are numeric);
-  sparse attributes (stored as CSR) as ``<name>__data``, ``__indices``,
-  ``__indptr``, ``__shape``;
-* the member ``gpusvm_metadata``: UTF-8 JSON in a uint8 array, with the format
-  name ``"gpusvm-model"``, the format version, the gpusvm version, the
-  estimator class, its JSON-representable ``get_params()``, the scalar fitted
-  attributes (``n_features_in_``, ``n_iter_``, ``history_``, ...), non-numeric
-  labels as JSON, and optional user metadata (``extra``);
-* from format version 2 on, a ``model`` summary in the metadata: the number of
-  classes and of outputs (rows of ``coef``), ``loss``, ``multi_class``, ``C`` and
-  the ``lam`` of every output's problem, so that a reader knows what the file
-  holds without rebuilding the estimator.
+* one member per numeric fitted array, named without the trailing underscore (``coef``,
+  ``intercept``, ``classes`` when the labels are numeric); sparse attributes as CSR, in
+  ``<name>__data``, ``__indices``, ``__indptr``, ``__shape``;
+* ``gpusvm_metadata``: UTF-8 JSON in a uint8 array: the format name ``"gpusvm-model"`` and
+  version, the gpusvm version, the estimator class, its JSON-representable ``get_params()``,
+  the scalar fitted attributes (``n_features_in_``, ``n_iter_``, ``history_``, ...),
+  non-numeric labels as JSON, optional user metadata (``extra``) and, from version 2 on, a
+  ``model`` summary (numbers of classes and outputs, ``loss``, ``multi_class``, ``C``, every
+  output's ``lam``) that tells what the file holds without rebuilding the estimator.
 
 Version history: 1, binary models only; 2, multiclass models (``coef`` of shape
-``(n_outputs, n_features)``), the ``model`` summary, and the parameters ``C``,
-``loss``, ``class_weight``, ``multi_class`` (and ``solver``, ``warm_start`` of
-SDCASVC).  Files of version 1 load unchanged: the parameters they lack take
-their defaults, which give the same predictions.
+``(n_outputs, n_features)``), the ``model`` summary, and the parameters ``C``, ``loss``,
+``class_weight``, ``multi_class`` (and ``solver``, ``warm_start`` of SDCASVC).  Files of
+version 1 load unchanged: the parameters they lack take their defaults, which give the same
+predictions.
 """
 
 from __future__ import annotations
@@ -33,6 +29,7 @@ import os
 import re
 import zipfile
 import zlib
+from collections import namedtuple
 
 import numpy as np
 import scipy.sparse as sp
@@ -52,14 +49,10 @@ FORMAT_VERSION = 2
 METADATA_MEMBER = "gpusvm_metadata"
 
 #: where each estimator class lives (imported lazily when a file needs it)
-ESTIMATOR_MODULES = {
-    "PegasosSVC": "gpusvm.estimators.pegasos",
-    "SDCASVC": "gpusvm.estimators.sdca",
-    "KernelPegasosSVC": "gpusvm.estimators.kernel",
-    "LinearSVC": "gpusvm.estimators.linear_svc",
-    "SDCASVCCV": "gpusvm.estimators.cv",
-    "PegasosSVCCV": "gpusvm.estimators.cv",
-}
+ESTIMATOR_MODULES = {"PegasosSVC": "gpusvm.estimators.pegasos", "SDCASVC": "gpusvm.estimators.sdca",
+                     "KernelPegasosSVC": "gpusvm.estimators.kernel",
+                     "LinearSVC": "gpusvm.estimators.linear_svc", "SDCASVCCV": "gpusvm.estimators.cv",
+                     "PegasosSVCCV": "gpusvm.estimators.cv"}
 
 #: the estimators with one linear model per output (several classes allowed)
 _LINEAR = ("PegasosSVC", "SDCASVC", "LinearSVC", "SDCASVCCV", "PegasosSVCCV")
@@ -70,6 +63,7 @@ DROPPABLE_PARAMS = ("callback", "random_state", "verbose")
 
 _SPARSE_PARTS = ("data", "indices", "indptr", "shape")
 _AGAIN = "save the model again with gpusvm.model_io.save_model (or `gpusvm fit`)"
+_WRITTEN_BY = "load files written by gpusvm.model_io.save_model or `gpusvm fit`"
 
 
 class _Unsupported(Exception):
@@ -79,9 +73,7 @@ class _Unsupported(Exception):
 # --------------------------------------------------------------------- JSON codec
 def _to_json(value):
     """JSON-ready form of ``value``; tuples and dtypes are tagged so they round-trip."""
-    if value is None or isinstance(value, (bool, str)):
-        return value
-    if isinstance(value, (int, float)):
+    if value is None or isinstance(value, (bool, str, int, float)):
         return value
     if isinstance(value, np.generic):
         return value.item()
@@ -93,10 +85,8 @@ def _to_json(value):
         return {k: _to_json(v) for k, v in value.items()}
     if isinstance(value, dict):      # e.g. class_weight={1: 5.0, -1: 1.0}: labels as keys
         return {"__items__": [[_to_json(k), _to_json(v)] for k, v in value.items()]}
-    if isinstance(value, type) and issubclass(value, np.generic):
+    if isinstance(value, type) and issubclass(value, np.generic) or isinstance(value, np.dtype):
         return {"__dtype__": np.dtype(value).name}
-    if isinstance(value, np.dtype):
-        return {"__dtype__": value.name}
     raise _Unsupported(type(value).__name__)
 
 
@@ -131,16 +121,13 @@ def save_model(estimator, path, *, extra=None):
     estimator : PegasosSVC, SDCASVC or another gpusvm estimator
         Must be fitted.
     path : str or os.PathLike
-        Destination, written exactly as given (no suffix is added; ``.npz`` is
-        the convention). A regular file is replaced atomically (a failed write
-        leaves the old file intact) with the permissions ``0666`` minus the
-        umask; a symbolic link is followed; a character device or a FIFO is
-        written through; a directory, block device or socket is refused (see
-        :mod:`gpusvm._output`).
+        Destination, written exactly as given (``.npz`` is the convention, not added). A
+        regular file is replaced atomically (a failed write leaves the old file intact) with
+        the permissions ``0666`` minus the umask, a symbolic link is followed, a character
+        device or FIFO is written through; a directory, block device or socket is refused.
     extra : dict or None, default=None
-        JSON-representable metadata kept with the model (the command line
-        stores its preprocessing here); read back with
-        :func:`read_model_metadata`.
+        JSON-representable metadata kept with the model (the command line stores its
+        preprocessing here); read back with :func:`read_model_metadata`.
 
     Returns
     -------
@@ -150,8 +137,8 @@ def save_model(estimator, path, *, extra=None):
     Raises
     ------
     TypeError
-        When ``estimator`` is not a gpusvm estimator (a Pipeline, say: save it
-        with skops, see :func:`skops_trusted_types`).
+        When ``estimator`` is not a gpusvm estimator (save a Pipeline with skops, see
+        :func:`skops_trusted_types`).
     sklearn.exceptions.NotFittedError
         When it is not fitted.
     ValueError
@@ -159,11 +146,10 @@ def save_model(estimator, path, *, extra=None):
 
     Notes
     -----
-    Parameters that do not affect predictions and have no JSON form (a
-    ``callback`` function, a ``RandomState`` ``random_state``) are not stored;
-    the loaded estimator has their default value, and the metadata lists them
-    under ``dropped_params``. Any other parameter without a JSON form (e.g. a
-    callable kernel) makes saving fail rather than write a model that would
+    Parameters that do not affect predictions and have no JSON form (a ``callback`` function,
+    a ``RandomState`` ``random_state``) are not stored: the loaded estimator has their default
+    value, and the metadata lists them under ``dropped_params``. Any other parameter without a
+    JSON form (e.g. a callable kernel) makes saving fail rather than write a model that would
     predict differently.
     """
     cls = type(estimator)
@@ -189,47 +175,34 @@ def save_model(estimator, path, *, extra=None):
         if not attr.endswith("_") or attr.startswith("_"):
             continue
         member = attr[:-1]
-        if sp.issparse(value):
-            kind = "csr_array" if isinstance(value, sp.sparray) else "csr_matrix"
-            value = sp.csr_matrix(value)
-            for part in _SPARSE_PARTS:
-                arrays[f"{member}__{part}"] = np.asarray(getattr(value, part))
-            sparse_names[attr] = {"member": member, "type": kind}
-        elif isinstance(value, np.ndarray) and value.dtype.kind in "biufc":
-            arrays[member] = value
-            array_names[attr] = member
-        elif isinstance(value, np.ndarray):
-            try:
+        try:
+            if sp.issparse(value):
+                kind = "csr_array" if isinstance(value, sp.sparray) else "csr_matrix"
+                csr = sp.csr_matrix(value)
+                for part in _SPARSE_PARTS:
+                    arrays[f"{member}__{part}"] = np.asarray(getattr(csr, part))
+                sparse_names[attr] = {"member": member, "type": kind}
+            elif isinstance(value, np.ndarray) and value.dtype.kind in "biufc":
+                arrays[member] = value
+                array_names[attr] = member
+            elif isinstance(value, np.ndarray):
                 json_arrays[attr] = {"values": _to_json(value.tolist()), "dtype": value.dtype.str,
                                      "shape": list(value.shape)}
-            except _Unsupported as exc:
-                raise ValueError(f"cannot save {cls.__name__}.{attr}: its values of type {exc} "
-                                 "have no file representation") from None
-        else:
-            try:
+            else:
                 attributes[attr] = _to_json(value)
-            except _Unsupported as exc:
-                raise ValueError(f"cannot save {cls.__name__}.{attr}: values of type {exc} "
-                                 "have no file representation") from None
+        except _Unsupported as exc:
+            its = "its " if isinstance(value, np.ndarray) else ""
+            raise ValueError(f"cannot save {cls.__name__}.{attr}: {its}values of type {exc} have no "
+                             "file representation") from None
     try:
         extra_json = _to_json(extra) if extra is not None else None
     except _Unsupported as exc:
         raise ValueError(f"extra metadata must be JSON-representable; it holds a {exc}") from None
-    metadata = {
-        "model": _summary(estimator),
-        "format": FORMAT_NAME,
-        "format_version": FORMAT_VERSION,
-        "gpusvm_version": __version__,
-        "estimator": cls.__name__,
-        "module": cls.__module__,
-        "params": params,
-        "dropped_params": dropped,
-        "arrays": array_names,
-        "sparse": sparse_names,
-        "json_arrays": json_arrays,
-        "attributes": attributes,
-        "extra": extra_json,
-    }
+    metadata = {"model": _summary(estimator), "format": FORMAT_NAME, "format_version": FORMAT_VERSION,
+                "gpusvm_version": __version__, "estimator": cls.__name__, "module": cls.__module__,
+                "params": params, "dropped_params": dropped, "arrays": array_names,
+                "sparse": sparse_names, "json_arrays": json_arrays, "attributes": attributes,
+                "extra": extra_json}
     blob = json.dumps(metadata, sort_keys=True).encode("utf-8")
     arrays[METADATA_MEMBER] = np.frombuffer(blob, dtype=np.uint8)
     return write_output(path, lambda f: np.savez_compressed(f, **arrays), what="model")
@@ -240,29 +213,16 @@ def _summary(estimator):
     params = estimator.get_params(deep=False)
     coef = getattr(estimator, "coef_", None)
     lam = getattr(estimator, "lam_", params.get("lam"))
-    return {
-        "n_classes": int(len(estimator.classes_)),
-        "n_outputs": int(coef.shape[0]) if isinstance(coef, np.ndarray) and coef.ndim == 2 else 1,
-        "loss": params.get("loss", "hinge"),
-        "multi_class": params.get("multi_class", "ovr") if len(estimator.classes_) > 2 else None,
-        "C": params.get("C"),
-        "lam": np.asarray(lam, dtype=np.float64).tolist() if lam is not None else None,
-    }
+    return {"n_classes": int(len(estimator.classes_)),
+            "n_outputs": int(coef.shape[0]) if isinstance(coef, np.ndarray) and coef.ndim == 2 else 1,
+            "loss": params.get("loss", "hinge"), "C": params.get("C"),
+            "multi_class": params.get("multi_class", "ovr") if len(estimator.classes_) > 2 else None,
+            "lam": np.asarray(lam, dtype=np.float64).tolist() if lam is not None else None}
 
 
 def n_outputs_of(n_classes: int, multi_class: str) -> int:
-    """Rows of ``coef_`` of a linear model of ``n_classes`` classes.
-
-    Parameters
-    ----------
-    n_classes : int
-    multi_class : {"ovr", "ovo", "ordinal"}
-
-    Returns
-    -------
-    int
-        1 for two classes; ``K``, ``K (K - 1) / 2`` or ``K - 1`` otherwise.
-    """
+    """Rows of ``coef_`` of a linear model of ``n_classes`` classes: 1 for two classes; ``K``,
+    ``K (K - 1) / 2`` or ``K - 1`` for ``multi_class`` "ovr", "ovo" or "ordinal"."""
     if n_classes == 2:
         return 1
     if multi_class == "ovo":
@@ -288,9 +248,7 @@ def _open_archive(path):
     if not head.startswith((*_ZIP_MAGIC, np.lib.format.MAGIC_PREFIX)):
         # np.load would try the file as a pickle and advise unpickling it: never here
         what = f"it starts with {head!r}" if head else "it is empty"
-        raise ValueError(
-            f"cannot read model file {path}: it is not a .npz archive ({what}); load files "
-            "written by gpusvm.model_io.save_model or `gpusvm fit`")
+        raise ValueError(f"cannot read model file {path}: it is not a .npz archive ({what}); {_WRITTEN_BY}")
     try:
         archive = np.load(path, allow_pickle=False)
     except (ValueError, OSError, EOFError, zipfile.BadZipFile, zlib.error) as exc:
@@ -298,9 +256,7 @@ def _open_archive(path):
             f"cannot read model file {path}: it is not a valid .npz archive ({exc}); the file is "
             f"truncated, corrupted or not a gpusvm model: {_AGAIN}") from None
     if not isinstance(archive, np.lib.npyio.NpzFile):
-        raise ValueError(
-            f"{path} holds a single NumPy array, not a gpusvm model; load files written by "
-            "gpusvm.model_io.save_model or `gpusvm fit`")
+        raise ValueError(f"{path} holds a single NumPy array, not a gpusvm model; {_WRITTEN_BY}")
     return archive
 
 
@@ -309,11 +265,8 @@ _MAX_RATIO = 1100
 _HEADER_SLACK = 4096
 
 
-class _Restored:
-    """In place of a path: the checks of :func:`check_restored` (an estimator's state)."""
-
-    def __init__(self, name):
-        self.name = name
+#: in place of a path: the checks of :func:`check_restored` (an estimator's state)
+_Restored = namedtuple("_Restored", "name")
 
 
 def _corrupted(path, detail):
@@ -323,20 +276,23 @@ def _corrupted(path, detail):
     return ValueError(f"model file {path} is corrupted ({detail}); {_AGAIN}")
 
 
+def _missing(path, name):
+    return ValueError(f"model file {path} is incomplete: member {name!r} is missing; {_AGAIN}")
+
+
 def _member(archive, path, name):
     """Read one member, turning a damaged archive into a clear ValueError.
 
-    Before anything is allocated, the array shape declared in the member's npy
-    header is checked against the bytes the member holds, and the member's
-    uncompressed size against its compressed size: a small file cannot make the
-    reader allocate more than about 1100 times its own size.
+    Before anything is allocated, the array shape declared in the member's npy header is
+    checked against the bytes the member holds, and the member's uncompressed size against
+    its compressed size: a small file cannot make the reader allocate more than about 1100
+    times its own size.
     """
     filename = name + ".npy"
     try:
         info = archive.zip.getinfo(filename)
     except KeyError:
-        raise ValueError(f"model file {path} is incomplete: member {name!r} is missing; "
-                         f"{_AGAIN}") from None
+        raise _missing(path, name) from None
     if info.file_size > _MAX_RATIO * info.compress_size + _HEADER_SLACK:
         raise _corrupted(path, f"member {name!r} claims {info.file_size} bytes from "
                                f"{info.compress_size} compressed bytes")
@@ -358,18 +314,15 @@ def _member(archive, path, name):
     try:
         return archive[name]
     except KeyError:
-        raise ValueError(f"model file {path} is incomplete: member {name!r} is missing; "
-                         f"{_AGAIN}") from None
+        raise _missing(path, name) from None
     except (ValueError, OSError, EOFError, zipfile.BadZipFile, zlib.error) as exc:
-        raise ValueError(f"model file {path} is corrupted (member {name!r}: {exc}); "
-                         f"{_AGAIN}") from None
+        raise _corrupted(path, f"member {name!r}: {exc}") from None
 
 
 def _read_metadata(archive, path):
     if METADATA_MEMBER not in archive.files:
-        raise ValueError(
-            f"{path} is a .npz archive but not a gpusvm model (it has no gpusvm metadata); "
-            "load files written by gpusvm.model_io.save_model or `gpusvm fit`")
+        raise ValueError(f"{path} is a .npz archive but not a gpusvm model (it has no gpusvm "
+                         f"metadata); {_WRITTEN_BY}")
     raw = _member(archive, path, METADATA_MEMBER)
     try:
         if raw.dtype != np.uint8 or raw.ndim != 1:
@@ -380,26 +333,21 @@ def _read_metadata(archive, path):
     except RecursionError:
         raise _corrupted(path, "unreadable metadata: JSON nested too deeply") from None
     except (ValueError, UnicodeDecodeError) as exc:
-        raise ValueError(f"model file {path} is corrupted (unreadable metadata: {exc}); "
-                         f"{_AGAIN}") from None
+        raise _corrupted(path, f"unreadable metadata: {exc}") from None
     if metadata.get("format") != FORMAT_NAME:
-        raise ValueError(
-            f"{path} is a .npz archive but not a gpusvm model (format "
-            f"{metadata.get('format')!r}, expected {FORMAT_NAME!r}); load files written by "
-            "gpusvm.model_io.save_model or `gpusvm fit`")
+        raise ValueError(f"{path} is a .npz archive but not a gpusvm model (format "
+                         f"{metadata.get('format')!r}, expected {FORMAT_NAME!r}); {_WRITTEN_BY}")
     version = metadata.get("format_version")
     if not isinstance(version, int) or isinstance(version, bool) or version < 1:
-        raise ValueError(f"model file {path} is corrupted (format version {version!r}); {_AGAIN}")
+        raise _corrupted(path, f"format version {version!r}")
     if version > FORMAT_VERSION:
         raise ValueError(
             f"{path} was written by gpusvm {metadata.get('gpusvm_version', '?')} in model format "
             f"version {version}, but this gpusvm {__version__} reads format versions up to "
             f"{FORMAT_VERSION}; upgrade gpusvm (pip install -U gpusvm) to load it")
-    required = ("estimator", "params", "arrays", "attributes")
-    missing = [k for k in required if k not in metadata]
+    missing = [k for k in ("estimator", "params", "arrays", "attributes") if k not in metadata]
     if missing:
-        raise ValueError(f"model file {path} is corrupted (metadata lacks {', '.join(missing)}); "
-                         f"{_AGAIN}")
+        raise _corrupted(path, f"metadata lacks {', '.join(missing)}")
     return metadata
 
 
@@ -407,18 +355,15 @@ def _estimator_class(name, module_name, path):
     """The estimator class ``name``, imported lazily from the gpusvm package only."""
     if not isinstance(name, str):
         raise _corrupted(path, f"the estimator name is {name!r}, not a string")
-    candidates = []
-    if name in ESTIMATOR_MODULES:
-        candidates.append(ESTIMATOR_MODULES[name])
+    candidates = [ESTIMATOR_MODULES[name]] if name in ESTIMATOR_MODULES else []
     if isinstance(module_name, str) and module_name.split(".")[0] == "gpusvm":
         candidates.append(module_name)
-    candidates.append("gpusvm")
-    for mod in candidates:
+    for mod in (*candidates, "gpusvm"):
         try:
             module = importlib.import_module(mod)
         except ImportError:
             continue
-        cls = getattr(module, name, None) if isinstance(name, str) else None
+        cls = getattr(module, name, None)
         if isinstance(cls, type) and issubclass(cls, BaseEstimator):
             return cls
     raise ValueError(
@@ -437,9 +382,8 @@ def read_model_metadata(path):
     Returns
     -------
     dict
-        The metadata described in the module docstring (``format``,
-        ``format_version``, ``gpusvm_version``, ``estimator``, ``params``,
-        ``attributes``, ``extra``, ...).
+        The metadata described in the module docstring (``format``, ``format_version``,
+        ``gpusvm_version``, ``estimator``, ``params``, ``attributes``, ``extra``, ...).
 
     Raises
     ------
@@ -456,8 +400,7 @@ def read_model_metadata(path):
 def load_model(path):
     """Rebuild a fitted estimator from a file written by :func:`save_model`.
 
-    The file is read with ``allow_pickle=False``: loading never runs code
-    from the file.
+    The file is read with ``allow_pickle=False``: loading never runs code from the file.
 
     Parameters
     ----------
@@ -474,9 +417,9 @@ def load_model(path):
     FileNotFoundError
         When ``path`` does not exist.
     ValueError
-        When the file is truncated or corrupted, is not a gpusvm model (a
-        foreign ``.npz``), was written in a newer format version, or holds an
-        estimator class this version does not provide. The message says which.
+        When the file is truncated or corrupted, is not a gpusvm model (a foreign ``.npz``),
+        was written in a newer format version, or holds an estimator class this version does
+        not provide. The message says which.
     """
     path = os.fspath(path)
     with _open_archive(path) as archive:
@@ -488,8 +431,7 @@ def load_model(path):
         except RecursionError:
             raise _corrupted(path, "metadata nested too deeply") from None
         except (AttributeError, KeyError, TypeError, IndexError) as exc:
-            raise ValueError(f"model file {path} is corrupted (inconsistent metadata: {exc}); "
-                             f"{_AGAIN}") from None
+            raise _corrupted(path, f"inconsistent metadata: {exc}") from None
     _check_fitted(estimator, cls, path)
     return estimator
 
@@ -536,8 +478,7 @@ def _rebuild(archive, path, cls, metadata, limit):
                 make(_checked_csr(path, attr, data, indices, indptr, shape)[:3],
                      shape=tuple(int(v) for v in shape)))
     for attr, spec in _dict(metadata.get("json_arrays", {}), "json_arrays", path).items():
-        setattr(estimator, _attribute_name(cls, attr, path),
-                _json_array(path, attr, spec, limit))
+        setattr(estimator, _attribute_name(cls, attr, path), _json_array(path, attr, spec, limit))
     for attr, value in _dict(metadata["attributes"], "attributes", path).items():
         setattr(estimator, _attribute_name(cls, attr, path), _from_json(value))
     return estimator
@@ -566,8 +507,7 @@ def _json_array(path, attr, spec, limit):
     except ValueError:
         found = None
     if found is None or found.shape != tuple(shape):
-        raise _corrupted(path, f"{attr} declares shape {tuple(shape)} but holds values of "
-                               f"another shape")
+        raise _corrupted(path, f"{attr} declares shape {tuple(shape)} but holds values of another shape")
     arr = np.empty(found.shape, dtype=dtype)
     try:
         arr[...] = found
@@ -577,11 +517,9 @@ def _json_array(path, attr, spec, limit):
 
 
 def _checked_csr(path, attr, data, indices, indptr, shape):
-    """The parts of a CSR matrix, after a full check of its structure.
-
-    scipy checks only the lengths; an index out of range or a decreasing
-    ``indptr`` would make every later product read and write out of bounds.
-    """
+    """The parts of a CSR matrix, after a full check of its structure (scipy checks only the
+    lengths; a bad index or ``indptr`` would make every later product read and write out of
+    bounds)."""
     name = attr.rstrip("_")
     if shape.ndim != 1 or shape.size != 2 or shape.dtype.kind not in "iu" or np.any(shape < 0):
         raise _corrupted(path, f"{name} has the shape {shape.tolist()}")
@@ -648,8 +586,7 @@ def _check_fitted(estimator, cls, path):
         _float_array(estimator, "dual_coef_", (1, n_sv), path)
         _float_array(estimator, "intercept_", (1,), path)
         support = getattr(estimator, "support_", None)
-        if not isinstance(support, np.ndarray) or support.dtype.kind not in "iu" \
-                or support.shape != (n_sv,):
+        if not isinstance(support, np.ndarray) or support.dtype.kind not in "iu" or support.shape != (n_sv,):
             raise _corrupted(path, f"support is not an integer array of {n_sv} indices")
         gamma = getattr(estimator, "gamma_", None)
         if isinstance(gamma, bool) or not isinstance(gamma, (int, float)) \
@@ -664,8 +601,7 @@ def _check_fitted(estimator, cls, path):
         m = n_outputs_of(classes.size, mode)
         if isinstance(coef, np.ndarray) and coef.ndim == 2 and coef.shape[0] == m \
                 and coef.shape[1] != n_features:
-            raise _corrupted(path, f"coef has {coef.shape[-1]} features but n_features_in_ = "
-                                   f"{n_features}")
+            raise _corrupted(path, f"coef has {coef.shape[-1]} features but n_features_in_ = {n_features}")
         _float_array(estimator, "coef_", (m, n_features), path)
         _float_array(estimator, "intercept_", (m,), path)
 
@@ -674,26 +610,18 @@ def _check_fitted(estimator, cls, path):
 def skops_trusted_types():
     """The gpusvm types to trust when loading a skops file: whole pipelines without pickle.
 
-    :func:`save_model` writes one gpusvm estimator. A Pipeline (a TF-IDF
-    vectoriser before a gpusvm estimator, say) is saved without pickle by skops
-    (``pip install "gpusvm[skops]"``), whose loader refuses every type it does
-    not trust: list gpusvm's with this function.  A gpusvm estimator restored
-    by skops (or by pickle) has its fitted arrays checked as :func:`load_model`
-    checks a model file's (:func:`check_restored`).
+    :func:`save_model` writes one gpusvm estimator. A Pipeline (a TF-IDF vectoriser before a
+    gpusvm estimator, say) is saved without pickle by skops (``pip install "gpusvm[skops]"``),
+    whose loader refuses every type it does not trust: list gpusvm's with this function
+    (``skops.io.load(path, trusted=skops_trusted_types())``; see docs/estimators.md).  A gpusvm
+    estimator restored by skops (or by pickle) has its fitted arrays checked as
+    :func:`load_model` checks a model file's (:func:`check_restored`).
 
     Returns
     -------
     list of str
         Fully qualified names of gpusvm's estimator classes, as
         ``skops.io.get_untrusted_types`` reports them.
-
-    Examples
-    --------
-    >>> import skops.io as sio                                        # doctest: +SKIP
-    >>> sio.dump(pipeline, "pipeline.skops")                          # doctest: +SKIP
-    >>> sio.get_untrusted_types(file="pipeline.skops")                # doctest: +SKIP
-    ['gpusvm.estimators.sdca.SDCASVC']
-    >>> pipeline = sio.load("pipeline.skops", trusted=skops_trusted_types())  # doctest: +SKIP
     """
     return [f"{module}.{name}" for name, module in sorted(ESTIMATOR_MODULES.items())]
 
@@ -701,8 +629,8 @@ def skops_trusted_types():
 def check_restored(estimator) -> None:
     """Check a fitted estimator's state as :func:`load_model` checks a model file's.
 
-    Called by the estimators' ``__setstate__`` (skops and pickle restore through
-    it), so that a state altered in the file cannot reach compiled code.
+    Called by the estimators' ``__setstate__`` (skops and pickle restore through it), so that
+    a state altered in the file cannot reach compiled code.
 
     Parameters
     ----------
@@ -711,8 +639,8 @@ def check_restored(estimator) -> None:
     Raises
     ------
     ValueError
-        When a fitted array a prediction uses has the wrong shape, type or
-        values (the message names it).
+        When a fitted array a prediction uses has the wrong shape, type or values (the
+        message names it).
     """
     cls = type(estimator)
     _check_fitted(estimator, cls, _Restored(cls.__name__))

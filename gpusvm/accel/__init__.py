@@ -1,23 +1,18 @@
 """Accelerator mode: ``sklearn.svm.LinearSVC`` resolves to gpusvm's in unmodified code.
 
-As scikit-learn-intelex's ``patch_sklearn()`` and cuML's ``python -m cuml.accel``:
-
-* :func:`patch_sklearn` replaces the attribute ``LinearSVC`` of ``sklearn.svm`` and of
-  ``sklearn.svm._classes`` by :class:`~gpusvm.accel.LinearSVC`, so that code which runs
-  ``from sklearn.svm import LinearSVC`` afterwards (a script, a ``Pipeline``, a
-  ``GridSearchCV``) fits with :class:`gpusvm.LinearSVC`; :func:`unpatch_sklearn` puts
-  scikit-learn's class back;
-* ``python -m gpusvm.accel [-v] script.py [args ...]`` (or ``-m module``) runs a script with
-  the patch applied from its first line.
-
-Parameters gpusvm cannot honour (``penalty="l1"``, ``multi_class="crammer_singer"``,
-``loss="hinge"`` with ``dual=False``) fall back to scikit-learn's own class, fit by fit,
-with a one-line log (logger ``gpusvm.accel``, shown with ``-v``, ``patch_sklearn(verbose=True)``
-or the estimator's ``verbose > 0``).  :func:`fit_counts` tells how many fits each ran.
+As scikit-learn-intelex's ``patch_sklearn()`` and cuML's ``python -m cuml.accel`` (README.md):
+:func:`patch_sklearn` replaces the attribute ``LinearSVC`` of ``sklearn.svm`` and
+``sklearn.svm._classes`` by :class:`~gpusvm.accel.LinearSVC` (:func:`unpatch_sklearn` undoes
+it); ``python -m gpusvm.accel [-v] script.py [args ...]`` (or ``-m module``) runs a script
+patched from its first line.  Parameters gpusvm cannot honour (``penalty="l1"``,
+``multi_class="crammer_singer"``, ``loss="hinge"`` with ``dual=False``) fall back to
+scikit-learn's own class, fit by fit, with a one-line log (logger ``gpusvm.accel``, shown
+with ``-v``, ``patch_sklearn(verbose=True)`` or the estimator's ``verbose > 0``).
 """
 
 from __future__ import annotations
 
+import importlib
 import logging
 import sys
 from collections import Counter
@@ -86,8 +81,7 @@ class_weight, verbose, random_state, max_iter, backend, device
 
     @_fit_context(prefer_skip_nested_validation=True)
     def _fit_sklearn(self, X, y, sample_weight, reason):
-        params = {k: v for k, v in self.get_params(deep=False).items()
-                  if k not in ("backend", "device")}
+        params = {k: v for k, v in self.get_params(deep=False).items() if k not in ("backend", "device")}
         est = _sklearn_linear_svc()(**params).fit(X, y, sample_weight=sample_weight)
         for name in [k for k in list(self.__dict__) if k.endswith("_") and not k.startswith("_")]:
             delattr(self, name)                 # an earlier fit's attributes
@@ -125,16 +119,13 @@ def patch_sklearn(verbose: bool = False) -> None:
 
     Code that looks the class up after the call (``from sklearn.svm import LinearSVC``,
     ``sklearn.svm.LinearSVC(...)``) gets :class:`gpusvm.accel.LinearSVC`; a name imported
-    before the call keeps scikit-learn's class, so patch first.  Calling it twice is
-    harmless.
+    before the call keeps scikit-learn's class, so patch first.  Calling it twice is harmless.
 
     Parameters
     ----------
     verbose : bool, default=False
         Log every fit (which implementation ran it) on stderr.
     """
-    import importlib  # noqa: PLC0415
-
     for module_name, attr in PATCHED:
         module = importlib.import_module(module_name)
         if (module_name, attr) not in _originals:
@@ -146,20 +137,13 @@ def patch_sklearn(verbose: bool = False) -> None:
 
 def unpatch_sklearn() -> None:
     """Put scikit-learn's own ``LinearSVC`` back (undo :func:`patch_sklearn`)."""
-    import importlib  # noqa: PLC0415
-
     for (module_name, attr), original in list(_originals.items()):
         setattr(importlib.import_module(module_name), attr, original)
         del _originals[(module_name, attr)]
 
 
 def is_patched() -> bool:
-    """Whether ``sklearn.svm.LinearSVC`` is gpusvm's now.
-
-    Returns
-    -------
-    bool
-    """
+    """Whether ``sklearn.svm.LinearSVC`` is gpusvm's now (bool)."""
     import sklearn.svm  # noqa: PLC0415
     return sklearn.svm.LinearSVC is LinearSVC
 
