@@ -515,13 +515,6 @@ def _join_outputs(results):
     return np.hstack(Ws), np.concatenate(bs), common, per
 
 
-def _store_params(estimator, params) -> None:
-    """Set the arguments of ``__init__`` (its ``locals()``) as attributes, and nothing else."""
-    for name, value in params.items():
-        if name != "self":
-            setattr(estimator, name, value)
-
-
 def seed_of(random_state):
     """The integer seed (or None) of a ``random_state`` (int, RandomState, Generator)."""
     if isinstance(random_state, np.random.RandomState):

@@ -44,7 +44,7 @@ from ..solvers.newton import DEFAULT_MAX_ITER as DEFAULT_NEWTON_ITER
 from ..solvers.newton import block_products, newton_block
 from ..solvers.policy import choose_cv_solver, choose_solver, sdca_settings
 from ..solvers.sdca import sdca
-from ._base import _mean_sq_norm, _store_params, class_labels, output_problems, row_weights
+from ._base import _mean_sq_norm, class_labels, output_problems, row_weights
 from .pegasos import PegasosSVC
 from .sdca import SDCASVC
 
@@ -405,7 +405,31 @@ stop_reason_, history_
                  max_iter=None, sampling="epoch", bias="augmented", intercept_scaling=1.0,
                  eval_every=None, backend="auto", dtype="float32", random_state=None,
                  verbose=0, shrinking=True, device=None):
-        _store_params(self, locals())
+        self.Cs = Cs
+        self.cv = cv
+        self.scoring = scoring
+        self.refit = refit
+        self.n_jobs = n_jobs
+        self.loss = loss
+        self.solver = solver
+        self.class_weight = class_weight
+        self.multi_class = multi_class
+        self.batch_size = batch_size
+        self.variant = variant
+        self.theta = theta
+        self.tol = tol
+        self.sigma2 = sigma2
+        self.max_iter = max_iter
+        self.sampling = sampling
+        self.bias = bias
+        self.intercept_scaling = intercept_scaling
+        self.eval_every = eval_every
+        self.backend = backend
+        self.dtype = dtype
+        self.random_state = random_state
+        self.verbose = verbose
+        self.shrinking = shrinking
+        self.device = device
 
     def _base_params(self) -> dict:
         params = super()._base_params()
@@ -574,7 +598,31 @@ stop_reason_, history_
                  schedule="pegasos", eta0=None, norma_p=0.7, bias="augmented",
                  intercept_scaling=1.0, eval_every=None, backend="auto", dtype="float32",
                  random_state=None, verbose=0, device=None):
-        _store_params(self, locals())
+        self.Cs = Cs
+        self.cv = cv
+        self.scoring = scoring
+        self.refit = refit
+        self.n_jobs = n_jobs
+        self.loss = loss
+        self.class_weight = class_weight
+        self.multi_class = multi_class
+        self.batch_size = batch_size
+        self.max_iter = max_iter
+        self.sampling = sampling
+        self.projection = projection
+        self.averaging = averaging
+        self.tol = tol
+        self.schedule = schedule
+        self.eta0 = eta0
+        self.norma_p = norma_p
+        self.bias = bias
+        self.intercept_scaling = intercept_scaling
+        self.eval_every = eval_every
+        self.backend = backend
+        self.dtype = dtype
+        self.random_state = random_state
+        self.verbose = verbose
+        self.device = device
 
     def _check_search(self) -> None:
         self._check_options()

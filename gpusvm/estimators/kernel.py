@@ -14,7 +14,7 @@ from ..solvers.kernel_pegasos import (KERNEL_BIAS_MODES, KERNELS, NONFINITE_KERN
                                      kernel_pegasos, make_kernel, resolve_gamma)
 from ..solvers.pegasos import AVERAGING
 from .._arrays import check_sparse_structure
-from ._base import (_LinearSVCBase, _progress_bar, _store_params, binary_labels, check_batch_size,
+from ._base import (_LinearSVCBase, _progress_bar, binary_labels, check_batch_size,
                     seed_of, warn_short_tail)
 
 
@@ -132,7 +132,25 @@ class KernelPegasosSVC(ClassifierMixin, BaseEstimator):
                  averaging="none", bias="none", eval_every=None, max_time=None,
                  target_objective=None, callback=None, cache_size=200, backend="auto",
                  random_state=None, verbose=0):
-        _store_params(self, locals())
+        self.lam = lam
+        self.batch_size = batch_size
+        self.max_iter = max_iter
+        self.sampling = sampling
+        self.kernel = kernel
+        self.gamma = gamma
+        self.degree = degree
+        self.coef0 = coef0
+        self.projection = projection
+        self.averaging = averaging
+        self.bias = bias
+        self.eval_every = eval_every
+        self.max_time = max_time
+        self.target_objective = target_objective
+        self.callback = callback
+        self.cache_size = cache_size
+        self.backend = backend
+        self.random_state = random_state
+        self.verbose = verbose
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

@@ -22,7 +22,7 @@ from .. import _arrays
 from ..backends import BACKENDS, resolve_backend_name
 from .._arrays import check_sparse_structure
 from ..solvers.policy import batch_size, choose_cv_solver, choose_solver, sdca_hands_over
-from ._base import _LinearSVCBase, _mean_sq_norm, _store_params
+from ._base import _LinearSVCBase, _mean_sq_norm
 from .cv import SDCASVCCV, _OnePassSearch
 from .sdca import SDCASVC
 
@@ -137,7 +137,20 @@ class LinearSVC(_LinearSVCBase):
     def __init__(self, penalty="l2", loss="squared_hinge", *, dual="auto", tol=1e-4, C=1.0,
                  multi_class="ovr", fit_intercept=True, intercept_scaling=1, class_weight=None,
                  verbose=0, random_state=None, max_iter=1000, backend="auto", device=None):
-        _store_params(self, locals())
+        self.penalty = penalty
+        self.loss = loss
+        self.dual = dual
+        self.tol = tol
+        self.C = C
+        self.multi_class = multi_class
+        self.fit_intercept = fit_intercept
+        self.intercept_scaling = intercept_scaling
+        self.class_weight = class_weight
+        self.verbose = verbose
+        self.random_state = random_state
+        self.max_iter = max_iter
+        self.backend = backend
+        self.device = device
 
     def unsupported(self):
         """Why gpusvm cannot fit these parameters, in one line, or None when it can.
@@ -331,7 +344,24 @@ backend_, n_iter_
                  loss="squared_hinge", dual="auto", tol=1e-4, multi_class="ovr",
                  fit_intercept=True, intercept_scaling=1, class_weight=None, verbose=0,
                  random_state=None, max_iter=1000, backend="auto", device=None):
-        _store_params(self, locals())
+        self.Cs = Cs
+        self.cv = cv
+        self.scoring = scoring
+        self.refit = refit
+        self.n_jobs = n_jobs
+        self.penalty = penalty
+        self.loss = loss
+        self.dual = dual
+        self.tol = tol
+        self.multi_class = multi_class
+        self.fit_intercept = fit_intercept
+        self.intercept_scaling = intercept_scaling
+        self.class_weight = class_weight
+        self.verbose = verbose
+        self.random_state = random_state
+        self.max_iter = max_iter
+        self.backend = backend
+        self.device = device
 
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y, sample_weight=None):

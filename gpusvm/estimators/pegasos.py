@@ -16,7 +16,7 @@ from ..backends import make_backend, resolve_backend_name
 from ..backends.base import SCHEDULES
 from ..solvers.pegasos import AVERAGING, pegasos
 from ..solvers.policy import MIN_OPTIMAL_BIAS_BATCH, pegasos_settings
-from ._base import _LinearSVCBase, _progress_bar, _store_params, warn_short_tail
+from ._base import _LinearSVCBase, _progress_bar, warn_short_tail
 
 
 class PegasosSVC(_LinearSVCBase):
@@ -135,7 +135,31 @@ class PegasosSVC(_LinearSVCBase):
                  norma_p=0.7, bias="augmented", intercept_scaling=1.0, eval_every=None,
                  max_time=None, target_objective=None, callback=None, backend="auto",
                  dtype="float32", random_state=None, verbose=0, device=None):
-        _store_params(self, locals())
+        self.lam = lam
+        self.C = C
+        self.loss = loss
+        self.class_weight = class_weight
+        self.multi_class = multi_class
+        self.batch_size = batch_size
+        self.max_iter = max_iter
+        self.sampling = sampling
+        self.projection = projection
+        self.averaging = averaging
+        self.tol = tol
+        self.schedule = schedule
+        self.eta0 = eta0
+        self.norma_p = norma_p
+        self.bias = bias
+        self.intercept_scaling = intercept_scaling
+        self.eval_every = eval_every
+        self.max_time = max_time
+        self.target_objective = target_objective
+        self.callback = callback
+        self.backend = backend
+        self.dtype = dtype
+        self.random_state = random_state
+        self.verbose = verbose
+        self.device = device
 
     def _initial_point(self, coef_init, intercept_init, d_aug, lam, clip=False):
         if coef_init is None and intercept_init is None:

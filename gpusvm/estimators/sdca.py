@@ -17,7 +17,7 @@ from ..solvers.newton import DEFAULT_MAX_ITER as DEFAULT_NEWTON_ITER
 from ..solvers.newton import newton
 from ..solvers.policy import sdca_settings
 from ..solvers.sdca import VARIANTS, sdca
-from ._base import _LinearSVCBase, _progress_bar, _store_params
+from ._base import _LinearSVCBase, _progress_bar
 
 #: the solvers of SDCASVC: mini-batch SDCA on the dual, primal Newton for the squared hinge
 SOLVERS = ("sdca", "newton")
@@ -201,7 +201,31 @@ class SDCASVC(_LinearSVCBase):
                  intercept_scaling=1.0, eval_every=None, max_time=None, callback=None,
                  backend="auto", dtype="float32", random_state=None, verbose=0, shrinking=True,
                  device=None):
-        _store_params(self, locals())
+        self.lam = lam
+        self.C = C
+        self.loss = loss
+        self.solver = solver
+        self.class_weight = class_weight
+        self.multi_class = multi_class
+        self.warm_start = warm_start
+        self.batch_size = batch_size
+        self.variant = variant
+        self.theta = theta
+        self.tol = tol
+        self.sigma2 = sigma2
+        self.max_iter = max_iter
+        self.sampling = sampling
+        self.bias = bias
+        self.intercept_scaling = intercept_scaling
+        self.eval_every = eval_every
+        self.max_time = max_time
+        self.callback = callback
+        self.backend = backend
+        self.dtype = dtype
+        self.random_state = random_state
+        self.verbose = verbose
+        self.shrinking = shrinking
+        self.device = device
 
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y, sample_weight=None):
