@@ -2,7 +2,7 @@
 
 A runtime holds the array module ``xp``, the compiled kernel module (:func:`gpusvm._kernels.load_module`,
 kernels looked up by NVRTC name expression), a non-blocking stream joined to the caller's at the
-boundary (the rule of :mod:`gpusvm.backends.base`) and the graphs that replay a segment's launches
+boundary (docs/gpu.md, "The stream rule") and the graphs that replay a segment's launches
 (:class:`SegmentGraph`).
 """
 
@@ -52,10 +52,8 @@ class SegmentGraph:
 
     Attributes
     ----------
-    captures : int
-        Graphs captured so far.
-    launches : int
-        Graph launches so far.
+    captures, launches : int
+        Graphs captured, graph launches so far.
     capture_seconds : float
         Host time spent capturing and instantiating.
     """
@@ -250,7 +248,6 @@ class _StreamRuntime:
         self._enter_event = streams.Event(block=False, disable_timing=True)
         self._exit_event = streams.Event(block=False, disable_timing=True)
         self._depth = 0
-        self._callers: list = []
         self.captures = 0
         self.graph_launches = 0
         self.capture_seconds = 0.0
