@@ -30,12 +30,9 @@ def numba_available() -> bool:
         return False
 
 
-#: the cause :func:`device_problem` gives when CuPy is not installed (no warning for it)
-NO_CUPY = "CuPy is not installed"
-#: the cause when CuPy imports and the driver reports no device
-NO_DEVICE = "CuPy sees no CUDA device"
-#: the oldest compute capability the kernels run on (FP64 atomics: 6.0)
-MIN_COMPUTE_CAPABILITY = 60
+NO_CUPY = "CuPy is not installed"  #: :func:`device_problem`'s cause without CuPy (no warning)
+NO_DEVICE = "CuPy sees no CUDA device"  #: its cause when the driver reports no device
+MIN_COMPUTE_CAPABILITY = 60  #: the oldest the kernels run on (FP64 atomics: 6.0)
 
 
 def _first_line(exc: BaseException) -> str:
@@ -75,8 +72,8 @@ _problem: list = []
 def device_problem() -> str | None:
     """Why ``backend="cupy"`` cannot run in this process, or None when it can (checked once).
 
-    Imports CuPy, asks the driver for a device, checks its compute capability and
-    compiles the kernels (which the first fit would do anyway; cached on disk).
+    Imports CuPy, asks the driver for a device, checks its compute capability and compiles
+    the kernels (which the first fit would do anyway; cached on disk).
 
     Returns
     -------
@@ -86,10 +83,6 @@ def device_problem() -> str | None:
     if not _problem:
         _problem.append(_probe_device())
     return _problem[0]
-
-
-def _cpu_backend() -> str:
-    return "numba" if numba_available() else "numpy"
 
 
 def resolve_backend_name(name: str) -> str:
@@ -106,7 +99,7 @@ def resolve_backend_name(name: str) -> str:
         problem = device_problem()
         if problem is None:
             return "cupy"
-        fallback = _cpu_backend()
+        fallback = "numba" if numba_available() else "numpy"
         if problem != NO_CUPY and not _warned:
             _warned.append(problem)
             warnings.warn(f"backend='auto' runs on the CPU ({fallback!r}): CuPy is installed but "
@@ -114,16 +107,12 @@ def resolve_backend_name(name: str) -> str:
         return fallback
     if name == "cupy":
         problem = device_problem()
-        if problem in (NO_CUPY, NO_DEVICE):
-            raise RuntimeError(
-                "backend='cupy' needs CuPy and a CUDA device, and none was found; install "
-                "gpusvm[cuda12] or gpusvm[cuda13] on a CUDA machine, or use backend='numpy' (run "
-                "`gpusvm info` to see which backends can run here)")
         if problem is not None:
+            cause = ("needs CuPy and a CUDA device, and none was found" if problem in (NO_CUPY, NO_DEVICE)
+                     else f"cannot run here: {problem}")
             raise RuntimeError(
-                f"backend='cupy' cannot run here: {problem}; install gpusvm[cuda12] or "
-                "gpusvm[cuda13] on a CUDA machine, or use backend='numpy' (run `gpusvm info` to "
-                "see which backends can run here)")
+                f"backend='cupy' {cause}; install gpusvm[cuda12] or gpusvm[cuda13] on a CUDA machine, "
+                "or use backend='numpy' (run `gpusvm info` to see which backends can run here)")
     return name
 
 
@@ -144,16 +133,15 @@ def make_backend(name: str, X, y, sample_weight=None, device=None):
         One column per output (ALGORITHMS.md, "Many outputs at once");
         ``backend.n_outputs`` is ``M`` (1 for 1-D ``y``).
     sample_weight : array of shape (n,) or (n, M), optional
-        Example weights ``s_i >= 0``: one per row, shared by every output
-        (sample_weight times class_weight[y_i]; ALGORITHMS.md, "Weights"), or one
-        per row and output, ``s_ic`` (a cross-validation fold's rows have weight 0
-        for the outputs that hold it out; ALGORITHMS.md, "Model selection in one
-        pass").
+        Example weights ``s_i >= 0``: one per row, shared by every output (sample_weight
+        times class_weight[y_i]; ALGORITHMS.md, "Weights"), or one per row and output,
+        ``s_ic`` (a cross-validation fold's rows have weight 0 for the outputs that hold
+        it out; ALGORITHMS.md, "Model selection in one pass").
     device : int, optional
         CUDA device id the device backend is bound to (as ``cupy.cuda.Device(id)``;
-        default: the current device).  ``"emulated"`` emulates one device, id 0.
-        Refused with a CPU backend (``"numpy"``, ``"numba"``, or ``"auto"`` without a GPU),
-        where it would be silently ignored.
+        default: the current device); ``"emulated"`` emulates one device, id 0.  Refused
+        with a CPU backend (``"numpy"``, ``"numba"``, or ``"auto"`` without a GPU), where it
+        would be silently ignored.
 
     Returns
     -------

@@ -1,41 +1,35 @@
 """The one state and objective of every backend, and what the backends share to evaluate it.
 
-ALGORITHMS.md, "Weights, and the squared hinge" and "Many outputs at once".  Every
-fit runs on this state; a binary, unweighted hinge fit is ``M = 1`` with
-``s_i = 1``.  The loops over it are :class:`~gpusvm.backends.numpy_.NumpyBackend`'s
-(the reference), the numba backend's and the device backend's.
-
-State (all in the backend's array module, host NumPy here):
+Every fit runs on this state (ALGORITHMS.md, "Weights, and the squared hinge" and "Many
+outputs at once"); a binary, unweighted hinge fit is ``M = 1`` with ``s_i = 1``.  The loops
+over it are :class:`~gpusvm.backends.numpy_.NumpyBackend`'s (the reference), the numba
+backend's and the device backend's.  State, in the backend's array module:
 
 ``V`` : (d, M), the data's dtype, row-major
-    ``W = V diag(a)``: column ``c`` is output ``c``'s ``v``; a nonzero ``x_ij``
-    reads the ``M`` entries ``V[j, :]`` contiguously.
+    ``W = V diag(a)``: column ``c`` is output ``c``'s ``v``; a nonzero ``x_ij`` reads the
+    ``M`` entries ``V[j, :]`` contiguously.
 ``sm`` : (N_SLOTS, M) float64
-    One column of the scalar slots of :mod:`gpusvm.backends._state` per output
-    (``sm[S_A]`` the M scales, ``sm[S_VSQ]`` the M squared norms, ...);
-    ``sm[S_NAVG]`` is the same in every column.
+    One column of the slots of :mod:`gpusvm.backends._state` per output (``sm[S_A]`` the M
+    scales, ...); ``sm[S_NAVG]`` is the same in every column.
 ``U`` : (d, M) float64 or None
     Averaging (``S = A v - u`` per column).
 ``alpha`` : (n, M) float64
     SDCA's dual variables, one column per output.
 
-The objective of output ``c`` with weights ``s_i >= 0`` (scikit-learn's
-``sample_weight``) is ``P_s(w) = lam/2 ||w||^2 + (1/n) sum_i s_i loss_i(w)``
-with ``loss_i`` the hinge ``max(0, 1 - m_i)`` or the squared hinge
-``max(0, 1 - m_i)^2``, ``m_i = y_ic (<w_c, x_i> + b_c)``.
+The objective of output ``c`` with weights ``s_i >= 0`` (scikit-learn's ``sample_weight``)
+is ``P_s(w) = lam/2 ||w||^2 + (1/n) sum_i s_i loss_i(w)`` with ``loss_i`` the hinge
+``max(0, 1 - m_i)`` or the squared hinge ``max(0, 1 - m_i)^2``, ``m_i = y_ic (<w_c, x_i> + b_c)``.
 
-Pegasos (Shalev-Shwartz et al. 2007, Fig. 1, steps 4-5, per output): the
-subgradient of a violated example is ``-s_i y_i x_i`` (hinge) or
-``-2 s_i (1 - m_i) y_i x_i`` (squared hinge); the shrink ``1 - eta_t lam`` is
-common to the outputs, the projection scales each column alone.
+Pegasos (Shalev-Shwartz et al. 2007, Fig. 1, steps 4-5, per output): the subgradient of a
+violated example is ``-s_i y_i x_i`` (hinge) or ``-2 s_i (1 - m_i) y_i x_i`` (squared hinge);
+the shrink ``1 - eta_t lam`` is common to the outputs, the projection scales each column alone.
 
-SDCA (Takáč et al. 2013, eq. 15, per output): hinge ``delta`` clipped to
-``[-alpha_i, s_i - alpha_i]``; squared hinge
-``delta = lam n (1 - m_i - alpha_i/(2 s_i)) / (lam n/(2 s_i) + beta ||x_i||^2)``,
-computed as ``(2 s_i (1 - m_i) - alpha_i) / (1 + 2 s_i beta ||x_i||^2 / (lam n))``
-(no division by ``s_i``: a zero weight gives ``delta = -alpha_i``, a zero row
-``2 s_i - alpha_i``), then ``alpha_i + delta >= 0``; dual
-``D2(alpha) = (1/n) sum_i (alpha_i - alpha_i^2/(4 s_i)) - lam/2 ||w(alpha)||^2``.
+SDCA (Takáč et al. 2013, eq. 15, per output): hinge ``delta`` clipped to ``[-alpha_i, s_i -
+alpha_i]``; squared hinge ``delta = lam n (1 - m_i - alpha_i/(2 s_i)) / (lam n/(2 s_i) + beta
+||x_i||^2)``, computed as ``(2 s_i (1 - m_i) - alpha_i) / (1 + 2 s_i beta ||x_i||^2 / (lam n))``
+(no division by ``s_i``: a zero weight gives ``delta = -alpha_i``, a zero row ``2 s_i -
+alpha_i``), then ``alpha_i + delta >= 0``; dual ``D2(alpha) = (1/n) sum_i (alpha_i -
+alpha_i^2/(4 s_i)) - lam/2 ||w(alpha)||^2``.
 """
 
 from __future__ import annotations
@@ -49,19 +43,7 @@ LOSSES = ("hinge", "squared_hinge")
 
 
 def as_2d_labels(y, n: int, dtype) -> np.ndarray:
-    """Labels as an ``(n, M)`` array (a view of a 1-D ``y`` as one column); checks the shape.
-
-    Parameters
-    ----------
-    y : array of shape (n,) or (n, M)
-        Values in {-1, +1}.
-    n : int
-    dtype : numpy dtype
-
-    Returns
-    -------
-    ndarray of shape (n, M), C-contiguous
-    """
+    """Labels in {-1, +1} as a C-contiguous ``(n, M)`` array (a 1-D ``y`` is one column)."""
     y = np.asarray(y, dtype=dtype)
     if y.ndim == 1:
         y = y.reshape(-1, 1)
@@ -74,11 +56,8 @@ def as_2d_labels(y, n: int, dtype) -> np.ndarray:
 def check_sample_weight(sample_weight, n: int, M: int = 1):
     """``sample_weight`` as float64 ``(n, M)`` (C order), or None; clear errors for bad values.
 
-    A weight of shape ``(n,)`` is one weight per row, shared by every output (it is
-    repeated across the ``M`` columns); ``(n, M)`` gives each output its own row
-    weights ``s_ic`` (ALGORITHMS.md, "Model selection in one pass": a fold's rows have
-    weight 0 for the outputs that hold it out, and a value of ``C`` scales an output's
-    weights).
+    Shape ``(n,)`` is one weight per row, repeated for the ``M`` outputs; ``(n, M)`` gives
+    each output its own row weights ``s_ic`` (ALGORITHMS.md, "Model selection in one pass").
     """
     if sample_weight is None:
         return None
@@ -100,17 +79,8 @@ def optimal_bias_weighted_xp(xp, y_b, sc, wts):
     Pegasos Sec. 4, weighted: the right derivative at ``b`` is ``sum{s_i : y_i = -1,
     b_i <= b} - sum{s_i : y_i = +1, b_i > b}`` with the breakpoints ``b_i = y_i - sc_i``;
     the smallest breakpoint where it is ``>= 0`` is returned (a weighted median).
-
-    Parameters
-    ----------
-    xp : module
-        NumPy or CuPy (the arrays' module; the result stays there, no synchronisation).
-    y_b, sc, wts : arrays of float64, shape (k,)
-        Labels, raw scores and weights of the batch.
-
-    Returns
-    -------
-    0-d array of ``xp``
+    ``xp`` is the arrays' module (NumPy or CuPy), ``y_b, sc, wts`` float64 (k,); the
+    result is a 0-d array of ``xp`` (no synchronisation).
     """
     bp = y_b - sc
     order = xp.argsort(bp, kind="stable") if getattr(xp, "stable_argsort", xp is np) else xp.argsort(bp)
@@ -126,35 +96,27 @@ def optimal_bias_weighted_xp(xp, y_b, sc, wts):
 def regularized_bias_xp(xp, y, sc, wts, lam: float, c: float, loss: str = "hinge"):
     """Minimiser over ``beta`` of ``lam/2 beta^2 + (1/n) sum_i s_i L(1 - y_i (sc_i + c beta))``.
 
-    The weight ``beta`` of a constant feature of value ``c`` (the augmented bias, which
-    is regularised), the rest of ``w`` fixed: ``sc_i`` are the margins without it and
-    ``L`` the hinge or the squared hinge.  The function is convex; its breakpoints are
-    ``beta_i = (y_i - sc_i) / c`` (row ``i`` is violated for ``beta < beta_i`` when
-    ``y_i = +1``, for ``beta > beta_i`` when ``y_i = -1``).  Between two sorted
-    breakpoints the derivative is ``A_j beta - B_j`` with
-
-    * hinge: ``A_j = lam``, ``B_j = (c/n) (S+_j - S-_j)``,
-    * squared hinge: ``A_j = lam + (2 c^2/n) S_j``, ``B_j = (2 c^2/n) sum_viol s_i beta_i``,
-
-    where ``S+_j`` (``S-_j``) is the weight of the violated positive (negative) rows on
-    interval ``j`` and ``S_j = S+_j + S-_j``.  The derivative does not decrease, so the
-    minimiser is ``max(lo_j, B_j / A_j)`` on the first interval ``[lo_j, hi_j)`` where
-    ``A_j hi_j - B_j >= 0`` (a kink at ``lo_j`` or the root inside).
+    ``beta`` is the weight of a constant feature of value ``c`` (the augmented bias, which is
+    regularised), the rest of ``w`` fixed: ``sc_i`` are the margins without it, ``L`` the
+    hinge or the squared hinge.  The function is convex with breakpoints ``beta_i = (y_i -
+    sc_i) / c`` (row ``i`` is violated for ``beta < beta_i`` when ``y_i = +1``, for ``beta >
+    beta_i`` when ``y_i = -1``); between two sorted breakpoints the derivative is ``A_j beta
+    - B_j`` with ``A_j = lam``, ``B_j = (c/n) (S+_j - S-_j)`` (hinge) or ``A_j = lam + (2
+    c^2/n) S_j``, ``B_j = (2 c^2/n) sum_viol s_i beta_i`` (squared hinge), where ``S+_j``
+    (``S-_j``) is the weight of the violated positive (negative) rows on interval ``j`` and
+    ``S_j = S+_j + S-_j``.  The derivative does not decrease, so the minimiser is ``max(lo_j,
+    B_j / A_j)`` on the first interval ``[lo_j, hi_j)`` where ``A_j hi_j - B_j >= 0`` (a kink
+    at ``lo_j`` or the root inside).
 
     Parameters
     ----------
     xp : module
-        NumPy or CuPy (the arrays' module; the result stays there).
+        NumPy or CuPy (the arrays' module; the result stays there, a 0-d array).
     y, sc, wts : arrays of float64, shape (n,)
         Labels in {-1, +1}, margins without the constant feature, sample weights.
-    lam : float
-    c : float
-        Value of the constant feature (``intercept_scaling``).
+    lam, c : float
+        Regularisation; the value of the constant feature (``intercept_scaling``).
     loss : {"hinge", "squared_hinge"}
-
-    Returns
-    -------
-    0-d array of ``xp``
     """
     n = y.shape[0]
     bp = (y - sc) / c
@@ -163,8 +125,7 @@ def regularized_bias_xp(xp, y, sc, wts, lam: float, c: float, loss: str = "hinge
     pos = xp.where(ys > 0, ws, 0.0)
     neg = xp.where(ys < 0, ws, 0.0)
     zero = xp.zeros(1)
-    # interval j = 0..n lies between bps[j-1] and bps[j]: violated are the positives of
-    # index >= j and the negatives of index < j
+    # interval j = 0..n, between bps[j-1] and bps[j]: positives of index >= j, negatives < j violated
     pos_ge = xp.concatenate([xp.cumsum(pos[::-1])[::-1], zero])
     neg_lt = xp.concatenate([zero, xp.cumsum(neg)])
     if loss == "squared_hinge":
@@ -189,12 +150,9 @@ def optimal_bias_weighted(y_b, sc, wts) -> float:
 class GeneralEvaluation:
     """What the general path's host and device forms share: outputs, objectives, certificates.
 
-    Written once against the host class's array module ``xp`` (NumPy for
-    :class:`~gpusvm.backends.numpy_.NumpyBackend`, CuPy or NumPy for the device backend's
-    :class:`~gpusvm.backends.device.DeviceBackend`); none of these
-    methods synchronises a device.  Needs ``xp``, ``X``, ``n``, ``Y`` (n, M),
-    ``sample_weight`` (float64 (n, M) or None, in ``xp``), ``V``, ``U``, ``sm`` and
-    ``alpha`` from the host class.
+    Written once against the host class's array module ``xp`` (NumPy, or CuPy for the device
+    backend); none of these methods synchronises a device.  Needs ``xp``, ``X``, ``n``, ``Y``
+    (n, M), ``sample_weight`` (float64 (n, M) or None), ``V``, ``U``, ``sm`` and ``alpha``.
     """
 
     @property
@@ -249,8 +207,7 @@ class GeneralEvaluation:
         Returns
         -------
         objective, loss, sq_norm : arrays of float64, shape (M,)
-            ``P_s(w_c)``, ``(1/n) sum_i s_i loss_i(w_c)`` and ``||w_c||^2`` (plus
-            ``b_c^2`` when ``reg_bias``).
+            ``P_s(w_c)``, ``(1/n) sum_i s_i loss_i(w_c)``, ``||w_c||^2`` (+ ``b_c^2`` if ``reg_bias``).
         """
         xp = self.xp
         Z = self.decision_function_m(W, b)
@@ -260,28 +217,25 @@ class GeneralEvaluation:
         if self.sample_weight is not None:
             slack = self.sample_weight * slack
         lval = slack.mean(axis=0)
-        W = xp.asarray(W, dtype=np.float64)
         sq = self.col_sq_norms_m(W) + (xp.asarray(b) ** 2 if reg_bias else 0.0)
         return 0.5 * lam * sq + lval, lval, sq
 
     def final_optimal_bias_m(self, W):
         """Per output, the optimal bias of ``w_c`` over all rows (weighted, Pegasos Sec. 4)."""
-        xp = self.xp
-        Z = self.decision_function_m(W, 0.0)
-        Y = self.Y.astype(np.float64)
-        wts = self._weights()
-        return xp.stack([optimal_bias_weighted_xp(xp, Y[:, c], Z[:, c], wts[:, c])
-                         for c in range(self.n_outputs)])
+        return self._per_output(optimal_bias_weighted_xp, self.decision_function_m(W, 0.0))
 
     def regularized_bias_m(self, W, lam: float, c: float, loss: str = "hinge"):
         """Per output, the best weight of the constant feature ``c`` (the last row of ``W``)
         given the other weights (:func:`regularized_bias_xp`), shape (M,)."""
-        xp = self.xp
         Z = self.decision_function_m(W, 0.0) - c * W[-1][None, :]
+        return self._per_output(regularized_bias_xp, Z, lam, c, loss)
+
+    def _per_output(self, solve, Z, *args):
+        """``solve(xp, y_c, Z_c, s_c, *args)`` of every output, stacked."""
         Y = self.Y.astype(np.float64)
         wts = self._weights()
-        return xp.stack([regularized_bias_xp(xp, Y[:, m], Z[:, m], wts[:, m], lam, c, loss)
-                         for m in range(self.n_outputs)])
+        return self.xp.stack([solve(self.xp, Y[:, c], Z[:, c], wts[:, c], *args)
+                              for c in range(self.n_outputs)])
 
     def dual_weights_m(self, lam: float):
         """``W(alpha) = X^T (alpha * Y) / (lam n)`` (float64 (d, M)); resynchronises ``V``."""
@@ -292,13 +246,10 @@ class GeneralEvaluation:
         return W
 
     def _resync(self, W) -> None:
-        """The iterate ``V = W(alpha)`` (rounded to ``V``'s dtype), scale 1, ``||v_c||^2`` of
-        the rounded values and ``sum_i alpha_ic``: the state after a certificate."""
-        xp = self.xp
+        """The state after a certificate: ``V = W(alpha)`` rounded, ``a = 1``, its norms, ``sum alpha``."""
         self.V[...] = W
-        v64 = self.V.astype(np.float64)
         self.sm[S_A] = 1.0
-        self.sm[S_VSQ] = xp.einsum("ij,ij->j", v64, v64)
+        self.sm[S_VSQ] = self.col_sq_norms_m(self.V)
         self.sm[S_ASUMD] = self.alpha.sum(axis=0)
 
     def col_dots_m(self, A, a_cols, B):

@@ -1,48 +1,24 @@
 """The interface every solver is written against: one state, one segment per solver.
 
-A backend owns the data (CSR ``X``, labels ``Y`` (n, M) in {-1, +1}, optional
-weights ``s`` (n, M), squared row norms) and the state of
-:mod:`gpusvm.backends._general` (``V`` (d, M) with the scales ``a_c`` of the
-sparse form ``w_c = a_c v_c`` of Pegasos Sec. 2.4, the averaging ``U``, SDCA's
-``alpha`` (n, M) and the scalar slots ``sm`` of :mod:`gpusvm.backends._state`),
-all in its own array module ``xp``.  A binary, unweighted hinge fit is ``M = 1``
-without weights.  Only :meth:`to_host` (and the methods documented as returning
-host values) may synchronise a device.  The solvers call:
+A backend owns the data (CSR ``X``, labels ``Y`` (n, M) in {-1, +1}, optional weights ``s``
+(n, M), squared row norms) and the state of :mod:`gpusvm.backends._general` (``V`` (d, M)
+with the scales ``a_c`` of the sparse form ``w_c = a_c v_c`` of Pegasos Sec. 2.4, ``U``,
+``alpha`` (n, M), the slots ``sm`` of :mod:`gpusvm.backends._state`), all in its array module
+``xp``.  Only :meth:`to_host` (and methods documented as returning host values) may
+synchronise a device.  The solvers call ``init_state_m(w0, b0, averaging)`` and
+``init_dual_m(beta0, loss, alpha0, lam)`` (the starting points), ``pegasos_segment_m`` and
+``sdca_segment_m(sampler, t0, t1, plan)`` (iterations ``t0 + 1 .. t1`` on the batches ``t0 ..
+t1 - 1`` of the :class:`~gpusvm.solvers._sampling.CounterSampler`, ``plan`` a
+:class:`PegasosPlan` or :class:`SDCAPlan`, with no Python per iteration on the compiled
+backends), and the evaluations, certificates and output selection of
+:class:`~gpusvm.backends._general.GeneralEvaluation`; ``outputs_m`` and ``sdca_unshrink_m``
+(shrinking, CPU backends) are optional, and device backends add ``synchronize`` and
+``times_certificates`` (to time a segment; whether the certificate cadence reads the clock).
 
-``init_state_m(w0, b0, averaging)``, ``init_dual_m(beta0, loss, alpha0, lam)``
-    the starting point of Pegasos; SDCA's ``alpha^(0)`` and ``beta^(0)``.
-``pegasos_segment_m(sampler, t0, t1, plan)``, ``sdca_segment_m(sampler, t0, t1, plan)``
-    iterations ``t0 + 1 .. t1`` on the batches ``t0 .. t1 - 1`` of the
-    :class:`~gpusvm.solvers._sampling.CounterSampler` (``plan``: :class:`PegasosPlan`,
-    :class:`SDCAPlan`), with no Python per iteration on the compiled backends; the
-    NumPy reference spells the papers' steps out.
-``reset_average_m``, ``output_m``, ``decision_function_m``, ``evaluate_m``,
-``final_optimal_bias_m``, ``regularized_bias_m``, ``dual_weights_m``,
-``dual_objective_m``, ``col_sq_norms_m``, ``col_dots_m``, ``mix_columns_m``,
-``outputs_m`` (optional), ``sdca_unshrink_m`` (shrinking, CPU backends),
-``synchronize`` and ``times_certificates`` (device backends: wait for the stream, to time a
-segment; whether the certificate cadence reads the clock, a GPU only)
-    the evaluations, certificates and output selection of
-    :class:`~gpusvm.backends._general.GeneralEvaluation`.
-
-Streams (the rule every device operation follows): a device backend launches its
-kernels on a non-blocking stream of its own, which has no ordering with the legacy
-default stream, so
-
-1. every device operation of a fit, a decision function or a certificate runs on the
-   backend's stream: the solvers run whole inside :func:`on_backend_stream` (the
-   backend's ``activate()``), and every public method and property of
-   :class:`~gpusvm.backends.device.DeviceBackend` makes the stream current itself;
-2. where the caller's stream and the backend's meet (entering and leaving the
-   outermost of those contexts), they are joined with events: the backend's stream
-   waits for what the caller queued before (device inputs prepared on the legacy
-   stream, for example), and the caller's stream waits for the backend's kernels;
-3. the host reads device memory only through explicit, stream-ordered downloads
-   (``to_host``, which copies on the backend's stream and synchronises it).
-
-The emulated backend checks the rule: its launches wait in a stream queue until
-something synchronises, and an operation outside that order raises
-(:mod:`gpusvm._emulator.streams`).
+Streams: a device backend runs every device operation on a non-blocking stream of its own,
+joined to the caller's stream with events where they meet, and the host reads device memory
+only through ``to_host`` (the rule, and how the emulator checks it: docs/gpu.md, "The stream
+rule").
 """
 
 from __future__ import annotations
@@ -54,17 +30,7 @@ from dataclasses import dataclass
 
 
 def backend_stream(backend):
-    """Context in which array work runs on ``backend``'s stream (a no-op for host backends).
-
-    Parameters
-    ----------
-    backend : Backend
-
-    Returns
-    -------
-    context manager
-        ``backend.activate()`` for a device backend, else a null context.
-    """
+    """``backend.activate()`` for a device backend (its stream current), else a null context."""
     activate = getattr(backend, "activate", None)
     return activate() if activate is not None else contextlib.nullcontext()
 
@@ -72,9 +38,8 @@ def backend_stream(backend):
 def on_backend_stream(func):
     """Decorator: run ``func(backend, ...)`` inside :func:`backend_stream` of its first argument.
 
-    The solvers' entry points use it, so that their own array operations (certificates,
-    biases, Newton's products) are ordered with the backend's kernels by the stream rule
-    stated in this module's docstring.
+    The solvers' entry points use it, so that their own array operations are ordered
+    with the backend's kernels.
     """
     @functools.wraps(func)
     def run(backend, *args, **kwargs):
@@ -96,14 +61,10 @@ def step_size(schedule: str, t: int, lam: float, eta0: float | None, norma_p: fl
         ``"pegasos"``: ``eta_t = 1/(lam t)`` (Fig. 1, step 3);
         ``"norma"``: ``eta_t = p/(lam sqrt(t))`` (Kivinen et al., as in Fig. 2);
         ``"constant"``: ``eta_t = eta0`` (Zhang 2004, as in Fig. 2).
-    t : int
-        Iteration, starting at 1.
-    lam : float
-        Regularisation parameter.
-    eta0 : float or None
-        The constant step size.
-    norma_p : float
-        NORMA's ``p``.
+    t, lam : int, float
+        Iteration (starting at 1); regularisation parameter.
+    eta0, norma_p : float
+        The constant step size (or None for the other schedules); NORMA's ``p``.
 
     Returns
     -------
@@ -121,8 +82,8 @@ def step_size(schedule: str, t: int, lam: float, eta0: float | None, norma_p: fl
 def step_sizes(schedule: str, t0: int, t1: int, lam: float, eta0: float | None, norma_p: float):
     """:func:`step_size` for the iterations ``t0 .. t1 - 1`` at once, as float64 arrays.
 
-    The same IEEE operations as :func:`step_size`, elementwise, so the values are
-    bitwise those of the scalar function (a device segment computes them once).
+    The same IEEE operations elementwise, so the values are bitwise those of the scalar
+    function.
 
     Returns
     -------
@@ -145,20 +106,16 @@ class PegasosPlan:
 
     Attributes
     ----------
-    lam : float
-        Regularisation.
-    k : int
-        Mini-batch size.
-    schedule : str
-        One of :data:`SCHEDULES` (see :func:`step_size`), with ``eta0`` and ``norma_p``.
-    eta0, norma_p : float
+    lam, k : float, int
+        Regularisation; mini-batch size.
+    schedule, eta0, norma_p : str, float, float
+        One of :data:`SCHEDULES` and its parameters (see :func:`step_size`).
     unreg_bias, optimal : bool
         ``bias="unregularized"`` / ``bias="optimal"`` (Pegasos Sec. 4).
     radius : float
         Projection radius (Fig. 1 step 5), 0 for none.
-    averaged : bool
+    averaged, t_avg : bool, int
         Whether the output is an average; iterates from ``t_avg`` on enter it.
-    t_avg : int
     renorm_threshold : float
         Fold ``a`` into ``v`` when ``|a|`` falls below it.
     loss : {"hinge", "squared_hinge"}
@@ -186,17 +143,16 @@ class SDCAPlan:
     ----------
     lam : float
         Regularisation.
-    beta_b : float
-        eq. (11): the safe step's beta, the upper bound of the aggressive one.
-    theta : float
-        Alg. 2's ``beta <- beta^theta rho^(1 - theta)``.
+    beta_b, theta : float
+        eq. (11): the safe step's beta, the upper bound of the aggressive one; Alg. 2's
+        ``beta <- beta^theta rho^(1 - theta)``.
     aggressive : bool
         Alg. 2 (adapt beta, reject steps that lower ``D``).
     shrinking : bool
         One unweighted output, batches of one row, the hinge: skip the rows that
-        LIBLINEAR's shrinking test (Hsieh et al. 2008, Sec. 3.2) takes out of the
-        active set (:meth:`gpusvm.backends.numpy_.NumpyBackend.sdca_segment_m`).  The
-        certificate is computed on every row whatever the active set, so it stays exact.
+        LIBLINEAR's shrinking test (Hsieh et al. 2008, Sec. 3.2) takes out of the active
+        set (:meth:`gpusvm.backends.numpy_.NumpyBackend.sdca_segment_m`); the certificate
+        still covers every row, so it stays exact.
     loss : {"hinge", "squared_hinge"}
     """
 

@@ -1,10 +1,8 @@
 """NumPy/SciPy reference backend: one readable loop per solver over M outputs.
 
-The state and the objective are those of :mod:`gpusvm.backends._general`
-(``V`` (d, M), ``sm`` (N_SLOTS, M), ``U``, ``alpha`` (n, M)); a binary,
-unweighted hinge fit is the case ``M = 1`` without weights.  Every other
-backend computes the iterates of these loops on the same batches, up to the
-order of floating-point sums.
+The state and the objective are those of :mod:`gpusvm.backends._general`.  Every other
+backend computes the iterates of these loops on the same batches, up to the order of
+floating-point sums.
 """
 
 from __future__ import annotations
@@ -28,8 +26,7 @@ UPPER_SLACK = 4 * _EPS64
 
 
 def _csr_rows_nnz(X: sp.csr_matrix, rows: np.ndarray):
-    """The nonzeros of ``rows`` of CSR ``X``: ``owner`` (position of the row in ``rows``),
-    ``cols`` and ``vals``."""
+    """The nonzeros of ``rows`` of CSR ``X``: ``owner`` (position in ``rows``), ``cols``, ``vals``."""
     starts = X.indptr[rows]
     lens = X.indptr[rows + 1] - starts
     owner = np.repeat(np.arange(rows.size), lens)
@@ -40,9 +37,8 @@ def _csr_rows_nnz(X: sp.csr_matrix, rows: np.ndarray):
 
 
 def _sum_by(index, values, size: int) -> np.ndarray:
-    """``out[j, c] = sum of values[i, c] over index[i] == j`` in float64, shape (size, M),
-    summed in the order of ``i`` (a product with the 0/1 matrix ``[index[i] == j]`` in CSC:
-    bitwise one ``bincount`` per output, one pass for all of them)."""
+    """``out[j, c] = sum of values[i, c] over index[i] == j`` in float64, in the order of ``i``
+    (a product with the 0/1 CSC matrix: bitwise one ``bincount`` per output, in one pass)."""
     S = sp.csc_matrix((np.ones(index.size), index, np.arange(index.size + 1)),
                       shape=(size, index.size))
     return S @ values.astype(np.float64, copy=False)
@@ -67,8 +63,8 @@ class NumpyBackend(GeneralEvaluation):
 
     Notes
     -----
-    ``V`` is kept in the data's dtype; scalars, margins and the exact changes of
-    ``||v_c||^2`` are computed in float64.
+    ``V`` is kept in the data's dtype; scalars, margins and the exact changes of ``||v_c||^2``
+    are computed in float64.
     """
 
     name = "numpy"
@@ -122,10 +118,7 @@ class NumpyBackend(GeneralEvaluation):
         return self.Y[rows].astype(np.float64) * (self.sm[S_A] * z + self.sm[S_B])
 
     def add_rows_m(self, rows: np.ndarray, coef: np.ndarray, u_scale=None) -> np.ndarray:
-        """``V[:, c] += sum_i coef_ic x_{rows_i}``; the exact change of each ``||v_c||^2`` (M,).
-
-        :meth:`row_sum_m` then :meth:`add_sparse_m`.
-        """
+        """``V[:, c] += sum_i coef_ic x_{rows_i}``; the exact change of each ``||v_c||^2`` (M,)."""
         return self.add_sparse_m(*self.row_sum_m(rows, coef), u_scale)
 
     def row_sum_m(self, rows: np.ndarray, coef: np.ndarray):
@@ -140,11 +133,10 @@ class NumpyBackend(GeneralEvaluation):
         return uniq.astype(np.int64), _sum_by(inv.ravel(), vals[:, None] * coef[owner], uniq.size)
 
     def add_sparse_m(self, idx: np.ndarray, agg: np.ndarray, u_scale=None) -> np.ndarray:
-        """``V[idx] += agg``; the exact change of each ``||v_c||^2`` (M,).
+        """``V[idx] += agg`` (and ``U[idx] += u_scale agg``); the exact change of each ``||v_c||^2``.
 
-        When ``u_scale`` (M,) is given, ``U[idx] += u_scale agg``.  The change is summed
-        per column as ``(new - old)(new + old)``: its rounding is relative to the change,
-        not to ``||v_c||^2``.
+        Summed per column as ``(new - old)(new + old)``: its rounding is relative to the
+        change, not to ``||v_c||^2``.
         """
         if idx.size == 0:
             return np.zeros(self.n_outputs)
@@ -161,9 +153,8 @@ class NumpyBackend(GeneralEvaluation):
     def optimal_bias_m(self, rows: np.ndarray, m: np.ndarray) -> None:
         """Per output: the batch-optimal bias of the weighted hinge (Sec. 4); ``m`` shifted.
 
-        ``y_i (sc_i + b)`` is written ``1 + y_i (b - b_i)`` with the breakpoints
-        ``b_i = y_i - sc_i``: exactly 1 (so not in ``A_t^+``) for the rows whose
-        breakpoint is ``b``, whatever the rounding.
+        ``y_i (sc_i + b)`` is written ``1 + y_i (b - b_i)`` with ``b_i = y_i - sc_i``: exactly
+        1 (so not in ``A_t^+``) for the rows whose breakpoint is ``b``, whatever the rounding.
         """
         y_b = self.Y[rows].astype(np.float64)
         wts = self._weights()[rows]
@@ -183,12 +174,10 @@ class NumpyBackend(GeneralEvaluation):
         self.sm[S_A] = 1.0
 
     def pegasos_coef_m(self, rows, m, scale, squared: bool):
-        """Step 4's coefficients of the batch rows, weighted, per loss (``_general``).
+        """Step 4's coefficients ``(scale gy, gy)``; the active count and loss sum into ``sm``.
 
-        ``gy_ic = g_ic y_ic`` on ``m_ic < 1`` (0 elsewhere) with ``g_ic = s_i`` (hinge) or
-        ``2 s_i (1 - m_ic)`` (squared hinge), ``-d loss_i / d m_i``; returns
-        ``(scale gy, gy)``, and writes the active count and the loss sum of the batch
-        into ``sm[S_NACT]``, ``sm[S_LOSS]``.
+        ``gy_ic = g_ic y_ic`` on ``m_ic < 1`` (0 elsewhere), ``g_ic = -d loss_i / d m_i``:
+        ``s_i`` (hinge) or ``2 s_i (1 - m_ic)`` (squared hinge).
         """
         sm = self.sm
         y_b = self.Y[rows].astype(np.float64)
@@ -206,11 +195,9 @@ class NumpyBackend(GeneralEvaluation):
         return gy * scale, gy
 
     def pegasos_update_m(self, idx, agg, a, radius: float, average: bool) -> None:
-        """Steps 4-5 on ``W = V diag(a)`` from a sparse step: ``V[idx] += agg`` with
-        ``a`` the shrunk scale ``(1 - eta_t lam) a_t``, ``||v_c||^2`` moved by the exact
-        change, each column projected onto the ball of radius ``radius`` (0: none), the
-        new iterate into the running average when ``average``.
-        """
+        """Steps 4-5 from a sparse step: ``V[idx] += agg``, the scale ``a = (1 - eta_t lam) a_t``,
+        each column projected onto the ball of radius ``radius`` (0: none), the new iterate
+        into the running average when ``average``."""
         sm = self.sm
         dn = self.add_sparse_m(idx, agg, u_scale=sm[S_ASUM])
         sm[S_DNORM] = dn
@@ -227,10 +214,8 @@ class NumpyBackend(GeneralEvaluation):
 
     def pegasos_step_m(self, rows, m, eta: float, shrink: float, k: int, unreg_bias: bool,
                        radius: float, average: bool, squared: bool) -> None:
-        """Steps 4-5 of Pegasos Fig. 1 for every output: ``a <- shrink a``;
-        ``v_c += eta/(k a_c) sum_i gy_ic x_i`` (:meth:`pegasos_coef_m`,
-        :meth:`row_sum_m`); the unregularised bias step; :meth:`pegasos_update_m`.
-        """
+        """Steps 4-5 of Pegasos Fig. 1: ``a <- shrink a``, ``v_c += eta/(k a_c) sum_i gy_ic x_i``,
+        the unregularised bias step, :meth:`pegasos_update_m`."""
         sm = self.sm
         a = sm[S_A] * shrink                                   # (1 - eta_t lam) w_t
         coef, gy = self.pegasos_coef_m(rows, m, eta / (k * a), squared)
@@ -242,9 +227,8 @@ class NumpyBackend(GeneralEvaluation):
     def renormalize_m(self, threshold: float) -> None:
         """Fold ``a_c`` into column ``c`` of ``V`` for each output with ``|a_c| < threshold``.
 
-        The running sum ``S = A v - u`` moves into ``u`` alone (``u <- u - A v``,
-        ``A <- 0``), so that ``A v`` and ``u`` never grow apart from ``S`` (rescaling
-        ``A`` by ``1/a`` instead loses every digit of ``S`` to cancellation).
+        The running sum ``S = A v - u`` moves into ``u`` alone (``u <- u - A v``, ``A <- 0``):
+        rescaling ``A`` by ``1/a`` instead loses every digit of ``S`` to cancellation.
         """
         sm = self.sm
         for c in np.flatnonzero(np.abs(sm[S_A]) < threshold):
@@ -257,9 +241,8 @@ class NumpyBackend(GeneralEvaluation):
             sm[S_A, c] = 1.0
 
     def pegasos_segment_m(self, sampler, t0: int, t1: int, plan) -> None:
-        """Pegasos iterations ``t0 + 1 .. t1`` (Shalev-Shwartz et al. 2007, Fig. 1), step by step.
-
-        The reference of every backend's segment.
+        """Pegasos iterations ``t0 + 1 .. t1`` (Shalev-Shwartz et al. 2007, Fig. 1), step by step:
+        the reference of every backend's segment.
 
         Parameters
         ----------
@@ -288,10 +271,9 @@ class NumpyBackend(GeneralEvaluation):
     def init_dual_m(self, beta0: float, loss: str = "hinge", alpha0=None, lam=None) -> None:
         """Start SDCA: ``alpha = alpha0`` (n, M), or 0 with zero rows at their optimum.
 
-        A zero row's dual term does not interact with ``w``; its optimum is
-        ``alpha_i = s_i`` (hinge) or ``2 s_i`` (squared hinge).  With ``alpha0``
-        the iterate is set to ``w(alpha0)`` (``lam`` needed).  ``sm[S_BETA] = beta0``,
-        ``sm[S_NREJ] = 0``; every row is in the active set of shrinking.
+        A zero row's dual term does not interact with ``w``; its optimum is ``alpha_i = s_i``
+        (hinge) or ``2 s_i`` (squared hinge).  With ``alpha0`` the iterate is set to
+        ``w(alpha0)`` (``lam`` needed).  Every row starts in the active set of shrinking.
         """
         s = self._weights()
         if alpha0 is None:
@@ -313,12 +295,11 @@ class NumpyBackend(GeneralEvaluation):
             self.dual_weights_m(lam)
 
     def sdca_deltas_m(self, rows, m, lam: float, first=None, squared: bool = False):
-        """Eq. (15) per output with ``beta_c = sm[S_BETA, c]``, weighted, per loss (k, M).
+        """Eq. (15) per output with ``beta_c = sm[S_BETA, c]`` (k, M).
 
-        Hinge: ``clip_[-alpha_i, s_i - alpha_i](lam n (1 - m_i) / (beta ||x_i||^2))``,
-        ``s_i - alpha_i`` on a zero row; squared hinge: the closed form of
-        :mod:`gpusvm.backends._general`.  ``delta = 0`` where ``first`` is 0/False
-        (a repeated row of the batch).
+        Hinge: ``clip_[-alpha_i, s_i - alpha_i](lam n (1 - m_i) / (beta ||x_i||^2))``, ``s_i -
+        alpha_i`` on a zero row; squared hinge: the closed form of :mod:`._general`.  ``delta
+        = 0`` where ``first`` is 0/False (a repeated row of the batch).
         """
         A = self.alpha[rows]
         s = self._weights()[rows]
@@ -340,9 +321,8 @@ class NumpyBackend(GeneralEvaluation):
     def sdca_adapt_beta_m(self, rows, delta, beta_b: float, theta: float) -> None:
         """Alg. 2 per output: ``beta_c <- clip(beta_c^theta rho_c^(1-theta), 1, beta_b)``.
 
-        ``rho_c = ||sum_i delta_ic y_ic x_i||^2 / sum_i delta_ic^2 ||x_i||^2`` clipped to
-        ``[1, beta_b]`` (in ``sm[S_TMP0]``); ``beta_c`` is unchanged where the
-        denominator is 0 (a null tentative step).
+        ``rho_c = ||sum_i delta_ic y_ic x_i||^2 / sum_i delta_ic^2 ||x_i||^2`` clipped to ``[1,
+        beta_b]`` (in ``sm[S_TMP0]``); ``beta_c`` stays where the denominator is 0.
         """
         sm = self.sm
         den = np.sum(delta * delta * self.row_sq_norms[rows][:, None], axis=0)
@@ -362,11 +342,10 @@ class NumpyBackend(GeneralEvaluation):
     def sdca_apply_m(self, rows, delta, lam: float, check: bool, squared: bool = False) -> None:
         """``alpha += delta``, ``W += (1/(lam n)) sum_i delta_ic y_ic x_i`` per output.
 
-        When ``check``, output ``c``'s step is undone (``V`` gets the opposite
-        addition, ``alpha`` is left, ``sm[S_NREJ, c]`` counts it) if its
-        ``Delta D_c < -tau_c``, ``tau_c = 4 eps lam a_c^2 ||v_c||^2 + 4 eps_64
-        sum_i |delta_ic| / n`` the rounding of that difference (``eps`` of ``V``'s
-        dtype); ``Delta D_c`` has the squared hinge's separable term.
+        When ``check``, output ``c``'s step is undone (``V`` gets the opposite addition,
+        ``alpha`` is left, ``sm[S_NREJ, c]`` counts it) if ``Delta D_c < -tau_c``, ``tau_c =
+        4 eps lam a_c^2 ||v_c||^2 + 4 eps_64 sum_i |delta_ic| / n`` the rounding of that
+        difference (``eps`` of ``V``'s dtype).
         """
         sm = self.sm
         n, a = self.n, sm[S_A]
@@ -396,14 +375,12 @@ class NumpyBackend(GeneralEvaluation):
         """Mini-batch SDCA iterations ``t0 + 1 .. t1`` (Takáč et al. 2013), step by step.
 
         Eq. (15) with ``beta = beta_b`` (safe, Theorem 2) or 1 (naive), or Algorithm 2
-        (aggressive); the reference of every backend's segment.  With
-        ``plan.shrinking`` (one unweighted output, one-row batches, the hinge): LIBLINEAR's
-        shrinking (Hsieh et al. 2008, Sec. 3.2): a row whose dual coordinate sits at a
-        bound while its gradient ``G_i = m_i - 1`` pushes it further out, by more
-        than the largest projected gradient of the previous epoch, leaves the active
-        set and is skipped; every ``n`` iterations the bounds roll over, and once the
-        projected gradients of the active set span at most :data:`SHRINK_EPS` every
-        row comes back (:meth:`sdca_unshrink_m`).
+        (aggressive); the reference of every backend's segment.  ``plan.shrinking`` is
+        LIBLINEAR's shrinking (Hsieh et al. 2008, Sec. 3.2): a row whose dual coordinate sits
+        at a bound while its gradient ``G_i = m_i - 1`` pushes it further out, by more than
+        the largest projected gradient of the previous epoch, is skipped; every ``n``
+        iterations the bounds roll over, and once the projected gradients of the active set
+        span at most :data:`SHRINK_EPS` every row comes back (:meth:`sdca_unshrink_m`).
 
         Parameters
         ----------
@@ -469,11 +446,9 @@ class NumpyBackend(GeneralEvaluation):
     @contextlib.contextmanager
     def outputs_m(self, outputs):
         """Within the block the backend holds the listed outputs only (``Y``, ``V``, ``alpha``,
-        ``sm`` and the weights restricted to those columns); on exit their columns are
-        written back and the other outputs are as they were.
+        ``sm``, the weights); on exit their columns are written back, the others as they were.
 
-        One-vs-rest outputs are independent problems that share the sampled rows: the
-        SDCA solver runs its segments inside this block with the outputs not yet
+        The SDCA solver runs its segments inside it with the one-vs-rest outputs not yet
         certified, which then cost the margins and updates of those outputs only.
         """
         outputs = np.asarray(outputs, dtype=np.intp)

@@ -1,54 +1,20 @@
 """Device backend: the Pegasos and SDCA segments as CUDA kernels on a CSR matrix (CuPy or emulated).
 
-:class:`DeviceBackend` implements the general-path primitives of
-:mod:`gpusvm.backends._general` (``*_m``: ``M`` outputs, example weights, the
-hinge or the squared hinge; a binary fit is ``M = 1``) with the state on the
-device: ``V`` (d, M) in the data's dtype, ``U`` (d, M) and ``sm`` (N_SLOTS, M) in
-float64, SDCA's ``alpha`` (n, M).  It is written against an array module ``xp``
-and a kernel module (:mod:`.runtime`), so the orchestration that runs on a GPU
-(``xp = cupy``, kernels compiled by NVRTC) also runs in CI with ``xp = numpy``
-and the kernels on the CPU emulator (``"emulated"``).
+:class:`DeviceBackend` implements the ``*_m`` primitives of :mod:`gpusvm.backends._general`
+with the state on the device.  It is written against an array module ``xp`` and a runtime
+(:mod:`.runtime`), so the orchestration that runs on a GPU (``xp = cupy``, kernels compiled by
+NVRTC) also runs in CI with ``xp = numpy`` and the kernels on the CPU emulator.
 
-A segment (the iterations between two evaluations) runs on the device alone: the
-batch index ``t`` is a device counter that the iteration's first kernel reads and
-advances (the batch is a function of ``(seed, t, j)``), the step sizes come from
-``t`` in the kernels (``kernels/schedule.cuh``), and every scalar lives in ``sm``.
-An iteration is a fixed sequence of launches with fixed arguments, one kernel
-family whose template flags (``kernels/outputs.cuh``) are chosen per fit: ``M1``
-(one output: the batch walked in tiles balanced by nonzeros, a tile's updates
-summed per column in shared memory before one atomic per column; else one thread
-per row and output), ``SQ`` (squared hinge), ``WT`` (weights):
-
-* Pegasos (Shalev-Shwartz et al. 2007, Fig. 1): ``gpusvm_margins`` (which also
-  draws the batch; i.i.d. batches, whose first-occurrence stamps need the whole
-  batch, keep a ``gpusvm_sample_next`` launch before it), (``gpusvm_optimal_bias``:
-  one block per output, radix selection in O(k)), (``gpusvm_reset_scale`` in a
-  segment that holds an iteration with ``1 - eta_t lam = 0``) and
-  ``gpusvm_pegasos_step``, whose last block finishes the scalars and folds a small
-  ``a_c`` into ``V``: 2 to 4 launches (one more for i.i.d. batches);
-* SDCA (Takáč et al. 2013; the contract is in :mod:`gpusvm.solvers.sdca`):
-  ``gpusvm_sdca_margins`` (margins and the steps of eq. 15 in one pass) and
-  ``gpusvm_sdca_apply``; the aggressive variant (Alg. 2) adds ``gpusvm_sdca_rho``
-  before the step, whose fused form recomputes the steps with the adapted beta, and
-  a settling ``gpusvm_sdca_apply`` that keeps or undoes the step per output and
-  cleans rho's scratch: 2 or 4 launches (2 more for i.i.d. batches).
-
-The sequence is captured once per run and replayed as graphs of ``2**j``
-iterations (:class:`~.runtime.SegmentGraph`; the emulator's streams and graphs
-when emulated), so that no Python function of the package runs per iteration.
-Why a graph and not a persistent cooperative kernel: the performance model
-(``benchmarks/roofline.py``) puts a replayed kernel node at about 1.5 us and a grid
-barrier at about 1 us, while a persistent kernel would cap the grid at the
-co-resident blocks, keep every stage's registers live (spills under the
-64-register bound of ``MIN_BLOCKS``) and need a grid barrier the emulator cannot
-run.
-
-Streams: every public method and property runs with the backend's stream current,
-joined to the caller's stream with events at the boundary (the rule of
-:mod:`gpusvm.backends.base`).  Only :meth:`DeviceBackend.to_host` copies from the
-device, and it records each copy, so a test can check that nothing is copied
-between two evaluations.  Outputs, objectives and certificates are
-:class:`~gpusvm.backends._general.GeneralEvaluation`'s array operations.
+A segment runs on the device alone: the batch index ``t`` is a device counter that the
+iteration's first kernel reads and advances, the step sizes come from ``t``
+(``kernels/schedule.cuh``), every scalar lives in ``sm``.  An iteration is a fixed sequence
+of launches (docs/gpu.md, "One kernel family"), captured once and replayed as graphs
+(:class:`~.runtime.SegmentGraph`).  A graph rather than a persistent cooperative kernel: the
+performance model (``benchmarks/roofline.py``) puts a replayed kernel node at about 1.5 us
+and a grid barrier at about 1 us, while a persistent kernel would cap the grid at the
+co-resident blocks, keep every stage's registers live (spills under the 64-register bound of
+``MIN_BLOCKS``) and need a grid barrier the emulator cannot run.  Every public method and
+property runs on the backend's stream (docs/gpu.md, "The stream rule").
 """
 
 from __future__ import annotations
@@ -85,9 +51,9 @@ def choose_lanes(mean_row_nnz: float) -> int:
 
     Notes
     -----
-    A group of lanes reads a row's nonzeros with coalesced loads and sums them
-    with ``log2(lanes)`` shuffles (a9a, 14 per row: 8 lanes; the text sets, 138
-    to 415 per row: 32 lanes).  The segment kernels balance by nonzeros instead.
+    A group of lanes reads a row's nonzeros with coalesced loads and sums them with
+    ``log2(lanes)`` shuffles (a9a, 14 per row: 8 lanes; the text sets, 138 to 415 per row:
+    32 lanes).  The segment kernels balance by nonzeros instead.
     """
     want = max(1.0, mean_row_nnz / 2.0)
     for lanes in _kernels.LANE_COUNTS:
@@ -103,32 +69,28 @@ def estimate_device_bytes(n: int, d: int, nnz: int, itemsize: int, *, csr_reside
 
     Parameters
     ----------
-    n, d, nnz : int
-        Shape and nonzeros of ``X``.
-    itemsize : int
-        4 for float32 data, 8 for float64.
+    n, d, nnz, itemsize : int
+        Shape and nonzeros of ``X``; 4 for float32 data, 8 for float64.
     csr_resident : bool
         The CSR arrays are already on the device (CuPy input): not counted.
     batch_rows : int
         Row indices of one uploaded chunk of batches.
     n_outputs : int
-        ``M``, the outputs of one fit (one-vs-rest with ``M`` classes): the labels,
-        SDCA's ``alpha``, the margins and decision values are ``n x M``, the weights
-        ``V``, the averages or SDCA's scratch and the dense output ``W`` are ``d x M``.
+        ``M``, the outputs of one fit: per row, ``y``, SDCA's ``alpha``, the margins and the
+        decision values are ``M`` wide (with the row norm); per column, ``V`` (the data's
+        dtype), ``U`` or SDCA's float64 scratch and the dense float64 ``W`` are ``M`` wide.
     weighted : bool
         Example weights are held (``n`` float64).
 
     Returns
     -------
     dict
-        ``{"csr", "vectors", "buffers", "total"}`` in bytes.
+        ``{"csr", "vectors", "buffers", "total"}`` in bytes (``buffers``: the batch chunk,
+        an evaluation's margins and decision values, the state and small scratch).
     """
     M = max(1, int(n_outputs))
     csr = 0 if csr_resident else nnz * (itemsize + 4) + (n + 1) * 8
-    # per row: y (n x M), row norm, SDCA's alpha (n x M), the weights; per column and output:
-    # V in the data's dtype, U (averaging) or SDCA's float64 scratch, dense float64 W
     vectors = n * (itemsize * M + 8 + 8 * M + (8 if weighted else 0)) + d * M * (itemsize + 8 + 8)
-    # batch chunk, margins, decision values of an evaluation (n x M each), state and small scratch
     buffers = batch_rows * 4 + 2 * n * 8 * M + 4096 * M
     return {"csr": csr, "vectors": vectors, "buffers": buffers, "total": csr + vectors + buffers}
 
@@ -144,12 +106,8 @@ def _on_device(method):
 
 
 def _bind_public(cls):
-    """Wrap every public method and property of ``cls`` (inherited ones too) in :func:`_on_device`.
-
-    The rule of :mod:`gpusvm.backends.base` by construction: whatever a caller reaches of
-    the backend runs on the backend's stream, joined to the caller's stream at entry and
-    exit, so no method can be added that forgets it.
-    """
+    """Wrap every public method and property of ``cls`` (inherited ones too) in :func:`_on_device`:
+    the stream rule by construction, so no method can be added that forgets it."""
     for name in dir(cls):
         if name.startswith("_") or name in ("activate",):
             continue
@@ -166,29 +124,27 @@ def _bind_public(cls):
 
 @_bind_public
 class DeviceBackend(GeneralEvaluation):
-    """Pegasos and SDCA segments as CUDA kernels (the ``*_m`` primitives of
-    :mod:`gpusvm.backends._general`; see :mod:`gpusvm.backends.base`).
+    """Pegasos and SDCA segments as CUDA kernels (the ``*_m`` primitives of :mod:`gpusvm.backends.base`).
 
     Parameters
     ----------
     X : scipy.sparse matrix, ndarray, cupyx.scipy.sparse matrix or cupy.ndarray
-        Training data (n, d), float32 or float64 (other dtypes become float64).
-        Host input is copied to the device once; device input is used in place.
+        Training data (n, d), float32 or float64 (other dtypes become float64); host input
+        is copied to the device once, device input is used in place.
     y : array of shape (n,) or (n, M)
         Labels in {-1, +1}; one column per output.
     runtime : {"cupy", "emulated"} or runtime object
         Where the kernels run (:mod:`.runtime`).
     lanes : int, optional
-        Lanes per CSR row of the row-norm kernel (4, 8, 16 or 32); default from the
-        mean row length (:func:`choose_lanes`).
+        Lanes per CSR row of the row-norm kernel (4, 8, 16 or 32; default: :func:`choose_lanes`).
     free_memory : int, optional
-        Free device bytes to check the estimate against; default: what the
-        device reports (``cupy.cuda.runtime.memGetInfo``), no check when emulated.
+        Free device bytes to check the estimate against (default: what the device reports,
+        ``cupy.cuda.runtime.memGetInfo``; no check when emulated).
     device : int, optional
-        CUDA device id the backend is bound to (default: the current device; the
-        ``"emulated"`` runtime is device 0 and refuses any other id).  Every
-        allocation, compilation and launch happens on that device and on the
-        backend's own non-blocking stream, so one process can drive one backend per GPU.
+        CUDA device id the backend is bound to (default: the current device; ``"emulated"``
+        is device 0 and refuses any other id).  Every allocation, compilation and launch
+        happens there, on the backend's own non-blocking stream, so one process can drive one
+        backend per GPU.
     sample_weight : array of shape (n,) or (n, M), optional
         Example weights ``s_i >= 0``.
 
@@ -196,13 +152,11 @@ class DeviceBackend(GeneralEvaluation):
     ----------
     transfers : list of int
         Bytes of every device-to-host copy made by :meth:`to_host`, in order.
-    launches : int
-        Number of kernel launches so far.
-    device_id : int
-        The CUDA device the backend is bound to (0 when emulated).
+    launches, device_id : int
+        Kernel launches so far; the CUDA device the backend is bound to (0 when emulated).
     times_certificates : bool
-        Whether SDCA's certificate cadence weighs measured seconds (a GPU: yes; the
-        emulator: no, so that its fits are repeatable and equal the NumPy reference's).
+        Whether SDCA's certificate cadence weighs measured seconds (a GPU: yes; the emulator:
+        no, so that its fits are repeatable and equal the NumPy reference's).
 
     Raises
     ------
@@ -211,10 +165,10 @@ class DeviceBackend(GeneralEvaluation):
 
     Notes
     -----
-    The updates of ``V`` are float atomics, so runs are not bitwise repeatable:
-    sums agree up to rounding in any order.  With float32 data each atomic
-    addition rounds to float32, where the NumPy backend adds a batch's
-    contributions to a coordinate in float64 and rounds once.
+    The updates of ``V`` are float atomics, so runs are not bitwise repeatable: sums agree up
+    to rounding in any order.  With float32 data each atomic addition rounds to float32,
+    where the NumPy backend sums a batch's contributions to a coordinate in float64 and
+    rounds once.
     """
 
     def __init__(self, X, y, runtime="cupy", *, lanes: int | None = None,
@@ -240,7 +194,6 @@ class DeviceBackend(GeneralEvaluation):
         self.transfers: list[int] = []
         self.launches = 0
         self._functions: dict = {}
-
         X, resident = self._as_csr(X)
         data, indices, indptr, shape = X.data, X.indices, X.indptr, X.shape
         self.n, self.d = int(shape[0]), int(shape[1])
@@ -255,7 +208,6 @@ class DeviceBackend(GeneralEvaluation):
         if self.lanes not in _kernels.LANE_COUNTS:
             raise ValueError(f"lanes must be one of {_kernels.LANE_COUNTS}, got {lanes}")
         self.value_type = _kernels.VALUE_TYPES[self.dtype.name]
-
         y_shape = tuple(getattr(y, "shape", np.shape(y)))
         need = estimate_device_bytes(self.n, self.d, nnz, self.dtype.itemsize,
                                      csr_resident=resident,
@@ -271,16 +223,14 @@ class DeviceBackend(GeneralEvaluation):
                 "free device memory held by other processes or CuPy's pool "
                 "(cupy.get_default_memory_pool().free_all_blocks()), use dtype='float32', "
                 "train on fewer rows or features, or use backend='numpy'")
-
         up = runtime.upload
         self._data = up(data, self.dtype)                       # copied once
         self._indices = up(indices, np.int32)
         self._indptr = up(indptr, np.int64)
         self.y = up(y, self.dtype)
         self._init_labels(sample_weight)                    # Y (n x M), weights; checks shapes
-        self._X = X if resident else None                       # host CSR on a GPU: not kept
-        if runtime.keeps_host_X:
-            self._X = runtime.device_csr(X)
+        # the emulator keeps the host CSR as its device stand-in; a GPU keeps no host CSR
+        self._X = runtime.device_csr(X) if runtime.keeps_host_X else (X if resident else None)
         self._row_sq_norms = None
         # a captured segment: the batch counter its kernels read and advance, the tickets of the
         # last-block finishes ([0] the step kernels, [1] the gather that draws the batch)
@@ -315,36 +265,35 @@ class DeviceBackend(GeneralEvaluation):
             WT=self.sample_weight is not None))
 
     def _grid(self, k: int):
-        """Grid and tile rows of a segment kernel over ``k`` batch rows (tiles of the single
-        output's kernels, else one thread per (row, output) pair)."""
+        """Grid and tile rows of a segment kernel over ``k`` batch rows: tiles balanced by
+        nonzeros for one output (balanced.cuh), else one thread per (row, output) pair."""
         if self.n_outputs == 1:
-            return self._tile_grid(k)
+            grid = max(1, min(k, self.runtime.max_blocks))
+            return grid, np.int32(min(_kernels.BLOCK, math.ceil(k / grid)))
         pairs = k * self.n_outputs
-        grid = max(1, min(math.ceil(pairs / _kernels.BLOCK), self.runtime.max_blocks))
+        grid = self._blocks(pairs)
         if pairs + grid * _kernels.BLOCK >= 2**31:
             raise ValueError(f"a batch of {k} rows and {self.n_outputs} outputs exceeds the 2**31 "
                              "(row, output) pairs the kernels index with int32; use a smaller batch")
         return grid, np.int32(0)
 
+    def _blocks(self, work: int, per_block: int = _kernels.BLOCK) -> int:
+        """Blocks of a grid-stride launch over ``work`` items, at most the runtime's ``max_blocks``."""
+        return max(1, min(math.ceil(work / per_block), self.runtime.max_blocks))
+
     # ------------------------------------------------------------ streams
     def activate(self):
         """Context in which the caller's CuPy work runs on the backend's stream (see :mod:`.base`).
 
-        The solvers run a whole fit in it (:func:`gpusvm.backends.base.on_backend_stream`),
-        so their array operations are ordered with the kernels without any join; entering
-        and leaving it joins the caller's stream with events (a few microseconds).
+        The solvers run a whole fit in it (:func:`gpusvm.backends.base.on_backend_stream`);
+        entering and leaving it joins the caller's stream with events (a few microseconds).
         """
         return self.runtime.activate()
 
     @property
     def graph_stats(self) -> dict:
-        """Graphs captured and launched so far and the host time of the captures.
-
-        Returns
-        -------
-        dict
-            ``{"captures", "graph_launches", "capture_seconds"}``.
-        """
+        """``{"captures", "graph_launches", "capture_seconds"}``: graphs captured and launched so
+        far and the host time of the captures."""
         rt = self.runtime
         return {"captures": rt.captures, "graph_launches": rt.graph_launches,
                 "capture_seconds": rt.capture_seconds}
@@ -378,34 +327,26 @@ class DeviceBackend(GeneralEvaluation):
         if self._row_sq_norms is None:
             sq = self.xp.empty(self.n, dtype=np.float64)      # the n doubles of the estimate
             if self.n:
-                groups = _kernels.BLOCK // self.lanes
-                grid = max(1, min(math.ceil(self.n / groups), self.runtime.max_blocks))
                 self._call(self._function(_kernels.row_kernel("gpusvm_row_sq_norms", self.lanes,
                                                               self.value_type)),
-                           grid, (self._indptr, self._data, np.int32(self.n), sq))
+                           self._blocks(self.n, _kernels.BLOCK // self.lanes),
+                           (self._indptr, self._data, np.int32(self.n), sq))
             self._row_sq_norms = sq
         return self._row_sq_norms
 
     # ------------------------------------------------------------ transfers
-    @_on_device
     def synchronize(self) -> None:
         """Wait until the work launched on the backend's stream has run (no copy).
 
-        The solvers call it only to time their parts (the certificates' cadence of
-        :func:`~gpusvm.solvers.sdca.sdca`, where :attr:`times_certificates`); the CPU
-        backends, which finish every call before returning, have no such method.
+        The solvers call it only to time their parts (the certificate cadence of
+        :func:`~gpusvm.solvers.sdca.sdca`, where :attr:`times_certificates`).
         """
         self.runtime.stream.synchronize()
 
-    @_on_device
     def to_host(self, a):
         """Copy ``a`` to the host as a NumPy array (the only device-to-host copy).
 
-        Every call is recorded in :attr:`transfers` (bytes copied).
-
-        Notes
-        -----
-        Synchronises the device.
+        Every call is recorded in :attr:`transfers` (bytes copied).  Synchronises the device.
         """
         out = self.runtime.download(a)
         self.transfers.append(int(out.nbytes))
@@ -413,11 +354,10 @@ class DeviceBackend(GeneralEvaluation):
 
     # ------------------------------------------------------------ batches from the counter
     def _sampler_buffers(self, sampler):
-        """Device buffers of the batches of ``sampler`` and the sampler's launch arguments.
+        """The batch buffers of ``sampler`` (a run), made once: ``(rows, first, stamp, head, grid)``.
 
-        Made once per sampler (a run): ``rows`` and ``first`` (int32, ``k``), the
-        stamps of i.i.d. batches (uint64, ``n``, zero), the sampler's arguments
-        ``(seed, n, k, half, mask)`` and its grid.
+        ``rows``, ``first`` (int32, ``k``), the stamps of i.i.d. batches (uint64, ``n``),
+        the sampler's arguments ``head = (seed, n, k, half, mask)`` and its grid.
         """
         if self._smp is None or self._smp[0] is not sampler:
             xp = self.xp
@@ -427,8 +367,7 @@ class DeviceBackend(GeneralEvaluation):
             stamp = xp.zeros(self.n if sampler.code == 1 else 1, dtype=np.uint64)
             head = (np.uint64(sampler.seed), np.int32(sampler.n), np.int32(k),
                     np.int32(sampler.half), np.uint32(sampler.mask))
-            grid = max(1, min(math.ceil(k / _kernels.BLOCK), self.runtime.max_blocks))
-            self._smp = (sampler, (rows, first, stamp, head, grid))
+            self._smp = (sampler, (rows, first, stamp, head, self._blocks(k)))
         return self._smp[1]
 
     # ------------------------------------------------------------ launches
@@ -440,23 +379,19 @@ class DeviceBackend(GeneralEvaluation):
         return fn
 
     def _call(self, fn, grid: int, args) -> None:
-        """Launch a looked-up kernel: the only thing a segment does per iteration."""
+        """Launch a looked-up kernel (and count it)."""
         fn((grid,), (_kernels.BLOCK,), args)
         self.launches += 1
 
-    #: sampling mode codes whose batches a segment's gather kernel draws itself (without
-    #: replacement, epochs: kernels/segment_batch.cuh's SegmentBatch); i.i.d. batches (code 1) keep
-    #: the sampler's launches, whose first-occurrence stamps need the whole batch
+    #: sampling modes whose batches the gather kernel draws itself (without replacement, epochs:
+    #: kernels/segment_batch.cuh); i.i.d. batches (code 1) keep the sampler's launches, whose
+    #: first-occurrence stamps need the whole batch
     DRAWN_IN_GATHER = (0, 2)
 
     def _draw_args(self, sampler, needs_first: bool):
-        """The sampling arguments of a gather kernel: it draws the batch, or reads it.
-
-        Returns ``(launches, args)``: no launch and ``(mode, seed, n, half, mask, counter,
-        ticket)`` when the gather draws the batch (:data:`DRAWN_IN_GATHER`), else the
-        sampler's launches (:meth:`_sample_launches`; with the first-occurrence mask of
-        i.i.d. batches when ``needs_first``) and ``mode = -1``.
-        """
+        """``(launches, args)`` of a gather kernel: no launch and ``(mode, seed, n, half, mask,
+        counter, ticket)`` when it draws the batch, else the sampler's launches (with the
+        first-occurrence mask of i.i.d. batches when ``needs_first``) and ``mode = -1``."""
         seed, n, _, half, mask = self._sampler_buffers(sampler)[3]
         tail = (seed, n, half, mask, self._counter, self._ticket[1:2])
         if sampler.code in self.DRAWN_IN_GATHER:
@@ -476,12 +411,8 @@ class DeviceBackend(GeneralEvaluation):
         return out
 
     def _replay(self, key, build, t0: int, t1: int) -> None:
-        """Run iterations ``t0 + 1 .. t1``: the recorded sequence of ``key`` replayed ``t1 - t0`` times.
-
-        The sequence is built and recorded (a CUDA graph, or the emulator's recording) the
-        first time ``key`` is seen; the batch counter is set to ``t0`` and the recording
-        replayed: the same number of Python calls whatever the segment's length.
-        """
+        """Run iterations ``t0 + 1 .. t1``: the sequence of ``key`` (recorded as graphs the first
+        time) replayed ``t1 - t0`` times from the batch counter set to ``t0``."""
         if self._graphs.get("sampler") is not key[1]:
             self._graphs.clear()             # a new run: new batch buffers and stamps
             self._graphs["sampler"] = key[1]
@@ -493,11 +424,6 @@ class DeviceBackend(GeneralEvaluation):
         self._counter[...] = t0
         graph.launch(t1 - t0)
         self.launches += per_iteration * (t1 - t0)
-
-    def _tile_grid(self, k: int):
-        """Grid and rows per tile of a single output's kernels, balanced by nonzeros (balanced.cuh)."""
-        grid = max(1, min(k, self.runtime.max_blocks))
-        return grid, np.int32(min(_kernels.BLOCK, math.ceil(k / grid)))
 
     # ------------------------------------------------------------ state
     def init_state_m(self, w0=None, b0=0.0, averaging: bool = False) -> None:
@@ -522,8 +448,8 @@ class DeviceBackend(GeneralEvaluation):
         self._graphs.clear()                 # recorded segments hold the old arrays
 
     def _segment_buffers(self, k: int):
-        """The (k, M) float64 buffers of a recorded iteration: margins, steps, the tentative
-        steps and the breakpoints of the optimal bias (allocated once per batch size)."""
+        """The (k, M) float64 margins, steps, tentative steps and optimal-bias breakpoints of an
+        iteration (allocated once per batch size)."""
         if self._buffers is None or self._buffers[0].shape[0] != k:
             self._buffers = tuple(self.xp.empty((k, self.n_outputs), dtype=np.float64)
                                   for _ in range(4))
@@ -533,20 +459,16 @@ class DeviceBackend(GeneralEvaluation):
     def pegasos_segment_m(self, sampler, t0: int, t1: int, plan) -> None:
         """Pegasos iterations ``t0 + 1 .. t1`` on the device alone (Fig. 1 for M outputs).
 
-        Per iteration, every kernel reading ``t`` from the device counter:
-        ``gpusvm_margins`` (step 2; it draws ``A_t``, or reads what ``gpusvm_sample_next``
-        drew for i.i.d. batches), (``gpusvm_optimal_bias``: Sec. 4),
-        (``gpusvm_reset_scale`` in a segment holding an iteration with ``1 - eta_t lam = 0``)
-        and ``gpusvm_pegasos_step`` (steps 3-5, the scalars and the fold of a small scale):
-        2 to 4 launches (one more for i.i.d. batches), recorded once per (sampler, plan) and
-        replayed (:meth:`_replay`).
+        Per iteration: ``gpusvm_margins`` (step 2; it draws ``A_t``, or reads what
+        ``gpusvm_sample_next`` drew for i.i.d. batches), (``gpusvm_optimal_bias``: Sec. 4, radix
+        selection in O(k)), (``gpusvm_reset_scale`` where ``1 - eta_t lam = 0``) and
+        ``gpusvm_pegasos_step`` (steps 3-5; its last block finishes the scalars and folds a
+        small scale into ``V``), recorded once per (sampler, plan) and replayed.
 
         Parameters
         ----------
-        sampler : gpusvm.solvers._sampling.CounterSampler
-        t0, t1 : int
-            Iterations done before and after the segment.
-        plan : gpusvm.backends.base.PegasosPlan
+        sampler, t0, t1, plan
+            As :meth:`gpusvm.backends.numpy_.NumpyBackend.pegasos_segment_m`.
         """
         p = plan
         _, shrinks = step_sizes(p.schedule, t0 + 1, t1 + 1, p.lam, p.eta0, p.norma_p)
@@ -575,7 +497,7 @@ class DeviceBackend(GeneralEvaluation):
             out.append((self._segment_kernel("gpusvm_optimal_bias"), int(M),
                         (self.Y, sw, rows, np.int32(k), M, self.sm, m, bp)))
         if reset:                                                              # eta_t lam = 1
-            out.append((self._segment_kernel("gpusvm_reset_scale"), self._entry_grid(),
+            out.append((self._segment_kernel("gpusvm_reset_scale"), self._blocks(self.d * self.n_outputs),
                         (self.V, U, np.int32(use_u), np.int64(self.d), M, self.sm,
                          self._counter) + sched))
         out.append((self._segment_kernel("gpusvm_pegasos_step", p.loss), grid,  # steps 3-5
@@ -587,13 +509,9 @@ class DeviceBackend(GeneralEvaluation):
                        np.float64(p.renorm_threshold))))
         return out
 
-    def _entry_grid(self) -> int:
-        return max(1, min(math.ceil(self.d * self.n_outputs / _kernels.BLOCK),
-                          self.runtime.max_blocks))
-
     # ------------------------------------------------------------ SDCA
     def init_dual_m(self, beta0: float, loss: str = "hinge", alpha0=None, lam=None) -> None:
-        """Start SDCA as :meth:`GeneralPath.init_dual_m <gpusvm.backends._general.GeneralPath.init_dual_m>`
+        """Start SDCA as :meth:`NumpyBackend.init_dual_m <gpusvm.backends.numpy_.NumpyBackend.init_dual_m>`
         (after :meth:`init_state_m`): ``alpha = alpha0``, else 0 but at the rows with
         ``||x_i|| = 0`` (their optimum ``s_i``, or ``2 s_i`` for the squared hinge)."""
         xp = self.xp
@@ -617,21 +535,18 @@ class DeviceBackend(GeneralEvaluation):
     def sdca_segment_m(self, sampler, t0: int, t1: int, plan) -> None:
         """SDCA iterations ``t0 + 1 .. t1`` on the device alone (eq. 15 / Alg. 2 per output).
 
-        Per iteration: ``gpusvm_sdca_margins`` (it draws the batch, or reads what
-        ``gpusvm_sample_next`` and ``gpusvm_sample_firsts_next`` drew for i.i.d. batches;
-        then the margins and the steps of eq. 15 with ``beta^(t)``) and ``gpusvm_sdca_apply``
-        (naive, safe: 2 launches), or for the aggressive variant ``gpusvm_sdca_rho`` and two
-        ``gpusvm_sdca_apply`` launches: the step, which computes the steps with the adapted
-        ``beta^(t+1)`` before adding them, then the settle, which keeps or undoes it per
-        output and zeroes rho's scratch: 4.  i.i.d. batches add 2.  Recorded once per
-        (sampler, plan) and replayed (:meth:`_replay`).
+        Per iteration: ``gpusvm_sdca_margins`` (it draws the batch, or reads what the
+        sampler's two launches drew for i.i.d. batches; then the margins and the steps of eq. 15
+        with ``beta^(t)``) and ``gpusvm_sdca_apply``; the aggressive variant adds
+        ``gpusvm_sdca_rho`` before it, so that the step uses the adapted ``beta^(t+1)``, and a
+        second ``gpusvm_sdca_apply`` that keeps or undoes the step per output and zeroes rho's
+        scratch.  Recorded once per (sampler, plan) and replayed; the contract is in
+        :mod:`gpusvm.solvers.sdca`.
 
         Parameters
         ----------
-        sampler : gpusvm.solvers._sampling.CounterSampler
-        t0, t1 : int
-            Iterations done before and after the segment.
-        plan : gpusvm.backends.base.SDCAPlan
+        sampler, t0, t1, plan
+            As :meth:`gpusvm.backends.numpy_.NumpyBackend.sdca_segment_m`.
         """
         if plan.aggressive and self._scratch is None:
             self._scratch = self.xp.zeros((self.d, self.n_outputs), dtype=np.float64)
@@ -679,10 +594,9 @@ def make_device_backend(name: str, X, y, **options) -> DeviceBackend:
     Parameters
     ----------
     name : {"cupy", "emulated"}
-    X, y
-        See :class:`DeviceBackend`.
-    **options
-        ``lanes``, ``free_memory``, ``device``, ``sample_weight``: see :class:`DeviceBackend`.
+    X, y, **options
+        ``X``, ``y``, ``lanes``, ``free_memory``, ``device``, ``sample_weight``: see
+        :class:`DeviceBackend`.
 
     Returns
     -------

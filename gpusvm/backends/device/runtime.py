@@ -2,7 +2,7 @@
 
 A runtime holds the array module ``xp``, the compiled kernel module (:func:`gpusvm._kernels.load_module`,
 kernels looked up by NVRTC name expression), a non-blocking stream joined to the caller's at the
-boundary (the rule of :mod:`gpusvm.backends.base`) and the graphs that replay a segment's launches
+boundary (docs/gpu.md, "The stream rule") and the graphs that replay a segment's launches
 (:class:`SegmentGraph`).
 """
 
@@ -26,30 +26,34 @@ EMULATED_MAX_BLOCKS = 4
 _WHILE_CHECKED: dict = {}
 
 
+@contextlib.contextmanager
+def _capturing(end_capture):
+    """The body of a capture: its error is re-raised as itself, not masked by ``end_capture``'s."""
+    try:
+        yield
+    except BaseException:
+        with contextlib.suppress(Exception):
+            end_capture()
+        raise
+
+
 class SegmentGraph:
     """A segment's launch sequence as a fixed set of graphs, each captured once and replayed.
 
     Graph ``G_j`` holds ``2**j`` iterations (``j = 0 .. log2 C``, ``C`` the largest power of
     two with ``C`` iterations in at most the runtime's ``graph_nodes`` kernel nodes), captured
-    on the backend's stream the first time a segment needs it (``Stream.begin_capture`` /
-    ``end_capture``: nothing runs while capturing).  A segment of ``L`` iterations runs its
-    ``L // C`` whole chunks, then one ``G_j`` per set bit of ``L % C``.  Where the runtime has
-    conditional graph nodes (:attr:`_StreamRuntime.while_nodes`), the whole chunks are one
-    launch of a graph holding one WHILE node, whose body is ``C`` iterations and the kernel
-    that counts the chunks down (``kernels/while_more.cu``): at most ``log2 C + 1`` graph
-    launches per segment whatever its length.  Without them ``G_log2C`` is launched ``L // C``
-    times: at most ``L // C + log2 C + 1``.  Either way at most ``log2 C + 2`` captures per
-    sequence whatever the segment lengths (Pegasos' doubling average and SDCA's adaptive
-    certificates change the length at nearly every segment).  Every argument that changes
-    between iterations lives in device memory (the batch counter, the state vector), so the
-    captured launches are valid for any position in the run.
+    on the backend's stream the first time a segment needs it.  A segment of ``L`` iterations
+    runs its ``L // C`` whole chunks (one launch of a WHILE node where the runtime has
+    :attr:`_StreamRuntime.while_nodes`, else ``G_log2C`` ``L // C`` times), then one ``G_j``
+    per set bit of ``L % C``: at most ``log2 C + 2`` captures per sequence whatever the
+    segment lengths (docs/gpu.md, "Segments as a fixed set of graphs").  Every argument that
+    changes between iterations lives in device memory, so the captured launches are valid for
+    any position in the run.
 
     Attributes
     ----------
-    captures : int
-        Graphs captured so far.
-    launches : int
-        Graph launches so far.
+    captures, launches : int
+        Graphs captured, graph launches so far.
     capture_seconds : float
         Host time spent capturing and instantiating.
     """
@@ -85,12 +89,8 @@ class SegmentGraph:
             stream = self._rt.stream
             start = time.perf_counter()
             stream.begin_capture()
-            try:
+            with _capturing(stream.end_capture):
                 self._record(times)
-            except BaseException:
-                with contextlib.suppress(Exception):     # the capture's own error would mask it
-                    stream.end_capture()
-                raise
             graph = stream.end_capture()
             if hasattr(graph, "upload"):
                 graph.upload(stream)                      # instantiate now, not at the first replay
@@ -99,8 +99,7 @@ class SegmentGraph:
         return graph
 
     def _while(self):
-        """The WHILE graph of whole chunks (captured on first use), or None where the runtime
-        could not build one (it then has no WHILE nodes any more)."""
+        """The WHILE graph of whole chunks (captured on first use), or None where it cannot be built."""
         if self._loop is None:
             start = time.perf_counter()
             self._loop = self._rt.while_graph(self._record, self.chunk)
@@ -115,16 +114,14 @@ class SegmentGraph:
         stream = self._rt.stream
         chunks, rest = divmod(times, self.chunk)
         parts = [1 << j for j in range(rest.bit_length()) if rest >> j & 1]
-        count = len(parts)
         loop = self._while() if chunks and self._rt.while_nodes else None
         if loop is not None:
             loop.run(chunks)
-            count += 1
         else:
             parts = [self.chunk] * chunks + parts
-            count += chunks
         for size in parts:
             self._graph(size).launch(stream)
+        count = len(parts) + (loop is not None)
         self.launches += count
         self._rt.graph_launches += count
 
@@ -150,11 +147,9 @@ def _check(result, what: str):
 
 
 class _CupyWhileGraph:
-    """A CUDA graph of one conditional WHILE node, built through ``cuda.bindings`` (CuPy has no
-    conditional nodes): its body, captured from the backend's stream with
-    ``cudaStreamBeginCaptureToGraph``, is ``chunk`` iterations followed by
-    ``gpusvm_while_more``, which counts the chunks in ``left`` down and sets the condition.
-    """
+    """A CUDA graph of one WHILE node, built through ``cuda.bindings`` (CuPy has no conditional
+    nodes): its body, captured from the backend's stream, is ``chunk`` iterations followed by
+    ``gpusvm_while_more``, which counts the chunks in ``left`` down and sets the condition."""
 
     def __init__(self, rt, record, chunk):
         from cuda.bindings import runtime as cr  # noqa: PLC0415  (optional: cuda-python)
@@ -182,14 +177,9 @@ class _CupyWhileGraph:
         _check(cr.cudaStreamBeginCaptureToGraph(
             ptr, body, None, None, 0, cr.cudaStreamCaptureMode.cudaStreamCaptureModeThreadLocal),
             "cudaStreamBeginCaptureToGraph")
-        try:
-            with self._stream:
-                record(chunk)
-                more((1,), (32,), (np.uint64(int(handle)), self.left))
-        except BaseException:
-            with contextlib.suppress(Exception):             # the capture's own error would mask it
-                cr.cudaStreamEndCapture(ptr)
-            raise
+        with _capturing(lambda: cr.cudaStreamEndCapture(ptr)), self._stream:
+            record(chunk)
+            more((1,), (32,), (np.uint64(int(handle)), self.left))
         _check(cr.cudaStreamEndCapture(ptr), "cudaStreamEndCapture")
         self._exec = _check(cr.cudaGraphInstantiate(graph, 0), "cudaGraphInstantiate")
         _check(cr.cudaGraphUpload(self._exec, ptr), "cudaGraphUpload")
@@ -222,14 +212,9 @@ class _EmulatedWhileGraph:
         more = streams.StreamKernel(
             _kernels.load_while_module("emulated").get_function(_kernels.WHILE_KERNEL))
         self._stream.begin_capture()
-        try:
-            with self._stream:
-                record(chunk)
-                more((1,), (32,), (np.uint64(self.cond.ctypes.data), self.left))
-        except BaseException:
-            with contextlib.suppress(Exception):
-                self._stream.end_capture()
-            raise
+        with _capturing(self._stream.end_capture), self._stream:
+            record(chunk)
+            more((1,), (32,), (np.uint64(self.cond.ctypes.data), self.left))
         self.graph = streams.WhileGraph(self._stream.end_capture(), self.cond)
 
     def run(self, chunks: int) -> None:
@@ -250,7 +235,8 @@ class _StreamRuntime:
         Host time spent capturing graphs.
     """
 
-    #: kernel nodes a segment graph holds at most (its chunk of iterations, see SegmentGraph)
+    #: kernel nodes a segment graph holds at most (its chunk of iterations, see SegmentGraph;
+    #: capture and instantiation once per fit: about 10 us per node on a GPU)
     graph_nodes = 1024
     #: whether a segment's whole chunks are one launch of a WHILE node (see SegmentGraph); set
     #: per runtime from ``GPUSVM_GRAPH_WHILE`` and what the machine supports
@@ -262,7 +248,6 @@ class _StreamRuntime:
         self._enter_event = streams.Event(block=False, disable_timing=True)
         self._exit_event = streams.Event(block=False, disable_timing=True)
         self._depth = 0
-        self._callers: list = []
         self.captures = 0
         self.graph_launches = 0
         self.capture_seconds = 0.0
@@ -274,11 +259,8 @@ class _StreamRuntime:
     def activate(self):
         """Context that makes this runtime's device and stream current, joined to the caller's stream.
 
-        On the outermost entry the backend's stream waits on an event recorded on the
-        caller's current stream (the work queued before, such as the preparation of device
-        inputs, comes first); on its exit the caller's stream waits on an event recorded on
-        the backend's stream (what the caller does next with the backend's arrays comes
-        after the backend's kernels).  A few microseconds per call, nothing per iteration.
+        On the outermost entry the backend's stream waits for the caller's (an event), on
+        its exit the caller's stream waits for the backend's (docs/gpu.md, "The stream rule").
         """
         with self._device_context():
             caller = self._streams.get_current_stream()
@@ -298,15 +280,15 @@ class _StreamRuntime:
 
     @staticmethod
     def _same(a, b) -> bool:
-        return a is b or (getattr(a, "ptr", None) is not None and getattr(a, "ptr", None) == getattr(b, "ptr", None))
+        ptr = getattr(a, "ptr", None)
+        return a is b or (ptr is not None and ptr == getattr(b, "ptr", None))
 
     def graph(self, launches):
         return SegmentGraph(self, launches)
 
     def while_graph(self, record, chunk):
-        """A graph of one WHILE node whose body is ``record(chunk)``'s launches (see
-        :class:`SegmentGraph`); its ``run(chunks)`` replays the body ``chunks`` times in one
-        graph launch."""
+        """A graph of one WHILE node whose body is ``record(chunk)``'s launches; its
+        ``run(chunks)`` replays the body ``chunks`` times in one graph launch."""
         raise NotImplementedError
 
 
@@ -318,9 +300,6 @@ class CupyRuntime(_StreamRuntime):
     #: SDCA's certificate cadence weighs the measured seconds of a certificate against those
     #: of the iterations (:class:`~gpusvm.solvers.sdca.CertificateCosts`)
     times_certificates = True
-    #: a segment graph holds at most this many kernel nodes (capture and instantiation once per
-    #: fit: about 10 us per node)
-    graph_nodes = 1024
 
     def __init__(self, device: int | None = None):
         import cupy  # noqa: PLC0415  (optional dependency)
@@ -338,8 +317,8 @@ class CupyRuntime(_StreamRuntime):
                 self.while_nodes = self._while_available(warn=asked)
 
     def while_graph(self, record, chunk):
-        """As :meth:`_StreamRuntime.while_graph`; where CUDA refuses the graph, None, with one
-        RuntimeWarning naming the call, and this runtime's segments replay chunked graphs."""
+        """As :meth:`_StreamRuntime.while_graph`; where CUDA refuses, None, with one
+        RuntimeWarning, and this runtime's segments replay chunked graphs."""
         try:
             return _CupyWhileGraph(self, record, chunk)
         except Exception as exc:  # noqa: BLE001  (whatever CUDA says, chunked graphs still work)
@@ -349,12 +328,8 @@ class CupyRuntime(_StreamRuntime):
             return None
 
     def _while_available(self, warn: bool) -> bool:
-        """Whether WHILE nodes work here, found once per process and device: cuda-python's
-        bindings import, the driver supports CUDA 12.4, the kernel loads, and a self-test
-        passes (a WHILE node whose body is a CuPy launch, captured from this runtime's stream as
-        a segment's are, then ``gpusvm_while_more``, asked for 3 passes: the body must run 3
-        times and the count end at 0).  If not, segments replay chunked graphs, with a
-        RuntimeWarning naming the cause when ``warn`` (``GPUSVM_GRAPH_WHILE`` was set)."""
+        """Whether WHILE nodes pass their self-test here (once per process and device; docs/gpu.md),
+        with a RuntimeWarning naming the cause when not and ``warn``."""
         found = _WHILE_CHECKED.get(self.device_id)
         if found is None:
             try:
@@ -403,14 +378,13 @@ class CupyRuntime(_StreamRuntime):
 
 
 class EmulatedRuntime(_StreamRuntime):
-    """Arrays standing for CuPy's (:class:`gpusvm._emulator.streams.DeviceArray`), kernels on the CPU
+    """Arrays standing for CuPy's (``gpusvm._emulator.streams.DeviceArray``), kernels on the CPU
     emulator, launched on an emulated non-blocking stream (deferred until synchronised)."""
 
     name = "emulated"
     keeps_host_X = True
-    #: the emulator's seconds say nothing of a GPU's, and its sums run in a fixed order: its
-    #: cadence is the CPU backends' (no clock), so an emulated fit is repeatable and equals
-    #: the NumPy reference's
+    #: no clock in the cadence (the emulator's seconds say nothing of a GPU's), so an emulated
+    #: fit is repeatable and equals the NumPy reference's
     times_certificates = False
     #: small graphs: each captured launch costs the emulator an argument conversion
     graph_nodes = 128
