@@ -1,22 +1,9 @@
 """How gpusvm's numba functions are compiled: the collector paused, helpers ahead.
 
-**The collector paused.**  Python's cyclic garbage collector is paused while numba
-compiles gpusvm's functions.
-numba's compiler builds and drops hundreds of thousands of small objects (IR nodes,
-types, LLVM wrappers); each generational collection they trigger also walks every
-object the process already holds (SciPy, scikit-learn, the user's data structures), so
-in a fitting process a cold first fit spent about a fifth of its compile time in the
-collector (BENCHMARKS.md, "One-off compilation").  The listener below disables the
-collector from the start of the outermost compilation of a function defined in
-``gpusvm`` to its end (nested compilations of numba's own helpers included) and then
-restores it as it was: nothing is collected late, only later (the compiler's garbage,
-some tens of MB, goes at the next collection).  Other libraries' compilations are left
-alone, and calls that compile nothing never reach it.
-
-**Helpers compiled ahead.**  :data:`AHEAD` (:class:`CompileAhead`) compiles the
-functions a fit calls after its loop (the certificates' products, the epochs'
-orders) in a background thread, while the fit runs on their NumPy equivalents
-(the same numbers bit for bit), so that a cold first fit waits for its loop only.
+Python's collector is paused during the outermost compilation of a function of ``gpusvm``
+(numba's compiler makes so many objects that the collections, each walking the process's
+objects, took a fifth of a cold fit's compile time: BENCHMARKS.md, "One-off compilation").
+:data:`AHEAD` compiles a fit's helpers in a background thread (docs/architecture.md).
 """
 
 from __future__ import annotations
@@ -29,14 +16,10 @@ from numba.core import event
 
 
 class _PauseCollector(event.Listener):
-    """``numba:compile`` listener: the collector off during gpusvm's outermost compilations.
-
-    numba's compiler lock serialises compilations, so one depth counter serves all threads.
-    """
+    """The collector off during gpusvm's outermost compilations (serialised: one counter)."""
 
     def __init__(self):
-        self.depth = 0
-        self.was_enabled = False
+        self.depth, self.was_enabled = 0, False
 
     def on_start(self, ev):
         if self.depth:
@@ -56,54 +39,36 @@ class _PauseCollector(event.Listener):
                 gc.enable()
 
 
-#: registered once, when the first compiled module of gpusvm is imported
 LISTENER = _PauseCollector()
 event.register("numba:compile", LISTENER)
 
 
-# ---------------------------------------------------------------- compiled ahead
 def compile_ahead_setting() -> bool:
-    """``GPUSVM_COMPILE_AHEAD``: ``1`` (default) compiles a fit's helpers in a background
-    thread, ``0`` compiles each where it is first called."""
+    """``GPUSVM_COMPILE_AHEAD``: ``1`` (default, helpers in a background thread) or ``0``."""
     value = os.environ.get("GPUSVM_COMPILE_AHEAD", "").strip().lower()
-    if value in ("", "1"):
-        return True
-    if value == "0":
-        return False
+    if value in ("", "0", "1"):
+        return value != "0"
     raise ValueError(f"GPUSVM_COMPILE_AHEAD={value!r}: set 1 (compile a fit's helpers in a "
                      "background thread) or 0 (compile each where it is first called)")
 
 
-def _in_disk_cache(dispatcher, sig) -> bool:
-    """Whether numba's on-disk cache holds ``dispatcher``'s machine code for ``sig``."""
+def in_disk_cache(dispatcher, sig, uncached=False) -> bool:
+    """Whether numba's on-disk cache holds ``dispatcher``'s code for ``sig`` (else ``uncached``)."""
     cache = dispatcher._cache
-    if not hasattr(cache, "_cache_file"):            # numba's NullCache: cache=False
-        return False
+    if not hasattr(cache, "_cache_file"):            # numba's NullCache
+        return uncached
     return cache._index_key(sig, dispatcher.targetctx.codegen()) in \
         cache._cache_file._load_index()
 
 
 class CompileAhead:
-    """A fit's helpers compiled in one background thread while the fit goes on.
-
-    A cold first fit must wait for its segment loop, but not for the functions it
-    calls later (the certificates' products, the epochs' orders): each of those
-    has a NumPy equivalent that gives the same numbers bit for bit.  A backend
-    asks :meth:`ready` before each call: True when the machine code for the
-    call's argument types is compiled in this process or in numba's on-disk
-    cache (then the compiled function runs), else False, and the compilation is
-    queued for a background thread (then the NumPy equivalent runs this time).
-    A later call finds it compiled.  The thread starts when a compilation is
-    queued, runs the queue in order and ends when it is empty; numba's compiler
-    lock serialises it with any compilation of the fitting thread, so a backend
-    asks for its helpers only once its loop is compiled.
-
-    ``GPUSVM_COMPILE_AHEAD=0`` turns it off (:meth:`ready` is always True: each
-    helper compiles where it is first called).  A compilation that fails in the
-    thread is not queued again: the next call compiles in the caller's thread,
-    where the error is raised as usual.  Before the process forks, the queue is
-    finished (a child must not inherit numba's compiler lock held).
-    """
+    """A fit's helpers (each with a NumPy equivalent, the same numbers bit for bit) compiled
+    in one background thread while the fit goes on: :meth:`ready` is True when the call's
+    code is compiled (in this process or on disk), else False with the compilation queued,
+    run in order by a thread that ends with the queue (serialised with the fitting thread's:
+    ask once the loop is compiled).  Always True with ``GPUSVM_COMPILE_AHEAD=0``, and for a
+    failed compilation (the caller's thread compiles and raises).  A fork waits for the queue
+    (the child must not inherit the compiler lock held)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -114,14 +79,14 @@ class CompileAhead:
         self._running = False
 
     def ready(self, dispatcher, args) -> bool:
-        """Whether ``dispatcher(*args)`` runs compiled code now (module docstring)."""
+        """Whether ``dispatcher(*args)`` runs compiled code now (class docstring)."""
         if not compile_ahead_setting():
             return True
         try:
             sig = tuple(dispatcher.typeof_pyval(a) for a in args)
             key = (id(dispatcher), sig)
             if sig in dispatcher.overloads or key in self._failed or \
-                    _in_disk_cache(dispatcher, sig):
+                    in_disk_cache(dispatcher, sig):
                 return True
         except Exception:             # noqa: BLE001  another numba: compile where called
             return True
@@ -157,7 +122,6 @@ class CompileAhead:
             thread.join()
 
 
-#: the process's background compilations
 AHEAD = CompileAhead()
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(before=AHEAD.wait)

@@ -1,27 +1,12 @@
-"""The counter-based batches of :mod:`gpusvm.solvers._sampling`, compiled (numba).
+"""The counter-based batches of :mod:`gpusvm.solvers._sampling`, compiled: the reference's
+integer arithmetic on scalars, bit for bit the batches every backend sees.  State:
 
-The same integer arithmetic as the NumPy reference, on scalars, so that the
-compiled segment loops of :mod:`gpusvm.backends.numba_` compute each ``A_t``
-where they use it, bit for bit the batches every other backend sees.  Imported
-only when numba is available.
-
-State the loops carry between batches (all preallocated by the backend):
-
-``rk`` (``uint64[3, ROUNDS]``)
-    round keys: row 0 for the batch key of ``"without_replacement"``, rows
-    ``1 + (e & 1)`` for the epoch ``e`` of ``"epoch"`` (cached in ``ecache``).
-``ecache`` (``int64[3]``)
-    the epoch whose round keys sit in ``rk[1 + (e & 1)]`` (``-1``: none), and in
-    ``ecache[2]`` the epoch whose rows ``order`` holds.
-``stamp`` (``int64[n]``, ``"with_replacement"`` only)
-    ``stamp[r]`` is the global position ``t k + j`` of the last first occurrence
-    of row ``r``: an occurrence at ``t k + j`` repeats an earlier one of its own
-    batch exactly when ``t k <= stamp[r] < t k + j``.
-``order`` (``int32[E, n]``), ``table`` (``uint32[2^h]``)
-    ``"epoch"`` sampling with one row per batch: the rows of whole epochs, in
-    order (:func:`epoch_order`, one epoch a row, ``order[i]`` holding epoch
-    ``ecache[2] + i``), so that an iteration reads its row instead of computing
-    it, and the Feistel network over the whole domain they come from.
+* ``rk`` (``uint64[3, ROUNDS]``): round keys, row 0 for ``"without_replacement"``'s batch,
+  row ``1 + (e & 1)`` for epoch ``e`` (recorded in ``ecache[e & 1]``; ``ecache[2]``: the
+  epoch in ``order[0]``);
+* ``stamp[r]`` (``"with_replacement"``): the position ``t k + j`` of row ``r``'s last first
+  occurrence: one at ``t k + j`` repeats its batch's exactly when ``t k <= stamp[r] < t k + j``;
+* ``order`` (``int32[E, n]``): whole epochs' rows (:func:`epoch_order`, from ``table``).
 """
 
 from __future__ import annotations
@@ -31,25 +16,15 @@ from numba import njit
 
 from . import _compile_nb  # noqa: F401  (the collector paused while this compiles)
 
-# Literals, not imports: numba's on-disk cache is keyed on this file, so a constant imported
-# from another module could change under a stale cache.  tests/test_sampling.py checks that
-# they equal gpusvm.solvers._sampling.GOLDEN and ROUNDS.
+# literals, not imports (numba's disk cache is keyed on this file: an imported constant could
+# change under it); tests/test_sampling.py checks they equal gpusvm.solvers._sampling's
 GOLDEN = 0x9E3779B97F4A7C15
 ROUNDS = 6
 
-_S16 = np.uint64(16)
-_S13 = np.uint64(13)
-_S27 = np.uint64(27)
-_S30 = np.uint64(30)
-_S31 = np.uint64(31)
-_S32 = np.uint64(32)
-_M1 = np.uint64(0xBF58476D1CE4E5B9)
-_M2 = np.uint64(0x94D049BB133111EB)
-_F1 = np.uint64(0x85EBCA6B)
-_F2 = np.uint64(0xC2B2AE35)
-_M32 = np.uint64(0xFFFFFFFF)
+_S13, _S16, _S27, _S30, _S31, _S32 = (np.uint64(s) for s in (13, 16, 27, 30, 31, 32))
+_M1, _M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
+_F1, _F2, _M32 = np.uint64(0x85EBCA6B), np.uint64(0xC2B2AE35), np.uint64(0xFFFFFFFF)
 _G = np.uint64(GOLDEN)
-_ONE = np.uint64(1)
 
 
 @njit(cache=True, inline="always")
@@ -146,11 +121,7 @@ def _epoch_slot(seed, e, rk, ecache):
 
 @njit(cache=True, inline="always")
 def batch(code, n, k, seed, half, mask, t, rows, first, rk, ecache, stamp):
-    """Write ``A_t`` (0-based ``t``) into ``rows`` and its first-occurrence mask into ``first``.
-
-    Returns True when ``first`` is meaningful (the batch may hold a repeat),
-    False when every row of the batch is distinct by construction.
-    """
+    """``A_t`` (0-based ``t``) into ``rows``, its first occurrences into ``first``; False: distinct."""
     if code == 0:                                     # without replacement: k images of pi_t
         set_round_keys(stream_key(seed, t), rk, 0)
         for j in range(k):
@@ -189,21 +160,13 @@ def batch(code, n, k, seed, half, mask, t, rows, first, rk, ecache, stamp):
     return True
 
 
-#: the epoch table of :func:`epoch_order` holds at most this many entries (64 MiB of uint32);
-#: a larger domain computes each row by :func:`permute` directly (the same values, slower)
+#: entries of :func:`epoch_order`'s table at most (64 MiB); a larger domain uses :func:`permute`
 MAX_TABLE = 1 << 24
-
-_M32_U = np.uint32(0xFFFFFFFF)
 
 
 @njit(cache=True, inline="always")
 def _feistel_table(rk, slot, half, mask, table):
-    """``table[x]`` = the ROUNDS Feistel rounds of :func:`permute` on every ``x < 2^(2 half)``.
-
-    No cycle walking and no branches: the rounds on 32-bit words (``fmix32``'s
-    wrapping products spelled with a mask), one independent chain per ``x``, so
-    the loop runs at the multiplier's throughput rather than its latency.
-    """
+    """``table[x]`` = :func:`permute`'s rounds on every ``x < 2^(2 half)``, without cycle walk."""
     hs = np.uint64(half)
     mk = np.uint64(mask)
     for x in range(table.size):
@@ -219,14 +182,8 @@ def _feistel_table(rk, slot, half, mask, table):
 
 @njit(cache=True)
 def epoch_order(n, seed, half, mask, e, rk, ecache, table, order):
-    """``order[q] = pi_e(q)`` for every position ``q < n`` of epoch ``e`` (``"epoch"`` sampling).
-
-    The rows :func:`batch` draws for epoch ``e``, all at once: the Feistel
-    network over the whole ``2^h`` domain into ``table`` (when it has room),
-    then the cycle walk of every ``q`` by lookups, bitwise :func:`permute`'s
-    values at about a third of its cost per row.  With an empty ``table`` each
-    row comes from :func:`permute`.  ``ecache[2]`` records ``e``.
-    """
+    """``order[q] = pi_e(q)``, ``q < n``, by lookups in ``table`` (a third of :func:`permute`'s
+    cost, which serves when ``table`` is empty); ``ecache[2] = e``."""
     slot = _epoch_slot(seed, e, rk, ecache)
     if table.size > 0:
         _feistel_table(rk, slot, half, mask, table)
@@ -243,20 +200,7 @@ def epoch_order(n, seed, half, mask, e, rk, ecache, table, order):
 
 
 def sampler_state(n: int, epoch_rows: int = 0, half: int = 0):
-    """Fresh ``(rk, ecache, stamp, order, table)`` for :func:`batch` and :func:`epoch_order`
-    (``order``: room for one epoch, ``(1, epoch_rows)``; none when ``epoch_rows`` is 0).
-
-    Parameters
-    ----------
-    n : int
-        Size of ``stamp`` (the rows of ``"with_replacement"`` sampling, else 1).
-    epoch_rows : int
-        Size of ``order`` (the rows of an ``"epoch"`` run drawn an epoch at a
-        time, else 0).
-    half : int
-        The sampler's half width: ``table`` gets ``2^(2 half)`` entries when
-        ``epoch_rows > 0`` and that is at most :data:`MAX_TABLE`.
-    """
+    """Fresh ``(rk, ecache, stamp, order, table)`` (``table`` when it fits :data:`MAX_TABLE`)."""
     rk = np.zeros((3, ROUNDS), dtype=np.uint64)
     ecache = np.full(3, -1, dtype=np.int64)
     stamp = np.full(n, -1, dtype=np.int64)

@@ -1,16 +1,9 @@
 """Compiled sparse kernels and cache hints of the numba backend (no solver logic).
 
-Row gathers and scatters go straight through ``indptr``/``indices``/``data`` of
-the CSR matrix; nothing of ``X`` is copied, and a float32 ``X`` is never upcast
-(products in the data's dtype where the reference forms them so, sums in
-float64).  ``V`` (d, M) is row-major, so one nonzero ``x_ij`` reads and writes
-the ``M`` contiguous entries ``V[j, :]``; a batch of several rows is summed
-per column in a compact scratch (``slot[j]`` is the column's row of ``acc``,
-first-touch order) before ``V`` is written once per column and output.
-
-Each kernel with an ``M`` loop also has an ``M = 1`` form that keeps one
-running value in registers (four interleaved partial sums for a row's dot
-product): the same source, a branch the compiler takes once.
+``X`` is read through its CSR arrays, never copied nor upcast (products in the data's dtype
+where the reference forms them so, sums in float64).  ``V`` (d, M) is row-major; a batch of
+rows is summed per column in a compact scratch (``slot[j]``: the column's row of ``acc``)
+before ``V`` is written.  A kernel's ``M = 1`` form keeps its sums in registers.
 """
 
 from __future__ import annotations
@@ -23,10 +16,8 @@ from numba.extending import intrinsic
 
 from ._counter_nb import batch
 
-#: batches ahead whose rows are prefetched (rows of a shuffled epoch are cold in the cache)
-PREFETCH_DISTANCE = 2
-#: rows ahead prefetched when the loop reads an epoch's order
-ORDER_PREFETCH = 4
+PREFETCH_DISTANCE = 2      # batches ahead whose rows are prefetched (a shuffled epoch's are cold)
+ORDER_PREFETCH = 4         # rows ahead prefetched when the loop reads an epoch's order
 RING = PREFETCH_DISTANCE + 1
 
 
@@ -62,9 +53,7 @@ def prefetch_row(indptr, indices, data, r):
 
 @njit(cache=True, inline="always")
 def prefetch_v_row(indptr, indices, vf, M, r):
-    """Ask for the lines of ``V[j, :]`` of every nonzero ``x_rj`` (``vf``: ``V`` flattened
-    row-major).  A ``V`` beyond the L2 cache is cold: without the hint each nonzero
-    waits on its line in turn (3-4x slower on news20)."""
+    """Ask for the lines of ``V[j, :]`` of every nonzero ``x_rj`` (3-4x faster on news20)."""
     step = max(1, 64 // vf.itemsize)
     for p in range(indptr[r], indptr[r + 1]):
         if M == 1:
@@ -85,8 +74,7 @@ def prefetch_v(indptr, indices, vf, M, rows):
 
 @njit(cache=True, inline="always")
 def prefetch_duals(af, yf, inv_q, M, r):
-    """Ask for the lines of ``alpha[r, :]``, ``Y[r, :]`` and ``1/||x_r||^2`` (flattened
-    row-major): a shuffled epoch visits them cold."""
+    """Ask for the lines of ``alpha[r, :]``, ``Y[r, :]`` and ``1/||x_r||^2`` (flat)."""
     base = r * M
     for o in range(0, M, 8):
         prefetch(af, base + o)
@@ -110,10 +98,7 @@ def fill_ring(sam, bt0):
 
 @njit(cache=True, inline="always")
 def draw_ahead(indptr, indices, data, vf, M, sam, bt, pref_v):
-    """Before the iteration on batch ``bt``: draw batch ``bt + PREFETCH_DISTANCE`` into the
-    ring (``sam``: the sampler's ``(smp, ring, ringf, ringh, rk, ecache, stamp, ...)``,
-    ``smp = (code, n, k, seed, half, mask)``), ask for its rows' lines and, when
-    ``pref_v``, for the lines of ``V`` that batch ``bt + 1`` will touch."""
+    """Draw batch ``bt + PREFETCH_DISTANCE``, prefetch its rows (and ``V``'s of batch ``bt + 1``)."""
     smp, ring, ringf, ringh, rk, ecache, stamp = sam[:7]
     nxt = bt + PREFETCH_DISTANCE
     sl = nxt % RING
@@ -126,12 +111,9 @@ def draw_ahead(indptr, indices, data, vf, M, sam, bt, pref_v):
         prefetch_v(indptr, indices, vf, M, ring[(bt + 1) % RING])
 
 
-# ---------------------------------------------------------------------- rows
 @njit(cache=True, nogil=True)
 def localize_columns(indices, d):
-    """``(cols, local)``: the sorted columns ``indices`` use (int64), and ``indices`` re-indexed
-    to their positions in ``cols`` (int32); two passes over ``indices``, one over ``d``
-    (a dask block's columns: a third of NumPy's scatter, search and gather)."""
+    """``(cols, local)``: the sorted columns used (int64), ``indices`` as positions in ``cols``."""
     at = np.zeros(d, dtype=np.int32)              # 1 where used, then the position + 1
     for p in range(indices.size):
         at[indices[p]] = 1
@@ -152,9 +134,7 @@ def localize_columns(indices, d):
 
 @njit(cache=True, nogil=True, fastmath=True)
 def round_sums(Wb, U, W, out):
-    """``W = Wb`` in float64 and, per output ``c``, ``out[:, c] = (||W_c||^2, <W_c, U_c>,
-    ||U_c||^2)``: one pass where NumPy makes five (the dask driver's round: the gap's norm
-    and the line search's products)."""
+    """``W = Wb`` in float64, ``out[:, c] = (||W_c||^2, <W_c, U_c>, ||U_c||^2)``: one pass."""
     m, M = W.shape
     if M == 1:                                   # flat: the loop vectorises
         wbf, uf, wf = Wb.reshape(-1), U.reshape(-1), W.reshape(-1)
@@ -197,8 +177,7 @@ def add_scaled(W, U, step):
 
 @njit(cache=True, nogil=True)
 def add_rows_at(out, pos, part):
-    """``out[pos[i], :] += part[i, :]`` for distinct ``pos`` (a dense scatter-add: the dask
-    driver's sum of the blocks' ``(d_k, M)`` parts, a quarter of NumPy's fancy-index add)."""
+    """``out[pos[i], :] += part[i, :]`` for distinct ``pos`` (the dask driver's sum of parts)."""
     M = out.shape[1]
     if M == 1:
         of, pf = out.reshape(-1), part.reshape(-1)
@@ -224,9 +203,7 @@ def row_sq_norms(indptr, data, out):
 
 @njit(cache=True, inline="always")
 def row_dot(indptr, indices, data, x, r):
-    """``<x_r, x>`` as four interleaved float64 partial sums (products in the operands' own
-    type); four sums break the chain of dependent additions (~20% faster on imdb), a
-    reassociation that changes the result only at the rounding level."""
+    """``<x_r, x>`` as four interleaved float64 partial sums: ~20% faster on imdb, equal to rounding."""
     lo = indptr[r]
     hi = indptr[r + 1]
     z0 = 0.0
@@ -248,10 +225,7 @@ def row_dot(indptr, indices, data, x, r):
 
 @njit(cache=True, inline="always")
 def add_row(indptr, indices, data, vf, uf, u_scale, use_u, r, ci):
-    """``v += ci x_r`` for one row of a canonical CSR and one output (flat ``vf``), in place
-    (``u += u_scale ci x_r`` when ``use_u``); returns the exact change of ``||v||^2``,
-    ``(new - old)(new + old)`` per column of the values as stored.  Zero products are
-    skipped, as the reference drops them."""
+    """``v += ci x_r`` (and ``u``) for one output; the exact change of ``||v||^2`` as stored."""
     dn = 0.0
     if ci == 0.0:
         return dn
@@ -271,8 +245,7 @@ def add_row(indptr, indices, data, vf, uf, u_scale, use_u, r, ci):
 
 @njit(cache=True, inline="always")
 def add_exact(V, U, u_scale, use_u, j, c, g):
-    """``V[j, c] += g`` (``U[j, c] += u_scale[c] g`` when ``use_u``); the exact change of
-    ``V[j, c]^2`` as stored."""
+    """``V[j, c] += g`` (and ``U[j, c] += u_scale[c] g``); the exact change of ``V[j, c]^2``."""
     old = np.float64(V[j, c])
     V[j, c] = old + g
     new = np.float64(V[j, c])
@@ -283,10 +256,7 @@ def add_exact(V, U, u_scale, use_u, j, c, g):
 
 @njit(cache=True, inline="always")
 def add_row_to_columns(indices, data, lo, hi, V, U, u_scale, use_u, cols, cc, nmov, dn):
-    """``V[:, cols[q]] += cc[q] x`` for ``q < nmov`` and the row ``x`` stored at ``lo:hi``;
-    ``dn[cols[q]]`` gets the exact ``d||v_c||^2``.  A nonzero at a time with its moving
-    outputs inside (they share the lines of ``V[j, :]``); each output's additions run in
-    the row's order."""
+    """``V[:, cols[q]] += cc[q] x`` for ``q < nmov``, the exact ``d||v_c||^2`` into ``dn``."""
     for q in range(nmov):
         dn[cols[q]] = 0.0
     for p in range(lo, hi):
@@ -299,9 +269,7 @@ def add_row_to_columns(indices, data, lo, hi, V, U, u_scale, use_u, cols, cc, nm
 
 @njit(cache=True, inline="always")
 def sum_rows(indptr, indices, data, rows, coef, M, slot, acc, touched, skip_still):
-    """``acc[q, c] = sum_i coef_ic x_{rows_i, touched[q]}`` (first-touch column order);
-    returns the number of columns ``nt``.  ``skip_still``: rows whose coefficients are
-    all 0 are passed over.  The caller resets ``slot`` of the touched columns to -1."""
+    """``acc[q, c] = sum_i coef_ic x_{rows_i, touched[q]}``; returns the column count."""
     nt = 0
     for i in range(rows.size):
         if skip_still:
@@ -335,9 +303,7 @@ def sum_rows(indptr, indices, data, rows, coef, M, slot, acc, touched, skip_stil
 @njit(cache=True, inline="always")
 def add_rows(indptr, indices, data, V, vf, U, uf, u_scale, use_u, rows, coef, M, slot, acc,
              touched, dn):
-    """``V[:, c] += sum_i coef_ic x_{rows_i}`` (``U[:, c] += u_scale_c *`` the same) for a
-    batch, summed per column first; the exact ``d||v_c||^2`` into ``dn`` (``vf``, ``uf``:
-    ``V`` and ``U`` flattened, written through when ``M = 1``)."""
+    """``V[:, c] += sum_i coef_ic x_{rows_i}`` (and ``U``); the exact ``d||v_c||^2`` into ``dn``."""
     for c in range(M):
         dn[c] = 0.0
     nt = sum_rows(indptr, indices, data, rows, coef, M, slot, acc, touched, True)
@@ -384,11 +350,9 @@ def sum_sq_norms(indptr, indices, data, rows, coef, M, slot, acc, touched, out):
         slot[touched[q]] = -1
 
 
-# ---------------------------------------------------------------------- whole matrix
 @njit(cache=True, nogil=True)
 def csr_matvec(indptr, indices, data, w, b, out, pref):
-    """:func:`csr_matmat` for one column ``w`` (flat): four partial sums per row, and a
-    binary fit compiles no ``M`` loop."""
+    """:func:`csr_matmat` for one flat column ``w``, as four partial sums per row."""
     n = indptr.size - 1
     for i in range(n):
         if pref and i + 1 < n:
@@ -399,11 +363,7 @@ def csr_matvec(indptr, indices, data, w, b, out, pref):
 
 @njit(cache=True, nogil=True)
 def csr_matmat(indptr, indices, data, W, wf, b, out, z, pref):
-    """``out[i, c] = <x_i, w_c> + b_c`` in float64, one pass over ``X`` (``W`` row-major, ``wf``
-    the same array flat; ``z``: scratch of ``M`` float64, a row of ``out`` kept local;
-    ``pref``: prefetch the lines of ``W`` the next row reads).  The caller makes the flat
-    view and the scratch: numba's ``reshape`` and ``np.empty`` would add about 0.4 s to a
-    cold compilation."""
+    """``out[i, c] = <x_i, w_c> + b_c`` in float64 (``wf``, ``z`` from the caller: 0.4 s less compile)."""
     n = indptr.size - 1
     M = W.shape[1]
     for i in range(n):
@@ -422,8 +382,7 @@ def csr_matmat(indptr, indices, data, W, wf, b, out, z, pref):
 
 @njit(cache=True, nogil=True)
 def csr_rmatvec(indptr, indices, data, alpha, y, out, pref):
-    """``out += X^T (alpha * y)`` for one output (flat ``alpha``, ``y`` and ``out``), the
-    product of :func:`dual_weights`: a binary fit compiles no ``M`` loop."""
+    """``out += X^T (alpha * y)`` for one output (flat arrays): :func:`dual_weights`' product."""
     n = indptr.size - 1
     for i in range(n):
         if pref and i + 1 < n and alpha[i + 1] != 0.0:
@@ -438,16 +397,8 @@ def csr_rmatvec(indptr, indices, data, alpha, y, out, pref):
 
 @njit(cache=True, nogil=True)
 def dual_weights(indptr, indices, data, alpha, Y, lamn, out, of, V, vsq, nz, coef, pref):
-    """``out = X^T (alpha * Y) / lamn`` in float64 (``out`` zero on entry), then ``V = out``
-    (rounded to ``V``'s dtype) and ``vsq_c = ||V[:, c]||^2`` of the rounded values.
-
-    The product visits only the (row, output) pairs whose ``alpha`` is not 0, all of a
-    row's outputs per nonzero (they share the lines of ``out[j, :]``); each entry of
-    ``out`` receives its rows' terms in row order.  ``of``: ``out`` flat; ``nz`` (int64)
-    and ``coef`` (float64): scratch of ``M`` (as :func:`csr_matmat`'s).  The scaling,
-    copy and norms are one pass over ``d x M`` instead of four, in the same function (a
-    compiled function costs about 0.1 s of compilation on its own).
-    """
+    """``out = X^T (alpha * Y) / lamn`` in float64 (``out`` zero on entry; pairs with ``alpha !=
+    0`` only, in row order), then ``V = out`` and ``vsq_c = ||V[:, c]||^2`` as rounded."""
     n = indptr.size - 1
     d, M = out.shape
     for i in range(n):
@@ -477,7 +428,3 @@ def dual_weights(indptr, indices, data, alpha, Y, lamn, out, of, V, vsq, nz, coe
             x = np.float64(V[j, c])
             vsq[c] += x * x
 
-
-def max_row_nnz(indptr) -> int:
-    """The longest row's number of nonzeros (sizes the compact scratch of a batch)."""
-    return int(np.max(np.diff(indptr))) if indptr.size > 1 else 0

@@ -1,38 +1,14 @@
 """The segment loops of the numba backend: one Pegasos source and one SDCA source.
 
-Each loop runs the iterations ``t0 + 1 .. t1`` of its solver over the state of
-:mod:`gpusvm.backends._general` (``V`` (d, M) row-major, ``sm`` (N_SLOTS, M),
-``U``, ``alpha`` (n, M)), with example weights and either loss, drawing its
-batches from the counter (:mod:`gpusvm.backends._counter_nb`) two iterations
-ahead so that their rows can be prefetched.  The arithmetic is that of the
-reference :class:`~gpusvm.backends._general.GeneralPath` (products of a row's
-gather in the data's dtype, sums in float64, a batch summed per column before
-``V`` is written), so the iterates agree with it to rounding.
-
-:func:`pegasos_loop` and :func:`sdca_loop` return the loop compiled for a set
-of flags that are closure constants, so numba prunes what they rule out and
-each fit compiles only the shape it runs (what changes the loop's structure);
-the weights, the loss and shrinking are runtime arguments, predictable branches
-that cost no measurable time and let one compiled loop serve them all:
-
-``one``
-    ``M = 1``: the output's slots live in registers for the whole segment
-    (written back around the rare calls that read them, and at the end), the
-    ``M`` loops vanish and a row's dot product runs as four partial sums.
-``row``
-    One row of a canonical CSR per batch: added in place, no per-column scratch.
-``by_epoch``
-    ``"epoch"`` sampling with one row per batch: the rows are read from the
-    orders of the segment's epochs, which the caller makes before the call
-    (``order[i]`` holds epoch ``ecache[2] + i``:
-    :meth:`NumbaBackend._nb_orders <gpusvm.backends.numba_.NumbaBackend._nb_orders>`),
-    the same rows as drawing them at a quarter of the cost.
-``optimal``, ``aggressive``
-    Pegasos' batch-optimal bias, SDCA's Alg. 2.
-
-Runtime (in ``prm``): ``weighted``, ``squared``, ``shrinking``: example weights,
-the squared hinge, and LIBLINEAR's shrinking (SDCA, ``one`` and ``row``,
-unweighted hinge).
+Each runs iterations ``t0 + 1 .. t1`` on the state of :mod:`gpusvm.backends._general` with the
+arithmetic of its ``GeneralPath`` (products in the data's dtype, sums in float64), so the
+iterates agree with it to rounding; batches are drawn two iterations ahead (their rows
+prefetched).  :func:`pegasos_loop` and :func:`sdca_loop` compile the loop for flags that are
+closure constants, so numba prunes what they rule out: ``one`` (``M = 1``, slots in
+registers), ``row`` (one row of a canonical CSR per batch, added in place), ``by_epoch``
+(one-row ``"epoch"`` batches read from the epochs' orders made by ``NumbaBackend._nb_orders``),
+``optimal``, ``aggressive`` (Pegasos' batch-optimal bias, SDCA's Alg. 2).  Weights, the
+squared hinge and shrinking are runtime arguments in ``prm``: one compiled loop serves all.
 """
 
 from __future__ import annotations
@@ -50,8 +26,7 @@ from ._state import (S_A, S_ASUM, S_ASUMD, S_B, S_BETA, S_BSUM, S_DNORM, S_LOSS,
                      S_NAVG, S_NREJ, S_TMP0, S_VSQ, S_YACT)
 
 _EPS64 = float(np.finfo(np.float64).eps)
-# shrinking's constants, spelled out (numba caches by file; a test checks they are
-# gpusvm.backends.numpy_.SHRINK_EPS and UPPER_SLACK)
+# numpy_.SHRINK_EPS and UPPER_SLACK spelled out (numba caches by file; a test compares)
 SHRINK_EPS = 0.1
 UPPER_SLACK = 4 * _EPS64
 
@@ -75,8 +50,7 @@ N_WORK = 11
 
 @njit(cache=True, inline="always")
 def _margins(indptr, indices, data, Y, V, vf, sm, rows, m, z, one):
-    """``m_ic = y_ic (a_c <v_c, x_i> + b_c)``: one gather per row for all ``M`` (``z``: the
-    row's dot products, an array of the loop's own so that they stay in registers)."""
+    """``m_ic = y_ic (a_c <v_c, x_i> + b_c)``: one gather per row for all ``M``."""
     for i in range(rows.size):
         r = rows[i]
         if one:
@@ -97,8 +71,7 @@ def _margins(indptr, indices, data, Y, V, vf, sm, rows, m, z, one):
 
 @njit(cache=True, inline="always")
 def _add_one_row(indices, data, lo, hi, V, U, u_scale, use_u, coef, M, touched, cc, dn):
-    """One row of a canonical CSR added in place (``V[:, c] += coef_c x``) for the outputs
-    whose coefficient is not 0 (listed in ``touched``, their coefficients in ``cc``)."""
+    """``V[:, c] += coef_c x`` in place for one row and the outputs whose ``coef_c != 0``."""
     nmov = 0
     for c in range(M):
         dn[c] = 0.0
@@ -120,8 +93,7 @@ def _add_one_row(indices, data, lo, hi, V, U, u_scale, use_u, coef, M, touched, 
 @njit(cache=True, inline="always")
 def _add(indptr, indices, data, V, vf, U, uf, u_scale, use_u, rows, coef, M, row, slot, acc,
          touched, dn):
-    """``V[:, c] += sum_i coef_ic x_{rows_i}``: in place for one row (``row``), else summed
-    per column first; the exact ``d||v_c||^2`` into ``dn``."""
+    """``V[:, c] += sum_i coef_ic x_{rows_i}``; the exact ``d||v_c||^2`` into ``dn``."""
     if row:
         r = rows[0]
         _add_one_row(indices, data, indptr[r], indptr[r + 1], V, U, u_scale, use_u, coef[0],
@@ -131,7 +103,6 @@ def _add(indptr, indices, data, V, vf, U, uf, u_scale, use_u, rows, coef, M, row
                  touched, dn)
 
 
-# ---------------------------------------------------------------------- Pegasos
 @njit(cache=True, inline="always")
 def _step_size(schedule, t, lam, eta0, norma_p):
     """``(eta_t, 1 - eta_t lam)`` exactly as :func:`gpusvm.backends.base.step_size`."""
@@ -144,8 +115,7 @@ def _step_size(schedule, t, lam, eta0, norma_p):
 
 @njit(cache=True, inline="always")
 def _optimal_bias(Y, sw, weighted, rows, m, sm, yb, sc, bp, wt):
-    """Per output, the weighted batch-optimal bias (Pegasos Sec. 4, the smallest breakpoint
-    ``b_i = y_i - sc_i`` where the right derivative is ``>= 0``); ``m`` shifted to it."""
+    """Per output, the weighted batch-optimal bias (Pegasos Sec. 4); ``m`` shifted to it."""
     k = rows.size
     for c in range(m.shape[1]):
         tot_pos = 0.0
@@ -191,8 +161,7 @@ def _reset_scale(V, U, use_u, sm):
 
 @njit(cache=True, inline="always")
 def _renormalize(V, U, use_u, sm, threshold, tmp):
-    """Fold ``a_c`` into column ``c`` for each output with ``|a_c| < threshold``; the running
-    sum moves into ``U`` alone (``U -= A V``, ``A = 0``) so that it never cancels."""
+    """Fold ``a_c`` into ``V[:, c]`` where ``|a_c| < threshold``, the running sum into ``U`` alone."""
     d, M = V.shape
     for c in range(M):
         a = sm[S_A, c]
@@ -212,9 +181,7 @@ def _renormalize(V, U, use_u, sm, threshold, tmp):
 
 @njit(cache=True, inline="always")
 def _pegasos_out(a, dn, vsq, b, asum, navg, bsum, yact, eta, k, unreg_bias, radius, average):
-    """The end of steps 4-5 of Fig. 1 for one output, after its addition of ``dn`` to
-    ``||v||^2``: the unregularised bias step, the projection onto the ball of ``radius``
-    and the running average.  Returns ``(a, vsq, b, asum, navg, bsum)``."""
+    """The end of steps 4-5 of Fig. 1 for one output: bias step, projection, average."""
     vsq += dn
     sa = a
     if unreg_bias:
@@ -232,7 +199,7 @@ def _pegasos_out(a, dn, vsq, b, asum, navg, bsum, yact, eta, k, unreg_bias, radi
 
 @njit(cache=True, inline="always")
 def _subgradient(m, si, squared):
-    """``(g_i, loss_i)``: ``-d loss_i / d m_i`` of a row with weight ``si`` and its loss."""
+    """``(-d loss_i / d m_i, loss_i)`` of a row with weight ``si``."""
     sl = max(0.0, 1.0 - m)
     if squared:
         return 2.0 * si * sl, si * sl * sl
@@ -273,20 +240,14 @@ def _pegasos_step(indptr, indices, data, Y, sw, weighted, V, vf, U, uf, use_u, s
                                        wk[W_YACT, c], eta, k, unreg_bias, radius, average)
 
 
-def _make_pegasos(one, row, by_epoch, optimal):
-    """The Pegasos loop compiled for the flags (module docstring)."""
+@functools.lru_cache(maxsize=None)
+def pegasos_loop(one, row, by_epoch, optimal):
+    """The Pegasos loop compiled for these flags (module docstring), made once per process."""
     scalar = one and row and not optimal            # the output's slots in registers
 
     @njit(cache=True, nogil=True)
     def loop(csr, lab, st, sam, t0, t1, prm, wrk):
-        """Iterations ``t0 + 1 .. t1`` of Pegasos (Shalev-Shwartz et al. 2007, Fig. 1), as
-        :meth:`GeneralPath.pegasos_segment_m <gpusvm.backends._general.GeneralPath.pegasos_segment_m>`.
-
-        ``csr = (indptr, indices, data)``, ``lab = (Y, Y flat, weights)``, ``st = (V, V flat,
-        U, U flat, sm)``, ``sam``: the sampler's state (``NumbaBackend._nb_sampler``), ``prm
-        = (lam, k, schedule code, eta0, norma_p, unreg_bias, radius, averaged, t_avg,
-        renorm threshold, prefetch V, weighted, squared)``, ``wrk``: work arrays (``NumbaBackend._nb_work``).
-        """
+        """Pegasos iterations ``t0 + 1 .. t1`` (Shalev-Shwartz et al. 2007, Fig. 1)."""
         indptr, indices, data = csr
         Y, yf, sw = lab
         V, vf, U, uf, sm = st
@@ -373,18 +334,10 @@ def _make_pegasos(one, row, by_epoch, optimal):
     return loop
 
 
-@functools.lru_cache(maxsize=None)
-def pegasos_loop(one, row, by_epoch, optimal):
-    """The compiled Pegasos loop for these flags (made once per process)."""
-    return _make_pegasos(one, row, by_epoch, optimal)
-
-
-# ---------------------------------------------------------------------- SDCA
 @njit(cache=True, inline="always")
 def _coord(m, a, si, row_sq, inv_qs, r, beta, cfac, lamn, squared):
-    """Eq. (15) for one coordinate with weight ``si`` (``cfac = lam n / beta``): the hinge
-    step clipped to ``[-a, si - a]`` (``si - a`` on a zero row), or the squared hinge's
-    closed form kept ``>= -a`` (ALGORITHMS.md, "Weights, and the squared hinge")."""
+    """Eq. (15) for one coordinate of weight ``si`` (ALGORITHMS.md, "Weights, and the squared
+    hinge"): the hinge step clipped to ``[-a, si - a]``, the squared one's kept ``>= -a``."""
     if squared:
         x = (2.0 * si * (1.0 - m) - a) / (1.0 + 2.0 * si * beta * row_sq[r] / lamn)
         return x if x > -a else -a
@@ -437,9 +390,7 @@ def _sdca_deltas(Y, sw, weighted, alpha, inv_q, row_sq, sm, rows, m, lamn, first
 @njit(cache=True, inline="always")
 def _sdca_adapt_beta(indptr, indices, data, Y, row_sq, sm, rows, delta, coef, beta_b, theta,
                      M, row, slot, acc, touched, wk):
-    """Alg. 2 per output (``GeneralPath.sdca_adapt_beta_m``); one row (``row``) is summed in
-    place (its columns are distinct).  No output moves (late in a fit, every row at its
-    bound): nothing to sum."""
+    """Alg. 2 per output (``GeneralPath.sdca_adapt_beta_m``); one row is summed in place."""
     moves = False
     for c in range(M):
         den = 0.0
@@ -469,8 +420,7 @@ def _sdca_adapt_beta(indptr, indices, data, Y, row_sq, sm, rows, delta, coef, be
 @njit(cache=True, inline="always")
 def _sdca_apply(indptr, indices, data, Y, sw, weighted, V, vf, sm, alpha, rows, delta, coef,
                 lam, n, check, squared, M, row, eps, slot, acc, touched, wk):
-    """Alpha and ``W`` step per output, each output's step undone alone when ``check`` finds
-    that it lowers its dual (``GeneralPath.sdca_apply_m``)."""
+    """Alpha and ``W`` step per output, undone where ``check`` finds it lowers the dual."""
     for c in range(M):                  # an output at a time: its sums in registers
         g = 1.0 / (lam * n * sm[S_A, c])
         gain = 0.0
@@ -522,8 +472,7 @@ def _sdca_apply(indptr, indices, data, Y, sw, weighted, V, vf, sm, alpha, rows, 
 @njit(cache=True, inline="always")
 def _sdca_row(indptr, indices, data, Y, sw, weighted, V, sm, alpha, inv_q, row_sq, r, lamn,
               squared, touched, wk, z):
-    """A safe/naive step on the one-row batch ``{r}`` for ``M`` outputs: margins, eq. (15) and
-    the ``W`` step fused, the bookkeeping of the outputs whose ``delta`` is 0 skipped."""
+    """A safe/naive step on the batch ``{r}`` for ``M`` outputs: margins, eq. (15), ``W`` step."""
     M = V.shape[1]
     for c in range(M):
         z[c] = 0.0
@@ -559,8 +508,7 @@ def _sdca_row(indptr, indices, data, Y, sw, weighted, V, sm, alpha, inv_q, row_s
 
 @njit(cache=True, inline="always")
 def _shrink_test(af, active, shr, r, m):
-    """LIBLINEAR's shrinking test of row ``r`` (Hsieh et al. 2008, Sec. 3.2; the reference's
-    ``_shrink_test``): True when it leaves the active set."""
+    """LIBLINEAR's shrinking test (Hsieh et al. 2008, Sec. 3.2): True when ``r`` leaves."""
     g = m - 1.0
     a = af[r]
     if a <= 0.0:
@@ -582,8 +530,7 @@ def _shrink_test(af, active, shr, r, m):
 
 @njit(cache=True, inline="always")
 def _shrink_epoch(active, shr):
-    """Roll the bounds of the shrinking test over at an epoch's end, or unshrink every row
-    once the projected gradients of the active set span at most ``SHRINK_EPS``."""
+    """At an epoch's end: roll the test's bounds over, or unshrink all within ``SHRINK_EPS``."""
     if shr[2] - shr[3] <= SHRINK_EPS:
         active[:] = True
         shr[0] = np.inf
@@ -595,22 +542,15 @@ def _shrink_epoch(active, shr):
     shr[3] = np.inf
 
 
-def _make_sdca(one, row, by_epoch, aggressive):
-    """The SDCA loop compiled for the flags (module docstring)."""
+@functools.lru_cache(maxsize=None)
+def sdca_loop(one, row, by_epoch, aggressive):
+    """The SDCA loop compiled for these flags (module docstring), made once per process."""
     scalar = one and row                                # the output's slots in registers
     fused = row and not aggressive                      # M outputs, one row: _sdca_row
 
     @njit(cache=True, nogil=True)
     def loop(csr, lab, st, sam, t0, t1, prm, wrk):
-        """Iterations ``t0 + 1 .. t1`` of mini-batch SDCA (Takáč et al. 2013, eq. 15 and
-        Alg. 2), as :meth:`GeneralPath.sdca_segment_m <gpusvm.backends._general.GeneralPath.sdca_segment_m>`.
-
-        ``csr = (indptr, indices, data)``, ``lab = (Y, Y flat, weights)``, ``st = (V, V flat,
-        sm, alpha, alpha flat, 1/||x_i||^2, ||x_i||^2)``, ``sam``: the sampler's state,
-        ``prm = (lam, n, beta_b, theta, eps of V's dtype, prefetch V, active set, shrinking
-        bounds, weighted, squared, shrinking)``, ``wrk``: work arrays (``NumbaBackend._nb_work``);
-        the arrays of ``wrk`` and ``sam`` these flags never read may be None.
-        """
+        """SDCA iterations ``t0 + 1 .. t1`` (Takáč et al. 2013, eq. 15, Alg. 2); unread arrays: None."""
         indptr, indices, data = csr
         Y, yf, sw = lab
         V, vf, sm, alpha, af, inv_q, row_sq = st
@@ -716,9 +656,3 @@ def _make_sdca(one, row, by_epoch, aggressive):
             sm[S_BETA, 0], sm[S_TMP0, 0], sm[S_DNORM, 0] = beta, rho, dnorm
 
     return loop
-
-
-@functools.lru_cache(maxsize=None)
-def sdca_loop(one, row, by_epoch, aggressive):
-    """The compiled SDCA loop for these flags (made once per process)."""
-    return _make_sdca(one, row, by_epoch, aggressive)

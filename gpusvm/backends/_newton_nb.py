@@ -1,15 +1,9 @@
-"""Compiled exact line searches of the primal Newton solver on the CPU (no solver logic).
+"""Compiled row passes of the primal Newton solver on the CPU (no solver logic).
 
-:func:`line_searches` minimises ``P_2(w + t p)`` along the Newton direction of every output
-of a block at once, as :func:`gpusvm.solvers.newton._line_search` (the array-module form,
-which a GPU runs) does for one: the same breakpoints, the same segment, the minimiser
-``-a / b`` of that segment's ``phi'(t) = a + b t``.  Where that form brackets the minimiser by
-bisection and sorts the breakpoints left inside, this one selects the segment by
-quickselect on the breakpoints (a three-way partition around the median of three, the
-slope read at each pivot from the partition's own sums): expected ``O(events)`` time and no
-sort.  One row-major pass reads the margins of all outputs (``Z``, ``Q``, ``S`` are ``(n,
-M)`` C-ordered: one cache line serves eight outputs of a row) and lists each output's
-breakpoint rows; the breakpoints of one output are then gathered from those rows alone.
+:func:`line_searches` finds the exact steps of every output as ``solvers.newton._line_search``
+does for one (the same breakpoints and segment, the minimiser ``-a / b`` of its ``phi'(t) = a
++ b t``), but by quickselect (a three-way partition around the median of three, the slope at
+each pivot from the partition's sums): expected ``O(events)``, no sort.
 """
 
 from __future__ import annotations
@@ -22,42 +16,20 @@ from . import _compile_nb  # noqa: F401  (the collector paused while this compil
 
 @njit(cache=True, nogil=True)
 def line_searches(Z, Q, S, zcols, scols, wp, pp, c, out):  # pragma: no cover (compiled)
-    """``out[q]``: the exact minimiser ``t`` of ``P_2(w_j + t p_q)`` for every live output.
-
-    Parameters
-    ----------
-    Z : ndarray (n, M)
-        Margins ``y_i <w_j, x_i>`` of every output of the block.
-    Q : ndarray (n, L)
-        ``y_i <p_q, x_i>`` of the live outputs' directions.
-    S : ndarray (n, K)
-        Row weights; output ``q`` reads column ``scols[q]``.
-    zcols, scols : ndarray of int64 (L,)
-        The columns of ``Z`` and ``S`` of live output ``q``.
-    wp, pp : ndarray (L,)
-        ``lam <w, p>`` and ``lam ||p||^2``.
-    c : float
-        ``2 / n``.
-    out : ndarray (L,)
-        The steps.
-
-    Notes
-    -----
-    With ``r_i = 1 - z_i``, row ``i`` is active just right of ``t = 0`` when ``r_i > 0``,
-    or ``r_i = 0 < -q_i``; it leaves at ``t_i = r_i / q_i`` when active with ``q_i > 0``,
-    and enters there when inactive with ``q_i < 0``.  ``phi'`` is continuous and
-    increasing, so the minimiser lies in the segment after the last breakpoint with
-    ``phi'(t_i) < 0``: events of a pivot with ``phi'(t_p) < 0`` (and all before it) are
-    applied to ``a``, ``b``, the others discarded.  The slope at the full step,
-    ``phi'(1)``, tells on which side of 1 the minimiser lies; only the breakpoints on that
-    side are selected (near the optimum few rows cross a margin within one step).
-    """
+    """``out[q]``: the exact minimiser ``t`` of ``P_2(w_j + t p_q)`` for every live output ``q``
+    (``Q = y <p_q, x>``; ``wp = lam <w, p>``, ``pp = lam ||p||^2``; ``c = 2 / n``).  With
+    ``r_i = 1 - z_i``, row ``i`` is active just right of ``t = 0`` when ``r_i > 0``, or ``r_i = 0
+    < -q_i``; it leaves at ``t_i = r_i / q_i`` when active with ``q_i > 0``, and enters there
+    when inactive with ``q_i < 0``.  ``phi'`` is continuous and increasing, so the minimiser
+    follows the last breakpoint with ``phi'(t_i) < 0``: the events of a pivot with ``phi'(t_p)
+    < 0`` (and all before it) apply to ``a``, ``b``, the others are discarded.  ``phi'(1)``
+    tells which side of 1 to select from (near the optimum, few rows)."""
     n = Z.shape[0]
     L = Q.shape[1]
     a = wp.copy()
     b = pp.copy()
     one = wp + pp                                        # phi'(1), at the full Newton step
-    # the rows of each output's breakpoints before 1 (lo) and from 1 on (hi)
+    # each output's breakpoint rows before 1 (lo) and from 1 on (hi)
     lo_rows = np.empty((L, n), dtype=np.int32)
     hi_rows = np.empty((L, n), dtype=np.int32)
     n_lo = np.zeros(L, dtype=np.int64)
@@ -89,9 +61,7 @@ def line_searches(Z, Q, S, zcols, scols, wp, pp, c, out):  # pragma: no cover (c
         bq = b[q]
         j = zcols[q]
         sj = scols[q]
-        # the minimiser lies at or before 1 when phi'(1) >= 0: the breakpoints before 1 are
-        # searched; else after 1, and those before 1 apply
-        if one[q] < 0.0:
+        if one[q] < 0.0:                                 # after 1: the events before 1 apply
             for k in range(n_lo[q]):
                 i = lo_rows[q, k]
                 s = c * S[i, sj]
@@ -155,12 +125,8 @@ def line_searches(Z, Q, S, zcols, scols, wp, pp, c, out):  # pragma: no cover (c
 
 @njit(cache=True, nogil=True)
 def certificate_terms(Z, Y, S, zcols, scols, A, AY, loss, asum):  # pragma: no cover
-    """The row sums of a certificate (:func:`gpusvm.solvers.newton._certify`) in one pass.
-
-    For live output ``q`` (column ``zcols[q]`` of ``Z`` and ``Y``, ``scols[q]`` of ``S``):
-    ``r_i = max(0, 1 - z_i)``, ``A[i, q] = 2 s_i r_i`` (the dual point), ``AY[i, q] =
-    A[i, q] y_i``, ``loss[q] = sum_i s_i r_i^2`` and ``asum[q] = sum_i A[i, q]``.
-    """
+    """A certificate's row sums (``newton._certify``) in one pass: ``r_i = max(0, 1 - z_i)``,
+    ``A[i, q] = 2 s_i r_i``, ``AY = A y``, ``loss = sum_i s_i r_i^2``, ``asum = sum_i A``."""
     n = Z.shape[0]
     L = A.shape[1]
     for q in range(L):
@@ -184,9 +150,7 @@ def certificate_terms(Z, Y, S, zcols, scols, A, AY, loss, asum):  # pragma: no c
 
 @njit(cache=True, nogil=True)
 def hessian_weights(Z, S, zcols, scols, c, SA):  # pragma: no cover
-    """``SA[i, q] = c s_i`` where row ``i`` is active for live output ``q`` (``z_i < 1``),
-    0 elsewhere; returns the rows active in any output (the generalised Hessian's
-    ``D`` of :func:`gpusvm.solvers.newton._iterate`)."""
+    """``SA[i, q] = c s_i`` where ``z_i < 1``, else 0 (Hessian's ``D``); the rows active in any."""
     n = Z.shape[0]
     L = SA.shape[1]
     rows = np.empty(n, dtype=np.int64)

@@ -1,36 +1,9 @@
 """Compiled CPU backend: the general path of :mod:`gpusvm.backends._general` as numba loops.
 
-:class:`NumbaBackend` subclasses :class:`~gpusvm.backends.numpy_.NumpyBackend`
-and replaces its segments and evaluation products with ``@njit(cache=True)``
-loops: :mod:`gpusvm.backends._loops_nb` holds the one Pegasos and the one SDCA
-loop, compiled per case (``M = 1`` or more, one row or a batch, weights, loss,
-...) from the same source; :mod:`gpusvm.backends._csr_nb` the sparse kernels and
-cache hints.  No Python runs inside a segment; the iterates agree with the
-reference to rounding (sums in another order), and a binary unweighted hinge fit
-is the ``M = 1`` case.
-
-Why compiled loops: an iteration of the NumPy backend pays 80-160 us of
-interpreter and temporary-array overhead whatever the batch size, while one row
-of a text data set holds ~100-400 nonzeros (well under a microsecond of work).
-At the batch sizes that are fastest on a CPU (``b = 1`` for SDCA) only compiled
-loops can compete with LIBLINEAR.  The loops are memory-bound; they prefetch the
-rows of the batches ahead (a shuffled epoch visits cold rows) and, when ``V``
-exceeds the L2 cache, the entries of ``V`` the next batch will read.
-
-What a first fit compiles: numba compiles a loop, with everything it calls, for
-the argument types of its first call, and caches the machine code on disk
-(``__pycache__`` beside the module, or ``NUMBA_CACHE_DIR``).  The backend calls
-the loop specialised for the case at hand, so a cold first fit compiles only
-what it runs; :class:`CompilationNotice` says when a loop is about to be
-compiled rather than loaded (BENCHMARKS.md, "One-off compilation", measured by
-``benchmarks/bench_compile.py``).  What the fit calls after its loop (the
-epochs' orders, the certificates' products) compiles meanwhile in a background
-thread (:class:`~gpusvm.backends._compile_nb.CompileAhead`); until it is ready
-those calls run on the NumPy equivalents, which give the same numbers.
-
-numba is a dependency of every install (``backend="auto"`` picks this backend
-when no GPU is present); where it cannot be imported, building this backend
-raises an ImportError that says what to install.
+:class:`NumbaBackend` runs the NumPy reference's segments and products as compiled loops
+(:mod:`gpusvm.backends._loops_nb`, :mod:`gpusvm.backends._csr_nb`), the iterates equal to
+rounding: a NumPy iteration pays 80-160 us of overhead where a row's work is under a
+microsecond.  Compilation: :class:`CompilationNotice`, docs/architecture.md, BENCHMARKS.md.
 """
 
 from __future__ import annotations
@@ -55,12 +28,11 @@ NUMBA_MISSING = ("backend='numba' needs numba, which cannot be imported; install
 
 if numba is not None:
     from . import _csr_nb as csr
-    from ._compile_nb import AHEAD
+    from ._compile_nb import AHEAD, in_disk_cache
     from ._counter_nb import epoch_order, sampler_state
     from ._loops_nb import N_WORK, SCHEDULE_CODES, pegasos_loop, sdca_loop
 
-#: at most this many entries (int32) of epoch orders are held for a segment: a longer run of
-#: epochs is split into compiled calls of whole epochs (32 MiB; one epoch at least)
+#: epoch-order entries (int32) held at once, 32 MiB (one epoch at least): longer runs are split
 ORDER_ENTRIES = 1 << 23
 
 
@@ -70,8 +42,7 @@ class NumbaBackend(NumpyBackend):
     Parameters
     ----------
     X : scipy.sparse.csr_matrix
-        Training data, CSR (canonical: sorted, duplicate-free indices, as the
-        estimators prepare it), dtype float32 or float64.  Never copied.
+        Training data, CSR (canonical, as the estimators prepare it), float32 or float64.
     y : ndarray of shape (n,) or (n, M)
         Labels in {-1, +1}, same dtype as ``X``.
     sample_weight : ndarray of shape (n,) or (n, M), optional
@@ -83,11 +54,8 @@ class NumbaBackend(NumpyBackend):
 
     Notes
     -----
-    Same state and dtypes as the reference (``V`` in the data's dtype, slots and
-    reductions in float64).  Deterministic: single-threaded loops, no atomics,
-    and no BLAS call (whose thread pool would wake up at every evaluation).
-    Memory beyond the reference's state: for batches of several rows, an int32
-    vector of length ``d`` and a scratch of the batch's columns.
+    The reference's state and dtypes; ``X`` never copied.  Deterministic: one thread, no
+    atomics, no BLAS.  Batches of several rows add an int32 ``d``-vector and a column scratch.
     """
 
     name = "numba"
@@ -97,26 +65,23 @@ class NumbaBackend(NumpyBackend):
             raise ImportError(NUMBA_MISSING)
         super().__init__(X, y, sample_weight)
         self._nb_canonical = bool(X.has_canonical_format)
-        # a backend made for several outputs keeps their loop and products when the solver
-        # narrows it to one output (``outputs_m``: the last output not yet certified), so a
+        # several outputs narrowed to one (``outputs_m``) keep their loop and products: a
         # multiclass fit compiles no one-output code (2.5-3.5 s) for its last segments
         self._nb_one = self.n_outputs == 1
-        self._nb_smp = None
-        self._nb_key = None
+        self._nb_smp = self._nb_key = None
         self._nb_held = (0, 0)            # the epochs whose rows the order holds: first, count
         self._nb_asked = False            # the products asked for ahead (CompileAhead)
         self._nb_loops = set()            # the loops made ready (compiled or loaded)
         self._nb_eo = False               # epoch_order compiled for this backend's arrays
 
     def _row_sq_norms(self) -> np.ndarray:
-        """``||x_i||^2`` in float64 straight from ``X.data`` (no squared copy of ``X``)."""
+        """``||x_i||^2`` in float64 straight from ``X.data``."""
         out = np.empty(self.n, dtype=np.float64)
         csr.row_sq_norms(self.X.indptr, self.X.data, out)
         return out
 
     def _nb_csr(self):
-        X = self.X
-        return X.indptr, X.indices, X.data
+        return self.X.indptr, self.X.indices, self.X.data
 
     def _nb_labels(self):
         """``(Y, Y flat, weights)``; weights an empty (0, 0) array when there are none."""
@@ -128,35 +93,23 @@ class NumbaBackend(NumpyBackend):
         return self.V.nbytes > l2_cache_bytes()
 
     def _nb_work(self, k: int):
-        """Work arrays of the loops for batches of ``k`` rows (made once per ``k`` and ``M``).
-
-        One row of a canonical CSR is added in place: no ``d``-sized ``slot``.
-        """
+        """Work arrays of the loops for batches of ``k`` rows (once per ``k`` and ``M``)."""
         M = self.n_outputs
         if self._nb_key != (k, M):
             row = k == 1 and self._nb_canonical
-            cap = M if row else max(M, min(self.d, k * csr.max_row_nnz(self.X.indptr)))
+            cap = M if row else max(M, min(self.d, k * int(np.diff(self.X.indptr).max(initial=0))))
             self._nb_wrk = {
                 "m": np.empty((k, M)), "delta": np.empty((k, M)), "coef": np.empty((k, M)),
                 "slot": np.full(0 if row else self.d, -1, dtype=np.int32),
                 "acc": np.empty((cap, M)), "touched": np.empty(cap, dtype=np.int32),
-                "wk": np.zeros((N_WORK, M)), "tmp": np.empty(1, dtype=self.dtype),
-                "z": np.empty(M), "yb": np.empty(k), "sc": np.empty(k), "bp": np.empty(k),
-                "wt": np.empty(k),
-            }
+                "wk": np.zeros((N_WORK, M)), "tmp": np.empty(1, dtype=self.dtype), "z": np.empty(M),
+                "yb": np.empty(k), "sc": np.empty(k), "bp": np.empty(k), "wt": np.empty(k)}
             self._nb_key = (k, M)
         return self._nb_wrk
 
     def _nb_sampler(self, sampler):
-        """The compiled sampler's arguments and its per-run state, made once per sampler.
-
-        Returns ``(smp, ring, ringf, ringh, rk, ecache, stamp, order, table)``: the
-        sampler's ``(code, n, k, seed, half, mask)``, the ring of the batches drawn
-        ahead with their first-occurrence masks, and the state of
-        :func:`gpusvm.backends._counter_nb.batch` (with, for ``"epoch"`` sampling of one
-        row per batch on a canonical CSR, the arrays of
-        :func:`gpusvm.backends._counter_nb.epoch_order`, from which the loops read the rows).
-        """
+        """``(smp, ring, ringf, ringh, rk, ecache, stamp, order, table)`` of ``sampler``: its
+        parameters, the batches drawn ahead, the state of ``_counter_nb``, made once."""
         if self._nb_smp is None or self._nb_smp[0] is not sampler:
             k = sampler.k
             smp = (int(sampler.code), int(sampler.n), int(k), np.uint64(sampler.seed),
@@ -172,15 +125,8 @@ class NumbaBackend(NumpyBackend):
         return self._nb_smp[1]
 
     def _nb_orders(self, sampler, sam, t0: int, t1: int):
-        """The rows of the epochs of the batches ``t0 .. t_end - 1`` in the ``order`` of the
-        sampler's state ``sam`` (``order[i]``: epoch ``ecache[2] + i``); returns ``(t_end,
-        sam)``: ``t1`` or the end of the last epoch that :data:`ORDER_ENTRIES` has room for,
-        and the state (a new one when ``order`` grew).
-
-        An epoch's rows come from the compiled :func:`~gpusvm.backends._counter_nb.epoch_order`
-        or, while it compiles ahead, from the NumPy reference's permutation (the same
-        integers); rows already held (the epoch a segment ended in) are kept.
-        """
+        """The epochs' rows of batches ``t0 .. t_end - 1`` into ``order`` (``order[i]``: epoch
+        ``ecache[2] + i``); returns ``(t_end, sam)``, ``sam`` new when ``order`` grew."""
         n = sampler.n
         e0 = t0 // n
         count = min((t1 - 1) // n - e0 + 1, max(1, ORDER_ENTRIES // n))
@@ -210,15 +156,7 @@ class NumbaBackend(NumpyBackend):
         return min(t1, (e0 + count) * n), sam
 
     def _nb_run(self, loop, sampler, by_epoch, csr_, lab, st, t0, t1, prm, wrk) -> None:
-        """Run the compiled segment ``loop`` over the batches ``t0 .. t1 - 1``: one call, or
-        with one-row ``"epoch"`` batches one call per run of epochs whose orders are held.
-
-        The loop is compiled (or loaded) first; then the helpers the fit will call are
-        asked for ahead (:class:`~gpusvm.backends._compile_nb.CompileAhead`), so that they
-        compile in the background while the loop runs.  An ``"epoch"`` loop reads, of the
-        sampler's state, the ring, the orders and their first epoch only (None for the rest:
-        an array argument is unboxed by code compiled with the loop).
-        """
+        """Run ``loop`` over batches ``t0 .. t1 - 1``, compiled first (``"epoch"``: by held epochs)."""
         t, t1 = int(t0), int(t1)
         full = self._nb_sampler(sampler)
         sam = (*full[:3], None, None, full[5], None, full[7], None) if by_epoch else full
@@ -236,9 +174,7 @@ class NumbaBackend(NumpyBackend):
             t = end
 
     def _nb_ask_ahead(self) -> None:
-        """Ask (once) for the certificates' products of several outputs, and the
-        one output's ``X^T (alpha y)``, to be compiled ahead: their NumPy equivalents give the
-        same numbers bit for bit.  (The one output's ``X w`` is not: its four partial sums.)"""
+        """Ask once for the certificates' products ahead (not ``X w`` of one output: not NumPy's)."""
         self._nb_asked = True
         dual = getattr(self, "alpha", None) is not None          # SDCA's certificates
         if self._nb_one:
@@ -257,10 +193,8 @@ class NumbaBackend(NumpyBackend):
         row = sampler.k == 1 and self._nb_canonical
         return (self._nb_one, row, row and sam[7].size > 0, self.sample_weight is not None)
 
-    # ------------------------------------------------------------ segments
     def pegasos_segment_m(self, sampler, t0: int, t1: int, plan) -> None:
-        """Pegasos iterations ``t0 + 1 .. t1`` in one compiled call
-        (:meth:`GeneralPath.pegasos_segment_m <gpusvm.backends._general.GeneralPath.pegasos_segment_m>`)."""
+        """Pegasos iterations ``t0 + 1 .. t1`` in one compiled call (``GeneralPath``'s)."""
         p = plan
         one, row, by_epoch, weighted = self._nb_flags(sampler)
         loop = pegasos_loop(one, row, by_epoch, bool(p.optimal))
@@ -276,12 +210,7 @@ class NumbaBackend(NumpyBackend):
                      (self.V, self.V.reshape(-1), U, U.reshape(-1), self.sm), t0, t1, prm, wrk)
 
     def sdca_segment_m(self, sampler, t0: int, t1: int, plan) -> None:
-        """SDCA iterations ``t0 + 1 .. t1`` in one compiled call
-        (:meth:`GeneralPath.sdca_segment_m <gpusvm.backends._general.GeneralPath.sdca_segment_m>`).
-
-        ``plan.shrinking`` (LIBLINEAR's active set, Hsieh et al. 2008, Sec. 3.2) applies to
-        one-row batches of one unweighted hinge output; other fits ignore it.
-        """
+        """SDCA iterations ``t0 + 1 .. t1`` in one compiled call (``GeneralPath``'s)."""
         p = plan
         one, row, by_epoch, weighted = self._nb_flags(sampler)
         squared = p.loss == "squared_hinge"
@@ -290,10 +219,8 @@ class NumbaBackend(NumpyBackend):
         w = self._nb_work(sampler.k)
         prm = (float(p.lam), self.n, float(p.beta_b), float(p.theta), self._eps,
                self._nb_prefetch_v(), self._active, self._shr, weighted, squared, shrinking)
-        # None for the arrays this loop never reads (one output and one row: no work array;
-        # one row of M outputs, safe or naive: three; an epoch's order: no ring mask or
-        # stamps): each array argument is unboxed by code compiled with the loop, and a
-        # None costs nothing (a cold multiclass compilation 0.2-0.4 s shorter)
+        # None for the arrays this loop never reads: each array argument is unboxed by code
+        # compiled with the loop (a cold multiclass compilation 0.2-0.4 s shorter)
         scalar, fused = one and row, row and not p.aggressive
         wrk = ((None,) * 5 if scalar or fused else
                (w["m"], w["delta"], w["coef"], w["slot"], w["acc"]))
@@ -303,7 +230,6 @@ class NumbaBackend(NumpyBackend):
         self._nb_run(loop, sampler, by_epoch, self._nb_csr(), self._nb_labels(), st, t0, t1,
                      prm, wrk)
 
-    # ------------------------------------------------------------ products
     def decision_function_m(self, W, b) -> np.ndarray:
         """``<w_c, x_i> + b_c`` on all rows, float64 (n, M), without an upcast copy of ``X``."""
         W = np.ascontiguousarray(W, dtype=np.float64)
@@ -344,7 +270,7 @@ class NumbaBackend(NumpyBackend):
             W /= lam * self.n
             self._resync(W)
             return W
-        vsq = np.empty(self.n_outputs)                    # W /= lam n, V = W, ||v_c||^2
+        vsq = np.empty(self.n_outputs)
         args = self._dual_args(lam * self.n, W, vsq)
         if not AHEAD.ready(csr.dual_weights, args):     # compiling ahead: the same sums
             return super().dual_weights_m(lam)
@@ -361,25 +287,14 @@ class CompilationNotice(UserWarning):
 
 _announced: set = set()
 
-#: what the notice says a cold first fit compiles for (BENCHMARKS.md, "One-off compilation":
-#: the CPU seconds numba spent on each path's first fit with an empty cache)
+#: the notice's CPU seconds of a cold first fit (BENCHMARKS.md, "One-off compilation")
 COMPILE_SECONDS = "2-5 s"
 
 
 def _ready_loop(dispatcher, args) -> None:
-    """Have the compiled loop ``dispatcher`` ready for ``args``, first saying
-    (:func:`_announce_compilation`) when numba is about to compile it rather than load it
-    from its cache.
-
-    ``args`` start with the CSR arrays ``(indptr, indices, data)`` as a tuple: the loops
-    are compiled once per dtype of ``data``.  The loop is compiled here, not by its first
-    call, so that its caller can ask for other functions to be compiled ahead once it is.
-    """
+    """Compile (or load) ``dispatcher`` for ``args`` now, so that helpers may compile ahead."""
     dtype = args[0][2].dtype
-    key = (id(dispatcher), str(dtype))
-    if key not in _announced:         # once per loop, dtype and process (no call between:
-        _announced.add(key)           # a segment's Python calls are counted by the tests)
-        _announce_compilation(dispatcher, args, dtype, stacklevel=6)
+    if _announce_compilation((id(dispatcher), str(dtype)), dispatcher, args, dtype, stacklevel=6):
         try:
             sig = tuple(dispatcher.typeof_pyval(a) for a in args)
         except Exception:             # noqa: BLE001  another numba: its first call compiles
@@ -390,42 +305,30 @@ def _ready_loop(dispatcher, args) -> None:
 
 def call_compiled(dispatcher, dtype, *args, what: str = "the CPU loops of this solver",
                   seconds: str = COMPILE_SECONDS, stacklevel: int = 6, group=None):
-    """Call the compiled function ``dispatcher(*args)``, first saying (once per function,
-    or per ``group`` of functions compiled together, ``dtype`` and process) when numba is
-    about to compile it rather than load it from its cache: ``what`` is compiled, in about
-    ``seconds`` of CPU time; the notice is attributed to the frame ``stacklevel`` above
-    :func:`warnings.warn`."""
-    key = (id(dispatcher) if group is None else group, str(dtype))
-    if key not in _announced:
-        _announced.add(key)
-        _announce_compilation(dispatcher, args, dtype, what, seconds, stacklevel)
+    """``dispatcher(*args)``, first announced (once per function or ``group``, ``dtype`` and
+    process) when it will compile: ``what``, in about ``seconds`` of CPU time."""
+    _announce_compilation((id(dispatcher) if group is None else group, str(dtype)), dispatcher,
+                          args, dtype, what, seconds, stacklevel)
     return dispatcher(*args)
 
 
-def _announce_compilation(dispatcher, args, dtype, what="the CPU loops of this solver",
-                          seconds=COMPILE_SECONDS, stacklevel=6) -> None:
-    """Warn (:class:`CompilationNotice`) when the call ``dispatcher(*args)`` will compile.
-
-    numba compiles a loop for the argument types of the first call and keeps it
-    in its on-disk cache (``__pycache__`` beside this module, or
-    ``NUMBA_CACHE_DIR``), keyed by those types, the CPU and the source; a call
-    already compiled in this process, or whose entry is in the cache, is not
-    announced.
-    """
+def _announce_compilation(key, dispatcher, args, dtype, what="the CPU loops of this solver",
+                          seconds=COMPILE_SECONDS, stacklevel=6) -> bool:
+    """Once per ``key`` (else False), warn (:class:`CompilationNotice`) when ``dispatcher(*args)``
+    is neither compiled in this process nor in numba's on-disk cache."""
+    if key in _announced:
+        return False
+    _announced.add(key)
     try:
         sig = tuple(dispatcher.typeof_pyval(a) for a in args)
-        if sig in dispatcher.overloads:
-            return
-        cache = dispatcher._cache
-        if cache._index_key(sig, dispatcher.targetctx.codegen()) in \
-                cache._cache_file._load_index():
-            return
+        if sig in dispatcher.overloads or in_disk_cache(dispatcher, sig, True):
+            return True
     except Exception:                 # noqa: BLE001  another numba: say nothing rather than guess
-        return
-    warnings.warn(f"gpusvm: compiling {what} for {dtype} data, "
-                  f"once: about {seconds} of CPU time (longer in wall time when other "
-                  "work shares the cores); numba caches them on disk for later runs",
-                  CompilationNotice, stacklevel=stacklevel)
+        return True
+    warnings.warn(f"gpusvm: compiling {what} for {dtype} data, once: about {seconds} of CPU time "
+                  "(longer in wall time when other work shares the cores); numba caches them on "
+                  "disk for later runs", CompilationNotice, stacklevel=stacklevel)
+    return True
 
 
 @functools.lru_cache(maxsize=None)
