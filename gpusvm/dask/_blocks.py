@@ -343,13 +343,12 @@ class PegasosBlock(_Block):
         self.t = t0 + local_steps
         return {"w": _host(W), "seconds": time.perf_counter() - start}
 
-    def iterate(self, t, update, lam, evaluate, sample=True):
+    def iterate(self, t, update, lam, evaluate):
         """Apply step ``t - 1`` (:func:`driver_step`'s ``update``, None at ``t = 1``) as the
         driver did (its scales after the projection, which saw the whole ``||v||^2``): every
         replica of ``V`` stays bitwise the driver's.  Returns the loss sums at ``w_t`` when
-        ``evaluate`` and, if ``sample``, this block's part ``idx``, ``agg`` of step ``t``: the
-        reference's ``sum_i eta_t/(k' a) g_i y_i x_i`` over its rows of ``A_t``, ``k' = n k_k /
-        n_k``."""
+        ``evaluate`` and this block's part ``idx``, ``agg`` of step ``t``: the reference's
+        ``sum_i eta_t/(k' a) g_i y_i x_i`` over its rows of ``A_t``, ``k' = n k_k / n_k``."""
         self._expect(self.t, t, "is at iteration")
         ref = self.ref
         if update is not None:
@@ -362,9 +361,6 @@ class PegasosBlock(_Block):
         out = {}
         if evaluate:
             out["loss"] = self.loss_sum(ref.V * ref.sm[S_A])
-        if not sample:
-            self.t = t
-            return out
         rows, _ = self.sampler.batch(t - 1)
         m = ref.margins_m(rows)                                     # step 2, at w_t
         eta, shrink = step_size("pegasos", t, lam, None, 0.0)        # step 3

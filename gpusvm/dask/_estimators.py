@@ -684,13 +684,12 @@ class SDCASVC(_DaskLinearBase):
         s_rows = None if sources[0]["s"] is None else np.concatenate(
             [np.asarray(src["s"], dtype=np.float64) for src in sources])
         position = [0] * K      # each block's counter position (steps done)
+        r = 0
 
-        def make(r):
-            def maker(b, data):
-                return SDCABlock, (data, sources[b]["Y"], sources[b]["s"], b, n, lam, sigma, seed,
-                                   self.bias, float(self.intercept_scaling), self.loss,
-                                   self.backend, committed[b], r)
-            return maker
+        def make(b, data):      # block b at round r, from the committed alpha
+            return SDCABlock, (data, sources[b]["Y"], sources[b]["s"], b, n, lam, sigma, seed,
+                               self.bias, float(self.intercept_scaling), self.loss, self.backend,
+                               committed[b], r)
 
         bar = self._bar(max_rounds, "round", "gpusvm dask sdca")
         t0 = time.perf_counter()
@@ -698,7 +697,7 @@ class SDCASVC(_DaskLinearBase):
         stop = "max_iter"
         pending = None           # (alpha after the local solvers, gamma) of the last round
         try:
-            blocks = self._place(client, sources, make(0))
+            blocks = self._place(client, sources, make)
             infos = self._gather([blk.info() for blk in blocks])
             d = infos[0][1]
             cols = [info[3] for info in infos]
@@ -713,7 +712,6 @@ class SDCASVC(_DaskLinearBase):
             W_buf, U_buf = np.empty_like(W), np.empty_like(W)   # a round's W and U, reused
             sums = np.empty((3, M))
             last = None                     # the last round's broadcast point (float32)
-            r = 0
 
             def take_pending():
                 """Commit the last round's step on the driver's copy, as every block does;
@@ -737,9 +735,9 @@ class SDCASVC(_DaskLinearBase):
                         W = _assemble(union.size, M, pos, parts) / (lam * n)
                         res = self._gather([blk.certify(np.take(W, pos[b], axis=0), r)
                                             for b, blk in enumerate(blocks)])
-                    except Exception as exc:   # new blocks from `committed`
+                    except Exception as exc:
                         blocks = self._rebuild(exc, "the final certificate", blocks, client,
-                                               sources, make(r))
+                                               sources, make)
                         gamma = None
                         continue
                     primal, dual, gaps = _gaps(col_dots(np, W, W), lam, n, res)
@@ -761,7 +759,7 @@ class SDCASVC(_DaskLinearBase):
                                                  position[b] + steps[b], gamma)
                                         for b, blk in enumerate(blocks)])
                 except Exception as exc:
-                    blocks = self._rebuild(exc, f"round {r}", blocks, client, sources, make(r))
+                    blocks = self._rebuild(exc, f"round {r}", blocks, client, sources, make)
                     continue
                 # W = the running w(alpha) (to rounding) and the round's sums, in one pass
                 U = _assemble(union.size, M, pos, [x["u"] for x in res], U_buf)
@@ -924,10 +922,9 @@ class PegasosSVC(_DaskLinearBase):
     split over the blocks: block ``k`` draws ``k_k = ceil(batch_size n_k / n)`` rows from
     its counter stream and returns its sparse part ``(n_k/(n k_k)) sum_{A_k} g_i y_i x_i``
     of the subgradient at ``W_t``; the driver sums the parts and every replica of ``W``
-    applies ``W_{t+1} = Proj((1 - eta_t lam) W_t + eta_t G_t)``, ``eta_t = 1/(lam t)``:
-    the single-process algorithm with a stratified batch, ``W_t`` identical everywhere.
-    Both halves are the NumPy reference backend's step functions (one block: its
-    ``pegasos_segment_m`` on the same batches).
+    applies ``W_{t+1} = Proj((1 - eta_t lam) W_t + eta_t G_t)``, ``eta_t = 1/(lam t)``
+    (the NumPy reference backend's step functions): the single-process algorithm with a
+    stratified batch, ``W_t`` identical everywhere.
 
     Parameters
     ----------
@@ -965,20 +962,14 @@ class PegasosSVC(_DaskLinearBase):
 
     Attributes
     ----------
-    coef_ : ndarray of shape (1, n_features) or (n_classes, n_features)
-    intercept_ : ndarray of shape (1,) or (n_classes,)
-    classes_ : ndarray
-    lam_ : float
-    n_iter_ : int
+    coef_, intercept_, classes_, lam_, n_iter_, n_blocks_, n_recoveries_, rebalanced_, \
+stop_reason_, n_features_in_
+        As for :class:`SDCASVC` (``n_iter_`` counts iterations).
     history_ : list of (int, float, float)
         ``(iteration, P(W_t), elapsed seconds)`` (the largest of the outputs'
         objectives); the last entry is that of the returned ``W``.
     objective_ : float or ndarray of shape (n_classes,)
         ``P`` of the returned ``W`` per output.
-    n_blocks_, n_recoveries_ : int
-    rebalanced_ : bool
-    stop_reason_ : str
-    n_features_in_ : int
 
     Notes
     -----
@@ -1037,13 +1028,12 @@ class PegasosSVC(_DaskLinearBase):
     @_fit_context(prefer_skip_nested_validation=True)
     @_client_current
     def fit(self, X, y, sample_weight=None):
-        """Fit by synchronous distributed mini-batch Pegasos.
+        """Fit by distributed mini-batch Pegasos.
 
         Parameters
         ----------
-        X : {dask array, dask DataFrame, sparse matrix, array-like} of shape (n_samples, n_features)
-        y : dask array, dask Series or array-like of shape (n_samples,)
-        sample_weight : dask array, dask Series or array-like of shape (n_samples,), optional
+        X, y, sample_weight
+            As for :meth:`SDCASVC.fit`.
 
         Returns
         -------
