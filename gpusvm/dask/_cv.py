@@ -260,9 +260,7 @@ primal_objective_, dual_objective_, n_iter_, history_, stop_reason_
         return super().to_local()
 
     def _local_params(self):
-        params = super()._local_params()
-        params["C"] = self.C_
-        return params
+        return {**super()._local_params(), "C": self.C_}
 
 
 class _Scores(ClassifierMixin, BaseEstimator):
@@ -277,9 +275,8 @@ class _Scores(ClassifierMixin, BaseEstimator):
         return self.Z[:, 0] if self.Z.shape[1] == 1 else self.Z
 
     def predict(self, X):
-        if self.Z.shape[1] == 1:
-            return self.classes_[(self.Z[:, 0] > 0).astype(int)]
-        return self.classes_[np.argmax(self.Z, axis=1)]
+        Z = self.decision_function(X)
+        return self.classes_[(Z > 0).astype(int) if Z.ndim == 1 else np.argmax(Z, axis=1)]
 
 
 def _scores_at(X, rows, coef, b):

@@ -893,10 +893,8 @@ def _segment_best(W0, W1, P1, res, s, lam, loss):
     W = np.subtract(W1, W0)            # W0 + t (W1 - W0): one new d x M array, in place
     W *= t
     W += W0
-    for c in np.flatnonzero(t == 1.0):  # the ends exactly
-        W[:, c] = W1[:, c]
-    for c in np.flatnonzero(t == 0.0):
-        W[:, c] = W0[:, c]
+    W[:, t == 1.0] = W1[:, t == 1.0]    # the ends exactly
+    W[:, t == 0.0] = W0[:, t == 0.0]
     return W, P
 
 
