@@ -526,7 +526,8 @@ class SDCASVC(_DaskLinearBase):
     max_iter : int or None, default=None
         Maximum number of rounds; ``None`` means 200.
     local_epochs : float, default=1.0
-        ``H``: coordinate steps per block and round, in passes over the block.
+        ``H``: coordinate steps per block and round, in passes over the block (more did
+        not save rounds on imdb or news20).
     sigma : float >= 1 or "K", default=1.0
         ``sigma'`` of the local subproblems: ``1`` steps as plain SDCA on each block (the
         line search damps the sum); ``"K"`` is CoCoA+'s safe value (more rounds).
