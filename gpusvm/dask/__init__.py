@@ -3,7 +3,7 @@
 Import it as ``gpusvm.dask`` (``import gpusvm`` does not import dask)::
 
     from distributed import Client, LocalCluster
-    from gpusvm.dask import SDCASVC, PegasosSVC, read_svmlight
+    from gpusvm.dask import SDCASVC, SDCASVCCV, PegasosSVC, read_svmlight
 
     client = Client(LocalCluster(n_workers=2, threads_per_worker=1))
     X, y = read_svmlight(["part-0.svm", "part-1.svm"])    # read on the workers

@@ -1,15 +1,10 @@
 """Worker-resident row blocks: the dask actors that hold a block's rows and solver state.
 
-Each block lives in one actor (:class:`SDCABlock`, :class:`PegasosBlock`) pinned to a worker
-for the whole fit: its rows, labels, weights and solver state stay in the worker's memory and
-its calls go from the driver straight to the worker (no task graph).  The local work is a
-backend's (:func:`gpusvm.backends.make_backend`) segment over the block's rows
-(``sdca_segment_m``, ``pegasos_segment_m``) or, for synchronous Pegasos, the reference
-backend's step functions (:meth:`PegasosBlock.iterate`, :func:`driver_step`); batches come
-from the counter keyed by the fit's seed and the block.  A block re-indexes its columns to
-the features its rows use (``cols``): its state and messages are ``d_k x M``, not ``d x M``.
-Every call names the round the driver believes the block is at; a block at another one
-(rebuilt behind the driver's back) raises :class:`StaleBlockError`.
+Each block is an actor pinned to a worker for the whole fit, called directly by the driver.
+Its local work is a backend's segment (``sdca_segment_m``, ``pegasos_segment_m``) or the
+reference backend's Pegasos step functions, on the counter's batches keyed by seed and block.
+Its columns are re-indexed to those its rows use (``cols``: messages are ``d_k x M``).  Every
+call names the round the driver expects; a rebuilt block at another raises StaleBlockError.
 """
 
 from __future__ import annotations
@@ -32,10 +27,9 @@ class StaleBlockError(RuntimeError):
 
 
 def _rewrap(a):
-    """``a`` (1-D, contiguous, writable) as an array over a memoryview of its memory: a block
-    arrives with its arrays inside dask's uint8 receive buffers, and SciPy copies any array
-    whose base has more elements than twice its own (its ``prune`` compares element counts,
-    not bytes): news20's block, 36 MB, copied in 10-60 ms on a worker."""
+    """``a`` (1-D, contiguous, writable) over a memoryview of its memory: a block arrives inside
+    dask's uint8 receive buffers, and SciPy copies an array whose base has over twice its
+    elements (news20's 36 MB block: 10-60 ms a copy)."""
     if a.ndim == 1 and a.size and a.flags.c_contiguous and a.flags.writeable and \
             isinstance(a.base, np.ndarray):
         return np.frombuffer(memoryview(a), dtype=a.dtype)
@@ -43,9 +37,8 @@ def _rewrap(a):
 
 
 def on_host(X):
-    """A partition in host memory: a CuPy array or cupyx sparse matrix (dask-cuda's
-    partitions) is copied to the host once, where the block is built; the block's backend
-    puts it back on the worker's GPU (``backend="auto"``), where every round then runs."""
+    """A partition in host memory: a CuPy array or cupyx sparse matrix (dask-cuda's partitions)
+    is copied to the host once, where the block is built (its backend puts it back on the GPU)."""
     if type(X).__module__.split(".")[0] in ("cupy", "cupyx"):
         return X.get()
     return X
@@ -73,9 +66,8 @@ def block_csr(X, bias: str, intercept_scaling: float) -> sp.csr_matrix:
 
 
 def local_columns(Xc: sp.csr_matrix):
-    """``(cols, X_local)``: the sorted columns the rows use (int64), and the rows
-    re-indexed to them (canonical CSR, int32 indices).
-    """
+    """``(cols, X_local)``: the sorted columns the rows use (int64), and the rows re-indexed to
+    them (canonical CSR, int32 indices)."""
     cols, local = localize_columns(Xc.indices, Xc.shape[1])    # O(nnz + d), no sort
     if cols.size == 0:                      # all-zero rows: keep one column so shapes stay valid
         cols = np.zeros(1, dtype=np.int64)
@@ -123,34 +115,47 @@ def dual_sums(alpha, s, loss: str) -> np.ndarray:
     return np.where(w > 0, alpha - alpha * alpha / (4.0 * safe), 0.0).sum(axis=0)
 
 
-class SDCABlock:
-    """One row block of distributed SDCA (CoCoA+ with a line search), resident on a worker.
+class _Block:
+    """What both blocks hold: the rows on their columns ``cols`` of ``d``, labels and weights."""
 
-    ``Y`` (n_k, M) holds the labels, ``s`` the row weights (None: 1), ``n`` the global row
-    count, ``sigma`` the subproblem's ``sigma'``, ``alpha`` the committed duals to start from
-    (None: 0) and ``round_`` the round of that state.
+    def _rows(self, X, Y, s, block, bias, intercept_scaling):
+        """Set ``d``, ``cols``, ``Y`` (n_k, M) and ``s`` (None: 1); return the rows on ``cols``."""
+        Xc = block_csr(X, bias, intercept_scaling)
+        self.d, self.block = Xc.shape[1], block
+        self.cols, X_local = local_columns(Xc)
+        self.Y = np.ascontiguousarray(np.reshape(Y, (Xc.shape[0], -1)), dtype=np.float64)
+        self.s = None if s is None else np.ascontiguousarray(s, dtype=np.float64)
+        return X_local
 
-    Notes
-    -----
+    def info(self):
+        """``(n_k, d, block, cols)``, also a liveness probe."""
+        return self.Y.shape[0], self.d, self.block, self.cols
+
+    def _expect(self, at, expected, what):
+        if expected != at:
+            raise StaleBlockError(
+                f"block {self.block} {what} {at}, the driver expects {expected}")
+
+
+class SDCABlock(_Block):
+    """One row block of distributed SDCA (CoCoA+ with a line search), resident on a worker;
+    ``alpha`` (None: 0) is the committed state of round ``round_`` to start from.
+
     The local subproblem of Ma et al. (2015, eq. 9) is maximised by SDCA steps against
     ``v = w + sigma' u``, ``u = (1/(lam n)) sum_{i in P_k} dalpha_i y_i x_i``: ``delta_i`` is
-    eq. (15) with ``beta = sigma'`` (ALGORITHMS.md, CoCoA+), which is the backend's SDCA step
-    with ``beta = 1`` at ``lam n / (sigma' n_k)`` on the block's ``n_k`` rows, ``V`` set to the
-    broadcast ``w`` and ``alpha`` the committed ``alpha_k``.  The block returns
-    ``u_k = (v - w) / sigma'`` and keeps ``alpha_k + dalpha_k`` pending: the next call commits
-    ``alpha_k + gamma dalpha_k`` with the driver's ``gamma`` (:func:`line_search`).
+    eq. (15) with ``beta = sigma'``, which is the backend's SDCA step with ``beta = 1`` at
+    ``lam n / (sigma' n_k)`` on the block's ``n_k`` rows, ``V`` set to the broadcast ``w`` and
+    ``alpha`` the committed ``alpha_k``.  The block returns ``u_k = (v - w) / sigma'`` and keeps
+    ``alpha_k + dalpha_k`` pending: the next call commits ``alpha_k + gamma dalpha_k`` with
+    the driver's ``gamma`` (:func:`line_search`).
     """
 
     def __init__(self, X, Y, s, block, n, lam, sigma, seed, bias, intercept_scaling, loss,
                  backend, alpha, round_):
-        Xc = block_csr(X, bias, intercept_scaling)
-        self.d = Xc.shape[1]
-        self.cols, Xl = local_columns(Xc)
-        self.Y = np.ascontiguousarray(np.reshape(Y, (Xc.shape[0], -1)), dtype=np.float64)
-        self.s = None if s is None else np.ascontiguousarray(s, dtype=np.float64)
-        self.block, self.n, self.lam, self.sigma = block, n, float(lam), float(sigma)
+        Xl = self._rows(X, Y, s, block, bias, intercept_scaling)
+        self.n, self.lam, self.sigma = n, float(lam), float(sigma)
         self.loss = loss
-        n_k = Xc.shape[0]
+        n_k = Xl.shape[0]
         self.be = make_backend(backend, Xl, self.Y, sample_weight=self.s)
         self.be.init_state_m(None)
         self.lam_local = self.lam * n / (self.sigma * n_k)
@@ -164,25 +169,19 @@ class SDCABlock:
         self._w = None
         self._Z = None          # the margins at the last round's point
 
-    def info(self):
-        """``(n_k, d, block, cols)``, also a liveness probe."""
-        return self.Y.shape[0], self.d, self.block, self.cols
-
     def _broadcast(self, w):
-        """The broadcast ``w`` (d_k, M) as a float64 backend array, in one buffer kept for the
-        whole fit: a dask worker hands freed memory back to the system at once
-        (``MALLOC_TRIM_THRESHOLD_``), so a fresh ``d_k x M`` array a round would pay its page
-        faults every round (news20, 743k columns: 30 ms a step instead of 22)."""
+        """The broadcast ``w`` (d_k, M) as a float64 backend array, in one buffer for the whole
+        fit: a dask worker returns freed memory at once, so a fresh array a round would pay its
+        page faults every round (news20: 30 ms a step instead of 22)."""
         if self._w is None:
             self._w = self.xp.empty(self.be.V.shape, dtype=np.float64)
         self._w[...] = self.xp.asarray(np.reshape(w, self._w.shape))
         return self._w
 
     def _set_point(self, w):
-        """``V = w`` (the round's point, local columns, float64, one pass from the wire's
-        float32, exact) and ``a = 1``; the certificate's margins at ``V``; then ``||V_c||^2``,
-        which brings ``V`` back into the cache for the solver after the pass over ``X``
-        evicted it (news20: a block's solver 13 against 18-31 ms with ``V`` cold)."""
+        """``V = w`` (exact from the wire's float32) and ``a = 1``; the margins at ``V``; then
+        ``||V_c||^2``, which brings ``V`` back into the cache for the solver after the pass over
+        ``X`` (news20: a block's solver 13 against 18-31 ms with ``V`` cold)."""
         be = self.be
         be.V[...] = self.xp.asarray(np.reshape(w, be.V.shape))
         be.sm[S_A] = 1.0
@@ -193,9 +192,7 @@ class SDCABlock:
 
     def _commit(self, round_, gamma):
         """Refuse a stale call; commit the pending ``alpha + gamma dalpha``."""
-        if round_ != self.round:
-            raise StaleBlockError(
-                f"block {self.block} holds round {self.round}, the driver expects {round_}")
+        self._expect(self.round, round_, "holds round")
         if self.pending is not None:
             if gamma is None:
                 raise StaleBlockError(f"block {self.block} has a step pending and no gamma")
@@ -204,10 +201,9 @@ class SDCABlock:
             self.pending = None
 
     def certify(self, w, round_, gamma=None):
-        """A final certificate: commit ``gamma``'s step, then the ``loss`` and ``dual`` sums at
-        ``w`` (d_k, M) and the committed ``alpha`` (host float64, (M,)), the signed margins
-        ``A`` (n_k, M) at ``w`` and ``A_last`` at the last round's point (None when this
-        block has not stepped since it was built)."""
+        """Commit ``gamma``'s step; the ``loss`` and ``dual`` sums at ``w`` and ``alpha``, the
+        signed margins ``A`` at ``w`` and ``A_last`` at the last round's point (None: no step
+        since the block was built)."""
         self._commit(round_, gamma)
         be = self.be
         Z = _host(be.decision_function_m(self._broadcast(w), 0.0))
@@ -216,18 +212,14 @@ class SDCABlock:
                 "A": self.Y * Z, "A_last": None if self._Z is None else self.Y * self._Z}
 
     def step(self, w, round_, t0, t1, gamma):
-        """One round: commit ``gamma``'s step, the certificate's sums at ``w`` (its margins
-        kept for a final certificate), then the local solver from ``V = w`` over the counter
-        positions ``t0 .. t1`` (one-row batches of the block's epochs).
-
-        Returns the certificate's ``loss`` and ``dual``, ``u = (v - w) / sigma'`` (d_k, M) in
-        ``w``'s dtype (float32 on the wire), ``alpha`` (pending, (n_k, M)), ``b``, ``q``
-        (:func:`line_search`'s sums) and ``seconds``.
-        """
+        """One round: commit ``gamma``'s step, the certificate's sums at ``w``, then the local
+        solver from ``V = w`` over the counter positions ``t0 .. t1``.  Returns ``loss``,
+        ``dual``, ``u = (v - w) / sigma'`` in ``w``'s dtype (float32 on the wire), the pending
+        ``alpha``, ``b``, ``q`` (:func:`line_search`'s sums) and ``seconds``."""
         wire = np.float32 if np.asarray(w).dtype == np.float32 else np.float64
         self._commit(round_, gamma)
         be = self.be
-        Z = self._Z = self._set_point(w)  # margins at V = w, kept for a final segment
+        Z = self._Z = self._set_point(w)
         out = {"loss": loss_sums(Z, self.Y, self.s, self.loss),
                "dual": dual_sums(_host(be.alpha), self.s, self.loss)}
         before = be.alpha.copy()
@@ -255,7 +247,6 @@ class SDCABlock:
     def alpha_copy(self):
         """The block's committed dual variables (float64, shape (n_k, M))."""
         return _host(self.be.alpha).copy()
-
 
     def xty(self, round_, gamma=None):
         """Commit the pending step, then ``X_k^T (alpha_k * Y_k)`` (float64, (d_k, M)): the
@@ -303,24 +294,19 @@ def line_search(wu, uu, b, q, lam, n):
     return np.clip(gamma, 0.0, 1.0)
 
 
-class PegasosBlock:
+class PegasosBlock(_Block):
     """One row block of distributed mini-batch Pegasos, resident on a worker.
 
-    Holds a replica of ``W = V diag(a)`` on its columns in a :class:`NumpyBackend` over
-    its rows (``V``, ``a``: the state to start from, None: 0 and 1) that every iteration
-    ``t`` updates with the driver's all-reduced step; ``share`` is the block's rows per
-    iteration.
+    Holds a replica of ``W = V diag(a)`` on its columns in a :class:`NumpyBackend` over its
+    rows (``V``, ``a``: the state to start from, None: 0 and 1) that every iteration ``t``
+    updates with the driver's all-reduced step; ``share`` is the block's rows per iteration.
     """
 
     def __init__(self, X, Y, s, block, n, share, seed, bias, intercept_scaling, loss, backend, V,
                  a, t):
-        Xc = block_csr(X, bias, intercept_scaling)
-        self.d = Xc.shape[1]
-        self.cols, self.X = local_columns(Xc)
-        n_k = Xc.shape[0]
-        self.Y = np.ascontiguousarray(np.reshape(Y, (n_k, -1)), dtype=np.float64)
-        self.s = None if s is None else np.ascontiguousarray(s, dtype=np.float64)
-        self.block, self.n, self.share, self.loss = block, n, share, loss
+        self.X = self._rows(X, Y, s, block, bias, intercept_scaling)
+        n_k = self.X.shape[0]
+        self.n, self.share, self.loss = n, share, loss
         self.backend = backend
         self.k_eff = n * share / n_k     # the block's rows stand for n_k / n of the batch
         self.ref = NumpyBackend(self.X, self.Y, self.s)
@@ -332,23 +318,16 @@ class PegasosBlock:
         self.sampler = CounterSampler(n_k, share, "without_replacement", self.seed)
         self._be = None
 
-    def info(self):
-        """``(n_k, d, block, cols)``, also a liveness probe."""
-        return self.Y.shape[0], self.d, self.block, self.cols
-
     def loss_sum(self, w):
         """Loss sums of the block's rows at ``w`` (d_k, M), per output."""
         Z = np.asarray(self.X @ np.asarray(w, dtype=np.float64))
         return loss_sums(Z, self.Y, self.s, self.loss)
 
     def local_round(self, w, t0, local_steps, lam, radius, project):
-        """Local-steps variant: ``local_steps`` iterations from the broadcast
-        ``w`` (all ``d`` columns: the shrink and the projection see the whole norm) as one call of
-        the backend's ``pegasos_segment_m``, from iteration ``t0``.  Returns ``w`` and ``seconds``.
-        """
-        if t0 != self.t:
-            raise StaleBlockError(
-                f"block {self.block} is at iteration {self.t}, the driver expects {t0}")
+        """Local-steps variant: ``local_steps`` iterations from iteration ``t0`` as one call of the
+        backend's ``pegasos_segment_m``, from the broadcast ``w`` on all ``d`` columns (the shrink
+        and the projection see the whole norm).  Returns ``w`` and ``seconds``."""
+        self._expect(self.t, t0, "is at iteration")
         start = time.perf_counter()
         if self._be is None:
             X = self.X
@@ -364,35 +343,24 @@ class PegasosBlock:
         self.t = t0 + local_steps
         return {"w": _host(W), "seconds": time.perf_counter() - start}
 
-    def iterate(self, t, update, lam, evaluate, sample=True):
-        """Apply step ``t - 1`` (``update``, global columns, from :func:`driver_step`; None
-        at ``t = 1``), then return this block's part ``idx``, ``agg`` of step ``t`` (unless
-        not ``sample``) and the loss sums at ``w_t`` when ``evaluate``.
-
-        The step is the driver's: the reference's ``pegasos_update_m`` with its shrunk
-        scale, then its scales after the projection (which saw the whole ``||v||^2``) and
-        ``renormalize_m``, so every replica of ``V`` stays bitwise the driver's.  The part
-        is the reference's ``sum_i eta_t/(k' a) g_i y_i x_i`` over the block's rows of
-        ``A_t`` at its replica (``margins_m``, ``pegasos_coef_m``, ``row_sum_m``),
-        ``k' = n k_k / n_k``.
-        """
-        if t != self.t:
-            raise StaleBlockError(
-                f"block {self.block} is at iteration {self.t}, the driver expects {t}")
+    def iterate(self, t, update, lam, evaluate):
+        """Apply step ``t - 1`` (:func:`driver_step`'s ``update``, None at ``t = 1``) as the
+        driver did (its scales after the projection, which saw the whole ``||v||^2``): every
+        replica of ``V`` stays bitwise the driver's.  Returns the loss sums at ``w_t`` when
+        ``evaluate`` and this block's part ``idx``, ``agg`` of step ``t``: the reference's
+        ``sum_i eta_t/(k' a) g_i y_i x_i`` over its rows of ``A_t``, ``k' = n k_k / n_k``."""
+        self._expect(self.t, t, "is at iteration")
         ref = self.ref
         if update is not None:
             idx, agg, a_step, a_new = update
             pos = np.minimum(np.searchsorted(self.cols, idx), self.cols.size - 1)
             mine = self.cols[pos] == idx
             ref.pegasos_update_m(pos[mine], agg[mine], a_step, 0.0, False)
-            ref.sm[S_A] = a_new          # the driver's projection saw the whole ||v||^2
+            ref.sm[S_A] = a_new
             ref.renormalize_m(PegasosPlan.renorm_threshold)
         out = {}
         if evaluate:
             out["loss"] = self.loss_sum(ref.V * ref.sm[S_A])
-        if not sample:
-            self.t = t
-            return out
         rows, _ = self.sampler.batch(t - 1)
         m = ref.margins_m(rows)                                     # step 2, at w_t
         eta, shrink = step_size("pegasos", t, lam, None, 0.0)        # step 3
@@ -408,11 +376,10 @@ class PegasosBlock:
 
 
 def driver_step(be, t, lam, idx, agg, radius, average):
-    """Pegasos step ``t`` on the driver's replica ``be`` (a :class:`NumpyBackend` without
-    rows) from the all-reduced part ``(idx, agg)``, as in ``pegasos_segment_m``: the reset
-    at ``t = 1``, ``pegasos_update_m``, ``renormalize_m``.  Returns the blocks' update
-    ``(idx, agg, a_step, a_new)`` (the shrunk scales, and those after the projection).
-    """
+    """Pegasos step ``t`` on the driver's replica ``be`` (a :class:`NumpyBackend` without rows)
+    from the all-reduced part ``(idx, agg)``, as in ``pegasos_segment_m``: the reset at ``t =
+    1``, ``pegasos_update_m``, ``renormalize_m``.  Returns the blocks' update ``(idx, agg,
+    a_step, a_new)`` (the shrunk scales, and those after the projection)."""
     _, shrink = step_size("pegasos", t, lam, None, 0.0)
     if shrink == 0.0:
         be.reset_scale_m()

@@ -1,12 +1,6 @@
-"""The C search on a dask cluster: the (fold, class) models of each C outputs of one CoCoA+ fit.
-
-:class:`SDCASVCCV` is :class:`gpusvm.SDCASVCCV`'s search (ALGORITHMS.md, "Model selection in
-one pass") run by :class:`gpusvm.dask.SDCASVC`: the models of the search are the outputs of
-distributed fits, each output with its own labels (one class against the rest), row weights
-(the fold's training rows, 0 on its held-out rows, times ``C / C_ref``) and gap bound, all at
-the ``lam`` of the largest ``C``; each round reads a block's rows once for all the models of a
-``C``, and each ``C`` starts from the dual point of the one before.
-"""
+"""The C search on a dask cluster: the (fold, class) models of each C outputs of one CoCoA+ fit
+(:class:`gpusvm.SDCASVCCV`'s search, ALGORITHMS.md "Model selection in one pass"); each round
+reads a block's rows once for all the models of a ``C``."""
 
 from __future__ import annotations
 
@@ -24,23 +18,21 @@ from ..estimators._base import class_labels, output_problems
 from ..estimators.cv import _OnePassSearch, _problem_columns, check_Cs, default_Cs
 from ._blocks import on_host
 from ._estimators import (SDCASVC, _block_scores, _client_current, _host_vector,
-                          _is_dask_array, _is_dask_collection, _to_dask_array)
+                          _is_dask_array, _to_dask_array)
 
 
 class SDCASVCCV(SDCASVC):
     r"""Distributed SDCA with ``C`` chosen by cross-validation, a value's models as one fit's outputs.
 
-    The search of :class:`gpusvm.SDCASVCCV` on a dask cluster: the ``Cs`` values of ``C`` are
-    tried on the folds of ``cv`` and scored by ``scoring`` on the held-out rows; ``C_`` is
-    the value with the best mean score (the smallest among ties), and with ``refit=True`` a
-    :class:`gpusvm.dask.SDCASVC` is then fitted on all rows at ``C_``.  The (fold, class)
-    models of one ``C`` are the outputs of one distributed fit (CoCoA+ rounds, one call per
-    block and round for all of them): a model's labels are its class against the rest, its
-    row weights the fold's training rows (held-out rows 0) times ``C / C_ref`` at the ``lam``
-    of the largest ``C``, and it stops on its own duality gap, in the units of an
-    ``SDCASVC(C=C)`` fit on the fold's training rows.  The values of ``C`` go in ascending
-    order, each fit starting from the previous one's dual point (in its own units), as the
-    local search does on the CPU.
+    The search of :class:`gpusvm.SDCASVCCV` on a dask cluster: the ``Cs`` are tried on the
+    folds of ``cv`` and scored by ``scoring`` on the held-out rows; ``C_`` has the best mean
+    score (the smallest among ties), and ``refit=True`` fits :class:`gpusvm.dask.SDCASVC` on
+    all rows at ``C_``.  The (fold, class) models of one ``C`` are the outputs of one
+    distributed fit: a model's labels are its class against the rest, its row weights the
+    fold's training rows (held-out rows 0) times ``C / C_ref`` at the ``lam`` of the largest
+    ``C``, and it stops on its own duality gap, in the units of ``SDCASVC(C=C)`` on the
+    fold's training rows.  The ``C`` go in ascending order, each fit starting from the
+    previous one's dual point, as the local search does.
 
     Parameters
     ----------
@@ -81,7 +73,6 @@ primal_objective_, dual_objective_, n_iter_, history_, stop_reason_
 
     Examples
     --------
-    >>> from gpusvm.dask import SDCASVCCV                        # doctest: +SKIP
     >>> search = SDCASVCCV(Cs=[0.1, 1, 10], cv=3).fit(X, y)      # doctest: +SKIP
     >>> search.C_, search.scores_.mean(axis=0)                   # doctest: +SKIP
     """
@@ -125,13 +116,6 @@ primal_objective_, dual_objective_, n_iter_, history_, stop_reason_
         self.random_state = random_state
         self.verbose = verbose
 
-    def _base(self, **params) -> SDCASVC:
-        """A distributed SDCASVC with this search's parameters (and ``params``)."""
-        names = SDCASVC().get_params().keys()
-        own = self.get_params(deep=False)
-        return SDCASVC(**{k: own[k] for k in names if k in own}, **params)
-
-    # ------------------------------------------------------------------ fit
     @_fit_context(prefer_skip_nested_validation=True)
     @_client_current
     def fit(self, X, y, sample_weight=None):
@@ -149,8 +133,7 @@ primal_objective_, dual_objective_, n_iter_, history_, stop_reason_
         self : SDCASVCCV
         """
         name = type(self).__name__
-        if _is_dask_collection(X):
-            X = _to_dask_array(X, "X")
+        X = _to_dask_array(X, "X")
         if not _is_dask_array(X):
             X = check_array(X, accept_sparse="csr", dtype=[np.float64, np.float32],
                             input_name="X")
@@ -189,11 +172,9 @@ primal_objective_, dual_objective_, n_iter_, history_, stop_reason_
             Y = labels[:, [p for _, _, p in outs]]
             S = np.column_stack([weights[f] * masks[:, p] for _, f, p in outs]) * g
             scale = np.array([n / (g * max(n_train[f, p], 1.0)) for _, f, p in outs])
-            alpha0 = None
-            if prev is not None:
-                alpha0 = prev * g
-                if self.loss == "hinge":
-                    alpha0 = np.minimum(alpha0, S)          # the box [0, s_ic]
+            alpha0 = None if prev is None else prev * g
+            if alpha0 is not None and self.loss == "hinge":
+                alpha0 = np.minimum(alpha0, S)          # the box [0, s_ic]
             self._search = (classes, np.ascontiguousarray(Y), np.ascontiguousarray(S),
                             1.0 / (C_ref * n), self.tol / scale, alpha0)
             try:
@@ -209,11 +190,7 @@ primal_objective_, dual_objective_, n_iter_, history_, stop_reason_
             for j, (ci, f, p) in enumerate(outs):
                 W[f, ci, p] = Wf[:, j]
                 gaps[f, ci, p] = np.atleast_1d(self.duality_gap_)[j] * scale[j]
-
-        self.Cs_ = Cs
-        self.classes_ = classes
-        self.n_features_in_ = d
-        self.duality_gaps_ = gaps
+        self.Cs_, self.classes_, self.n_features_in_, self.duality_gaps_ = Cs, classes, d, gaps
         self.scores_ = self._score(X, y_host, folds, W, classes)
         mean = self.scores_.mean(axis=0)
         best = int(np.flatnonzero(mean == np.max(mean))[0])       # the smallest C among ties
@@ -231,13 +208,14 @@ primal_objective_, dual_objective_, n_iter_, history_, stop_reason_
                            "classes_", "n_features_in_"):
                 delattr(self, key)            # the last search fit's: not this model's
         if self.refit:
-            est = self._base(C=self.C_).fit(X, y, sample_weight=sample_weight)
+            own = self.get_params(deep=False)
+            est = SDCASVC(**{k: own[k] for k in SDCASVC().get_params() if k in own}, C=self.C_)
+            est.fit(X, y, sample_weight=sample_weight)
             for key, value in vars(est).items():
                 if key.endswith("_") and not key.startswith("_"):
                     setattr(self, key, value)
         else:
-            Wm = W[:, best].mean(axis=0).T                          # (d_aug, n_P)
-            self._set_solution(Wm, 0.0)
+            self._set_solution(W[:, best].mean(axis=0).T, 0.0)     # (d_aug, n_P)
             self.lam_ = 1.0 / (self.C_ * n)
         return self
 
@@ -282,9 +260,7 @@ primal_objective_, dual_objective_, n_iter_, history_, stop_reason_
         return super().to_local()
 
     def _local_params(self):
-        params = super()._local_params()
-        params["C"] = self.C_
-        return params
+        return {**super()._local_params(), "C": self.C_}
 
 
 class _Scores(ClassifierMixin, BaseEstimator):
@@ -299,9 +275,8 @@ class _Scores(ClassifierMixin, BaseEstimator):
         return self.Z[:, 0] if self.Z.shape[1] == 1 else self.Z
 
     def predict(self, X):
-        if self.Z.shape[1] == 1:
-            return self.classes_[(self.Z[:, 0] > 0).astype(int)]
-        return self.classes_[np.argmax(self.Z, axis=1)]
+        Z = self.decision_function(X)
+        return self.classes_[(Z > 0).astype(int) if Z.ndim == 1 else np.argmax(Z, axis=1)]
 
 
 def _scores_at(X, rows, coef, b):

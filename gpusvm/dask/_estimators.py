@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 import warnings
@@ -16,13 +17,11 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_array, check_is_fitted
 
 from .._arrays import col_dots
-from ..backends import BACKENDS
 from ..backends._csr_nb import add_rows_at, add_scaled, localize_columns, round_sums
 from ..backends._state import S_A
 from ..backends.numpy_ import NumpyBackend
-from ..estimators._base import _LinearSVCBase
-from ..estimators._base import (LOSSES, MULTI_CLASS_MODES, class_labels, output_problems,
-                                resolve_lam, row_weights)
+from ..estimators._base import (_LinearSVCBase, class_labels, output_problems, resolve_lam,
+                                row_weights)
 from ..solvers.sdca import primal_from_margins, segment_point
 from ._blocks import (PegasosBlock, SDCABlock, StaleBlockError, commit, driver_step, line_search,
                       on_host)
@@ -52,20 +51,10 @@ def _is_dask_array(X) -> bool:
     return isinstance(X, da.Array)
 
 
-def _is_dask_collection(X) -> bool:
-    return hasattr(X, "__dask_graph__") and not _is_dask_array(X)
-
-
 def _client_current(fit):
-    """Run ``fit`` with the estimator's client as the current one: the blocks' actor proxies
-    look the client up when they are called, and a client that is not the default one
-    (``Client(..., set_as_default=False)``, passed as ``client=``) must be found there too.
-
-    The driver's BLAS runs one thread meanwhile: its work between rounds is a few vector
-    passes, and an idle BLAS thread spins between them on a core the workers may share
-    (news20, 2 workers on 2 cores: a fit 1.5x as long with OpenBLAS's default threads)."""
-    import functools  # noqa: PLC0415
-
+    """Run ``fit`` with the estimator's client as the current one (the actor proxies look it up,
+    and ``client=`` may not be the default client) and the driver's BLAS on one thread (an idle
+    BLAS thread spins on a core the workers may share: news20 on 2 cores, a fit 1.5x as long)."""
     from threadpoolctl import threadpool_limits  # noqa: PLC0415  (a scikit-learn dependency)
 
     @functools.wraps(fit)
@@ -84,22 +73,26 @@ def _lost_error(exc) -> bool:
 
 
 def _to_dask_array(X, what):
-    """A dask DataFrame or Series as a dask array with known chunk sizes."""
+    """A dask DataFrame or Series as a dask array with known chunk sizes; anything else as is."""
+    if not hasattr(X, "__dask_graph__") or _is_dask_array(X):
+        return X
     if hasattr(X, "to_dask_array"):
         return X.to_dask_array(lengths=True)
     raise TypeError(f"{what} is a dask collection of type {type(X).__name__}; pass a dask array, "
                     "a dask DataFrame or Series, or in-memory data")
 
 
+def _computed(v, name):
+    """A dask collection computed on the cluster; anything else as is."""
+    v = _to_dask_array(v, name)
+    return v.compute() if _is_dask_array(v) else v
+
+
 def _host_vector(v, name, n):
     """A label or weight vector (dask array or Series, or array-like) as a host array of n."""
     if v is None:
         return None
-    if _is_dask_collection(v):
-        v = _to_dask_array(v, name)
-    if _is_dask_array(v):
-        v = v.compute()
-    v = np.asarray(v)
+    v = np.asarray(_computed(v, name))
     if v.ndim != 1 or v.shape[0] != n:
         raise ValueError(f"{name} must have shape ({n},) to match X's rows, got {v.shape}")
     return v
@@ -131,24 +124,18 @@ class _DaskLinearBase(_LinearSVCBase):
     _MULTICLASS = True
 
     _parameter_constraints: dict = {
-        "lam": [Interval(Real, 0, None, closed="neither"), None],
-        "C": [Interval(Real, 0, None, closed="neither"), None],
-        "loss": [StrOptions(set(LOSSES))],
-        "class_weight": [dict, StrOptions({"balanced"}), None],
-        "multi_class": [StrOptions(set(MULTI_CLASS_MODES))],
+        **{k: _LinearSVCBase._parameter_constraints[k]
+           for k in ("lam", "C", "loss", "class_weight", "multi_class", "intercept_scaling",
+                     "backend", "callback", "verbose")},
         "max_iter": [Interval(Integral, 1, None, closed="left"), None],
         "bias": [StrOptions(set(DASK_BIAS_MODES))],
-        "intercept_scaling": [Interval(Real, 0, None, closed="neither")],
         "n_partitions": [Interval(Integral, 1, None, closed="left"), None],
         "rebalance": ["boolean", StrOptions({"auto"})],
-        "backend": [StrOptions(set(BACKENDS))],
         "client": "no_validation",
         "timeout": [Interval(Real, 0, None, closed="neither")],
         "max_recoveries": [Interval(Integral, 0, None, closed="left")],
         "direct": ["boolean"],
-        "callback": [callable, None],
         "random_state": ["random_state"],
-        "verbose": ["verbose"],
     }
 
     # ------------------------------------------------------------ client and data
@@ -169,17 +156,18 @@ class _DaskLinearBase(_LinearSVCBase):
                 "or pass client=...") from None
 
     def _workers(self, client):
-        info = client.scheduler_info(n_workers=-1) if _accepts_n_workers(client) \
-            else client.scheduler_info()
         excluded = getattr(self, "_excluded", set())
-        workers = sorted(a for a in info["workers"] if a not in excluded)
-        if not workers:        # e.g. a nanny restarting a lost worker: wait a bounded time
-            deadline = time.monotonic() + min(self.timeout, 60.0)
-            while not workers and time.monotonic() < deadline:
-                time.sleep(0.5)
-                info = client.scheduler_info(n_workers=-1) if _accepts_n_workers(client) \
-                    else client.scheduler_info()
-                workers = sorted(a for a in info["workers"] if a not in excluded)
+
+        def listed():
+            info = client.scheduler_info(n_workers=-1) if _accepts_n_workers(client) \
+                else client.scheduler_info()
+            return sorted(a for a in info["workers"] if a not in excluded)
+
+        workers = listed()
+        deadline = time.monotonic() + min(self.timeout, 60.0)
+        while not workers and time.monotonic() < deadline:   # e.g. a nanny restarting a worker
+            time.sleep(0.5)
+            workers = listed()
         if not workers:
             raise DistributedFitError(
                 "the dask cluster has no workers; start some (e.g. LocalCluster(n_workers=2)) "
@@ -195,17 +183,14 @@ class _DaskLinearBase(_LinearSVCBase):
                 f"{name} fits more than two classes one-vs-rest only (multi_class='ovr', the M "
                 f"outputs in one distributed pass); multi_class={self.multi_class!r} needs "
                 f"gpusvm.{name}(multi_class={self.multi_class!r}) on one machine")
-        s = row_weights(self.class_weight, sample_weight, classes, y_idx,
-                        np.empty((n, 0)))
+        s = row_weights(self.class_weight, sample_weight, classes, y_idx, np.empty((n, 0)))
         (_, Y), = output_problems(classes.size, y_idx, "ovr")
-        Y = np.ascontiguousarray(Y.reshape(n, -1), dtype=np.float64)
-        return classes, Y, s
+        return classes, np.ascontiguousarray(Y.reshape(n, -1), dtype=np.float64), s
 
     def _split(self, X, y, sample_weight, client):
         """Validate the input and cut it into row blocks (sources), their labels and weights."""
         name = type(self).__name__
-        if _is_dask_collection(X):
-            X = _to_dask_array(X, "X")
+        X = _to_dask_array(X, "X")
         if _is_dask_array(X):
             if X.ndim != 2:
                 raise ValueError(f"{name} expects a 2-D dask array X, got {X.ndim} dimensions")
@@ -225,12 +210,11 @@ class _DaskLinearBase(_LinearSVCBase):
                 # the rows anyway, so send each chunk once to its worker instead of the graph
                 import dask
                 chunks = dask.compute(*parts, scheduler="sync")
-                sources = [{"rows": np.arange(bounds[b], bounds[b + 1]), "local": c,
-                            "future": None} for b, c in enumerate(chunks) if c.shape[0]]
+                sources = [{"rows": np.arange(bounds[b], bounds[b + 1]), "local": c}
+                           for b, c in enumerate(chunks) if c.shape[0]]
             else:
                 sources = [{"rows": np.arange(bounds[b], bounds[b + 1]), "local": None,
-                            "delayed": p, "future": None}
-                           for b, p in enumerate(parts) if bounds[b + 1] > bounds[b]]
+                            "delayed": p} for b, p in enumerate(parts) if bounds[b + 1] > bounds[b]]
         else:
             Xc = check_array(X, accept_sparse="csr", dtype=[np.float64, np.float32],
                              input_name="X")
@@ -243,37 +227,27 @@ class _DaskLinearBase(_LinearSVCBase):
                 raise ValueError(f"n_partitions={P} exceeds the number of samples n={n}")
             Xc = sp.csr_matrix(Xc) if not sp.issparse(Xc) else Xc.tocsr()
             # strided: a sorted file still gives blocks of the same mix
-            sources = [{"rows": np.arange(b, n, P), "local": Xc[np.arange(b, n, P)],
-                        "future": None} for b in range(P)]
-        classes, Y, s = self._labels(y_local, n, sw)
-        self.classes_ = classes
+            sources = [{"rows": np.arange(b, n, P), "local": Xc[np.arange(b, n, P)]}
+                       for b in range(P)]
+        self.classes_, Y, s = self._labels(y_local, n, sw)
         self.n_features_in_ = d
+        self.rebalanced_ = False
         if _is_dask_array(X):
             sources = self._rebalance(sources, y_local, n)
-        else:
-            self.rebalanced_ = False
-        pending = [src for src in sources if src.get("delayed") is not None]
-        if pending:
-            futures = client.compute([src.pop("delayed") for src in pending])
-            for src, fut in zip(pending, futures):
+        pending = [src for src in sources if "delayed" in src]
+        if pending:   # each block's future: its chunk computed where dask puts it
+            for src, fut in zip(pending, client.compute([src.pop("delayed") for src in pending])):
                 src["future"] = fut
         for src in sources:
-            src.pop("delayed", None)
             src["Y"] = Y[src["rows"]]
             src["s"] = None if s is None else s[src["rows"]]
         return sources, Y, s
 
     def _rebalance(self, sources, y_local, n):
-        """Deal the rows out afresh (a seeded shuffle) when the blocks' class mixes differ.
-
-        Sorted or time-ordered chunks give blocks whose local problems pull ``w`` apart, and
-        CoCoA then needs many rounds (imdb as stored, 2 blocks of one class each: gap 0.41
-        after 200 rounds).  The rows are dealt out by :func:`deal_rows` (a seeded shuffle)
-        and moved once, on the workers (each new block is a task that takes its rows from
-        the chunks), never through the client.
-        """
+        """Deal the rows out afresh by :func:`deal_rows` when the blocks' class mixes differ
+        (sorted chunks pull CoCoA's local problems apart); the rows move once, on the workers
+        (each new block is a task taking its rows from the chunks), never through the client."""
         K = len(sources)
-        self.rebalanced_ = False
         if K < 2 or self.rebalance is False:
             return sources
         if self.rebalance == "auto":
@@ -284,6 +258,7 @@ class _DaskLinearBase(_LinearSVCBase):
                               / src["rows"].size - share).max() for src in sources)
             if skew <= REBALANCE_SKEW:
                 return sources
+        import dask
         self.rebalanced_ = True
         owner = deal_rows(n, K, self._seed_int())
         out = []
@@ -294,47 +269,33 @@ class _DaskLinearBase(_LinearSVCBase):
                 if local.size == 0:
                     continue
                 rows.append(src["rows"][local])
-                if src["local"] is not None:
-                    pieces.append(_take_rows(src["local"], local))
-                else:
-                    import dask
-                    pieces.append(dask.delayed(_take_rows, pure=True)(src["delayed"], local))
+                pieces.append(_take_rows(src["local"], local) if src["local"] is not None
+                              else dask.delayed(_take_rows, pure=True)(src["delayed"], local))
             if src["local"] is not None:
-                block = {"local": _stack_rows(*pieces), "future": None}
+                out.append({"local": _stack_rows(*pieces)})
             else:
-                import dask
-                block = {"local": None, "future": None,
-                         "delayed": dask.delayed(_stack_rows, pure=True)(*pieces)}
-            block["rows"] = np.concatenate(rows)
-            out.append(block)
+                out.append({"local": None, "delayed": dask.delayed(_stack_rows, pure=True)(*pieces)})
+            out[-1]["rows"] = np.concatenate(rows)
         return out
 
     def _place(self, client, sources, make):
-        """Create one actor per block, spread over the current workers.
-
-        ``make(b, data)`` returns ``(cls, args)``; scattered blocks are
-        (re)scattered from the driver's copy, dask-array blocks are taken from
-        their (recomputable) futures.
-        """
+        """One actor per block (``make(b, data)`` gives its class and arguments), spread over the
+        current workers: a scattered block from the driver's copy, a dask-array block from its
+        (recomputable) future; all at once, one thread each."""
         workers = self._workers(client)
 
         def place(b):
             addr = workers[b % len(workers)]
             s = sources[b]
-            if s["local"] is not None:
-                data = client.scatter(s["local"], workers=[addr], direct=True, hash=False)
-            else:
-                data = s["future"]
+            data = s["future"] if s["local"] is None else client.scatter(
+                s["local"], workers=[addr], direct=True, hash=False)
             cls, args = make(b, data)
             return client.submit(cls, *args, actor=True, workers=[addr],
                                  allow_other_workers=False, pure=False)
 
-        # the blocks travel to their workers at once (one thread each), not one after another
         with ThreadPoolExecutor(max_workers=min(len(sources), 8)) as pool:
             futures = list(pool.map(place, range(len(sources))))
-        actors = []
-        for fut in futures:
-            actors.append(fut.result(timeout=self.timeout))
+        actors = [fut.result(timeout=self.timeout) for fut in futures]
         self._actor_futures = futures
         if self.direct:
             for actor in actors:
@@ -362,7 +323,11 @@ class _DaskLinearBase(_LinearSVCBase):
                             "timeout for larger blocks, or check the cluster's workers") from None
         return out
 
-    def _recover(self, exc, where, blocks):
+    def _rebuild(self, exc, where, blocks, client, sources, make):
+        """After a failed call: raise a bug again; after a lost worker, the blocks ``make`` builds
+        on the remaining workers (at most ``max_recoveries`` times)."""
+        if not _lost_error(exc):
+            raise exc
         self.n_recoveries_ += 1
         if self.n_recoveries_ > self.max_recoveries:
             raise DistributedFitError(
@@ -381,17 +346,12 @@ class _DaskLinearBase(_LinearSVCBase):
             except Exception:  # noqa: BLE001 - any failure means "do not place blocks there"
                 self._excluded.add(actor._address)
         self._release()
+        return self._place(client, sources, make)
 
     def _release(self):
         for f in getattr(self, "_actor_futures", []):
             f.release()
         self._actor_futures = []
-
-    def _restore_client(self):
-        for bound, value in reversed(getattr(self, "_direct_restore", [])):
-            bound.direct_to_workers = value
-        self._direct_restore = []
-        self._excluded = set()
 
     def _seed_int(self):
         if not hasattr(self, "_seed_value"):
@@ -401,12 +361,30 @@ class _DaskLinearBase(_LinearSVCBase):
             self._seed_value = int(seed)
         return self._seed_value
 
-    def _begin(self):
-        """Per-fit state of the fault handling (and a fresh seed for ``random_state=None``)."""
+    def _begin(self, X, y, sample_weight):
+        """A fit's client and :meth:`_split`; fresh state of the fault handling (and a fresh
+        seed for ``random_state=None``)."""
+        client = self._get_client()
         self.__dict__.pop("_seed_value", None)
         self.n_recoveries_ = 0
         self._direct_restore = []
         self._excluded = set()
+        return (client, *self._split(X, y, sample_weight, client))
+
+    def _bar(self, total, unit, desc):
+        """A progress bar when ``verbose``, else None."""
+        from tqdm.auto import tqdm
+        return tqdm(total=total, unit=unit, desc=desc) if self.verbose else None
+
+    def _end(self, bar):
+        """The end of a fit, also a failed one: actors released, the clients' settings restored."""
+        self._release()
+        for bound, value in reversed(getattr(self, "_direct_restore", [])):
+            bound.direct_to_workers = value
+        self._direct_restore = []
+        self._excluded = set()
+        if bar is not None:
+            bar.close()
 
     # ------------------------------------------------------------ prediction
     def decision_function(self, X):
@@ -422,8 +400,7 @@ class _DaskLinearBase(_LinearSVCBase):
         ndarray or dask.array.Array of shape (n_samples,) or (n_samples, n_classes)
         """
         check_is_fitted(self)
-        if _is_dask_collection(X):
-            X = _to_dask_array(X, "X")
+        X = _to_dask_array(X, "X")
         if _is_dask_array(X):
             if X.shape[1] != self.n_features_in_:
                 raise ValueError(f"X has {X.shape[1]} features, but {type(self).__name__} is "
@@ -447,14 +424,12 @@ class _DaskLinearBase(_LinearSVCBase):
         -------
         ndarray or dask.array.Array of shape (n_samples,)
         """
-        if _is_dask_collection(X):
-            X = _to_dask_array(X, "X")
+        X = _to_dask_array(X, "X")
         scores = self.decision_function(X)
         if _is_dask_array(X):
             classes = self.classes_
             if scores.ndim == 1:
-                return scores.map_blocks(lambda s: classes[(s > 0).astype(int)],
-                                         dtype=classes.dtype)
+                return scores.map_blocks(lambda s: classes[(s > 0).astype(int)], dtype=classes.dtype)
             return scores.map_blocks(lambda s: classes[np.argmax(s, axis=1)], drop_axis=1,
                                      dtype=classes.dtype)
         return super().predict(X)
@@ -473,14 +448,8 @@ class _DaskLinearBase(_LinearSVCBase):
         float
         """
         from sklearn.metrics import accuracy_score
-        pred = self.predict(X)
-        if _is_dask_array(pred):
-            pred = pred.compute()
-        if _is_dask_collection(y):
-            y = _to_dask_array(y, "y")
-        if _is_dask_array(y):
-            y = y.compute()
-        return float(accuracy_score(y, pred, sample_weight=sample_weight))
+        pred = _computed(self.predict(X), "X")
+        return float(accuracy_score(_computed(y, "y"), pred, sample_weight=sample_weight))
 
     def _local_params(self):
         return {"lam": self.lam, "C": self.C, "loss": self.loss,
@@ -494,10 +463,6 @@ class _DaskLinearBase(_LinearSVCBase):
                      "stop_reason_", "lam_", *names):
             setattr(est, attr, getattr(self, attr))
         return est
-
-    def _set_outputs(self, W, M):
-        """``coef_``/``intercept_`` from the (d_aug, M) solution."""
-        self._set_solution(W if M > 1 else W[:, 0], 0.0)
 
 
 def _graph_bytes(X) -> int:
@@ -538,54 +503,48 @@ class SDCASVC(_DaskLinearBase):
         D(\alpha) = \frac1n\sum_i \ell^*_i(\alpha_i) - \frac{\lambda}{2}\|w(\alpha)\|^2
 
     on a dask cluster by CoCoA (Ma et al. 2015, Algorithm 1; Smith et al. 2018,
-    Algorithm 1) with an exact line search as the aggregation: the rows are cut into
-    ``K`` blocks, each resident on a worker with its duals; a round broadcasts ``W``,
-    every block runs its backend's SDCA segment on its local subproblem (``sigma'``), and
-    the driver moves ``alpha`` by ``gamma`` (per output, in ``[0, 1]``, maximising the
-    dual: :func:`gpusvm.dask._blocks.line_search`) times the blocks' changes.  The dual
-    never decreases, and every round gains at least what CoCoA's averaging would.  The
-    fit stops once every output's duality gap, assembled from the blocks' sums on the
-    round's own call, is ``<= tol``.
+    Algorithm 1) with an exact line search as the aggregation: each of ``K`` row blocks,
+    resident on a worker with its duals, runs its backend's SDCA segment on its local
+    subproblem (``sigma'``) from the broadcast ``W``, and the driver moves ``alpha`` by
+    ``gamma`` (per output, in ``[0, 1]``, maximising the dual:
+    :func:`gpusvm.dask._blocks.line_search`) times the blocks' changes.  The dual never
+    decreases, and every round gains at least what CoCoA's averaging would.  The fit stops
+    once every output's duality gap, from the blocks' sums, is ``<= tol``.
 
     Parameters
     ----------
-    lam : float or None, default=None
-        Regularisation ``lambda > 0``; None means ``1e-4`` unless ``C`` is given.
-    C : float or None, default=None
-        LinearSVC's regularisation instead of ``lam``: ``lam = 1/(C n)``.
+    lam, C : float or None, default=None
+        Regularisation ``lambda > 0``, ``1e-4`` unless LinearSVC's ``C`` gives ``1/(C n)``.
     loss : {"hinge", "squared_hinge"}, default="hinge"
     class_weight : dict, "balanced" or None, default=None
         As in LinearSVC; multiplies ``sample_weight``.
     multi_class : {"ovr"}, default="ovr"
-        More than two classes: one output per class, all in the same rounds (the
-        other modes of :class:`gpusvm.SDCASVC` are refused with what to use).
+        More than two classes: one output per class, all in the same rounds (the other
+        modes of :class:`gpusvm.SDCASVC` are refused with what to use).
     tol : float, default=1e-3
         Stop when every output's duality gap is ``<= tol``.
     max_iter : int or None, default=None
         Maximum number of rounds; ``None`` means 200.
     local_epochs : float, default=1.0
-        ``H``: coordinate steps per block and round, in passes over the block
-        (more did not save rounds on imdb or news20: BENCHMARKS.md).
+        ``H``: coordinate steps per block and round, in passes over the block (more did
+        not save rounds on imdb or news20).
     sigma : float >= 1 or "K", default=1.0
         ``sigma'`` of the local subproblems: ``1`` steps as plain SDCA on each block (the
-        line search damps the sum); ``"K"`` is CoCoA+'s safe value (fewer rounds at 1:
-        imdb 11 against 14, news20 23 against 35, 2 blocks).
+        line search damps the sum); ``"K"`` is CoCoA+'s safe value (more rounds).
     bias : {"none", "augmented"}, default="none"
-        No intercept, or a constant feature ``intercept_scaling`` appended to every
-        row (regularised intercept).  The default differs from
-        :class:`gpusvm.SDCASVC`'s: the shared column slows CoCoA+ down (see Notes).
+        No intercept, or a constant feature ``intercept_scaling`` appended to every row
+        (unlike :class:`gpusvm.SDCASVC`'s default: the shared column slows CoCoA+ down).
     intercept_scaling : float, default=1.0
     n_partitions : int or None, default=None
-        Blocks ``K`` for in-memory input (NumPy / SciPy); ``None``: one per worker.
-        Rows are dealt out strided (row ``i`` to block ``i mod K``).  A dask
-        array keeps its row chunks as blocks (see ``rebalance``).
+        Blocks ``K`` for in-memory input, rows dealt out strided (row ``i`` to block
+        ``i mod K``); ``None``: one per worker.  A dask array keeps its row chunks.
     rebalance : bool or "auto", default="auto"
         For a dask array: deal its rows out afresh, once, by a seeded shuffle on the
-        workers.  ``"auto"``: when a block's share of some class differs from the data's
-        by more than 0.1 (chunks sorted by label or time).
+        workers; ``"auto"``: when a block's share of some class differs from the data's
+        by more than 0.1.
     backend : {"auto", "numba", "numpy", "cupy", "emulated"}, default="auto"
-        The backend of every block's local solver (``"auto"``: the device backend where
-        the worker sees a CUDA device, else numba).
+        Every block's local solver (``"auto"``: the device backend where the worker sees
+        a CUDA device, else numba).
     client : distributed.Client or None, default=None
         ``None`` uses the current client (``distributed.get_client()``).
     timeout : float, default=600
@@ -593,16 +552,14 @@ class SDCASVC(_DaskLinearBase):
     max_recoveries : int, default=3
         Lost workers survived per fit; then :class:`DistributedFitError`.
     direct : bool, default=True
-        Send the actor calls straight to the workers (the client's
-        ``direct_to_workers`` is switched on for the duration of the fit, then
-        restored).  Use ``False`` only when the driver cannot reach the workers.
+        Send the actor calls straight to the workers (the client's ``direct_to_workers``,
+        for the fit); ``False`` only when the driver cannot reach the workers.
     callback : callable or None, default=None
-        ``callback(round, gap, elapsed)`` after each certificate (``gap``: the
-        largest of the outputs'); return ``False`` to stop.
+        ``callback(round, gap, elapsed)`` after each certificate (the largest of the
+        outputs' gaps); return ``False`` to stop.
     random_state : int, RandomState, Generator or None, default=None
-        Seed of the blocks' batch streams (the counter of every other path, keyed by
-        seed and block) and of the rebalance: the same seed and partition give the
-        same model, whatever the workers.
+        Seed of the blocks' batch streams (keyed by seed and block) and of the rebalance:
+        the same seed and partition give the same model, whatever the workers.
     verbose : int, default=0
         A progress bar per round with the live duality gap when > 0.
 
@@ -614,45 +571,34 @@ class SDCASVC(_DaskLinearBase):
     alpha_ : ndarray of shape (n_samples,) or (n_samples, n_classes)
         Dual variables, in the order of the training rows.
     lam_ : float
-        The ``lam`` of the fit (``C`` resolved).
     n_iter_ : int
         Rounds performed.
     history_ : list of (int, float, float, float, float)
         ``(round, P, D, gap, elapsed seconds)`` at every certificate (the output of the
-        largest gap).  A round's ``D`` uses the driver's running ``w(alpha)`` (exact up to
-        float32 rounding); the fit stops only on an exact gap, the last entry.
+        largest gap); a round's ``D`` uses the driver's running ``w(alpha)`` (exact up to
+        float32 rounding), the last entry is exact.
     primal_objective_, dual_objective_, duality_gap_ : float or ndarray of shape (n_classes,)
         At the returned ``W`` (the lowest-``P`` point between the last round's point and
         ``w(alpha_)``) and ``alpha_``, one per output for more than two classes.
     steps_ : ndarray of shape (n_iter,) or (n_iter, n_classes)
         The line search's ``gamma`` of every round.
-    n_blocks_ : int
-        ``K``.
+    n_blocks_, n_recoveries_ : int
+        ``K``, and the workers lost and survived.
     rebalanced_ : bool
-        Whether the rows were dealt out afresh (``rebalance``).
     bytes_per_round_ : int
-        Bytes of one round's matrices: ``W`` out and ``U_k`` back in float32 on the
-        blocks' columns, plus ``alpha`` (``8 sum_k d_k M + 8 n M``).
-    n_recoveries_ : int
-        Workers lost and survived.
+        One round's ``W`` out and ``U_k`` back in float32 on the blocks' columns, plus
+        ``alpha`` (``8 sum_k d_k M + 8 n M``).
     worker_seconds_ : float
-        Sum over rounds of the slowest block's local-solver time (the rest of the
-        wall time is communication, certificates and driver work).
+        Sum over rounds of the slowest block's local-solver time.
     stop_reason_ : str
         ``"tol"``, ``"max_iter"`` or ``"callback"``.
     n_features_in_ : int
 
     Notes
     -----
-    Each block lives in a dask actor pinned to one worker, its rows and ``alpha_k`` in
-    the worker's memory; a round is one direct call per block.  More blocks mean more
-    rounds for the same ``tol`` (BENCHMARKS.md), and a feature shared by all rows (the
-    ``bias="augmented"`` column) or blocks of different label mixes slow CoCoA down.
-    When a worker is lost, every block is rebuilt on the remaining workers from the last
-    committed round (``alpha`` from the driver's copy) and that round repeated: the
-    result is an undisturbed run's.  A block whose state is not the committed round's
-    is refused, never used.
-
+    More blocks mean more rounds for the same ``tol`` (BENCHMARKS.md), and so do a feature
+    shared by all rows or blocks of different label mixes.  After a lost worker every block
+    is rebuilt from the last committed round: the result is an undisturbed run's.
 
     References
     ----------
@@ -663,11 +609,8 @@ class SDCASVC(_DaskLinearBase):
 
     Examples
     --------
-    >>> from distributed import Client, LocalCluster            # doctest: +SKIP
-    >>> from gpusvm.dask import SDCASVC                          # doctest: +SKIP
-    >>> client = Client(LocalCluster(n_workers=2))               # doctest: +SKIP
-    >>> clf = SDCASVC(C=1.0, tol=1e-3).fit(X, y)                 # doctest: +SKIP
-    >>> bool(clf.duality_gap_ <= 1e-3)                           # doctest: +SKIP
+    >>> clf = SDCASVC(C=1.0, tol=1e-3).fit(X, y)    # doctest: +SKIP
+    >>> bool(clf.duality_gap_ <= 1e-3)              # doctest: +SKIP
     True
     """
 
@@ -713,58 +656,49 @@ class SDCASVC(_DaskLinearBase):
         Parameters
         ----------
         X : {dask array, dask DataFrame, sparse matrix, array-like} of shape (n_samples, n_features)
-            A dask array of row chunks (each chunk a ``scipy.sparse`` matrix or a
-            NumPy array; all columns in one chunk), a dask DataFrame, or in-memory
-            data that is cut into ``n_partitions`` blocks.
+            A dask array of row chunks (``scipy.sparse`` or NumPy, all columns in one chunk),
+            a dask DataFrame, or in-memory data cut into ``n_partitions`` blocks.
         y : dask array, dask Series or array-like of shape (n_samples,)
             Class labels (two or more classes).
         sample_weight : dask array, dask Series or array-like of shape (n_samples,), optional
-            Non-negative row weights aligned with X's rows (multiplied by ``class_weight``).
+            Non-negative row weights (multiplied by ``class_weight``).
 
         Returns
         -------
         self : SDCASVC
         """
-        client = self._get_client()
-        self._begin()
-        sources, Y, s = self._split(X, y, sample_weight, client)
+        client, sources, Y, s = self._begin(X, y, sample_weight)
         n, M = Y.shape
         K = len(sources)
-        lam = self._fit_lam(n)
-        self.lam_ = lam
+        lam = self.lam_ = self._fit_lam(n)
         tol = self._output_tol(M)      # per output (a search's outputs have their own units)
         seed = self._seed_int()
         max_rounds = self.max_iter if self.max_iter is not None else 200
-        loss = self.loss
-        backend = self.backend
         sigma = float(K) if self.sigma == "K" else min(float(self.sigma), float(K))
         self.n_blocks_ = K
         self.worker_seconds_ = 0.0
-        H = float(self.local_epochs)
-        sizes = [src["rows"].size for src in sources]
+        steps = [max(1, int(round(float(self.local_epochs) * src["rows"].size)))
+                 for src in sources]    # each block's coordinate steps a round
         alpha0 = self._initial_alpha()        # a warm start (n, M) in the caller's row order
         # the driver's copy of each block's committed alpha
         committed = [None if alpha0 is None else alpha0[src["rows"]] for src in sources]
         s_rows = None if sources[0]["s"] is None else np.concatenate(
             [np.asarray(src["s"], dtype=np.float64) for src in sources])
         position = [0] * K      # each block's counter position (steps done)
+        r = 0
 
-        def make(r):
-            def maker(b, data):
-                return SDCABlock, (data, sources[b]["Y"], sources[b]["s"], b, n, lam,
-                                   sigma, seed, self.bias,
-                                   float(self.intercept_scaling), loss, backend, committed[b], r)
-            return maker
+        def make(b, data):      # block b at round r, from the committed alpha
+            return SDCABlock, (data, sources[b]["Y"], sources[b]["s"], b, n, lam, sigma, seed,
+                               self.bias, float(self.intercept_scaling), self.loss, self.backend,
+                               committed[b], r)
 
-        from tqdm.auto import tqdm
-        bar = tqdm(total=max_rounds, unit="round", desc="gpusvm dask sdca") if self.verbose \
-            else None
+        bar = self._bar(max_rounds, "round", "gpusvm dask sdca")
         t0 = time.perf_counter()
         history, steps_taken = [], []
         stop = "max_iter"
         pending = None           # (alpha after the local solvers, gamma) of the last round
         try:
-            blocks = self._place(client, sources, make(0))
+            blocks = self._place(client, sources, make)
             infos = self._gather([blk.info() for blk in blocks])
             d = infos[0][1]
             cols = [info[3] for info in infos]
@@ -779,19 +713,23 @@ class SDCASVC(_DaskLinearBase):
             W_buf, U_buf = np.empty_like(W), np.empty_like(W)   # a round's W and U, reused
             sums = np.empty((3, M))
             last = None                     # the last round's broadcast point (float32)
-            r = 0
+
+            def take_pending():
+                """Commit the last round's step on the driver's copy, as every block does;
+                its ``gamma`` (None: no step pending)."""
+                nonlocal committed, pending
+                if pending is None:
+                    return None
+                (after, gamma), pending = pending, None
+                committed = [commit(committed[b], after[b], gamma) for b in range(K)]
+                return gamma
 
             def certify_final():
-                """Commit the pending step, set ``W = w(alpha)`` from the blocks'
-                ``X_k^T (alpha_k Y_k)`` and certify it (no local solver), in ``history``;
-                ``model``: the lowest-``P`` point between the last round's and ``W``
-                (:func:`_segment_best`), what the gap certifies."""
-                nonlocal committed, pending, blocks, W, model
-                gamma = None
-                if pending is not None:
-                    gamma = pending[1]
-                    committed = [commit(committed[b], pending[0][b], gamma) for b in range(K)]
-                    pending = None
+                """Commit the pending step, set ``W = w(alpha)`` from the blocks' ``X_k^T
+                (alpha_k Y_k)`` and certify it (no local solver), in ``history``; ``model``:
+                the lowest-``P`` point between the last round's and ``W`` (:func:`_segment_best`)."""
+                nonlocal blocks, W, model
+                gamma = take_pending()
                 while True:
                     try:
                         parts = self._gather([blk.xty(r, gamma) for blk in blocks])
@@ -799,17 +737,15 @@ class SDCASVC(_DaskLinearBase):
                         res = self._gather([blk.certify(np.take(W, pos[b], axis=0), r)
                                             for b, blk in enumerate(blocks)])
                     except Exception as exc:
-                        if not _lost_error(exc):
-                            raise
-                        self._recover(exc, "the final certificate", blocks)
-                        blocks = self._place(client, sources, make(r))   # from `committed`
+                        blocks = self._rebuild(exc, "the final certificate", blocks, client,
+                                               sources, make)
                         gamma = None
                         continue
                     primal, dual, gaps = _gaps(col_dots(np, W, W), lam, n, res)
                     model = W
                     if last is not None and all(x["A_last"] is not None for x in res):
                         model, primal = _segment_best(last.astype(np.float64), W, primal,
-                                                      res, s_rows, lam, loss)
+                                                      res, s_rows, lam, self.loss)
                         gaps = primal - dual
                     worst = int(np.argmax(gaps))
                     history.append((r, primal[worst], dual[worst], gaps[worst],
@@ -817,24 +753,14 @@ class SDCASVC(_DaskLinearBase):
                     return primal, dual, gaps
 
             while r < max_rounds:
-                if pending is not None:       # commit the last round, as every block does
-                    committed = [commit(committed[b], pending[0][b], pending[1])
-                                 for b in range(K)]
-                    gamma, pending = pending[1], None
-                else:
-                    gamma = None
-                steps = [max(1, int(round(H * size))) for size in sizes]
-                # between exact certificates, w and u travel in float32
-                Wb = W.astype(np.float32)
+                gamma = take_pending()
+                Wb = W.astype(np.float32)   # between exact certificates, w and u travel in float32
                 try:
                     res = self._gather([blk.step(np.take(Wb, pos[b], axis=0), r, position[b],
                                                  position[b] + steps[b], gamma)
                                         for b, blk in enumerate(blocks)])
                 except Exception as exc:
-                    if not _lost_error(exc):
-                        raise
-                    self._recover(exc, f"round {r}", blocks)
-                    blocks = self._place(client, sources, make(r))
+                    blocks = self._rebuild(exc, f"round {r}", blocks, client, sources, make)
                     continue
                 # W = the running w(alpha) (to rounding) and the round's sums, in one pass
                 U = _assemble(union.size, M, pos, [x["u"] for x in res], U_buf)
@@ -852,16 +778,13 @@ class SDCASVC(_DaskLinearBase):
                     stop = "callback"
                     model = W
                     break
-                compute = max(x["seconds"] for x in res)
-                self.worker_seconds_ += compute
-                b_sum = np.sum([x["b"] for x in res], axis=0)
-                q_sum = np.sum([x["q"] for x in res], axis=0)
-                step = line_search(sums[1], sums[2], b_sum, q_sum, lam, n)
+                self.worker_seconds_ += max(x["seconds"] for x in res)
+                step = line_search(sums[1], sums[2], np.sum([x["b"] for x in res], axis=0),
+                                   np.sum([x["q"] for x in res], axis=0), lam, n)
                 add_scaled(W, U, step)
                 steps_taken.append(step)
                 pending = ([x["alpha"] for x in res], step)
-                for b in range(K):
-                    position[b] += steps[b]
+                position = [p + k for p, k in zip(position, steps)]
                 r += 1
                 if bar is not None:
                     bar.update(1)
@@ -875,27 +798,21 @@ class SDCASVC(_DaskLinearBase):
                 if np.all(gaps <= tol):
                     stop = "tol"
         finally:
-            self._release()
-            self._restore_client()
-            if bar is not None:
-                bar.close()
+            self._end(bar)
         alpha = np.empty((n, M))
         for b, src in enumerate(sources):
             alpha[src["rows"]] = committed[b]
         self.alpha_ = alpha[:, 0] if M == 1 else alpha
         W_full = np.zeros((d, M))
         W_full[union] = model
-        self._set_outputs(W_full, M)
+        self._set_solution(W_full if M > 1 else W_full[:, 0], 0.0)
         self.n_iter_ = r
         self.history_ = history
         self.steps_ = np.array(steps_taken).reshape(-1, M) if M > 1 else \
             np.array(steps_taken).ravel()
         self.stop_reason_ = stop
-        if M == 1:
-            self.primal_objective_, self.dual_objective_ = float(primal[0]), float(dual[0])
-            self.duality_gap_ = float(gaps[0])
-        else:
-            self.primal_objective_, self.dual_objective_, self.duality_gap_ = primal, dual, gaps
+        self.primal_objective_, self.dual_objective_, self.duality_gap_ = (
+            float(v[0]) if M == 1 else v for v in (primal, dual, gaps))
         self.bytes_per_round_ = int(2 * sum(c.size for c in cols) * M * 4 + 8 * n * M)
         if stop == "max_iter":
             advice = "increase max_iter"
@@ -907,16 +824,14 @@ class SDCASVC(_DaskLinearBase):
                 ConvergenceWarning, stacklevel=4)   # the caller of fit
         return self
 
+    # the hooks SDCASVCCV overrides: the warm start (n, M) or None, lam, and each output's tol
     def _initial_alpha(self):
-        """The dual point the fit starts from (n, M), or None for zero."""
         return None
 
     def _fit_lam(self, n):
-        """The ``lam`` of the fit's outputs (``C`` resolved on ``n`` rows)."""
         return resolve_lam(self.lam, self.C, n)
 
     def _output_tol(self, M):
-        """The gap each output must reach: ``tol`` for every output."""
         return self.tol
 
     def to_local(self):
@@ -925,14 +840,12 @@ class SDCASVC(_DaskLinearBase):
         Returns
         -------
         gpusvm.SDCASVC
-            Same ``coef_``, ``intercept_``, ``classes_``, ``alpha_``, ``lam_``,
-            objectives and history; ``n_iter_`` counts rounds.
+            Same ``coef_``, ``intercept_``, ``classes_``, ``alpha_``, ``lam_``, objectives
+            and history; ``n_iter_`` counts rounds.
         """
         from ..estimators import SDCASVC as LocalSDCASVC
-
-        est = LocalSDCASVC(tol=self.tol, **self._local_params())
-        est = self._to_local(est, ("alpha_", "primal_objective_", "dual_objective_",
-                                   "duality_gap_"))
+        est = self._to_local(LocalSDCASVC(tol=self.tol, **self._local_params()),
+                             ("alpha_", "primal_objective_", "dual_objective_", "duality_gap_"))
         est.solver_ = "sdca"
         return est
 
@@ -946,8 +859,8 @@ def _column_map(d, cols):
 
 
 def _assemble(m, M, pos, parts, out=None):
-    """The blocks' ``(d_k, M)`` parts added into one ``(m, M)`` matrix (``out``, or a new one) at
-    their positions ``pos``, in block order."""
+    """The blocks' ``(d_k, M)`` parts added, in block order, at their positions ``pos`` into one
+    ``(m, M)`` matrix (``out``, or a new one)."""
     if out is None:
         out = np.zeros((m, M))
     else:
@@ -958,14 +871,13 @@ def _assemble(m, M, pos, parts, out=None):
 
 
 def _segment_best(W0, W1, P1, res, s, lam, loss):
-    """``(W, P)``: per output, the lowest-``P`` point of the segment from the last round's
-    point ``W0`` to ``w(alpha)`` ``W1`` (``P1`` its objective), and its objective.
+    """``(W, P)``: per output, the lowest-``P`` point of the segment from the last round's point
+    ``W0`` to ``w(alpha)`` ``W1`` (``P1`` its objective), and its objective.
 
-    The exact minimiser (:func:`gpusvm.solvers.sdca.segment_point`, as the local solver's
-    best points) from both ends' signed margins, the blocks' ``A_last`` and ``A`` in block
-    order (``s`` the rows' weights in that order, or None).  CoCoA+'s points alternate
-    around the optimum (news20: every other round's ``P`` is higher), so ``W1`` alone can
-    miss ``tol`` by a round where a point between the two does not; any primal point and the
+    The exact minimiser (:func:`gpusvm.solvers.sdca.segment_point`) from both ends' signed
+    margins, the blocks' ``A_last`` and ``A`` (``s`` the rows' weights in block order, or
+    None).  CoCoA+'s points alternate around the optimum (news20: every other round's ``P``
+    is higher), so ``W1`` alone can miss ``tol`` by a round; any primal point and the
     dual-feasible ``alpha`` certify each other (weak duality).
     """
     A0 = np.concatenate([x["A_last"] for x in res]).T
@@ -982,19 +894,17 @@ def _segment_best(W0, W1, P1, res, s, lam, loss):
     W = np.subtract(W1, W0)            # W0 + t (W1 - W0): one new d x M array, in place
     W *= t
     W += W0
-    for c in np.flatnonzero(t == 1.0):  # the ends exactly
-        W[:, c] = W1[:, c]
-    for c in np.flatnonzero(t == 0.0):
-        W[:, c] = W0[:, c]
+    W[:, t == 1.0] = W1[:, t == 1.0]    # the ends exactly
+    W[:, t == 0.0] = W0[:, t == 0.0]
     return W, P
 
 
 def _gaps(wsq, lam, n, res):
-    """``P(w_c)`` at the broadcast ``W`` (``wsq = ||W_c||^2``), ``D(alpha_c)`` with
-    ``w(alpha) = W``, and their differences, per output, from the blocks' loss and dual
-    sums.  Between rounds ``W`` is ``w(alpha)`` to float32 rounding (the running gap); the
-    final certificate's ``W`` is ``w(alpha)`` itself, and weak duality makes ``P(w) -
-    D(alpha)`` a certificate."""
+    """``P(w_c)`` at the broadcast ``W`` (``wsq = ||W_c||^2``), ``D(alpha_c)`` with ``w(alpha) =
+    W``, and their differences, per output, from the blocks' loss and dual sums.  Between
+    rounds ``W`` is ``w(alpha)`` to float32 rounding (the running gap); the final
+    certificate's is ``w(alpha)`` itself, and weak duality makes ``P(w) - D(alpha)`` a
+    certificate."""
     loss = np.sum([x["loss"] for x in res], axis=0)
     lin = np.sum([x["dual"] for x in res], axis=0)
     primal = 0.5 * lam * wsq + loss / n
@@ -1011,17 +921,14 @@ class PegasosSVC(_DaskLinearBase):
     split over the blocks: block ``k`` draws ``k_k = ceil(batch_size n_k / n)`` rows from
     its counter stream and returns its sparse part ``(n_k/(n k_k)) sum_{A_k} g_i y_i x_i``
     of the subgradient at ``W_t``; the driver sums the parts and every replica of ``W``
-    applies ``W_{t+1} = Proj((1 - eta_t lam) W_t + eta_t G_t)``, ``eta_t = 1/(lam t)``:
-    the single-process algorithm with a stratified batch, ``W_t`` identical everywhere.
-    Both halves are the NumPy reference backend's step functions (one block: its
-    ``pegasos_segment_m`` on the same batches).
+    applies ``W_{t+1} = Proj((1 - eta_t lam) W_t + eta_t G_t)``, ``eta_t = 1/(lam t)``
+    (the NumPy reference backend's step functions): the single-process algorithm with a
+    stratified batch, ``W_t`` identical everywhere.
 
     Parameters
     ----------
-    lam : float or None, default=None
-        ``1e-4`` unless ``C`` is given.
-    C : float or None, default=None
-        ``lam = 1/(C n)``.
+    lam, C : float or None, default=None
+        ``lam = 1e-4`` unless ``C`` is given, then ``lam = 1/(C n)``.
     loss : {"hinge", "squared_hinge"}, default="hinge"
     class_weight : dict, "balanced" or None, default=None
     multi_class : {"ovr"}, default="ovr"
@@ -1041,17 +948,10 @@ class PegasosSVC(_DaskLinearBase):
         Return the last iterate, or the average of the iterates ``t > T/2``.
     eval_every : int or None, default=None
         Iterations between two evaluations of ``P(W_t)``; ``None``: once per epoch.
-    bias : {"none", "augmented"}, default="none"
-    intercept_scaling : float, default=1.0
-    n_partitions : int or None, default=None
-    rebalance : bool or "auto", default="auto"
+    bias, intercept_scaling, n_partitions, rebalance, client, timeout, max_recoveries, direct
         As for :class:`SDCASVC`.
     backend : {"auto", "numba", "numpy", "cupy", "emulated"}, default="auto"
         Backend of the local-steps variant's segments.
-    client : distributed.Client or None, default=None
-    timeout : float, default=600
-    max_recoveries : int, default=3
-    direct : bool, default=True
     callback : callable or None, default=None
         ``callback(iteration, objective, elapsed)`` at each evaluation (the largest
         objective of the outputs); return ``False`` to stop.
@@ -1061,20 +961,14 @@ class PegasosSVC(_DaskLinearBase):
 
     Attributes
     ----------
-    coef_ : ndarray of shape (1, n_features) or (n_classes, n_features)
-    intercept_ : ndarray of shape (1,) or (n_classes,)
-    classes_ : ndarray
-    lam_ : float
-    n_iter_ : int
+    coef_, intercept_, classes_, lam_, n_iter_, n_blocks_, n_recoveries_, rebalanced_, \
+stop_reason_, n_features_in_
+        As for :class:`SDCASVC` (``n_iter_`` counts iterations).
     history_ : list of (int, float, float)
         ``(iteration, P(W_t), elapsed seconds)`` (the largest of the outputs'
         objectives); the last entry is that of the returned ``W``.
     objective_ : float or ndarray of shape (n_classes,)
         ``P`` of the returned ``W`` per output.
-    n_blocks_, n_recoveries_ : int
-    rebalanced_ : bool
-    stop_reason_ : str
-    n_features_in_ : int
 
     Notes
     -----
@@ -1133,40 +1027,33 @@ class PegasosSVC(_DaskLinearBase):
     @_fit_context(prefer_skip_nested_validation=True)
     @_client_current
     def fit(self, X, y, sample_weight=None):
-        """Fit by synchronous distributed mini-batch Pegasos.
+        """Fit by distributed mini-batch Pegasos.
 
         Parameters
         ----------
-        X : {dask array, dask DataFrame, sparse matrix, array-like} of shape (n_samples, n_features)
-        y : dask array, dask Series or array-like of shape (n_samples,)
-        sample_weight : dask array, dask Series or array-like of shape (n_samples,), optional
+        X, y, sample_weight
+            As for :meth:`SDCASVC.fit`.
 
         Returns
         -------
         self : PegasosSVC
         """
-        client = self._get_client()
-        self._begin()
-        sources, Y, s = self._split(X, y, sample_weight, client)
+        client, sources, Y, s = self._begin(X, y, sample_weight)
         n, M = Y.shape
         k = self.batch_size
         if k > n:
             raise ValueError(f"batch_size={k} exceeds the number of samples n={n}; choose "
                              f"1 <= batch_size <= {n}")
-        K = len(sources)
         shares = [min(src["rows"].size, max(1, math.ceil(k * src["rows"].size / n)))
                   for src in sources]
-        lam = resolve_lam(self.lam, self.C, n)
-        self.lam_ = lam
+        lam = self.lam_ = resolve_lam(self.lam, self.C, n)
         mean_s = 1.0 if s is None else float(s.mean())
         radius = math.sqrt((2.0 if self.loss == "squared_hinge" else 1.0) * mean_s / lam)
-        project = bool(self.projection)
         seed = self._seed_int()
         T = self.max_iter if self.max_iter is not None else math.ceil(10 * n / k)
         every = self.eval_every if self.eval_every is not None else max(1, math.ceil(n / k))
-        tail_from = T // 2 + 1 if self.averaging == "tail" else None
-        self.n_blocks_ = K
-        state = {"V": None, "a": None}
+        self.n_blocks_ = len(sources)
+        state = {"V": None, "a": None}   # the replica new blocks start from
 
         def make(t):
             def maker(b, data):
@@ -1175,40 +1062,32 @@ class PegasosSVC(_DaskLinearBase):
                                       self.backend, state["V"], state["a"], t)
             return maker
 
-        from tqdm.auto import tqdm
-        bar = tqdm(total=T, unit="it", desc="gpusvm dask pegasos") if self.verbose else None
+        bar = self._bar(T, "it", "gpusvm dask pegasos")
         t0 = time.perf_counter()
         history = []
-        stop = "max_iter"
         ctx = {"client": client, "sources": sources, "make": make, "state": state, "n": n,
-               "lam": lam, "radius": radius, "project": project, "T": T, "every": every,
-               "tail_from": tail_from, "bar": bar, "t0": t0, "history": history}
+               "lam": lam, "radius": radius, "project": bool(self.projection), "T": T,
+               "every": every, "tail_from": T // 2 + 1 if self.averaging == "tail" else None,
+               "bar": bar, "t0": t0, "history": history}
         try:
             blocks = self._place(client, sources, make(1))
             infos = self._gather([blk.info() for blk in blocks])
-            d = infos[0][1]
-            ctx["cols"] = [info[3] for info in infos]
+            ctx["cols"] = cols = [info[3] for info in infos]
             loop = self._sync_loop if self.local_steps == 1 else self._local_loop
-            t, stop, W = loop(blocks, d, M, ctx)
+            t, stop, W = loop(blocks, infos[0][1], M, ctx)
             blocks = self._blocks
-            cols = ctx["cols"]
             while True:
                 try:
                     res = self._gather([blk.loss_sum(W[cols[b]]) for b, blk in enumerate(blocks)])
                     break
                 except Exception as exc:
-                    if not _lost_error(exc):
-                        raise
-                    self._recover(exc, "the final evaluation", blocks)
-                    blocks = self._place(client, sources, make(t))
+                    blocks = self._rebuild(exc, "the final evaluation", blocks, client, sources,
+                                           make(t))
         finally:
-            self._release()
-            self._restore_client()
-            if bar is not None:
-                bar.close()
+            self._end(bar)
         objective = 0.5 * lam * np.einsum("ij,ij->j", W, W) + np.sum(res, axis=0) / n
         history.append((t - 1, float(objective.max()), time.perf_counter() - t0))
-        self._set_outputs(W, M)
+        self._set_solution(W if M > 1 else W[:, 0], 0.0)
         self.objective_ = float(objective[0]) if M == 1 else objective
         self.n_iter_ = t - 1
         self.history_ = history
@@ -1228,9 +1107,7 @@ class PegasosSVC(_DaskLinearBase):
         """Synchronous all-reduce iterations (one call per block and iteration); the driver's
         replica of ``W`` is the reference backend's state without rows.  Returns ``t``, the
         stop reason and the last or averaged ``W``."""
-        stop = "max_iter"
-        update = None
-        t = 1
+        stop, update, t = "max_iter", None, 1
         lam, n, tail_from = ctx["lam"], ctx["n"], ctx["tail_from"]
         radius = ctx["radius"] if ctx["project"] else 0.0
         be = NumpyBackend(sp.csr_matrix((0, d)), np.zeros((0, M)))
@@ -1241,11 +1118,9 @@ class PegasosSVC(_DaskLinearBase):
             try:
                 res = self._gather([blk.iterate(t, update, lam, evaluate) for blk in blocks])
             except Exception as exc:
-                if not _lost_error(exc):
-                    raise
-                self._recover(exc, f"iteration {t}", blocks)
                 ctx["state"]["V"], ctx["state"]["a"] = be.V, be.sm[S_A].copy()
-                blocks = self._place(ctx["client"], ctx["sources"], ctx["make"](t))
+                blocks = self._rebuild(exc, f"iteration {t}", blocks, ctx["client"],
+                                       ctx["sources"], ctx["make"](t))
                 update = None
                 continue
             if evaluate:
@@ -1266,25 +1141,21 @@ class PegasosSVC(_DaskLinearBase):
 
     def _local_loop(self, blocks, d, M, ctx):
         """Local-steps variant: ``local_steps`` iterations per block, then a weighted average."""
-        stop = "max_iter"
+        stop, t = "max_iter", 1
         w_sum, n_sum = np.zeros((d, M)), 0
-        n, cols = ctx["n"], ctx["cols"]
+        n, cols, T, every = ctx["n"], ctx["cols"], ctx["T"], ctx["every"]
         weights = [src["rows"].size / n for src in ctx["sources"]]
         lam, radius, project = ctx["lam"], ctx["radius"], ctx["project"]
         W = np.zeros((d, M))
-        t = 1
-        T, every = ctx["T"], ctx["every"]
         while t <= T:
             H = min(self.local_steps, T - t + 1)
             try:
                 res = self._gather([blk.local_round(W, t, H, lam, radius, project)
                                     for blk in blocks])
             except Exception as exc:
-                if not _lost_error(exc):
-                    raise
-                self._recover(exc, f"iteration {t}", blocks)
                 ctx["state"]["V"], ctx["state"]["a"] = W, np.ones(M)
-                blocks = self._place(ctx["client"], ctx["sources"], ctx["make"](t))
+                blocks = self._rebuild(exc, f"iteration {t}", blocks, ctx["client"],
+                                       ctx["sources"], ctx["make"](t))
                 continue
             W = weights[0] * res[0]["w"]
             for b in range(1, len(res)):
@@ -1300,11 +1171,9 @@ class PegasosSVC(_DaskLinearBase):
                     loss = np.sum(self._gather([blk.loss_sum(W[cols[b]])
                                                 for b, blk in enumerate(blocks)]), axis=0)
                 except Exception as exc:
-                    if not _lost_error(exc):
-                        raise
-                    self._recover(exc, f"iteration {t}", blocks)
                     ctx["state"]["V"], ctx["state"]["a"] = W, np.ones(M)
-                    blocks = self._place(ctx["client"], ctx["sources"], ctx["make"](t))
+                    blocks = self._rebuild(exc, f"iteration {t}", blocks, ctx["client"],
+                                           ctx["sources"], ctx["make"](t))
                     continue
                 objective = 0.5 * lam * np.einsum("ij,ij->j", W, W) + loss / n
                 if not self._evaluation(t, float(objective.max()), ctx):
@@ -1321,9 +1190,8 @@ class PegasosSVC(_DaskLinearBase):
         gpusvm.PegasosSVC
         """
         from ..estimators import PegasosSVC as LocalPegasosSVC
-        est = LocalPegasosSVC(batch_size=self.batch_size, projection=self.projection,
-                              averaging=self.averaging, **self._local_params())
-        return self._to_local(est, ())
+        return self._to_local(LocalPegasosSVC(batch_size=self.batch_size, projection=self.projection,
+                                              averaging=self.averaging, **self._local_params()), ())
 
 
 class _AllReduce:

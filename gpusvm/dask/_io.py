@@ -31,10 +31,9 @@ def _labels(part):
 def read_svmlight(paths, n_features=None, *, dtype=np.float32, zero_based=False, client=None):
     """Read svmlight/LIBSVM files on the workers as a dask array of CSR row chunks and labels.
 
-    Each file is read by one worker task (:func:`gpusvm.datasets.load_svmlight`) and
-    stays on that worker as one row chunk: the client sends only the paths and
-    receives only the row counts and widths, so a fit on the result sends no data
-    through the client.  The files must be readable at the same paths on the workers.
+    Each file is read by one worker task (:func:`gpusvm.datasets.load_svmlight`) and stays
+    there as one row chunk: the client sends the paths and receives the row counts and
+    widths only, so no data passes through it.  The workers must see the same paths.
 
     Parameters
     ----------
@@ -44,8 +43,7 @@ def read_svmlight(paths, n_features=None, *, dtype=np.float32, zero_based=False,
         Number of columns; None takes the largest index of all files.
     dtype : {numpy.float32, numpy.float64}, default=numpy.float32
     zero_based : bool, default=False
-        Whether the indices start at 0 (LIBSVM's files are one-based); the same for
-        every file, so that their columns agree.
+        Whether the indices of every file start at 0 (LIBSVM's are one-based).
     client : distributed.Client or None, default=None
         None uses the current client.
 
