@@ -9,6 +9,7 @@ loss, no intercept, ``C = 1/(lam n)``); every comparison is bounded by the certi
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import subprocess
@@ -324,6 +325,14 @@ def test_pegasos_converges_and_is_deterministic(two_workers, rcv1_small):
     assert a.objective_ == pytest.approx(primal(X.astype(np.float64), y, a.coef_.ravel(), lam),
                                          rel=1e-9)
     assert isinstance(a.to_local().predict(X), np.ndarray)
+    # a fitted model holds no block: once its handles are collected (dask's call closures make
+    # cycles, hence gc) the workers drop every block's rows (a release through the scheduler)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and any(
+            two_workers.run(lambda dask_worker: len(dask_worker.state.actors)).values()):
+        gc.collect()
+        time.sleep(0.2)
+    assert not any(two_workers.run(lambda dask_worker: len(dask_worker.state.actors)).values())
 
 
 def test_pegasos_survives_a_killed_worker(own_cluster, rcv1_small):

@@ -153,7 +153,7 @@ class SDCABlock(_Block):
     def __init__(self, X, Y, s, block, n, lam, sigma, seed, bias, intercept_scaling, loss,
                  backend, alpha, round_):
         Xl = self._rows(X, Y, s, block, bias, intercept_scaling)
-        self.n, self.lam, self.sigma = n, float(lam), float(sigma)
+        self.lam, self.sigma = float(lam), float(sigma)
         self.loss = loss
         n_k = Xl.shape[0]
         self.be = make_backend(backend, Xl, self.Y, sample_weight=self.s)
@@ -306,7 +306,7 @@ class PegasosBlock(_Block):
                  a, t):
         self.X = self._rows(X, Y, s, block, bias, intercept_scaling)
         n_k = self.X.shape[0]
-        self.n, self.share, self.loss = n, share, loss
+        self.share, self.loss = share, loss
         self.backend = backend
         self.k_eff = n * share / n_k     # the block's rows stand for n_k / n of the batch
         self.ref = NumpyBackend(self.X, self.Y, self.s)

@@ -261,6 +261,7 @@ class _DaskLinearBase(_LinearSVCBase):
         import dask
         self.rebalanced_ = True
         owner = deal_rows(n, K, self._seed_int())
+        scattered = sources[0]["local"] is not None    # the sources are all of one kind
         out = []
         for b in range(K):
             pieces, rows = [], []
@@ -269,9 +270,9 @@ class _DaskLinearBase(_LinearSVCBase):
                 if local.size == 0:
                     continue
                 rows.append(src["rows"][local])
-                pieces.append(_take_rows(src["local"], local) if src["local"] is not None
+                pieces.append(_take_rows(src["local"], local) if scattered
                               else dask.delayed(_take_rows, pure=True)(src["delayed"], local))
-            if src["local"] is not None:
+            if scattered:
                 out.append({"local": _stack_rows(*pieces)})
             else:
                 out.append({"local": None, "delayed": dask.delayed(_stack_rows, pure=True)(*pieces)})
@@ -425,8 +426,8 @@ class _DaskLinearBase(_LinearSVCBase):
         ndarray or dask.array.Array of shape (n_samples,)
         """
         X = _to_dask_array(X, "X")
-        scores = self.decision_function(X)
         if _is_dask_array(X):
+            scores = self.decision_function(X)
             classes = self.classes_
             if scores.ndim == 1:
                 return scores.map_blocks(lambda s: classes[(s > 0).astype(int)], dtype=classes.dtype)
@@ -1074,8 +1075,7 @@ stop_reason_, n_features_in_
             infos = self._gather([blk.info() for blk in blocks])
             ctx["cols"] = cols = [info[3] for info in infos]
             loop = self._sync_loop if self.local_steps == 1 else self._local_loop
-            t, stop, W = loop(blocks, infos[0][1], M, ctx)
-            blocks = self._blocks
+            t, stop, W, blocks = loop(blocks, infos[0][1], M, ctx)
             while True:
                 try:
                     res = self._gather([blk.loss_sum(W[cols[b]]) for b, blk in enumerate(blocks)])
@@ -1106,7 +1106,7 @@ stop_reason_, n_features_in_
     def _sync_loop(self, blocks, d, M, ctx):
         """Synchronous all-reduce iterations (one call per block and iteration); the driver's
         replica of ``W`` is the reference backend's state without rows.  Returns ``t``, the
-        stop reason and the last or averaged ``W``."""
+        stop reason, the last or averaged ``W`` and the blocks (rebuilt ones after a loss)."""
         stop, update, t = "max_iter", None, 1
         lam, n, tail_from = ctx["lam"], ctx["n"], ctx["tail_from"]
         radius = ctx["radius"] if ctx["project"] else 0.0
@@ -1136,8 +1136,7 @@ stop_reason_, n_features_in_
             t += 1
             if ctx["bar"] is not None:
                 ctx["bar"].update(1)
-        self._blocks = blocks
-        return t, stop, be.output_m(tail_from is not None)[0]
+        return t, stop, be.output_m(tail_from is not None)[0], blocks
 
     def _local_loop(self, blocks, d, M, ctx):
         """Local-steps variant: ``local_steps`` iterations per block, then a weighted average."""
@@ -1179,8 +1178,7 @@ stop_reason_, n_features_in_
                 if not self._evaluation(t, float(objective.max()), ctx):
                     stop = "callback"
                     break
-        self._blocks = blocks
-        return t, stop, w_sum / n_sum if n_sum else W
+        return t, stop, w_sum / n_sum if n_sum else W, blocks
 
     def to_local(self):
         """This model as an ordinary fitted :class:`gpusvm.PegasosSVC` (e.g. for ``save_model``).
