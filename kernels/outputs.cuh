@@ -151,7 +151,7 @@ __device__ __forceinline__ double weight_of(const double* __restrict__ sw, const
     }
 }
 
-// SDCA's coordinate step (Takac et al. 2013, eq. 15; ALGORITHMS.md, "Weights" and "Squared
+// SDCA's coordinate step (Takac et al. 2013, eq. 15; docs/algorithms.md, "Weights" and "Squared
 // hinge") for dual alpha in [0, s] (hinge) or [0, inf) (squared), with lamn = lam n.
 template <int SQ>
 __device__ __forceinline__ double sdca_step(const double alpha, const double s, const double lamn,

@@ -1,5 +1,5 @@
 // pegasos_step.cu: Pegasos Fig. 1 steps 3-5 of a captured segment for M outputs (Shalev-Shwartz
-// et al. 2007; ALGORITHMS.md, "Weights", "Squared hinge"), in the sparse form w_c = a_c v_c, for
+// et al. 2007; docs/algorithms.md, "Weights", "Squared hinge"), in the sparse form w_c = a_c v_c, for
 // the iteration t = counter[0] (1-based: the kernel that drew the batch advanced it):
 //   eta_t, shrink_t = 1 - eta_t lam (schedule.cuh; 0 means gpusvm_reset_scale set w = 0 and
 //   a = 1, so the step keeps a), a'_c = a_c shrink_t; per active pair (m_ic < 1), slack

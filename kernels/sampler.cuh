@@ -1,7 +1,7 @@
 // sampler.cuh: the counter-based mini-batches of gpusvm/solvers/_sampling.py as device functions.
 // A row of A_t is a pure function of (seed, t, j), computed with the same wrapping 64- and 32-bit
 // integer arithmetic as the NumPy reference and the compiled CPU sampler, so that every backend
-// draws bit-identical batches (../shared/ALGORITHMS.md, "Mini-batches from a counter"):
+// draws bit-identical batches (../shared/docs/algorithms.md, "Mini-batches from a counter"):
 //   key(seed, c) = M64(seed ^ M64(c))                       M64: splitmix64's finaliser
 //   rk_r = low32(M64(key + (r + 1) G)), r < 6               G = 0x9E3779B97F4A7C15
 //   pi(q): 6 Feistel rounds (L, R) <- (R, L ^ (F32(R ^ rk_r) & mask)) on 2 x half bits, repeated

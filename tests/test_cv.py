@@ -1,6 +1,6 @@
 """Choosing C in one pass: per-output row weights on every backend, and SDCASVCCV.
 
-ALGORITHMS.md, "Model selection in one pass".  The per-output weights are checked
+docs/algorithms.md, "Model selection in one pass".  The per-output weights are checked
 against one fit per output on the same batches (numpy, numba and the emulated
 device), the folded ``lam`` against LIBLINEAR at each ``C`` on each fold's training
 rows, the search against scikit-learn's GridSearchCV on the same folds, and the

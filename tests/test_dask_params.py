@@ -5,7 +5,7 @@ the workers and the README's dask-array recipe.
 One LocalCluster (2 worker processes, 1 thread each) serves the module.  Every comparison with
 the local :class:`gpusvm.SDCASVC` is bounded by the two certificates: ``P`` is ``lam``-strongly
 convex, so ``||w - w*|| <= sqrt(2 gap / lam)`` for each of the two fits.  Certificates are
-recomputed here from ``alpha_`` and ``coef_`` with the formulas of ALGORITHMS.md ("Weights").
+recomputed here from ``alpha_`` and ``coef_`` with the formulas of docs/algorithms.md ("Weights").
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ def client():
 
 
 def certificate(X, Y, s, alpha, W, lam, loss):
-    """``(P, D)`` per output, computed here (ALGORITHMS.md, "Weights"), and ``W(alpha)``."""
+    """``(P, D)`` per output, computed here (docs/algorithms.md, "Weights"), and ``W(alpha)``."""
     n = X.shape[0]
     X = sp.csr_matrix(X, dtype=np.float64)
     Y = Y.reshape(n, -1)

@@ -210,7 +210,7 @@ def _estimator(data, draw, n_classes):
 
 # ------------------------------------------------------------------ the checks
 def _objective(X, y, s, w, b, lam, loss, scaling):
-    """``P_s(w, b)`` of an augmented-bias model in float64 (ALGORITHMS.md, "Weights")."""
+    """``P_s(w, b)`` of an augmented-bias model in float64 (docs/algorithms.md, "Weights")."""
     margins = y * (X @ w + b)
     slack = np.maximum(0.0, 1.0 - margins)
     if loss == "squared_hinge":

@@ -1,6 +1,6 @@
 """The general path of the solvers: sample weights, the squared hinge, M outputs, warm starts.
 
-ALGORITHMS.md, "Weights, and the squared hinge" and "Many outputs at once".  Optima
+docs/algorithms.md, "Weights, and the squared hinge" and "Many outputs at once".  Optima
 are checked against LIBLINEAR (scikit-learn's LinearSVC), against the closed form
 of a one-example problem, against duplicated rows, and against a dense textbook
 implementation; the M-output runs against M binary runs on the same batches.
@@ -75,7 +75,7 @@ def a9a_slice(a9a):
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("lam", [0.5, 1e-2])
 def test_squared_hinge_one_example_closed_form(backend, lam):
-    # ALGORITHMS.md: n = 1, x = y = s = 1: P2* = D2* = lam/(lam + 2), w* = 2/(lam + 2)
+    # docs/algorithms.md: n = 1, x = y = s = 1: P2* = D2* = lam/(lam + 2), w* = 2/(lam + 2)
     X = sp.csr_matrix(np.ones((1, 1)))
     res = sdca(make_backend(backend, X, np.ones(1)), lam=lam, b=1, max_iter=200, variant="safe",
                tol=1e-14, loss="squared_hinge")
@@ -132,7 +132,7 @@ def test_integer_weights_equal_duplicated_rows(backend, loss, b, variant):
 
 # ---------------------------------------------------------------- a textbook twin
 def textbook_sdca(X, y, s, lam, b, variant, theta, beta_b, T, sampling, seed, loss):
-    """Weighted mini-batch SDCA for either loss, dense, one coordinate at a time (ALGORITHMS.md)."""
+    """Weighted mini-batch SDCA for either loss, dense, one coordinate at a time (docs/algorithms.md)."""
     X = X.toarray()
     n = X.shape[0]
     q = np.einsum("ij,ij->i", X, X)

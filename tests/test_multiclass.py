@@ -31,7 +31,7 @@ def exactly(message):
 
 
 def squared_hinge_objective(X, y, w, b, lam, s=None):
-    """``P_2`` of ALGORITHMS.md with the intercept regularised (bias="augmented")."""
+    """``P_2`` of docs/algorithms.md with the intercept regularised (bias="augmented")."""
     s = np.ones(X.shape[0]) if s is None else s
     r = np.maximum(0.0, 1.0 - y * (X @ w + b))
     return 0.5 * lam * (w @ w + b * b) + float(np.sum(s * r * r)) / X.shape[0]
@@ -151,7 +151,7 @@ def test_newton_runs_blas_on_one_thread_and_restores_it(letter):
 
 
 def test_newton_certificate_is_zero_at_the_closed_form_optimum():
-    # ALGORITHMS.md's check: n = 1, x = y = s = 1: w* = 2 / (lam + 2), P2* = D2* = lam / (lam + 2)
+    # docs/algorithms.md's check: n = 1, x = y = s = 1: w* = 2 / (lam + 2), P2* = D2* = lam / (lam + 2)
     lam = 0.3
     X = sp.csr_matrix(np.ones((1, 1)))
     be = make_backend("numpy", X, np.ones(1))

@@ -3,10 +3,10 @@
 The very same ``.cu`` sources that CuPy compiles with NVRTC are compiled by the host C++
 compiler through ``cuda_emu.h`` and launched with ``cupy.RawKernel``'s calling convention::
 
-    mod = EmulatedModule(path="kernels/batch_margins.cu",
-                         name_expressions=("gpusvm_margins<32>",))
-    kern = mod.get_function("gpusvm_margins<32>")
-    kern((n_blocks,), (128,), (indptr, indices, data, w, out, np.int32(n)))
+    mod = EmulatedModule(path="kernels/row_sq_norms.cu",
+                         name_expressions=("gpusvm_row_sq_norms<32,double>",))
+    kern = mod.get_function("gpusvm_row_sq_norms<32,double>")
+    kern(((n + 7) // 8,), (256,), (indptr, data, np.int32(n), sq))   # 8 rows of 32 lanes a block
 
 ``cuda_emu.h``'s header comment describes the execution model (a fiber per CUDA thread,
 blocks taken by one worker thread per core, real barriers: a deadlock raises a
@@ -649,7 +649,7 @@ class EmulatedModule:
     code, path : str, optional
         CUDA source text or a ``.cu`` file (its directory on the include path): exactly one.
     name_expressions : sequence of str, optional
-        Template kernel instances to register, e.g. ``("gpusvm_margins<32>",)``; every
+        Template kernel instances to register, e.g. ``("gpusvm_row_sq_norms<32,double>",)``; every
         ``extern "C" __global__`` kernel is registered anyway.
     options : sequence of str, optional
         NVRTC-style options: ``-DNAME[=VALUE]``, ``-UNAME``, ``-I<dir>`` honoured, NVRTC-only

@@ -130,13 +130,13 @@ def make_backend(name: str, X, y, sample_weight=None, device=None):
         and the CUDA kernels on the CPU kernel emulator (slow; for verification).
     X : scipy.sparse.csr_matrix (or a CuPy CSR matrix for ``"cupy"``)
     y : array of shape (n,) or (n, M)
-        One column per output (ALGORITHMS.md, "Many outputs at once");
+        One column per output (docs/algorithms.md, "Many outputs at once");
         ``backend.n_outputs`` is ``M`` (1 for 1-D ``y``).
     sample_weight : array of shape (n,) or (n, M), optional
         Example weights ``s_i >= 0``: one per row, shared by every output (sample_weight
-        times class_weight[y_i]; ALGORITHMS.md, "Weights"), or one per row and output,
+        times class_weight[y_i]; docs/algorithms.md, "Weights"), or one per row and output,
         ``s_ic`` (a cross-validation fold's rows have weight 0 for the outputs that hold
-        it out; ALGORITHMS.md, "Model selection in one pass").
+        it out; docs/algorithms.md, "Model selection in one pass").
     device : int, optional
         CUDA device id the device backend is bound to (as ``cupy.cuda.Device(id)``;
         default: the current device); ``"emulated"`` emulates one device, id 0.  Refused

@@ -1,6 +1,6 @@
 """The one state and objective of every backend, and what the backends share to evaluate it.
 
-Every fit runs on this state (ALGORITHMS.md, "Weights, and the squared hinge" and "Many
+Every fit runs on this state (docs/algorithms.md, "Weights, and the squared hinge" and "Many
 outputs at once"); a binary, unweighted hinge fit is ``M = 1`` with ``s_i = 1``.  The loops
 over it are :class:`~gpusvm.backends.numpy_.NumpyBackend`'s (the reference), the numba
 backend's and the device backend's.  State, in the backend's array module:
@@ -57,7 +57,7 @@ def check_sample_weight(sample_weight, n: int, M: int = 1):
     """``sample_weight`` as float64 ``(n, M)`` (C order), or None; clear errors for bad values.
 
     Shape ``(n,)`` is one weight per row, repeated for the ``M`` outputs; ``(n, M)`` gives
-    each output its own row weights ``s_ic`` (ALGORITHMS.md, "Model selection in one pass").
+    each output its own row weights ``s_ic`` (docs/algorithms.md, "Model selection in one pass").
     """
     if sample_weight is None:
         return None
@@ -202,7 +202,7 @@ class GeneralEvaluation:
         return self.xp.einsum("ij,ij->j", W, W)
 
     def evaluate_m(self, W, b, lam: float, loss: str = "hinge", reg_bias: bool = False):
-        """Weighted primal objective of every output (ALGORITHMS.md, "Weights").
+        """Weighted primal objective of every output (docs/algorithms.md, "Weights").
 
         Returns
         -------

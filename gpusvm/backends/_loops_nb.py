@@ -1,7 +1,7 @@
 """The segment loops of the numba backend: one Pegasos source and one SDCA source.
 
 Each runs iterations ``t0 + 1 .. t1`` on the state of :mod:`gpusvm.backends._general` with the
-arithmetic of its ``GeneralPath`` (products in the data's dtype, sums in float64), so the
+arithmetic of the reference ``NumpyBackend`` (products in the data's dtype, sums in float64), so the
 iterates agree with it to rounding; batches are drawn two iterations ahead (their rows
 prefetched).  :func:`pegasos_loop` and :func:`sdca_loop` compile the loop for flags that are
 closure constants, so numba prunes what they rule out: ``one`` (``M = 1``, slots in
@@ -210,7 +210,7 @@ def _subgradient(m, si, squared):
 def _pegasos_step(indptr, indices, data, Y, sw, weighted, V, vf, U, uf, use_u, sm, rows, m, coef,
                   eta, shrink, k, unreg_bias, radius, average, squared, M, row, slot, acc,
                   touched, wk):
-    """Steps 4-5 of Fig. 1 for every output (``GeneralPath.pegasos_step_m``)."""
+    """Steps 4-5 of Fig. 1 for every output (``NumpyBackend.pegasos_step_m``)."""
     for c in range(M):
         wk[W_ANEW, c] = sm[S_A, c] * shrink
         wk[W_YACT, c] = 0.0
@@ -336,7 +336,7 @@ def pegasos_loop(one, row, by_epoch, optimal):
 
 @njit(cache=True, inline="always")
 def _coord(m, a, si, row_sq, inv_qs, r, beta, cfac, lamn, squared):
-    """Eq. (15) for one coordinate of weight ``si`` (ALGORITHMS.md, "Weights, and the squared
+    """Eq. (15) for one coordinate of weight ``si`` (docs/algorithms.md, "Weights, and the squared
     hinge"): the hinge step clipped to ``[-a, si - a]``, the squared one's kept ``>= -a``."""
     if squared:
         x = (2.0 * si * (1.0 - m) - a) / (1.0 + 2.0 * si * beta * row_sq[r] / lamn)
@@ -374,7 +374,7 @@ def _rho_beta(num, den, beta, beta_b, theta):
 @njit(cache=True, inline="always")
 def _sdca_deltas(Y, sw, weighted, alpha, inv_q, row_sq, sm, rows, m, lamn, first, has_first,
                  squared, M, delta):
-    """Eq. (15) per output (``GeneralPath.sdca_deltas_m``); 0 for a repeated row."""
+    """Eq. (15) per output (``NumpyBackend.sdca_deltas_m``); 0 for a repeated row."""
     for c in range(M):
         beta = sm[S_BETA, c]
         cfac = lamn / beta
@@ -390,7 +390,7 @@ def _sdca_deltas(Y, sw, weighted, alpha, inv_q, row_sq, sm, rows, m, lamn, first
 @njit(cache=True, inline="always")
 def _sdca_adapt_beta(indptr, indices, data, Y, row_sq, sm, rows, delta, coef, beta_b, theta,
                      M, row, slot, acc, touched, wk):
-    """Alg. 2 per output (``GeneralPath.sdca_adapt_beta_m``); one row is summed in place."""
+    """Alg. 2 per output (``NumpyBackend.sdca_adapt_beta_m``); one row is summed in place."""
     moves = False
     for c in range(M):
         den = 0.0

@@ -194,7 +194,7 @@ class NumbaBackend(NumpyBackend):
         return (self._nb_one, row, row and sam[7].size > 0, self.sample_weight is not None)
 
     def pegasos_segment_m(self, sampler, t0: int, t1: int, plan) -> None:
-        """Pegasos iterations ``t0 + 1 .. t1`` in one compiled call (``GeneralPath``'s)."""
+        """Pegasos iterations ``t0 + 1 .. t1`` in one compiled call (``NumpyBackend``'s steps)."""
         p = plan
         one, row, by_epoch, weighted = self._nb_flags(sampler)
         loop = pegasos_loop(one, row, by_epoch, bool(p.optimal))
@@ -210,7 +210,7 @@ class NumbaBackend(NumpyBackend):
                      (self.V, self.V.reshape(-1), U, U.reshape(-1), self.sm), t0, t1, prm, wrk)
 
     def sdca_segment_m(self, sampler, t0: int, t1: int, plan) -> None:
-        """SDCA iterations ``t0 + 1 .. t1`` in one compiled call (``GeneralPath``'s)."""
+        """SDCA iterations ``t0 + 1 .. t1`` in one compiled call (``NumpyBackend``'s steps)."""
         p = plan
         one, row, by_epoch, weighted = self._nb_flags(sampler)
         squared = p.loss == "squared_hinge"

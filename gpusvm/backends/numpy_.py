@@ -54,7 +54,7 @@ class NumpyBackend(GeneralEvaluation):
     y : ndarray of shape (n,) or (n, M)
         Labels in {-1, +1}, same dtype as ``X``; one column per output.
     sample_weight : ndarray of shape (n,) or (n, M), optional
-        Example weights ``s_i >= 0`` (ALGORITHMS.md, "Weights").
+        Example weights ``s_i >= 0`` (docs/algorithms.md, "Weights").
 
     Attributes
     ----------

@@ -1,5 +1,5 @@
 """The C search on a dask cluster: the (fold, class) models of each C outputs of one CoCoA+ fit
-(:class:`gpusvm.SDCASVCCV`'s search, ALGORITHMS.md "Model selection in one pass"); each round
+(:class:`gpusvm.SDCASVCCV`'s search, docs/algorithms.md "Model selection in one pass"); each round
 reads a block's rows once for all the models of a ``C``."""
 
 from __future__ import annotations

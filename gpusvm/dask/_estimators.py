@@ -918,7 +918,7 @@ class PegasosSVC(_DaskLinearBase):
     r"""Linear SVM trained by distributed mini-batch Pegasos (synchronous all-reduce).
 
     Mini-batch Pegasos (Shalev-Shwartz, Singer & Srebro 2007, Fig. 1, Sec. 2.3;
-    ALGORITHMS.md for weights, squared hinge and M outputs) with every iteration's batch
+    docs/algorithms.md for weights, squared hinge and M outputs) with every iteration's batch
     split over the blocks: block ``k`` draws ``k_k = ceil(batch_size n_k / n)`` rows from
     its counter stream and returns its sparse part ``(n_k/(n k_k)) sum_{A_k} g_i y_i x_i``
     of the subgradient at ``W_t``; the driver sums the parts and every replica of ``W``

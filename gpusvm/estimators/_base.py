@@ -25,7 +25,7 @@ from ..solvers.pegasos import BIAS_MODES
 
 #: the largest ``max_iter``: iteration counters are 64-bit integers in the compiled loops
 MAX_ITER = 2**62
-#: losses of the linear estimators (ALGORITHMS.md, "Weights, and the squared hinge")
+#: losses of the linear estimators (docs/algorithms.md, "Weights, and the squared hinge")
 LOSSES = ("hinge", "squared_hinge")
 #: how more than two classes are split into binary problems
 MULTI_CLASS_MODES = ("ovr", "ovo", "ordinal")

@@ -8,7 +8,7 @@ from typing import Callable
 
 import numpy as np
 
-#: the losses (ALGORITHMS.md, "Weights, and the squared hinge")
+#: the losses (docs/algorithms.md, "Weights, and the squared hinge")
 LOSSES = ("hinge", "squared_hinge")
 
 

@@ -2,7 +2,7 @@
 
 Every backend computes the batches where it uses them with the same wrapping ``uint64`` /
 ``uint32`` arithmetic, so a seed gives every backend bit-identical batches with no host work
-per iteration (ALGORITHMS.md, "Mini-batches from a counter").  This module is the NumPy
+per iteration (docs/algorithms.md, "Mini-batches from a counter").  This module is the NumPy
 reference (vectorised over ``j``); :mod:`gpusvm.backends._counter_nb` has it compiled and
 ``kernels/sampler.cuh`` as CUDA device functions (``gpusvm_sample``).
 

@@ -1,6 +1,6 @@
 """Primal truncated Newton for the squared-hinge (L2) SVM, with a duality-gap certificate.
 
-Newton-CG on the generalised Hessian of ``P_2`` (ALGORITHMS.md, "Weights, and the squared
+Newton-CG on the generalised Hessian of ``P_2`` (docs/algorithms.md, "Weights, and the squared
 hinge": the gradient, ``H v`` as two sparse products over the active rows ``I``, the dual
 point ``alpha_i = 2 s_i max(0, 1 - y_i <w, x_i>)`` whose gap bounds ``P_2(w) - P_2*``; Keerthi
 & DeCoste 2005, eqs. 3-5; Chapelle 2007, Sec. 4.2).  Each iteration solves ``H p = -g`` by

@@ -291,7 +291,7 @@ def weight_scale(backend) -> float:
 @on_backend_stream
 def projection_radius(backend, lam: float, loss: str = "hinge", bias: str = "none",
                       intercept_scaling: float = 1.0) -> float:
-    """Radius of a ball that holds the optimum (Fig. 1 step 5; ALGORITHMS.md, "Weights"):
+    """Radius of a ball that holds the optimum (Fig. 1 step 5; docs/algorithms.md, "Weights"):
     the smaller of two bounds on ``||w*||``.
 
     * The dual bound: ``sqrt(mean(s) / lam)`` for the hinge (strong duality, ``lam ||w*||^2
@@ -303,8 +303,8 @@ def projection_radius(backend, lam: float, loss: str = "hinge", bias: str = "non
       (:func:`_constant_objective`): much tighter with imbalanced classes.
 
     Both depend on ``n lam`` and the class weights only, so with ``lam = 1/(C n)`` integer
-    weights and repeated rows keep the same radius (ALGORITHMS.md states the looser
-    ``sqrt(max_i s_i / lam)``).  With ``M`` outputs the largest radius serves all.
+    weights and repeated rows keep the same radius (``sqrt(max_i s_i / lam)`` is looser).
+    With ``M`` outputs the largest radius serves all.
     """
     mean_s = weight_scale(backend)
     if loss == "squared_hinge":

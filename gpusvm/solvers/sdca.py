@@ -1,7 +1,7 @@
 """Mini-batch SDCA with duality-gap certificates, written once against the backend primitives.
 
 Takáč, Bijral, Richtárik & Srebro, "Mini-Batch Primal and Dual Methods for SVMs" (ICML 2013),
-in the notation of ALGORITHMS.md ("Mini-batch SDCA"; weights, the squared hinge and ``M``
+in the notation of docs/algorithms.md ("Mini-batch SDCA"; weights, the squared hinge and ``M``
 outputs with their own ``alpha`` columns, ``beta`` and certificates: "Weights, and the squared
 hinge", "Many outputs at once").  One iteration on the batch ``A`` (eq. 15): ``delta_i =
 clip_[-alpha_i, 1 - alpha_i](lam n (1 - y_i <w, x_i>) / (beta ||x_i||^2))``, ``alpha_i +=
@@ -340,7 +340,7 @@ def sdca(backend, *, lam: float, b: int, max_iter: int, variant: str = "aggressi
         unweighted hinge output (ignored otherwise).  Certificates read every row; one
         whose dual rose by less than :data:`SHRINK_STALL` times the gap brings every row back.
     loss : {"hinge", "squared_hinge"}, default="hinge"
-        The squared hinge's dual ``D2`` and closed-form step: ALGORITHMS.md.
+        The squared hinge's dual ``D2`` and closed-form step: docs/algorithms.md.
     alpha0 : array of the shape of ``y``, optional
         Warm start: the dual variables of a previous fit on the same rows and outputs
         (inside ``[0, s_i]`` for the hinge, ``>= 0`` for the squared hinge).
