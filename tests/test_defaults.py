@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import time
+import types
 import warnings
 
 import numpy as np
@@ -253,22 +254,27 @@ def test_sdca_spaces_costly_certificates_by_their_measured_cost(a9a_part):
     np.testing.assert_array_equal(again.w, plain.w)
 
 
-def test_emulated_fits_keep_the_reference_cadence_whatever_a_certificate_costs():
+def test_emulated_fits_keep_the_reference_cadence_whatever_a_certificate_costs(monkeypatch):
     # the emulator runs the GPU's kernels on a CPU: its seconds say nothing of a GPU's and its
     # sums run in a fixed order, so its certificates come when the NumPy reference's do and
-    # its fit equals the reference's however long a certificate takes
+    # its fit equals the reference's however long a certificate takes.  The solver's clock is
+    # a fake one that only a certificate advances (a second each), so the test reads the
+    # policy, not the machine's load
     from gpusvm.backends.device.backend import DeviceBackend  # noqa: PLC0415
     from gpusvm.backends.device.runtime import CupyRuntime  # noqa: PLC0415
+    from gpusvm.solvers import sdca as sdca_module  # noqa: PLC0415
     X, y = make_classification(n_samples=120, n_features=5, random_state=0)
     X = sp.csr_matrix(X / np.linalg.norm(X, axis=1).max())
     y = 2.0 * y - 1.0
     b, epoch = 8, 15
+    clock = [0.0]
+    monkeypatch.setattr(sdca_module, "time", types.SimpleNamespace(perf_counter=lambda: clock[0]))
 
     def slowed(backend):
         dual_weights_m = backend.dual_weights_m
 
         def slow(lam):
-            time.sleep(0.2)
+            clock[0] += 1.0
             return dual_weights_m(lam)
         backend.dual_weights_m = slow
         return backend
@@ -281,10 +287,12 @@ def test_emulated_fits_keep_the_reference_cadence_whatever_a_certificate_costs()
     assert [h[0] for h in emu.history] == [h[0] for h in ref.history] \
         == [epoch * (i + 1) for i in range(8)]
     np.testing.assert_allclose(emu.w, ref.w, rtol=1e-12, atol=1e-14)
-    # the same backend timed as a GPU's spaces those costly certificates out
+    # the same backend timed as a GPU's spaces those costly certificates out: each interval
+    # four times the last (the cap), as the iterations cost nothing on this clock
     timed = slowed(DeviceBackend(X, y, "emulated"))
     timed.times_certificates = True
-    assert len(sdca(timed, **kw).history) < len(ref.history)
+    spaced = [h[0] for h in sdca(timed, **kw).history]
+    assert spaced == [epoch, epoch + 4 * epoch, 8 * epoch]     # the last at max_iter
 
 
 def test_doubling_estimate_reads_the_rate_from_the_decreases():
