@@ -15,12 +15,13 @@ whose rows are assumed to satisfy ``max_i ||x_i|| <= 1``.  Then
 mini-batch of size ``b`` over ``b = 1`` is ``b / beta_b``: essentially linear
 while ``b <= 1/sigma^2``.
 
-With ``normalize=True`` (the default) :func:`sigma_squared` uses the rows ``x_i / ||x_i||``
-(zero rows stay zero), which is what the SDCA step of :mod:`gpusvm.solvers.sdca` needs for
+With ``normalize=True`` (the default) :func:`sigma_squared` uses ``X_hat``, the rows
+``x_i / ||x_i||`` (zero rows stay zero), which is what the SDCA step of :mod:`gpusvm.solvers.sdca` needs for
 *any* row norms: that step divides by ``||x_i||^2``, so its separable surrogate is
 ``beta sum_i delta_i^2 Q_ii``, and Lemma 1 of the paper applied to the unit-diagonal
 ``Q_hat = diag(Q)^{-1/2} Q diag(Q)^{-1/2}`` gives the safe ``beta_b`` from the spectral norm
-of ``X_hat``. For unit-norm rows (the paper's setting) both choices coincide.
+of ``X_hat``. ``normalize=False`` uses ``X`` as given; for unit-norm rows (the paper's
+setting) both coincide.
 
 The largest singular value comes from Lanczos iterations (``svds``: ARPACK, or cupyx's for a
 CuPy matrix) or from power iteration on the smaller Gram matrix, in the matrix's own array

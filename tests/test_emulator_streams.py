@@ -3,7 +3,7 @@
 The emulated device backend stands in for CuPy: its launches wait on their stream until
 something synchronises, and an operation outside the stream order raises (``strict``) or
 reads stale memory (``poison``).  These tests check the model on a small kernel, then
-that the device backend follows the stream rule of :mod:`gpusvm.backends.base`, that it
+that the device backend follows the stream rule (docs/gpu.md, "The stream rule"), that it
 would be caught if it did not, that no device operation of any estimator's fit runs on the
 legacy default stream (:class:`LegacyOps`, even where no race shows), and that a segment of any length costs a bounded number of
 graph launches and captures.

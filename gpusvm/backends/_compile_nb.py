@@ -53,7 +53,8 @@ def compile_ahead_setting() -> bool:
 
 
 def in_disk_cache(dispatcher, sig, uncached=False) -> bool:
-    """Whether numba's on-disk cache holds ``dispatcher``'s code for ``sig`` (else ``uncached``)."""
+    """Whether numba's on-disk cache holds ``dispatcher``'s code for ``sig``; ``uncached`` when
+    the dispatcher has no disk cache (``cache=False``)."""
     cache = dispatcher._cache
     if not hasattr(cache, "_cache_file"):            # numba's NullCache
         return uncached

@@ -269,7 +269,11 @@ def add_row_to_columns(indices, data, lo, hi, V, U, u_scale, use_u, cols, cc, nm
 
 @njit(cache=True, inline="always")
 def sum_rows(indptr, indices, data, rows, coef, M, slot, acc, touched, skip_still):
-    """``acc[q, c] = sum_i coef_ic x_{rows_i, touched[q]}``; returns the column count."""
+    """``acc[q, c] = sum_i coef_ic x_{rows_i, touched[q]}``; returns the column count.
+
+    ``slot`` (-1 on entry for every column) maps a column to its ``q``; the caller resets the
+    touched columns' ``slot`` to -1.  ``skip_still``: rows whose coefficients are all 0 are
+    passed over."""
     nt = 0
     for i in range(rows.size):
         if skip_still:

@@ -150,9 +150,10 @@ def optimal_bias_weighted(y_b, sc, wts) -> float:
 class GeneralEvaluation:
     """What the general path's host and device forms share: outputs, objectives, certificates.
 
-    Written once against the host class's array module ``xp`` (NumPy, or CuPy for the device
-    backend); none of these methods synchronises a device.  Needs ``xp``, ``X``, ``n``, ``Y``
-    (n, M), ``sample_weight`` (float64 (n, M) or None), ``V``, ``U``, ``sm`` and ``alpha``.
+    Written once against the host class's array module ``xp`` (NumPy; for the device backend
+    CuPy, or the emulator's NumPy stand-in); none of these methods synchronises a device.
+    Needs ``xp``, ``X``, ``n``, ``Y`` (n, M), ``sample_weight`` (float64 (n, M) or None),
+    ``V``, ``U``, ``sm`` and ``alpha``.
     """
 
     @property

@@ -126,7 +126,8 @@ class NumbaBackend(NumpyBackend):
 
     def _nb_orders(self, sampler, sam, t0: int, t1: int):
         """The epochs' rows of batches ``t0 .. t_end - 1`` into ``order`` (``order[i]``: epoch
-        ``ecache[2] + i``); returns ``(t_end, sam)``, ``sam`` new when ``order`` grew."""
+        ``ecache[2] + i``); returns ``(t_end, sam)``, ``sam`` new when ``order`` grew and
+        ``t_end`` ``t1`` or the end of the last epoch :data:`ORDER_ENTRIES` has room for."""
         n = sampler.n
         e0 = t0 // n
         count = min((t1 - 1) // n - e0 + 1, max(1, ORDER_ENTRIES // n))
@@ -306,7 +307,8 @@ def _ready_loop(dispatcher, args) -> None:
 def call_compiled(dispatcher, dtype, *args, what: str = "the CPU loops of this solver",
                   seconds: str = COMPILE_SECONDS, stacklevel: int = 6, group=None):
     """``dispatcher(*args)``, first announced (once per function or ``group``, ``dtype`` and
-    process) when it will compile: ``what``, in about ``seconds`` of CPU time."""
+    process) when it will compile: ``what``, in about ``seconds`` of CPU time; the notice is
+    attributed to the frame ``stacklevel`` above :func:`warnings.warn`."""
     _announce_compilation((id(dispatcher) if group is None else group, str(dtype)), dispatcher,
                           args, dtype, what, seconds, stacklevel)
     return dispatcher(*args)

@@ -273,7 +273,8 @@ class NumpyBackend(GeneralEvaluation):
 
         A zero row's dual term does not interact with ``w``; its optimum is ``alpha_i = s_i``
         (hinge) or ``2 s_i`` (squared hinge).  With ``alpha0`` the iterate is set to
-        ``w(alpha0)`` (``lam`` needed).  Every row starts in the active set of shrinking.
+        ``w(alpha0)`` (``lam`` needed).  ``beta0`` is SDCA's ``beta^(0)`` (``sm[S_BETA]``),
+        ``sm[S_NREJ] = 0``.  Every row starts in the active set of shrinking.
         """
         s = self._weights()
         if alpha0 is None:
@@ -345,7 +346,8 @@ class NumpyBackend(GeneralEvaluation):
         When ``check``, output ``c``'s step is undone (``V`` gets the opposite addition,
         ``alpha`` is left, ``sm[S_NREJ, c]`` counts it) if ``Delta D_c < -tau_c``, ``tau_c =
         4 eps lam a_c^2 ||v_c||^2 + 4 eps_64 sum_i |delta_ic| / n`` the rounding of that
-        difference (``eps`` of ``V``'s dtype).
+        difference (``eps`` of ``V``'s dtype); with ``squared`` ``Delta D_c`` has the squared
+        hinge's separable term.
         """
         sm = self.sm
         n, a = self.n, sm[S_A]
