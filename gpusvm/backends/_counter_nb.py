@@ -200,7 +200,9 @@ def epoch_order(n, seed, half, mask, e, rk, ecache, table, order):
 
 
 def sampler_state(n: int, epoch_rows: int = 0, half: int = 0):
-    """Fresh ``(rk, ecache, stamp, order, table)`` (``table`` when it fits :data:`MAX_TABLE`)."""
+    """Fresh ``(rk, ecache, stamp, order, table)``: ``stamp`` of ``n`` (the rows of
+    ``"with_replacement"`` sampling, else 1), ``order`` of ``(1, epoch_rows)`` (an ``"epoch"``
+    run's rows, else none) and ``table`` of ``2^(2 half)`` when that fits :data:`MAX_TABLE`."""
     rk = np.zeros((3, ROUNDS), dtype=np.uint64)
     ecache = np.full(3, -1, dtype=np.int64)
     stamp = np.full(n, -1, dtype=np.int64)

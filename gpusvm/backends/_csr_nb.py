@@ -367,7 +367,9 @@ def csr_matvec(indptr, indices, data, w, b, out, pref):
 
 @njit(cache=True, nogil=True)
 def csr_matmat(indptr, indices, data, W, wf, b, out, z, pref):
-    """``out[i, c] = <x_i, w_c> + b_c`` in float64 (``wf``, ``z`` from the caller: 0.4 s less compile)."""
+    """``out[i, c] = <x_i, w_c> + b_c`` in float64; ``wf``: ``W`` flat, ``z``: scratch of ``M``
+    float64, ``pref``: prefetch the next row's lines of ``W`` (the caller makes ``wf`` and
+    ``z``: 0.4 s less compile)."""
     n = indptr.size - 1
     M = W.shape[1]
     for i in range(n):
@@ -402,7 +404,8 @@ def csr_rmatvec(indptr, indices, data, alpha, y, out, pref):
 @njit(cache=True, nogil=True)
 def dual_weights(indptr, indices, data, alpha, Y, lamn, out, of, V, vsq, nz, coef, pref):
     """``out = X^T (alpha * Y) / lamn`` in float64 (``out`` zero on entry; pairs with ``alpha !=
-    0`` only, in row order), then ``V = out`` and ``vsq_c = ||V[:, c]||^2`` as rounded."""
+    0`` only, in row order), then ``V = out`` and ``vsq_c = ||V[:, c]||^2`` as rounded;
+    ``of``: ``out`` flat, ``nz`` (int64) and ``coef`` (float64): scratch of ``M``."""
     n = indptr.size - 1
     d, M = out.shape
     for i in range(n):

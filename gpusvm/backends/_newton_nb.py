@@ -17,7 +17,9 @@ from . import _compile_nb  # noqa: F401  (the collector paused while this compil
 @njit(cache=True, nogil=True)
 def line_searches(Z, Q, S, zcols, scols, wp, pp, c, out):  # pragma: no cover (compiled)
     """``out[q]``: the exact minimiser ``t`` of ``P_2(w_j + t p_q)`` for every live output ``q``
-    (``Q = y <p_q, x>``; ``wp = lam <w, p>``, ``pp = lam ||p||^2``; ``c = 2 / n``).  With
+    (``Z`` (n, M): margins ``y <w_j, x>``; ``Q = y <p_q, x>``; ``S`` (n, K): row weights;
+    ``zcols``, ``scols``: output ``q``'s columns of ``Z`` and ``S``; ``wp = lam <w, p>``,
+    ``pp = lam ||p||^2``; ``c = 2 / n``).  With
     ``r_i = 1 - z_i``, row ``i`` is active just right of ``t = 0`` when ``r_i > 0``, or ``r_i = 0
     < -q_i``; it leaves at ``t_i = r_i / q_i`` when active with ``q_i > 0``, and enters there
     when inactive with ``q_i < 0``.  ``phi'`` is continuous and increasing, so the minimiser
