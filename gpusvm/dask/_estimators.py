@@ -572,6 +572,7 @@ class SDCASVC(_DaskLinearBase):
     alpha_ : ndarray of shape (n_samples,) or (n_samples, n_classes)
         Dual variables, in the order of the training rows.
     lam_ : float
+        The ``lam`` of the fit (``C`` resolved).
     n_iter_ : int
         Rounds performed.
     history_ : list of (int, float, float, float, float)
@@ -586,6 +587,7 @@ class SDCASVC(_DaskLinearBase):
     n_blocks_, n_recoveries_ : int
         ``K``, and the workers lost and survived.
     rebalanced_ : bool
+        Whether the rows were dealt out afresh (``rebalance``).
     bytes_per_round_ : int
         One round's ``W`` out and ``U_k`` back in float32 on the blocks' columns, plus
         ``alpha`` (``8 sum_k d_k M + 8 n M``).
@@ -963,8 +965,10 @@ class PegasosSVC(_DaskLinearBase):
     Attributes
     ----------
     coef_, intercept_, classes_, lam_, n_iter_, n_blocks_, n_recoveries_, rebalanced_, \
-stop_reason_, n_features_in_
+n_features_in_
         As for :class:`SDCASVC` (``n_iter_`` counts iterations).
+    stop_reason_ : str
+        ``"max_iter"`` or ``"callback"``.
     history_ : list of (int, float, float)
         ``(iteration, P(W_t), elapsed seconds)`` (the largest of the outputs'
         objectives); the last entry is that of the returned ``W``.

@@ -58,7 +58,8 @@ class LinearSVC(_LinearSVCBase):
     loss : {"squared_hinge", "hinge"}, default="squared_hinge"
         The squared hinge or the hinge (dual solver only).
     dual : "auto" or bool, default="auto"
-        The dual solver (SDCA), the primal Newton solver (squared hinge), or the data's.
+        ``True``: the dual solver (SDCA); ``False``: the primal Newton solver (squared hinge
+        only, as in LinearSVC); ``"auto"``: chosen from the data (``choose_solver``).
     tol : float, default=1e-4
         Stop when the duality gap divided by ``C n`` (the objective at ``w = 0``
         without weights) is ``<= tol``: a certified relative suboptimality.

@@ -31,8 +31,10 @@ class PegasosSVC(_LinearSVCBase):
 
     Parameters
     ----------
-    lam, C, loss, class_weight, multi_class, max_time, callback, backend, random_state, device
+    lam, C, loss, class_weight, multi_class, callback, backend, random_state, device
         As in :class:`~gpusvm.SDCASVC` (``callback`` gets ``P(w)``).
+    max_time : float or None, default=None
+        Time budget in seconds (checked at evaluations).
     batch_size : int or "auto", default="auto"
         Mini-batch size ``k`` from 1 to ``n`` (``n``: the deterministic subgradient
         method).  ``"auto"``: on a CPU ``n`` for ``fit`` on at most 64 rows, else 1;

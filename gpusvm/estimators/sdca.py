@@ -55,7 +55,8 @@ class SDCASVC(_LinearSVCBase):
         Mini-batch SDCA on the dual, or primal truncated Newton
         (:func:`gpusvm.solvers.newton.newton`; squared hinge only, LinearSVC's
         ``dual=False``), certified by the same gap; with Newton ``max_iter`` counts its
-        iterations (default 100) and the SDCA settings have no effect.
+        iterations (default 100) and ``batch_size``, ``variant``, ``theta``, ``sigma2``,
+        ``sampling``, ``eval_every`` and ``shrinking`` have no effect.
     class_weight : dict, "balanced" or None, default=None
         Weight of each class's rows, as in LinearSVC (``"balanced"``: ``n / (n_classes *
         count)``); multiplies ``sample_weight``.

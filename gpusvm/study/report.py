@@ -124,7 +124,7 @@ def _t_cell(row) -> str:
     return STATUS_MARK.get(worst, "n.r.")
 
 
-def scaling_markdown(metadata, summary) -> list:
+def _scaling_lines(metadata, summary) -> list:
     """The lines of a scaling study's ``results.md``, but its plots."""
     ds, opt = metadata["dataset"], metadata["optimum"]
     methods, sizes = metadata["methods"], metadata["batch_sizes"]
@@ -207,7 +207,7 @@ def write_scaling_outputs(out_dir, metadata, cells, summary, *, plots: bool = Tr
     return write_outputs(out, metadata, cells, summary, [
         ("results.csv", CELL_COLUMNS, _cell_rows(cells, metadata)),
         ("summary.csv", SUMMARY_COLUMNS, [{**r, "dataset": name} for r in summary])],
-        figures, scaling_markdown(metadata, summary), "Plots")
+        figures, _scaling_lines(metadata, summary), "Plots")
 
 
 def write_outputs(out, metadata, cells, summary, tables, figures, lines, heading="Plot") -> list:
