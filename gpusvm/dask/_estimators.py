@@ -350,8 +350,12 @@ class _DaskLinearBase(_LinearSVCBase):
         return self._place(client, sources, make)
 
     def _release(self):
-        for f in getattr(self, "_actor_futures", []):
-            f.release()
+        """Drop the blocks now: the actors' keys are cancelled for every holder, as the
+        handles' own references (in cycles of dask's call closures) would wait for Python's
+        cyclic collector, and the workers keep a block's rows while one reference lives."""
+        futures = getattr(self, "_actor_futures", [])
+        if futures:
+            futures[0].client.cancel(futures, force=True)
         self._actor_futures = []
 
     def _seed_int(self):
