@@ -347,6 +347,17 @@ def test_a_fit_leaves_no_block_on_the_workers(two_workers, rcv1_small, est, kw):
     assert clf.predict(rcv1_small.X).shape == rcv1_small.y.shape
 
 
+def test_pegasos_default_batch_is_at_most_the_rows(two_workers, rcv1_small):
+    X, y = rcv1_small.X[:600], rcv1_small.y[:600]
+    kw = dict(lam=1e-3, max_iter=20, bias="none", random_state=0)
+    auto = gd.PegasosSVC(**kw).fit(X, y)                  # batch_size="auto": min(1024, n)
+    assert auto.batch_size_ == 600
+    np.testing.assert_array_equal(auto.coef_, gd.PegasosSVC(batch_size=600, **kw).fit(X, y).coef_)
+    local = auto.to_local()
+    assert local.batch_size == local.batch_size_ == 600
+    np.testing.assert_array_equal(local.predict(X), auto.predict(X))
+
+
 def test_pegasos_survives_a_killed_worker(own_cluster, rcv1_small):
     X, y = rcv1_small.X, rcv1_small.y
     kw = dict(lam=1e-3, batch_size=64, max_iter=40, eval_every=5, bias="none", random_state=5,

@@ -939,8 +939,9 @@ class PegasosSVC(_DaskLinearBase):
     loss : {"hinge", "squared_hinge"}, default="hinge"
     class_weight : dict, "balanced" or None, default=None
     multi_class : {"ovr"}, default="ovr"
-    batch_size : int, default=1024
-        Total mini-batch size ``k`` per iteration, split over the blocks.
+    batch_size : int or "auto", default="auto"
+        Total mini-batch size ``k`` per iteration, split over the blocks; ``"auto"``:
+        ``min(1024, n)``.
     max_iter : int or None, default=None
         Iterations ``T``; ``None`` means ten epochs, ``ceil(10 n / k)``.
     local_steps : int, default=1
@@ -971,6 +972,8 @@ class PegasosSVC(_DaskLinearBase):
     coef_, intercept_, classes_, lam_, n_iter_, n_blocks_, n_recoveries_, rebalanced_, \
 n_features_in_
         As for :class:`SDCASVC` (``n_iter_`` counts iterations).
+    batch_size_ : int
+        The batch size ``k`` of the fit (``batch_size`` resolved).
     stop_reason_ : str
         ``"max_iter"`` or ``"callback"``.
     history_ : list of (int, float, float)
@@ -996,7 +999,7 @@ n_features_in_
 
     _parameter_constraints: dict = {
         **_DaskLinearBase._parameter_constraints,
-        "batch_size": [Interval(Integral, 1, None, closed="left")],
+        "batch_size": [Interval(Integral, 1, None, closed="left"), StrOptions({"auto"})],
         "projection": ["boolean"],
         "averaging": [StrOptions({"none", "tail"})],
         "local_steps": [Interval(Integral, 1, None, closed="left")],
@@ -1004,7 +1007,7 @@ n_features_in_
     }
 
     def __init__(self, *, lam=None, C=None, loss="hinge", class_weight=None, multi_class="ovr",
-                 batch_size=1024, max_iter=None, local_steps=1, projection=True,
+                 batch_size="auto", max_iter=None, local_steps=1, projection=True,
                  averaging="tail", eval_every=None, bias="none", intercept_scaling=1.0,
                  n_partitions=None, rebalance="auto", backend="auto", client=None,
                  timeout=600.0, max_recoveries=3, direct=True, callback=None,
@@ -1049,7 +1052,7 @@ n_features_in_
         """
         client, sources, Y, s = self._begin(X, y, sample_weight)
         n, M = Y.shape
-        k = self.batch_size
+        k = self.batch_size_ = min(1024, n) if self.batch_size == "auto" else self.batch_size
         if k > n:
             raise ValueError(f"batch_size={k} exceeds the number of samples n={n}; choose "
                              f"1 <= batch_size <= {n}")
@@ -1196,8 +1199,9 @@ n_features_in_
         gpusvm.PegasosSVC
         """
         from ..estimators import PegasosSVC as LocalPegasosSVC
-        return self._to_local(LocalPegasosSVC(batch_size=self.batch_size, projection=self.projection,
-                                              averaging=self.averaging, **self._local_params()), ())
+        return self._to_local(LocalPegasosSVC(batch_size=self.batch_size_, projection=self.projection,
+                                              averaging=self.averaging, **self._local_params()),
+                              ("batch_size_",))
 
 
 class _AllReduce:
