@@ -54,15 +54,17 @@ def prefetch_row(indptr, indices, data, r):
 @njit(cache=True, inline="always")
 def prefetch_v_row(indptr, indices, vf, M, r):
     """Ask for the lines of ``V[j, :]`` of every nonzero ``x_rj`` (3-4x faster on news20)."""
-    step = max(1, 64 // vf.itemsize)
-    for p in range(indptr[r], indptr[r + 1]):
-        if M == 1:
+    if M == 1:
+        for p in range(indptr[r], indptr[r + 1]):
             prefetch(vf, indices[p])
-        else:
-            base = indices[p] * M
-            for o in range(0, M, step):
-                prefetch(vf, base + o)
-            prefetch(vf, base + M - 1)
+        return
+    step = max(1, 64 // vf.itemsize)
+    lines = (M - 1) // step + 1         # once per row: a division per nonzero cost 1/6 of
+    for p in range(indptr[r], indptr[r + 1]):   # a news20 20-class epoch's instructions
+        base = indices[p] * M
+        for q in range(lines):
+            prefetch(vf, base + q * step)
+        prefetch(vf, base + M - 1)
 
 
 @njit(cache=True, inline="always")

@@ -70,6 +70,20 @@ def _margins(indptr, indices, data, Y, V, vf, sm, rows, m, z, one):
 
 
 @njit(cache=True, inline="always")
+def _add_to_columns(indices, data, lo, hi, V, U, u_scale, use_u, cols, cc, nmov, dn):
+    """``V[:, cols[q]] += cc[q] x`` for one row ``x`` and ``q < nmov``; ``d||v_c||^2`` into ``dn``."""
+    if nmov == 1:                     # one output moves: its sum in a register, same order
+        c = cols[0]
+        g = cc[0]
+        acc = 0.0
+        for p in range(lo, hi):
+            acc += add_exact(V, U, u_scale, use_u, indices[p], c, data[p] * g)
+        dn[c] = acc
+    elif nmov > 1:
+        add_row_to_columns(indices, data, lo, hi, V, U, u_scale, use_u, cols, cc, nmov, dn)
+
+
+@njit(cache=True, inline="always")
 def _add_one_row(indices, data, lo, hi, V, U, u_scale, use_u, coef, M, touched, cc, dn):
     """``V[:, c] += coef_c x`` in place for one row and the outputs whose ``coef_c != 0``."""
     nmov = 0
@@ -79,15 +93,7 @@ def _add_one_row(indices, data, lo, hi, V, U, u_scale, use_u, coef, M, touched, 
             touched[nmov] = c
             cc[nmov] = coef[c]
             nmov += 1
-    if nmov == 1:                     # one output moves: its sum in a register, same order
-        c = touched[0]
-        g = cc[0]
-        acc = 0.0
-        for p in range(lo, hi):
-            acc += add_exact(V, U, u_scale, use_u, indices[p], c, data[p] * g)
-        dn[c] = acc
-    elif nmov > 1:
-        add_row_to_columns(indices, data, lo, hi, V, U, u_scale, use_u, touched, cc, nmov, dn)
+    _add_to_columns(indices, data, lo, hi, V, U, u_scale, use_u, touched, cc, nmov, dn)
 
 
 @njit(cache=True, inline="always")
@@ -489,21 +495,20 @@ def _sdca_row(indptr, indices, data, Y, sw, weighted, V, sm, alpha, inv_q, row_s
                     sw[r, c] if weighted else 1.0, row_sq, inv_q, r, beta, lamn / beta,
                     lamn, squared)
         sm[S_DNORM, c] = 0.0
-        wk[W_ANEW, c] = dl
-        wk[W_YACT, c] = 0.0
-        if dl != 0.0:                                          # (most outputs stay)
-            wk[W_YACT, c] = dl * yc * (1.0 / (lamn * sm[S_A, c]))
+        if dl != 0.0:              # most outputs stay: the others listed, nothing kept per M
+            touched[nmov] = c
+            wk[W_ANEW, nmov] = dl
+            wk[W_YACT, nmov] = dl * yc * (1.0 / (lamn * sm[S_A, c]))
             nmov += 1
     if nmov == 0:
         return
-    _add_one_row(indices, data, indptr[r], indptr[r + 1], V, V, sm[S_DNORM], False,
-                 wk[W_YACT], M, touched, wk[W_DN], sm[S_DNORM])
-    for c in range(M):
-        dl = wk[W_ANEW, c]
-        if dl != 0.0:
-            sm[S_VSQ, c] += sm[S_DNORM, c]
-            alpha[r, c] += dl
-            sm[S_ASUMD, c] += dl
+    _add_to_columns(indices, data, indptr[r], indptr[r + 1], V, V, sm[S_DNORM], False, touched,
+                    wk[W_YACT], nmov, sm[S_DNORM])
+    for q in range(nmov):
+        c = touched[q]
+        sm[S_VSQ, c] += sm[S_DNORM, c]
+        alpha[r, c] += wk[W_ANEW, q]
+        sm[S_ASUMD, c] += wk[W_ANEW, q]
 
 
 @njit(cache=True, inline="always")
