@@ -18,6 +18,14 @@ Cases: the defaults of ``SDCASVC()`` and ``PegasosSVC()`` on the binary sets (a9
 w8a, imdb, news20) and on the multiclass ones (letter, news20_multiclass, one output
 per class), plus SDCA at ``batch_size`` 64 and 1024 and Pegasos at the default batch
 size on a9a.
+
+``--instructions`` counts instead of timing (host load cannot move it): each checkout's
+fit runs once, after its warm-up fit, under ``valgrind --tool=callgrind`` with the
+instrumentation switched on for that fit only (a client request from a small C helper the
+script compiles; needs ``valgrind``, its headers and a C compiler), and the table gives the
+instructions the fit executed, all of them and those of the compiled (numba) code alone.
+Instructions are not time (cache misses and dependency chains are not counted), but a loop
+that executes more of them for the same iterates is doing more work.
 """
 
 from __future__ import annotations
@@ -25,6 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -56,6 +65,16 @@ def child(case: str, repeats: int, out: str) -> None:
     warnings.simplefilter("ignore")
     make = getattr(gpusvm, est)
     make(backend="numba", random_state=0, **kw).fit(X, y)           # compile, load
+    if os.environ.get("BENCH_MERGE_CALLGRIND"):                      # --instructions
+        import ctypes
+        helper = ctypes.CDLL(os.environ["BENCH_MERGE_CALLGRIND"])
+        model = make(backend="numba", random_state=0, **kw)
+        helper.cg_start()
+        model.fit(X, y)
+        helper.cg_stop()
+        np.save(out, model.coef_)
+        print(json.dumps({"seconds": 0.0, "package": str(Path(gpusvm.__file__).parent)}))
+        return
     best = np.inf
     for _ in range(repeats):
         model = make(backend="numba", random_state=0, **kw)
@@ -82,11 +101,64 @@ def run(case: str, checkout: Path, repeats: int):
         return res["seconds"], np.load(out)
 
 
+#: the client requests that count one fit only (valgrind/callgrind.h)
+_HELPER = """#include <valgrind/callgrind.h>
+void cg_start(void) { CALLGRIND_ZERO_STATS; CALLGRIND_START_INSTRUMENTATION; }
+void cg_stop(void) { CALLGRIND_STOP_INSTRUMENTATION; CALLGRIND_DUMP_STATS_AT("fit"); }
+"""
+
+
+def _count(case: str, checkouts, tmp: Path):
+    """Per checkout, ``(instructions of the fit, of its compiled code, coef_)``, the
+    checkouts' processes run side by side (counts do not depend on load)."""
+    helper = tmp / "libcg.so"
+    if not helper.exists():
+        (tmp / "cg.c").write_text(_HELPER)
+        subprocess.run(["cc", "-O2", "-shared", "-fPIC", "-o", str(helper), str(tmp / "cg.c")],
+                       check=True)
+    procs = []
+    for i, checkout in enumerate(checkouts):
+        env = dict(os.environ, PYTHONPATH=str(checkout), BENCH_MERGE_CALLGRIND=str(helper),
+                   GPUSVM_COMPILE_AHEAD="0")
+        out, prof = tmp / f"coef{i}.npy", tmp / f"cg{i}.out"
+        for old in tmp.glob(f"cg{i}.out*"):
+            old.unlink()
+        subprocess.run([sys.executable, __file__, "--child", case, "--repeats", "1", "--out",
+                        str(out)], env=env, capture_output=True, check=True)   # warm the cache
+        procs.append((subprocess.Popen(
+            ["valgrind", "--tool=callgrind", "--instr-atstart=no",
+             f"--callgrind-out-file={prof}", sys.executable, __file__, "--child", case,
+             "--repeats", "1", "--out", str(out)], env=env, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True), out, prof))
+    results = []
+    for proc, out, prof in procs:
+        _, err = proc.communicate()
+        if proc.returncode != 0:
+            raise SystemExit(f"{case} under callgrind failed:\n{err[-3000:]}")
+        dump, = prof.parent.glob(prof.name + ".*")
+        ann = subprocess.run(["callgrind_annotate", "--threshold=100", str(dump)],
+                             capture_output=True, text=True, check=True).stdout
+        total = compiled = 0
+        for line in ann.splitlines():
+            m = re.match(r"\s*([\d,]+)\s+\(\s*[\d.]+%\)\s+(.*)$", line)
+            if m is None:
+                continue
+            count = int(m.group(1).replace(",", ""))
+            if m.group(2).startswith("PROGRAM TOTALS"):
+                total = count
+            elif re.fullmatch(r"\?\?\?:0x[0-9a-f]+ \[\?\?\?\]", m.group(2).strip()):
+                compiled += count                   # numba's code: no symbol and no file
+        results.append((total, compiled, np.load(out)))
+    return results
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--before", type=Path, help="checkout of the code before the change")
     parser.add_argument("--cases", nargs="+", default=list(CASES), choices=list(CASES))
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--instructions", action="store_true",
+                        help="count instructions under callgrind instead of timing")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -95,6 +167,18 @@ def main() -> None:
         return
     if args.before is None:
         parser.error("--before PATH is needed (a checkout of the old code)")
+    if args.instructions:
+        print("| case | before, fit | after, fit | ratio | before, compiled code | after, "
+              "compiled code | ratio | max abs coef diff |")
+        print("|---|---|---|---|---|---|---|---|")
+        with tempfile.TemporaryDirectory() as tmp:
+            for case in args.cases:
+                (a0, b0, c0), (a1, b1, c1) = _count(case, (args.before, ROOT), Path(tmp))
+                diff = float(np.max(np.abs(c1 - c0))) if c0.shape == c1.shape else float("nan")
+                print(f"| {case} | {a0 / 1e6:.1f}M | {a1 / 1e6:.1f}M | {a1 / a0:.3f} | "
+                      f"{b0 / 1e6:.1f}M | {b1 / 1e6:.1f}M | {b1 / max(b0, 1):.3f} | {diff:.1e} |",
+                      flush=True)
+        return
     print("| case | before s | after s | ratio | max abs coef diff |")
     print("|---|---|---|---|---|")
     for case in args.cases:
