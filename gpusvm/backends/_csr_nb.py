@@ -59,6 +59,14 @@ def prefetch_v_row(indptr, indices, vf, M, r):
             prefetch(vf, indices[p])
         return
     step = max(1, 64 // vf.itemsize)
+    if M <= 2 * step:                   # at most three lines: three hints and no inner loop
+        mid = step if M > step else 0   # (news20's 20 classes: 1/3 fewer instructions)
+        for p in range(indptr[r], indptr[r + 1]):
+            base = indices[p] * M
+            prefetch(vf, base)
+            prefetch(vf, base + mid)
+            prefetch(vf, base + M - 1)
+        return
     lines = (M - 1) // step + 1         # once per row: a division per nonzero cost 1/6 of
     for p in range(indptr[r], indptr[r + 1]):   # a news20 20-class epoch's instructions
         base = indices[p] * M
