@@ -123,8 +123,11 @@ def _count(case: str, checkouts, tmp: Path):
         out, prof = tmp / f"coef{i}.npy", tmp / f"cg{i}.out"
         for old in tmp.glob(f"cg{i}.out*"):
             old.unlink()
-        subprocess.run([sys.executable, __file__, "--child", case, "--repeats", "1", "--out",
-                        str(out)], env=env, capture_output=True, check=True)   # warm the cache
+        warm = subprocess.run([sys.executable, __file__, "--child", case, "--repeats", "1",
+                               "--out", str(out)], env=env, capture_output=True, text=True,
+                              check=False)                                # warm the cache
+        if warm.returncode != 0:
+            raise SystemExit(f"{case} with {checkout} failed:\n{warm.stderr[-3000:]}")
         procs.append((subprocess.Popen(
             ["valgrind", "--tool=callgrind", "--instr-atstart=no",
              f"--callgrind-out-file={prof}", sys.executable, __file__, "--child", case,
