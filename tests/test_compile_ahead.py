@@ -11,8 +11,12 @@ for bit (the NumPy equivalents sum in the same order).
 
 from __future__ import annotations
 
+import ast
 import multiprocessing
+import subprocess
+import sys
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -21,6 +25,7 @@ from numba import njit
 from numba.core import event
 from sklearn.datasets import load_svmlight_file
 
+import gpusvm
 from gpusvm import PegasosSVC, SDCASVC
 from gpusvm.backends import _compile_nb, make_backend, numba_
 from gpusvm.backends._compile_nb import CompileAhead
@@ -218,3 +223,58 @@ def test_a_run_of_epochs_split_into_calls_gives_the_same_iterates(rcv1_small, mo
     pieces = _sdca_state(X, y, [0, n // 3, n // 2, 2 * n + 7, 3 * n, 15 * n // 2], monkeypatch)
     for a, b in zip(one, pieces):
         np.testing.assert_array_equal(a, b)
+
+
+# ------------------------------------------------------------------ the disk cache's stamps
+_HELPER = "from numba import njit\n\n\n@njit(cache=True, inline='always')\ndef helper():\n" \
+          "    return {value}\n"
+_LOOP = "from numba import njit\n\nfrom helper_nb import helper\n\n\n@njit(cache=True)\n" \
+        "def loop():\n    return helper()\n"
+_RUN = """import sys
+sys.path.insert(0, {folder!r})
+from gpusvm.backends import _compile_nb
+if {family}:
+    _compile_nb.FAMILY += [{folder!r} + '/helper_nb.py', {folder!r} + '/loop_nb.py']
+import loop_nb
+print(loop_nb.loop())
+"""
+
+
+def _loop_result(folder, family):
+    """What ``loop()`` of a fresh process returns (its code cached on disk in ``folder``)."""
+    out = subprocess.run([sys.executable, "-c", _RUN.format(folder=str(folder), family=family)],
+                         capture_output=True, text=True, check=True)
+    return int(out.stdout.strip())
+
+
+@pytest.mark.parametrize("family", [False, True])
+def test_a_changed_helper_file_makes_the_cached_loop_stale_in_the_family(tmp_path, family):
+    """numba stamps a cached function with its own file only: a loop that inlines a helper
+    from another file keeps running the old helper after that file changes (an upgrade that
+    changed only ``_csr_nb.py``), unless both files are of :data:`_compile_nb.FAMILY`."""
+    (tmp_path / "helper_nb.py").write_text(_HELPER.format(value=1))
+    (tmp_path / "loop_nb.py").write_text(_LOOP)
+    assert _loop_result(tmp_path, family) == 1
+    assert _loop_result(tmp_path, family) == 1                  # from the disk cache
+    (tmp_path / "helper_nb.py").write_text(_HELPER.format(value=2))
+    assert _loop_result(tmp_path, family) == (2 if family else 1)
+
+
+def test_the_family_holds_every_file_of_cached_code_and_what_it_imports():
+    """Every module of the package with ``cache=True`` code is of the family, and so is every
+    module of the package one of them imports names from (helpers inlined, constants read),
+    but :mod:`_compile_nb` itself (no compiled code)."""
+    package = Path(gpusvm.__file__).parent
+    cached = {str(p.resolve()) for p in package.rglob("*.py") if "cache=True" in p.read_text()}
+    family = {str(Path(p).resolve()) for p in _compile_nb.FAMILY}
+    assert cached <= family, sorted(cached - family)
+    imported = set()
+    for path in family:
+        for node in ast.walk(ast.parse(Path(path).read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module:
+                imported.add(str((Path(path).parent / f"{node.module}.py").resolve()))
+    assert imported - {str(Path(_compile_nb.__file__).resolve())} <= family
+    from gpusvm.backends import _csr_nb  # noqa: PLC0415
+
+    stamp = _csr_nb.row_dot._cache._impl.locator.get_source_stamp()
+    assert stamp[1] == _compile_nb.family_digest()

@@ -1,18 +1,22 @@
-"""How gpusvm's numba functions are compiled: the collector paused, helpers ahead.
+"""How gpusvm's numba functions are compiled and cached: the collector paused, helpers
+ahead, the disk cache stamped with every file the compiled code is made of.
 
 Python's collector is paused during the outermost compilation of a function of ``gpusvm``
 (numba's compiler makes so many objects that the collections, each walking the process's
 objects, took a fifth of a cold fit's compile time: BENCHMARKS.md, "One-off compilation").
 :data:`AHEAD` compiles a fit's helpers in a background thread (docs/architecture.md).
+:class:`FamilyStampLocator` keeps numba's disk cache of the backend true to its sources.
 """
 
 from __future__ import annotations
 
+import functools
 import gc
+import hashlib
 import os
 import threading
 
-from numba.core import event
+from numba.core import caching, event
 
 
 class _PauseCollector(event.Listener):
@@ -41,6 +45,84 @@ class _PauseCollector(event.Listener):
 
 LISTENER = _PauseCollector()
 event.register("numba:compile", LISTENER)
+
+#: the files whose code or constants the backend's compiled functions are made of: the loops of
+#: ``_loops_nb`` inline helpers of ``_csr_nb`` and ``_counter_nb`` and read the slot numbers of
+#: ``_state`` (listed as absolute paths; tests/test_numba_backend.py checks the list is whole)
+FAMILY = [os.path.join(os.path.dirname(os.path.abspath(__file__)), name) for name in
+          ("_counter_nb.py", "_csr_nb.py", "_loops_nb.py", "_newton_nb.py", "_state.py")]
+
+
+@functools.lru_cache(maxsize=None)
+def _digest(stamps):
+    """SHA-256 of the contents of the files of ``stamps`` (``(path, mtime_ns, size)``, the
+    key: a file changed while the process runs is read again)."""
+    h = hashlib.sha256()
+    for path, _, _ in stamps:
+        with open(path, "rb") as f:
+            h.update(f.read())
+    return h.hexdigest()
+
+
+def family_digest() -> str:
+    """The digest of every file of :data:`FAMILY`, as they are now."""
+    stamps = []
+    for path in FAMILY:
+        st = os.stat(path)
+        stamps.append((path, st.st_mtime_ns, st.st_size))
+    return _digest(tuple(stamps))
+
+
+class FamilyStampLocator(caching._CacheLocator):
+    """numba's cache locator for the functions of :data:`FAMILY`: the one numba would choose,
+    its source stamp joined with :func:`family_digest`.
+
+    numba stamps a cached function with its own file only, so after an upgrade or an edit
+    that changed ``_csr_nb.py`` (or a slot number in ``_state.py``) alone, ``_loops_nb``'s
+    cached loops were loaded with the old helpers compiled into them: the fit ran old
+    code.  Now a change to any file of the family makes every entry stale (recompiled
+    once).  Put first in numba's list of locators when this module is imported, which the
+    numba modules do before they define a function.
+    """
+
+    def __init__(self, inner):
+        self._inner = inner
+
+    @classmethod
+    def from_function(cls, py_func, py_file):
+        """The locator for ``py_func`` when ``py_file`` is of :data:`FAMILY`, else None."""
+        if os.path.abspath(py_file) not in FAMILY:
+            return None
+        for other in _LOCATORS:
+            if other is not cls:
+                inner = other.from_function(py_func, py_file)
+                if inner is not None:
+                    return cls(inner)
+        return None
+
+    def ensure_cache_path(self):
+        """As the inner locator."""
+        self._inner.ensure_cache_path()
+
+    def get_cache_path(self):
+        """As the inner locator."""
+        return self._inner.get_cache_path()
+
+    def get_source_stamp(self):
+        """The inner locator's stamp and the family's digest."""
+        return self._inner.get_source_stamp(), family_digest()
+
+    def get_disambiguator(self):
+        """As the inner locator."""
+        return self._inner.get_disambiguator()
+
+
+#: numba's list of locators (of ``CacheImpl``, ``_CacheImpl`` in older numba; a numba with
+#: neither keeps its own stamps)
+_LOCATORS = getattr(getattr(caching, "CacheImpl", None) or getattr(caching, "_CacheImpl", None),
+                    "_locator_classes", [])
+if FamilyStampLocator not in _LOCATORS:
+    _LOCATORS.insert(0, FamilyStampLocator)
 
 
 def compile_ahead_setting() -> bool:

@@ -14,6 +14,7 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from . import _compile_nb  # noqa: F401  (the collector paused, the cache stamped)
 from ._counter_nb import batch
 
 PREFETCH_DISTANCE = 2      # batches ahead whose rows are prefetched (a shuffled epoch's are cold)

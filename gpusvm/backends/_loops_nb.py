@@ -19,6 +19,7 @@ import math
 import numpy as np
 from numba import njit
 
+from . import _compile_nb  # noqa: F401  (the collector paused, the cache stamped)
 from ._csr_nb import (ORDER_PREFETCH, RING, add_exact, add_row, add_row_to_columns, add_rows,
                       draw_ahead, fill_ring, prefetch, prefetch_duals, prefetch_row,
                       prefetch_v_row, row_dot, sum_sq_norms)
