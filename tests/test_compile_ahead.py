@@ -236,28 +236,33 @@ from gpusvm.backends import _compile_nb
 if {family}:
     _compile_nb.FAMILY += [{folder!r} + '/helper_nb.py', {folder!r} + '/loop_nb.py']
 import loop_nb
-print(loop_nb.loop())
+print(loop_nb.loop(), sum(loop_nb.loop.stats.cache_hits.values()))
 """
 
 
 def _loop_result(folder, family):
-    """What ``loop()`` of a fresh process returns (its code cached on disk in ``folder``)."""
+    """What ``loop()`` of a fresh process returns (its code cached on disk in ``folder``), and
+    whether that code was loaded from the disk cache."""
     out = subprocess.run([sys.executable, "-c", _RUN.format(folder=str(folder), family=family)],
                          capture_output=True, text=True, check=True)
-    return int(out.stdout.strip())
+    value, hits = out.stdout.split()
+    return int(value), int(hits) > 0
 
 
 @pytest.mark.parametrize("family", [False, True])
 def test_a_changed_helper_file_makes_the_cached_loop_stale_in_the_family(tmp_path, family):
     """numba stamps a cached function with its own file only: a loop that inlines a helper
     from another file keeps running the old helper after that file changes (an upgrade that
-    changed only ``_csr_nb.py``), unless both files are of :data:`_compile_nb.FAMILY`."""
+    changed only ``_csr_nb.py``), unless both files are of :data:`_compile_nb.FAMILY`; with
+    them there, an unchanged family still loads from the disk cache."""
     (tmp_path / "helper_nb.py").write_text(_HELPER.format(value=1))
     (tmp_path / "loop_nb.py").write_text(_LOOP)
-    assert _loop_result(tmp_path, family) == 1
-    assert _loop_result(tmp_path, family) == 1                  # from the disk cache
+    assert _loop_result(tmp_path, family) == (1, False)
+    assert _loop_result(tmp_path, family) == (1, True)          # from the disk cache
     (tmp_path / "helper_nb.py").write_text(_HELPER.format(value=2))
-    assert _loop_result(tmp_path, family) == (2 if family else 1)
+    assert _loop_result(tmp_path, family) == ((2, False) if family else (1, True))
+    if family:
+        assert _loop_result(tmp_path, family) == (2, True)      # cached again
 
 
 def test_the_family_holds_every_file_of_cached_code_and_what_it_imports():
