@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
+import site
 import subprocess
 import sys
 import zipfile
@@ -70,9 +71,11 @@ def test_installed_wheel_loads_kernels_from_its_own_directory(wheel, tmp_path):
         "print(_kernels.source_hash())\n"
     )
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env["PYTHONPATH"] = str(target)
+    # the dependencies from this environment's site-packages, but not its .pth files (``-S``):
+    # an editable install of the checkout puts the checkout on sys.path through one
+    env["PYTHONPATH"] = os.pathsep.join([str(target), *site.getsitepackages()])
     # run from an empty directory, so neither the checkout nor its kernels/ are importable
-    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, "-S", "-c", probe], capture_output=True, text=True,
                           cwd=tmp_path, env=env, check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     module_file, kdir, digest = proc.stdout.split()
