@@ -239,12 +239,14 @@ def _pegasos_step(indptr, indices, data, Y, sw, weighted, V, vf, U, uf, use_u, s
          touched, wk[W_DN])
     for c in range(M):
         sm[S_DNORM, c] = wk[W_DN, c]
-        if unreg_bias:
-            sm[S_YACT, c] = wk[W_YACT, c]
-        (sm[S_A, c], sm[S_VSQ, c], sm[S_B, c], sm[S_ASUM, c], sm[S_NAVG, c],
-         sm[S_BSUM, c]) = _pegasos_out(wk[W_ANEW, c], wk[W_DN, c], sm[S_VSQ, c], sm[S_B, c],
-                                       sm[S_ASUM, c], sm[S_NAVG, c], sm[S_BSUM, c],
-                                       wk[W_YACT, c], eta, k, unreg_bias, radius, average)
+        sa, vsq, b, asum, navg, bsum = _pegasos_out(
+            wk[W_ANEW, c], wk[W_DN, c], sm[S_VSQ, c], sm[S_B, c], sm[S_ASUM, c], sm[S_NAVG, c],
+            sm[S_BSUM, c], wk[W_YACT, c], eta, k, unreg_bias, radius, average)
+        sm[S_A, c], sm[S_VSQ, c] = sa, vsq
+        if unreg_bias:                      # the slots that do not move are not written
+            sm[S_YACT, c], sm[S_B, c] = wk[W_YACT, c], b
+        if average:
+            sm[S_ASUM, c], sm[S_NAVG, c], sm[S_BSUM, c] = asum, navg, bsum
 
 
 @functools.lru_cache(maxsize=None)
