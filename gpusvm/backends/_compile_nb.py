@@ -48,7 +48,7 @@ event.register("numba:compile", LISTENER)
 
 #: the files whose code or constants the backend's compiled functions are made of: the loops of
 #: ``_loops_nb`` inline helpers of ``_csr_nb`` and ``_counter_nb`` and read the slot numbers of
-#: ``_state`` (listed as absolute paths; tests/test_numba_backend.py checks the list is whole)
+#: ``_state`` (listed as absolute paths; tests/test_compile_ahead.py checks the list is whole)
 FAMILY = [os.path.join(os.path.dirname(os.path.abspath(__file__)), name) for name in
           ("_counter_nb.py", "_csr_nb.py", "_loops_nb.py", "_newton_nb.py", "_state.py")]
 
