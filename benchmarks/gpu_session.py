@@ -110,7 +110,7 @@ def step_env(args, out):
             "scikit-learn": sklearn.__version__, "kernels_sha256": _kernels.source_hash(),
             "pytest_xdist": _has("xdist")}
     if args.emulated:
-        from gpusvm._emulator import _compiler_id, find_compiler  # noqa: PLC0415
+        from gpusvm_emulator import _compiler_id, find_compiler  # noqa: PLC0415
         cxx = find_compiler()
         info.update(device="CPU kernel emulator (no GPU)", compiler=cxx and _compiler_id(cxx))
         ok = cxx is not None
@@ -259,7 +259,7 @@ def short_fit(args):
 
 def step_sanitizer(args, out):
     if args.emulated:
-        from gpusvm._emulator import streams  # noqa: PLC0415
+        from gpusvm_emulator import streams  # noqa: PLC0415
         streams.races.clear()
         with streams.using_mode("strict"):
             short_fit(args)

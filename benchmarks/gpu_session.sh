@@ -47,7 +47,7 @@ if [ -z "${GPUSVM_DATA:-}" ]; then
     if [ -d .gpudata ]; then export GPUSVM_DATA=$PWD/.gpudata; else export GPUSVM_DATA=$PWD/../shared/data; fi
 fi
 mkdir -p "$OUT"
-export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+export PYTHONPATH="$PWD:$PWD/emulator${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 for step in "${STEPS[@]}"; do
     if [ -f "$OUT/$step.json" ] && [ -z "${FORCE:-}" ]; then
         echo "[$step] done before ($OUT/$step.json): skipped (FORCE=1 runs it again)"

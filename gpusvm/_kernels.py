@@ -156,7 +156,7 @@ def cupy_caches_module(version: str) -> bool:
 def load_module(kind: str = "cupy"):
     """The compiled kernel module, built once per device: for ``kind="cupy"`` a
     :class:`cupy.RawModule` for the current CUDA device (memoised per device id; CuPy also
-    caches the binary on disk), for ``"emulated"`` a :class:`gpusvm._emulator.EmulatedModule`
+    caches the binary on disk), for ``"emulated"`` a :class:`gpusvm_emulator.EmulatedModule`
     running the same source on the CPU (memoised per process). Its ``get_function(name
     expression)`` gives kernels called as ``kernel(grid, block, args, shared_mem=0)``.
     """
@@ -212,14 +212,14 @@ def load_while_module(kind: str = "cupy"):
 
 @lru_cache(maxsize=None)
 def _emulated_while_module():
-    from ._emulator import EmulatedModule  # noqa: PLC0415  (builds a shared library)
+    from gpusvm_emulator import EmulatedModule  # noqa: PLC0415  (builds a shared library)
     return EmulatedModule(code=read_source(WHILE_FILE), options=compile_options(),
                           name_expressions=(WHILE_KERNEL,))
 
 
 @lru_cache(maxsize=None)
 def _emulated_module():
-    from ._emulator import EmulatedModule  # noqa: PLC0415  (builds a shared library)
+    from gpusvm_emulator import EmulatedModule  # noqa: PLC0415  (builds a shared library)
     start = time.perf_counter()
     try:
         return EmulatedModule(code=module_source(), options=compile_options(),

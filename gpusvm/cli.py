@@ -648,7 +648,7 @@ def _cuda_devices():
 
 def cmd_info(args) -> int:
     """``gpusvm info``: versions, devices, runnable backends, kernel location."""
-    from . import _emulator, _kernels, backends
+    from . import _kernels, backends
 
     print(f"gpusvm       {__version__}")
     print(f"python       {sys.version.split()[0]}")
@@ -659,7 +659,13 @@ def cmd_info(args) -> int:
     devices = _cuda_devices()
     print(f"GPU          {len(devices)} CUDA device(s): {', '.join(devices)}" if devices else
           "GPU          none found (no CuPy, no driver, or no CUDA device)")
-    compiler = _emulator.find_compiler()
+    if backends.emulator_available():
+        import gpusvm_emulator  # noqa: PLC0415
+        compiler = gpusvm_emulator.find_compiler()
+        emulated = (f"yes (the CUDA kernels on the CPU kernel emulator, compiler {compiler})"
+                    if compiler else "no (the CPU kernel emulator needs a C++ compiler; none found)")
+    else:
+        emulated = "no (the CPU kernel emulator is a package of its own: pip install ./emulator)"
     print("backends:")
     print("  numpy      yes (NumPy/SciPy reference backend, always available)")
     print("  numba      " + ("yes (compiled CPU backend)" if backends.numba_available() else
@@ -667,9 +673,7 @@ def cmd_info(args) -> int:
     print("  cupy       " + ("yes (custom CUDA kernels on the GPU)" if devices else
                              "no (needs CuPy and a CUDA device: pip install \"gpusvm[cuda12]\" "
                              "or \"gpusvm[cuda13]\" on a CUDA machine)"))
-    print("  emulated   " + (f"yes (the CUDA kernels on the CPU kernel emulator, compiler "
-                             f"{compiler})" if compiler else
-                             "no (the CPU kernel emulator needs a C++ compiler; none found)"))
+    print("  emulated   " + emulated)
     print(f"  auto       -> {backends.resolve_backend_name('auto')}")
     try:
         kdir = _kernels.kernel_dir()

@@ -1,4 +1,4 @@
-"""Tests of the CPU kernel emulator (gpusvm._emulator) against NumPy.
+"""Tests of the CPU kernel emulator (gpusvm_emulator) against NumPy.
 
 The kernels live in ``tests/emulator_kernels/*.cu``. Built modules are cached
 (``$GPUSVM_EMU_CACHE`` or ``~/.cache/gpusvm/emulator``), so only the first run
@@ -18,8 +18,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import gpusvm._emulator as emulator
-from gpusvm._emulator import EmulatedModule, EmulatorBuildError, _ensure_built, _Spec
+import gpusvm_emulator as emulator
+from gpusvm_emulator import EmulatedModule, EmulatorBuildError, _ensure_built, _Spec
 from tsan_runner import check_launches
 
 KDIR = Path(__file__).resolve().parent / "emulator_kernels"
@@ -460,7 +460,7 @@ def test_tsan_silent_on_correct_kernels(mods):
 def test_tsan_reports_racy_scatter(mods, tmp_path):
     # through the command line form: exit status 66 and the race in the output
     np.savez(tmp_path / "args.npz", *scatter_args(np.random.default_rng(9)))
-    root = Path(emulator.__file__).resolve().parents[2]      # where this gpusvm was imported from
+    root = Path(emulator.__file__).resolve().parents[1]      # where this emulator was imported from
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]))
     proc = subprocess.run([sys.executable, str(Path(__file__).with_name("tsan_runner.py")), str(KDIR / "racy.cu"),
                            "--kernel", "scatter_racy", "--grid", "24", "--block", "128",

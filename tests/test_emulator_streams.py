@@ -1,4 +1,4 @@
-"""Streams, events and graph capture of the emulated runtime (gpusvm._emulator.streams).
+"""Streams, events and graph capture of the emulated runtime (gpusvm_emulator.streams).
 
 The emulated device backend stands in for CuPy: its launches wait on their stream until
 something synchronises, and an operation outside the stream order raises (``strict``) or
@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from gpusvm._emulator import EmulatedModule
-from gpusvm._emulator import streams as es
+from gpusvm_emulator import EmulatedModule
+from gpusvm_emulator import streams as es
 from gpusvm.backends import base, make_backend
 from gpusvm.backends.device import runtime as device_module
 from gpusvm.backends.base import PegasosPlan, SDCAPlan

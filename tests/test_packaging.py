@@ -1,4 +1,5 @@
-"""The wheel ships the CUDA kernels, and the installed package finds them."""
+"""The wheel ships the CUDA kernels, and the installed package finds them; the kernel emulator
+is a distribution of its own."""
 
 from __future__ import annotations
 
@@ -82,3 +83,31 @@ def test_installed_wheel_loads_kernels_from_its_own_directory(wheel, tmp_path):
     assert Path(module_file).resolve().is_relative_to(target.resolve())
     assert Path(kdir).resolve() == (target / "gpusvm" / "kernels").resolve()
     assert digest == _kernels.source_hash(), "installed kernels differ from the checkout's"
+
+
+def test_wheel_leaves_the_kernel_emulator_to_its_own_distribution(wheel, tmp_path):
+    # users' installs carry no emulator; `pip install ./emulator` builds it, header included
+    assert not [n for n in zipfile.ZipFile(wheel).namelist() if "emulator" in n]
+    isolation = [] if importlib.util.find_spec("hatchling") is None else ["--no-build-isolation"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", str(REPO / "emulator"), "--no-deps", *isolation,
+         "-w", str(tmp_path)], capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (emu,) = tmp_path.glob("gpusvm_emulator-*.whl")
+    names = set(zipfile.ZipFile(emu).namelist())
+    assert {"gpusvm_emulator/__init__.py", "gpusvm_emulator/streams.py",
+            "gpusvm_emulator/cuda_emu.h"} <= names
+
+
+def test_emulated_backend_without_the_emulator_says_how_to_install_it(monkeypatch):
+    import numpy as np  # noqa: PLC0415
+    import scipy.sparse as sp  # noqa: PLC0415
+
+    from gpusvm import SDCASVC, backends  # noqa: PLC0415
+    monkeypatch.setitem(sys.modules, "gpusvm_emulator", None)     # import raises ImportError
+    assert not backends.emulator_available()
+    X = sp.random(40, 6, density=0.5, format="csr", random_state=0)
+    with pytest.raises(RuntimeError) as info:
+        SDCASVC(backend="emulated").fit(X, np.arange(40) % 2)
+    assert str(info.value) == backends.NO_EMULATOR
+    assert "pip install ./emulator" in backends.NO_EMULATOR

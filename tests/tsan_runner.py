@@ -5,7 +5,7 @@ once), pickles the launches and replays them in a fresh ``python tests/tsan_runn
 --job ...`` subprocess on the real interpreter with
 ``LD_PRELOAD=$(g++ -print-file-name=libtsan.so)`` and :data:`TSAN_OPTIONS`; the report
 counts ``WARNING: ThreadSanitizer: data race`` blocks in its output.  The subprocess loads
-``gpusvm._emulator`` without running ``gpusvm/__init__.py`` (slow under TSAN).
+``gpusvm_emulator`` only (gpusvm itself would be slow to import under TSAN).
 
 Under TSAN each emulated CUDA thread is a TSAN fiber; barriers, warp intrinsics and block
 boundaries publish happens-before edges and atomics are C++ atomics, so correct kernels
@@ -24,32 +24,20 @@ something)::
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import pickle
 import re
 import subprocess
 import sys
 import tempfile
-import types
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 
-def _stub_package():
-    """Make ``gpusvm`` importable without running ``gpusvm/__init__.py`` (slow under TSAN)."""
-    stub = types.ModuleType("gpusvm")
-    stub.__path__ = list(importlib.util.find_spec("gpusvm").submodule_search_locations)
-    sys.modules["gpusvm"] = stub
-
-
-if __name__ == "__main__" and "--job" in sys.argv:      # the preloaded subprocess
-    _stub_package()
-
-from gpusvm._emulator import (EmulatedModule, _clean_env, _compiler, _ensure_built,  # noqa: E402
-                              _Spec, _tsan_loaded)
+from gpusvm_emulator import (EmulatedModule, _clean_env, _compiler, _ensure_built, _Spec,
+                             _tsan_loaded)
 
 
 _FAILED = "gpusvm tsan_runner: failed"
@@ -129,10 +117,10 @@ def check_launches(cu_path=None, launches=(), name_expressions=(), options=(), *
     launches : sequence of tuple
         ``(kernel_name, grid, block, args)`` or
         ``(kernel_name, grid, block, args, shared_mem)``, run in order; args
-        as for :meth:`gpusvm._emulator.EmulatedKernel.__call__` (NumPy arrays
+        as for :meth:`gpusvm_emulator.EmulatedKernel.__call__` (NumPy arrays
         and NumPy scalars, picklable).
     name_expressions, options, include_dirs
-        As for :class:`gpusvm._emulator.EmulatedModule`.
+        As for :class:`gpusvm_emulator.EmulatedModule`.
     code : str, optional
         CUDA source text instead of ``cu_path``.
     workers : int, optional
@@ -174,7 +162,7 @@ def check_launches(cu_path=None, launches=(), name_expressions=(), options=(), *
     env = _clean_env()
     env["LD_PRELOAD"] = tsan_runtime()
     env["TSAN_OPTIONS"] = TSAN_OPTIONS
-    root = str(Path(sys.modules["gpusvm._emulator"].__file__).resolve().parents[2])
+    root = str(Path(sys.modules["gpusvm_emulator"].__file__).resolve().parents[1])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
     env["GPUSVM_EMU_WORKERS"] = str(max(2, int(workers)))
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):

@@ -30,6 +30,20 @@ def numba_available() -> bool:
         return False
 
 
+def emulator_available() -> bool:
+    """True when the CPU kernel emulator imports (``gpusvm_emulator``, from ``emulator/``)."""
+    try:
+        import gpusvm_emulator  # noqa: F401, PLC0415
+        return True
+    except ImportError:
+        return False
+
+
+#: why ``backend="emulated"`` cannot run without the emulator, and what to do
+NO_EMULATOR = ("backend='emulated' needs the CPU kernel emulator that verifies gpusvm's CUDA "
+               "kernels, a package of its own: run `pip install ./emulator` in gpusvm's source "
+               "tree (the repository or the sdist); backend='numba' or 'numpy' fit the same "
+               "models on the CPU")
 NO_CUPY = "CuPy is not installed"  #: :func:`device_problem`'s cause without CuPy (no warning)
 NO_DEVICE = "CuPy sees no CUDA device"  #: its cause when the driver reports no device
 MIN_COMPUTE_CAPABILITY = 60  #: the oldest the kernels run on (FP64 atomics: 6.0)
@@ -113,6 +127,8 @@ def resolve_backend_name(name: str) -> str:
             raise RuntimeError(
                 f"backend='cupy' {cause}; install gpusvm[cuda12] or gpusvm[cuda13] on a CUDA machine, "
                 "or use backend='numpy' (run `gpusvm info` to see which backends can run here)")
+    if name == "emulated" and not emulator_available():
+        raise RuntimeError(NO_EMULATOR)
     return name
 
 
@@ -127,7 +143,8 @@ def make_backend(name: str, X, y, sample_weight=None, device=None):
     name : {"auto", "numpy", "numba", "cupy", "emulated"}
         ``"numba"`` is the compiled CPU backend (needs the ``fast`` extra);
         ``"emulated"`` runs the device backend's orchestration with NumPy arrays
-        and the CUDA kernels on the CPU kernel emulator (slow; for verification).
+        and the CUDA kernels on the CPU kernel emulator (slow; for verification; the
+        ``gpusvm_emulator`` package in the source tree's ``emulator/``).
     X : scipy.sparse.csr_matrix (or a CuPy CSR matrix for ``"cupy"``)
     y : array of shape (n,) or (n, M)
         One column per output (docs/algorithms.md, "Many outputs at once");

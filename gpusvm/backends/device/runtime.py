@@ -201,7 +201,7 @@ class _CupyWhileGraph:
 
 
 class _EmulatedWhileGraph:
-    """The emulator's WHILE graph (:class:`gpusvm._emulator.streams.WhileGraph`), captured from the
+    """The emulator's WHILE graph (:class:`gpusvm_emulator.streams.WhileGraph`), captured from the
     backend's emulated stream as CuPy's is: ``chunk`` iterations, then ``gpusvm_while_more``."""
 
     def __init__(self, rt, record, chunk):
@@ -243,7 +243,7 @@ class _StreamRuntime:
     while_nodes = False
 
     def _init_streams(self, streams) -> None:
-        self._streams = streams                  # cupy.cuda or gpusvm._emulator.streams
+        self._streams = streams                  # cupy.cuda or gpusvm_emulator.streams
         self.stream = streams.Stream(non_blocking=True)
         self._enter_event = streams.Event(block=False, disable_timing=True)
         self._exit_event = streams.Event(block=False, disable_timing=True)
@@ -378,7 +378,7 @@ class CupyRuntime(_StreamRuntime):
 
 
 class EmulatedRuntime(_StreamRuntime):
-    """Arrays standing for CuPy's (``gpusvm._emulator.streams.DeviceArray``), kernels on the CPU
+    """Arrays standing for CuPy's (``gpusvm_emulator.streams.DeviceArray``), kernels on the CPU
     emulator, launched on an emulated non-blocking stream (deferred until synchronised)."""
 
     name = "emulated"
@@ -392,7 +392,7 @@ class EmulatedRuntime(_StreamRuntime):
     def __init__(self, max_blocks: int = EMULATED_MAX_BLOCKS, device: int | None = None):
         if device is not None and int(device) != 0:
             raise ValueError(f"device={device}: the emulated backend emulates one device, id 0")
-        from ..._emulator import streams  # noqa: PLC0415
+        from gpusvm_emulator import streams  # noqa: PLC0415  (emulator/)
         self.device_id = 0
         self.xp = streams.xp
         self.module = streams.StreamModule(_kernels.load_module("emulated"))

@@ -488,7 +488,7 @@ class WhileGraph(Graph):
 
 
 class StreamModule:
-    """An :class:`~gpusvm._emulator.EmulatedModule` whose kernels launch on the current stream."""
+    """An :class:`~gpusvm_emulator.EmulatedModule` whose kernels launch on the current stream."""
 
     def __init__(self, module):
         self._module = module
@@ -656,7 +656,7 @@ class _ArrayModule(types.ModuleType):
     """NumPy as a CuPy stand-in: what its functions return are :class:`DeviceArray`."""
 
     def __init__(self):
-        super().__init__("gpusvm._emulator.streams.xp")
+        super().__init__("gpusvm_emulator.streams.xp")
         self._cache: dict = {}
         #: NumPy's sorts take ``kind="stable"`` (the reference backend's tie order)
         self.stable_argsort = True

@@ -2,7 +2,7 @@
 //
 // A generated wrapper includes this header, then one .cu file, then a kernel
 // table; g++ builds it into a shared object that Python drives through ctypes
-// (see gpusvm/_emulator/__init__.py).  Only one translation unit may include
+// (see gpusvm_emulator/__init__.py).  Only one translation unit may include
 // this header: it defines the builtins, the scheduler and the entry points.
 //
 // Execution model:
@@ -1006,7 +1006,7 @@ inline unsigned int atomicDec(unsigned int* p, unsigned int limit) {
 
 // CUDA graph conditional nodes (CUDA 12.4): a kernel of a WHILE node's body sets the node's
 // condition.  The emulator's handle is the address of the node's condition word, which the
-// emulated WHILE graph reads after each pass of its body (gpusvm._emulator.streams.WhileGraph).
+// emulated WHILE graph reads after each pass of its body (gpusvm_emulator.streams.WhileGraph).
 typedef unsigned long long cudaGraphConditionalHandle;
 inline void cudaGraphSetConditional(cudaGraphConditionalHandle handle, unsigned int value) {
     __atomic_store_n(reinterpret_cast<unsigned int*>(static_cast<uintptr_t>(handle)), value,
