@@ -626,7 +626,11 @@ def cmd_demo(args) -> int:
 
 # --------------------------------------------------------------------- info
 def _version_of(module_name):
-    if importlib.util.find_spec(module_name) is None:
+    try:
+        spec = importlib.util.find_spec(module_name)
+    except ModuleNotFoundError:        # "cuda.bindings" without the "cuda" namespace package
+        spec = None
+    if spec is None:
         return "not installed"
     try:
         module = importlib.import_module(module_name)

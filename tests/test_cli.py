@@ -248,6 +248,20 @@ def test_info(capsys):
     if "numba" in gpusvm.backends.BACKENDS:
         assert re.search(r"^  numba      (yes|no) ", out, re.MULTILINE)
     assert f"  auto       -> {gpusvm.backends.resolve_backend_name('auto')}" in out.splitlines()
+
+
+def test_info_on_a_plain_install(capsys, monkeypatch):
+    # `pip install gpusvm` alone: neither cuda-python (whose `cuda` namespace is then missing,
+    # so that finding "cuda.bindings" raises) nor the kernel emulator
+    for name in [m for m in sys.modules if m.startswith("cuda.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "cuda", None)
+    monkeypatch.setitem(sys.modules, "gpusvm_emulator", None)
+    status, out, err = run(capsys, "info")
+    assert status == 0, err
+    assert re.search(r"^cuda-python\s+not installed$", out, re.MULTILINE)
+    assert ("  emulated   no (the CPU kernel emulator is a package of its own: "
+            "pip install ./emulator)") in out.splitlines()
     assert re.search(r"^kernels      .*kernels \(\d+ \.cu files?\)$", out, re.MULTILINE)
 
 
