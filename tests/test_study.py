@@ -11,6 +11,7 @@ import csv
 import json
 import math
 import re
+import sys
 
 import numpy as np
 import pytest
@@ -499,3 +500,22 @@ def test_only_stale_temporary_files_are_deleted(tmp_path):
     os.utime(old, (time.time() - 86400, time.time() - 86400))
     CellStore(tmp_path)
     assert in_flight.exists() and not orphan.exists() and not old.exists()
+
+
+# ------------------------------------------------------------------ plots without matplotlib
+def test_without_matplotlib_the_default_writes_the_tables_and_plots_true_fails_first(
+        tiny, tmp_path, monkeypatch):
+    for name in [m for m in sys.modules if m.startswith("matplotlib.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "matplotlib", None)       # a plain `pip install gpusvm`
+    kwargs = dict(lam=1e-2, eps=1e-3, batch_sizes=[1, 4], methods=["sdca-safe"], seeds=1,
+                  max_epochs=30, progress=False)
+    # asked for, the plots fail before any work, not after the cells ran
+    for study, extra in ((scaling_study, kwargs), (pegasos_k_study, dict(lam=1e-2, seeds=1))):
+        with pytest.raises(ImportError, match=re.escape("pip install 'gpusvm[plot]'")):
+            study(tiny, **extra, out_dir=tmp_path / "asked", plots=True)
+        assert not (tmp_path / "asked" / "cells").exists()
+    # by default the study runs and writes its tables without plots
+    files = scaling_study(tiny, **kwargs, out_dir=tmp_path / "default").files
+    assert {p.name for p in files} == {"results.csv", "summary.csv", "results.json", "results.md"}
+    assert "![" not in (tmp_path / "default" / "results.md").read_text()

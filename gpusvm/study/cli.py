@@ -134,8 +134,8 @@ def add_cli(subparsers) -> None:
     p.add_argument("--norma-p", type=float,
                    help="schedules: NORMA's p (default 0.5 (2 + 0.5/sqrt(T_max))^(1/2))")
     p.add_argument("--test", metavar="FILE", help="schedules: test data for the test hinge loss")
-    p.add_argument("--plots", action=argparse.BooleanOptionalAction, default=True,
-                   help="write the PNG plots (needs matplotlib; default: yes)")
+    p.add_argument("--plots", action=argparse.BooleanOptionalAction, default=None,
+                   help="write the PNG plots (needs matplotlib; default: when it is installed)")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction,
                    help="progress bar over the cells on stderr (default: when stderr is a terminal)")
     p.set_defaults(func=run_cli)
@@ -171,8 +171,8 @@ def command_line(args) -> str:
             parts += [flag, str(value)]
     if not args.normalize:
         parts.append("--no-normalize")
-    if not args.plots:
-        parts.append("--no-plots")
+    if args.plots is not None:
+        parts.append("--plots" if args.plots else "--no-plots")
     return shlex.join(parts)
 
 
@@ -187,6 +187,7 @@ def run_cli(args) -> int:
     """
     from .experiments import (PAPER_ETAS, PAPER_KT_VALUES, PAPER_T_VALUES,  # noqa: PLC0415
                               pegasos_k_study, schedules_study)
+    from .plots import plots_wanted  # noqa: PLC0415
     from .problem import load_problem  # noqa: PLC0415
     from .scaling import check_methods, scaling_study  # noqa: PLC0415
     progress = sys.stderr.isatty() if args.progress is None else bool(args.progress)
@@ -202,6 +203,9 @@ def run_cli(args) -> int:
           f"nnz={problem.nnz}; rows "
           + ("scaled to unit L2 norm (the theory assumes max ||x_i|| <= 1)" if problem.normalized
              else f"used as given (max row norm {problem.max_row_norm:.4g})"))
+    if args.plots is None and not plots_wanted(None):
+        print("gpusvm study: no PNG plots, since matplotlib is not installed (pip install "
+              "'gpusvm[plot]'); the tables are written")
     previous = _sigterm_as_interrupt()
     try:
         if args.experiment == "scaling":

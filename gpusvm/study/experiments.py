@@ -17,7 +17,7 @@ import scipy.sparse as sp
 
 from ..backends import make_backend, resolve_backend_name
 from ..solvers.pegasos import pegasos
-from .plots import plot_pegasos_k, plot_schedules
+from .plots import plot_pegasos_k, plot_schedules, plots_wanted
 from .problem import fingerprint
 from .report import fmt_num, write_outputs
 from .runner import run_cells
@@ -97,7 +97,7 @@ def _compute_k_cell(problem, task: dict) -> dict:
 def pegasos_k_study(X, y=None, *, lam: float, batch_sizes=None, T_values=PAPER_T_VALUES,
                     kT_values=PAPER_KT_VALUES, seeds=3, backend: str = "numpy", out_dir,
                     normalize: bool = True, name: str | None = None, pstar_gap: float = 1e-8,
-                    jobs: int = 1, plots: bool = True, progress: bool = True, on_cell=None,
+                    jobs: int = 1, plots: bool | None = None, progress: bool = True, on_cell=None,
                     command: str | None = None) -> StudyResult:
     """Pegasos paper, Figure 3: the objective reached against ``k``, with ``T`` or ``kT`` fixed.
 
@@ -132,6 +132,7 @@ def pegasos_k_study(X, y=None, *, lam: float, batch_sizes=None, T_values=PAPER_T
     """
     started = time.perf_counter()
     started_at = _utc_now()
+    plots = plots_wanted(plots)
     lam, seeds, backend, problem, out, sig, opt = _common_setup(
         X, y, lam=lam, seeds=seeds, backend=backend, out_dir=out_dir, normalize=normalize,
         name=name, pstar_gap=pstar_gap, jobs=jobs)
@@ -265,7 +266,7 @@ def schedules_study(X, y=None, *, lam: float, T_max: int = 1_000_000, etas=PAPER
                     p: float | None = None, seeds=1, X_test=None, y_test=None,
                     backend: str = "numpy", out_dir, normalize: bool = True,
                     name: str | None = None, pstar_gap: float = 1e-8, jobs: int = 1,
-                    plots: bool = True, progress: bool = True, on_cell=None,
+                    plots: bool | None = None, progress: bool = True, on_cell=None,
                     command: str | None = None) -> StudyResult:
     """Pegasos paper, Figure 2: Pegasos against NORMA and against fixed step sizes.
 
@@ -311,6 +312,7 @@ def schedules_study(X, y=None, *, lam: float, T_max: int = 1_000_000, etas=PAPER
         if e * lam_checked >= 1.0:
             raise ValueError(f"a fixed step eta={e:g} needs eta * lam < 1 (lam={lam_checked:g})")
     p = norma_p(T_max) if p is None else float(_check_positive("p", p))
+    plots = plots_wanted(plots)
     lam, seeds, backend, problem, out, sig, opt = _common_setup(
         X, y, lam=lam, seeds=seeds, backend=backend, out_dir=out_dir, normalize=normalize,
         name=name, pstar_gap=pstar_gap, jobs=jobs)

@@ -6,6 +6,7 @@ pyplot's global state or the user's interactive backend; each PNG is written ato
 
 from __future__ import annotations
 
+import importlib.util
 import math
 from pathlib import Path
 
@@ -13,7 +14,7 @@ from .._output import write_output
 from .store import iteration_cap
 
 __all__ = ["plot_iterations", "plot_speedup", "plot_accesses", "plot_figure1",
-           "plot_pegasos_k", "plot_schedules", "require_matplotlib"]
+           "plot_pegasos_k", "plot_schedules", "require_matplotlib", "plots_wanted"]
 
 COLORS = {"pegasos": "tab:blue", "sdca-naive": "tab:red", "sdca-safe": "tab:green",
           "sdca-aggressive": "tab:purple"}
@@ -30,6 +31,16 @@ def require_matplotlib():
             "the study plots need matplotlib, which is not installed: pip install "
             "'gpusvm[plot]' (or run the study with plots=False / --no-plots)") from exc
     return Figure, FigureCanvasAgg
+
+
+def plots_wanted(plots) -> bool:
+    """Whether a study writes its plots: ``None`` when matplotlib imports, ``True`` raising
+    :func:`require_matplotlib`'s ImportError without it (before any cell runs), ``False`` not."""
+    if plots is None:
+        return importlib.util.find_spec("matplotlib") is not None
+    if plots:
+        require_matplotlib()
+    return bool(plots)
 
 
 def _log_axes(ax) -> None:

@@ -226,7 +226,7 @@ def scaling_study(X, y=None, *, lam: float, eps: float = 1e-3, batch_sizes=None,
                   max_seconds: float | None = None, pegasos_output: str = "tail",
                   normalize: bool = True, name: str | None = None,
                   search: SearchSettings | None = None, pstar_gap: float = 1e-8,
-                  jobs: int = 1, plots: bool = True, progress: bool = True, on_cell=None,
+                  jobs: int = 1, plots: bool | None = None, progress: bool = True, on_cell=None,
                   command: str | None = None) -> StudyResult:
     r"""Iterations to reach ``P(w) - P* <= eps`` against the batch size (Takáč et al. 2013, Fig. 1).
 
@@ -269,8 +269,11 @@ def scaling_study(X, y=None, *, lam: float, eps: float = 1e-3, batch_sizes=None,
         Duality gap to which ``P*`` is certified; must be ``<= eps / 100``.
     jobs : int, default=1
         Worker processes.
-    plots, progress : bool, default=True
-        Write the PNG plots (needs matplotlib, the ``plot`` extra); show a tqdm bar over the cells.
+    plots : bool, optional
+        Write the PNG plots (matplotlib, the ``plot`` extra); default: when matplotlib is
+        installed. ``True`` without it raises an ImportError before any cell runs.
+    progress : bool, default=True
+        Show a tqdm bar over the cells.
     on_cell, command : callable, str, optional
         ``on_cell(cell)`` after each newly computed cell is saved; the command line to record.
 
@@ -307,6 +310,7 @@ def scaling_study(X, y=None, *, lam: float, eps: float = 1e-3, batch_sizes=None,
     if max_epochs is None and max_iter is None:
         raise ValueError("give max_epochs or max_iter: every cell needs an iteration cap")
     _check_jobs(jobs)
+    plots = report.plotting.plots_wanted(plots)
     if pstar_gap > eps / 100:
         raise ValueError(f"pstar_gap={pstar_gap:g} is too loose for eps={eps:g}: P* must be "
                          f"certified to eps/100 = {eps / 100:g} or better")
