@@ -51,11 +51,12 @@ METADATA_MEMBER = "gpusvm_metadata"
 #: where each estimator class lives (imported lazily when a file needs it)
 ESTIMATOR_MODULES = {"PegasosSVC": "gpusvm.estimators.pegasos", "SDCASVC": "gpusvm.estimators.sdca",
                      "KernelPegasosSVC": "gpusvm.estimators.kernel",
-                     "LinearSVC": "gpusvm.estimators.linear_svc", "SDCASVCCV": "gpusvm.estimators.cv",
-                     "PegasosSVCCV": "gpusvm.estimators.cv"}
+                     "LinearSVC": "gpusvm.estimators.linear_svc",
+                     "LinearSVCCV": "gpusvm.estimators.linear_svc",
+                     "SDCASVCCV": "gpusvm.estimators.cv", "PegasosSVCCV": "gpusvm.estimators.cv"}
 
 #: the estimators with one linear model per output (several classes allowed)
-_LINEAR = ("PegasosSVC", "SDCASVC", "LinearSVC", "SDCASVCCV", "PegasosSVCCV")
+_LINEAR = tuple(name for name in ESTIMATOR_MODULES if name != "KernelPegasosSVC")
 
 #: parameters that do not change a fitted model's predictions and may be left out of the file
 #: when they have no JSON form (the loaded estimator then has their default value)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import re
 import zipfile
@@ -15,6 +16,7 @@ from sklearn.exceptions import NotFittedError
 from sklearn.svm import LinearSVC
 
 import gpusvm
+from gpusvm import model_io
 from gpusvm import KernelPegasosSVC, PegasosSVC, __version__
 from gpusvm import SDCASVC
 from gpusvm.model_io import (FORMAT_NAME, FORMAT_VERSION, METADATA_MEMBER, load_model,
@@ -89,7 +91,8 @@ def test_sdca_round_trip(tmp_path, data):
     lambda: gpusvm.SDCASVCCV(Cs=[0.1, 1.0], cv=3, backend="numba", random_state=0),
     lambda: gpusvm.PegasosSVCCV(Cs=[0.1, 1.0], cv=3, max_iter=200, backend="numba",
                                 random_state=0),
-], ids=["LinearSVC", "LinearSVC-no-intercept", "SDCASVCCV", "PegasosSVCCV"])
+    lambda: gpusvm.LinearSVCCV(Cs=[0.1, 1.0], cv=3, backend="numba", random_state=0),
+], ids=["LinearSVC", "LinearSVC-no-intercept", "SDCASVCCV", "PegasosSVCCV", "LinearSVCCV"])
 @pytest.mark.parametrize("n_classes", [2, 3])
 @pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
 def test_linear_svc_and_searches_round_trip(tmp_path, make, n_classes):
@@ -107,6 +110,17 @@ def test_linear_svc_and_searches_round_trip(tmp_path, make, n_classes):
                                                          else ()):
         np.testing.assert_array_equal(getattr(loaded, key), getattr(est, key))
     np.testing.assert_array_equal(loaded.predict(X), est.predict(X))
+
+
+def test_every_public_estimator_is_known_to_the_model_files():
+    # a class missing from ESTIMATOR_MODULES saves, but its multiclass files do not load and
+    # skops does not trust it
+    public = {name for name in gpusvm.__all__ if isinstance(getattr(gpusvm, name), type)}
+    assert public - {"__version__"} == set(model_io.ESTIMATOR_MODULES)
+    for name, module in model_io.ESTIMATOR_MODULES.items():
+        assert getattr(importlib.import_module(module), name) is getattr(gpusvm, name)
+    assert set(model_io.skops_trusted_types()) == {
+        f"{cls.__module__}.{cls.__name__}" for cls in (getattr(gpusvm, n) for n in public)}
 
 
 def test_dtype_given_as_a_type_round_trips(tmp_path, data):
