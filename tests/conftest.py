@@ -24,6 +24,17 @@ SHARED_DATA = Path(os.environ["GPUSVM_DATA"]).resolve() if os.environ.get("GPUSV
     (REPO_ROOT / ".." / "shared" / "data").resolve()
 
 
+def pytest_configure(config):
+    """Stop at once, with what to install, when the CPU kernel emulator (``emulator/``, the
+    device tests' runtime and its own tests' subject) is missing, rather than failing its
+    three hundred tests one by one."""
+    import importlib.util  # noqa: PLC0415
+    if importlib.util.find_spec("gpusvm_emulator") is None:
+        raise pytest.UsageError(
+            "the tests need gpusvm's CPU kernel emulator, a package of its own in emulator/: "
+            "pip install ./emulator (the README's test command installs it with the test extra)")
+
+
 class Dataset(NamedTuple):
     """A train/test pair of a real data set (CSR float32, int32 indices; labels in {-1, +1}).
 
