@@ -453,9 +453,10 @@ def fmt_table(rows: list[dict]) -> str:
 
 # ---------------------------------------------------------------------- main
 def defaults_table(names: list[str], repeats: int, log) -> list[dict]:
-    """Every estimator on its defaults (only ``lam`` and ``bias="none"`` set) against
-    LinearSVC(loss="hinge") at its default tolerance: median wall time of ``repeats``
+    """Every estimator on its defaults (only ``lam`` and ``bias="none"`` set), and
+    SGDClassifier on its own, against LinearSVC(loss="hinge") at its default tolerance: median wall time of ``repeats``
     round-robin fits on the float64 data as a user holds it, and ``P - P*``."""
+    from sklearn.linear_model import SGDClassifier  # noqa: PLC0415
     from sklearn.svm import LinearSVC  # noqa: PLC0415
 
     from gpusvm import PegasosSVC  # noqa: PLC0415
@@ -468,10 +469,15 @@ def defaults_table(names: list[str], repeats: int, log) -> list[dict]:
                 ("SDCASVC defaults", "lam, bias='none'",
                  lambda: SDCASVC(lam=LAM, bias="none", random_state=0)),
                 ("PegasosSVC defaults", "lam, bias='none'",
-                 lambda: PegasosSVC(lam=LAM, bias="none", random_state=0))]
+                 lambda: PegasosSVC(lam=LAM, bias="none", random_state=0)),
+                # the stochastic peer on its own defaults (max_iter=1000, tol=1e-3: it stops
+                # when the training loss has not improved by tol for 5 epochs)
+                ("SGDClassifier defaults", "loss='hinge', alpha=lam",
+                 lambda: SGDClassifier(loss="hinge", alpha=LAM, fit_intercept=False,
+                                       random_state=0))]
 
     Xw, yw = warmup_problem(*load("a9a"))           # compile (or load) numba before any timing
-    for _, _, make in makers(Xw.shape[0])[1:]:
+    for _, _, make in makers(Xw.shape[0])[1:3]:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             make().fit(Xw, yw)
@@ -500,6 +506,8 @@ def defaults_table(names: list[str], repeats: int, log) -> list[dict]:
             b, it, why, warned = extra[label]
             if b is not None:
                 setting += f" -> batch {b}, {it * b / n:.1f} epochs, stop: {why}"
+            elif label.startswith("SGD"):
+                setting += f" -> {it} epochs"
             if warned:
                 setting += f", warned: {', '.join(warned)}"
             rows.append({"data": name, "method": label, "setting": setting, "time": wall,
