@@ -184,8 +184,12 @@ def _add_training_options(parser):
 
 
 def _read_training_data(args):
-    """DATA as ``fit`` and ``select`` read it: ``(X, y, zero_based)``, rows normalised on request."""
+    """DATA as ``fit`` and ``select`` read it: ``(X, y, zero_based)``, rows normalised on request;
+    a ``--backend`` that cannot run here (no GPU, no emulator) is refused before the file is read."""
+    from .backends import resolve_backend_name
     from .datasets import load_svmlight, normalize_rows
+    if args.backend is not None:
+        resolve_backend_name(args.backend)
     X, y, zero_based = load_svmlight(args.data, n_features=args.n_features,
                                      zero_based=ZERO_BASED[args.zero_based], return_zero_based=True)
     return (normalize_rows(X) if args.normalize else X), y, zero_based

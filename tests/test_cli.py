@@ -250,6 +250,16 @@ def test_info(capsys):
     assert f"  auto       -> {gpusvm.backends.resolve_backend_name('auto')}" in out.splitlines()
 
 
+@pytest.mark.parametrize("command", ["fit", "select"])
+def test_a_backend_that_cannot_run_is_refused_before_the_data_is_read(capsys, monkeypatch,
+                                                                        tmp_path, command):
+    monkeypatch.setitem(sys.modules, "gpusvm_emulator", None)
+    status, _, err = run(capsys, command, str(tmp_path / "not_read.svm"), "--backend", "emulated")
+    assert status == 2
+    assert err.strip().splitlines()[-1] == (f"gpusvm {command}: error: "
+                                            + gpusvm.backends.NO_EMULATOR)
+
+
 def test_info_on_a_plain_install(capsys, monkeypatch):
     # `pip install gpusvm` alone: neither cuda-python (whose `cuda` namespace is then missing,
     # so that finding "cuda.bindings" raises) nor the kernel emulator
