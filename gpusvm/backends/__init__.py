@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import importlib
 import warnings
 
 from .numpy_ import NumpyBackend
@@ -21,22 +22,22 @@ def cuda_available() -> bool:
         return False
 
 
-def numba_available() -> bool:
-    """True when numba imports (the optional ``fast`` extra, for the compiled CPU backend)."""
+def _imports(module: str) -> bool:
     try:
-        import numba  # noqa: F401, PLC0415
+        importlib.import_module(module)
         return True
     except ImportError:
         return False
+
+
+def numba_available() -> bool:
+    """True when numba imports (the optional ``fast`` extra, for the compiled CPU backend)."""
+    return _imports("numba")
 
 
 def emulator_available() -> bool:
     """True when the CPU kernel emulator imports (``gpusvm_emulator``, from ``emulator/``)."""
-    try:
-        import gpusvm_emulator  # noqa: F401, PLC0415
-        return True
-    except ImportError:
-        return False
+    return _imports("gpusvm_emulator")
 
 
 #: why ``backend="emulated"`` cannot run without the emulator, and what to do
