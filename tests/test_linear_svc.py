@@ -415,7 +415,7 @@ def test_sdca_hands_over_projects_the_gap_at_its_rate():
 
 
 def test_sdca_hands_over_on_the_measured_certificates():
-    """The certificates of two C = 100 fits (BENCHMARKS.md): news20 with 20 classes, whose
+    """The certificates of two C = 100 fits (docs/benchmarks-history.md): news20 with 20 classes, whose
     SDCA had a gap of 5.6e-3 after 300 epochs, hands over at its certificate of epoch 72; 20
     Newsgroups TF-IDF, which SDCA certifies at epoch 154, never does."""
     from gpusvm.solvers.policy import sdca_hands_over  # noqa: PLC0415
