@@ -207,15 +207,25 @@ def test_newton_block_on_the_device_equals_the_cpu_block(a9a_rows):
     assert (got["gap"] <= tol).all()
 
 
-def test_linear_svc_cv_searches_on_the_device():
-    """LinearSVCCV with a device backend: the Newton search's blocks and the refit run there
-    (no warning), choosing the CPU's ``C`` with the same scores."""
+def test_linear_svc_cv_searches_on_the_device(monkeypatch):
+    """LinearSVCCV with a device backend: the Newton search's blocks (one per ``C``, every
+    fold an output) and the refit run there (no warning), choosing the CPU's ``C``."""
     X, y = sparse_classes(n=600, d=20, k=2, seed=1)
     kw = dict(Cs=[0.01, 0.1, 1.0], cv=3, tol=1e-8)
     cpu = LinearSVCCV(backend="numpy", **kw).fit(X, y)
+    blocks = []
+    run = dev.iterate
+
+    def spy(prod, Y, *args, **kwargs):
+        blocks.append((type(Y).__module__, Y.shape[1]))
+        return run(prod, Y, *args, **kwargs)
+
+    monkeypatch.setattr(dev, "iterate", spy)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         emu = LinearSVCCV(backend="emulated", **kw).fit(X, y)
+    assert blocks[:3] == [("gpusvm_emulator.streams", 3)] * 3    # the search: 3 C x 3 folds
+    assert len(blocks) == 4                                     # and the refit, on the device
     assert emu.solver_ == cpu.solver_ == "newton"
     assert emu.C_ == cpu.C_
     np.testing.assert_allclose(emu.coef_, cpu.coef_, rtol=0, atol=1e-5 * np.abs(cpu.coef_).max())
