@@ -229,3 +229,34 @@ def test_linear_svc_cv_searches_on_the_device(monkeypatch):
     assert emu.solver_ == cpu.solver_ == "newton"
     assert emu.C_ == cpu.C_
     np.testing.assert_allclose(emu.coef_, cpu.coef_, rtol=0, atol=1e-5 * np.abs(cpu.coef_).max())
+
+
+def test_hand_over_from_sdca_to_newton_stays_on_the_device(monkeypatch, a9a_rows):
+    """``dual="auto"`` on the device: SDCA's segments, then Newton from its point, both on
+    the device backend (no warning, no CPU backend made), at the optimum the CPU reaches."""
+    from gpusvm import backends  # noqa: PLC0415
+    from gpusvm.estimators import linear_svc  # noqa: PLC0415
+
+    X, y = a9a_rows
+    X, y = X[:100], y[:100]                     # 100 rows, 123 columns: the dual is chosen
+    monkeypatch.setattr(linear_svc, "SWITCH_EPOCHS", 2)
+    made = []
+    real = backends.make_backend
+
+    def spy(name, *args, **kwargs):
+        be = real(name, *args, **kwargs)
+        made.append(be.name)
+        return be
+
+    monkeypatch.setattr("gpusvm.estimators.sdca.make_backend", spy)
+    newton_blocks = []
+    run = dev.iterate
+    monkeypatch.setattr(dev, "iterate", lambda *a, **k: newton_blocks.append(1) or run(*a, **k))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        est = LinearSVC(C=1.0, random_state=0, backend="emulated").fit(X, y)
+    assert est.solver_ == "sdca+newton" and est.stop_reason_ == "tol"
+    assert set(made) == {"emulated"} and len(made) >= 2 and newton_blocks
+    cpu = LinearSVC(C=1.0, dual=False, tol=1e-10, backend="numpy").fit(X, y)
+    assert est.duality_gap_ <= 1e-4
+    np.testing.assert_allclose(est.decision_function(X), cpu.decision_function(X), atol=0.05)
