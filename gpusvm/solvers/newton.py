@@ -78,7 +78,10 @@ class _Products:
         if xp is np and sp.issparse(X) and n * d <= DENSE_MAX_ENTRIES \
                 and X.nnz >= DENSE_MIN_DENSITY * n * d:
             X = X.toarray()
-        self.xp, self.X, self.XT, self.n, self.d = xp, X, X.T, n, d
+        # a device multiplies an explicit transpose (a CSR of X^T: cuSPARSE's transposed
+        # product of a CSR matrix scatters with atomics, the slow form)
+        self.xp, self.X, self.n, self.d = xp, X, n, d
+        self.XT = X.T if xp is np else X.T.tocsr()
         self.direct = direct and isinstance(X, np.ndarray) and d <= DIRECT_MAX_FEATURES
         self.counts = [0, 0]
         self._sqT = None
@@ -103,8 +106,11 @@ class _Products:
     def squares(self):
         """``(X * X)^T``, made on first use."""
         if self._sqT is None:
-            self._sqT = (self.X * self.X if isinstance(self.X, np.ndarray)
-                         else self.X.multiply(self.X)).T
+            if self.xp is not np:
+                self._sqT = self.XT.multiply(self.XT).tocsr()
+            else:
+                self._sqT = (self.X * self.X if isinstance(self.X, np.ndarray)
+                             else self.X.multiply(self.X)).T
         return self._sqT
 
     def counted(self):
