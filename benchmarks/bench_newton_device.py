@@ -2,9 +2,14 @@
 
 Run from the repository root::
 
-    # on a GPU machine (the prepared GPU run): 10^7 rows x 1,000 features, 100 nonzeros a row
+    # on a GPU machine: 10^6 rows x 1,000 features, 100 nonzeros a row (10^8 nonzeros)
+    python benchmarks/bench_newton_device.py --backend cupy --n 1000000 --d 1000 --row-nnz 100 \\
+        --threads 16 --cv --json benchmarks/results/newton_device_1e8.json
+    # 10^9 nonzeros: the device and liblinear-multicore alone (one single-threaded fit of
+    # scikit-learn or of the CPU backend takes minutes there)
     python benchmarks/bench_newton_device.py --backend cupy --n 10000000 --d 1000 --row-nnz 100 \\
-        --cv --json benchmarks/results/newton_device_h200.json
+        --threads 16 --cpu-backend none --no-sklearn --repeats 1 \\
+        --json benchmarks/results/newton_device_1e9.json
     # anywhere, small: the same rows on the emulated device or the compiled CPU backend
     python benchmarks/bench_newton_device.py --backend emulated --n 20000 --d 200 --row-nnz 20
 
@@ -13,8 +18,8 @@ values, a constant feature appended by the estimators' intercept), labels the si
 random linear model plus 10% label noise, all from ``--seed``; ``--generator
 module:function`` takes any ``function(n, d, row_nnz, seed) -> (X csr, y)`` instead.
 
-Rows of the table (each the median of ``--repeats`` fits; the first device fit is run once
-before, untimed, so that compilation is not counted):
+Rows of the table (each the median of ``--repeats`` fits; each backend first fits the first
+20,000 rows, untimed, so that compilation is not counted):
 
 * ``gpusvm LinearSVC`` on ``--backend`` and on the CPU backend (``--cpu-backend``), its
   default solver choice (Newton for n >> d at ``C`` above the SDCA crossover);
@@ -146,7 +151,7 @@ def main(argv=None):
                     help="module:function(n, d, row_nnz, seed) -> (X, y) instead of the built-in")
     ap.add_argument("--backend", default="cupy", help="the device backend: cupy or emulated "
                     "(numba or numpy time the CPU alone)")
-    ap.add_argument("--cpu-backend", default="numba")
+    ap.add_argument("--cpu-backend", default="numba", help="the CPU backend beside it, or none")
     ap.add_argument("--C", type=float, default=1.0)
     ap.add_argument("--tol", type=float, default=1e-4)
     ap.add_argument("--repeats", type=int, default=3)
@@ -185,9 +190,14 @@ def main(argv=None):
             warnings.simplefilter("ignore")
             return LinearSVC(C=args.C, tol=args.tol, backend=backend).fit(X, y)
 
-    backends = [args.backend] + ([args.cpu_backend] if args.cpu_backend != args.backend else [])
+    backends = [args.backend] + ([args.cpu_backend]
+                                 if args.cpu_backend not in (args.backend, "none") else [])
+    head = min(X.shape[0], 20000)
+    for be in backends:                 # compile (kernels, numba, CuPy's), untimed, on a slice
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            LinearSVC(C=args.C, tol=args.tol, backend=be).fit(X[:head], y[:head])
     for be in backends:
-        gpusvm_fit(be)                                   # compile (kernels, numba), untimed
         sec, m = timed(lambda be=be: gpusvm_fit(be), args.repeats)
         add(f"gpusvm LinearSVC ({be})", sec, m.coef_, m.intercept_, solver=m.solver_,
             n_iter=int(m.n_iter_))
@@ -210,7 +220,6 @@ def main(argv=None):
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
                     return LinearSVCCV(Cs=Cs, cv=args.folds, tol=args.tol, backend=be).fit(X, y)
-            search()
             sec, m = timed(search, args.repeats)
             rows.append({"name": f"gpusvm LinearSVCCV ({be})", "seconds": sec, "C_": m.C_,
                          "solver": m.solver_})
