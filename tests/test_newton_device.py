@@ -260,3 +260,21 @@ def test_hand_over_from_sdca_to_newton_stays_on_the_device(monkeypatch, a9a_rows
     cpu = LinearSVC(C=1.0, dual=False, tol=1e-10, backend="numpy").fit(X, y)
     assert est.duality_gap_ <= 1e-4
     np.testing.assert_allclose(est.decision_function(X), cpu.decision_function(X), atol=0.05)
+
+
+def test_too_little_device_memory_is_one_clear_error(monkeypatch, a9a_rows):
+    """A device without room for the float64 copies the Newton fit makes: one MemoryError
+    that says how much, and what to do, before anything is allocated."""
+    X, y = a9a_rows
+    X, y = X[:300], y[:300]
+    be = make_backend("emulated", X, y)
+    need = dev.device_bytes(be.n, be.d, be.nnz)
+    assert need > 1 << 17
+    monkeypatch.setattr(be.runtime, "free_bytes", lambda: 1 << 17)
+    with pytest.raises(MemoryError, match=rf"^primal Newton on the emulated backend needs about "
+                       rf"{need / 2.0**20:.0f} MiB of device memory beside the data .* but only "
+                       r"0 MiB are "
+                       r"free; use dual=True .*backend='numba' \(Newton on the CPU\)$"):
+        newton(be, lam=1e-3)
+    with pytest.raises(MemoryError, match="^primal Newton on the emulated backend"):
+        newton_module.device_block_products(be)

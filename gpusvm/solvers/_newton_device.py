@@ -54,6 +54,30 @@ def reads_per_iteration_bound(cg_max_iter: int) -> int:
     return 1 + cg_reads_bound(cg_max_iter)
 
 
+def device_bytes(n: int, d: int, nnz: int, m: int = 1) -> int:
+    """Device memory a Newton fit adds to the backend's: float64 CSR copies of ``X``, ``X^T``
+    and its squares (12 bytes a nonzero each, and their row pointers), and about twelve
+    float64 ``(n, m)`` arrays (margins, weights, the line search's sorted breakpoints and
+    sums) and ten ``(d, m)`` ones (iterates, CG's vectors)."""
+    return 3 * 12 * nnz + 8 * (n + 2 * d + 3) + 8 * m * (12 * n + 10 * d)
+
+
+def check_memory(backend, m: int = 1) -> None:
+    """Raise MemoryError with what to do when the device has too little free memory for a
+    Newton fit of ``m`` outputs on ``backend``'s data (no check where the runtime reports
+    none, as the emulated one)."""
+    free = backend.runtime.free_bytes()
+    need = device_bytes(backend.n, backend.d, backend.nnz, m)
+    if free is not None and need > free:
+        mib = 2.0**20
+        raise MemoryError(
+            f"primal Newton on the {backend.name} backend needs about {need / mib:.0f} MiB of "
+            f"device memory beside the data (float64 copies of X, X^T and its squares, and "
+            f"per-row vectors) but only {free / mib:.0f} MiB are free; use dual=True "
+            "(SDCA, which keeps one copy of the data), train on fewer rows, or use "
+            "backend='numba' (Newton on the CPU)")
+
+
 def _cols(xp, live, m):
     """Index of the columns ``live``: a slice (views) if all ``m``, else a device index."""
     return slice(None) if live.size == m else xp.asarray(live)
@@ -221,4 +245,4 @@ def iterate(prod, Y, S, lam, tols, W, max_iter, cg_max_iter, read, after=None,
     return primal, dual, alpha, n_iter, list(reasons), cg_total
 
 
-__all__ = ["iterate", "cg_reads_bound", "reads_per_iteration_bound", "CG_FIRST_BATCH"]
+__all__ = ["iterate", "check_memory", "device_bytes", "cg_reads_bound", "reads_per_iteration_bound", "CG_FIRST_BATCH"]

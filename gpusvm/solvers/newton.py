@@ -469,6 +469,8 @@ def newton(backend, *, lam: float, tol: float = 1e-3, max_iter: int = DEFAULT_MA
     if not (isinstance(max_iter, (int, np.integer)) and max_iter >= 1):
         raise ValueError(f"max_iter must be a positive integer, got {max_iter!r}")
     xp = getattr(backend, "xp", np)
+    if xp is not np and products is None:
+        _newton_device.check_memory(backend)
     prod = products if products is not None else _Products(backend.X, xp)
     Y = xp.asarray(backend.y if y is None else y, dtype=np.float64)
     multi = Y.ndim == 2
@@ -543,6 +545,7 @@ def device_block_products(backend) -> _Products:
     """The products :func:`newton_block` runs on a device backend's matrix (a float64 copy on
     the device, cuSPARSE through CuPy), reading the host through the backend's counted
     ``to_host``: pass it as ``products=`` and the block runs on the device."""
+    _newton_device.check_memory(backend)
     with backend.activate():
         products = _Products(backend.X, backend.xp, direct=False)
         products.squares()
