@@ -14,10 +14,11 @@ matrix times an ``M``-column block); :func:`newton` runs a backend's outputs as 
 one, :func:`newton_block` the folds of one ``C`` as one block.  Products run in float64 in
 the backend's array module (SciPy, or cuSPARSE through CuPy).  On the CPU the row passes
 (line searches, certificates, a block's Hessian weights) are compiled
-(:mod:`gpusvm.backends._newton_nb`); on a device backend :mod:`gpusvm.solvers._newton_device`
-runs the same iterations with every iterate on the device and a fixed number of host reads
-per Newton iteration (:func:`_line_search` is the readable form of the exact step); a CPU matrix with a quarter or more nonzeros is copied dense (BLAS),
-and with at most 128 columns :func:`newton` then solves each step by Cholesky.
+(:mod:`gpusvm.backends._newton_nb`; :func:`_line_search` is the readable form of the exact
+step); on a device backend :mod:`gpusvm.solvers._newton_device` runs the same iterations with
+every iterate on the device and a fixed number of host reads per Newton iteration.  A CPU
+matrix with a quarter or more nonzeros is copied dense (BLAS), and with at most 128 columns
+:func:`newton` then solves each step by Cholesky.
 """
 
 from __future__ import annotations
