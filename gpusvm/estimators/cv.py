@@ -198,8 +198,8 @@ class _OnePassSearch:
         workers = 1 if on_device else _effective_jobs(self.n_jobs, len(lanes))
         groups = [lanes[i::workers] for i in range(workers)]
         device_backend = resolve_backend_name(self.backend) if on_device else None
-        ctx = dict(products=_SharedProducts(Xc, device_backend, self.device), Xc=Xc, labels=labels, masks=masks,
-                   fold_weights=fold_weights, n_train=n_train, Cs=Cs, C_ref=C_ref,
+        ctx = dict(products=_SharedProducts(Xc, device_backend, self.device), Xc=Xc,
+                   labels=labels, masks=masks, fold_weights=fold_weights, n_train=n_train, Cs=Cs, C_ref=C_ref,
                    lam_ref=lam_ref, result=result,
                    budget=max(1, MEMORY_BUDGET // workers // budget_per_output))
         if workers == 1:

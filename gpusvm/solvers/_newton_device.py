@@ -245,4 +245,5 @@ def iterate(prod, Y, S, lam, tols, W, max_iter, cg_max_iter, read, after=None,
     return primal, dual, alpha, n_iter, list(reasons), cg_total
 
 
-__all__ = ["iterate", "check_memory", "device_bytes", "cg_reads_bound", "reads_per_iteration_bound", "CG_FIRST_BATCH"]
+__all__ = ["iterate", "check_memory", "device_bytes", "cg_reads_bound",
+           "reads_per_iteration_bound", "CG_FIRST_BATCH"]
