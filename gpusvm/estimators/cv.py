@@ -199,8 +199,8 @@ class _OnePassSearch:
         groups = [lanes[i::workers] for i in range(workers)]
         device_backend = resolve_backend_name(self.backend) if on_device else None
         ctx = dict(products=_SharedProducts(Xc, device_backend, self.device), Xc=Xc,
-                   labels=labels, masks=masks, fold_weights=fold_weights, n_train=n_train, Cs=Cs, C_ref=C_ref,
-                   lam_ref=lam_ref, result=result,
+                   labels=labels, masks=masks, fold_weights=fold_weights, n_train=n_train,
+                   Cs=Cs, C_ref=C_ref, lam_ref=lam_ref, result=result,
                    budget=max(1, MEMORY_BUDGET // workers // budget_per_output))
         if workers == 1:
             self._run(groups[0], ctx)
