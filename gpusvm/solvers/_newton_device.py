@@ -17,8 +17,10 @@ stays there, and the host reads only through ``read`` (the backend's
   batch of steps, the first batch as long as the previous Newton step's CG (at least
   :data:`CG_FIRST_BATCH`), each further one twice the last, so a solve of ``k`` steps
   costs at most :func:`cg_reads_bound` reads whatever ``k``.  Converged columns leave the
-  block at those reads.  A batch runs at most twice the steps needed (frozen columns cost
-  their products but change nothing).
+  block at those reads.  The last batch runs on past the step at which the last column
+  converged, by less than its own length (the steps after the first batch: at most twice
+  those needed); frozen columns cost their products but change nothing.  CG's step count
+  grows along a fit (the forcing term shrinks), so the first batch is rarely too long.
 
 Differences from the CPU form, none of them in the iterates beyond rounding: the Hessian
 products run over all rows with ``D = 0`` on the inactive ones (no row gather, whose size the
