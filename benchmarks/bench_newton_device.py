@@ -25,8 +25,9 @@ Rows of the table (each the median of ``--repeats`` fits; each backend first fit
   default solver choice (Newton for n >> d at ``C`` above the SDCA crossover);
 * ``sklearn LinearSVC`` (liblinear's primal Newton, ``-s 2``, one thread) at the same
   ``C`` and ``tol``;
-* ``liblinear-multicore -s 2 -m T`` through ``--mc-python`` (a Python with the
-  liblinear-multicore bindings; skipped, and said so, when it is missing);
+* ``liblinear-multicore -s 2 -m T`` through ``--mc-python`` or ``$LIBLINEAR_MC_PYTHON`` (a
+  Python with the liblinear-multicore bindings, ``pip install liblinear-multicore``;
+  skipped, and said so, when none is given);
 * with ``--cv``: ``LinearSVCCV`` on both backends over ``--Cs`` and ``--folds``, and
   with ``--mc-search`` liblinear-multicore's ``-C`` search (``-s 2 -C -v folds -m T``;
   its conversion of the rows is not timed, nor is any row's).
@@ -84,6 +85,16 @@ def objective(X, y, coef, intercept, C):
     m = y * (X @ w + b)
     h = np.maximum(0.0, 1.0 - m)
     return 0.5 * (w @ w + b * b) + C * float(h @ h)
+
+
+def _device_name():
+    """The CUDA device's name, or None without CuPy or a device."""
+    try:
+        import cupy  # noqa: PLC0415
+        name = cupy.cuda.runtime.getDeviceProperties(0)["name"]
+        return name.decode() if isinstance(name, bytes) else str(name)
+    except Exception:  # noqa: BLE001  (no CuPy, no driver, no device)
+        return None
 
 
 def timed(fn, repeats):
@@ -156,7 +167,9 @@ def main(argv=None):
     ap.add_argument("--tol", type=float, default=1e-4)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=os.cpu_count())
-    ap.add_argument("--mc-python", default="/work/venv-mc/bin/python")
+    ap.add_argument("--mc-python", default=os.environ.get("LIBLINEAR_MC_PYTHON", ""),
+                    help="a Python with the liblinear-multicore bindings (default: "
+                         "$LIBLINEAR_MC_PYTHON; none: the rows are skipped, and said so)")
     ap.add_argument("--no-sklearn", action="store_true", help="skip scikit-learn's LinearSVC")
     ap.add_argument("--cv", action="store_true", help="also time LinearSVCCV")
     ap.add_argument("--Cs", default="0.01,0.1,1,10")
@@ -165,6 +178,7 @@ def main(argv=None):
                          "it walks C up from a small value until the accuracy stops changing)")
     ap.add_argument("--folds", type=int, default=3)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--machine", default="", help="what to call the machine in the JSON")
     args = ap.parse_args(argv)
 
     if args.generator:
@@ -241,8 +255,10 @@ def main(argv=None):
         acc = r.get("accuracy", float("nan"))
         print(f"{r['name']:48s} {r['seconds']:9.3f} {rel:15.2e} {acc:9.4f}")
     if args.json:
-        record = {"date": time.strftime("%Y-%m-%d"), "machine": platform.node(),
-                  "gpusvm": gpusvm.__version__, "args": vars(args),
+        record = {"date": time.strftime("%Y-%m-%d"), "machine": args.machine or
+                  f"{os.cpu_count()} cores, {platform.machine()}", "device": _device_name(),
+                  "gpusvm": gpusvm.__version__,
+                  "args": {k: v for k, v in vars(args).items() if k != "mc_python"},
                   "data": {"n": X.shape[0], "d": X.shape[1], "nnz": int(X.nnz)}, "rows": rows}
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(record, indent=1))
