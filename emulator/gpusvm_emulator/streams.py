@@ -56,8 +56,12 @@ _tls = threading.local()
 _mode = [_valid_mode(os.environ.get("GPUSVM_EMU_STREAMS", "strict"), "GPUSVM_EMU_STREAMS")]
 #: races seen in ``"poison"`` mode (and in ``"strict"`` mode before raising), as messages
 races: list = []
-#: counters: launches queued, launches run, graph captures, graph launches
-stats = {"launches": 0, "deferred": 0, "captures": 0, "graph_launches": 0}
+#: counters: launches queued, launches run, graph captures, graph launches, downloads
+#: (:func:`download`, ``cupy.ndarray.get``) and implicit reads (a device array's value taken
+#: by ``float``, ``int``, ``bool``, ``item``, ``tolist``, iteration: on a GPU each one is a
+#: device-to-host copy and a synchronisation)
+stats = {"launches": 0, "deferred": 0, "captures": 0, "graph_launches": 0, "downloads": 0,
+         "implicit_reads": 0}
 _streams: "weakref.WeakSet[Stream]" = weakref.WeakSet()
 _capturing: set = set()
 _clock = [0]                       # legacy-stream operations that wrote arrays
@@ -596,10 +600,18 @@ class DeviceArray(np.ndarray):
         self.view(np.ndarray)[_plain(key)] = _plain(value)
 
 
+#: the methods by which a device array's values reach the host (CuPy copies them there)
+_IMPLICIT_READS = {"item", "tolist", "tobytes", "__float__", "__int__", "__bool__", "__index__",
+                   "__complex__", "__iter__"}
+
+
 def _reader(name, write=False, device_result=True):
     base = getattr(np.ndarray, name)
+    reads_host = name in _IMPLICIT_READS
 
     def method(self, *args, **kwargs):
+        if reads_host:
+            stats["implicit_reads"] += 1
         host_op([self] + _arrays_in(args, []), [self] if write else [], f"ndarray.{name}")
         res = base(self.view(np.ndarray), *_plain(args), **{k: _plain(v) for k, v in kwargs.items()})
         if device_result:
@@ -707,6 +719,7 @@ def download(a, stream):
             _race(f"a download on {stream!r} of an array written on the legacy default stream "
                   "after the stream last waited on it")
         stream.synchronize()
+        stats["downloads"] += 1
         if stream is null and isinstance(a, DeviceArray):
             host_op([a], [], "a download")
         return np.array(_plain(a), copy=True)

@@ -41,7 +41,7 @@ from sklearn.utils.validation import _check_sample_weight, check_is_fitted
 
 from ..backends import make_backend, resolve_backend_name
 from ..solvers.newton import DEFAULT_MAX_ITER as DEFAULT_NEWTON_ITER
-from ..solvers.newton import block_products, newton_block
+from ..solvers.newton import block_products, device_block_products, newton_block
 from ..solvers.policy import choose_cv_solver, choose_solver, sdca_settings
 from ..solvers.sdca import sdca
 from ._base import _mean_sq_norm, class_labels, output_problems, row_weights
@@ -197,9 +197,10 @@ class _OnePassSearch:
         on_device = resolve_backend_name(self.backend) not in ("numpy", "numba")
         workers = 1 if on_device else _effective_jobs(self.n_jobs, len(lanes))
         groups = [lanes[i::workers] for i in range(workers)]
-        ctx = dict(products=_SharedProducts(Xc), Xc=Xc, labels=labels, masks=masks,
-                   fold_weights=fold_weights, n_train=n_train, Cs=Cs, C_ref=C_ref,
-                   lam_ref=lam_ref, result=result,
+        device_backend = resolve_backend_name(self.backend) if on_device else None
+        ctx = dict(products=_SharedProducts(Xc, device_backend, self.device), Xc=Xc,
+                   labels=labels, masks=masks, fold_weights=fold_weights, n_train=n_train,
+                   Cs=Cs, C_ref=C_ref, lam_ref=lam_ref, result=result,
                    budget=max(1, MEMORY_BUDGET // workers // budget_per_output))
         if workers == 1:
             self._run(groups[0], ctx)
@@ -693,15 +694,23 @@ def _problem_columns(problems, n):
 
 class _SharedProducts:
     """The Newton search's float64 products of ``X`` (:func:`~gpusvm.solvers.newton.block_products`:
-    the matrix, its transpose and squares), made once by the first thread that asks."""
+    the matrix, its transpose and squares), made once by the first thread that asks; with a
+    device backend's name, the device's (:func:`~gpusvm.solvers.newton.device_block_products`
+    of a backend holding ``X``), so that every Newton block runs there."""
 
-    def __init__(self, X):
+    def __init__(self, X, backend=None, device=None):
         self._X, self._products, self._lock = X, None, threading.Lock()
+        self._backend, self._device = backend, device
 
     def __call__(self):
         with self._lock:
             if self._products is None:
-                self._products = block_products(self._X)
+                if self._backend is None:
+                    self._products = block_products(self._X)
+                else:
+                    be = make_backend(self._backend, self._X, np.ones(self._X.shape[0]),
+                                      device=self._device)
+                    self._products = device_block_products(be)
         return self._products
 
 

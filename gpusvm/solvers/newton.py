@@ -14,9 +14,11 @@ matrix times an ``M``-column block); :func:`newton` runs a backend's outputs as 
 one, :func:`newton_block` the folds of one ``C`` as one block.  Products run in float64 in
 the backend's array module (SciPy, or cuSPARSE through CuPy).  On the CPU the row passes
 (line searches, certificates, a block's Hessian weights) are compiled
-(:mod:`gpusvm.backends._newton_nb`), elsewhere the array expressions of :func:`_line_search`
-and :func:`_certify`; a CPU matrix with a quarter or more nonzeros is copied dense (BLAS),
-and with at most 128 columns :func:`newton` then solves each step by Cholesky.
+(:mod:`gpusvm.backends._newton_nb`; :func:`_line_search` is the readable form of the exact
+step); on a device backend :mod:`gpusvm.solvers._newton_device` runs the same iterations with
+every iterate on the device and a fixed number of host reads per Newton iteration.  A CPU
+matrix with a quarter or more nonzeros is copied dense (BLAS), and with at most 128 columns
+:func:`newton` then solves each step by Cholesky.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from threadpoolctl import ThreadpoolController
 
 from .._arrays import col_dots
 from ..backends.base import on_backend_stream
+from . import _newton_device
 from ._common import SolverResult
 
 #: outer iterations when none is given (Newton converges in tens at most)
@@ -76,7 +79,10 @@ class _Products:
         if xp is np and sp.issparse(X) and n * d <= DENSE_MAX_ENTRIES \
                 and X.nnz >= DENSE_MIN_DENSITY * n * d:
             X = X.toarray()
-        self.xp, self.X, self.XT, self.n, self.d = xp, X, X.T, n, d
+        # a device multiplies an explicit transpose (a CSR of X^T: cuSPARSE's transposed
+        # product of a CSR matrix scatters with atomics, the slow form)
+        self.xp, self.X, self.n, self.d = xp, X, n, d
+        self.XT = X.T if xp is np else X.T.tocsr()
         self.direct = direct and isinstance(X, np.ndarray) and d <= DIRECT_MAX_FEATURES
         self.counts = [0, 0]
         self._sqT = None
@@ -101,8 +107,11 @@ class _Products:
     def squares(self):
         """``(X * X)^T``, made on first use."""
         if self._sqT is None:
-            self._sqT = (self.X * self.X if isinstance(self.X, np.ndarray)
-                         else self.X.multiply(self.X)).T
+            if self.xp is not np:
+                self._sqT = self.XT.multiply(self.XT).tocsr()
+            else:
+                self._sqT = (self.X * self.X if isinstance(self.X, np.ndarray)
+                             else self.X.multiply(self.X)).T
         return self._sqT
 
     def counted(self):
@@ -285,7 +294,7 @@ def primal_dual(products, y, s, lam, w):
     return float(p[0]), float(d[0]), z
 
 
-def _iterate(prod, Y, S, lam, tols, W, max_iter, cg_max_iter, after=None, certify_first=True):
+def _iterate(prod, Y, S, lam, tols, W, max_iter, cg_max_iter, *, after=None, certify_first=True):
     """Newton-CG with exact line searches on the ``M`` problems ``Y[:, j]``, ``S[:, j]`` at
     once, ``W`` (d, M) updated in place: block products (``I`` the rows active in any output,
     ``D`` zero where a row is inactive for an output), CG and line-search scalars per output.
@@ -461,6 +470,8 @@ def newton(backend, *, lam: float, tol: float = 1e-3, max_iter: int = DEFAULT_MA
     if not (isinstance(max_iter, (int, np.integer)) and max_iter >= 1):
         raise ValueError(f"max_iter must be a positive integer, got {max_iter!r}")
     xp = getattr(backend, "xp", np)
+    if xp is not np and products is None:
+        _newton_device.check_memory(backend)
     prod = products if products is not None else _Products(backend.X, xp)
     Y = xp.asarray(backend.y if y is None else y, dtype=np.float64)
     multi = Y.ndim == 2
@@ -470,6 +481,8 @@ def newton(backend, *, lam: float, tol: float = 1e-3, max_iter: int = DEFAULT_MA
         xp.asarray(sample_weight, dtype=np.float64).reshape(prod.n, -1)
     tols = np.broadcast_to(np.asarray(tol, dtype=np.float64), (M,))
     W0 = None if w0 is None else xp.asarray(w0, dtype=np.float64).reshape(prod.d, -1)
+    run = _iterate if xp is np else functools.partial(_newton_device.iterate,
+                                                       read=backend.to_host)
     start = time.perf_counter()
     ws, alphas, histories, out = [], [], [], np.zeros((5, M))
     reasons, done = [], 0
@@ -490,9 +503,9 @@ def newton(backend, *, lam: float, tol: float = 1e-3, max_iter: int = DEFAULT_MA
 
         w = xp.zeros((prod.d, 1)) if W0 is None else \
             W0[:, min(c, W0.shape[1] - 1)].reshape(-1, 1).copy()
-        primal, dual, alpha, n_iter, why, k = _iterate(
+        primal, dual, alpha, n_iter, why, k = run(
             prod, xp.ascontiguousarray(Y[:, c:c + 1]), S[:, min(c, S.shape[1] - 1)][:, None],
-            lam, tols[c:c + 1], w, max_iter, cg_max_iter, after, certify_first=False)
+            lam, tols[c:c + 1], w, max_iter, cg_max_iter, after=after, certify_first=False)
         if not history:
             history.append((0, float(primal[0]), float(dual[0]), float(primal[0] - dual[0]),
                             time.perf_counter() - start))
@@ -529,6 +542,19 @@ def block_products(X) -> _Products:
     return products
 
 
+def device_block_products(backend) -> _Products:
+    """The products :func:`newton_block` runs on a device backend's matrix (a float64 copy on
+    the device, cuSPARSE through CuPy), reading the host through the backend's counted
+    ``to_host``: pass it as ``products=`` and the block runs on the device."""
+    _newton_device.check_memory(backend)
+    with backend.activate():
+        products = _Products(backend.X, backend.xp, direct=False)
+        products.squares()
+    products.read = backend.to_host
+    products.activate = backend.activate
+    return products
+
+
 @_BLAS_ONE_THREAD
 def newton_block(X, Y, S, lam: float, tol, *, W0=None, max_iter: int = DEFAULT_MAX_ITER,
                  cg_max_iter: int = MAX_CG_ITER, products=None) -> dict:
@@ -542,7 +568,9 @@ def newton_block(X, Y, S, lam: float, tol, *, W0=None, max_iter: int = DEFAULT_M
     Parameters
     ----------
     X : scipy.sparse.csr_matrix of shape (n, d) or None
-        Not read when ``products`` (:func:`block_products` of ``X``) are given.
+        Not read when ``products`` (:func:`block_products` of ``X``, or
+        :func:`device_block_products` of a device backend: the block then runs on the
+        device, :mod:`gpusvm.solvers._newton_device`) are given.
     Y, S : ndarray of shape (n, M)
         Labels in {-1, +1} and each output's row weights (``>= 0``; 0 leaves a row out).
     lam : float
@@ -556,20 +584,34 @@ def newton_block(X, Y, S, lam: float, tol, *, W0=None, max_iter: int = DEFAULT_M
     Returns
     -------
     dict
-        ``w`` (d, M), ``primal``, ``dual``, ``gap`` (M,), ``alpha`` (n, M), ``n_iter`` (M,)
+        ``w`` (d, M), ``primal``, ``dual``, ``gap`` (M,), ``alpha`` (n, M; in the products'
+        array module: left on the device by :func:`device_block_products`), ``n_iter`` (M,)
         Newton iterations per output, ``cg_iter`` (total block CG iterations),
         ``products`` and ``product_columns`` (the sparse-times-block products this call
         made and their columns summed, for the performance model).
     """
     prod = block_products(X) if products is None else products.counted()
-    Y = np.asarray(Y, dtype=np.float64)
-    S = np.asarray(S, dtype=np.float64)
-    M = Y.shape[1]
-    W = np.zeros((prod.d, M)) if W0 is None else np.array(W0, dtype=np.float64).reshape(-1, M)
+    M = np.shape(Y)[1]
     tols = np.broadcast_to(np.asarray(tol, dtype=np.float64), (M,))
-    primal, dual, alpha, n_iter, _, cg = _iterate(prod, Y, S, lam, tols, W, max_iter, cg_max_iter)
+    if prod.xp is not np:           # device_block_products: the block runs on the device
+        xp = prod.xp
+        with prod.activate():
+            Y, S = (xp.asarray(np.asarray(a, dtype=np.float64)) for a in (Y, S))
+            W = xp.zeros((prod.d, M)) if W0 is None else \
+                xp.asarray(np.array(W0, dtype=np.float64).reshape(-1, M))
+            primal, dual, alpha, n_iter, _, cg = _newton_device.iterate(
+                prod, Y, S, lam, tols, W, max_iter, cg_max_iter, read=prod.read)
+            W = prod.read(W)
+    else:
+        Y = np.asarray(Y, dtype=np.float64)
+        S = np.asarray(S, dtype=np.float64)
+        W = np.zeros((prod.d, M)) if W0 is None else \
+            np.array(W0, dtype=np.float64).reshape(-1, M)
+        primal, dual, alpha, n_iter, _, cg = _iterate(prod, Y, S, lam, tols, W, max_iter,
+                                                      cg_max_iter)
     return dict(w=W, primal=primal, dual=dual, gap=primal - dual, alpha=alpha, n_iter=n_iter,
                 cg_iter=cg, products=prod.counts[0], product_columns=prod.counts[1])
 
 
-__all__ = ["newton", "newton_block", "block_products", "primal_dual", "DEFAULT_MAX_ITER"]
+__all__ = ["newton", "newton_block", "block_products", "device_block_products", "primal_dual",
+           "DEFAULT_MAX_ITER"]
