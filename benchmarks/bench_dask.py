@@ -5,6 +5,7 @@ Usage::
     python benchmarks/bench_dask.py                                  # imdb, news20, news20_multiclass
     python benchmarks/bench_dask.py --datasets imdb --blocks 4,8,16,32,64
     python benchmarks/bench_dask.py --markdown                       # tables as Markdown
+    python benchmarks/bench_dask.py --datasets news20 --seeds 0-9    # rounds by seed only
 
 Three tables:
 
@@ -25,6 +26,11 @@ Three tables:
    block's local epoch) scaled by ``--gpu-speedup``, and a star all-reduce through the
    driver at ``--bandwidth`` bytes/s plus ``--latency`` seconds per round.  Nothing in
    table 3 is measured.
+
+With ``--seeds``, one table instead: for every data set as stored, cut into one chunk per
+worker, the rounds, final gap and wall time of ``SDCASVC(random_state=seed)`` for each seed
+(the partition of a rebalanced dask array does not depend on the seed; the local solvers'
+streams do), and the largest seed's rounds over the median's.
 
 The data are read from ``../shared/data`` (see its README.md).
 """
@@ -70,7 +76,8 @@ def load(name):
     return X.astype(np.float64), y.astype(np.float64)
 
 
-def fit_dask(X, y, parts, lam, tol, max_rounds, sigma=1.0, n_partitions=None, **params):
+def fit_dask(X, y, parts, lam, tol, max_rounds, sigma=1.0, n_partitions=None, random_state=0,
+             **params):
     """One distributed fit on a dask array of ``parts`` contiguous chunks; its measurements."""
     import dask.array as da
 
@@ -81,7 +88,7 @@ def fit_dask(X, y, parts, lam, tol, max_rounds, sigma=1.0, n_partitions=None, **
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         clf = SDCASVC(lam=lam, tol=tol, sigma=sigma, max_iter=max_rounds,
-                      random_state=0, **params).fit(Xd, y)
+                      random_state=random_state, **params).fit(Xd, y)
     wall = time.perf_counter() - t
     gap = float(np.max(clf.duality_gap_))
     return {"rounds": clf.n_iter_, "reached": clf.stop_reason_ == "tol", "wall": wall,
@@ -122,6 +129,35 @@ def table(rows, header, markdown):
     print()
 
 
+def by_seed(args):
+    """The rounds-by-seed table (``--seeds``): every data set as stored, one chunk a worker."""
+    from distributed import Client, LocalCluster
+
+    lo, _, hi = args.seeds.partition("-")
+    seeds = range(int(lo), int(hi or lo) + 1)
+    W = max(int(s) for s in args.workers.split(",") if s)
+    rows = []
+    with LocalCluster(n_workers=W, threads_per_worker=1, processes=True,
+                      dashboard_address=None) as cluster, Client(cluster) as client:
+        client.wait_for_workers(W, timeout=120)
+        for name in [s for s in args.datasets.split(",") if s]:
+            X, y = load(name)
+            fit_dask(X, y, W, args.lam, 1e-1, 2)                  # warm up (numba cache)
+            runs = [fit_dask(X, y, W, args.lam, args.tol, args.max_rounds, random_state=seed)
+                    for seed in seeds]
+            median = float(np.median([r["rounds"] for r in runs]))
+            for seed, r in zip(seeds, runs):
+                rows.append((name, W, seed, r["rounds"] if r["reached"] else f">{r['rounds']}",
+                             f"{r['gap']:.3g}", f"{r['wall']:.2f}",
+                             "yes" if r["rebalanced"] else "no",
+                             f"{r['rounds'] / median:.2f}"))
+    print(f"lam = {args.lam}, tol = {args.tol}, bias='none'; {W} single-threaded worker "
+          f"processes, {os.cpu_count()} cores; data as stored, one chunk per worker")
+    print()
+    table(rows, ["data", "workers", "seed", "rounds", "gap", "fit s", "rebalanced",
+                 "rounds / median"], args.markdown)
+
+
 def main(argv=None):
     """Run the benchmark and print the three tables."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -146,8 +182,12 @@ def main(argv=None):
     ap.add_argument("--repeats", type=int, default=3,
                     help="fits of each side per row, alternated; the table shows each side's "
                          "best and the median of the runs' ratios")
+    ap.add_argument("--seeds", default=None,
+                    help="e.g. 0-9: only the rounds-by-seed table, on max(--workers) workers")
     ap.add_argument("--markdown", action="store_true")
     args = ap.parse_args(argv)
+    if args.seeds is not None:
+        return by_seed(args)
 
     from distributed import Client, LocalCluster
 
