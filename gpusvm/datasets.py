@@ -20,7 +20,7 @@ import numpy as np
 import scipy.sparse as sp
 from sklearn.datasets import load_svmlight_file
 
-__all__ = ["load_svmlight", "normalize_rows", "load_a9a", "read_20newsgroups_tar", "A9A_N_FEATURES"]
+__all__ = ["load_svmlight", "save_binary", "load_binary", "normalize_rows", "load_a9a", "read_20newsgroups_tar", "A9A_N_FEATURES"]
 
 #: number of features of a9a (the test file uses only 122 of them)
 A9A_N_FEATURES = 123
@@ -40,8 +40,19 @@ COLUMNS_PER_VALUE = 16
 
 
 def load_svmlight(path, n_features=None, dtype=np.float32, *, zero_based="auto",
-                  return_zero_based=False, finite=True):
+                  return_zero_based=False, finite=True, progress=None):
     """Read a svmlight/LIBSVM file (plain or gzip/bz2-compressed) into CSR.
+
+    Files of :data:`PARALLEL_MIN_BYTES` or more are parsed by a compiled reader on every core
+    (numba's threads: ``numba.set_num_threads`` limits them), in chunks cut at line starts;
+    the matrix is the same, bit for bit, as scikit-learn's ``load_svmlight_file`` gives (every
+    number rounds as Python's ``float`` does), and a line it does not take sends the file to
+    the one-core reader, whose errors name the line. ``.gz`` and ``.bz2`` files are
+    decompressed on one core first.
+
+    A binary data file written by :func:`save_binary` (``gpusvm convert``) is recognised by
+    its first bytes and opened memory-mapped (:func:`load_binary`) instead: reading it takes
+    a fraction of a second at any size.
 
     Parameters
     ----------
@@ -65,6 +76,9 @@ def load_svmlight(path, n_features=None, dtype=np.float32, *, zero_based="auto",
         Refuse NaN and infinite values and labels (and values that overflow ``dtype``),
         naming the first such line: no gpusvm estimator accepts them. ``False`` loads them
         as they are (e.g. for an imputer).
+    progress : bool or None, default=None
+        A progress bar (tqdm, on stderr) while reading; ``None`` shows one for files of
+        :data:`PROGRESS_MIN_BYTES` or more when stderr is a terminal.
 
     Returns
     -------
@@ -104,14 +118,12 @@ def load_svmlight(path, n_features=None, dtype=np.float32, *, zero_based="auto",
         n_features = int(n_features)
     if not (zero_based is True or zero_based is False or zero_based == "auto"):
         raise ValueError(f"zero_based must be True, False or 'auto', got {zero_based!r}")
-    try:
-        # the raw indices, whatever the base: the base is decided below, from the whole file
-        with _open_text(path) as f:
-            X, y = load_svmlight_file(f, dtype=dtype, zero_based=True)
-    except (PermissionError, FileNotFoundError, IsADirectoryError):
-        raise                           # the file cannot be opened: its own message says why
-    except (ValueError, OverflowError, UnicodeDecodeError, EOFError, OSError) as exc:
-        raise ValueError(_locate_error(path, exc, n_features, zero_based)) from None
+    if _is_binary(path):
+        return _load_binary_as(path, n_features, dtype, zero_based, return_zero_based, finite)
+    # the raw indices, whatever the base: the base is decided below, from the whole file
+    read = _read_compiled(path, dtype, min_bytes=PARALLEL_MIN_BYTES, chunk_bytes=CHUNK_BYTES,
+                          progress=progress)
+    X, y = read if read is not None else _read_sklearn(path, dtype, n_features, zero_based)
     if X.shape[0] == 0:
         raise ValueError(f"{path}: no examples found (the file is empty or holds only comments)")
     if finite and not (np.all(np.isfinite(X.data)) and np.all(np.isfinite(y))):
@@ -145,6 +157,109 @@ def load_svmlight(path, n_features=None, dtype=np.float32, *, zero_based="auto",
                       shape=(X.shape[0], n_cols if n_features is None else n_features))
     X = _to_int32_csr(X)
     return (X, y, bool(zero_based)) if return_zero_based else (X, y)
+
+
+#: files of at least this many bytes (decompressed: 4x a compressed file's size) are parsed by
+#: the compiled reader on every core; smaller ones by scikit-learn's parser, which is as fast
+#: there without loading the compiled code (benchmarks/bench_read.py measures both)
+PARALLEL_MIN_BYTES = 8 << 20
+#: the compiled reader's chunks: each thread parses the lines starting in one at a time
+CHUNK_BYTES = 4 << 20
+#: ``progress=None`` shows a bar for files of at least this many bytes (on a terminal)
+PROGRESS_MIN_BYTES = 256 << 20
+_BLOCK = 16 << 20
+
+
+def _read_sklearn(path, dtype, n_features, zero_based):
+    """``(X, y)`` by scikit-learn's parser (the raw indices), or the error naming the line."""
+    try:
+        with _open_text(path) as f:
+            return load_svmlight_file(f, dtype=dtype, zero_based=True)
+    except (PermissionError, FileNotFoundError, IsADirectoryError):
+        raise                           # the file cannot be opened: its own message says why
+    except (ValueError, OverflowError, UnicodeDecodeError, EOFError, OSError) as exc:
+        raise ValueError(_locate_error(path, exc, n_features, zero_based)) from None
+
+
+def _progress_bar(path, total, progress):
+    if progress is None:
+        import sys
+        progress = total >= PROGRESS_MIN_BYTES and sys.stderr.isatty()
+    if not progress:
+        return None
+    from tqdm.auto import tqdm
+    return tqdm(total=total, unit="B", unit_scale=True, desc=f"reading {os.path.basename(path)}")
+
+
+def _read_compiled(path, dtype, *, min_bytes, chunk_bytes, progress=None):
+    """``(X, y)`` as :func:`_read_sklearn` gives them (raw indices, the same values bit for
+    bit), parsed on every core; ``None`` when the file is smaller than ``min_bytes``, cannot be
+    read, or holds a line the compiled grammar does not take (the caller then reads it by
+    scikit-learn's parser, which names the bad line)."""
+    compressed = path.endswith((".gz", ".bz2"))
+    size = os.path.getsize(path) * (4 if compressed else 1)
+    if size < min_bytes:
+        return None
+    bar = _progress_bar(path, 3 * size, progress)
+    try:
+        return _parse_compiled(path, dtype, chunk_bytes, bar)
+    finally:
+        if bar is not None:
+            bar.close()
+
+
+def _parse_compiled(path, dtype, chunk_bytes, bar):
+    try:
+        with _open_text(path) as f:
+            raw = bytearray()
+            while True:
+                block = f.read(_BLOCK)
+                if not block:
+                    break
+                raw += block
+                if bar is not None:
+                    bar.update(len(block))
+    except (OSError, EOFError):
+        return None                     # scikit-learn's path names the damage
+    from numba import get_num_threads
+
+    from . import _svmlight_nb as nb
+
+    buf = np.frombuffer(raw, dtype=np.uint8)
+    n = buf.size
+    chunk_bytes = max(1, int(chunk_bytes))
+    n_chunks = max(1, -(-n // chunk_bytes))
+    counts = np.zeros((n_chunks, 8), dtype=np.int64)
+    group = n_chunks if bar is None else max(1, 4 * get_num_threads())
+    data, indices = np.empty(0, dtype), np.empty(0, np.int32)
+    indptr, labels, hard_at = np.empty(0, np.int32), np.empty(0), np.empty((0, 3), np.int64)
+    for write in (False, True):
+        if write:
+            if counts[:, 3].any():
+                return None
+            rows, nnz, hard = (int(v) for v in counts[:, :3].sum(axis=0))
+            np.cumsum(counts[:-1, :3], axis=0, out=counts[1:, 5:8])
+            data, indices = np.empty(nnz, dtype), np.empty(nnz, np.int32)
+            indptr = np.zeros(rows + 1, np.int32 if nnz <= _INT32_MAX else np.int64)
+            labels, hard_at = np.empty(rows), np.empty((hard, 3), np.int64)
+        for c0 in range(0, n_chunks, group):
+            c1 = min(c0 + group, n_chunks)
+            nb.parse_chunks(buf, 0, chunk_bytes, c0, c1, write, counts, data, indices, indptr,
+                            labels, hard_at)
+            if bar is not None:
+                bar.update(min(c1 * chunk_bytes, n) - min(c0 * chunk_bytes, n))
+    if hard:                            # the numbers the fast path does not round exactly
+        try:
+            values = np.array([float(raw[s:e]) for s, e, _ in hard_at.tolist()])
+        except ValueError:
+            return None
+        dst = hard_at[:, 2]
+        is_label = dst < 0
+        labels[-1 - dst[is_label]] = values[is_label]
+        with np.errstate(over="ignore"):
+            data[dst[~is_label]] = values[~is_label].astype(dtype)
+    n_cols = max(int(counts[:, 4].max()), 0) + 1
+    return sp.csr_matrix((data, indices, indptr), shape=(rows, n_cols)), labels
 
 
 def _index_terms(path):
@@ -291,6 +406,215 @@ def _check_line(raw: bytes, zero_based):
         has_zero = has_zero or idx == 0
         prev = idx
     return (prev, has_zero)
+
+
+# ------------------------------------------------------------------ the binary form
+#: the first bytes of a binary data file (then a little-endian uint32: the header's length)
+BINARY_MAGIC = b"\x93GPUSVM-CSR\n"
+#: the version of the binary layout this gpusvm writes and reads
+BINARY_VERSION = 1
+_ALIGN = 64
+_BINARY_ARRAYS = ("data", "indices", "indptr", "y")
+
+
+def _is_binary(path):
+    try:
+        with open(path, "rb") as f:
+            return f.read(len(BINARY_MAGIC)) == BINARY_MAGIC
+    except OSError:
+        return False
+
+
+def save_binary(path, X, y, *, zero_based=False):
+    """Write a data set in gpusvm's binary form: its CSR arrays, to be memory-mapped.
+
+    :func:`load_binary` (and :func:`load_svmlight`, ``gpusvm fit``, ``select``, ``predict``,
+    which recognise the file by its first bytes) reopens it without parsing: the arrays are
+    mapped, not read, so reopening takes a fraction of a second at any size. The layout: the
+    bytes of :data:`BINARY_MAGIC`, a little-endian uint32 header length, a JSON header (the
+    format version, shape, types, the base of the source file's indices, each array's offset
+    and length), then ``data``, ``indices``, ``indptr`` and ``y`` as raw little-endian arrays,
+    each aligned to 64 bytes. ``gpusvm convert`` writes one from a svmlight file.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        File to write (``.gsvm`` by convention); a regular file is replaced atomically.
+    X : scipy.sparse matrix of shape (n_samples, n_features)
+        Float32 or float64 values; stored as sorted, duplicate-free CSR.
+    y : array-like of shape (n_samples,)
+        Labels, stored as float64.
+    zero_based : bool, default=False
+        The base of the svmlight file the data came from (:func:`load_svmlight`'s
+        ``return_zero_based``); stored so that a model trained on it records it.
+
+    Returns
+    -------
+    path : str
+        The path written.
+    """
+    import json
+
+    from ._output import write_output
+    path = os.fspath(path)
+    if not sp.issparse(X):
+        raise ValueError(f"X must be a scipy.sparse matrix, got {type(X).__name__}")
+    X = _to_int32_csr(sp.csr_matrix(X))
+    if X.dtype not in (np.float32, np.float64):
+        raise ValueError(f"X must hold float32 or float64 values, got {X.dtype}")
+    y = np.asarray(y, dtype=np.float64)
+    if y.shape != (X.shape[0],):
+        raise ValueError(f"y must have shape ({X.shape[0]},) to match X, got {y.shape}")
+    arrays = {"data": X.data, "indices": X.indices, "indptr": X.indptr, "y": y}
+    arrays = {k: np.ascontiguousarray(v, dtype=v.dtype.newbyteorder("<")) for k, v in arrays.items()}
+    header = {"version": BINARY_VERSION, "shape": [int(X.shape[0]), int(X.shape[1])],
+              "nnz": int(X.nnz), "zero_based": bool(zero_based),
+              "finite": bool(np.all(np.isfinite(X.data)) and np.all(np.isfinite(y))),
+              "arrays": {}}
+
+    start = 0
+    while True:                         # the arrays start after the header, which names them
+        header["arrays"], pos = {}, start
+        for name in _BINARY_ARRAYS:
+            a = arrays[name]
+            header["arrays"][name] = {"dtype": a.dtype.str, "offset": pos, "count": int(a.size)}
+            pos = -(-(pos + a.nbytes) // _ALIGN) * _ALIGN
+        header["size"] = pos
+        text = json.dumps(header, sort_keys=True).encode()
+        need = -(-(len(BINARY_MAGIC) + 4 + len(text)) // _ALIGN) * _ALIGN
+        if need <= start:
+            break
+        start = need
+
+    def write(f):
+        f.write(BINARY_MAGIC + len(text).to_bytes(4, "little") + text)
+        written = len(BINARY_MAGIC) + 4 + len(text)
+        for name in _BINARY_ARRAYS:
+            at = header["arrays"][name]["offset"]
+            f.write(b"\0" * (at - written))
+            f.write(memoryview(arrays[name]).cast("B"))
+            written = at + arrays[name].nbytes
+        f.write(b"\0" * (header["size"] - written))
+
+    return write_output(path, write, what="binary data")
+
+
+def _binary_error(path, what):
+    return ValueError(f"{path}: {what}; write it again with `gpusvm convert` (or "
+                      "gpusvm.datasets.save_binary)")
+
+
+def load_binary(path, *, return_zero_based=False, check=True):
+    """Open a data set written by :func:`save_binary` (``gpusvm convert``), memory-mapped.
+
+    The arrays are mapped copy-on-write: nothing is read until it is used, and writing to
+    them never changes the file.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The binary data file.
+    return_zero_based : bool, default=False
+        Also return the base of the svmlight file the data came from.
+    check : bool, default=True
+        Check the CSR structure (``indptr`` nondecreasing, every index within the shape), one
+        pass over the index arrays; the header, the lengths and the file's size are always
+        checked.
+
+    Returns
+    -------
+    X : scipy.sparse.csr_matrix of shape (n_samples, n_features)
+        Its arrays map the file.
+    y : ndarray of float64, shape (n_samples,)
+    zero_based : bool
+        Only with ``return_zero_based=True``.
+
+    Raises
+    ------
+    ValueError
+        When the file is not gpusvm's binary form, was written by a newer gpusvm (a newer
+        format version), is truncated, or its header or arrays are inconsistent.
+    """
+    X, y, zero_based, _ = _open_binary(path, check)
+    return (X, y, zero_based) if return_zero_based else (X, y)
+
+
+def _open_binary(path, check=True):
+    """``(X, y, zero_based, finite)`` of a binary data file (:func:`load_binary`)."""
+    import json
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"binary data file not found: {path}")
+    size = os.path.getsize(path)
+    with open(path, "rb") as f:
+        head = f.read(len(BINARY_MAGIC) + 4)
+        if head[:len(BINARY_MAGIC)] != BINARY_MAGIC:
+            raise ValueError(f"{path}: not a gpusvm binary data file (it does not start with "
+                             f"{BINARY_MAGIC!r}); read svmlight text with load_svmlight")
+        if len(head) < len(BINARY_MAGIC) + 4:
+            raise _binary_error(path, f"the file is truncated ({size} bytes, shorter than its header)")
+        length = int.from_bytes(head[len(BINARY_MAGIC):], "little")
+        text = f.read(length)
+    if len(text) < length:
+        raise _binary_error(path, f"the file is truncated ({size} bytes, shorter than its header)")
+    try:
+        header = json.loads(text)
+        version = header["version"]
+    except (ValueError, TypeError, KeyError):
+        raise _binary_error(path, "the header is damaged") from None
+    if version != BINARY_VERSION:
+        raise ValueError(f"{path}: binary data format version {version!r}, but this gpusvm reads "
+                         f"version {BINARY_VERSION}; convert the svmlight file again with this "
+                         "gpusvm's `gpusvm convert`")
+    try:
+        n, d = (int(v) for v in header["shape"])
+        nnz, expected = int(header["nnz"]), int(header["size"])
+        specs = {name: header["arrays"][name] for name in _BINARY_ARRAYS}
+        dtypes = {name: np.dtype(spec["dtype"]) for name, spec in specs.items()}
+        zero_based, finite = bool(header["zero_based"]), bool(header["finite"])
+    except (ValueError, TypeError, KeyError):
+        raise _binary_error(path, "the header is damaged") from None
+    if size < expected:
+        raise _binary_error(path, f"the file is truncated ({size} of {expected} bytes)")
+    counts = {"data": nnz, "indices": nnz, "indptr": n + 1, "y": n}
+    kinds = {"data": "f", "indices": "i", "indptr": "i", "y": "f"}
+    for name, spec in specs.items():
+        end = int(spec["offset"]) + dtypes[name].itemsize * int(spec["count"])
+        if (int(spec["count"]) != counts[name] or dtypes[name].kind != kinds[name]
+                or int(spec["offset"]) < len(head) + length or end > expected):
+            raise _binary_error(path, f"the header's {name} array is inconsistent")
+    arrays = {name: np.memmap(path, dtype=dtypes[name], mode="c", offset=int(spec["offset"]),
+                              shape=(counts[name],)) if counts[name] else np.empty(0, dtypes[name])
+              for name, spec in specs.items()}
+    indptr, indices = arrays["indptr"], arrays["indices"]
+    if int(indptr[0]) != 0 or int(indptr[-1]) != nnz or (check and nnz and (
+            np.any(indptr[1:] < indptr[:-1]) or int(indices.min()) < 0 or int(indices.max()) >= d)):
+        raise _binary_error(path, "its index arrays are not a valid CSR matrix")
+    X = sp.csr_matrix((arrays["data"], indices, indptr), shape=(n, d))
+    X.has_sorted_indices = True         # save_binary wrote canonical CSR
+    X.has_canonical_format = True
+    return X, np.asarray(arrays["y"]), zero_based, finite
+
+
+def _load_binary_as(path, n_features, dtype, zero_based, return_zero_based, finite):
+    """:func:`load_svmlight`'s arguments applied to a binary data file."""
+    X, y, stored_base, all_finite = _open_binary(path)
+    if zero_based != "auto" and bool(zero_based) != stored_base:
+        base = "zero-based" if stored_base else "one-based"
+        raise ValueError(f"{path} was converted from a {base} svmlight file, but zero_based="
+                         f"{zero_based} was asked; convert the text again with the base wanted")
+    if n_features is not None:
+        if n_features < X.shape[1]:
+            raise ValueError(f"{path}: the data has {X.shape[1]} features but n_features="
+                             f"{n_features}; pass n_features >= {X.shape[1]} (or the training "
+                             "set's n_features)")
+        X = sp.csr_matrix((X.data, X.indices, X.indptr), shape=(X.shape[0], n_features))
+    if X.dtype != dtype:
+        X = sp.csr_matrix((X.data.astype(dtype), X.indices, X.indptr), shape=X.shape)
+    if finite and not all_finite and not (
+            np.all(np.isfinite(X.data)) and np.all(np.isfinite(y))):
+        raise ValueError(f"{path}: the data holds NaN or infinite values; {_NON_FINITE_ADVICE}")
+    return (X, y, stored_base) if return_zero_based else (X, y)
 
 
 def normalize_rows(X, max_norm=1.0, *, mode="all"):
