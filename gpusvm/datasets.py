@@ -1,7 +1,10 @@
 """Data loading: svmlight/LIBSVM files, row normalisation and the shipped a9a data set.
 
-``load_svmlight`` wraps scikit-learn's fast parser and adds what it lacks: CSR with int32
-``indices``/``indptr``, and parse errors that name the file and the line. ``load_a9a`` reads
+``load_svmlight`` reads large files on every core (``_svmlight_nb``: the same matrix as
+scikit-learn's parser, bit for bit) and small ones with scikit-learn's parser, and adds what it
+lacks: CSR with int32 ``indices``/``indptr``, and parse errors that name the file and the line.
+``save_binary``/``load_binary`` keep a read set as raw CSR arrays, reopened memory-mapped
+(``gpusvm convert``; ``load_svmlight`` recognises such a file too). ``load_a9a`` reads
 the copy of LIBSVM's a9a (UCI Adult) shipped inside the package, so examples and the
 ``gpusvm demo`` command need no download.
 """
@@ -13,6 +16,7 @@ import gzip
 import hashlib
 import io
 import os
+import sys
 import warnings
 from importlib import resources
 
@@ -20,7 +24,8 @@ import numpy as np
 import scipy.sparse as sp
 from sklearn.datasets import load_svmlight_file
 
-__all__ = ["load_svmlight", "save_binary", "load_binary", "normalize_rows", "load_a9a", "read_20newsgroups_tar", "A9A_N_FEATURES"]
+__all__ = ["load_svmlight", "save_binary", "load_binary", "normalize_rows", "load_a9a",
+           "read_20newsgroups_tar", "A9A_N_FEATURES"]
 
 #: number of features of a9a (the test file uses only 122 of them)
 A9A_N_FEATURES = 123
@@ -160,12 +165,14 @@ def load_svmlight(path, n_features=None, dtype=np.float32, *, zero_based="auto",
 
 
 #: files of at least this many bytes (decompressed: 4x a compressed file's size) are parsed by
-#: the compiled reader on every core; smaller ones by scikit-learn's parser, which is as fast
-#: there without loading the compiled code (benchmarks/bench_read.py measures both)
-PARALLEL_MIN_BYTES = 8 << 20
+#: the compiled reader on every core; smaller ones by scikit-learn's parser, faster there in a
+#: fresh process, where numba's import and the loading of the compiled code (about a second
+#: together) are not yet paid (``benchmarks/bench_read.py --small`` measures the crossing)
+PARALLEL_MIN_BYTES = 32 << 20
 #: the compiled reader's chunks: each thread parses the lines starting in one at a time
 CHUNK_BYTES = 4 << 20
-#: ``progress=None`` shows a bar for files of at least this many bytes (on a terminal)
+#: ``progress=None`` shows a bar for files of at least this many bytes (on a terminal): the
+#: bytes read, then counted, then parsed
 PROGRESS_MIN_BYTES = 256 << 20
 _BLOCK = 16 << 20
 
@@ -183,7 +190,6 @@ def _read_sklearn(path, dtype, n_features, zero_based):
 
 def _progress_bar(path, total, progress):
     if progress is None:
-        import sys
         progress = total >= PROGRESS_MIN_BYTES and sys.stderr.isatty()
     if not progress:
         return None
@@ -211,8 +217,20 @@ def _read_compiled(path, dtype, *, min_bytes, chunk_bytes, progress=None):
 def _parse_compiled(path, dtype, chunk_bytes, bar):
     try:
         with _open_text(path) as f:
-            raw = bytearray()
-            while True:
+            # a plain file straight into one buffer of its size; a compressed one by blocks
+            raw = bytearray(0 if path.endswith((".gz", ".bz2")) else
+                            max(os.fstat(f.fileno()).st_size - f.tell(), 0))
+            view, filled = memoryview(raw), 0
+            while filled < len(raw):
+                got = f.readinto(view[filled:filled + _BLOCK])
+                if not got:
+                    break
+                filled += got
+                if bar is not None:
+                    bar.update(got)
+            view.release()
+            del raw[filled:]
+            while True:                 # compressed data, or a file that grew meanwhile
                 block = f.read(_BLOCK)
                 if not block:
                     break
@@ -227,6 +245,9 @@ def _parse_compiled(path, dtype, chunk_bytes, bar):
 
     buf = np.frombuffer(raw, dtype=np.uint8)
     n = buf.size
+    if bar is not None:                 # the decompressed size is known now
+        bar.total = bar.n + 2 * n
+        bar.refresh()
     chunk_bytes = max(1, int(chunk_bytes))
     n_chunks = max(1, -(-n // chunk_bytes))
     counts = np.zeros((n_chunks, 8), dtype=np.int64)
