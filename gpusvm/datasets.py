@@ -439,6 +439,9 @@ _BINARY_ARRAYS = ("data", "indices", "indptr", "y")
 
 
 def _is_binary(path):
+    """Whether ``path`` is a regular file that starts with :data:`BINARY_MAGIC`."""
+    if not os.path.isfile(path):
+        return False
     try:
         with open(path, "rb") as f:
             return f.read(len(BINARY_MAGIC)) == BINARY_MAGIC
