@@ -21,6 +21,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
+from gpusvm.backends import _compile_nb  # noqa: F401  (the collector paused, the cache stamped)
+
 #: the exact powers of ten a double holds
 _POW10 = np.array([10.0 ** k for k in range(23)])
 _TWO53 = 1 << 53
