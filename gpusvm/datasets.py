@@ -174,6 +174,10 @@ CHUNK_BYTES = 4 << 20
 #: ``progress=None`` shows a bar for files of at least this many bytes (on a terminal): the
 #: bytes read, then counted, then parsed
 PROGRESS_MIN_BYTES = 256 << 20
+#: the compiled reader leaves a file to scikit-learn's parser when more than this fraction of its
+#: numbers need Python's ``float`` (more than 19 significant digits or a mantissa of 2**53 or
+#: more, e.g. ``repr`` output; an exponent beyond +-22; inf, nan): both then parse them alike
+HARD_FRACTION = 0.5
 _BLOCK = 16 << 20
 
 
@@ -197,24 +201,26 @@ def _progress_bar(path, total, progress):
     return tqdm(total=total, unit="B", unit_scale=True, desc=f"reading {os.path.basename(path)}")
 
 
-def _read_compiled(path, dtype, *, min_bytes, chunk_bytes, progress=None):
+def _read_compiled(path, dtype, *, min_bytes, chunk_bytes, progress=None,
+                   hard_fraction=HARD_FRACTION):
     """``(X, y)`` as :func:`_read_sklearn` gives them (raw indices, the same values bit for
     bit), parsed on every core; ``None`` when the file is smaller than ``min_bytes``, cannot be
-    read, or holds a line the compiled grammar does not take (the caller then reads it by
-    scikit-learn's parser, which names the bad line)."""
+    read, holds a line the compiled grammar does not take (the caller then reads it by
+    scikit-learn's parser, which names the bad line), or more than ``hard_fraction`` of its
+    numbers are ones Python's ``float`` must parse (the compiled path gains nothing there)."""
     compressed = path.endswith((".gz", ".bz2"))
     size = os.path.getsize(path) * (4 if compressed else 1)
     if size < min_bytes:
         return None
     bar = _progress_bar(path, 3 * size, progress)
     try:
-        return _parse_compiled(path, dtype, chunk_bytes, bar)
+        return _parse_compiled(path, dtype, chunk_bytes, bar, hard_fraction)
     finally:
         if bar is not None:
             bar.close()
 
 
-def _parse_compiled(path, dtype, chunk_bytes, bar):
+def _parse_compiled(path, dtype, chunk_bytes, bar, hard_fraction):
     try:
         with _open_text(path) as f:
             # a plain file straight into one buffer of its size; a compressed one by blocks
@@ -256,9 +262,9 @@ def _parse_compiled(path, dtype, chunk_bytes, bar):
     indptr, labels, hard_at = np.empty(0, np.int32), np.empty(0), np.empty((0, 3), np.int64)
     for write in (False, True):
         if write:
-            if counts[:, 3].any():
-                return None
             rows, nnz, hard = (int(v) for v in counts[:, :3].sum(axis=0))
+            if counts[:, 3].any() or hard > hard_fraction * (rows + nnz):
+                return None             # a line to name, or numbers Python must parse anyway
             np.cumsum(counts[:-1, :3], axis=0, out=counts[1:, 5:8])
             data, indices = np.empty(nnz, dtype), np.empty(nnz, np.int32)
             indptr = np.zeros(rows + 1, np.int32 if nnz <= _INT32_MAX else np.int64)
@@ -269,12 +275,13 @@ def _parse_compiled(path, dtype, chunk_bytes, bar):
                             labels, hard_at)
             if bar is not None:
                 bar.update(min(c1 * chunk_bytes, n) - min(c0 * chunk_bytes, n))
-    if hard:                            # the numbers the fast path does not round exactly
+    for a in range(0, hard, _BLOCK >> 4):     # the numbers the fast path does not round exactly
+        part = hard_at[a:a + (_BLOCK >> 4)]
         try:
-            values = np.array([float(raw[s:e]) for s, e, _ in hard_at.tolist()])
+            values = np.array([float(raw[s:e]) for s, e, _ in part.tolist()])
         except ValueError:
             return None
-        dst = hard_at[:, 2]
+        dst = part[:, 2]
         is_label = dst < 0
         labels[-1 - dst[is_label]] = values[is_label]
         with np.errstate(over="ignore"):

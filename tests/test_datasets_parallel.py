@@ -26,7 +26,7 @@ from gpusvm.datasets import (BINARY_MAGIC, BINARY_VERSION, load_binary, load_svm
 
 def _compiled(path, dtype=np.float32, chunk_bytes=64):
     return datasets._read_compiled(str(path), np.dtype(dtype), min_bytes=0,
-                                   chunk_bytes=chunk_bytes)
+                                   chunk_bytes=chunk_bytes, hard_fraction=1.0)
 
 
 def _sklearn(path, dtype=np.float32):
@@ -238,6 +238,15 @@ def test_truncated_gzip_is_named_as_before(tmp_path, monkeypatch):
     with pytest.raises(ValueError) as new:
         load_svmlight(path)
     assert str(new.value) == str(old.value) and "truncated or corrupted" in str(old.value)
+
+
+def test_files_of_mostly_long_numbers_go_to_the_one_core_reader(tmp_path, monkeypatch):
+    """20-digit values need Python's float: scikit-learn's path reads such a file."""
+    path = _write(tmp_path, "long.svm", b"".join(
+        b"+1 1:%.20g 2:%.20g\n" % (0.1 + k / 7, 0.3 + k / 9) for k in range(50)))
+    assert datasets._read_compiled(str(path), np.dtype(np.float64), min_bytes=0,
+                                   chunk_bytes=64) is None
+    _assert_same(_compiled(path, np.float64), _sklearn(path, np.float64))
 
 
 def test_progress_bar_on_request(tmp_path, monkeypatch, capsys):
