@@ -1,9 +1,11 @@
 """The compiled svmlight parser of :func:`gpusvm.datasets.load_svmlight`: every core over
 chunks of the file's bytes cut at line starts.
 
-Two passes of one kernel over the same chunks: the first counts each chunk's rows, values and
-"hard" numbers, the second writes them into arrays allocated once, at offsets from the counts'
-prefix sums, so the result depends on neither the chunk size nor the number of threads.
+A light pass bounds each chunk's rows (its newlines) and values (its colons); the parse writes
+each chunk at the offsets of the bounds' prefix sums, and the chunks are then moved together
+(nothing moves in a file without blank lines, comments or qids), so the result depends on
+neither the chunk size nor the number of threads. A chunk holding "hard" numbers is parsed
+once more, to record where they are.
 
 A number is parsed here only when the parse is exact: at most 19 significant digits making an
 integer ``m < 2**53`` and a decimal exponent ``|e| <= 22``, where ``m * 10**e`` (or
@@ -37,9 +39,10 @@ def _space(c):
 
 
 @njit(cache=True)
-def _chunk(buf, a, b, write, row, nz, hard, data, indices, indptr, labels, hard_at, out):
+def _chunk(buf, a, b, mode, row, nz, hard, data, indices, indptr, labels, hard_at, out):
     """Parse the lines starting in ``buf[a:b]``; ``out``: rows, values, hard numbers, status,
-    largest index. With ``write``, store them from ``row``/``nz``/``hard`` on."""
+    largest index. ``mode`` 1 stores the rows and values from ``row``/``nz`` on (a hard number
+    as 0), ``mode`` 2 the hard numbers' byte ranges and destinations from ``hard`` on."""
     n = buf.shape[0]
     r0, z0, h0 = row, nz, hard
     max_idx = -1
@@ -158,17 +161,17 @@ def _chunk(buf, a, b, write, row, nz, hard, data, indices, indptr, labels, hard_
             while i < n and not _space(buf[i]) and buf[i] != _HASH:
                 i += 1
             if not ok:
-                if write:
+                if mode == 2:
                     hard_at[hard, 0] = start
                     hard_at[hard, 1] = i
                     hard_at[hard, 2] = nz if field > 0 else -1 - row
                 hard += 1
             if field == 0:
-                if write:
+                if mode == 1:
                     labels[row] = value
                 field = 1
             else:
-                if write:
+                if mode == 1:
                     data[nz] = value
                     indices[nz] = idx
                 nz += 1
@@ -177,7 +180,7 @@ def _chunk(buf, a, b, write, row, nz, hard, data, indices, indptr, labels, hard_
             while i < n and buf[i] != _NL:
                 i += 1
         row += 1
-        if write:
+        if mode == 1:
             indptr[row] = nz
     out[0] = row - r0
     out[1] = nz - z0
@@ -197,14 +200,34 @@ def _line_start(buf, p, lo):
 
 
 @njit(cache=True, parallel=True)
-def parse_chunks(buf, lo, step, c0, c1, write, counts, data, indices, indptr, labels, hard_at):
-    """Chunks ``c0 .. c1 - 1`` (chunk ``c``: the lines starting in ``[lo + c*step, lo +
-    (c+1)*step)``) in parallel: their counts into ``counts[c]`` (rows, values, hard numbers,
-    status, largest index), or with ``write`` their contents, from the offsets in
-    ``counts[c, 5:8]``."""
+def bound_chunks(buf, lo, step, counts):
+    """Upper bounds of each chunk's rows (its lines) and values (its ``:``) into
+    ``counts[c, 5:7]``."""
     n = buf.shape[0]
-    for c in prange(c0, c1):
+    for c in prange(counts.shape[0]):
         a = _line_start(buf, min(lo + c * step, n), lo)
         b = _line_start(buf, min(lo + (c + 1) * step, n), lo)
-        _chunk(buf, a, b, write, counts[c, 5], counts[c, 6], counts[c, 7], data, indices, indptr,
+        lines, colons = 0, 0
+        for i in range(a, b):
+            lines += buf[i] == _NL
+            colons += buf[i] == _COLON
+        if a < b and buf[b - 1] != _NL:
+            lines += 1
+        counts[c, 5] = lines
+        counts[c, 6] = colons
+
+
+@njit(cache=True, parallel=True)
+def parse_chunks(buf, lo, step, c0, c1, mode, counts, data, indices, indptr, labels, hard_at):
+    """Chunks ``c0 .. c1 - 1`` (chunk ``c``: the lines starting in ``[lo + c*step, lo +
+    (c+1)*step)``) in parallel (:func:`_chunk`'s ``mode``, from the offsets in
+    ``counts[c, 5:8]``; the counts into ``counts[c, :5]``: rows, values, hard numbers, status,
+    largest index). ``mode`` 2 skips the chunks without a hard number."""
+    n = buf.shape[0]
+    for c in prange(c0, c1):
+        if mode == 2 and counts[c, 2] == 0:
+            continue
+        a = _line_start(buf, min(lo + c * step, n), lo)
+        b = _line_start(buf, min(lo + (c + 1) * step, n), lo)
+        _chunk(buf, a, b, mode, counts[c, 5], counts[c, 6], counts[c, 7], data, indices, indptr,
                labels, hard_at, counts[c, :5])

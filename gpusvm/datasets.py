@@ -252,29 +252,45 @@ def _parse_compiled(path, dtype, chunk_bytes, bar, hard_fraction):
     buf = np.frombuffer(raw, dtype=np.uint8)
     n = buf.size
     if bar is not None:                 # the decompressed size is known now
-        bar.total = bar.n + 2 * n
+        bar.total = bar.n + 2 * n     # then the parse, counted twice (two passes before)
         bar.refresh()
     chunk_bytes = max(1, int(chunk_bytes))
     n_chunks = max(1, -(-n // chunk_bytes))
     counts = np.zeros((n_chunks, 8), dtype=np.int64)
+    nb.bound_chunks(buf, 0, chunk_bytes, counts)      # rows and values at most, per chunk
+    ub_rows, ub_nnz = int(counts[:, 5].sum()), int(counts[:, 6].sum())
+    ub_start = _starts(counts[:, 5:7])
+    counts[:, 5:7] = ub_start
+    data, indices = np.empty(ub_nnz, dtype), np.empty(ub_nnz, np.int32)
+    indptr = np.zeros(ub_rows + 1, np.int32 if ub_nnz <= _INT32_MAX else np.int64)
+    labels, hard_at = np.empty(ub_rows), np.empty((0, 3), np.int64)
     group = n_chunks if bar is None else max(1, 4 * get_num_threads())
-    data, indices = np.empty(0, dtype), np.empty(0, np.int32)
-    indptr, labels, hard_at = np.empty(0, np.int32), np.empty(0), np.empty((0, 3), np.int64)
-    for write in (False, True):
-        if write:
-            rows, nnz, hard = (int(v) for v in counts[:, :3].sum(axis=0))
-            if counts[:, 3].any() or hard > hard_fraction * (rows + nnz):
-                return None             # a line to name, or numbers Python must parse anyway
-            np.cumsum(counts[:-1, :3], axis=0, out=counts[1:, 5:8])
-            data, indices = np.empty(nnz, dtype), np.empty(nnz, np.int32)
-            indptr = np.zeros(rows + 1, np.int32 if nnz <= _INT32_MAX else np.int64)
-            labels, hard_at = np.empty(rows), np.empty((hard, 3), np.int64)
-        for c0 in range(0, n_chunks, group):
-            c1 = min(c0 + group, n_chunks)
-            nb.parse_chunks(buf, 0, chunk_bytes, c0, c1, write, counts, data, indices, indptr,
-                            labels, hard_at)
-            if bar is not None:
-                bar.update(min(c1 * chunk_bytes, n) - min(c0 * chunk_bytes, n))
+    for c0 in range(0, n_chunks, group):
+        c1 = min(c0 + group, n_chunks)
+        nb.parse_chunks(buf, 0, chunk_bytes, c0, c1, 1, counts, data, indices, indptr, labels,
+                        hard_at)
+        if bar is not None:
+            bar.update(2 * (min(c1 * chunk_bytes, n) - min(c0 * chunk_bytes, n)))
+    rows, nnz, hard = (int(v) for v in counts[:, :3].sum(axis=0))
+    if counts[:, 3].any() or hard > hard_fraction * (rows + nnz):
+        return None                     # a line to name, or numbers Python must parse anyway
+    start = _starts(counts[:, :3])
+    for c in np.flatnonzero((start[:, :2] != ub_start).any(axis=1) & (counts[:, 0] > 0)):
+        (r, z), (ur, uz), (k, m) = start[c, :2], ub_start[c], counts[c, :2]
+        data[z:z + m] = data[uz:uz + m]         # leftwards, in chunk order: nothing unread is hit
+        indices[z:z + m] = indices[uz:uz + m]
+        labels[r:r + k] = labels[ur:ur + k]
+        indptr[r + 1:r + 1 + k] = indptr[ur + 1:ur + 1 + k] - (uz - z)
+    data, indices, indptr, labels = data[:nnz], indices[:nnz], indptr[:rows + 1], labels[:rows]
+    if nnz < 0.9 * ub_nnz:
+        data, indices = data.copy(), indices.copy()
+    if indptr.dtype != np.int32 and nnz <= _INT32_MAX:
+        indptr = indptr.astype(np.int32)
+    if hard:                            # where the hard numbers are: their chunks parsed again
+        counts[:, 5:8] = start
+        hard_at = np.empty((hard, 3), np.int64)
+        nb.parse_chunks(buf, 0, chunk_bytes, 0, n_chunks, 2, counts, data, indices, indptr,
+                        labels, hard_at)
     for a in range(0, hard, _BLOCK >> 4):     # the numbers the fast path does not round exactly
         part = hard_at[a:a + (_BLOCK >> 4)]
         try:
@@ -288,6 +304,13 @@ def _parse_compiled(path, dtype, chunk_bytes, bar, hard_fraction):
             data[dst[~is_label]] = values[~is_label].astype(dtype)
     n_cols = max(int(counts[:, 4].max()), 0) + 1
     return sp.csr_matrix((data, indices, indptr), shape=(rows, n_cols)), labels
+
+
+def _starts(sizes):
+    """Exclusive prefix sums down the columns of ``sizes`` (int64)."""
+    out = np.zeros_like(sizes)
+    np.cumsum(sizes[:-1], axis=0, out=out[1:])
+    return out
 
 
 def _index_terms(path):
