@@ -1,4 +1,4 @@
-"""The ``gpusvm`` command: fit, predict, select, demo, info, spectral and study.
+"""The ``gpusvm`` command: fit, predict, select, convert, demo, info, spectral and study.
 
 Every subcommand turns its arguments into one estimator call and a short report
 on stdout. Problems with the input (a missing or malformed file, a bad
@@ -104,7 +104,8 @@ def build_parser() -> argparse.ArgumentParser:
                           description="Predict the labels of DATA with MODEL; print the accuracy "
                                       "when DATA's labels are the model's classes.")
     pred.add_argument("model", metavar="MODEL", help="model file written by `gpusvm fit`")
-    pred.add_argument("data", metavar="DATA", help="data in svmlight/LIBSVM format")
+    pred.add_argument("data", metavar="DATA", help="data in svmlight/LIBSVM format, or a binary "
+                                                   "data file of `gpusvm convert`")
     pred.add_argument("--out", metavar="FILE", type=output_path,
                       help="write the predictions, one per line (a regular file is replaced "
                            "atomically, a device or FIFO is written through)")
@@ -133,6 +134,26 @@ def build_parser() -> argparse.ArgumentParser:
                      help="draw the validation curve (mean CV score against C, with its spread "
                           "over the folds) to FILE (.png, .pdf, .svg; needs matplotlib)")
 
+    conv = sub.add_parser("convert", help="save a svmlight/LIBSVM file in gpusvm's binary form, "
+                                          "which fit, select and predict open in a moment",
+                          description="Read DATA (svmlight/LIBSVM, .gz and .bz2 accepted) once and "
+                                      "write its matrix and labels to OUT in gpusvm's binary form "
+                                      "(.gsvm by convention): fit, select and predict, given OUT "
+                                      "instead of DATA, map it from the disk instead of parsing "
+                                      "text.")
+    conv.add_argument("data", metavar="DATA", help="svmlight/LIBSVM file to convert")
+    conv.add_argument("out", metavar="OUT", type=output_path,
+                      help="binary data file to write (a regular file is replaced atomically)")
+    conv.add_argument("--n-features", type=int, help="number of features (default: from the file)")
+    conv.add_argument("--zero-based", choices=tuple(ZERO_BASED), default="auto",
+                      help="whether DATA's feature indices start at 0: yes, no or auto (default), "
+                           "as for fit; the base is stored in OUT")
+    conv.add_argument("--dtype", choices=("float32", "float64"), default="float32",
+                      help="precision of the stored values (default float32, what fit reads)")
+    conv.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                      help="progress bar while reading on stderr (default: for large files, when "
+                           "stderr is a terminal)")
+
     demo = sub.add_parser("demo", help="train on the shipped a9a data set and compare with the "
                                        "optimum",
                           description="Train PegasosSVC on a9a (UCI Adult, shipped with gpusvm), "
@@ -160,7 +181,8 @@ def _backend_choices() -> str:
 
 def _add_training_options(parser):
     """The arguments ``fit`` and ``select`` share: DATA, classes, backend, how DATA is read, --out."""
-    parser.add_argument("data", metavar="DATA", help="training data in svmlight/LIBSVM format")
+    parser.add_argument("data", metavar="DATA", help="training data in svmlight/LIBSVM format, or "
+                                                     "a binary data file of `gpusvm convert`")
     parser.add_argument("--class-weight", type=_class_weight, metavar="WEIGHTS",
                         help="balanced, or LABEL:WEIGHT pairs separated by commas (e.g. 1:5,-1:1); "
                              "unlisted classes weigh 1")
@@ -231,7 +253,8 @@ def main(argv=None) -> int:
     except SystemExit as exc:  # --help, --version
         return int(exc.code or 0)
     commands = {"fit": cmd_fit, "predict": cmd_predict, "demo": cmd_demo, "info": cmd_info,
-                "select": cmd_select, "study": study.run_cli, "spectral": spectral.run_cli}
+                "select": cmd_select, "convert": cmd_convert, "study": study.run_cli,
+                "spectral": spectral.run_cli}
 
     def show_warning(message, category, filename, lineno, file=None, line=None):
         print(f"gpusvm {args.command}: warning: {_one_line(message)}", file=sys.stderr)
@@ -529,7 +552,7 @@ def _plot_validation_curve(est, path, name):
 def cmd_predict(args) -> int:
     """``gpusvm predict MODEL DATA``: predictions, and the accuracy when labels match."""
     from ._output import check_output, write_output
-    from .datasets import _locate_error, load_svmlight, normalize_rows
+    from .datasets import _is_binary, _locate_error, load_svmlight, normalize_rows
     from .model_io import load_model, read_model_metadata
 
     if args.out is not None:
@@ -541,6 +564,10 @@ def cmd_predict(args) -> int:
     if zero_based not in (True, False):
         zero_based = "auto"
     X, y, zero_based = load_svmlight(args.data, zero_based=zero_based, return_zero_based=True)
+    if X.shape[1] > n_features and _is_binary(args.data):
+        raise ValueError(f"{args.data}: the data has {X.shape[1]} features but the model "
+                         f"{args.model} was trained on {n_features}; DATA must use the training "
+                         "data's features")
     if X.shape[1] > n_features:
         first = 0 if zero_based else 1
         raise ValueError(_locate_error(
@@ -564,6 +591,26 @@ def cmd_predict(args) -> int:
         write_output(args.out, lambda f: f.writelines(format_label(p) + "\n" for p in pred),
                      what="predictions", binary=False)
         print(f"predictions written to {args.out}")
+    return EXIT_OK
+
+
+# --------------------------------------------------------------------- convert
+def cmd_convert(args) -> int:
+    """``gpusvm convert DATA OUT``: DATA read once, saved in the binary form."""
+    from ._output import check_output
+    from .datasets import load_svmlight, save_binary
+
+    check_output(args.out, what="binary data")
+    start = time.perf_counter()
+    X, y, zero_based = load_svmlight(args.data, n_features=args.n_features,
+                                     dtype=np.dtype(args.dtype),
+                                     zero_based=ZERO_BASED[args.zero_based],
+                                     return_zero_based=True, progress=args.progress)
+    read = time.perf_counter() - start
+    save_binary(args.out, X, y, zero_based=zero_based)
+    print(f"gpusvm convert: {args.data}: n={X.shape[0]}, d={X.shape[1]}, nnz={X.nnz}, "
+          f"{'zero' if zero_based else 'one'}-based, read in {read:.2f} s")
+    print(f"binary data written to {args.out}")
     return EXIT_OK
 
 

@@ -1,7 +1,10 @@
 """Data loading: svmlight/LIBSVM files, row normalisation and the shipped a9a data set.
 
-``load_svmlight`` wraps scikit-learn's fast parser and adds what it lacks: CSR with int32
-``indices``/``indptr``, and parse errors that name the file and the line. ``load_a9a`` reads
+``load_svmlight`` reads large files on every core (``_svmlight_nb``: the same matrix as
+scikit-learn's parser, bit for bit) and small ones with scikit-learn's parser, and adds what it
+lacks: CSR with int32 ``indices``/``indptr``, and parse errors that name the file and the line.
+``save_binary``/``load_binary`` keep a read set as raw CSR arrays, reopened memory-mapped
+(``gpusvm convert``; ``load_svmlight`` recognises such a file too). ``load_a9a`` reads
 the copy of LIBSVM's a9a (UCI Adult) shipped inside the package, so examples and the
 ``gpusvm demo`` command need no download.
 """
@@ -13,6 +16,7 @@ import gzip
 import hashlib
 import io
 import os
+import sys
 import warnings
 from importlib import resources
 
@@ -20,7 +24,8 @@ import numpy as np
 import scipy.sparse as sp
 from sklearn.datasets import load_svmlight_file
 
-__all__ = ["load_svmlight", "normalize_rows", "load_a9a", "read_20newsgroups_tar", "A9A_N_FEATURES"]
+__all__ = ["load_svmlight", "save_binary", "load_binary", "normalize_rows", "load_a9a",
+           "read_20newsgroups_tar", "A9A_N_FEATURES"]
 
 #: number of features of a9a (the test file uses only 122 of them)
 A9A_N_FEATURES = 123
@@ -40,8 +45,19 @@ COLUMNS_PER_VALUE = 16
 
 
 def load_svmlight(path, n_features=None, dtype=np.float32, *, zero_based="auto",
-                  return_zero_based=False, finite=True):
+                  return_zero_based=False, finite=True, progress=None):
     """Read a svmlight/LIBSVM file (plain or gzip/bz2-compressed) into CSR.
+
+    Files of :data:`PARALLEL_MIN_BYTES` or more are parsed by a compiled reader on every core
+    (numba's threads: ``numba.set_num_threads`` limits them), in chunks cut at line starts;
+    the matrix is the same, bit for bit, as scikit-learn's ``load_svmlight_file`` gives (every
+    number rounds as Python's ``float`` does), and a line it does not take sends the file to
+    the one-core reader, whose errors name the line. ``.gz`` and ``.bz2`` files are
+    decompressed on one core first.
+
+    A binary data file written by :func:`save_binary` (``gpusvm convert``) is recognised by
+    its first bytes and opened memory-mapped (:func:`load_binary`) instead: reading it takes
+    a fraction of a second at any size.
 
     Parameters
     ----------
@@ -65,6 +81,9 @@ def load_svmlight(path, n_features=None, dtype=np.float32, *, zero_based="auto",
         Refuse NaN and infinite values and labels (and values that overflow ``dtype``),
         naming the first such line: no gpusvm estimator accepts them. ``False`` loads them
         as they are (e.g. for an imputer).
+    progress : bool or None, default=None
+        A progress bar (tqdm, on stderr) while reading; ``None`` shows one for files of
+        :data:`PROGRESS_MIN_BYTES` or more when stderr is a terminal.
 
     Returns
     -------
@@ -104,14 +123,12 @@ def load_svmlight(path, n_features=None, dtype=np.float32, *, zero_based="auto",
         n_features = int(n_features)
     if not (zero_based is True or zero_based is False or zero_based == "auto"):
         raise ValueError(f"zero_based must be True, False or 'auto', got {zero_based!r}")
-    try:
-        # the raw indices, whatever the base: the base is decided below, from the whole file
-        with _open_text(path) as f:
-            X, y = load_svmlight_file(f, dtype=dtype, zero_based=True)
-    except (PermissionError, FileNotFoundError, IsADirectoryError):
-        raise                           # the file cannot be opened: its own message says why
-    except (ValueError, OverflowError, UnicodeDecodeError, EOFError, OSError) as exc:
-        raise ValueError(_locate_error(path, exc, n_features, zero_based)) from None
+    if _is_binary(path):
+        return _load_binary_as(path, n_features, dtype, zero_based, return_zero_based, finite)
+    # the raw indices, whatever the base: the base is decided below, from the whole file
+    read = _read_compiled(path, dtype, min_bytes=PARALLEL_MIN_BYTES, chunk_bytes=CHUNK_BYTES,
+                          progress=progress)
+    X, y = read if read is not None else _read_sklearn(path, dtype, n_features, zero_based)
     if X.shape[0] == 0:
         raise ValueError(f"{path}: no examples found (the file is empty or holds only comments)")
     if finite and not (np.all(np.isfinite(X.data)) and np.all(np.isfinite(y))):
@@ -145,6 +162,155 @@ def load_svmlight(path, n_features=None, dtype=np.float32, *, zero_based="auto",
                       shape=(X.shape[0], n_cols if n_features is None else n_features))
     X = _to_int32_csr(X)
     return (X, y, bool(zero_based)) if return_zero_based else (X, y)
+
+
+#: files of at least this many bytes (decompressed: 4x a compressed file's size) are parsed by
+#: the compiled reader on every core; smaller ones by scikit-learn's parser, faster there in a
+#: fresh process, where numba's import and the loading of the compiled code (about a second
+#: together) are not yet paid (``benchmarks/bench_read.py --small`` measures the crossing)
+PARALLEL_MIN_BYTES = 32 << 20
+#: the compiled reader's chunks: each thread parses the lines starting in one at a time
+CHUNK_BYTES = 4 << 20
+#: ``progress=None`` shows a bar for files of at least this many bytes (on a terminal): the
+#: bytes read, then counted, then parsed
+PROGRESS_MIN_BYTES = 256 << 20
+#: the compiled reader leaves a file to scikit-learn's parser when more than this fraction of its
+#: numbers need Python's ``float`` (more than 19 significant digits or a mantissa of 2**53 or
+#: more, e.g. ``repr`` output; an exponent beyond +-22; inf, nan): both then parse them alike
+HARD_FRACTION = 0.5
+_BLOCK = 16 << 20
+
+
+def _read_sklearn(path, dtype, n_features, zero_based):
+    """``(X, y)`` by scikit-learn's parser (the raw indices), or the error naming the line."""
+    try:
+        with _open_text(path) as f:
+            return load_svmlight_file(f, dtype=dtype, zero_based=True)
+    except (PermissionError, FileNotFoundError, IsADirectoryError):
+        raise                           # the file cannot be opened: its own message says why
+    except (ValueError, OverflowError, UnicodeDecodeError, EOFError, OSError) as exc:
+        raise ValueError(_locate_error(path, exc, n_features, zero_based)) from None
+
+
+def _progress_bar(path, total, progress):
+    if progress is None:
+        progress = total >= PROGRESS_MIN_BYTES and sys.stderr.isatty()
+    if not progress:
+        return None
+    from tqdm.auto import tqdm
+    return tqdm(total=total, unit="B", unit_scale=True, desc=f"reading {os.path.basename(path)}")
+
+
+def _read_compiled(path, dtype, *, min_bytes, chunk_bytes, progress=None,
+                   hard_fraction=HARD_FRACTION):
+    """``(X, y)`` as :func:`_read_sklearn` gives them (raw indices, the same values bit for
+    bit), parsed on every core; ``None`` when the file is smaller than ``min_bytes``, cannot be
+    read, holds a line the compiled grammar does not take (the caller then reads it by
+    scikit-learn's parser, which names the bad line), or more than ``hard_fraction`` of its
+    numbers are ones Python's ``float`` must parse (the compiled path gains nothing there)."""
+    compressed = path.endswith((".gz", ".bz2"))
+    size = os.path.getsize(path) * (4 if compressed else 1)
+    if size < min_bytes:
+        return None
+    bar = _progress_bar(path, 3 * size, progress)
+    try:
+        return _parse_compiled(path, dtype, chunk_bytes, bar, hard_fraction)
+    finally:
+        if bar is not None:
+            bar.close()
+
+
+def _parse_compiled(path, dtype, chunk_bytes, bar, hard_fraction):
+    try:
+        with _open_text(path) as f:
+            # a plain file straight into one buffer of its size; a compressed one by blocks
+            raw = bytearray(0 if path.endswith((".gz", ".bz2")) else
+                            max(os.fstat(f.fileno()).st_size - f.tell(), 0))
+            view, filled = memoryview(raw), 0
+            while filled < len(raw):
+                got = f.readinto(view[filled:filled + _BLOCK])
+                if not got:
+                    break
+                filled += got
+                if bar is not None:
+                    bar.update(got)
+            view.release()
+            del raw[filled:]
+            while True:                 # compressed data, or a file that grew meanwhile
+                block = f.read(_BLOCK)
+                if not block:
+                    break
+                raw += block
+                if bar is not None:
+                    bar.update(len(block))
+    except (OSError, EOFError):
+        return None                     # scikit-learn's path names the damage
+    from numba import get_num_threads
+
+    from . import _svmlight_nb as nb
+
+    buf = np.frombuffer(raw, dtype=np.uint8)
+    n = buf.size
+    if bar is not None:                 # the decompressed size is known now
+        bar.total = bar.n + 2 * n     # then the parse, counted twice (two passes before)
+        bar.refresh()
+    chunk_bytes = max(1, int(chunk_bytes))
+    n_chunks = max(1, -(-n // chunk_bytes))
+    counts = np.zeros((n_chunks, 8), dtype=np.int64)
+    nb.bound_chunks(buf, 0, chunk_bytes, counts)      # rows and values at most, per chunk
+    ub_rows, ub_nnz = int(counts[:, 5].sum()), int(counts[:, 6].sum())
+    ub_start = _starts(counts[:, 5:7])
+    counts[:, 5:7] = ub_start
+    data, indices = np.empty(ub_nnz, dtype), np.empty(ub_nnz, np.int32)
+    indptr = np.zeros(ub_rows + 1, np.int32 if ub_nnz <= _INT32_MAX else np.int64)
+    labels, hard_at = np.empty(ub_rows), np.empty((0, 3), np.int64)
+    group = n_chunks if bar is None else max(1, 4 * get_num_threads())
+    for c0 in range(0, n_chunks, group):
+        c1 = min(c0 + group, n_chunks)
+        nb.parse_chunks(buf, 0, chunk_bytes, c0, c1, 1, counts, data, indices, indptr, labels,
+                        hard_at)
+        if bar is not None:
+            bar.update(2 * (min(c1 * chunk_bytes, n) - min(c0 * chunk_bytes, n)))
+    rows, nnz, hard = (int(v) for v in counts[:, :3].sum(axis=0))
+    if counts[:, 3].any() or hard > hard_fraction * (rows + nnz):
+        return None                     # a line to name, or numbers Python must parse anyway
+    start = _starts(counts[:, :3])
+    for c in np.flatnonzero((start[:, :2] != ub_start).any(axis=1) & (counts[:, 0] > 0)):
+        (r, z), (ur, uz), (k, m) = start[c, :2], ub_start[c], counts[c, :2]
+        data[z:z + m] = data[uz:uz + m]         # leftwards, in chunk order: nothing unread is hit
+        indices[z:z + m] = indices[uz:uz + m]
+        labels[r:r + k] = labels[ur:ur + k]
+        indptr[r + 1:r + 1 + k] = indptr[ur + 1:ur + 1 + k] - (uz - z)
+    data, indices, indptr, labels = data[:nnz], indices[:nnz], indptr[:rows + 1], labels[:rows]
+    if nnz < 0.9 * ub_nnz:
+        data, indices = data.copy(), indices.copy()
+    if indptr.dtype != np.int32 and nnz <= _INT32_MAX:
+        indptr = indptr.astype(np.int32)
+    if hard:                            # where the hard numbers are: their chunks parsed again
+        counts[:, 5:8] = start
+        hard_at = np.empty((hard, 3), np.int64)
+        nb.parse_chunks(buf, 0, chunk_bytes, 0, n_chunks, 2, counts, data, indices, indptr,
+                        labels, hard_at)
+    for a in range(0, hard, _BLOCK >> 4):     # the numbers the fast path does not round exactly
+        part = hard_at[a:a + (_BLOCK >> 4)]
+        try:
+            values = np.array([float(raw[s:e]) for s, e, _ in part.tolist()])
+        except ValueError:
+            return None
+        dst = part[:, 2]
+        is_label = dst < 0
+        labels[-1 - dst[is_label]] = values[is_label]
+        with np.errstate(over="ignore"):
+            data[dst[~is_label]] = values[~is_label].astype(dtype)
+    n_cols = max(int(counts[:, 4].max()), 0) + 1
+    return sp.csr_matrix((data, indices, indptr), shape=(rows, n_cols)), labels
+
+
+def _starts(sizes):
+    """Exclusive prefix sums down the columns of ``sizes`` (int64)."""
+    out = np.zeros_like(sizes)
+    np.cumsum(sizes[:-1], axis=0, out=out[1:])
+    return out
 
 
 def _index_terms(path):
@@ -291,6 +457,218 @@ def _check_line(raw: bytes, zero_based):
         has_zero = has_zero or idx == 0
         prev = idx
     return (prev, has_zero)
+
+
+# ------------------------------------------------------------------ the binary form
+#: the first bytes of a binary data file (then a little-endian uint32: the header's length)
+BINARY_MAGIC = b"\x93GPUSVM-CSR\n"
+#: the version of the binary layout this gpusvm writes and reads
+BINARY_VERSION = 1
+_ALIGN = 64
+_BINARY_ARRAYS = ("data", "indices", "indptr", "y")
+
+
+def _is_binary(path):
+    """Whether ``path`` is a regular file that starts with :data:`BINARY_MAGIC`."""
+    if not os.path.isfile(path):
+        return False
+    try:
+        with open(path, "rb") as f:
+            return f.read(len(BINARY_MAGIC)) == BINARY_MAGIC
+    except OSError:
+        return False
+
+
+def save_binary(path, X, y, *, zero_based=False):
+    """Write a data set in gpusvm's binary form: its CSR arrays, to be memory-mapped.
+
+    :func:`load_binary` (and :func:`load_svmlight`, ``gpusvm fit``, ``select``, ``predict``,
+    which recognise the file by its first bytes) reopens it without parsing: the arrays are
+    mapped, not read, so reopening takes a fraction of a second at any size. The layout: the
+    bytes of :data:`BINARY_MAGIC`, a little-endian uint32 header length, a JSON header (the
+    format version, shape, types, the base of the source file's indices, each array's offset
+    and length), then ``data``, ``indices``, ``indptr`` and ``y`` as raw little-endian arrays,
+    each aligned to 64 bytes. ``gpusvm convert`` writes one from a svmlight file.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        File to write (``.gsvm`` by convention); a regular file is replaced atomically.
+    X : scipy.sparse matrix of shape (n_samples, n_features)
+        Float32 or float64 values; stored as sorted, duplicate-free CSR.
+    y : array-like of shape (n_samples,)
+        Labels, stored as float64.
+    zero_based : bool, default=False
+        The base of the svmlight file the data came from (:func:`load_svmlight`'s
+        ``return_zero_based``); stored so that a model trained on it records it.
+
+    Returns
+    -------
+    path : str
+        The path written.
+    """
+    import json
+
+    from ._output import write_output
+    path = os.fspath(path)
+    if not sp.issparse(X):
+        raise ValueError(f"X must be a scipy.sparse matrix, got {type(X).__name__}")
+    X = _to_int32_csr(sp.csr_matrix(X))
+    if X.dtype not in (np.float32, np.float64):
+        raise ValueError(f"X must hold float32 or float64 values, got {X.dtype}")
+    y = np.asarray(y, dtype=np.float64)
+    if y.shape != (X.shape[0],):
+        raise ValueError(f"y must have shape ({X.shape[0]},) to match X, got {y.shape}")
+    arrays = {"data": X.data, "indices": X.indices, "indptr": X.indptr, "y": y}
+    arrays = {k: np.ascontiguousarray(v, dtype=v.dtype.newbyteorder("<")) for k, v in arrays.items()}
+    header = {"version": BINARY_VERSION, "shape": [int(X.shape[0]), int(X.shape[1])],
+              "nnz": int(X.nnz), "zero_based": bool(zero_based),
+              "finite": bool(np.all(np.isfinite(X.data)) and np.all(np.isfinite(y))),
+              "arrays": {}}
+
+    start = 0
+    while True:                         # the arrays start after the header, which names them
+        header["arrays"], pos = {}, start
+        for name in _BINARY_ARRAYS:
+            a = arrays[name]
+            header["arrays"][name] = {"dtype": a.dtype.str, "offset": pos, "count": int(a.size)}
+            pos = -(-(pos + a.nbytes) // _ALIGN) * _ALIGN
+        header["size"] = pos
+        text = json.dumps(header, sort_keys=True).encode()
+        need = -(-(len(BINARY_MAGIC) + 4 + len(text)) // _ALIGN) * _ALIGN
+        if need <= start:
+            break
+        start = need
+
+    def write(f):
+        f.write(BINARY_MAGIC + len(text).to_bytes(4, "little") + text)
+        written = len(BINARY_MAGIC) + 4 + len(text)
+        for name in _BINARY_ARRAYS:
+            at = header["arrays"][name]["offset"]
+            f.write(b"\0" * (at - written))
+            f.write(memoryview(arrays[name]).cast("B"))
+            written = at + arrays[name].nbytes
+        f.write(b"\0" * (header["size"] - written))
+
+    return write_output(path, write, what="binary data")
+
+
+def _binary_error(path, what):
+    return ValueError(f"{path}: {what}; write it again with `gpusvm convert` (or "
+                      "gpusvm.datasets.save_binary)")
+
+
+def load_binary(path, *, return_zero_based=False, check=True):
+    """Open a data set written by :func:`save_binary` (``gpusvm convert``), memory-mapped.
+
+    The arrays are mapped copy-on-write: nothing is read until it is used, and writing to
+    them never changes the file.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The binary data file.
+    return_zero_based : bool, default=False
+        Also return the base of the svmlight file the data came from.
+    check : bool, default=True
+        Check the CSR structure (``indptr`` nondecreasing, every index within the shape), one
+        pass over the index arrays; the header, the lengths and the file's size are always
+        checked.
+
+    Returns
+    -------
+    X : scipy.sparse.csr_matrix of shape (n_samples, n_features)
+        Its arrays map the file.
+    y : ndarray of float64, shape (n_samples,)
+    zero_based : bool
+        Only with ``return_zero_based=True``.
+
+    Raises
+    ------
+    ValueError
+        When the file is not gpusvm's binary form, was written by a newer gpusvm (a newer
+        format version), is truncated, or its header or arrays are inconsistent.
+    """
+    X, y, zero_based, _ = _open_binary(path, check)
+    return (X, y, zero_based) if return_zero_based else (X, y)
+
+
+def _open_binary(path, check=True):
+    """``(X, y, zero_based, finite)`` of a binary data file (:func:`load_binary`)."""
+    import json
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"binary data file not found: {path}")
+    size = os.path.getsize(path)
+    with open(path, "rb") as f:
+        head = f.read(len(BINARY_MAGIC) + 4)
+        if head[:len(BINARY_MAGIC)] != BINARY_MAGIC:
+            raise ValueError(f"{path}: not a gpusvm binary data file (it does not start with "
+                             f"{BINARY_MAGIC!r}); read svmlight text with load_svmlight")
+        if len(head) < len(BINARY_MAGIC) + 4:
+            raise _binary_error(path, f"the file is truncated ({size} bytes, shorter than its header)")
+        length = int.from_bytes(head[len(BINARY_MAGIC):], "little")
+        text = f.read(length)
+    if len(text) < length:
+        raise _binary_error(path, f"the file is truncated ({size} bytes, shorter than its header)")
+    try:
+        header = json.loads(text)
+        version = header["version"]
+    except (ValueError, TypeError, KeyError):
+        raise _binary_error(path, "the header is damaged") from None
+    if version != BINARY_VERSION:
+        raise ValueError(f"{path}: binary data format version {version!r}, but this gpusvm reads "
+                         f"version {BINARY_VERSION}; convert the svmlight file again with this "
+                         "gpusvm's `gpusvm convert`")
+    try:
+        n, d = (int(v) for v in header["shape"])
+        nnz, expected = int(header["nnz"]), int(header["size"])
+        specs = {name: header["arrays"][name] for name in _BINARY_ARRAYS}
+        dtypes = {name: np.dtype(spec["dtype"]) for name, spec in specs.items()}
+        zero_based, finite = bool(header["zero_based"]), bool(header["finite"])
+    except (ValueError, TypeError, KeyError):
+        raise _binary_error(path, "the header is damaged") from None
+    if size < expected:
+        raise _binary_error(path, f"the file is truncated ({size} of {expected} bytes)")
+    counts = {"data": nnz, "indices": nnz, "indptr": n + 1, "y": n}
+    kinds = {"data": "f", "indices": "i", "indptr": "i", "y": "f"}
+    for name, spec in specs.items():
+        end = int(spec["offset"]) + dtypes[name].itemsize * int(spec["count"])
+        if (int(spec["count"]) != counts[name] or dtypes[name].kind != kinds[name]
+                or int(spec["offset"]) < len(head) + length or end > expected):
+            raise _binary_error(path, f"the header's {name} array is inconsistent")
+    arrays = {name: np.memmap(path, dtype=dtypes[name], mode="c", offset=int(spec["offset"]),
+                              shape=(counts[name],)) if counts[name] else np.empty(0, dtypes[name])
+              for name, spec in specs.items()}
+    indptr, indices = arrays["indptr"], arrays["indices"]
+    if int(indptr[0]) != 0 or int(indptr[-1]) != nnz or (check and nnz and (
+            np.any(indptr[1:] < indptr[:-1]) or int(indices.min()) < 0 or int(indices.max()) >= d)):
+        raise _binary_error(path, "its index arrays are not a valid CSR matrix")
+    X = sp.csr_matrix((arrays["data"], indices, indptr), shape=(n, d))
+    X.has_sorted_indices = True         # save_binary wrote canonical CSR
+    X.has_canonical_format = True
+    return X, np.asarray(arrays["y"]), zero_based, finite
+
+
+def _load_binary_as(path, n_features, dtype, zero_based, return_zero_based, finite):
+    """:func:`load_svmlight`'s arguments applied to a binary data file."""
+    X, y, stored_base, all_finite = _open_binary(path)
+    if zero_based != "auto" and bool(zero_based) != stored_base:
+        base = "zero-based" if stored_base else "one-based"
+        raise ValueError(f"{path} was converted from a {base} svmlight file, but zero_based="
+                         f"{zero_based} was asked; convert the text again with the base wanted")
+    if n_features is not None:
+        if n_features < X.shape[1]:
+            raise ValueError(f"{path}: the data has {X.shape[1]} features but n_features="
+                             f"{n_features}; pass n_features >= {X.shape[1]} (or the training "
+                             "set's n_features)")
+        X = sp.csr_matrix((X.data, X.indices, X.indptr), shape=(X.shape[0], n_features))
+    if X.dtype != dtype:
+        X = sp.csr_matrix((X.data.astype(dtype), X.indices, X.indptr), shape=X.shape)
+    if finite and not all_finite and not (
+            np.all(np.isfinite(X.data)) and np.all(np.isfinite(y))):
+        raise ValueError(f"{path}: the data holds NaN or infinite values; {_NON_FINITE_ADVICE}")
+    return (X, y, stored_base) if return_zero_based else (X, y)
 
 
 def normalize_rows(X, max_norm=1.0, *, mode="all"):

@@ -436,3 +436,19 @@ def test_cv_search_on_a_dask_array(client, rcv1_small):
     np.testing.assert_allclose(search.Cs_, default_Cs(2, X.shape[0], sq, "hinge"), rtol=1e-12)
     assert search.scores_.shape == (2, 2) and np.all(search.duality_gaps_ <= search.tol)
     assert search.coef_.shape == (1, X.shape[1]) and search.lam_ == 1 / (search.C_ * X.shape[0])
+
+
+def test_read_svmlight_takes_the_binary_form(client, rcv1_small, tmp_path):
+    """A part saved by gpusvm.datasets.save_binary (``gpusvm convert``) is read by its worker
+    memory-mapped, beside a text part: the same rows as in memory."""
+    from gpusvm.datasets import save_binary
+    X, y = rcv1_small.X, rcv1_small.y
+    text = tmp_path / "part-0.svm"
+    dump_svmlight_file(X[:400], y[:400], str(text), zero_based=False)
+    binary = save_binary(tmp_path / "part-1.gsvm", X[400:], y[400:])
+    Xd, yd = gd.read_svmlight([text, binary], n_features=X.shape[1])
+    assert Xd.chunks[0] == (400, X.shape[0] - 400)
+    for block, rows in ((0, slice(0, 400)), (1, slice(400, None))):
+        got = Xd.blocks[block].compute()
+        assert (got != X[rows]).nnz == 0 and got.dtype == X.dtype
+    np.testing.assert_array_equal(yd.compute(), y)

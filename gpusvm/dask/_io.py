@@ -38,7 +38,8 @@ def read_svmlight(paths, n_features=None, *, dtype=np.float32, zero_based=False,
     Parameters
     ----------
     paths : str, os.PathLike or list of them
-        The files, in row order (plain, ``.gz`` or ``.bz2``).
+        The files, in row order (plain, ``.gz`` or ``.bz2``, or the binary form of
+        :func:`gpusvm.datasets.save_binary`, which the worker maps instead of parsing).
     n_features : int or None, default=None
         Number of columns; None takes the largest index of all files.
     dtype : {numpy.float32, numpy.float64}, default=numpy.float32
