@@ -3,7 +3,8 @@
 ``load_svmlight`` wraps scikit-learn's fast parser and adds what it lacks: CSR with int32
 ``indices``/``indptr``, and parse errors that name the file and the line. ``load_a9a`` reads
 the copy of LIBSVM's a9a (UCI Adult) shipped inside the package, so examples and the
-``gpusvm demo`` command need no download.
+``gpusvm demo`` command need no download.  ``make_sparse_classification`` generates large
+text-like sets (:mod:`gpusvm._generate`).
 """
 
 from __future__ import annotations
@@ -20,7 +21,10 @@ import numpy as np
 import scipy.sparse as sp
 from sklearn.datasets import load_svmlight_file
 
-__all__ = ["load_svmlight", "normalize_rows", "load_a9a", "read_20newsgroups_tar", "A9A_N_FEATURES"]
+from ._generate import make_sparse_classification, zipf_column_probabilities
+
+__all__ = ["load_svmlight", "normalize_rows", "load_a9a", "read_20newsgroups_tar", "A9A_N_FEATURES",
+           "make_sparse_classification", "zipf_column_probabilities"]
 
 #: number of features of a9a (the test file uses only 122 of them)
 A9A_N_FEATURES = 123
