@@ -96,6 +96,23 @@ def _row_lengths(xp, rng, rows: int, mean: float):
     return 1 + rng.poisson(lam).astype(np.int64)
 
 
+class _DeviceRng:
+    """The three draws of the law from CuPy's cuRAND generator (``cupy.random.RandomState``,
+    whose ``poisson`` takes an array of means), named as NumPy's Generator names them."""
+
+    def __init__(self, xp, seed: int):
+        self._rs = xp.random.RandomState(seed)
+
+    def standard_normal(self, size):
+        return self._rs.standard_normal(size, dtype=np.float64)
+
+    def poisson(self, lam):
+        return self._rs.poisson(lam, dtype=np.int64)
+
+    def random(self, size):
+        return self._rs.random_sample(size, dtype=np.float64)
+
+
 class _Law:
     """The parameters of the law and the generators of its blocks (host or device)."""
 
@@ -111,7 +128,7 @@ class _Law:
         seq = np.random.SeedSequence(self.entropy, spawn_key=key)
         if not self.on_device:
             return np.random.default_rng(seq)
-        return self.xp.random.default_rng(int(seq.generate_state(1, np.uint64)[0]))
+        return _DeviceRng(self.xp, int(seq.generate_state(1, np.uint64)[0]) >> 1)
 
     def blocks(self, r0, r1):
         return range(r0 // BLOCK_ROWS, -(-r1 // BLOCK_ROWS))

@@ -188,3 +188,61 @@ def test_int32_refused_past_its_offsets(monkeypatch):
         make_sparse_classification(50, 100, nnz_per_row=5, random_state=0, index_dtype=np.int32)
     X, _ = make_sparse_classification(50, 100, nnz_per_row=5, random_state=0)
     assert X.indptr.dtype == np.int64 and X.indices.dtype == np.int64    # chosen by the bound
+
+
+# ------------------------------------------------------------------ the device path, with NumPy as CuPy
+class _FakeRandomState:
+    """CuPy's ``RandomState`` signatures (a ``dtype`` on every draw) over NumPy's."""
+
+    def __init__(self, seed):
+        self._rs = np.random.RandomState(seed % 2**32)
+
+    def standard_normal(self, size, dtype):
+        return self._rs.standard_normal(size).astype(dtype)
+
+    def poisson(self, lam, dtype):
+        return self._rs.poisson(lam).astype(dtype)
+
+    def random_sample(self, size, dtype):
+        return self._rs.random_sample(size).astype(dtype)
+
+
+class _FakeCupy:
+    """NumPy standing for CuPy: the array functions the law calls, and cuRAND's RandomState."""
+
+    class random:  # noqa: N801  (cupy.random)
+        RandomState = _FakeRandomState
+
+    def __getattr__(self, name):
+        return getattr(np, name)
+
+
+def test_device_path_runs_the_same_law_on_the_array_module(monkeypatch):
+    import types
+
+    import gpusvm._generate as gen
+    made = []
+
+    def csr_matrix(arrays, shape, copy):
+        made.append(copy)
+        return sp.csr_matrix(arrays, shape=shape)
+
+    fake = (_FakeCupy(), types.SimpleNamespace(csr_matrix=csr_matrix))
+    monkeypatch.setattr(gen, "_array_module", lambda device: fake if device == "cuda" else (np, None))
+    X, y, w, b = make_sparse_classification(6_000, 1_500, nnz_per_row=12, random_state=4,
+                                            flip_y=0.0, device="cuda", return_coef=True)
+    assert made == [False]                                      # the device's arrays, no copy
+    X.check_format(full_check=True)
+    assert X.indptr.dtype == np.int32 and np.all(X.data > 0)
+    sq = np.asarray(X.multiply(X).astype(np.float64).sum(axis=1)).ravel()
+    np.testing.assert_allclose(sq, 1.0, rtol=1e-6)
+    scores = X.astype(np.float64) @ w + b
+    keep = np.abs(scores) > 1e-6
+    np.testing.assert_array_equal((scores[keep] > 0).astype(np.int64), y[keep])
+    host, _ = make_sparse_classification(6_000, 1_500, nnz_per_row=12, random_state=4)
+    # the same law (other generators): the head columns' row fractions agree
+    hot = np.bincount(X.indices, minlength=1_500)[:5] / 6_000
+    hot_host = np.bincount(host.indices, minlength=1_500)[:5] / 6_000
+    np.testing.assert_allclose(hot, hot_host, atol=0.03)
+    with pytest.raises(ValueError, match=r"device='cuda' makes int32 indices only"):
+        make_sparse_classification(100, 100, nnz_per_row=3, device="cuda", index_dtype=np.int64)
