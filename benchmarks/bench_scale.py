@@ -23,9 +23,10 @@ constant feature) with the squared hinge and with the hinge:
   test only), and ``gpusvm.LinearSVC(backend="numba")`` beside a GPU;
 * ``sklearn.svm.LinearSVC`` (LIBLINEAR, one thread);
 * liblinear-multicore with ``--threads`` threads (``-s 1`` and ``-s 2``; the hinge: ``-s 3``),
-  run by ``--peer-python`` (default ``/work/venv-mc/bin/python`` where it exists) in a child
-  process that regenerates the same set (the generator is a function of its seed alone),
-  with ``OMP_WAIT_POLICY=passive`` unless ``--omp-wait-policy active``.
+  run by ``--peer-python`` (default ``/work/venv-mc/bin/python``) in a child process that
+  reads the training set from ``.npy`` files the run writes once a size (``OUT/set-<nnz>``,
+  removed when the size is done), with ``OMP_WAIT_POLICY=passive`` unless
+  ``--omp-wait-policy active``.
 
 Every cell (size, system, loss) is one JSON record under ``OUT/cells``, written as it
 finishes; a rerun skips the cells it finds (the run resumes).  A cell is skipped, and said
@@ -205,7 +206,7 @@ def fit_peer(system, loss, args, data):
     solver = system.rsplit("-", 1)[1][1:]
     cmd = [args.peer_python, __file__, "--peer", solver, "--threads", str(args.threads),
            "--nnz", str(data["nnz_target"]), "--test-fraction", str(args.test_fraction),
-           "--out", str(args.out)]
+           "--out", str(args.out), "--peer-data", str(share_set(args, data))]
     env = dict(os.environ, OMP_WAIT_POLICY=args.omp_wait_policy.upper())
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=args.budget * 3 + 120, env=env)
     if r.returncode:
@@ -217,10 +218,40 @@ def fit_peer(system, loss, args, data):
              "problem_seconds": rec["problem_seconds"]})
 
 
+def share_set(args, data) -> Path:
+    """The training set as ``.npy`` files under ``OUT/set-<nnz>`` (written once a size, read
+    by the child with memory maps: faster than generating it again on the host, and the set
+    generated on a GPU is not the host generator's)."""
+    folder = args.out / f"set-{data['nnz_target']:.0e}".replace("+", "")
+    if not (folder / "y.npy").exists():
+        folder.mkdir(parents=True, exist_ok=True)
+        X = data["X"]
+        for name in ("data", "indices", "indptr"):
+            np.save(folder / f"{name}.npy", getattr(X, name))
+        np.save(folder / "shape.npy", np.asarray(X.shape, dtype=np.int64))
+        np.save(folder / "y.npy", data["y"])                    # last: the folder is complete
+    return folder
+
+
+def drop_shared_set(args, nnz) -> None:
+    folder = args.out / f"set-{nnz:.0e}".replace("+", "")
+    for f in folder.glob("*.npy") if folder.is_dir() else ():
+        f.unlink()
+    if folder.is_dir():
+        folder.rmdir()
+
+
 def peer_main(args) -> int:
-    """The child: build the set, fit with liblinear-multicore, print one JSON line."""
+    """The child: read (or build) the set, fit with liblinear-multicore, print one JSON line."""
     from liblinear.liblinearutil import parameter, problem, train  # noqa: PLC0415
-    X, y, _, _, _ = make_set(args.nnz[0], args.test_fraction)
+    if args.peer_data:
+        f = Path(args.peer_data)
+        X = sp.csr_matrix(tuple(np.load(f / f"{a}.npy", mmap_mode="r") for a in
+                                ("data", "indices", "indptr")),
+                          shape=tuple(np.load(f / "shape.npy")))
+        y = np.load(f / "y.npy")
+    else:
+        X, y, _, _, _ = make_set(args.nnz[0], args.test_fraction)
     X = sp.csr_matrix(X, dtype=np.float64)
     base = _host_peak_reset()
     t = time.perf_counter()
@@ -292,6 +323,7 @@ def run(args) -> None:
                 f"{rec['seconds']:.2f} s" if rec.get("seconds") is not None
                 else rec.get("skipped") or rec.get("error")), flush=True)
         del data
+        drop_shared_set(args, nnz)
 
 
 def load_data(args, nnz):
@@ -395,6 +427,7 @@ def main(argv=None) -> int:
     parser.add_argument("--test-fraction", type=float, default=0.1)
     parser.add_argument("--table", action="store_true", help="print the table of OUT only")
     parser.add_argument("--peer", help=argparse.SUPPRESS)
+    parser.add_argument("--peer-data", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.peer:
         return peer_main(args)

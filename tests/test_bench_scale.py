@@ -42,6 +42,7 @@ def test_every_cell_is_recorded(ran):
     assert small["gpusvm-SDCASVC-cpu"]["passes"] > 0
     assert small["gpusvm-SDCASVC-cpu"]["fraction_of_traffic_limit"] > 0
     assert "FileNotFoundError" in small["liblinear-mc-s1"]["error"]   # no such interpreter
+    assert not list(out.glob("set-*"))                        # the peers' copy is removed
 
 
 def test_objective_is_the_linearsvc_primal(ran):
