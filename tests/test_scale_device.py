@@ -123,3 +123,17 @@ def test_backend_refusal_is_one_line():
 
 def test_emulated_runtime_pretends_free_memory():
     assert EmulatedRuntime(free_memory=123).free_bytes() == 123
+
+
+def test_device_input_is_refused_before_its_copies():
+    """CuPy input: the prepared copies and the fit's buffers against the free bytes, the same
+    one-line refusal (checked here by its function: the call site needs CuPy)."""
+    from gpusvm._arrays import PREPARE_COPIES, check_device_room
+    n, d, nnz = 10 ** 6, 10 ** 5, 5 * 10 ** 7
+    base = estimate_device_bytes(n, d + 1, nnz + n, 4, csr_resident=True)["total"]
+    need = base + PREPARE_COPIES * ((nnz + n) * 8 + (n + 1) * 8)
+    check_device_room(n, d, nnz, 4, need, True, "emulated")          # fits exactly
+    check_device_room(n, d, nnz, 4, None, True, "emulated")          # no figure, no check
+    with pytest.raises(MemoryError, match=_refusal(round(need / 2**20), round((need - 1) / 2**20),
+                                                   False)):
+        check_device_room(n, d, nnz, 4, need - 1, True, "emulated")
