@@ -26,7 +26,11 @@ occupancy and cycles per issued instruction; CSV and JSON under ``--out``), ``wh
 (``graph_while_probe.py``: whether a CUDA graph WHILE node, which makes a segment of any
 length one graph launch, can be built here from Python; where it can, the backend's WHILE
 segments, ``GPUSVM_GRAPH_WHILE=1``, against its chunked graphs: the same state, the graph
-launches and the seconds per iteration both ways), ``summary``.
+launches and the seconds per iteration both ways), ``scale`` (``bench_scale.py``: generated
+sets of 10^7, 10^8 and 10^9 nonzeros, generated on the GPU, fitted by gpusvm there, by its
+CPU backend, scikit-learn's LinearSVC and liblinear-multicore on every core, cells skipped
+past a budget, no cell started after :data:`SCALE_DEADLINE` seconds; resumable: its cells
+under ``OUT/scale/cells``), ``summary``.
 
 ``--emulated`` runs every step with the emulated runtime standing in for CuPy, on slices of
 the data (its timings say nothing about a GPU; compute-sanitizer is replaced by the
@@ -55,7 +59,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 STEPS = ("env", "compile", "tests", "parity", "sanitizer", "iterations", "eps", "profile",
-         "while")
+         "while", "scale")
 LAM = 1e-4
 EPS = 1e-3
 PSTAR_FILE = Path(__file__).with_name("gpu_session_pstar.json")
@@ -648,6 +652,48 @@ def step_while(args, out):
     ok, line, rows = _while_segments(args, out)
     return write(out, "while", ok, ("WHILE node works; backend: " + line)[:700], probe=rep,
                  rows=rows)
+
+
+# ---------------------------------------------------------------------------- scale
+#: seconds after which the scale step starts no cell (the step stays within 8 minutes)
+SCALE_DEADLINE = 330
+#: seconds a cell of the scale step may be predicted to take
+SCALE_BUDGET = 120
+
+
+def step_scale(args, out):
+    """``bench_scale.py`` on the device (``--emulated``: a set of 2e4 nonzeros, the squared
+    hinge, on the emulator): passes when every gpusvm cell was measured or skipped by the
+    budget; the line gives gpusvm.LinearSVC's time over LIBLINEAR's and liblinear-multicore's
+    at each size.  liblinear-multicore runs with ``$PEER_PYTHON`` (default: this interpreter;
+    its cells fail, and are said to, where the ``liblinear`` module is missing)."""
+    cells = out / "scale"
+    cmd = [sys.executable, str(Path(__file__).with_name("bench_scale.py")), "--out", str(cells),
+           "--peer-python", os.environ.get("PEER_PYTHON", sys.executable),
+           "--threads", str(os.cpu_count()), "--deadline", str(SCALE_DEADLINE),
+           "--budget", str(SCALE_BUDGET)]
+    cmd += (["--device", "emulated", "--nnz", "2e4", "--losses", "squared_hinge"]
+            if args.emulated else ["--device", "cuda", "--nnz", "1e7", "1e8", "1e9"])
+    r = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
+    (out / "scale_table.txt").write_text(r.stdout + r.stderr)
+    print(r.stdout[-3000:], r.stderr[-2000:], flush=True)
+    recs = [json.loads(p.read_text()) for p in sorted((cells / "cells").glob("*.json"))]
+    mine = [c for c in recs if c["system"].startswith("gpusvm")]
+    failed = [c for c in mine if c.get("error")]
+    ok = r.returncode == 0 and bool(mine) and not failed
+    by = {(c["nnz_target"], c["loss"], c["system"]): c for c in recs if c.get("seconds")}
+    parts = []
+    for (nnz, loss, system), c in sorted(by.items()):
+        if system != "gpusvm-LinearSVC-" + ("emulated" if args.emulated else "gpu"):
+            continue
+        peers = {p: by.get((nnz, loss, p)) for p in ("sklearn-LinearSVC", "liblinear-mc-s1",
+                                                     "liblinear-mc-s2", "liblinear-mc-s3")}
+        ratio = ", ".join(f"{p} {c['seconds'] / q['seconds']:.2f}x" for p, q in peers.items() if q)
+        parts.append(f"{nnz:.0e} {loss}: {c['seconds']:.2f} s" + (f" ({ratio})" if ratio else ""))
+    line = "; ".join(parts) or "no gpusvm cell measured"
+    if failed:
+        line = f"{len(failed)} gpusvm cells failed ({failed[0]['error'][:120]}); " + line
+    return write(out, "scale", ok, line[:700], cells=len(recs))
 
 
 # ---------------------------------------------------------------------------- summary

@@ -8,7 +8,7 @@
 #   benchmarks/gpu_session.sh stage           # where ../shared/data exists: copy the files the
 #                                             # steps read into .gpudata/ (about 40 MB)
 #
-# Steps: env compile tests parity sanitizer iterations eps profile while (see gpu_session.py).  A step whose
+# Steps: env compile tests parity sanitizer iterations eps profile while scale (see gpu_session.py).  A step whose
 # OUT/<step>.json exists is skipped (the session resumes); FORCE=1 runs it again.  Needs
 # Python with numpy, scipy, scikit-learn, numba and pytest (CuPy for the GPU); nothing is
 # installed, nothing is written outside the checkout, no network.  PYTHON selects the
@@ -39,7 +39,7 @@ for arg in "$@"; do
     *) STEPS+=("$arg") ;;
     esac
 done
-[ ${#STEPS[@]} -eq 0 ] && STEPS=(env compile tests parity sanitizer iterations eps profile while)
+[ ${#STEPS[@]} -eq 0 ] && STEPS=(env compile tests parity sanitizer iterations eps profile while scale)
 if [ ${#EMU[@]} -eq 1 ] && [ "$OUT" = "$PWD/gpu-results" ]; then
     OUT=$PWD/gpu-results/emulated
 fi

@@ -205,6 +205,34 @@ def prepare(estimator, X, y, reset=True):
         return _prepare_on_device(estimator, X, to_host(y), reset)
 
 
+#: copies of the prepared CSR that :func:`_prepare_on_device` holds at its peak (the typed
+#: copy, the squares for the row norms, the copy with the bias column)
+PREPARE_COPIES = 3
+
+
+def check_device_room(n: int, d: int, nnz: int, itemsize: int, free: int | None,
+                      augmented: bool, name: str = "cupy") -> None:
+    """Refuse, before any device copy, input whose preparation and fit would not fit in the
+    ``free`` device bytes (``None``: no check): the CSR of device input is resident, its
+    prepared copies (:data:`PREPARE_COPIES`) and the backend's vectors and buffers
+    (:func:`gpusvm.backends.device.estimate_device_bytes`) are not.
+
+    Raises
+    ------
+    MemoryError
+        The one-line refusal of :func:`gpusvm.backends.device.backend.memory_refusal`.
+    """
+    from .backends.device.backend import estimate_device_bytes, memory_refusal  # noqa: PLC0415
+    if free is None:
+        return
+    n_aug, d_aug = nnz + n * augmented, d + augmented
+    need = estimate_device_bytes(n, d_aug, n_aug, itemsize, csr_resident=True)
+    copy = n_aug * (itemsize + 4) + (n + 1) * 8
+    need = {**need, "csr": PREPARE_COPIES * copy, "total": need["total"] + PREPARE_COPIES * copy}
+    if need["total"] > free:
+        raise MemoryError(memory_refusal(name, need, free, itemsize))
+
+
 def _prepare_on_device(estimator, X, y, reset):
     """The checks and conversions of ``_prepare`` done with CuPy on the device."""
     import cupy  # noqa: PLC0415  (only reached with device input)
@@ -216,6 +244,11 @@ def _prepare_on_device(estimator, X, y, reset):
     X = _to_current_device(X)
     y = np.asarray(y).ravel()
     n, d = int(X.shape[0]), int(X.shape[1])
+    nnz = int(X.nnz) if is_device_sparse(X) else n * d          # dense input: at most n d
+    pool = cupy.get_default_memory_pool()
+    check_device_room(n, d, nnz, dtype.itemsize,
+                      int(cupy.cuda.runtime.memGetInfo()[0]) + int(pool.free_bytes()),
+                      estimator.bias == "augmented")
     if y.shape[0] != n:
         raise ValueError(f"Found input variables with inconsistent numbers of samples: [{n}, {y.shape[0]}]")
     Xc = X.tocsr() if is_device_sparse(X) else csp.csr_matrix(cupy.asarray(X))

@@ -6,7 +6,8 @@ lacks: CSR with int32 ``indices``/``indptr``, and parse errors that name the fil
 ``save_binary``/``load_binary`` keep a read set as raw CSR arrays, reopened memory-mapped
 (``gpusvm convert``; ``load_svmlight`` recognises such a file too). ``load_a9a`` reads
 the copy of LIBSVM's a9a (UCI Adult) shipped inside the package, so examples and the
-``gpusvm demo`` command need no download.
+``gpusvm demo`` command need no download.  ``make_sparse_classification`` generates large
+text-like sets (:mod:`gpusvm._generate`).
 """
 
 from __future__ import annotations
@@ -24,8 +25,11 @@ import numpy as np
 import scipy.sparse as sp
 from sklearn.datasets import load_svmlight_file
 
+from ._generate import make_sparse_classification, zipf_column_probabilities
+
 __all__ = ["load_svmlight", "save_binary", "load_binary", "normalize_rows", "load_a9a",
-           "read_20newsgroups_tar", "A9A_N_FEATURES"]
+           "read_20newsgroups_tar", "A9A_N_FEATURES", "make_sparse_classification",
+           "zipf_column_probabilities"]
 
 #: number of features of a9a (the test file uses only 122 of them)
 A9A_N_FEATURES = 123

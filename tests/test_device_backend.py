@@ -195,7 +195,7 @@ def test_memory_check_names_needed_and_free_bytes():
     y = np.ones(1000)
     need = estimate_device_bytes(1000, 500, X.nnz, 8)["total"]
     with pytest.raises(MemoryError, match=r"needs about .* MiB .* only .* MiB are free.*"
-                                          r"backend='numpy'"):
+                                          r"the CPU backend \(backend='numba' or 'numpy'\), or a Dask cluster of GPUs"):
         DeviceBackend(X, y, "emulated", free_memory=need - 1)
     DeviceBackend(X, y, "emulated", free_memory=need)      # fits exactly
 

@@ -40,6 +40,81 @@ def batch_size(backend: str, n: int, batch_size) -> int:
     return int(min(k, n))
 
 
+#: the device's seconds per iteration, ``t(b) = t0 + b * mean_row_nnz * per_nnz``: ``t0`` of
+#: each solver and ``per_nnz`` fitted to the H200's replayed segments (BENCHMARKS.md, "Per
+#: iteration, replayed segment", 2026-11-25: imdb and news20 at k = 256 and 4096; about 3 %
+#: of the traffic limit, which the kernels' rewrite is to raise; refit then)
+DEVICE_ITERATION_SECONDS = {"pegasos": 17e-6, "sdca": 32e-6}
+DEVICE_SECONDS_PER_NNZ = 0.05e-9
+
+
+def predicted_device_seconds(b: int, n: int, lam: float, sigma2: float, mean_row_nnz: float,
+                             solver: str = "sdca", *, t0: float | None = None,
+                             per_nnz: float | None = None) -> float:
+    """Predicted device time to a fixed tolerance at batch ``b``, up to a constant factor.
+
+    Mini-batch SDCA and Pegasos need about ``(n + beta_b / lam) / b`` iterations times a
+    factor of the tolerance alone (Takáč et al. 2013, Theorems 1-2: the batch divides the
+    iterations by ``b / beta_b`` when ``beta_b / lam`` dominates, by ``b`` when ``n`` does),
+    each costing :data:`DEVICE_ITERATION_SECONDS` plus :data:`DEVICE_SECONDS_PER_NNZ` for
+    every nonzero of the batch.
+
+    Parameters
+    ----------
+    b, n : int
+        Batch size ``1 <= b <= n`` and rows.
+    lam : float
+        Regularisation ``lam > 0`` (``1 / (C n)``).
+    sigma2 : float
+        ``sigma^2`` of the row-normalised data (:func:`gpusvm.spectral.sigma_squared`).
+    mean_row_nnz : float
+        Nonzeros per row.
+    solver : {"sdca", "pegasos"}
+        Whose per-iteration cost.
+    t0, per_nnz : float, optional
+        Replace the fitted cost model (seconds per iteration, per nonzero).
+
+    Returns
+    -------
+    float
+        ``(n + beta_b / lam) / b * (t0 + b * mean_row_nnz * per_nnz)``.
+    """
+    from .. import spectral  # noqa: PLC0415  (policy stays importable without numpy work)
+    t0 = DEVICE_ITERATION_SECONDS[solver] if t0 is None else t0
+    per_nnz = DEVICE_SECONDS_PER_NNZ if per_nnz is None else per_nnz
+    iterations = (n + spectral.beta_b(b, n, sigma2) / lam) / b
+    return iterations * (t0 + b * mean_row_nnz * per_nnz)
+
+
+def device_batch_size(n: int, lam: float, sigma2: float, mean_row_nnz: float,
+                      solver: str = "sdca", **cost) -> int:
+    """The power of two (or ``n``) that minimises :func:`predicted_device_seconds`.
+
+    With ``n`` large the prediction is ``A t0 / b + B c b + const`` (``A = n + (1 -
+    sigma^2) / lam``, ``B = sigma^2 / lam``, ``c`` the cost of a row), least at
+    ``b* = sqrt(A t0 / (B c))``: a larger ``sigma^2`` (rows alike, hot columns) or a costlier
+    row asks for a smaller batch, a dearer launch for a larger one.
+
+    Notes
+    -----
+    Not yet the default of ``batch_size="auto"`` (still :data:`DEVICE_AUTO_BATCH`):
+    ``beta_b`` is the safe step's worst case, and the aggressive variant the device runs
+    measured far below it (imdb, ``b = 256``: 1.3 against 31), so the choice waits for the
+    batch-size study on a GPU to calibrate the iterations' side of the model.
+
+    Returns
+    -------
+    int
+        The batch size, in ``[1, n]``.
+    """
+    n = int(n)
+    if n < 1:
+        raise ValueError(f"n must be at least 1, got {n}")
+    candidates = sorted({min(n, 1 << j) for j in range(max(1, n.bit_length()) + 1)} | {n})
+    return min(candidates, key=lambda b: predicted_device_seconds(
+        b, n, lam, sigma2, mean_row_nnz, solver, **cost))
+
+
 def default_max_iter(n: int, b: int, epochs: int = SDCA_EPOCHS) -> int:
     """``ceil(epochs n / b)``: the default iteration cap."""
     return int(math.ceil(epochs * n / b))

@@ -95,6 +95,20 @@ def estimate_device_bytes(n: int, d: int, nnz: int, itemsize: int, *, csr_reside
     return {"csr": csr, "vectors": vectors, "buffers": buffers, "total": csr + vectors + buffers}
 
 
+def memory_refusal(name: str, need: dict, free: int, itemsize: int) -> str:
+    """The one-line refusal of a fit whose data, state and scratch (``need``, from
+    :func:`estimate_device_bytes`) exceed the ``free`` device bytes, naming the remedies."""
+    mib = 2.0**20
+    smaller = ("dtype='float32' (half the bytes of the values and state), "
+               if itemsize > 4 else "")
+    return (f"the {name} backend needs about {need['total'] / mib:.0f} MiB of device memory "
+            f"(CSR {need['csr'] / mib:.0f} MiB, vectors {need['vectors'] / mib:.0f} MiB, "
+            f"buffers {need['buffers'] / mib:.0f} MiB) but only {free / mib:.0f} MiB are free; "
+            f"use {smaller}the CPU backend (backend='numba' or 'numpy'), or a Dask cluster of "
+            "GPUs (gpusvm.dask, the rows split across devices); or free device memory held by "
+            "other processes or CuPy's pool (cupy.get_default_memory_pool().free_all_blocks())")
+
+
 def _on_device(method):
     """Run ``method`` with the runtime's device and stream current, joined at the boundary."""
     @functools.wraps(method)
@@ -138,8 +152,9 @@ class DeviceBackend(GeneralEvaluation):
     lanes : int, optional
         Lanes per CSR row of the row-norm kernel (4, 8, 16 or 32; default: :func:`choose_lanes`).
     free_memory : int, optional
-        Free device bytes to check the estimate against (default: what the device reports,
-        ``cupy.cuda.runtime.memGetInfo``; no check when emulated).
+        Free device bytes to check the estimate against, before anything is uploaded
+        (default: what the runtime reports: ``cupy.cuda.runtime.memGetInfo``, or the emulated
+        device's pretended figure, unbounded unless set).
     device : int, optional
         CUDA device id the backend is bound to (default: the current device; ``"emulated"``
         is device 0 and refuses any other id).  Every allocation, compilation and launch
@@ -215,14 +230,7 @@ class DeviceBackend(GeneralEvaluation):
                                      weighted=sample_weight is not None)
         free = free_memory if free_memory is not None else runtime.free_bytes()
         if free is not None and need["total"] > free:
-            mib = 2.0**20
-            raise MemoryError(
-                f"the {self.name} backend needs about {need['total'] / mib:.0f} MiB of device memory "
-                f"(CSR {need['csr'] / mib:.0f} MiB, vectors {need['vectors'] / mib:.0f} MiB, "
-                f"buffers {need['buffers'] / mib:.0f} MiB) but only {free / mib:.0f} MiB are free; "
-                "free device memory held by other processes or CuPy's pool "
-                "(cupy.get_default_memory_pool().free_all_blocks()), use dtype='float32', "
-                "train on fewer rows or features, or use backend='numpy'")
+            raise MemoryError(memory_refusal(self.name, need, free, self.dtype.itemsize))
         up = runtime.upload
         self._data = up(data, self.dtype)                       # copied once
         self._indices = up(indices, np.int32)

@@ -377,9 +377,18 @@ class CupyRuntime(_StreamRuntime):
         return int(self.xp.cuda.runtime.memGetInfo()[0])
 
 
+#: environment variable: the free bytes an emulated device pretends to have (the estimators'
+#: memory check, tested without a GPU)
+FREE_MEMORY_ENV = "GPUSVM_EMULATED_FREE_MEMORY"
+
+
 class EmulatedRuntime(_StreamRuntime):
     """Arrays standing for CuPy's (``gpusvm_emulator.streams.DeviceArray``), kernels on the CPU
-    emulator, launched on an emulated non-blocking stream (deferred until synchronised)."""
+    emulator, launched on an emulated non-blocking stream (deferred until synchronised).
+
+    ``free_memory`` (default: the environment variable ``GPUSVM_EMULATED_FREE_MEMORY``, else
+    unbounded) is the free device memory it reports to the backend's memory check.
+    """
 
     name = "emulated"
     keeps_host_X = True
@@ -389,9 +398,15 @@ class EmulatedRuntime(_StreamRuntime):
     #: small graphs: each captured launch costs the emulator an argument conversion
     graph_nodes = 128
 
-    def __init__(self, max_blocks: int = EMULATED_MAX_BLOCKS, device: int | None = None):
+    def __init__(self, max_blocks: int = EMULATED_MAX_BLOCKS, device: int | None = None,
+                 free_memory: int | None = None):
         if device is not None and int(device) != 0:
             raise ValueError(f"device={device}: the emulated backend emulates one device, id 0")
+        if free_memory is None and os.environ.get(FREE_MEMORY_ENV):
+            free_memory = int(os.environ[FREE_MEMORY_ENV])
+        #: the free memory the emulated device pretends to have (None: unbounded), so that the
+        #: refusal of data that would not fit runs on the CPU
+        self.free_memory = None if free_memory is None else int(free_memory)
         from gpusvm_emulator import streams  # noqa: PLC0415  (emulator/)
         self.device_id = 0
         self.xp = streams.xp
@@ -416,7 +431,7 @@ class EmulatedRuntime(_StreamRuntime):
         return self._streams.download(a, self.stream)
 
     def free_bytes(self):
-        return None
+        return self.free_memory
 
     def device_csr(self, X):
         """The host CSR matrix as the emulated stand-in for a ``cupyx`` one (its products checked)."""
