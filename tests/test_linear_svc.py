@@ -509,3 +509,35 @@ def test_tight_tol_iterates_in_float64():
     assert tight._inner_estimator.dtype == "float64"
     assert default._inner_estimator.dtype == "float32"
     assert tight.duality_gap_ <= FLOAT32_MIN_TOL / 10
+
+
+def test_newton_certifies_with_the_best_multiple_of_its_dual_point():
+    # separable rows at a large C: alpha(w) = 2 max(0, 1 - m) times a few tiny slacks is a poor
+    # dual point; the certificate takes t* alpha, the best multiple, and stays a valid bound
+    rng = np.random.default_rng(0)
+    X = (rng.random((900, 20)) < 0.3).astype(np.float64)
+    w_true = rng.standard_normal(20)
+    score = X @ w_true - np.median(X @ w_true)
+    keep = np.abs(score) > 0.5
+    X, y = X[keep], np.where(score[keep] > 0, 1.0, -1.0)
+    n, C = X.shape[0], 100.0
+    est = gpusvm.SDCASVC(solver="newton", loss="squared_hinge", C=C, tol=1e-4, bias="none",
+                         backend="numpy", dtype="float64").fit(X, y)
+    ref = SkLinearSVC(C=C, dual=False, tol=1e-12, max_iter=10_000, fit_intercept=False).fit(X, y)
+    p_star = objective(X, y, ref.coef_, 0.0, C, fit_intercept=False) / (C * n)
+    assert est.duality_gap_ <= 1e-4
+    assert est.dual_objective_ <= p_star * (1 + 1e-9)                       # a lower bound
+    assert est.primal_objective_ - p_star <= est.duality_gap_ + 1e-12
+    # away from the optimum the best multiple is far better than alpha(w) itself
+    from gpusvm.solvers import newton as newton_mod  # noqa: PLC0415
+    lam = 1.0 / (C * n)
+    products = newton_mod._Products(sp.csr_matrix(X))
+    rng = np.random.default_rng(1)
+    for w in (1.3 * ref.coef_.ravel(), ref.coef_.ravel() + 0.05 * rng.standard_normal(20)):
+        _, dual, _ = newton_mod.primal_dual(products, y, np.ones(n), lam, w)
+        alpha = 2.0 * np.maximum(0.0, 1.0 - y * (X @ w))
+        w_alpha = X.T @ (alpha * y) * C                   # (1 / (lam n)) sum alpha_i y_i x_i
+        L = alpha.sum() / n
+        Q = (alpha ** 2).sum() / (4.0 * n) + 0.5 * lam * w_alpha @ w_alpha
+        assert L - Q < L * L / (4.0 * Q) <= p_star       # D2(alpha(w)) < max_t D2(t alpha(w))
+        np.testing.assert_allclose(dual, L * L / (4.0 * Q), rtol=1e-9)
