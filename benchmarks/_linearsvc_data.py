@@ -36,6 +36,8 @@ SVMLIGHT = {
 #: every data set, in the order of the table
 DATASETS = ("a9a", "w8a", "ijcnn1", "imdb", "news20", "letter", "pendigits",
             "news20_multiclass", "news20_tfidf")
+#: data sets outside the default table (``--datasets`` names them)
+EXTRA = ("a9a_separable",)
 
 
 def _read(rel, d):
@@ -45,10 +47,41 @@ def _read(rel, d):
     return X, y
 
 
+def separable(n_train=6500, n_test=3000, margin=1.0, seed=0):
+    """A linearly separable set of a9a's dimensions: ``(X, y, X_test, y_test, note)``.
+
+    a9a's rows (123 binary features, train and test files) with 3 random binary features
+    more (126), labelled by the sign of ``<w, x> + b`` for a planted ``w`` (seeded normal
+    weights, ``b`` to put a quarter of the rows positive, as a9a), keeping only the rows at
+    least ``margin`` from the hyperplane: separable with a margin, as many rows as a9a's
+    files hold at that distance, the first ``n_train`` for training and the next
+    ``n_test`` for testing.
+    """
+    rng = np.random.default_rng(seed)
+    X1, _ = _read(*SVMLIGHT["a9a"][0:3:2])
+    X2, _ = _read(SVMLIGHT["a9a"][1], SVMLIGHT["a9a"][2])
+    X = sp.vstack([X1, X2]).tocsr()
+    extra = sp.csr_matrix((rng.random((X.shape[0], 3)) < 0.5).astype(np.float64))
+    X = sp.hstack([X, extra]).tocsr()
+    X = X[rng.permutation(X.shape[0])]
+    w = rng.standard_normal(X.shape[1])
+    score = X @ w
+    score -= np.quantile(score, 0.75)
+    keep = np.flatnonzero(np.abs(score) >= margin)[:n_train + n_test]
+    X, y = X[keep], np.where(score[keep] > 0, 1.0, -1.0)
+    X = sp.csr_matrix((X.data, X.indices.astype(np.int32), X.indptr.astype(np.int32)),
+                      shape=X.shape)
+    note = (f"a9a's rows, 3 random binary features more, labelled by a planted w (seed {seed}); "
+            f"separable with margin {margin} / ||w|| = {margin / np.linalg.norm(w):.3f}")
+    return X[:n_train], y[:n_train], X[n_train:], y[n_train:], note
+
+
 def load(name):
     """``(X_train, y_train, X_test, y_test, note)`` of the data set ``name``."""
     if not DATA.is_dir():
         raise SystemExit(f"the real data sets are missing: expected {DATA}")
+    if name == "a9a_separable":
+        return separable()
     if name == "news20_tfidf":
         from sklearn.feature_extraction.text import TfidfVectorizer  # noqa: PLC0415
 

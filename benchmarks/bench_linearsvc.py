@@ -6,6 +6,7 @@ Run from the repository root (the data sets are read from ``../shared/data``)::
     python benchmarks/bench_linearsvc.py --datasets a9a letter --C 1
     python benchmarks/bench_linearsvc.py --repeats 3 --json linearsvc.json
     python benchmarks/bench_linearsvc.py --solvers              # also both solvers forced
+    python benchmarks/bench_linearsvc.py --datasets a9a_separable --C 100 1000   # separable
 
 Both estimators run on their defaults with only ``C`` set (``gpusvm.LinearSVC(C=C)`` and
 ``sklearn.svm.LinearSVC(C=C)``: squared hinge, ``tol=1e-4``, ``max_iter=1000``, an
@@ -47,7 +48,7 @@ for path in (REPO, REPO / "benchmarks"):
     if str(path) not in sys.path:
         sys.path.insert(0, str(path))
 
-from _linearsvc_data import DATASETS, describe, load  # noqa: E402
+from _linearsvc_data import DATASETS, EXTRA, describe, load  # noqa: E402
 
 from gpusvm import LinearSVC  # noqa: E402
 from gpusvm.backends._compile_nb import AHEAD  # noqa: E402
@@ -156,7 +157,9 @@ def run(datasets, Cs, repeats, solvers):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--datasets", nargs="+", choices=DATASETS, default=list(DATASETS))
+    parser.add_argument("--datasets", nargs="+", choices=DATASETS + EXTRA, default=list(DATASETS),
+                        help="default: the 27-row table's; a9a_separable, a separable set "
+                             "of a9a's dimensions (_linearsvc_data.separable), on request")
     parser.add_argument("--C", nargs="+", type=float, default=list(CS))
     parser.add_argument("--repeats", type=int, default=1,
                         help="timed fits of each estimator, round-robin (default 1)")

@@ -296,7 +296,7 @@ def _decision_function_on_device(estimator, X):
         raise ValueError(f"X has {X.shape[1]} features, but {type(estimator).__name__} is "
                          f"expecting {estimator.n_features_in_} features as input")
     X = _to_current_device(X)
-    coef = cupy.asarray(estimator.coef_).astype(X.dtype)
+    coef = cupy.asarray(estimator._coef_array()).astype(X.dtype)
     scores = (X @ coef.T).reshape(int(X.shape[0]), -1).astype(cupy.float64) \
         + cupy.asarray(estimator.intercept_)
     if len(estimator.classes_) == 2:

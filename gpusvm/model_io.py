@@ -215,7 +215,8 @@ def _summary(estimator):
     coef = getattr(estimator, "coef_", None)
     lam = getattr(estimator, "lam_", params.get("lam"))
     return {"n_classes": int(len(estimator.classes_)),
-            "n_outputs": int(coef.shape[0]) if isinstance(coef, np.ndarray) and coef.ndim == 2 else 1,
+            "n_outputs": int(coef.shape[0]) if (isinstance(coef, np.ndarray) or sp.issparse(coef))
+            and coef.ndim == 2 else 1,
             "loss": params.get("loss", "hinge"), "C": params.get("C"),
             "multi_class": params.get("multi_class", "ovr") if len(estimator.classes_) > 2 else None,
             "lam": np.asarray(lam, dtype=np.float64).tolist() if lam is not None else None}
@@ -551,6 +552,18 @@ def _float_array(estimator, attr, shape, path):
     return value
 
 
+def _sparse_float_array(value, name, shape, path):
+    """Check a sparse fitted array (``coef_`` after ``sparsify()``) as :func:`_float_array`."""
+    if value.shape != shape:
+        raise _corrupted(path, f"{name} has shape {value.shape}, expected {shape}")
+    if value.format != "csr" or value.dtype.kind != "f" or not np.all(np.isfinite(value.data)):
+        raise _corrupted(path, f"{name} is not a finite float CSR matrix")
+    try:
+        check_sparse_structure(value)
+    except ValueError as exc:
+        raise _corrupted(path, f"{name}: " + _first_line(exc)) from None
+
+
 def _check_fitted(estimator, cls, path):
     """Check every fitted array a prediction uses, so that no later step can misbehave."""
     n_features = getattr(estimator, "n_features_in_", None)
@@ -600,10 +613,13 @@ def _check_fitted(estimator, cls, path):
         if mode not in ("ovr", "ovo", "ordinal"):
             raise _corrupted(path, f"multi_class = {mode!r}")
         m = n_outputs_of(classes.size, mode)
-        if isinstance(coef, np.ndarray) and coef.ndim == 2 and coef.shape[0] == m \
-                and coef.shape[1] != n_features:
+        if (isinstance(coef, np.ndarray) or sp.issparse(coef)) and coef.ndim == 2 \
+                and coef.shape[0] == m and coef.shape[1] != n_features:
             raise _corrupted(path, f"coef has {coef.shape[-1]} features but n_features_in_ = {n_features}")
-        _float_array(estimator, "coef_", (m, n_features), path)
+        if sp.issparse(coef):                   # sparsify(): a CSR coef_ (structure checked)
+            _sparse_float_array(coef, "coef", (m, n_features), path)
+        else:
+            _float_array(estimator, "coef_", (m, n_features), path)
         _float_array(estimator, "intercept_", (m,), path)
 
 

@@ -6,6 +6,7 @@ import logging
 import os
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +14,7 @@ import pytest
 import sklearn.svm
 import sklearn.svm._classes
 from sklearn.datasets import load_breast_cancer
+from sklearn.exceptions import ConvergenceWarning
 from sklearn.preprocessing import StandardScaler
 
 import gpusvm
@@ -121,3 +123,27 @@ def test_accel_without_a_script_is_an_error():
     assert done.returncode == 2
     assert done.stderr.strip().splitlines()[-1] == (
         "python -m gpusvm.accel: error: give a script to run (or -m module)")
+
+
+def test_convergence_warning_starts_with_sklearns_text(patched, cancer):
+    # the text scikit-learn's own LinearSVC warns with when it stops at max_iter
+    X, y = cancer
+    with pytest.warns(ConvergenceWarning) as theirs:
+        ORIGINAL(C=100.0, dual=True, max_iter=2, random_state=0).fit(X, y)
+    sklearn_text = [str(w.message) for w in theirs if w.category is ConvergenceWarning][0]
+    with pytest.warns(ConvergenceWarning) as ours:
+        sklearn.svm.LinearSVC(C=100.0, dual=True, max_iter=2, random_state=0).fit(X, y)
+    message = [str(w.message) for w in ours if w.category is ConvergenceWarning][0]
+    assert message.startswith(sklearn_text)
+    assert message.startswith(gpusvm.accel.SKLEARN_CONVERGENCE_MESSAGE)
+    assert "gpusvm.LinearSVC did not converge: 2 epochs" in message   # and says more
+
+
+def test_sklearn_style_warning_filter_silences_the_fit(patched, cancer):
+    X, y = cancer
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        warnings.filterwarnings("ignore", message="Liblinear failed to converge")
+        clf = sklearn.svm.LinearSVC(C=100.0, dual=True, max_iter=2, random_state=0).fit(X, y)
+    assert clf.fitted_by_ == "gpusvm" and clf.stop_reason_ == "max_iter"
+    assert [w for w in caught if issubclass(w.category, ConvergenceWarning)] == []

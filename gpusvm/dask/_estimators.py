@@ -417,7 +417,7 @@ class _DaskLinearBase(_LinearSVCBase):
                 raise ValueError(f"X has {X.shape[1]} features, but {type(self).__name__} is "
                                  f"expecting {self.n_features_in_} features as input")
             X = X.rechunk({1: -1}) if len(X.chunks[1]) != 1 else X
-            coef, b = np.ascontiguousarray(self.coef_.T), self.intercept_.copy()
+            coef, b = np.ascontiguousarray(self._coef_array().T), self.intercept_.copy()
             if coef.shape[1] == 1:
                 return X.map_blocks(_block_scores, coef, b, drop_axis=1, dtype=np.float64)
             return X.map_blocks(_block_scores, coef, b, chunks=(X.chunks[0], (coef.shape[1],)),

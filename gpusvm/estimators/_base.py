@@ -13,6 +13,7 @@ from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.class_weight import compute_class_weight
+from sklearn.utils.extmath import safe_sparse_dot
 from sklearn.utils.multiclass import _ovr_decision_function, type_of_target
 from sklearn.utils.validation import _check_sample_weight, check_is_fitted, validate_data
 
@@ -425,9 +426,48 @@ class _LinearSVCBase(ClassifierMixin, BaseEstimator):
         check_sparse_structure(X)
         X = validate_data(self, X, accept_sparse="csr", reset=False,
                           dtype=[np.float64, np.float32])
-        coef = self.coef_.astype(X.dtype, copy=False)
-        scores = np.asarray(X @ coef.T, dtype=np.float64).reshape(X.shape[0], -1) + self.intercept_
+        coef = self.coef_.astype(X.dtype, copy=False)        # ndarray, or CSR after sparsify()
+        scores = np.asarray(safe_sparse_dot(X, coef.T, dense_output=True),
+                            dtype=np.float64).reshape(X.shape[0], -1) + self.intercept_
         return self._class_scores(scores)
+
+    def _coef_array(self):
+        """``coef_`` as an ndarray (a copy when :meth:`sparsify` made it a sparse matrix)."""
+        return self.coef_.toarray() if sp.issparse(self.coef_) else self.coef_
+
+    # ------------------------------------------------------------ coef_ format
+    def densify(self):
+        """Convert ``coef_`` (back) to a numpy.ndarray, as scikit-learn's linear classifiers.
+
+        ``coef_`` is dense after every fit; this undoes :meth:`sparsify` and is a no-op
+        otherwise.
+
+        Returns
+        -------
+        self
+            Fitted estimator.
+        """
+        check_is_fitted(self, msg="Estimator, %(name)s, must be fitted before densifying.")
+        if sp.issparse(self.coef_):
+            self.coef_ = self.coef_.toarray()
+        return self
+
+    def sparsify(self):
+        """Convert ``coef_`` to a scipy.sparse CSR matrix, as scikit-learn's linear classifiers.
+
+        Smaller when most weights are zero (more than half, as a rule of thumb; an L2 model
+        rarely has many, so this may enlarge it).  ``intercept_`` stays dense.
+        :meth:`decision_function`, :meth:`predict` and :func:`gpusvm.save_model` work with
+        either format; a warm start or ``partial_fit`` starts from the dense weights.
+
+        Returns
+        -------
+        self
+            Fitted estimator.
+        """
+        check_is_fitted(self, msg="Estimator, %(name)s, must be fitted before sparsifying.")
+        self.coef_ = _sparse_interface(sp.csr_array(self.coef_))
+        return self
 
     def _class_scores(self, scores):
         """The decision function from the outputs' scores ``<w_c, x> + b_c`` (n, M)."""
@@ -513,6 +553,16 @@ def _join_outputs(results):
         for key, values in per_out.items():
             per.setdefault(key, []).extend(values)
     return np.hstack(Ws), np.concatenate(bs), common, per
+
+
+def _sparse_interface(X):
+    """``X`` as the sparse type scikit-learn's configuration asks for (``csr_matrix`` by
+    default; scikit-learn's own helper where it has one)."""
+    try:
+        from sklearn.utils import _align_api_if_sparse  # noqa: PLC0415
+    except ImportError:                                 # scikit-learn before 1.8
+        return sp.csr_matrix(X)
+    return _align_api_if_sparse(X)
 
 
 def seed_of(random_state):

@@ -21,7 +21,8 @@ from sklearn.utils.validation import validate_data
 from .. import _arrays
 from ..backends import BACKENDS, resolve_backend_name
 from .._arrays import check_sparse_structure
-from ..solvers.policy import batch_size, choose_cv_solver, choose_solver, sdca_hands_over
+from ..solvers.policy import (batch_size, choose_cv_solver, choose_solver, sdca_hands_over,
+                              working_dtype)
 from ._base import _LinearSVCBase, _mean_sq_norm
 from .cv import SDCASVCCV, _OnePassSearch
 from .sdca import SDCASVC
@@ -62,7 +63,9 @@ class LinearSVC(_LinearSVCBase):
         only, as in LinearSVC); ``"auto"``: chosen from the data (``choose_solver``).
     tol : float, default=1e-4
         Stop when the duality gap divided by ``C n`` (the objective at ``w = 0``
-        without weights) is ``<= tol``: a certified relative suboptimality.
+        without weights) is ``<= tol``: a certified relative suboptimality.  The solvers
+        iterate in float32, in float64 for ``tol`` below 1e-6
+        (:data:`~gpusvm.solvers.policy.FLOAT32_MIN_TOL`), which float32 cannot reach.
     C : float, default=1.0
         Regularisation parameter (strictly positive).
     multi_class : {"ovr"}, default="ovr"
@@ -268,7 +271,8 @@ class LinearSVC(_LinearSVCBase):
             multi_class="ovr", tol=float(self.tol), max_iter=max_iter,
             bias="augmented" if self.fit_intercept else "none",
             intercept_scaling=float(self.intercept_scaling), backend=self.backend,
-            random_state=self.random_state, verbose=self.verbose, device=self.device)
+            dtype=working_dtype(float(self.tol)), random_state=self.random_state,
+            verbose=self.verbose, device=self.device)
 
     def _copy_fit(self, inner, device):
         names = ("coef_", "intercept_", "classes_", "duality_gap_", "backend_", "solver_",
@@ -393,7 +397,8 @@ backend_, n_iter_
             tol=float(self.tol), max_iter=max_iter,
             bias="augmented" if self.fit_intercept else "none",
             intercept_scaling=float(self.intercept_scaling), backend=self.backend,
-            random_state=self.random_state, verbose=self.verbose, device=self.device)
+            dtype=working_dtype(float(self.tol)), random_state=self.random_state,
+            verbose=self.verbose, device=self.device)
         search.fit(X, y, sample_weight=sample_weight)
         names = ["C_", "Cs_", "scores_", "duality_gaps_", "coef_", "intercept_", "classes_",
                  "solver_"] + (["n_features_in_"] if device else [])

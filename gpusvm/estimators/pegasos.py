@@ -259,7 +259,7 @@ class PegasosSVC(_LinearSVCBase):
                 f"output); multi_class={self.multi_class!r} needs fit on all the data")
         self._averaging = self.averaging           # partial_fit: one chunk of a stream
         t0 = 0 if first else self.t_
-        old = None if first else (self.coef_.copy(), self.intercept_.copy(), self.lam_)
+        old = None if first else (np.array(self._coef_array()), self.intercept_.copy(), self.lam_)
 
         def warm(start, m, multi, rows):
             if old is None:                      # the first call starts from w = 0

@@ -284,7 +284,7 @@ class SDCASVC(_LinearSVCBase):
         """``warm`` of :meth:`_fit_outputs` from the last fit (``warm_start=True``)."""
         alpha = np.asarray(self.alpha_)
         alpha = alpha.reshape(-1, 1) if alpha.ndim == 1 else alpha
-        coef, intercept = self.coef_, self.intercept_
+        coef, intercept = self._coef_array(), self.intercept_
 
         def warm(start, m, multi, rows):
             if start + m > alpha.shape[1]:

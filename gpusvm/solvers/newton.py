@@ -2,7 +2,8 @@
 
 Newton-CG on the generalised Hessian of ``P_2`` (docs/algorithms.md, "Weights, and the squared
 hinge": the gradient, ``H v`` as two sparse products over the active rows ``I``, the dual
-point ``alpha_i = 2 s_i max(0, 1 - y_i <w, x_i>)`` whose gap bounds ``P_2(w) - P_2*``; Keerthi
+point ``alpha_i = 2 s_i max(0, 1 - y_i <w, x_i>)``, taken at its best multiple ``t alpha``
+(:func:`_certify`), whose gap bounds ``P_2(w) - P_2*``; Keerthi
 & DeCoste 2005, eqs. 3-5; Chapelle 2007, Sec. 4.2).  Each iteration solves ``H p = -g`` by
 Jacobi-preconditioned CG to the relative residual ``min(0.1, sqrt(||g|| / ||g_0||))``
 (Eisenstat & Walker's forcing term, as in LIBLINEAR's TRON, Lin, Weng & Keerthi 2008, Alg. 2,
@@ -245,8 +246,17 @@ def _certify(prod, Y, S, lam, W, Z, ix):
     Wa = prod.rmm(AY) / (lam * n)
     primal = 0.5 * lam * col_dots(xp, W[:, ix], W[:, ix]) + loss / n
     # alpha_i^2 / (4 s_i) = s_i r_i^2: the dual's quadratic term is the loss again
-    dual = (asum - loss) / n - 0.5 * lam * col_dots(xp, Wa, Wa)
-    return _host(primal), _host(dual), A, Wa
+    # the dual at t alpha, t >= 0 (feasible: the squared hinge's alpha has no upper bound), is
+    # D(t) = t L - t^2 Q; the certificate takes its best multiple t* = L / (2 Q), D(t*) =
+    # L^2 / (4 Q) >= D(1): the same near the optimum, far tighter while a few rows carry a
+    # large C's loss (a separable set of a9a's dimensions, C = 100: 21 Newton iterations to
+    # certify 1e-4 with t = 1, where the primal was within 2e-5 of P* after 6)
+    L = asum / n
+    Q = loss / n + 0.5 * lam * col_dots(xp, Wa, Wa)
+    positive = Q > 0
+    t = xp.where(positive, L / (2.0 * xp.where(positive, Q, 1.0)), 1.0)
+    dual = t * L - t * t * Q
+    return _host(primal), _host(dual), A * t, Wa
 
 
 def _compiled(name, *args):
