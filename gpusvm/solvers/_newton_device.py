@@ -99,8 +99,13 @@ def certify(prod, Y, S, lam, W, Z):
     A = 2.0 * SR                                            # alpha_i = 2 s_i r_i
     Wa = prod.rmm(A * Y) / (lam * n)
     primal = 0.5 * lam * col_dots(xp, W, W) + loss / n
-    dual = (A.sum(axis=0) - loss) / n - 0.5 * lam * col_dots(xp, Wa, Wa)
-    return primal, dual, A, Wa
+    # the best multiple t alpha of the dual point, as on the host (newton._certify)
+    L = A.sum(axis=0) / n
+    Q = loss / n + 0.5 * lam * col_dots(xp, Wa, Wa)
+    positive = Q > 0
+    t = xp.where(positive, L / (2.0 * xp.where(positive, Q, 1.0)), 1.0)
+    dual = t * L - t * t * Q
+    return primal, dual, A * t, Wa
 
 
 def line_search(xp, lam, n, W, P, Z, Q, S):
