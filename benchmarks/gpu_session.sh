@@ -8,15 +8,16 @@
 #   benchmarks/gpu_session.sh stage           # where ../shared/data exists: copy the files the
 #                                             # steps read into .gpudata/ (about 40 MB), and
 #                                             # liblinear-multicore into .whl/
-#   benchmarks/gpu_session.sh plan 1          # the 15-minute session in two parts of at most
-#   benchmarks/gpu_session.sh plan 2          # 450 s (docs/gpu.md, "The next GPU session")
+#   benchmarks/gpu_session.sh plan 1          # the 15-minute session in two parts of 360 s
+#   benchmarks/gpu_session.sh plan 2          # and 300 s (docs/gpu.md, "The next GPU session")
 #
 # Steps: env compile tests parity sanitizer iterations eps profile while scale (see gpu_session.py).  A step whose
 # OUT/<step>.json exists is skipped (the session resumes); FORCE=1 runs it again.  Needs
 # Python with numpy, scipy, scikit-learn, numba and pytest (CuPy for the GPU); nothing is
-# installed, nothing is written outside the checkout, no network.  PYTHON selects the
+# installed, nothing is written outside the checkout (but by `plan`, below), no network.  PYTHON selects the
 # interpreter (default: python3).  Exit status: 0 when every step passed.
 set -uo pipefail
+SELF="$(cd "$(dirname "$0")" && pwd)/$(basename "$0")"
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 OUT=${OUT:-$PWD/gpu-results}
@@ -30,13 +31,16 @@ MC_VERSION=2.50.0
 
 # ---------------------------------------------------------------- plan: the 15-minute session
 # `gpu_session.sh plan 1` then `gpu_session.sh plan 2` (docs/gpu.md, "The next GPU session"):
-# each part at most PART_LIMIT seconds (default 450) of its own steps, each step under its own
+# each part at most PART_LIMIT seconds (default 360 and 300: 11 minutes, the rest of the 15
+# for the machine's start) of its own steps, each step under its own
 # cap (CAP_<step> overrides), a step whose PLAN_DIR/<step>.json exists skipped (a rerun on the
 # same machine resumes), the results bundled after every step into OUT/plan-<part>.tar.gz
-# with OUT/plan-<part>.txt (the summary).  --emulated (or PLAN_SMALL=1): tiny sizes, the
-# emulated runtime, any machine.  MC_PYTHON: an interpreter with liblinear-multicore
-# (default: the one `setup` installs from .whl/ into MC_DIR, default /tmp/mc).
-PLAN_1="setup env while scale-gpu"
+# with OUT/plan-<part>.txt (the summary); PLAN_SKIP="a b" skips steps (those the other
+# part finished: newton, threads and read run in part 1 when time is left).  --emulated (or
+# PLAN_SMALL=1): tiny sizes, the emulated runtime, any machine.  MC_PYTHON: an interpreter
+# with liblinear-multicore (default: the one `setup` installs from .whl/ into MC_DIR,
+# default /tmp/mc).
+PLAN_1="setup env while scale-gpu newton threads read"
 PLAN_2="setup scale-peers newton threads read newton-1e9"
 declare -A CAP=([setup]=60 [env]=30 [while]=90 [scale-gpu]=280 [scale-peers]=200
                 [newton]=150 [threads]=100 [read]=60 [newton-1e9]=150)
@@ -87,8 +91,9 @@ plan_step() {     # the commands of one step (their output goes to PLAN_DIR/<ste
         if [ -n "$SMALL" ]; then
             "${scale[@]}" --device emulated --nnz 2e4 --budget 60 --deadline 60 \
                 --systems liblinear-mc-s2 liblinear-mc-s1
-        else    # s1 starts only by 110 s; the CPU backend (16 threads after issue 51) last
-            "${scale[@]}" --device cuda --nnz 1e8 --budget 150 --deadline 110 \
+        else    # s1 starts only by 110 s; the CPU backend (16 threads after issue 51) last;
+            # OpenMP's threads spin at barriers, as on any unshared machine
+            "${scale[@]}" --device cuda --nnz 1e8 --budget 150 --deadline 110 --omp-wait-policy active \
                 --systems liblinear-mc-s2 liblinear-mc-s1 gpusvm-LinearSVC-cpu
         fi && "${scale[@]}" --table > "$PLAN_DIR/scale_table.txt" ;;
     newton)
@@ -120,7 +125,7 @@ plan_step() {     # the commands of one step (their output goes to PLAN_DIR/<ste
             "$PY" benchmarks/bench_threads.py --nnz 2e5 --threads 1 2 --peers mc \
                 --mc-python "$mc" --json "$PLAN_DIR/threads.json"
         else
-            "$PY" benchmarks/bench_threads.py --nnz 1e7 --threads 1 "$(nproc)" --peers mc \
+            "$PY" benchmarks/bench_threads.py --nnz 5e6 --threads 1 "$(nproc)" --peers mc \
                 --mc-python "$mc" --json "$PLAN_DIR/threads.json"
         fi ;;
     read)
@@ -147,7 +152,8 @@ plan_main() {
     if [ -z "${GPUSVM_DATA:-}" ]; then
         if [ -d .gpudata ]; then export GPUSVM_DATA=$PWD/.gpudata; else export GPUSVM_DATA=$PWD/../shared/data; fi
     fi
-    local limit=${PART_LIMIT:-450} start=$SECONDS bundle="$OUT/plan-$part"
+    local limit=${PART_LIMIT:-$([ "$part" = 1 ] && echo 360 || echo 300)} start=$SECONDS
+    local bundle="$OUT/plan-$part"
     mkdir -p "$PLAN_DIR" "$OUT"
     export PYTHONPATH="$PWD:$PWD/emulator:/tmp/site${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
     echo "plan $part: $steps (at most $limit s; results in $PLAN_DIR, bundled to $bundle.tar.gz)"
@@ -158,13 +164,16 @@ plan_main() {
         if [ -f "$PLAN_DIR/$step.json" ] && [ "$step" != setup ]; then
             echo "[$step] done before: skipped"; continue
         fi
+        if [[ " ${PLAN_SKIP:-} " == *" $step "* ]]; then
+            echo "[$step] skipped: PLAN_SKIP"; continue
+        fi
         if [ "$left" -lt $((cap / 2)) ]; then
             echo "[$step] not started: $left s left of $limit, its cap is $cap s"; continue
         fi
         [ "$cap" -gt "$left" ] && cap=$left
         echo "[$step] running (at most $cap s; $((SECONDS - start)) s into the part)"
         t0=$SECONDS
-        timeout --kill-after=5 "$cap" bash "$0" __plan_step "$step" > "$PLAN_DIR/$step.log" 2>&1
+        timeout --kill-after=5 "$cap" bash "$SELF" __plan_step "$step" > "$PLAN_DIR/$step.log" 2>&1
         rc=$?
         line=$(grep -v '^\s*$' "$PLAN_DIR/$step.log" | tail -n 1 | cut -c1-300)
         if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then

@@ -31,13 +31,15 @@ def test_plan_resumes_skips_by_time_and_bundles(tmp_path):
     mc.write_text(f'#!/bin/sh\nPYTHONPATH={fake.parent} exec {sys.executable} "$@"\n')
     mc.chmod(0o755)
     env = dict(os.environ, PLAN_DIR=str(plan), OUT=str(out), PYTHON=sys.executable,
-               MC_PYTHON=str(mc), PART_LIMIT="60", CAP_while="200", CAP_scale_gpu="400")
+               MC_PYTHON=str(mc), PART_LIMIT="60", CAP_while="200", CAP_scale_gpu="400",
+               CAP_threads="400", CAP_read="400")
     r = subprocess.run(["bash", str(REPO / "benchmarks" / "gpu_session.sh"), "plan", "1",
                         "--emulated"], cwd=REPO, env=env, capture_output=True, text=True,
                        timeout=120)
     assert r.returncode == 0, r.stderr
     assert "[env] done before: skipped" in r.stdout
-    assert "[while] not started:" in r.stdout and "[scale-gpu] not started:" in r.stdout
+    for step in ("while", "scale-gpu", "threads", "read"):
+        assert f"[{step}] not started:" in r.stdout
     setup = json.loads((plan / "setup.json").read_text())
     assert setup["status"] == "pass", (plan / "setup.log").read_text()
     assert str(fake) in setup["line"]                        # MC_PYTHON's liblinear, checked
