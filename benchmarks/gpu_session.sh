@@ -33,7 +33,8 @@ MC_VERSION=2.50.0
 # `gpu_session.sh plan 1` then `gpu_session.sh plan 2` (docs/gpu.md, "The next GPU session"):
 # each part at most PART_LIMIT seconds (default 360 and 300: 11 minutes, the rest of the 15
 # for the machine's start) of its own steps, each step under its own
-# cap (CAP_<step> overrides), a step whose PLAN_DIR/<step>.json exists skipped (a rerun on the
+# cap (CAP_<step> overrides) and started only with NEED seconds left, a step whose
+# PLAN_DIR/<step>.json exists skipped (a rerun on the
 # same machine resumes), the results bundled after every step into OUT/plan-<part>.tar.gz
 # with OUT/plan-<part>.txt (the summary); PLAN_SKIP="a b" skips steps (those the other
 # part finished: newton, threads and read run in part 1 when time is left).  --emulated (or
@@ -44,6 +45,9 @@ PLAN_1="setup env while scale-gpu newton threads read"
 PLAN_2="setup scale-peers newton threads read newton-1e9"
 declare -A CAP=([setup]=60 [env]=30 [while]=90 [scale-gpu]=280 [scale-peers]=200
                 [newton]=150 [threads]=100 [read]=60 [newton-1e9]=150)
+#: the seconds a step must have left to start (default half its cap): the steps whose one
+#: record is written at their end start only with time for their estimate
+declare -A NEED=([newton]=120 [threads]=80 [read]=45 [newton-1e9]=120)
 
 plan_record() {   # step status seconds line: PLAN_DIR/<step>.json
     "$PY" -c 'import json, sys; s, st, sec, line, out = sys.argv[1:]
@@ -167,8 +171,9 @@ plan_main() {
         if [[ " ${PLAN_SKIP:-} " == *" $step "* ]]; then
             echo "[$step] skipped: PLAN_SKIP"; continue
         fi
-        if [ "$left" -lt $((cap / 2)) ]; then
-            echo "[$step] not started: $left s left of $limit, its cap is $cap s"; continue
+        if [ "$left" -lt "${NEED[$step]:-$((cap / 2))}" ]; then
+            echo "[$step] not started: $left s left of $limit, it needs ${NEED[$step]:-$((cap / 2))} s"
+            continue
         fi
         [ "$cap" -gt "$left" ] && cap=$left
         echo "[$step] running (at most $cap s; $((SECONDS - start)) s into the part)"
