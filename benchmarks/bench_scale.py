@@ -272,6 +272,14 @@ def peer_main(args) -> int:
 
 
 # ------------------------------------------------------------------ the run
+def selected(args, system: str) -> bool:
+    """Whether ``--systems`` names ``system`` (in full, or without its ``-gpu``/``-cpu``/
+    ``-emulated`` suffix); every system when it names none."""
+    if not args.systems:
+        return True
+    return system in args.systems or system.rsplit("-", 1)[0] in args.systems
+
+
 def cell_path(args, nnz, system, loss) -> Path:
     return args.out / "cells" / f"{nnz:.0e}-{system}-{loss}.json".replace("+", "")
 
@@ -295,7 +303,10 @@ def run(args) -> None:
     for i, nnz in enumerate(args.nnz):
         todo = [(system, loss) for loss in args.losses
                 for system in gpusvm_systems(args.device) + peer_systems(loss)
-                if not cell_path(args, nnz, system, loss).exists()]
+                if selected(args, system) and not cell_path(args, nnz, system, loss).exists()]
+        if args.systems:                 # in the order --systems names them
+            todo.sort(key=lambda sl: next(i for i, s in enumerate(args.systems)
+                                          if s in (sl[0], sl[0].rsplit("-", 1)[0])))
         if not todo:
             continue
         if time.perf_counter() - start > args.deadline:
@@ -427,6 +438,9 @@ def main(argv=None) -> int:
                         help="seconds a cell may be predicted to take")
     parser.add_argument("--deadline", type=float, default=math.inf,
                         help="seconds after which no cell starts")
+    parser.add_argument("--systems", nargs="+", default=None,
+                        help="only these systems, in their order of the table (e.g. "
+                             "gpusvm-LinearSVC liblinear-mc-s2; the -gpu/-cpu suffix optional)")
     parser.add_argument("--test-fraction", type=float, default=0.1)
     parser.add_argument("--table", action="store_true", help="print the table of OUT only")
     parser.add_argument("--peer", help=argparse.SUPPRESS)

@@ -72,3 +72,14 @@ def test_rerun_resumes(ran, capsys):
     assert after == before                                     # nothing measured again
     assert "2e+04 squared_hinge: gpusvm-LinearSVC-cpu / sklearn LinearSVC time = " in \
         capsys.readouterr().out                                # the table, from the records
+
+
+def test_systems_selects_and_orders_the_cells(tmp_path, capsys):
+    """``--systems`` runs only the systems it names (the device suffix optional), in its order."""
+    bench_scale.main(["--out", str(tmp_path), "--nnz", "2e4", "--losses", "squared_hinge",
+                      "--peer-python", str(tmp_path / "no-such-python"), "--threads", "1",
+                      "--systems", "liblinear-mc-s2", "gpusvm-SDCASVC"])
+    assert sorted(c["system"] for c in _cells(tmp_path).values()) == \
+        ["gpusvm-SDCASVC-cpu", "liblinear-mc-s2"]
+    out = capsys.readouterr().out
+    assert out.index("liblinear-mc-s2 squared_hinge:") < out.index("gpusvm-SDCASVC-cpu squared_hinge:")
