@@ -34,6 +34,7 @@ import scipy.sparse as sp
 from threadpoolctl import ThreadpoolController
 
 from .._arrays import col_dots
+from .._threads import THREAD_MIN_NNZ, BlockPool, fit_threads
 from ..backends.base import on_backend_stream
 from ._common import SolverResult
 
@@ -117,6 +118,50 @@ class _Products:
         sub = _Products.__new__(_Products)
         sub.__dict__.update(self.__dict__, X=self.X[index])
         sub.XT, sub.n = sub.X.T, sub.X.shape[0]
+        return sub
+
+
+class _ThreadedProducts(_Products):
+    """:class:`_Products` on a :class:`gpusvm._threads.BlockPool`: the compiled row-block
+    passes of :class:`gpusvm.backends._threaded.ThreadedCSR` read the CSR ``X`` as it is
+    (float32 or float64, no copy); :meth:`rows` keeps the list of active rows instead of
+    copying them.  ``X B`` equals SciPy's bit for bit, ``X^T U`` adds the blocks' partial
+    sums in block order (the same for the same number of threads)."""
+
+    def __init__(self, X, pool):
+        from ..backends._threaded import ThreadedCSR  # noqa: PLC0415  (threads only)
+        self.xp, self.X, self.XT = np, X, None
+        self.n, self.d = X.shape
+        self.direct = False
+        self.counts = [0, 0]
+        self._sqT = None
+        self._csr = ThreadedCSR(X, pool)
+        self._index = self._bounds = None
+
+    def _count(self, B):
+        self.counts[0] += 1
+        self.counts[1] += B.shape[1]
+
+    def mm(self, B):
+        self._count(B)
+        return self._csr.mm(B, self._index, self._bounds)
+
+    def rmm(self, U):
+        self._count(U)
+        return self._csr.rmm(U, self._index, self._bounds)
+
+    def sq_rmm(self, U):
+        """``(X * X)^T U``, the squares taken on the fly."""
+        self._count(U)
+        return self._csr.rmm(U, self._index, self._bounds, square=True)
+
+    def rows(self, index):
+        """The products of the rows ``index`` only (read in place)."""
+        sub = _ThreadedProducts.__new__(_ThreadedProducts)
+        sub.__dict__.update(self.__dict__)
+        sub._index = np.ascontiguousarray(index, dtype=np.int64)
+        sub._bounds = self._csr.bounds(sub._index)
+        sub.n = sub._index.size
         return sub
 
 
@@ -420,7 +465,7 @@ def _threadpools() -> ThreadpoolController:
 def newton(backend, *, lam: float, tol: float = 1e-3, max_iter: int = DEFAULT_MAX_ITER,
            y=None, sample_weight=None, w0=None, max_time: float | None = None,
            callback: Callable | None = None, progress=None, cg_max_iter: int = MAX_CG_ITER,
-           products: _Products | None = None) -> SolverResult:
+           products: _Products | None = None, n_jobs: int = 1) -> SolverResult:
     """Minimise the squared-hinge SVM objective by primal truncated Newton (Newton-CG).
 
     Parameters
@@ -446,6 +491,15 @@ def newton(backend, *, lam: float, tol: float = 1e-3, max_iter: int = DEFAULT_MA
         stops) and ``progress(iteration, primal, gap)`` (iterations counted over the outputs).
     products : _Products, optional
         Reuse the float64 products of an earlier call on the same backend.
+    n_jobs : int, default=1
+        Threads (resolved, ``>= 1``).  On the CPU with a sparse ``X`` of at least
+        :data:`gpusvm._threads.THREAD_MIN_NNZ` nonzeros (and numba), the sparse products
+        are compiled passes over ``n_jobs`` fixed row blocks (:class:`_ThreadedProducts`,
+        SciPy's products bit for bit on one block, without SciPy's copies of ``X``); any
+        other fit runs SciPy's, on one thread.  The same ``n_jobs`` gives the same result
+        bit for bit; with more than one thread ``X^T u`` is summed by blocks, so the
+        iterates differ from one thread's by rounding (each certified to ``tol``).
+        ``extra["threads"]``: the threads used.
 
     Returns
     -------
@@ -461,7 +515,15 @@ def newton(backend, *, lam: float, tol: float = 1e-3, max_iter: int = DEFAULT_MA
     if not (isinstance(max_iter, (int, np.integer)) and max_iter >= 1):
         raise ValueError(f"max_iter must be a positive integer, got {max_iter!r}")
     xp = getattr(backend, "xp", np)
-    prod = products if products is not None else _Products(backend.X, xp)
+    threads, pool = 1, None
+    compiled = products is None and xp is np and sp.issparse(backend.X) and \
+        backend.X.nnz >= THREAD_MIN_NNZ and not _dense_copy(backend.X) and _numba()
+    if compiled:                # closed at the end (an exception leaves it to the collector)
+        threads = fit_threads(n_jobs, backend.X.nnz, "numba")
+        pool = BlockPool(threads)
+        prod = _ThreadedProducts(sp.csr_matrix(backend.X), pool)
+    else:
+        prod = products if products is not None else _Products(backend.X, xp)
     Y = xp.asarray(backend.y if y is None else y, dtype=np.float64)
     multi = Y.ndim == 2
     Y = Y.reshape(prod.n, -1)
@@ -512,12 +574,25 @@ def newton(backend, *, lam: float, tol: float = 1e-3, max_iter: int = DEFAULT_MA
         W, alpha = W[:, 0], alpha[:, 0]
         extra = dict(primal=primal[0], dual=dual[0], gap=gap[0], alpha=alpha)
         history, reason = histories[0], reasons[0]
+    if pool is not None:
+        pool.close()
     extra.update(cg_iter=int(cg.sum()), n_iters=n_iters, stop_reasons=reasons,
-                 histories=histories, products=prod)
+                 histories=histories, products=prod, threads=threads)
     if xp is not np and hasattr(backend, "to_host"):
         W, extra["alpha"] = backend.to_host(W), backend.to_host(extra["alpha"])
     return SolverResult(w=np.asarray(W), b=0.0, n_iter=max(n_iters), history=history,
                         stop_reason=reason, extra=extra)
+
+
+def _dense_copy(X) -> bool:
+    """Whether :class:`_Products` multiplies ``X`` as a dense copy (BLAS)."""
+    n, d = X.shape
+    return n * d <= DENSE_MAX_ENTRIES and X.nnz >= DENSE_MIN_DENSITY * n * d
+
+
+def _numba() -> bool:
+    from ..backends import numba_available  # noqa: PLC0415
+    return numba_available()
 
 
 def block_products(X) -> _Products:

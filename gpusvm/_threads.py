@@ -1,0 +1,131 @@
+"""Threads of one fit: how many (``n_jobs``), and a pool that runs fixed row blocks on them.
+
+A fit with ``n_jobs`` threads cuts its rows into ``n_jobs`` blocks whose boundaries depend on
+the data and ``n_jobs`` only, and every sum over blocks is added in block order: the same
+seed and the same ``n_jobs`` give the same model bit for bit, whatever the scheduler does.
+The blocks' work is compiled code that releases the GIL (numba ``nogil``).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+#: the fewest nonzeros of a training matrix for which a fit uses more than one thread: below
+#: it a product takes under ~1 ms and dispatching blocks to threads costs more than it saves
+#: (measured: benchmarks/bench_threads.py)
+THREAD_MIN_NNZ = 2_000_000
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity where the OS has one), at most the
+    thread limit of a loaded OpenMP runtime (``threadpoolctl.threadpool_limits``,
+    ``OMP_NUM_THREADS``), as scikit-learn's ``n_jobs=None`` on its OpenMP estimators."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:                         # not Linux
+        cores = os.cpu_count() or 1
+    try:
+        for pool in _controller().info():
+            if pool.get("user_api") == "openmp" and pool.get("num_threads"):
+                cores = min(cores, int(pool["num_threads"]))
+    except Exception:                              # noqa: BLE001  no threadpoolctl: affinity only
+        pass
+    return max(1, cores)
+
+
+@functools.lru_cache(maxsize=1)
+def _controller():
+    from threadpoolctl import ThreadpoolController  # noqa: PLC0415  (a scikit-learn dependency)
+    return ThreadpoolController()
+
+
+def resolve_n_jobs(n_jobs) -> int:
+    """Threads for ``n_jobs`` in scikit-learn's convention: None or -1 every usable core
+    (:func:`usable_cores`), ``-k`` all but ``k - 1`` of them, a positive int itself.
+
+    Raises
+    ------
+    ValueError
+        For ``n_jobs=0`` or a value that is not an integer.
+    """
+    if n_jobs is None:
+        return usable_cores()
+    if isinstance(n_jobs, bool) or not isinstance(n_jobs, (int, np.integer)):
+        raise ValueError(f"n_jobs must be an int or None, got {n_jobs!r}")
+    if n_jobs == 0:
+        raise ValueError("n_jobs == 0 has no meaning; use n_jobs=None (all cores), -1 (all "
+                         "cores) or a positive number of threads")
+    if n_jobs < 0:
+        return max(1, usable_cores() + 1 + int(n_jobs))
+    return int(n_jobs)
+
+
+def fit_threads(n_jobs: int, nnz: int, backend_name: str) -> int:
+    """Threads one fit runs with: ``n_jobs`` on the compiled CPU backend when the matrix has
+    at least :data:`THREAD_MIN_NNZ` nonzeros, else 1 (today's single-thread path)."""
+    if n_jobs <= 1 or backend_name != "numba" or nnz < THREAD_MIN_NNZ:
+        return 1
+    return int(n_jobs)
+
+
+def nnz_blocks(indptr, k: int, rows=None) -> np.ndarray:
+    """``k + 1`` boundaries cutting the rows (or the positions of ``rows`` in ``indptr``'s
+    matrix) into ``k`` contiguous blocks of about equal nonzeros (int64, a function of the
+    data and ``k`` only)."""
+    indptr = np.asarray(indptr)
+    if rows is None:
+        cum = indptr.astype(np.int64)
+    else:
+        rows = np.asarray(rows)
+        cum = np.concatenate([[0], np.cumsum(indptr[rows + 1] - indptr[rows], dtype=np.int64)])
+    total = cum[-1]
+    m = cum.size - 1
+    if total == 0:
+        return np.linspace(0, m, k + 1).astype(np.int64)
+    targets = (np.arange(k + 1, dtype=np.float64) * (total / k))
+    bounds = np.searchsorted(cum, targets, side="left").astype(np.int64)
+    bounds[0], bounds[-1] = 0, m
+    return np.maximum.accumulate(np.minimum(bounds, m))
+
+
+class BlockPool:
+    """``k`` threads (the caller and ``k - 1`` workers) running one function on ``k`` blocks.
+
+    :meth:`run` calls ``fn(i)`` for ``i < k`` (block 0 on the calling thread) and returns
+    their results in block order; the first exception of a block is raised.  ``fn`` should
+    spend its time in code that releases the GIL.
+    """
+
+    def __init__(self, k: int):
+        self.k = int(k)
+        self._pool = ThreadPoolExecutor(max_workers=self.k - 1, thread_name_prefix="gpusvm-fit") \
+            if self.k > 1 else None
+
+    def run(self, fn, k: int | None = None):
+        """``[fn(0), ..., fn(k - 1)]``, ``k`` at most the pool's (default: all)."""
+        k = self.k if k is None else k
+        if self._pool is None or k == 1:
+            return [fn(i) for i in range(k)]
+        futures = [self._pool.submit(fn, i) for i in range(1, k)]
+        first = fn(0)
+        return [first] + [f.result() for f in futures]
+
+    def close(self) -> None:
+        """Stop the workers."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+__all__ = ["THREAD_MIN_NNZ", "usable_cores", "resolve_n_jobs", "fit_threads", "nnz_blocks",
+           "BlockPool"]
