@@ -34,7 +34,8 @@ import scipy.sparse as sp
 from threadpoolctl import ThreadpoolController
 
 from .._arrays import col_dots
-from .._threads import THREAD_MIN_NNZ, BlockPool, fit_threads
+from .. import _threads
+from .._threads import BlockPool, fit_threads
 from ..backends.base import on_backend_stream
 from ._common import SolverResult
 
@@ -517,7 +518,7 @@ def newton(backend, *, lam: float, tol: float = 1e-3, max_iter: int = DEFAULT_MA
     xp = getattr(backend, "xp", np)
     threads, pool = 1, None
     compiled = products is None and xp is np and sp.issparse(backend.X) and \
-        backend.X.nnz >= THREAD_MIN_NNZ and not _dense_copy(backend.X) and _numba()
+        backend.X.nnz >= _threads.THREAD_MIN_NNZ and not _dense_copy(backend.X) and _numba()
     if compiled:                # closed at the end (an exception leaves it to the collector)
         threads = fit_threads(n_jobs, backend.X.nnz, "numba")
         pool = BlockPool(threads)
