@@ -35,11 +35,14 @@ from ._sampling import CounterSampler, stream_key
 
 
 #: the coordinate steps of a round, in passes over the rows (each block its share): shorter
-#: rounds keep the blocks' points closer (on a generated set of 10^7 nonzeros, 2 blocks
-#: reached the gap of one epoch-long round's 8th epoch in 6 with 0.02), but a round costs a
-#: few passes over ``w``: a round is at least :data:`ROUND_MIN_D` times ``d`` nonzeros
+#: rounds keep the blocks' points closer.  2 blocks, squared hinge, tol 1e-6: on 1,500 rows
+#: (tests/test_threads.py's set) one-pass rounds took 76 epochs without an intercept and
+#: did not certify in 100 with one, rounds of 0.02 passes 17.5 and 51.5 (one thread: 16.5
+#: and 27.4); on 1.7 x 10^5 rows (benchmarks/bench_threads.py's set) 25.7 against 18.6.  A
+#: round costs a few passes over ``w``, so it holds at least :data:`ROUND_MIN_D` times ``d``
+#: nonzeros
 ROUND_EPOCHS = 0.02
-ROUND_MIN_D = 8
+ROUND_MIN_D = 4
 
 
 def block_seed(seed: int, block: int) -> int:
