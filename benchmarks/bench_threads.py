@@ -226,7 +226,10 @@ def main(argv=None):
     try:
         for _ in range(args.repeats):
             for label, k, job in jobs:
-                results[(label, k)].append(job())
+                r = job()
+                results[(label, k)].append(r)
+                print(f"  {label} k={k}: {r['seconds']:.3f} s, P={r['P']:.6f}", file=sys.stderr,
+                      flush=True)
     finally:
         if tmp is not None:
             os.unlink(tmp.name)

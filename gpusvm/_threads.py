@@ -18,6 +18,12 @@ import numpy as np
 #: it a product takes under ~1 ms and dispatching blocks to threads costs more than it saves
 #: (measured: benchmarks/bench_threads.py)
 THREAD_MIN_NNZ = 2_000_000
+#: SDCA's threads (CoCoA+ rounds, :mod:`gpusvm.solvers._threaded`) need more: they take more
+#: epochs than one thread (1.4x on benchmarks/bench_threads.py's set) and synchronise every
+#: round, so they start at this many nonzeros, and at :data:`SDCA_MIN_NNZ_PER_FEATURE` per
+#: column (a round's passes over ``w`` cost ``d``)
+SDCA_THREAD_MIN_NNZ = 10_000_000
+SDCA_MIN_NNZ_PER_FEATURE = 64
 
 
 def usable_cores() -> int:
@@ -64,12 +70,22 @@ def resolve_n_jobs(n_jobs) -> int:
     return int(n_jobs)
 
 
-def fit_threads(n_jobs: int, nnz: int, backend_name: str) -> int:
+def fit_threads(n_jobs: int, nnz: int, backend_name: str, min_nnz: int | None = None) -> int:
     """Threads one fit runs with: ``n_jobs`` on the compiled CPU backend when the matrix has
-    at least :data:`THREAD_MIN_NNZ` nonzeros, else 1 (today's single-thread path)."""
-    if n_jobs <= 1 or backend_name != "numba" or nnz < THREAD_MIN_NNZ:
+    at least ``min_nnz`` (default :data:`THREAD_MIN_NNZ`) nonzeros, else 1 (today's
+    single-thread path)."""
+    min_nnz = THREAD_MIN_NNZ if min_nnz is None else min_nnz
+    if n_jobs <= 1 or backend_name != "numba" or nnz < min_nnz:
         return 1
     return int(n_jobs)
+
+
+def sdca_threads(n_jobs: int, X, backend_name: str) -> int:
+    """:func:`fit_threads` for SDCA's rounds: at least :data:`SDCA_THREAD_MIN_NNZ` nonzeros
+    and :data:`SDCA_MIN_NNZ_PER_FEATURE` per column of ``X``."""
+    if X.nnz < SDCA_MIN_NNZ_PER_FEATURE * X.shape[1]:
+        return 1
+    return fit_threads(n_jobs, X.nnz, backend_name, SDCA_THREAD_MIN_NNZ)
 
 
 def nnz_blocks(indptr, k: int, rows=None) -> np.ndarray:
@@ -127,5 +143,5 @@ class BlockPool:
         self.close()
 
 
-__all__ = ["THREAD_MIN_NNZ", "usable_cores", "resolve_n_jobs", "fit_threads", "nnz_blocks",
-           "BlockPool"]
+__all__ = ["THREAD_MIN_NNZ", "SDCA_THREAD_MIN_NNZ", "usable_cores", "resolve_n_jobs",
+           "fit_threads", "sdca_threads", "nnz_blocks", "BlockPool"]

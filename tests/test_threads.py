@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import re
 from contextlib import redirect_stdout
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -35,6 +36,8 @@ def _data(n=1500, d=300, density=0.04, seed=0, dtype=np.float64):
 def small_threshold(monkeypatch):
     """Threads for every fit of more than 1,000 nonzeros (the test sets are small)."""
     monkeypatch.setattr(_threads, "THREAD_MIN_NNZ", 1000)
+    monkeypatch.setattr(_threads, "SDCA_THREAD_MIN_NNZ", 1000)
+    monkeypatch.setattr(_threads, "SDCA_MIN_NNZ_PER_FEATURE", 0)
 
 
 # ------------------------------------------------------------------ n_jobs
@@ -176,6 +179,18 @@ def test_weighted_threaded_sdca_is_certified(small_threshold):
                       backend="numba", dtype="float64", max_iter=400 * X.shape[0]
                       ).fit(X, y, sample_weight=s)
         assert est.n_threads_ == k and est.duality_gap_ <= 1e-6
+
+
+def test_sdca_threads_need_nonzeros_and_nonzeros_per_feature():
+    X, _ = _data()
+    big = _threads.SDCA_THREAD_MIN_NNZ
+    assert _threads.sdca_threads(4, X, "numba") == 1                 # too few nonzeros
+    wide = SimpleNamespace(nnz=big, shape=(big, big // 2))         # only these are read
+    assert _threads.sdca_threads(4, wide, "numba") == 1              # 2 per column
+    long = SimpleNamespace(nnz=big, shape=(big, 100))
+    assert _threads.sdca_threads(4, long, "numba") == 4
+    assert _threads.sdca_threads(4, long, "numpy") == 1
+    assert _threads.sdca_threads(1, long, "numba") == 1
 
 
 def test_small_sets_keep_the_single_thread_path_and_its_results():

@@ -119,7 +119,8 @@ class SDCASVC(_LinearSVCBase):
         may use (its CPU affinity, at most a ``threadpoolctl`` limit of OpenMP), ``-k``
         all but ``k - 1``, a positive int that many.  Used on the compiled CPU backend
         (``"numba"``) by fits of at least :data:`gpusvm._threads.THREAD_MIN_NNZ` nonzeros
-        (smaller ones run today's single-thread path, whose results they keep): SDCA with
+        (Newton) or :data:`gpusvm._threads.SDCA_THREAD_MIN_NNZ` and 64 per feature (SDCA);
+        smaller ones run today's single-thread path, whose results they keep.  SDCA with
         ``batch_size=1`` and one output per call runs CoCoA+ rounds over ``n_jobs`` row
         blocks (:mod:`gpusvm.solvers._threaded`), Newton its sparse products on ``n_jobs``
         row blocks.  The same ``random_state`` and ``n_jobs`` give the same model bit for

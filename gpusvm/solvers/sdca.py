@@ -46,7 +46,7 @@ import numpy as np
 from .. import spectral
 from ..backends._state import S_BETA, S_NREJ
 from ..backends.base import SDCAPlan, on_backend_stream
-from .._threads import BlockPool, fit_threads
+from .._threads import BlockPool, sdca_threads
 from ._common import (LOSSES, SolverResult, check_output_scale, default_eval_every, run_output,
                       segment_length)
 from ._sampling import SAMPLING_MODES, CounterSampler, first_occurrences  # noqa: F401
@@ -358,7 +358,7 @@ def sdca(backend, *, lam: float, b: int, max_iter: int, variant: str = "aggressi
         (:func:`~gpusvm.solvers.policy.sdca_hands_over`).
     n_jobs : int, default=1
         Threads (resolved, ``>= 1``).  Above 1, a fit of one output with ``b = 1`` on the
-        compiled CPU backend with at least :data:`gpusvm._threads.THREAD_MIN_NNZ` nonzeros
+        compiled CPU backend with enough nonzeros (:func:`gpusvm._threads.sdca_threads`)
         runs its iterations as CoCoA+ rounds over ``n_jobs`` row blocks
         (:class:`~gpusvm.solvers._threaded.BlockSDCA`) and its certificates' products on
         the threads; any other fit runs on one.  The same seed and ``n_jobs`` give the same
@@ -443,7 +443,7 @@ def sdca(backend, *, lam: float, b: int, max_iter: int, variant: str = "aggressi
                          "shrinking=False or backend='numba'")
     plan = SDCAPlan(lam=lam, beta_b=beta_b, theta=theta, aggressive=variant == "aggressive",
                     shrinking=shrinking, loss=loss)
-    threads = fit_threads(n_jobs, backend.X.nnz, backend.name) \
+    threads = sdca_threads(n_jobs, backend.X, backend.name) \
         if b == 1 and backend.n_outputs == 1 and hasattr(backend, "use_threads") else 1
     pool = blocks = None
     if threads > 1:             # closed at the end (an exception leaves it to the collector)
