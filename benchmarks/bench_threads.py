@@ -217,7 +217,7 @@ def main(argv=None):
         from sklearn.datasets import dump_svmlight_file  # noqa: PLC0415
         tmp = tempfile.NamedTemporaryFile(suffix=".svm", delete=False)
         tmp.close()
-        dump_svmlight_file(X, y, tmp.name)
+        dump_svmlight_file(X, y, tmp.name, zero_based=False)   # LIBSVM's one-based indices
         for s in (1, 2):
             for k in args.threads:
                 jobs.append((f"liblinear-mc -s {s}", k, lambda s=s, k=k: run_mc(

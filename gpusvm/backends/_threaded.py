@@ -37,7 +37,31 @@ class ThreadedCSR:
         self.k = pool.k
         self._bounds = nnz_blocks(X.indptr, self.k)
         self._parts = None
+        self._owner = self                  # whose partial sums' buffer (gather shares it)
         self._nb = _kernels()
+
+    def gather(self, rows):
+        """The rows ``rows`` as a compact :class:`ThreadedCSR` of float64 values, copied on
+        the threads (a product over a list of rows reads them scattered: twice as long)."""
+        rows = np.ascontiguousarray(rows, dtype=np.int64)
+        lens = self.indptr[rows + 1] - self.indptr[rows]
+        newptr = np.zeros(rows.size + 1, dtype=self.indices.dtype
+                          if int(lens.sum()) < np.iinfo(self.indices.dtype).max else np.int64)
+        np.cumsum(lens, out=newptr[1:])
+        nnz = int(newptr[-1])
+        new_indices = np.empty(nnz, dtype=self.indices.dtype)
+        new_data = np.empty(nnz)
+        bnd = nnz_blocks(newptr, self.k)
+        nb = self._nb
+        self.pool.run(lambda i: nb.gather_rows(self.indptr, self.indices, self.data, rows,
+                                                newptr, new_indices, new_data, bnd[i],
+                                                bnd[i + 1]))
+        sub = ThreadedCSR.__new__(ThreadedCSR)
+        sub.__dict__.update(self.__dict__)
+        sub.indptr, sub.indices, sub.data = newptr, new_indices, new_data
+        sub.n = rows.size
+        sub._bounds = bnd
+        return sub
 
     def bounds(self, rows=None):
         """The blocks' boundaries over all rows, or over the positions of ``rows``."""
@@ -61,37 +85,33 @@ class ThreadedCSR:
         return out
 
     def _partials(self, M):
-        if self._parts is None or self._parts.shape[2] != M:
-            self._parts = np.empty((self.k, self.d, M))
-        return self._parts
+        """The partial sums of blocks 1 .. k - 1 (block 0 sums into the output)."""
+        owner = self._owner
+        if owner._parts is None or owner._parts.shape[2] != M:
+            owner._parts = np.empty((self.k - 1, self.d, M))
+        return owner._parts
 
-    def rmm(self, U, rows=None, bounds=None, square=False, out=None, scale=None):
-        """``X^T U`` (float64 (d, M); ``square``: ``(X * X)^T U``), or ``X[rows]^T U``; with
-        ``out`` and ``scale``, ``out += scale X^T U`` instead."""
+    def rmm(self, U, rows=None, bounds=None, square=False):
+        """``X^T U`` (float64 (d, M); ``square``: ``(X * X)^T U``), or ``X[rows]^T U``:
+        block 0 sums into the output, the others into partials added after it in block
+        order."""
         U = np.ascontiguousarray(U, dtype=np.float64)
         if U.ndim == 1:
             U = U.reshape(-1, 1)
         M = U.shape[1]
         r = _EMPTY_ROWS if rows is None else np.ascontiguousarray(rows, dtype=np.int64)
         bnd = self.bounds(rows) if bounds is None else bounds
-        parts = self._partials(M)
+        out = np.empty((self.d, M))
+        parts = self._partials(M) if self.k > 1 else None
         nb = self._nb
 
         def block(i):
-            nb.rmm_block(self.indptr, self.indices, self.data, r, U, parts[i], bnd[i],
-                         bnd[i + 1], square)
+            nb.rmm_block(self.indptr, self.indices, self.data, r, U,
+                         out if i == 0 else parts[i - 1], bnd[i], bnd[i + 1], square)
         self.pool.run(block)
-        add = out is not None and scale is not None
-        if out is None:
-            out = np.empty((self.d, M))
-        cols = np.linspace(0, self.d, self.k + 1).astype(np.int64)
-
-        def total(i):
-            if add:
-                nb.add_parts_scaled(parts, out, float(scale), cols[i], cols[i + 1])
-            else:
-                nb.sum_parts(parts, out, cols[i], cols[i + 1])
-        self.pool.run(total)
+        if self.k > 1:
+            cols = np.linspace(0, self.d, self.k + 1).astype(np.int64)
+            self.pool.run(lambda i: nb.add_parts(parts, out, cols[i], cols[i + 1]))
         return out
 
 

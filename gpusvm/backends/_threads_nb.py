@@ -2,11 +2,13 @@
 
 Each function works on the contiguous block ``lo .. hi`` of the rows (or of the row list
 ``rows``) that a thread owns: ``X B`` writes its own rows of ``out``; ``X^T U`` adds into a
-partial ``(d, M)`` array of its own, and :func:`sum_parts` adds the partials in block order
-over a range of columns.  The sums of a row run in the order of SciPy's CSR products
-(one accumulator from 0, the nonzeros in order, ``X``'s values in float64), so ``X B`` is
-SciPy's bit for bit and ``X^T U`` of one block is too.  Compiled only when a fit runs on
-several threads (:mod:`gpusvm._threads`).
+partial ``(d, M)`` array of its own (block 0 into the output), and :func:`add_parts` adds
+the other blocks' partials in block order over a range of columns.  The sums of a row run in
+the order of SciPy's CSR products (one accumulator from 0, the nonzeros in order, ``X``'s
+values in float64), so ``X B`` is SciPy's bit for bit and ``X^T U`` of one block is too.
+Indices are read as unsigned: numba then drops its negative-index wraparound, which made
+these loops 1.5x slower than SciPy's.  Compiled only when a fit first needs them
+(:mod:`gpusvm._threads`).
 """
 
 from __future__ import annotations
@@ -23,19 +25,23 @@ def mm_block(indptr, indices, data, rows, B, out, lo, hi):  # pragma: no cover (
     empty, ``r = k``); float64."""
     M = B.shape[1]
     every = rows.size == 0
-    for k in range(lo, hi):
-        r = k if every else rows[k]
-        if M == 1:
+    if M == 1:                        # flat: no stride arithmetic in the inner loop
+        bf = B.reshape(-1)
+        of = out.reshape(-1)
+        for k in range(lo, hi):
+            r = np.uint64(k if every else rows[k])
             acc = 0.0
-            for p in range(indptr[r], indptr[r + 1]):
-                acc += np.float64(data[p]) * B[indices[p], 0]
-            out[k, 0] = acc
-            continue
+            for p in range(np.uint64(indptr[r]), np.uint64(indptr[r + 1])):
+                acc += np.float64(data[p]) * bf[np.uint64(indices[p])]
+            of[k] = acc
+        return
+    for k in range(lo, hi):
+        r = np.uint64(k if every else rows[k])
         for c in range(M):
             out[k, c] = 0.0
-        for p in range(indptr[r], indptr[r + 1]):
+        for p in range(np.uint64(indptr[r]), np.uint64(indptr[r + 1])):
             x = np.float64(data[p])
-            j = indices[p]
+            j = np.uint64(indices[p])
             for c in range(M):
                 out[k, c] += x * B[j, c]
 
@@ -48,48 +54,56 @@ def rmm_block(indptr, indices, data, rows, U, part, lo, hi, square):  # pragma: 
     M = U.shape[1]
     every = rows.size == 0
     part[:, :] = 0.0
-    for k in range(lo, hi):
-        r = k if every else rows[k]
-        if M == 1:
-            u = U[k, 0]
+    if M == 1:                        # flat: no stride arithmetic in the inner loop
+        uf = U.reshape(-1)
+        pf = part.reshape(-1)
+        for k in range(lo, hi):
+            r = np.uint64(k if every else rows[k])
+            u = uf[k]
             if u == 0.0:
                 continue
-            for p in range(indptr[r], indptr[r + 1]):
-                x = np.float64(data[p])
-                if square:
-                    x = x * x
-                part[indices[p], 0] += x * u
-            continue
-        for p in range(indptr[r], indptr[r + 1]):
+            if square:
+                for p in range(np.uint64(indptr[r]), np.uint64(indptr[r + 1])):
+                    x = np.float64(data[p])
+                    pf[np.uint64(indices[p])] += (x * x) * u
+            else:
+                for p in range(np.uint64(indptr[r]), np.uint64(indptr[r + 1])):
+                    pf[np.uint64(indices[p])] += np.float64(data[p]) * u
+        return
+    for k in range(lo, hi):
+        r = np.uint64(k if every else rows[k])
+        for p in range(np.uint64(indptr[r]), np.uint64(indptr[r + 1])):
             x = np.float64(data[p])
             if square:
                 x = x * x
-            j = indices[p]
+            j = np.uint64(indices[p])
             for c in range(M):
                 part[j, c] += x * U[k, c]
 
 
 @njit(cache=True, nogil=True)
-def sum_parts(parts, out, lo, hi):  # pragma: no cover
-    """``out[j] = parts[0, j] + parts[1, j] + ...`` (in that order) for ``j`` in ``lo .. hi``."""
+def add_parts(parts, out, lo, hi):  # pragma: no cover
+    """``out[j] += parts[0, j]``, then ``+= parts[1, j]`` ... (in that order) for ``j`` in
+    ``lo .. hi``: block 0's sum already in ``out``, the others' added in block order."""
     K = parts.shape[0]
     M = out.shape[1]
     for j in range(lo, hi):
         for c in range(M):
-            acc = parts[0, j, c]
-            for b in range(1, K):
+            acc = out[j, c]
+            for b in range(K):
                 acc += parts[b, j, c]
             out[j, c] = acc
 
 
 @njit(cache=True, nogil=True)
-def add_parts_scaled(parts, out, scale, lo, hi):  # pragma: no cover
-    """``out[j] += scale * (parts[0, j] + parts[1, j] + ...)`` for ``j`` in ``lo .. hi``."""
-    K = parts.shape[0]
-    M = out.shape[1]
-    for j in range(lo, hi):
-        for c in range(M):
-            acc = parts[0, j, c]
-            for b in range(1, K):
-                acc += parts[b, j, c]
-            out[j, c] += scale * acc
+def gather_rows(indptr, indices, data, rows, newptr, new_indices, new_data, lo,
+                hi):  # pragma: no cover
+    """Rows ``rows[lo:hi]`` of the CSR ``X`` into a compact CSR (``newptr`` made by the
+    caller), values in float64."""
+    for k in range(lo, hi):
+        r = np.uint64(rows[k])
+        a = np.uint64(indptr[r])
+        b = np.uint64(newptr[k])
+        for p in range(np.uint64(indptr[r + 1]) - a):
+            new_indices[b + p] = indices[a + p]
+            new_data[b + p] = np.float64(data[a + p])

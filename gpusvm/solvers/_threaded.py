@@ -146,10 +146,10 @@ class BlockSDCA:
             u /= sigma
             b, q = step_sums(before, after, None if be.sample_weight is None
                              else be.sample_weight, self.loss)
-            return before, after, u, b, q
+            return before, after, u, b, q, np.einsum("ij,ij->", u, u)
 
         res = self.pool.run(run, len(self.blocks))
-        parts = np.array([np.einsum("ij,ij->", x[2], x[2]) for x in res])
+        parts = np.array([x[5] for x in res])
         U = res[0][2]
         for x in res[1:]:                               # in block order
             U += x[2]

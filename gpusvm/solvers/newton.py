@@ -125,8 +125,8 @@ class _Products:
 class _ThreadedProducts(_Products):
     """:class:`_Products` on a :class:`gpusvm._threads.BlockPool`: the compiled row-block
     passes of :class:`gpusvm.backends._threaded.ThreadedCSR` read the CSR ``X`` as it is
-    (float32 or float64, no copy); :meth:`rows` keeps the list of active rows instead of
-    copying them.  ``X B`` equals SciPy's bit for bit, ``X^T U`` adds the blocks' partial
+    (float32 or float64, no float64 copy of the whole); :meth:`rows` copies the active rows
+    on the threads.  ``X B`` equals SciPy's bit for bit, ``X^T U`` adds the blocks' partial
     sums in block order (the same for the same number of threads)."""
 
     def __init__(self, X, pool):
@@ -157,12 +157,11 @@ class _ThreadedProducts(_Products):
         return self._csr.rmm(U, self._index, self._bounds, square=True)
 
     def rows(self, index):
-        """The products of the rows ``index`` only (read in place)."""
+        """The products of the rows ``index`` only (copied on the threads, in float64)."""
         sub = _ThreadedProducts.__new__(_ThreadedProducts)
         sub.__dict__.update(self.__dict__)
-        sub._index = np.ascontiguousarray(index, dtype=np.int64)
-        sub._bounds = self._csr.bounds(sub._index)
-        sub.n = sub._index.size
+        sub._csr = self._csr.gather(index)
+        sub.n = sub._csr.n
         return sub
 
 
