@@ -2,7 +2,7 @@
 
 Run from the repository root::
 
-    python benchmarks/bench_threads.py                       # 10^7 nonzeros, 1 and 2 threads
+    python benchmarks/bench_threads.py                       # 2 x 10^7 nonzeros, 1 and 2 threads
     python benchmarks/bench_threads.py --nnz 4.8e7 --threads 1 2 4 8 16
     python benchmarks/bench_threads.py --repeats 3 --json benchmarks/results/threads.json
     python benchmarks/bench_threads.py --dataset news20      # a set of ../shared/data
@@ -180,7 +180,9 @@ def warm_up(X, y, threads, C):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--nnz", type=float, default=1e7, help="nonzeros of the generated set")
+    ap.add_argument("--nnz", type=float, default=2e7,
+                    help="nonzeros of the generated set (80%% train: SDCA's threads start at "
+                         "10^7 in the training rows, gpusvm._threads.SDCA_THREAD_MIN_NNZ)")
     ap.add_argument("--dataset", default=None, help="a data set of ../shared/data instead")
     ap.add_argument("--own-generator", action="store_true",
                     help="use make_data even where make_sparse_classification exists")
@@ -192,7 +194,8 @@ def main(argv=None):
     ap.add_argument("--peers", nargs="*", default=["sklearn", "mc"],
                     help="sklearn (LinearSVC dual=True/False), mc (liblinear-multicore)")
     ap.add_argument("--mc-python", default="/work/venv-mc/bin/python")
-    ap.add_argument("--peer-tol", type=float, default=1e-3, help="liblinear's -e")
+    ap.add_argument("--peer-tol", type=float, default=1e-4, help="liblinear's -e (and "
+                    "sklearn's tol); lower it until the peers' P matches gpusvm's")
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", default=None)

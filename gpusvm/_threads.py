@@ -70,6 +70,16 @@ def resolve_n_jobs(n_jobs) -> int:
     return int(n_jobs)
 
 
+def fit_n_jobs(n_jobs, nnz: int) -> int:
+    """:func:`resolve_n_jobs` for a fit of ``nnz`` nonzeros: 1 below :data:`THREAD_MIN_NNZ`
+    (no fit that small uses threads: the cores are not probed), ``n_jobs`` checked anyway."""
+    if nnz < THREAD_MIN_NNZ and (n_jobs is None or (isinstance(n_jobs, (int, np.integer))
+                                                    and not isinstance(n_jobs, bool)
+                                                    and n_jobs != 0)):
+        return 1
+    return resolve_n_jobs(n_jobs)
+
+
 def fit_threads(n_jobs: int, nnz: int, backend_name: str, min_nnz: int | None = None) -> int:
     """Threads one fit runs with: ``n_jobs`` on the compiled CPU backend when the matrix has
     at least ``min_nnz`` (default :data:`THREAD_MIN_NNZ`) nonzeros, else 1 (today's
@@ -144,4 +154,4 @@ class BlockPool:
 
 
 __all__ = ["THREAD_MIN_NNZ", "SDCA_THREAD_MIN_NNZ", "usable_cores", "resolve_n_jobs",
-           "fit_threads", "sdca_threads", "nnz_blocks", "BlockPool"]
+           "fit_n_jobs", "fit_threads", "sdca_threads", "nnz_blocks", "BlockPool"]

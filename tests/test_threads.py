@@ -67,6 +67,17 @@ def test_usable_cores_respects_affinity_and_an_openmp_limit(monkeypatch):
     assert usable_cores() == 1 and resolve_n_jobs(None) == 1
 
 
+def test_a_small_fit_does_not_probe_the_cores(monkeypatch):
+    def probe():
+        raise AssertionError("the cores were probed")
+    monkeypatch.setattr(_threads, "usable_cores", probe)
+    assert _threads.fit_n_jobs(None, 10) == 1 == _threads.fit_n_jobs(-1, 10)
+    X, y = _data(n=100, d=20, density=0.2)
+    assert SDCASVC(backend="numba").fit(X, y).n_threads_ == 1
+    with pytest.raises(AssertionError, match="probed"):
+        _threads.fit_n_jobs(None, _threads.THREAD_MIN_NNZ)
+
+
 def test_estimators_reject_n_jobs_zero_with_the_convention_in_the_message():
     X, y = _data(n=100, d=20, density=0.2)
     with pytest.raises(ValueError, match=r"^n_jobs == 0 has no meaning; use n_jobs=None"):

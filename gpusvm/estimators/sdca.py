@@ -12,7 +12,7 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils._param_validation import Interval, StrOptions
 
 from .._arrays import warn_if_rows_unscaled
-from .._threads import resolve_n_jobs
+from .._threads import fit_n_jobs
 from ..backends import make_backend, resolve_backend_name
 from ..solvers.newton import DEFAULT_MAX_ITER as DEFAULT_NEWTON_ITER
 from ..solvers.newton import newton
@@ -344,7 +344,7 @@ class SDCASVC(_LinearSVCBase):
             res = newton(be, lam=float(lam), tol=float(self.tol), max_iter=max_iter, y=Y,
                          sample_weight=s, w0=w0, max_time=self.max_time,
                          callback=self.callback, progress=progress,
-                         n_jobs=resolve_n_jobs(getattr(self, "n_jobs", None)))
+                         n_jobs=fit_n_jobs(getattr(self, "n_jobs", None), Xs.nnz))
         finally:
             close()
         ex = res.extra
@@ -387,7 +387,7 @@ class SDCASVC(_LinearSVCBase):
                        sampling=self.sampling, seed=self._seed(), eval_every=self.eval_every,
                        max_time=self.max_time, callback=self.callback, progress=progress,
                        shrinking=shrinking, handover=self._handover,
-                       n_jobs=resolve_n_jobs(getattr(self, "n_jobs", None)), **extra)
+                       n_jobs=fit_n_jobs(getattr(self, "n_jobs", None), Xs.nnz), **extra)
         finally:
             close()
         ex = res.extra
