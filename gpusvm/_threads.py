@@ -18,11 +18,15 @@ import numpy as np
 #: it a product takes under ~1 ms and dispatching blocks to threads costs more than it saves
 #: (measured: benchmarks/bench_threads.py)
 THREAD_MIN_NNZ = 2_000_000
-#: SDCA's threads (CoCoA+ rounds, :mod:`gpusvm.solvers._threaded`) need more: they take more
-#: epochs than one thread (1.4x on benchmarks/bench_threads.py's set) and synchronise every
-#: round, so they start at this many nonzeros, and at :data:`SDCA_MIN_NNZ_PER_FEATURE` per
-#: column (a round's passes over ``w`` cost ``d``)
-SDCA_THREAD_MIN_NNZ = 10_000_000
+#: SDCA's threads (CoCoA+ rounds, :mod:`gpusvm.solvers._threaded`) do not pay yet, so they
+#: are off by default (a fit reaches them by lowering this).  Measured on a generated set of
+#: 1.7 x 10^7 nonzeros, 3.3 x 10^5 rows, squared hinge, tol 1e-4 (critical-path CPU seconds,
+#: the estimate of an idle machine's wall time): one thread 21 epochs, 5.0 s; two blocks
+#: with rounds of 0.02 passes 22.7 epochs but 10.4 s, of 0.1 passes 31.6 epochs, 6.2 s: a
+#: round's bookkeeping reads every row's ``alpha`` and every column of ``w``, where it
+#: should read only what the round touched.  They also need
+#: :data:`SDCA_MIN_NNZ_PER_FEATURE` nonzeros per column (a round's passes over ``w``).
+SDCA_THREAD_MIN_NNZ = 2 ** 62
 SDCA_MIN_NNZ_PER_FEATURE = 64
 
 

@@ -689,7 +689,7 @@ def cmd_info(args) -> int:
     print(f"  auto       -> {backends.resolve_backend_name('auto')}")
     from ._threads import THREAD_MIN_NNZ, resolve_n_jobs  # noqa: PLC0415
     print(f"threads      {resolve_n_jobs(None)} (n_jobs=None: the cores this process may use); "
-          f"fits of {THREAD_MIN_NNZ:,} nonzeros or more on numba run on them")
+          f"Newton fits of {THREAD_MIN_NNZ:,} nonzeros or more on numba run on them")
     try:
         kdir = _kernels.kernel_dir()
     except FileNotFoundError:

@@ -86,8 +86,8 @@ class LinearSVC(_LinearSVCBase):
         As in :class:`~gpusvm.SDCASVC`.
     n_jobs : int or None, default=None
         Threads of the fit (None or -1: every usable core), as in :class:`~gpusvm.SDCASVC`:
-        large sparse fits on the compiled CPU backend use them, and a fit with the same
-        ``random_state`` and ``n_jobs`` is the same bit for bit.
+        large sparse fits by Newton on the compiled CPU backend use them, and a fit with
+        the same ``random_state`` and ``n_jobs`` is the same bit for bit.
 
     Attributes
     ----------

@@ -118,15 +118,15 @@ class SDCASVC(_LinearSVCBase):
         Threads of one fit, scikit-learn's convention: None or -1 every core this process
         may use (its CPU affinity, at most a ``threadpoolctl`` limit of OpenMP), ``-k``
         all but ``k - 1``, a positive int that many.  Used on the compiled CPU backend
-        (``"numba"``) by fits of at least :data:`gpusvm._threads.THREAD_MIN_NNZ` nonzeros
-        (Newton) or :data:`gpusvm._threads.SDCA_THREAD_MIN_NNZ` and 64 per feature (SDCA);
-        smaller ones run today's single-thread path, whose results they keep.  SDCA with
-        ``batch_size=1`` and one output per call runs CoCoA+ rounds over ``n_jobs`` row
-        blocks (:mod:`gpusvm.solvers._threaded`), Newton its sparse products on ``n_jobs``
-        row blocks.  The same ``random_state`` and ``n_jobs`` give the same model bit for
-        bit; a fit on several threads is not the one-thread model (SDCA takes other
-        coordinate steps, Newton sums ``X^T u`` by blocks) but is certified to the same
-        ``tol``.  ``n_threads_`` says how many ran.
+        (``"numba"``) by Newton fits of at least :data:`gpusvm._threads.THREAD_MIN_NNZ`
+        nonzeros, whose sparse products run on ``n_jobs`` row blocks; smaller fits run
+        today's single-thread path, whose results they keep.  SDCA runs on one thread:
+        its threaded form (CoCoA+ rounds over row blocks, :mod:`gpusvm.solvers._threaded`)
+        does not pay yet and is off below :data:`gpusvm._threads.SDCA_THREAD_MIN_NNZ`.
+        The same ``random_state`` and ``n_jobs`` give the same model bit for bit; a fit on
+        several threads is not the one-thread model (Newton sums ``X^T u`` by blocks, SDCA
+        takes other coordinate steps) but is certified to the same ``tol``.
+        ``n_threads_`` says how many ran.
     shrinking : bool, default=True
         At ``batch_size=1`` on a CPU backend, LIBLINEAR's shrinking (Hsieh et al. 2008,
         Sec. 3.2): rows at a bound and pushed out are skipped for a while.

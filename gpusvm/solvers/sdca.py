@@ -358,8 +358,8 @@ def sdca(backend, *, lam: float, b: int, max_iter: int, variant: str = "aggressi
         (:func:`~gpusvm.solvers.policy.sdca_hands_over`).
     n_jobs : int, default=1
         Threads (resolved, ``>= 1``).  Above 1, a fit of one output with ``b = 1`` on the
-        compiled CPU backend with enough nonzeros (:func:`gpusvm._threads.sdca_threads`)
-        runs its iterations as CoCoA+ rounds over ``n_jobs`` row blocks
+        compiled CPU backend with enough nonzeros (:func:`gpusvm._threads.sdca_threads`;
+        off by default: :data:`gpusvm._threads.SDCA_THREAD_MIN_NNZ`) runs its iterations as CoCoA+ rounds over ``n_jobs`` row blocks
         (:class:`~gpusvm.solvers._threaded.BlockSDCA`) and its certificates' products on
         the threads; any other fit runs on one.  The same seed and ``n_jobs`` give the same
         result bit for bit; a threaded fit is not the one-thread fit (another sequence of
