@@ -492,12 +492,11 @@ def newton(backend, *, lam: float, tol: float = 1e-3, max_iter: int = DEFAULT_MA
     products : _Products, optional
         Reuse the float64 products of an earlier call on the same backend.
     n_jobs : int, default=1
-        Threads (resolved, ``>= 1``).  On the CPU with a sparse ``X`` of at least
-        :data:`gpusvm._threads.THREAD_MIN_NNZ` nonzeros (and numba), the sparse products
-        are compiled passes over ``n_jobs`` fixed row blocks (:class:`_ThreadedProducts`,
-        SciPy's products bit for bit on one block, without SciPy's copies of ``X``); any
-        other fit runs SciPy's, on one thread.  The same ``n_jobs`` gives the same result
-        bit for bit; with more than one thread ``X^T u`` is summed by blocks, so the
+        Threads (resolved, ``>= 1``).  Above 1, on the CPU with a sparse ``X`` of at
+        least :data:`gpusvm._threads.THREAD_MIN_NNZ` nonzeros (and numba), the sparse
+        products are compiled passes over ``n_jobs`` fixed row blocks
+        (:class:`_ThreadedProducts`); any other fit runs SciPy's, on one thread.  The same
+        ``n_jobs`` gives the same result bit for bit; ``X^T u`` is summed by blocks, so the
         iterates differ from one thread's by rounding (each certified to ``tol``).
         ``extra["threads"]``: the threads used.
 
@@ -516,10 +515,10 @@ def newton(backend, *, lam: float, tol: float = 1e-3, max_iter: int = DEFAULT_MA
         raise ValueError(f"max_iter must be a positive integer, got {max_iter!r}")
     xp = getattr(backend, "xp", np)
     threads, pool = 1, None
-    compiled = products is None and xp is np and sp.issparse(backend.X) and \
-        backend.X.nnz >= _threads.THREAD_MIN_NNZ and not _dense_copy(backend.X) and _numba()
-    if compiled:                # closed at the end (an exception leaves it to the collector)
+    if n_jobs > 1 and products is None and xp is np and sp.issparse(backend.X) and \
+            backend.X.nnz >= _threads.THREAD_MIN_NNZ and not _dense_copy(backend.X) and _numba():
         threads = fit_threads(n_jobs, backend.X.nnz, "numba")
+    if threads > 1:             # closed at the end (an exception leaves it to the collector)
         pool = BlockPool(threads)
         prod = _ThreadedProducts(sp.csr_matrix(backend.X), pool)
     else:
