@@ -97,6 +97,8 @@ def build_parser() -> argparse.ArgumentParser:
     fit.add_argument("--max-time", type=float, help="time budget in seconds")
     fit.add_argument("--dtype", choices=("float32", "float64"), help="precision (default float32)")
     fit.add_argument("--seed", type=int, default=0, help="seed of the batch stream (default 0)")
+    fit.add_argument("--n-jobs", type=int, help="threads of the fit (default: every core; large "
+                     "sparse fits on the numba backend use them)")
     _add_training_options(fit)
     _add_progress(fit)
 
@@ -363,7 +365,7 @@ def cmd_fit(args) -> int:
                "batch_size": args.batch_size, "max_iter": args.max_iter, "sampling": args.sampling,
                "tol": tol, "bias": args.bias, "averaging": args.averaging,
                "eval_every": args.eval_every, "max_time": args.max_time, "backend": args.backend,
-               "dtype": args.dtype}
+               "dtype": args.dtype, "n_jobs": getattr(args, "n_jobs", None)}
     accepted = cls().get_params(deep=False)
     params = {name: value for name, value in options.items() if value is not None}
     unknown = next((name for name in params if name not in accepted), None)
@@ -386,7 +388,9 @@ def cmd_fit(args) -> int:
     start = time.perf_counter()
     est.fit(X, y)
     seconds = time.perf_counter() - start
-    print(f"backend: {getattr(est, 'backend_', '?')}")
+    threads = getattr(est, "n_threads_", 1)
+    print(f"backend: {getattr(est, 'backend_', '?')}" + (f", {threads} threads" if threads > 1
+                                                          else ""))
     if len(est.classes_) > 2:
         _print_outputs(est)
     else:
@@ -730,6 +734,9 @@ def cmd_info(args) -> int:
                              "or \"gpusvm[cuda13]\" on a CUDA machine)"))
     print("  emulated   " + emulated)
     print(f"  auto       -> {backends.resolve_backend_name('auto')}")
+    from ._threads import THREAD_MIN_NNZ, resolve_n_jobs  # noqa: PLC0415
+    print(f"threads      {resolve_n_jobs(None)} (n_jobs=None: the cores this process may use); "
+          f"Newton fits of {THREAD_MIN_NNZ:,} nonzeros or more on numba run on them")
     try:
         kdir = _kernels.kernel_dir()
     except FileNotFoundError:

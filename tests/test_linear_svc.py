@@ -38,13 +38,13 @@ def a9a_part(a9a):
     return X, y
 
 
-def test_signature_is_sklearns_plus_backend():
+def test_signature_is_sklearns_plus_backend_device_and_threads():
     ours = inspect.signature(LinearSVC).parameters
     theirs = inspect.signature(SkLinearSVC).parameters
     assert list(ours)[:len(theirs)] == list(theirs)
     for name, p in theirs.items():
         assert (ours[name].default, ours[name].kind) == (p.default, p.kind), name
-    assert list(ours)[len(theirs):] == ["backend", "device"]
+    assert list(ours)[len(theirs):] == ["backend", "device", "n_jobs"]
     assert gpusvm.LinearSVC is LinearSVC
 
 

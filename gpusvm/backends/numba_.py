@@ -73,6 +73,16 @@ class NumbaBackend(NumpyBackend):
         self._nb_asked = False            # the products asked for ahead (CompileAhead)
         self._nb_loops = set()            # the loops made ready (compiled or loaded)
         self._nb_eo = False               # epoch_order compiled for this backend's arrays
+        self._nb_threaded = None          # the certificates' products on threads (use_threads)
+
+    def use_threads(self, pool) -> int:
+        """Run the certificates' products (``decision_function_m``, ``dual_weights_m``) on the
+        threads of ``pool`` (a :class:`gpusvm._threads.BlockPool`; None: one thread, as by
+        default); returns the threads they use.  ``X w`` stays bit for bit; ``X^T (alpha y)``
+        adds row blocks' partial sums in block order (:mod:`gpusvm.backends._threaded`)."""
+        from ._threaded import ThreadedCSR  # noqa: PLC0415  (only a threaded fit needs it)
+        self._nb_threaded = None if pool is None or pool.k <= 1 else ThreadedCSR(self.X, pool)
+        return 1 if self._nb_threaded is None else pool.k
 
     def _row_sq_norms(self) -> np.ndarray:
         """``||x_i||^2`` in float64 straight from ``X.data``."""
@@ -234,6 +244,8 @@ class NumbaBackend(NumpyBackend):
     def decision_function_m(self, W, b) -> np.ndarray:
         """``<w_c, x_i> + b_c`` on all rows, float64 (n, M), without an upcast copy of ``X``."""
         W = np.ascontiguousarray(W, dtype=np.float64)
+        if self._nb_threaded is not None:
+            return self._nb_threaded.mm(W) + np.asarray(b, dtype=np.float64)
         out = np.empty((self.n, W.shape[1]), dtype=np.float64)
         # a writable copy: numba types a read-only array anew (one more compile)
         bb = np.array(np.broadcast_to(np.asarray(b, dtype=np.float64), (W.shape[1],)))
@@ -262,6 +274,11 @@ class NumbaBackend(NumpyBackend):
 
     def dual_weights_m(self, lam: float) -> np.ndarray:
         """``W(alpha) = X^T (alpha * Y) / (lam n)`` in float64 (d, M), resynchronising ``V``."""
+        if self._nb_threaded is not None:
+            W = self._nb_threaded.rmm(self.alpha * self.Y.astype(np.float64))
+            W /= lam * self.n
+            self._resync(W)
+            return W
         W = np.zeros((self.d, self.n_outputs), dtype=np.float64)
         if self._nb_one:                 # one column: NumPy's resync, a compile less
             args = self._rmatvec_args(W.reshape(-1))

@@ -218,6 +218,7 @@ class _LinearSVCBase(ClassifierMixin, BaseEstimator):
         "dtype": [StrOptions({"float32", "float64"}), type],
         "random_state": ["random_state", np.random.Generator],
         "verbose": ["verbose"],
+        "n_jobs": [Integral, None],
     }
 
     def __sklearn_tags__(self):

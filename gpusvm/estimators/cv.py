@@ -24,7 +24,6 @@ to the hinge's box.  A pass holds ``~ 36 n + 28 d`` bytes per output, within
 from __future__ import annotations
 
 import math
-import os
 import threading
 import warnings
 from concurrent.futures import ThreadPoolExecutor
@@ -39,6 +38,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.class_weight import compute_class_weight
 from sklearn.utils.validation import _check_sample_weight, check_is_fitted
 
+from .._threads import resolve_n_jobs
 from ..backends import make_backend, resolve_backend_name
 from ..solvers.newton import DEFAULT_MAX_ITER as DEFAULT_NEWTON_ITER
 from ..solvers.newton import block_products, device_block_products, newton_block
@@ -664,18 +664,10 @@ def _copy_fitted(source, target, skip=()):
 
 
 def _effective_jobs(n_jobs, lanes: int) -> int:
-    if n_jobs is None or n_jobs == -1:
-        try:
-            cores = len(os.sched_getaffinity(0))
-        except AttributeError:                     # not Linux
-            cores = os.cpu_count() or 1
-    elif n_jobs < -1:
-        cores = max(1, (os.cpu_count() or 1) + 1 + n_jobs)
-    elif n_jobs == 0:
-        raise ValueError("n_jobs == 0 has no meaning; use n_jobs=None (all cores) or >= 1")
-    else:
-        cores = int(n_jobs)
-    return max(1, min(cores, lanes))
+    """The search's threads: ``n_jobs`` resolved (:func:`gpusvm._threads.resolve_n_jobs`),
+    at most one per lane; each lane's solver runs on one thread, the refit on ``n_jobs``
+    after the lanes, so the two never share the cores at once."""
+    return max(1, min(resolve_n_jobs(n_jobs), lanes))
 
 
 def _problem_columns(problems, n):

@@ -79,7 +79,7 @@ class LinearSVC(_LinearSVCBase):
         than two classes a row keeps its weight in every output (liblinear weights only
         the positive class of each).
     verbose : int, default=0
-        A progress bar with the live duality gap when > 0.
+        A progress bar with the live duality gap when > 0 (and the threads the fit ran on).
     random_state : int, RandomState instance or None, default=None
         Seed of the order in which the dual solver visits the rows.
     max_iter : int, default=1000
@@ -87,6 +87,10 @@ class LinearSVC(_LinearSVCBase):
         (per output of one-vs-rest).
     backend, device
         As in :class:`~gpusvm.SDCASVC`.
+    n_jobs : int or None, default=None
+        Threads of the fit (None or -1: every usable core), as in :class:`~gpusvm.SDCASVC`:
+        large sparse fits by Newton on the compiled CPU backend use them, and a fit with
+        the same ``random_state`` and ``n_jobs`` is the same bit for bit.
 
     Attributes
     ----------
@@ -102,6 +106,8 @@ class LinearSVC(_LinearSVCBase):
         The certificate: the duality gap divided by ``C n`` (see ``tol``), per output.
     backend_ : str
         The backend that ran.
+    n_threads_ : int
+        Threads the fit ran on.
 
     See Also
     --------
@@ -136,11 +142,13 @@ class LinearSVC(_LinearSVCBase):
         "max_iter": [Interval(Integral, 0, None, closed="left")],
         "backend": [StrOptions(set(BACKENDS))],
         "device": [Interval(Integral, 0, None, closed="left"), None],
+        "n_jobs": [Integral, None],
     }
 
     def __init__(self, penalty="l2", loss="squared_hinge", *, dual="auto", tol=1e-4, C=1.0,
                  multi_class="ovr", fit_intercept=True, intercept_scaling=1, class_weight=None,
-                 verbose=0, random_state=None, max_iter=1000, backend="auto", device=None):
+                 verbose=0, random_state=None, max_iter=1000, backend="auto", device=None,
+                 n_jobs=None):
         self.penalty = penalty
         self.loss = loss
         self.dual = dual
@@ -155,6 +163,7 @@ class LinearSVC(_LinearSVCBase):
         self.max_iter = max_iter
         self.backend = backend
         self.device = device
+        self.n_jobs = n_jobs
 
     def unsupported(self):
         """Why gpusvm cannot fit these parameters, in one line, or None when it can.
@@ -272,11 +281,11 @@ class LinearSVC(_LinearSVCBase):
             bias="augmented" if self.fit_intercept else "none",
             intercept_scaling=float(self.intercept_scaling), backend=self.backend,
             dtype=working_dtype(float(self.tol)), random_state=self.random_state,
-            verbose=self.verbose, device=self.device)
+            verbose=self.verbose, device=self.device, n_jobs=getattr(self, "n_jobs", None))
 
     def _copy_fit(self, inner, device):
         names = ("coef_", "intercept_", "classes_", "duality_gap_", "backend_", "solver_",
-                 "stop_reason_") + (("n_features_in_",) if device else ())
+                 "stop_reason_", "n_threads_") + (("n_features_in_",) if device else ())
         for name in names:
             setattr(self, name, getattr(inner, name))
         self.n_iter_ = int(_epochs(inner.n_iter_, inner.batch_size_, inner._n_rows)

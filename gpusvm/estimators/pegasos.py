@@ -80,6 +80,10 @@ class PegasosSVC(_LinearSVCBase):
         Precision of the data and of ``v``; scalars and reductions are float64.
     verbose : int, default=0
         Progress bar with the live objective when > 0.
+    n_jobs : int or None, default=None
+        Accepted for the interface every gpusvm estimator shares (scikit-learn's
+        convention); Pegasos' iterations run on one thread (``n_threads_`` is 1): a step
+        depends on the last, and its batches are too small to split.
 
     Attributes
     ----------
@@ -87,6 +91,8 @@ class PegasosSVC(_LinearSVCBase):
         As in :class:`~gpusvm.SDCASVC`.
     t_ : int
         Iterations of the step-size schedule so far (``partial_fit`` continues from it).
+    n_threads_ : int
+        Threads the fit ran on (1).
     history_ : list of (int, float, float), or a list of such lists
         ``(iteration, objective, elapsed seconds)`` at every evaluation, per output.
     stop_reason_ : str
@@ -136,7 +142,7 @@ class PegasosSVC(_LinearSVCBase):
                  projection=True, averaging="auto", tol=1e-3, schedule="pegasos", eta0=None,
                  norma_p=0.7, bias="augmented", intercept_scaling=1.0, eval_every=None,
                  max_time=None, target_objective=None, callback=None, backend="auto",
-                 dtype="float32", random_state=None, verbose=0, device=None):
+                 dtype="float32", random_state=None, verbose=0, device=None, n_jobs=None):
         self.lam = lam
         self.C = C
         self.loss = loss
@@ -162,6 +168,7 @@ class PegasosSVC(_LinearSVCBase):
         self.random_state = random_state
         self.verbose = verbose
         self.device = device
+        self.n_jobs = n_jobs
 
     def _initial_point(self, coef_init, intercept_init, d_aug, lam, clip=False):
         if coef_init is None and intercept_init is None:
@@ -217,6 +224,7 @@ class PegasosSVC(_LinearSVCBase):
             self._warm_from(coef_init, intercept_init)
         common, per = self._fit_outputs(X, y, sample_weight, warm=warm)
         self._store(common, per)
+        self.n_threads_ = 1
         return self
 
     def partial_fit(self, X, y, classes=None, sample_weight=None):

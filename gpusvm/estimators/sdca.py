@@ -12,6 +12,7 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils._param_validation import Interval, StrOptions
 
 from .._arrays import warn_if_rows_unscaled
+from .._threads import fit_n_jobs
 from ..backends import make_backend, resolve_backend_name
 from ..solvers.newton import DEFAULT_MAX_ITER as DEFAULT_NEWTON_ITER
 from ..solvers.newton import newton
@@ -111,7 +112,21 @@ class SDCASVC(_LinearSVCBase):
     random_state : int, RandomState, Generator or None, default=None
         Seed of the batch stream; the same seed gives every backend the same batches.
     verbose : int, default=0
-        Progress bar with the live duality gap when > 0.
+        Progress bar with the live duality gap when > 0; the fit then also says on how
+        many threads it ran.
+    n_jobs : int or None, default=None
+        Threads of one fit, scikit-learn's convention: None or -1 every core this process
+        may use (its CPU affinity, at most a ``threadpoolctl`` limit of OpenMP), ``-k``
+        all but ``k - 1``, a positive int that many.  Used on the compiled CPU backend
+        (``"numba"``) by Newton fits of at least :data:`gpusvm._threads.THREAD_MIN_NNZ`
+        nonzeros, whose sparse products run on ``n_jobs`` row blocks; smaller fits run
+        today's single-thread path, whose results they keep.  SDCA runs on one thread:
+        its threaded form (CoCoA+ rounds over row blocks, :mod:`gpusvm.solvers._threaded`)
+        does not pay yet and is off below :data:`gpusvm._threads.SDCA_THREAD_MIN_NNZ`.
+        The same ``random_state`` and ``n_jobs`` give the same model bit for bit; a fit on
+        several threads is not the one-thread model (Newton sums ``X^T u`` by blocks, SDCA
+        takes other coordinate steps) but is certified to the same ``tol``.
+        ``n_threads_`` says how many ran.
     shrinking : bool, default=True
         At ``batch_size=1`` on a CPU backend, LIBLINEAR's shrinking (Hsieh et al. 2008,
         Sec. 3.2): rows at a bound and pushed out are skipped for a while.
@@ -135,6 +150,8 @@ class SDCASVC(_LinearSVCBase):
         The ``lam`` of each problem (``C`` resolved).
     n_iter_ : int
         Iterations performed (the most of any output).
+    n_threads_ : int
+        Threads the fit ran on (``n_jobs`` resolved, or 1 where threads do not pay).
     history_ : list of (int, float, float, float, float), or a list of such lists
         ``(iteration, P, D, gap, elapsed seconds)`` at every evaluation, per output.
     primal_objective_, dual_objective_, duality_gap_ : float or ndarray of shape (n_outputs,)
@@ -201,7 +218,7 @@ class SDCASVC(_LinearSVCBase):
                  sigma2=None, max_iter=None, sampling="epoch", bias="augmented",
                  intercept_scaling=1.0, eval_every=None, max_time=None, callback=None,
                  backend="auto", dtype="float32", random_state=None, verbose=0, shrinking=True,
-                 device=None):
+                 device=None, n_jobs=None):
         self.lam = lam
         self.C = C
         self.loss = loss
@@ -227,6 +244,7 @@ class SDCASVC(_LinearSVCBase):
         self.verbose = verbose
         self.shrinking = shrinking
         self.device = device
+        self.n_jobs = n_jobs
 
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y, sample_weight=None):
@@ -273,6 +291,10 @@ class SDCASVC(_LinearSVCBase):
         for key in ("sigma2", "beta_b", "backend", "batch_size", "variant"):
             setattr(self, f"{key}_", common[key])
         self.solver_ = self.solver
+        self.n_threads_ = int(common.get("threads", 1))
+        if self.verbose:
+            print(f"gpusvm {self.solver}: fit on {self.n_threads_} thread"
+                  f"{'s' if self.n_threads_ > 1 else ''} (n_jobs={self.n_jobs!r})")
         message = self._uncertified_message(common, per)
         if message is not None:
             warnings.warn(message, ConvergenceWarning, stacklevel=2)
@@ -321,7 +343,8 @@ class SDCASVC(_LinearSVCBase):
         try:
             res = newton(be, lam=float(lam), tol=float(self.tol), max_iter=max_iter, y=Y,
                          sample_weight=s, w0=w0, max_time=self.max_time,
-                         callback=self.callback, progress=progress)
+                         callback=self.callback, progress=progress,
+                         n_jobs=fit_n_jobs(getattr(self, "n_jobs", None), Xs.nnz))
         finally:
             close()
         ex = res.extra
@@ -329,7 +352,7 @@ class SDCASVC(_LinearSVCBase):
         m = W.shape[1]
         alpha = ex["alpha"].reshape(n, -1)
         common = {"sigma2": None, "beta_b": 1.0, "backend": be.name, "batch_size": n,
-                  "variant": "newton", "max_iter": max_iter}
+                  "variant": "newton", "max_iter": max_iter, "threads": ex["threads"]}
         per = {"n_iter": list(ex["n_iters"]), "history": list(ex["histories"]),
                "stop_reason": list(ex["stop_reasons"]),
                "primal": list(np.atleast_1d(ex["primal"])), "dual": list(np.atleast_1d(ex["dual"])),
@@ -363,7 +386,8 @@ class SDCASVC(_LinearSVCBase):
                        theta=float(self.theta), sigma2=self.sigma2, tol=float(self.tol),
                        sampling=self.sampling, seed=self._seed(), eval_every=self.eval_every,
                        max_time=self.max_time, callback=self.callback, progress=progress,
-                       shrinking=shrinking, handover=self._handover, **extra)
+                       shrinking=shrinking, handover=self._handover,
+                       n_jobs=fit_n_jobs(getattr(self, "n_jobs", None), Xs.nnz), **extra)
         finally:
             close()
         ex = res.extra
@@ -376,7 +400,8 @@ class SDCASVC(_LinearSVCBase):
             return list(np.broadcast_to(np.asarray(value), (m,)))
 
         common = {"sigma2": ex["sigma2"], "beta_b": ex["beta_b"], "backend": be.name,
-                  "batch_size": b, "variant": variant, "max_iter": max_iter}
+                  "batch_size": b, "variant": variant, "max_iter": max_iter,
+                  "threads": ex["threads"]}
         per = {"n_iter": [res.n_iter] * m,
                "history": ex.get("histories") or [res.history] * m,
                "stop_reason": [res.stop_reason] * m, "primal": per_output(ex["primal"]),

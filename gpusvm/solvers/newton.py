@@ -37,6 +37,8 @@ import scipy.sparse as sp
 from threadpoolctl import ThreadpoolController
 
 from .._arrays import col_dots
+from .. import _threads
+from .._threads import BlockPool, fit_threads
 from ..backends.base import on_backend_stream
 from . import _newton_device
 from ._common import SolverResult
@@ -127,6 +129,49 @@ class _Products:
         sub = _Products.__new__(_Products)
         sub.__dict__.update(self.__dict__, X=self.X[index])
         sub.XT, sub.n = sub.X.T, sub.X.shape[0]
+        return sub
+
+
+class _ThreadedProducts(_Products):
+    """:class:`_Products` on a :class:`gpusvm._threads.BlockPool`: the compiled row-block
+    passes of :class:`gpusvm.backends._threaded.ThreadedCSR` read the CSR ``X`` as it is
+    (float32 or float64, no float64 copy of the whole); :meth:`rows` copies the active rows
+    on the threads.  ``X B`` equals SciPy's bit for bit, ``X^T U`` adds the blocks' partial
+    sums in block order (the same for the same number of threads)."""
+
+    def __init__(self, X, pool):
+        from ..backends._threaded import ThreadedCSR  # noqa: PLC0415  (threads only)
+        self.xp, self.X, self.XT = np, X, None
+        self.n, self.d = X.shape
+        self.direct = False
+        self.counts = [0, 0]
+        self._sqT = None
+        self._csr = ThreadedCSR(X, pool)
+        self._index = self._bounds = None
+
+    def _count(self, B):
+        self.counts[0] += 1
+        self.counts[1] += B.shape[1]
+
+    def mm(self, B):
+        self._count(B)
+        return self._csr.mm(B, self._index, self._bounds)
+
+    def rmm(self, U):
+        self._count(U)
+        return self._csr.rmm(U, self._index, self._bounds)
+
+    def sq_rmm(self, U):
+        """``(X * X)^T U``, the squares taken on the fly."""
+        self._count(U)
+        return self._csr.rmm(U, self._index, self._bounds, square=True)
+
+    def rows(self, index):
+        """The products of the rows ``index`` only (copied on the threads, in float64)."""
+        sub = _ThreadedProducts.__new__(_ThreadedProducts)
+        sub.__dict__.update(self.__dict__)
+        sub._csr = self._csr.gather(index)
+        sub.n = sub._csr.n
         return sub
 
 
@@ -439,7 +484,7 @@ def _threadpools() -> ThreadpoolController:
 def newton(backend, *, lam: float, tol: float = 1e-3, max_iter: int = DEFAULT_MAX_ITER,
            y=None, sample_weight=None, w0=None, max_time: float | None = None,
            callback: Callable | None = None, progress=None, cg_max_iter: int = MAX_CG_ITER,
-           products: _Products | None = None) -> SolverResult:
+           products: _Products | None = None, n_jobs: int = 1) -> SolverResult:
     """Minimise the squared-hinge SVM objective by primal truncated Newton (Newton-CG).
 
     Parameters
@@ -465,6 +510,14 @@ def newton(backend, *, lam: float, tol: float = 1e-3, max_iter: int = DEFAULT_MA
         stops) and ``progress(iteration, primal, gap)`` (iterations counted over the outputs).
     products : _Products, optional
         Reuse the float64 products of an earlier call on the same backend.
+    n_jobs : int, default=1
+        Threads (resolved, ``>= 1``).  Above 1, on the CPU with a sparse ``X`` of at
+        least :data:`gpusvm._threads.THREAD_MIN_NNZ` nonzeros (and numba), the sparse
+        products are compiled passes over ``n_jobs`` fixed row blocks
+        (:class:`_ThreadedProducts`); any other fit runs SciPy's, on one thread.  The same
+        ``n_jobs`` gives the same result bit for bit; ``X^T u`` is summed by blocks, so the
+        iterates differ from one thread's by rounding (each certified to ``tol``).
+        ``extra["threads"]``: the threads used.
 
     Returns
     -------
@@ -482,7 +535,15 @@ def newton(backend, *, lam: float, tol: float = 1e-3, max_iter: int = DEFAULT_MA
     xp = getattr(backend, "xp", np)
     if xp is not np and products is None:
         _newton_device.check_memory(backend)
-    prod = products if products is not None else _Products(backend.X, xp)
+    threads, pool = 1, None
+    if n_jobs > 1 and products is None and xp is np and sp.issparse(backend.X) and \
+            backend.X.nnz >= _threads.THREAD_MIN_NNZ and not _dense_copy(backend.X) and _numba():
+        threads = fit_threads(n_jobs, backend.X.nnz, "numba")
+    if threads > 1:             # closed at the end (an exception leaves it to the collector)
+        pool = BlockPool(threads)
+        prod = _ThreadedProducts(sp.csr_matrix(backend.X), pool)
+    else:
+        prod = products if products is not None else _Products(backend.X, xp)
     Y = xp.asarray(backend.y if y is None else y, dtype=np.float64)
     multi = Y.ndim == 2
     Y = Y.reshape(prod.n, -1)
@@ -535,12 +596,25 @@ def newton(backend, *, lam: float, tol: float = 1e-3, max_iter: int = DEFAULT_MA
         W, alpha = W[:, 0], alpha[:, 0]
         extra = dict(primal=primal[0], dual=dual[0], gap=gap[0], alpha=alpha)
         history, reason = histories[0], reasons[0]
+    if pool is not None:
+        pool.close()
     extra.update(cg_iter=int(cg.sum()), n_iters=n_iters, stop_reasons=reasons,
-                 histories=histories, products=prod)
+                 histories=histories, products=prod, threads=threads)
     if xp is not np and hasattr(backend, "to_host"):
         W, extra["alpha"] = backend.to_host(W), backend.to_host(extra["alpha"])
     return SolverResult(w=np.asarray(W), b=0.0, n_iter=max(n_iters), history=history,
                         stop_reason=reason, extra=extra)
+
+
+def _dense_copy(X) -> bool:
+    """Whether :class:`_Products` multiplies ``X`` as a dense copy (BLAS)."""
+    n, d = X.shape
+    return n * d <= DENSE_MAX_ENTRIES and X.nnz >= DENSE_MIN_DENSITY * n * d
+
+
+def _numba() -> bool:
+    from ..backends import numba_available  # noqa: PLC0415
+    return numba_available()
 
 
 def block_products(X) -> _Products:

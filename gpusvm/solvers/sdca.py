@@ -46,9 +46,11 @@ import numpy as np
 from .. import spectral
 from ..backends._state import S_BETA, S_NREJ
 from ..backends.base import SDCAPlan, on_backend_stream
+from .._threads import BlockPool, sdca_threads
 from ._common import (LOSSES, SolverResult, check_output_scale, default_eval_every, run_output,
                       segment_length)
 from ._sampling import SAMPLING_MODES, CounterSampler, first_occurrences  # noqa: F401
+from ._threaded import BlockSDCA
 
 VARIANTS = ("naive", "safe", "aggressive")
 
@@ -297,7 +299,8 @@ def sdca(backend, *, lam: float, b: int, max_iter: int, variant: str = "aggressi
          max_time: float | None = None, callback: Callable | None = None,
          progress=None, eval_at: Callable[[int], bool] | None = None,
          shrinking: bool = False, loss: str = "hinge", alpha0=None, w0=None,
-         output_scale=None, handover: Callable[[list], bool] | None = None) -> SolverResult:
+         output_scale=None, handover: Callable[[list], bool] | None = None,
+         n_jobs: int = 1) -> SolverResult:
     """Run mini-batch SDCA (Takáč et al. 2013) on a prepared backend.
 
     Parameters
@@ -353,6 +356,14 @@ def sdca(backend, *, lam: float, b: int, max_iter: int, variant: str = "aggressi
         ``handover(history) -> bool`` after every certificate above ``tol``: True stops the
         run (``stop_reason="handover"``) for another solver to finish
         (:func:`~gpusvm.solvers.policy.sdca_hands_over`).
+    n_jobs : int, default=1
+        Threads (resolved, ``>= 1``).  Above 1, a fit of one output with ``b = 1`` on the
+        compiled CPU backend with enough nonzeros (:func:`gpusvm._threads.sdca_threads`;
+        off by default: :data:`gpusvm._threads.SDCA_THREAD_MIN_NNZ`) runs its iterations as CoCoA+ rounds over ``n_jobs`` row blocks
+        (:class:`~gpusvm.solvers._threaded.BlockSDCA`) and its certificates' products on
+        the threads; any other fit runs on one.  The same seed and ``n_jobs`` give the same
+        result bit for bit; a threaded fit is not the one-thread fit (another sequence of
+        steps), and is certified to the same ``tol``.  ``extra["threads"]``: the threads used.
 
     Returns
     -------
@@ -432,6 +443,13 @@ def sdca(backend, *, lam: float, b: int, max_iter: int, variant: str = "aggressi
                          "shrinking=False or backend='numba'")
     plan = SDCAPlan(lam=lam, beta_b=beta_b, theta=theta, aggressive=variant == "aggressive",
                     shrinking=shrinking, loss=loss)
+    threads = sdca_threads(n_jobs, backend.X, backend.name) \
+        if b == 1 and backend.n_outputs == 1 and hasattr(backend, "use_threads") else 1
+    pool = blocks = None
+    if threads > 1:             # closed at the end (an exception leaves it to the collector)
+        pool = BlockPool(threads)
+        backend.use_threads(pool)
+        blocks = BlockSDCA(backend, pool, lam, plan, sampling, sampler.seed)
     history: list = []
     # M outputs: every output's own rows (t, P(w(alpha)), D(alpha), gap, seconds) too
     histories = [[] for _ in range(backend.n_outputs)] if np.ndim(backend.y) == 2 else None
@@ -458,8 +476,11 @@ def sdca(backend, *, lam: float, b: int, max_iter: int, variant: str = "aggressi
         else:
             steps = segment_length(t, max_iter - t, eval_every, eval_at)
         clock = time.perf_counter()
-        with live_only():
-            backend.sdca_segment_m(sampler, t, t + steps, plan)               # eq. (15) / Alg. 2
+        if blocks is not None:                          # CoCoA+ rounds on the threads
+            blocks.segment(t, t + steps)
+        else:
+            with live_only():
+                backend.sdca_segment_m(sampler, t, t + steps, plan)           # eq. (15) / Alg. 2
         t += steps
         dual_before = history[-1][2] if history else None
         if costs is not None:
@@ -472,7 +493,7 @@ def sdca(backend, *, lam: float, b: int, max_iter: int, variant: str = "aggressi
         elapsed = time.perf_counter() - start
         record(t, last, elapsed)
         if shrinking and dual_before is not None and dual - dual_before <= SHRINK_STALL * gap:
-            backend.sdca_unshrink_m()                     # the active set stalled: every row
+            (blocks or backend).sdca_unshrink_m()         # the active set stalled: every row
         if hasattr(backend, "outputs_m"):
             open_ = np.flatnonzero(np.asarray(last[3]) > tol)
             live = open_ if 0 < open_.size < np.size(last[3]) else None
@@ -493,6 +514,9 @@ def sdca(backend, *, lam: float, b: int, max_iter: int, variant: str = "aggressi
     w, primal, dual, gap = last[:4]
     if stop == "max_iter" and last[6] <= tol:
         stop = "tol"
+    if pool is not None:
+        backend.use_threads(None)
+        pool.close()
     sm = backend.to_host(backend.sm)
     w, _ = run_output(backend, w, None)
     alpha = backend.to_host(backend.alpha).astype(np.float64)
@@ -502,7 +526,8 @@ def sdca(backend, *, lam: float, b: int, max_iter: int, variant: str = "aggressi
         primal, dual, gap = float(primal[0]), float(dual[0]), float(gap[0])
         beta, n_rej = float(beta[0]), int(n_rej[0])
     extra = {"primal": primal, "dual": dual, "gap": gap, "alpha": alpha,
-             "beta": beta, "beta_b": beta_b, "sigma2": sigma2, "n_rejected": n_rej}
+             "beta": beta, "beta_b": beta_b, "sigma2": sigma2, "n_rejected": n_rej,
+             "threads": threads}
     if histories is not None:
         extra["histories"] = histories
     return SolverResult(w=w, b=0.0, n_iter=t, history=history, stop_reason=stop, extra=extra)

@@ -1,0 +1,161 @@
+"""Threads of one fit: how many (``n_jobs``), and a pool that runs fixed row blocks on them.
+
+A fit with ``n_jobs`` threads cuts its rows into ``n_jobs`` blocks whose boundaries depend on
+the data and ``n_jobs`` only, and every sum over blocks is added in block order: the same
+seed and the same ``n_jobs`` give the same model bit for bit, whatever the scheduler does.
+The blocks' work is compiled code that releases the GIL (numba ``nogil``).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+#: the fewest nonzeros of a training matrix for which a fit uses more than one thread: below
+#: it a product takes under ~1 ms and dispatching blocks to threads costs more than it saves
+#: (measured: benchmarks/bench_threads.py)
+THREAD_MIN_NNZ = 2_000_000
+#: SDCA's threads (CoCoA+ rounds, :mod:`gpusvm.solvers._threaded`) do not pay yet, so they
+#: are off by default (a fit reaches them by lowering this).  Measured on a generated set of
+#: 1.7 x 10^7 nonzeros, 3.3 x 10^5 rows, squared hinge, tol 1e-4 (critical-path CPU seconds,
+#: the estimate of an idle machine's wall time): one thread 21 epochs, 5.0 s; two blocks
+#: with rounds of 0.02 passes 22.7 epochs but 10.4 s, of 0.1 passes 31.6 epochs, 6.2 s: a
+#: round's bookkeeping reads every row's ``alpha`` and every column of ``w``, where it
+#: should read only what the round touched.  They also need
+#: :data:`SDCA_MIN_NNZ_PER_FEATURE` nonzeros per column (a round's passes over ``w``).
+SDCA_THREAD_MIN_NNZ = 2 ** 62
+SDCA_MIN_NNZ_PER_FEATURE = 64
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity where the OS has one), at most the
+    thread limit of a loaded OpenMP runtime (``threadpoolctl.threadpool_limits``,
+    ``OMP_NUM_THREADS``), as scikit-learn's ``n_jobs=None`` on its OpenMP estimators."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:                         # not Linux
+        cores = os.cpu_count() or 1
+    try:
+        for pool in _controller().info():
+            if pool.get("user_api") == "openmp" and pool.get("num_threads"):
+                cores = min(cores, int(pool["num_threads"]))
+    except Exception:                              # noqa: BLE001  no threadpoolctl: affinity only
+        pass
+    return max(1, cores)
+
+
+@functools.lru_cache(maxsize=1)
+def _controller():
+    from threadpoolctl import ThreadpoolController  # noqa: PLC0415  (a scikit-learn dependency)
+    return ThreadpoolController()
+
+
+def resolve_n_jobs(n_jobs) -> int:
+    """Threads for ``n_jobs`` in scikit-learn's convention: None or -1 every usable core
+    (:func:`usable_cores`), ``-k`` all but ``k - 1`` of them, a positive int itself.
+
+    Raises
+    ------
+    ValueError
+        For ``n_jobs=0`` or a value that is not an integer.
+    """
+    if n_jobs is None:
+        return usable_cores()
+    if isinstance(n_jobs, bool) or not isinstance(n_jobs, (int, np.integer)):
+        raise ValueError(f"n_jobs must be an int or None, got {n_jobs!r}")
+    if n_jobs == 0:
+        raise ValueError("n_jobs == 0 has no meaning; use n_jobs=None (all cores), -1 (all "
+                         "cores) or a positive number of threads")
+    if n_jobs < 0:
+        return max(1, usable_cores() + 1 + int(n_jobs))
+    return int(n_jobs)
+
+
+def fit_n_jobs(n_jobs, nnz: int) -> int:
+    """:func:`resolve_n_jobs` for a fit of ``nnz`` nonzeros: 1 below :data:`THREAD_MIN_NNZ`
+    (no fit that small uses threads: the cores are not probed), ``n_jobs`` checked anyway."""
+    if nnz < THREAD_MIN_NNZ and (n_jobs is None or (isinstance(n_jobs, (int, np.integer))
+                                                    and not isinstance(n_jobs, bool)
+                                                    and n_jobs != 0)):
+        return 1
+    return resolve_n_jobs(n_jobs)
+
+
+def fit_threads(n_jobs: int, nnz: int, backend_name: str, min_nnz: int | None = None) -> int:
+    """Threads one fit runs with: ``n_jobs`` on the compiled CPU backend when the matrix has
+    at least ``min_nnz`` (default :data:`THREAD_MIN_NNZ`) nonzeros, else 1 (today's
+    single-thread path)."""
+    min_nnz = THREAD_MIN_NNZ if min_nnz is None else min_nnz
+    if n_jobs <= 1 or backend_name != "numba" or nnz < min_nnz:
+        return 1
+    return int(n_jobs)
+
+
+def sdca_threads(n_jobs: int, X, backend_name: str) -> int:
+    """:func:`fit_threads` for SDCA's rounds: at least :data:`SDCA_THREAD_MIN_NNZ` nonzeros
+    and :data:`SDCA_MIN_NNZ_PER_FEATURE` per column of ``X``."""
+    if X.nnz < SDCA_MIN_NNZ_PER_FEATURE * X.shape[1]:
+        return 1
+    return fit_threads(n_jobs, X.nnz, backend_name, SDCA_THREAD_MIN_NNZ)
+
+
+def nnz_blocks(indptr, k: int, rows=None) -> np.ndarray:
+    """``k + 1`` boundaries cutting the rows (or the positions of ``rows`` in ``indptr``'s
+    matrix) into ``k`` contiguous blocks of about equal nonzeros (int64, a function of the
+    data and ``k`` only)."""
+    indptr = np.asarray(indptr)
+    if rows is None:
+        cum = indptr.astype(np.int64)
+    else:
+        rows = np.asarray(rows)
+        cum = np.concatenate([[0], np.cumsum(indptr[rows + 1] - indptr[rows], dtype=np.int64)])
+    total = cum[-1]
+    m = cum.size - 1
+    if total == 0:
+        return np.linspace(0, m, k + 1).astype(np.int64)
+    targets = (np.arange(k + 1, dtype=np.float64) * (total / k))
+    bounds = np.searchsorted(cum, targets, side="left").astype(np.int64)
+    bounds[0], bounds[-1] = 0, m
+    return np.maximum.accumulate(np.minimum(bounds, m))
+
+
+class BlockPool:
+    """``k`` threads (the caller and ``k - 1`` workers) running one function on ``k`` blocks.
+
+    :meth:`run` calls ``fn(i)`` for ``i < k`` (block 0 on the calling thread) and returns
+    their results in block order; the first exception of a block is raised.  ``fn`` should
+    spend its time in code that releases the GIL.
+    """
+
+    def __init__(self, k: int):
+        self.k = int(k)
+        self._pool = ThreadPoolExecutor(max_workers=self.k - 1, thread_name_prefix="gpusvm-fit") \
+            if self.k > 1 else None
+
+    def run(self, fn, k: int | None = None):
+        """``[fn(0), ..., fn(k - 1)]``, ``k`` at most the pool's (default: all)."""
+        k = self.k if k is None else k
+        if self._pool is None or k == 1:
+            return [fn(i) for i in range(k)]
+        futures = [self._pool.submit(fn, i) for i in range(1, k)]
+        first = fn(0)
+        return [first] + [f.result() for f in futures]
+
+    def close(self) -> None:
+        """Stop the workers."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+__all__ = ["THREAD_MIN_NNZ", "SDCA_THREAD_MIN_NNZ", "usable_cores", "resolve_n_jobs",
+           "fit_n_jobs", "fit_threads", "sdca_threads", "nnz_blocks", "BlockPool"]

@@ -1,0 +1,118 @@
+"""Sparse products of a CSR matrix on a :class:`gpusvm._threads.BlockPool`, row blocks fixed.
+
+:class:`ThreadedCSR` cuts the rows (or a list of rows) into the pool's ``k`` blocks of about
+equal nonzeros (:func:`gpusvm._threads.nnz_blocks`) and runs the compiled passes of
+:mod:`gpusvm.backends._threads_nb` on them: ``X B`` equals SciPy's bit for bit; ``X^T U``
+adds the blocks' partial sums in block order, so it depends on ``k`` (and on nothing else).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .._threads import nnz_blocks
+
+_EMPTY_ROWS = np.empty(0, dtype=np.int64)
+
+
+def _kernels():
+    from . import _threads_nb  # noqa: PLC0415  (compiled when a fit first runs on threads)
+    return _threads_nb
+
+
+class ThreadedCSR:
+    """``X B``, ``X^T U`` and ``(X * X)^T U`` of the CSR ``X`` on ``pool``'s threads.
+
+    Parameters
+    ----------
+    X : scipy.sparse.csr_matrix
+        float32 or float64 (read as float64, never copied).
+    pool : gpusvm._threads.BlockPool
+    """
+
+    def __init__(self, X, pool):
+        self.indptr, self.indices, self.data = X.indptr, X.indices, X.data
+        self.n, self.d = X.shape
+        self.pool = pool
+        self.k = pool.k
+        self._bounds = nnz_blocks(X.indptr, self.k)
+        self._parts = None
+        self._owner = self                  # whose partial sums' buffer (gather shares it)
+        self._nb = _kernels()
+
+    def gather(self, rows):
+        """The rows ``rows`` as a compact :class:`ThreadedCSR` of float64 values, copied on
+        the threads (a product over a list of rows reads them scattered: twice as long)."""
+        rows = np.ascontiguousarray(rows, dtype=np.int64)
+        lens = self.indptr[rows + 1] - self.indptr[rows]
+        newptr = np.zeros(rows.size + 1, dtype=self.indices.dtype
+                          if int(lens.sum()) < np.iinfo(self.indices.dtype).max else np.int64)
+        np.cumsum(lens, out=newptr[1:])
+        nnz = int(newptr[-1])
+        new_indices = np.empty(nnz, dtype=self.indices.dtype)
+        new_data = np.empty(nnz)
+        bnd = nnz_blocks(newptr, self.k)
+        nb = self._nb
+        self.pool.run(lambda i: nb.gather_rows(self.indptr, self.indices, self.data, rows,
+                                                newptr, new_indices, new_data, bnd[i],
+                                                bnd[i + 1]))
+        sub = ThreadedCSR.__new__(ThreadedCSR)
+        sub.__dict__.update(self.__dict__)
+        sub.indptr, sub.indices, sub.data = newptr, new_indices, new_data
+        sub.n = rows.size
+        sub._bounds = bnd
+        return sub
+
+    def bounds(self, rows=None):
+        """The blocks' boundaries over all rows, or over the positions of ``rows``."""
+        return self._bounds if rows is None else nnz_blocks(self.indptr, self.k, rows)
+
+    def mm(self, B, rows=None, bounds=None, out=None):
+        """``X B`` (float64 (n, M)), or ``X[rows] B`` (``bounds``: :meth:`bounds` of ``rows``)."""
+        B = np.ascontiguousarray(B, dtype=np.float64)
+        if B.ndim == 1:
+            B = B.reshape(-1, 1)
+        r = _EMPTY_ROWS if rows is None else np.ascontiguousarray(rows, dtype=np.int64)
+        m = self.n if rows is None else r.size
+        bnd = self.bounds(rows) if bounds is None else bounds
+        if out is None:
+            out = np.empty((m, B.shape[1]))
+        nb = self._nb
+
+        def block(i):
+            nb.mm_block(self.indptr, self.indices, self.data, r, B, out, bnd[i], bnd[i + 1])
+        self.pool.run(block)
+        return out
+
+    def _partials(self, M):
+        """The partial sums of blocks 1 .. k - 1 (block 0 sums into the output)."""
+        owner = self._owner
+        if owner._parts is None or owner._parts.shape[2] != M:
+            owner._parts = np.empty((self.k - 1, self.d, M))
+        return owner._parts
+
+    def rmm(self, U, rows=None, bounds=None, square=False):
+        """``X^T U`` (float64 (d, M); ``square``: ``(X * X)^T U``), or ``X[rows]^T U``:
+        block 0 sums into the output, the others into partials added after it in block
+        order."""
+        U = np.ascontiguousarray(U, dtype=np.float64)
+        if U.ndim == 1:
+            U = U.reshape(-1, 1)
+        M = U.shape[1]
+        r = _EMPTY_ROWS if rows is None else np.ascontiguousarray(rows, dtype=np.int64)
+        bnd = self.bounds(rows) if bounds is None else bounds
+        out = np.empty((self.d, M))
+        parts = self._partials(M) if self.k > 1 else None
+        nb = self._nb
+
+        def block(i):
+            nb.rmm_block(self.indptr, self.indices, self.data, r, U,
+                         out if i == 0 else parts[i - 1], bnd[i], bnd[i + 1], square)
+        self.pool.run(block)
+        if self.k > 1:
+            cols = np.linspace(0, self.d, self.k + 1).astype(np.int64)
+            self.pool.run(lambda i: nb.add_parts(parts, out, cols[i], cols[i + 1]))
+        return out
+
+
+__all__ = ["ThreadedCSR"]

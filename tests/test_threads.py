@@ -1,0 +1,248 @@
+"""Threads inside one fit: n_jobs, fixed row blocks, repeatable results (issue: every core)."""
+
+from __future__ import annotations
+
+import io
+import re
+from contextlib import redirect_stdout
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from gpusvm import LinearSVC, PegasosSVC, SDCASVC, _threads
+from gpusvm._threads import BlockPool, nnz_blocks, resolve_n_jobs, usable_cores
+
+numba = pytest.importorskip("numba")
+
+from gpusvm.backends._threaded import ThreadedCSR  # noqa: E402
+
+
+def _data(n=1500, d=300, density=0.04, seed=0, dtype=np.float64):
+    rng = np.random.default_rng(seed)
+    X = sp.random(n, d, density=density, format="csr", random_state=seed, dtype=np.float64)
+    X.data += 0.1
+    norms = np.sqrt(np.asarray(X.multiply(X).sum(axis=1)).ravel())
+    X = sp.csr_matrix(sp.diags(1.0 / np.maximum(norms, 1e-12)) @ X, dtype=dtype)
+    X.sum_duplicates()                           # canonical, as the estimators hand it on
+    w = rng.standard_normal(d)
+    y = np.where(X @ w > 0, 1, -1)
+    y[rng.random(n) < 0.05] *= -1
+    return X, y
+
+
+@pytest.fixture
+def small_threshold(monkeypatch):
+    """Threads for every fit of more than 1,000 nonzeros (the test sets are small)."""
+    monkeypatch.setattr(_threads, "THREAD_MIN_NNZ", 1000)
+    monkeypatch.setattr(_threads, "SDCA_THREAD_MIN_NNZ", 1000)
+    monkeypatch.setattr(_threads, "SDCA_MIN_NNZ_PER_FEATURE", 0)
+
+
+# ------------------------------------------------------------------ n_jobs
+def test_n_jobs_follows_scikit_learns_convention():
+    cores = usable_cores()
+    assert resolve_n_jobs(None) == cores == resolve_n_jobs(-1)
+    assert resolve_n_jobs(-2) == max(1, cores - 1)
+    assert resolve_n_jobs(3) == 3
+    with pytest.raises(ValueError, match=r"^n_jobs == 0 has no meaning"):
+        resolve_n_jobs(0)
+    with pytest.raises(ValueError, match=r"^n_jobs must be an int or None, got 1.5"):
+        resolve_n_jobs(1.5)
+
+
+def test_usable_cores_respects_affinity_and_an_openmp_limit(monkeypatch):
+    import os  # noqa: PLC0415
+
+    if not hasattr(os, "sched_getaffinity"):
+        pytest.skip("no CPU affinity on this OS")
+    assert usable_cores() <= len(os.sched_getaffinity(0))
+
+    class Limited:
+        def info(self):
+            return [{"user_api": "blas", "num_threads": 64},
+                    {"user_api": "openmp", "num_threads": 1}]
+    monkeypatch.setattr(_threads, "_controller", lambda: Limited())
+    assert usable_cores() == 1 and resolve_n_jobs(None) == 1
+
+
+def test_a_small_fit_does_not_probe_the_cores(monkeypatch):
+    def probe():
+        raise AssertionError("the cores were probed")
+    monkeypatch.setattr(_threads, "usable_cores", probe)
+    assert _threads.fit_n_jobs(None, 10) == 1 == _threads.fit_n_jobs(-1, 10)
+    X, y = _data(n=100, d=20, density=0.2)
+    assert SDCASVC(backend="numba").fit(X, y).n_threads_ == 1
+    with pytest.raises(AssertionError, match="probed"):
+        _threads.fit_n_jobs(None, _threads.THREAD_MIN_NNZ)
+
+
+def test_estimators_reject_n_jobs_zero_with_the_convention_in_the_message():
+    X, y = _data(n=100, d=20, density=0.2)
+    with pytest.raises(ValueError, match=r"^n_jobs == 0 has no meaning; use n_jobs=None"):
+        SDCASVC(n_jobs=0, backend="numba").fit(X, y)
+
+
+# ------------------------------------------------------------------ blocks and products
+def test_nnz_blocks_cover_the_rows_in_order_with_balanced_nonzeros():
+    X, _ = _data(n=1000)
+    for k in (1, 2, 3, 7):
+        b = nnz_blocks(X.indptr, k)
+        assert b[0] == 0 and b[-1] == X.shape[0] and b.size == k + 1
+        assert np.all(np.diff(b) >= 0)
+        per = np.diff(X.indptr[b])
+        assert per.max() - per.min() <= 2 * np.diff(X.indptr).max()
+    rows = np.arange(0, 1000, 3)
+    b = nnz_blocks(X.indptr, 4, rows)
+    assert b[0] == 0 and b[-1] == rows.size
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_threaded_products_are_scipys_and_sum_blocks_in_order(dtype):
+    """``X B`` is SciPy's bit for bit; ``X^T U`` on k blocks is the in-order sum of SciPy's
+    product of each block (one block: SciPy's bit for bit); on a list of rows, the same."""
+    X, _ = _data(n=900, d=120, dtype=dtype)
+    X64 = X.astype(np.float64)
+    rng = np.random.default_rng(1)
+    with BlockPool(3) as pool:
+        T = ThreadedCSR(X, pool)
+        for M in (1, 3):
+            B = rng.standard_normal((X.shape[1], M))
+            U = rng.standard_normal((X.shape[0], M))
+            U[::5] = 0.0
+            assert np.array_equal(T.mm(B), X64 @ B if M > 1 else (X64 @ B[:, 0])[:, None])
+            want = None
+            b = T.bounds()
+            for i in range(3):
+                part = X64[b[i]:b[i + 1]].T @ U[b[i]:b[i + 1]]
+                want = part if want is None else want + part
+            assert np.array_equal(T.rmm(U), want)
+            sq = X64.multiply(X64).tocsr()
+            want_sq = sum((sq[b[i]:b[i + 1]].T @ U[b[i]:b[i + 1]] for i in range(1, 3)),
+                          sq[b[0]:b[1]].T @ U[b[0]:b[1]])
+            assert np.allclose(T.rmm(U, square=True), want_sq, rtol=1e-13, atol=1e-13)
+            rows = np.flatnonzero(rng.random(X.shape[0]) < 0.4)
+            Ur = U[rows]
+            assert np.array_equal(T.mm(B, rows), X64[rows] @ B)
+            assert np.allclose(T.rmm(Ur, rows), X64[rows].T @ Ur, rtol=1e-13, atol=1e-13)
+    with BlockPool(1) as one:
+        U = rng.standard_normal((X.shape[0], 1))
+        assert np.array_equal(ThreadedCSR(X, one).rmm(U)[:, 0], X64.T @ U[:, 0])
+
+
+# ------------------------------------------------------------------ fits
+@pytest.mark.parametrize("solver", ["sdca", "newton"])
+def test_same_seed_and_n_jobs_give_the_same_model_bit_for_bit(small_threshold, solver):
+    X, y = _data()
+    fits = [SDCASVC(C=1.0, loss="squared_hinge", solver=solver, tol=1e-6, n_jobs=2,
+                    random_state=3, backend="numba").fit(X, y) for _ in range(2)]
+    assert fits[0].n_threads_ == fits[1].n_threads_ == 2
+    assert np.array_equal(fits[0].coef_, fits[1].coef_)
+    assert np.array_equal(fits[0].intercept_, fits[1].intercept_)
+    if solver == "sdca":
+        assert np.array_equal(fits[0].alpha_, fits[1].alpha_)
+
+
+@pytest.mark.parametrize("solver, loss", [("sdca", "hinge"), ("sdca", "squared_hinge"),
+                                          ("newton", "squared_hinge")])
+def test_threaded_fit_is_certified_and_reaches_the_one_thread_objective(small_threshold,
+                                                                          solver, loss):
+    """What the docstring says: not the one-thread model, but both certified to ``tol``, so
+    their objectives differ by at most the two gaps."""
+    X, y = _data(seed=2)
+    tol = 1e-6 if loss == "squared_hinge" else 1e-4
+    cap = None if solver == "newton" else 400 * X.shape[0]
+    one = SDCASVC(C=1.0, loss=loss, solver=solver, tol=tol, n_jobs=1, random_state=0,
+                  backend="numba", dtype="float64", max_iter=cap).fit(X, y)
+    two = SDCASVC(C=1.0, loss=loss, solver=solver, tol=tol, n_jobs=2, random_state=0,
+                  backend="numba", dtype="float64", max_iter=cap).fit(X, y)
+    assert one.n_threads_ == 1 and two.n_threads_ == 2
+    assert one.stop_reason_ == two.stop_reason_ == "tol"
+    assert one.duality_gap_ <= tol and two.duality_gap_ <= tol
+    assert abs(one.primal_objective_ - two.primal_objective_) <= 2 * tol
+    # the primal of each model, recomputed here from its coef_ (an independent evaluation)
+    n = X.shape[0]
+
+    def primal(est):
+        w, b = est.coef_.ravel(), float(est.intercept_[0])
+        slack = np.maximum(0.0, 1.0 - y * (X @ w + b))
+        if loss == "squared_hinge":
+            slack = slack ** 2
+        return 0.5 / n * (w @ w + b * b) + slack.mean()     # lam = 1 / (C n), intercept 1
+    assert abs(primal(one) - primal(two)) <= 2 * tol
+
+
+def test_threaded_sdca_never_lowers_the_dual(small_threshold):
+    X, y = _data(seed=4)
+    est = SDCASVC(C=10.0, loss="hinge", tol=1e-7, n_jobs=3, random_state=0, backend="numba",
+                  dtype="float64", eval_every=200).fit(X, y)
+    assert est.n_threads_ == 3
+    dual = np.array([row[2] for row in est.history_])
+    assert dual.size > 3 and np.all(np.diff(dual) >= -1e-12)
+
+
+def test_weighted_threaded_sdca_is_certified(small_threshold):
+    X, y = _data(seed=5)
+    s = np.random.default_rng(0).uniform(0.2, 3.0, X.shape[0])
+    for k in (1, 2):
+        est = SDCASVC(C=1.0, loss="squared_hinge", tol=1e-6, n_jobs=k, random_state=0,
+                      backend="numba", dtype="float64", max_iter=400 * X.shape[0]
+                      ).fit(X, y, sample_weight=s)
+        assert est.n_threads_ == k and est.duality_gap_ <= 1e-6
+
+
+def test_sdca_threads_need_nonzeros_and_nonzeros_per_feature():
+    X, _ = _data()
+    big = _threads.SDCA_THREAD_MIN_NNZ
+    assert _threads.sdca_threads(4, X, "numba") == 1                 # too few nonzeros
+    wide = SimpleNamespace(nnz=big, shape=(big, big // 2))         # only these are read
+    assert _threads.sdca_threads(4, wide, "numba") == 1              # 2 per column
+    long = SimpleNamespace(nnz=big, shape=(big, 100))
+    assert _threads.sdca_threads(4, long, "numba") == 4
+    assert _threads.sdca_threads(4, long, "numpy") == 1
+    assert _threads.sdca_threads(1, long, "numba") == 1
+
+
+def test_small_sets_keep_the_single_thread_path_and_its_results():
+    """Below the threshold of nonzeros ``n_jobs`` changes nothing, bit for bit."""
+    X, y = _data()
+    assert X.nnz < _threads.THREAD_MIN_NNZ
+    for solver in ("sdca", "newton"):
+        one, two = (SDCASVC(C=1.0, loss="squared_hinge", solver=solver, tol=1e-5, n_jobs=k,
+                            random_state=0, backend="numba").fit(X, y) for k in (1, 2))
+        assert two.n_threads_ == 1
+        assert np.array_equal(one.coef_, two.coef_)
+
+
+def test_newton_on_one_thread_over_the_threshold_is_todays(monkeypatch):
+    """``n_jobs=1`` keeps SciPy's products whatever the size, bit for bit."""
+    X, y = _data(seed=6)
+    fits = []
+    for threshold in (10**12, 1000):
+        monkeypatch.setattr(_threads, "THREAD_MIN_NNZ", threshold)
+        fits.append(SDCASVC(C=10.0, loss="squared_hinge", solver="newton", tol=1e-8,
+                            n_jobs=1, backend="numba").fit(X, y))
+    assert fits[1].n_threads_ == 1
+    assert np.array_equal(fits[0].coef_, fits[1].coef_)
+
+
+def test_linear_svc_passes_n_jobs_and_says_the_threads_when_verbose(small_threshold):
+    X, y = _data(seed=7)
+    est = LinearSVC(C=0.5, n_jobs=2, random_state=0, backend="numba").fit(X, y)
+    assert est.n_threads_ == 2
+    buf = io.StringIO()
+    with redirect_stdout(buf):
+        SDCASVC(C=0.5, loss="squared_hinge", n_jobs=2, random_state=0, backend="numba",
+                verbose=1).fit(X, y)
+    assert re.search(r"gpusvm sdca: fit on 2 threads \(n_jobs=2\)", buf.getvalue())
+    assert PegasosSVC(n_jobs=2, max_iter=50, backend="numba").fit(X, y).n_threads_ == 1
+
+
+def test_multiclass_newton_threads_every_output(small_threshold):
+    X, _ = _data(seed=8)
+    y = np.random.default_rng(0).integers(0, 3, X.shape[0])
+    a, b = (SDCASVC(C=1.0, loss="squared_hinge", solver="newton", tol=1e-6, n_jobs=2,
+                    backend="numba").fit(X, y) for _ in range(2))
+    assert a.n_threads_ == 2 and np.array_equal(a.coef_, b.coef_)
+    assert np.all(a.duality_gap_ <= 1e-6)
