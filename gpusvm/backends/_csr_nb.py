@@ -4,6 +4,14 @@
 where the reference forms them so, sums in float64).  ``V`` (d, M) is row-major; a batch of
 rows is summed per column in a compact scratch (``slot[j]``: the column's row of ``acc``)
 before ``V`` is written.  A kernel's ``M = 1`` form keeps its sums in registers.
+
+Compilation: a helper of a row is inlined into the loops (``inline="always"``); one that a
+whole batch of rows calls once (:func:`add_rows`, :func:`sum_sq_norms`, the ring's
+:func:`fill_ring` and ``_counter_nb.batch``) is compiled apart, without the CPython and C
+entries only Python callers need (``no_cpython_wrapper``: each unboxes every argument), so
+that a loop compiles it only where its flags call it, once however many times it is called
+(numba copies an inlined helper at every call site and compiles each copy; a cold first
+fit on batches compiled 1.5-2x longer so).
 """
 
 from __future__ import annotations
@@ -97,7 +105,7 @@ def prefetch_duals(af, yf, inv_q, M, r):
     prefetch(inv_q, r)
 
 
-@njit(cache=True)
+@njit(cache=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def fill_ring(sam, bt0):
     """Draw the batches ``bt0 .. bt0 + PREFETCH_DISTANCE - 1`` into the ring of ``sam``."""
     smp, ring, ringf, ringh, rk, ecache, stamp = sam[:7]
@@ -328,7 +336,7 @@ def sum_rows(indptr, indices, data, rows, coef, M, slot, acc, touched, skip_stil
     return nt
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def add_rows(indptr, indices, data, V, vf, U, uf, u_scale, use_u, rows, coef, M, slot, acc,
              touched, dn):
     """``V[:, c] += sum_i coef_ic x_{rows_i}`` (and ``U``); the exact ``d||v_c||^2`` into ``dn``."""
@@ -359,7 +367,7 @@ def add_rows(indptr, indices, data, V, vf, U, uf, u_scale, use_u, rows, coef, M,
         slot[j] = -1
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def sum_sq_norms(indptr, indices, data, rows, coef, M, slot, acc, touched, out):
     """``out_c = ||sum_i coef_ic x_{rows_i}||^2`` (scratch left clean)."""
     nt = sum_rows(indptr, indices, data, rows, coef, M, slot, acc, touched, False)
