@@ -649,13 +649,12 @@ def sdca_loop(one, row, by_epoch, aggressive):
                           r, lamn, squared, touched, wk, z)
             else:
                 _margins(indptr, indices, data, Y, V, vf, sm, rows, m, z, one)   # y_ic <w_c, x_i>
-                _sdca_deltas(Y, sw, weighted, alpha, inv_q, row_sq, sm, rows, m, lamn, first,
-                             has_first, squared, M, delta)                         # eq. (15)
-                if aggressive:                                                     # Alg. 2
-                    _sdca_adapt_beta(indptr, indices, data, Y, row_sq, sm, rows, delta, coef,
-                                     beta_b, theta, M, row, slot, acc, touched, wk)
+                for rnd in range(2 if aggressive else 1):    # Alg. 2: again at the new beta
+                    if rnd == 1:                             # (one copy of the inlined code)
+                        _sdca_adapt_beta(indptr, indices, data, Y, row_sq, sm, rows, delta,
+                                         coef, beta_b, theta, M, row, slot, acc, touched, wk)
                     _sdca_deltas(Y, sw, weighted, alpha, inv_q, row_sq, sm, rows, m, lamn,
-                                 first, has_first, squared, M, delta)
+                                 first, has_first, squared, M, delta)              # eq. (15)
                 _sdca_apply(indptr, indices, data, Y, sw, weighted, V, vf, sm, alpha, rows,
                             delta, coef, lam, n, aggressive, squared, M, row, eps, slot, acc,
                             touched, wk)
