@@ -119,13 +119,13 @@ def _epoch_slot(seed, e, rk, ecache):
     return slot
 
 
-@njit(cache=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
-def batch(code, n, k, seed, half, mask, t, rows, first, rk, ecache, stamp):
+def _batch(code, n, k, seed, half, mask, t, rows, first, rk, ecache, stamp):
     """``A_t`` (0-based ``t``) into ``rows``, its first occurrences into ``first``; False: distinct.
 
-    Compiled once for every loop (its types do not depend on the data), with one call site
-    of each helper: numba's inlining copies a helper per call site, and the compile time
-    grows with the copies."""
+    :data:`batch` is compiled once for every loop (its types do not depend on the data),
+    :data:`batch_inline` inlined where a call per row would cost (10% of a one-row epoch
+    with replacement); one call site of each helper: numba's inlining copies a helper per
+    call site, and the compile time grows with the copies."""
     if code == 1:                                     # with replacement: a hash per position
         key = stream_key(seed, t)
         base = np.int64(t) * k
@@ -165,6 +165,10 @@ def batch(code, n, k, seed, half, mask, t, rows, first, rk, ecache, stamp):
             rows[j] = r
             first[j] = permute_inverse(r, n, rk, slot, half, mask) < q0
     return tail < k
+
+
+batch = njit(cache=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)(_batch)
+batch_inline = njit(cache=True, inline="always")(_batch)
 
 
 #: entries of :func:`epoch_order`'s table at most (64 MiB); a larger domain uses :func:`permute`

@@ -7,7 +7,7 @@ before ``V`` is written.  A kernel's ``M = 1`` form keeps its sums in registers.
 
 Compilation: a helper of a row is inlined into the loops (``inline="always"``); one that a
 whole batch of rows calls once (:func:`add_rows`, :func:`sum_sq_norms`, the ring's
-:func:`fill_ring` and ``_counter_nb.batch``) is compiled apart, without the CPython and C
+:func:`fill_ring` and ``_counter_nb.batch`` for batches of several rows) is compiled apart, without the CPython and C
 entries only Python callers need (``no_cpython_wrapper``: each unboxes every argument), so
 that a loop compiles it only where its flags call it, once however many times it is called
 (numba copies an inlined helper at every call site and compiles each copy; a cold first
@@ -23,7 +23,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from . import _compile_nb  # noqa: F401  (the collector paused, the cache stamped)
-from ._counter_nb import batch
+from ._counter_nb import batch, batch_inline
 
 PREFETCH_DISTANCE = 2      # batches ahead whose rows are prefetched (a shuffled epoch's are cold)
 ORDER_PREFETCH = 4         # rows ahead prefetched when the loop reads an epoch's order
@@ -116,13 +116,18 @@ def fill_ring(sam, bt0):
 
 
 @njit(cache=True, inline="always")
-def draw_ahead(indptr, indices, data, vf, M, sam, bt, pref_v):
-    """Draw batch ``bt + PREFETCH_DISTANCE``, prefetch its rows (and ``V``'s of batch ``bt + 1``)."""
+def draw_ahead(indptr, indices, data, vf, M, sam, bt, pref_v, row):
+    """Draw batch ``bt + PREFETCH_DISTANCE``, prefetch its rows (and ``V``'s of batch ``bt + 1``);
+    ``row`` (one row a batch): the draw inlined, not called."""
     smp, ring, ringf, ringh, rk, ecache, stamp = sam[:7]
     nxt = bt + PREFETCH_DISTANCE
     sl = nxt % RING
-    ringh[sl] = batch(smp[0], smp[1], smp[2], smp[3], smp[4], smp[5], nxt, ring[sl],
-                      ringf[sl], rk, ecache, stamp)
+    if row:
+        ringh[sl] = batch_inline(smp[0], smp[1], smp[2], smp[3], smp[4], smp[5], nxt,
+                                 ring[sl], ringf[sl], rk, ecache, stamp)
+    else:
+        ringh[sl] = batch(smp[0], smp[1], smp[2], smp[3], smp[4], smp[5], nxt, ring[sl],
+                          ringf[sl], rk, ecache, stamp)
     rows = ring[sl]
     for i in range(rows.size):
         prefetch_row(indptr, indices, data, rows[i])

@@ -294,7 +294,7 @@ def pegasos_loop(one, row, by_epoch, optimal):
                     q = 0
                     eo += 1
             else:
-                draw_ahead(indptr, indices, data, vf, M, sam, t - 1, pref_v)
+                draw_ahead(indptr, indices, data, vf, M, sam, t - 1, pref_v, row)
                 rows = ring[(t - 1) % RING]                                       # step 1: A_t
                 r = rows[0]
             eta, shrink = _step_size(schedule, t, lam, eta0, norma_p)             # step 3
@@ -596,7 +596,7 @@ def sdca_loop(one, row, by_epoch, aggressive):
                     rows[0] = r
                 first, has_first = ringf[0], False
             else:
-                draw_ahead(indptr, indices, data, vf, M, sam, bt, pref_v)
+                draw_ahead(indptr, indices, data, vf, M, sam, bt, pref_v, row)
                 ahead = ring[(bt + 1) % RING]
                 for i in range(ahead.size):
                     prefetch_duals(af, yf, inv_q, M, ahead[i])
