@@ -23,9 +23,11 @@ timed), then the estimator is fitted twice on the same data:
   the compiled code, the fit itself, and any wait for a compilation elsewhere);
 * ``warm fit s``: the wall time of the second ``fit`` (everything compiled).
 
-Paths (the ones ``gpusvm.LinearSVC`` dispatches to, and Pegasos):
-binary data are a9a (32,561 x 123), multiclass data are letter (15,000 x 16,
-26 classes); ``C = 1``; float32 unless the name ends in ``_f64``.  The
+Paths (the ones ``gpusvm.LinearSVC`` dispatches to, Pegasos, ``gpusvm demo``'s options,
+the options that change the compiled loop, and every other estimator of ``gpusvm.__all__``
+on its defaults): binary data are a9a (32,561 x 123; its first 2,000 rows for
+``KernelPegasosSVC``), multiclass data are letter (15,000 x 16, 26 classes); ``C = 1``
+(``lam`` where a path sets it); float32 unless the name ends in ``_f64``.  The
 ``linearsvc_<set>`` paths fit ``gpusvm.LinearSVC()`` on each data set of
 ``bench_linearsvc.py`` as it is loaded there (float64, the split's training
 part), whichever solver the estimator picks for it.
@@ -71,6 +73,22 @@ PATHS = {
     "newton_f64": ("SDCASVC", {"loss": "squared_hinge", "solver": "newton", "dtype": "float64"},
                    "a9a"),
     "pegasos_f64": ("PegasosSVC", {"dtype": "float64"}, "a9a"),
+    # ``gpusvm demo``'s options (cli.DEMO): batches of 256, tail averaging, augmented bias
+    "demo": ("PegasosSVC", {"lam": 1e-3, "batch_size": 256, "max_iter": 12720,
+                            "averaging": "tail", "bias": "augmented", "eval_every": 1272},
+             "a9a"),
+    # documented options that change the compiled loop: batches drawn inside it, the
+    # batch-optimal bias, Alg. 2's aggressive steps, several outputs of a batch
+    "pegasos_optimal": ("PegasosSVC", {"bias": "optimal"}, "a9a"),
+    "pegasos_replacement": ("PegasosSVC", {"sampling": "with_replacement"}, "a9a"),
+    "pegasos_b64_multiclass": ("PegasosSVC", {"batch_size": 64}, "letter"),
+    "sdca_b64": ("SDCASVC", {"batch_size": 64}, "a9a"),
+    "sdca_b64_multiclass": ("SDCASVC", {"batch_size": 64}, "letter"),
+    # the other estimators of gpusvm.__all__ on their defaults
+    "linearsvccv": ("LinearSVCCV", {}, "a9a"),
+    "sdcasvccv": ("SDCASVCCV", {}, "a9a"),
+    "pegasossvccv": ("PegasosSVCCV", {}, "a9a"),
+    "kernel": ("KernelPegasosSVC", {}, "a9a_2000"),
 }
 #: ``gpusvm.LinearSVC()`` on the data of ``bench_linearsvc.py``, as its users load them
 #: (float64; the solver the estimator picks: Newton, SDCA or SDCA then Newton)
@@ -86,8 +104,10 @@ def _load(name):
         sys.path.insert(0, str(ROOT / "benchmarks"))
         from _linearsvc_data import load  # noqa: PLC0415
         return load(name.partition(":")[2])[:2]
-    if name == "a9a":
+    if name.startswith("a9a"):
         X, y = load_svmlight_file(str(DATA / "a9a" / "a9a"), n_features=123)
+        if name == "a9a_2000":                  # kernel Pegasos: an n x n kernel's worth
+            X, y = X[:2000], y[:2000]
     else:
         X, y = load_svmlight_file(str(DATA / "letter" / "letter.scale"))
     return X, y
@@ -143,13 +163,18 @@ def child(path: str) -> dict:
                     self.per.append((self.name + " (ahead)", round(dt, 2)))
 
     est_cls = getattr(gpusvm, est_name)
+    params = est_cls().get_params()
+    base = {"random_state": 0}
+    if "C" in params and "lam" not in kwargs:
+        base["C"] = 1.0
+    kwargs = {**base, **kwargs}
     fits = []
     listener = Compiles()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         with event.install_listener("numba:compile", listener):
             t = time.perf_counter()
-            est_cls(C=1.0, random_state=0, **kwargs).fit(X, y)
+            est_cls(**kwargs).fit(X, y)
             fits.append(time.perf_counter() - t)
             t = time.perf_counter()
             ahead = getattr(importlib.import_module("gpusvm.backends._compile_nb"), "AHEAD",
@@ -158,7 +183,7 @@ def child(path: str) -> dict:
                 ahead.wait()
             after = time.perf_counter() - t
         t = time.perf_counter()
-        est_cls(C=1.0, random_state=0, **kwargs).fit(X, y)
+        est_cls(**kwargs).fit(X, y)
         fits.append(time.perf_counter() - t)
     notices = [str(w.message) for w in caught if type(w.message).__name__ == "CompilationNotice"]
     return {"path": path, "import_s": t_import, "compile_s": listener.total,

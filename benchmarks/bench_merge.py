@@ -16,8 +16,9 @@ largest ``|coef_ before - coef_ after|`` (0, or rounding, when the iterates agre
 
 Cases: the defaults of ``SDCASVC()`` and ``PegasosSVC()`` on the binary sets (a9a,
 w8a, imdb, news20) and on the multiclass ones (letter, news20_multiclass, one output
-per class), plus SDCA at ``batch_size`` 64 and 1024 and Pegasos at the default batch
-size on a9a.
+per class), plus SDCA at ``batch_size`` 64 and 1024 (and 64 on letter), and Pegasos at
+the default batch size, with ``gpusvm demo``'s batches of 256, with replacement and with the
+optimal bias on a9a.
 
 ``--instructions`` counts instead of timing (host load cannot move it): each checkout's
 fit runs once, after its warm-up fit, under ``valgrind --tool=callgrind`` with the
@@ -49,6 +50,12 @@ CASES = {f"{d}-{e}": (d, est, {}) for d in ("a9a", "w8a", "imdb", "news20", "let
          for e, est in (("sdca", "SDCASVC"), ("pegasos", "PegasosSVC"))}
 CASES["a9a-sdca-b64"] = ("a9a", "SDCASVC", {"batch_size": 64})
 CASES["a9a-sdca-b1024"] = ("a9a", "SDCASVC", {"batch_size": 1024})
+# the batches drawn inside the loop (not the epochs' orders of one-row batches)
+CASES["a9a-pegasos-demo"] = ("a9a", "PegasosSVC", {"lam": 1e-3, "batch_size": 256,
+                                                   "max_iter": 12720, "averaging": "tail"})
+CASES["a9a-pegasos-replacement"] = ("a9a", "PegasosSVC", {"sampling": "with_replacement"})
+CASES["a9a-pegasos-optimal"] = ("a9a", "PegasosSVC", {"bias": "optimal"})
+CASES["letter-sdca-b64"] = ("letter", "SDCASVC", {"batch_size": 64})
 
 
 def child(case: str, repeats: int, out: str) -> None:

@@ -132,14 +132,13 @@ def _epoch_slot(seed, e, rk, ecache):
     return slot
 
 
-@njit(cache=True, inline="always")
-def batch(code, n, k, seed, half, mask, t, rows, first, rk, ecache, stamp):
-    """``A_t`` (0-based ``t``) into ``rows``, its first occurrences into ``first``; False: distinct."""
-    if code == 0:                                     # without replacement: k images of pi_t
-        set_round_keys(stream_key(seed, t), rk, 0)
-        for j in range(k):
-            rows[j] = permute(j, n, rk, 0, half, mask)
-        return False
+def _batch(code, n, k, seed, half, mask, t, rows, first, rk, ecache, stamp):
+    """``A_t`` (0-based ``t``) into ``rows``, its first occurrences into ``first``; False: distinct.
+
+    :data:`batch` is compiled once for every loop (its types do not depend on the data),
+    :data:`batch_inline` inlined where a call per row would cost (10% of a one-row epoch
+    with replacement); one call site of each helper: numba's inlining copies a helper per
+    call site, and the compile time grows with the copies."""
     if code == 1:                                     # with replacement: a hash per position
         key = stream_key(seed, t)
         base = np.int64(t) * k
@@ -153,24 +152,36 @@ def batch(code, n, k, seed, half, mask, t, rows, first, rk, ecache, stamp):
                 first[j] = True
                 stamp[r] = base + j
         return True
-    p0 = np.int64(t) * k                              # epochs: position p = t k + j
-    e0 = p0 // n
-    q0 = p0 - e0 * n
-    slot = _epoch_slot(seed, e0, rk, ecache)
-    if q0 + k <= n:
-        for j in range(k):
+    if code == 0:                                     # without replacement: k images of pi_t
+        slot = 0
+        e0 = q0 = 0
+        tail = k
+    else:                                             # epochs: position p = t k + j
+        p0 = np.int64(t) * k
+        e0 = p0 // n
+        q0 = p0 - e0 * n
+        tail = min(k, n - q0)                         # the positions left in epoch e0
+        slot = 1 + (e0 & 1)
+    for s in range(1 if tail == k else 2):            # pi_t's, or epoch e0's and e0 + 1's keys
+        ks = slot if s == 0 else 3 - slot
+        c = t if code == 0 else e0 + s
+        if code == 0 or ecache[ks - 1] != c:
+            set_round_keys(stream_key(seed, c), rk, ks)
+            if code != 0:
+                ecache[ks - 1] = c
+    for j in range(k):
+        if j < tail:
             rows[j] = permute(q0 + j, n, rk, slot, half, mask)
-        return False
-    tail = n - q0
-    for j in range(tail):
-        rows[j] = permute(q0 + j, n, rk, slot, half, mask)
-        first[j] = True
-    slot1 = _epoch_slot(seed, e0 + 1, rk, ecache)
-    for j in range(tail, k):
-        r = permute(j - tail, n, rk, slot1, half, mask)
-        rows[j] = r
-        first[j] = permute_inverse(r, n, rk, slot, half, mask) < q0
-    return True
+            first[j] = True
+        else:                                         # epoch e0 + 1, first unless in e0's tail
+            r = permute(j - tail, n, rk, 3 - slot, half, mask)
+            rows[j] = r
+            first[j] = permute_inverse(r, n, rk, slot, half, mask) < q0
+    return tail < k
+
+
+batch = njit(cache=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)(_batch)
+batch_inline = njit(cache=True, inline="always")(_batch)
 
 
 #: entries of :func:`epoch_order`'s table at most (64 MiB); a larger domain uses :func:`permute`

@@ -4,6 +4,14 @@
 where the reference forms them so, sums in float64).  ``V`` (d, M) is row-major; a batch of
 rows is summed per column in a compact scratch (``slot[j]``: the column's row of ``acc``)
 before ``V`` is written.  A kernel's ``M = 1`` form keeps its sums in registers.
+
+Compilation: a helper of a row is inlined into the loops (``inline="always"``); one that a
+whole batch of rows calls once (:func:`add_rows`, :func:`sum_sq_norms`, the ring's
+:func:`fill_ring` and ``_counter_nb.batch`` for batches of several rows) is compiled apart, without the CPython and C
+entries only Python callers need (``no_cpython_wrapper``: each unboxes every argument), so
+that a loop compiles it only where its flags call it, once however many times it is called
+(numba copies an inlined helper at every call site and compiles each copy; a cold first
+fit on batches compiled 1.5-2x longer so).
 """
 
 from __future__ import annotations
@@ -15,7 +23,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from . import _compile_nb  # noqa: F401  (the collector paused, the cache stamped)
-from ._counter_nb import batch
+from ._counter_nb import batch, batch_inline
 
 PREFETCH_DISTANCE = 2      # batches ahead whose rows are prefetched (a shuffled epoch's are cold)
 ORDER_PREFETCH = 4         # rows ahead prefetched when the loop reads an epoch's order
@@ -97,7 +105,7 @@ def prefetch_duals(af, yf, inv_q, M, r):
     prefetch(inv_q, r)
 
 
-@njit(cache=True)
+@njit(cache=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def fill_ring(sam, bt0):
     """Draw the batches ``bt0 .. bt0 + PREFETCH_DISTANCE - 1`` into the ring of ``sam``."""
     smp, ring, ringf, ringh, rk, ecache, stamp = sam[:7]
@@ -108,13 +116,18 @@ def fill_ring(sam, bt0):
 
 
 @njit(cache=True, inline="always")
-def draw_ahead(indptr, indices, data, vf, M, sam, bt, pref_v):
-    """Draw batch ``bt + PREFETCH_DISTANCE``, prefetch its rows (and ``V``'s of batch ``bt + 1``)."""
+def draw_ahead(indptr, indices, data, vf, M, sam, bt, pref_v, row):
+    """Draw batch ``bt + PREFETCH_DISTANCE``, prefetch its rows (and ``V``'s of batch ``bt + 1``);
+    ``row`` (one row a batch): the draw inlined, not called."""
     smp, ring, ringf, ringh, rk, ecache, stamp = sam[:7]
     nxt = bt + PREFETCH_DISTANCE
     sl = nxt % RING
-    ringh[sl] = batch(smp[0], smp[1], smp[2], smp[3], smp[4], smp[5], nxt, ring[sl],
-                      ringf[sl], rk, ecache, stamp)
+    if row:
+        ringh[sl] = batch_inline(smp[0], smp[1], smp[2], smp[3], smp[4], smp[5], nxt,
+                                 ring[sl], ringf[sl], rk, ecache, stamp)
+    else:
+        ringh[sl] = batch(smp[0], smp[1], smp[2], smp[3], smp[4], smp[5], nxt, ring[sl],
+                          ringf[sl], rk, ecache, stamp)
     rows = ring[sl]
     for i in range(rows.size):
         prefetch_row(indptr, indices, data, rows[i])
@@ -328,7 +341,7 @@ def sum_rows(indptr, indices, data, rows, coef, M, slot, acc, touched, skip_stil
     return nt
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def add_rows(indptr, indices, data, V, vf, U, uf, u_scale, use_u, rows, coef, M, slot, acc,
              touched, dn):
     """``V[:, c] += sum_i coef_ic x_{rows_i}`` (and ``U``); the exact ``d||v_c||^2`` into ``dn``."""
@@ -359,7 +372,7 @@ def add_rows(indptr, indices, data, V, vf, U, uf, u_scale, use_u, rows, coef, M,
         slot[j] = -1
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def sum_sq_norms(indptr, indices, data, rows, coef, M, slot, acc, touched, out):
     """``out_c = ||sum_i coef_ic x_{rows_i}||^2`` (scratch left clean)."""
     nt = sum_rows(indptr, indices, data, rows, coef, M, slot, acc, touched, False)

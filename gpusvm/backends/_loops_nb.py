@@ -294,7 +294,7 @@ def pegasos_loop(one, row, by_epoch, optimal):
                     q = 0
                     eo += 1
             else:
-                draw_ahead(indptr, indices, data, vf, M, sam, t - 1, pref_v)
+                draw_ahead(indptr, indices, data, vf, M, sam, t - 1, pref_v, row)
                 rows = ring[(t - 1) % RING]                                       # step 1: A_t
                 r = rows[0]
             eta, shrink = _step_size(schedule, t, lam, eta0, norma_p)             # step 3
@@ -596,7 +596,7 @@ def sdca_loop(one, row, by_epoch, aggressive):
                     rows[0] = r
                 first, has_first = ringf[0], False
             else:
-                draw_ahead(indptr, indices, data, vf, M, sam, bt, pref_v)
+                draw_ahead(indptr, indices, data, vf, M, sam, bt, pref_v, row)
                 ahead = ring[(bt + 1) % RING]
                 for i in range(ahead.size):
                     prefetch_duals(af, yf, inv_q, M, ahead[i])
@@ -649,13 +649,12 @@ def sdca_loop(one, row, by_epoch, aggressive):
                           r, lamn, squared, touched, wk, z)
             else:
                 _margins(indptr, indices, data, Y, V, vf, sm, rows, m, z, one)   # y_ic <w_c, x_i>
-                _sdca_deltas(Y, sw, weighted, alpha, inv_q, row_sq, sm, rows, m, lamn, first,
-                             has_first, squared, M, delta)                         # eq. (15)
-                if aggressive:                                                     # Alg. 2
-                    _sdca_adapt_beta(indptr, indices, data, Y, row_sq, sm, rows, delta, coef,
-                                     beta_b, theta, M, row, slot, acc, touched, wk)
+                for rnd in range(2 if aggressive else 1):    # Alg. 2: again at the new beta
+                    if rnd == 1:                             # (one copy of the inlined code)
+                        _sdca_adapt_beta(indptr, indices, data, Y, row_sq, sm, rows, delta,
+                                         coef, beta_b, theta, M, row, slot, acc, touched, wk)
                     _sdca_deltas(Y, sw, weighted, alpha, inv_q, row_sq, sm, rows, m, lamn,
-                                 first, has_first, squared, M, delta)
+                                 first, has_first, squared, M, delta)              # eq. (15)
                 _sdca_apply(indptr, indices, data, Y, sw, weighted, V, vf, sm, alpha, rows,
                             delta, coef, lam, n, aggressive, squared, M, row, eps, slot, acc,
                             touched, wk)

@@ -173,7 +173,8 @@ class NumbaBackend(NumpyBackend):
         sam = (*full[:3], None, None, full[5], None, full[7], None) if by_epoch else full
         if loop not in self._nb_loops:
             self._nb_loops.add(loop)
-            _ready_loop(loop, (csr_, lab, st, sam, t, t1, prm, wrk))
+            _ready_loop(loop, (csr_, lab, st, sam, t, t1, prm, wrk),
+                        COMPILE_SECONDS if by_epoch else BATCH_COMPILE_SECONDS)
         while t < t1:
             end = t1
             if by_epoch:
@@ -189,6 +190,7 @@ class NumbaBackend(NumpyBackend):
         self._nb_asked = True
         dual = getattr(self, "alpha", None) is not None          # SDCA's certificates
         if self._nb_one:
+            AHEAD.ready(csr.csr_matvec, self._matvec_args(np.zeros(1), 0.0, np.zeros(1)))
             if dual:
                 AHEAD.ready(csr.csr_rmatvec, self._rmatvec_args(np.zeros(1)))
             return
@@ -250,14 +252,20 @@ class NumbaBackend(NumpyBackend):
         # a writable copy: numba types a read-only array anew (one more compile)
         bb = np.array(np.broadcast_to(np.asarray(b, dtype=np.float64), (W.shape[1],)))
         if self._nb_one and W.shape[1] == 1:
-            csr.csr_matvec(*self._nb_csr(), W.reshape(-1), float(bb[0]), out.reshape(-1),
-                           W.nbytes > l2_cache_bytes())
+            args = self._matvec_args(W.reshape(-1), float(bb[0]), out.reshape(-1))
+            if AHEAD.ready(csr.csr_matvec, args):
+                csr.csr_matvec(*args)
+            else:                                       # compiling ahead: the same sums
+                out[:, 0] = four_lane_matvec(*self._nb_csr(), W.reshape(-1), float(bb[0]))
             return out
         args = self._matmat_args(W, bb, out)
         if not AHEAD.ready(csr.csr_matmat, args):       # compiling ahead: the same sums
             return super().decision_function_m(W, bb)
         csr.csr_matmat(*args)
         return out
+
+    def _matvec_args(self, w, b, out):
+        return (*self._nb_csr(), w, b, out, w.nbytes > l2_cache_bytes())
 
     def _matmat_args(self, W, bb, out):
         return (*self._nb_csr(), W, W.reshape(-1), bb, out, np.empty(W.shape[1]),
@@ -299,20 +307,53 @@ class NumbaBackend(NumpyBackend):
         return W
 
 
+def four_lane_matvec(indptr, indices, data, w, b) -> np.ndarray:
+    """``X w + b`` in float64 with :func:`gpusvm.backends._csr_nb.csr_matvec`'s sums, bit for
+    bit: per row, four running sums over the positions of its whole blocks of four (lane
+    ``p mod 4``), the last ``len mod 4`` products added to the first, then ``(z0 + z1) + (z2
+    + z3) + b``; vectorised over the rows (the fit's ``X w`` while that function compiles)."""
+    n = indptr.size - 1
+    prod = data.astype(np.float64) * w[indices]
+    length = np.diff(indptr).astype(np.int64)
+    blocks = length // 4
+    order = np.argsort(-blocks, kind="stable")          # rows with the most blocks first
+    lo, nb = indptr[:-1].astype(np.int64)[order], blocks[order]
+    z = np.zeros((4, n))
+    for s in range(int(nb[0]) if n else 0):             # the rows that have a block s
+        live = int(np.searchsorted(-nb, -s, side="left"))
+        at = lo[:live] + 4 * s
+        for lane in range(4):
+            z[lane, :live] += prod[at + lane]
+    start, tail = lo + 4 * nb, length[order] - 4 * nb
+    for q in range(3):
+        live = tail > q
+        z[0, live] += prod[start[live] + q]
+    out = np.empty(n)
+    out[order] = ((z[0] + z[1]) + (z[2] + z[3])) + b
+    return out
+
+
 class CompilationNotice(UserWarning):
     """The compiled CPU loops are being compiled (once; numba caches them on disk)."""
 
 
 _announced: set = set()
 
-#: the notice's CPU seconds of a cold first fit (BENCHMARKS.md, "One-off compilation")
-COMPILE_SECONDS = "2-5 s"
+#: what the notice says a cold first fit waits for compilation: the CPU seconds of the fitting
+#: thread's compilations in ``benchmarks/bench_compile.py`` (its "compile CPU s", an empty
+#: numba cache, a 2-core host), one row per batch read from the epochs' orders (every
+#: estimator's default) ...
+COMPILE_SECONDS = "2-4 s"
+#: ... and the batches drawn inside the loop (``batch_size > 1``, as in ``gpusvm demo``, or
+#: ``sampling`` other than ``"epoch"``)
+BATCH_COMPILE_SECONDS = "4-9 s"
 
 
-def _ready_loop(dispatcher, args) -> None:
+def _ready_loop(dispatcher, args, seconds=COMPILE_SECONDS) -> None:
     """Compile (or load) ``dispatcher`` for ``args`` now, so that helpers may compile ahead."""
     dtype = args[0][2].dtype
-    if _announce_compilation((id(dispatcher), str(dtype)), dispatcher, args, dtype, stacklevel=6):
+    if _announce_compilation((id(dispatcher), str(dtype)), dispatcher, args, dtype,
+                             seconds=seconds, stacklevel=6):
         try:
             sig = tuple(dispatcher.typeof_pyval(a) for a in args)
         except Exception:             # noqa: BLE001  another numba: its first call compiles
@@ -344,9 +385,11 @@ def _announce_compilation(key, dispatcher, args, dtype, what="the CPU loops of t
             return True
     except Exception:                 # noqa: BLE001  another numba: say nothing rather than guess
         return True
-    warnings.warn(f"gpusvm: compiling {what} for {dtype} data, once: about {seconds} of CPU time "
-                  "(longer in wall time when other work shares the cores); numba caches them on "
-                  "disk for later runs", CompilationNotice, stacklevel=stacklevel)
+    warnings.warn(f"gpusvm: compiling {what} for {dtype} data, once: this first fit waits about "
+                  f"{seconds} of CPU time for the compiler (measured with an empty cache on a "
+                  "2-core host; longer in wall time when other work shares the cores), not "
+                  "counting the fit itself; numba caches the code on disk for later runs",
+                  CompilationNotice, stacklevel=stacklevel)
     return True
 
 
