@@ -95,7 +95,8 @@ class_weight, verbose, random_state, max_iter, backend, device
 
     @_fit_context(prefer_skip_nested_validation=True)
     def _fit_sklearn(self, X, y, sample_weight, reason):
-        params = {k: v for k, v in self.get_params(deep=False).items() if k not in ("backend", "device")}
+        params = {k: v for k, v in self.get_params(deep=False).items()
+                  if k not in ("backend", "device", "n_jobs")}
         est = _sklearn_linear_svc()(**params).fit(X, y, sample_weight=sample_weight)
         for name in [k for k in list(self.__dict__) if k.endswith("_") and not k.startswith("_")]:
             delattr(self, name)                 # an earlier fit's attributes
