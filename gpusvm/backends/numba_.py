@@ -73,6 +73,8 @@ class NumbaBackend(NumpyBackend):
         self._nb_asked = False            # the products asked for ahead (CompileAhead)
         self._nb_loops = set()            # the loops made ready (compiled or loaded)
         self._nb_eo = False               # epoch_order compiled for this backend's arrays
+        self._nb_ready = set()            # helpers compiled for them: not asked again (its
+                                          # argument types cost ~0.5 ms a certificate)
 
     def _row_sq_norms(self) -> np.ndarray:
         """``||x_i||^2`` in float64 straight from ``X.data``."""
@@ -260,12 +262,22 @@ class NumbaBackend(NumpyBackend):
         return (*self._nb_csr(), self.alpha, self.Y, lamn, W, W.reshape(-1), self.V, vsq,
                 np.empty(M, dtype=np.int64), np.empty(M), W.nbytes > l2_cache_bytes())
 
+    def _nb_compiled(self, dispatcher, args) -> bool:
+        """``AHEAD.ready(dispatcher, args)``, remembered once True (the arguments of each helper
+        keep their types for this backend's arrays)."""
+        if dispatcher in self._nb_ready:
+            return True
+        if AHEAD.ready(dispatcher, args):
+            self._nb_ready.add(dispatcher)
+            return True
+        return False
+
     def dual_weights_m(self, lam: float) -> np.ndarray:
         """``W(alpha) = X^T (alpha * Y) / (lam n)`` in float64 (d, M), resynchronising ``V``."""
         W = np.zeros((self.d, self.n_outputs), dtype=np.float64)
         if self._nb_one:                 # one column: NumPy's resync, a compile less
             args = self._rmatvec_args(W.reshape(-1))
-            if not AHEAD.ready(csr.csr_rmatvec, args):  # compiling ahead: the same sums
+            if not self._nb_compiled(csr.csr_rmatvec, args):  # compiling ahead: the same sums
                 return super().dual_weights_m(lam)
             csr.csr_rmatvec(*args)
             W /= lam * self.n
@@ -273,7 +285,7 @@ class NumbaBackend(NumpyBackend):
             return W
         vsq = np.empty(self.n_outputs)
         args = self._dual_args(lam * self.n, W, vsq)
-        if not AHEAD.ready(csr.dual_weights, args):     # compiling ahead: the same sums
+        if not self._nb_compiled(csr.dual_weights, args):     # compiling ahead: the same sums
             return super().dual_weights_m(lam)
         csr.dual_weights(*args)
         self.sm[S_A] = 1.0
