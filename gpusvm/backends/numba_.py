@@ -74,6 +74,8 @@ class NumbaBackend(NumpyBackend):
         self._nb_loops = set()            # the loops made ready (compiled or loaded)
         self._nb_eo = False               # epoch_order compiled for this backend's arrays
         self._nb_threaded = None          # the certificates' products on threads (use_threads)
+        self._nb_ready = set()            # helpers compiled for them: not asked again (its
+                                          # argument types cost ~0.5 ms a certificate)
 
     def use_threads(self, pool) -> int:
         """Run the certificates' products (``decision_function_m``, ``dual_weights_m``) on the
@@ -253,13 +255,13 @@ class NumbaBackend(NumpyBackend):
         bb = np.array(np.broadcast_to(np.asarray(b, dtype=np.float64), (W.shape[1],)))
         if self._nb_one and W.shape[1] == 1:
             args = self._matvec_args(W.reshape(-1), float(bb[0]), out.reshape(-1))
-            if AHEAD.ready(csr.csr_matvec, args):
+            if self._nb_compiled(csr.csr_matvec, args):
                 csr.csr_matvec(*args)
             else:                                       # compiling ahead: the same sums
                 out[:, 0] = four_lane_matvec(*self._nb_csr(), W.reshape(-1), float(bb[0]))
             return out
         args = self._matmat_args(W, bb, out)
-        if not AHEAD.ready(csr.csr_matmat, args):       # compiling ahead: the same sums
+        if not self._nb_compiled(csr.csr_matmat, args):     # compiling ahead: the same sums
             return super().decision_function_m(W, bb)
         csr.csr_matmat(*args)
         return out
@@ -280,6 +282,16 @@ class NumbaBackend(NumpyBackend):
         return (*self._nb_csr(), self.alpha, self.Y, lamn, W, W.reshape(-1), self.V, vsq,
                 np.empty(M, dtype=np.int64), np.empty(M), W.nbytes > l2_cache_bytes())
 
+    def _nb_compiled(self, dispatcher, args) -> bool:
+        """``AHEAD.ready(dispatcher, args)``, remembered once True (the arguments of each helper
+        keep their types for this backend's arrays)."""
+        if dispatcher in self._nb_ready:
+            return True
+        if AHEAD.ready(dispatcher, args):
+            self._nb_ready.add(dispatcher)
+            return True
+        return False
+
     def dual_weights_m(self, lam: float) -> np.ndarray:
         """``W(alpha) = X^T (alpha * Y) / (lam n)`` in float64 (d, M), resynchronising ``V``."""
         if self._nb_threaded is not None:
@@ -290,7 +302,7 @@ class NumbaBackend(NumpyBackend):
         W = np.zeros((self.d, self.n_outputs), dtype=np.float64)
         if self._nb_one:                 # one column: NumPy's resync, a compile less
             args = self._rmatvec_args(W.reshape(-1))
-            if not AHEAD.ready(csr.csr_rmatvec, args):  # compiling ahead: the same sums
+            if not self._nb_compiled(csr.csr_rmatvec, args):  # compiling ahead: the same sums
                 return super().dual_weights_m(lam)
             csr.csr_rmatvec(*args)
             W /= lam * self.n
@@ -298,7 +310,7 @@ class NumbaBackend(NumpyBackend):
             return W
         vsq = np.empty(self.n_outputs)
         args = self._dual_args(lam * self.n, W, vsq)
-        if not AHEAD.ready(csr.dual_weights, args):     # compiling ahead: the same sums
+        if not self._nb_compiled(csr.dual_weights, args):     # compiling ahead: the same sums
             return super().dual_weights_m(lam)
         csr.dual_weights(*args)
         self.sm[S_A] = 1.0
