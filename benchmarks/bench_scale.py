@@ -23,7 +23,7 @@ constant feature) with the squared hinge and with the hinge:
   test only), and ``gpusvm.LinearSVC(backend="numba")`` beside a GPU;
 * ``sklearn.svm.LinearSVC`` (LIBLINEAR, one thread);
 * liblinear-multicore with ``--threads`` threads (``-s 1`` and ``-s 2``; the hinge: ``-s 3``),
-  run by ``--peer-python`` (default ``/work/venv-mc/bin/python``) in a child process that
+  run by ``--peer-python`` (default ``$LIBLINEAR_MC_PYTHON``) in a child process that
   reads the training set from ``.npy`` files the run writes once a size (``OUT/set-<nnz>``,
   removed when the size is done), with ``OMP_WAIT_POLICY=passive`` unless
   ``--omp-wait-policy active``.
@@ -66,7 +66,7 @@ NNZ_PER_ROW = 45.0
 SEED = 0
 FLIP_Y = 0.02
 LOSSES = ("squared_hinge", "hinge")
-PEER_PYTHON = "/work/venv-mc/bin/python"
+PEER_PYTHON = os.environ.get("LIBLINEAR_MC_PYTHON", "")
 #: bytes a pass must read per nonzero: a float32 value and an int32 index
 BYTES_PER_NNZ = 8
 
@@ -449,7 +449,7 @@ def main(argv=None) -> int:
     if args.peer:
         return peer_main(args)
     if not args.table:
-        if not Path(args.peer_python).exists():
+        if not (args.peer_python and Path(args.peer_python).exists()):
             print(f"--peer-python {args.peer_python} not found: liblinear-multicore skipped",
                   flush=True)
         run(args)

@@ -20,7 +20,8 @@ times in turn (round-robin, so that other load hits every row alike), median wal
 * ``sklearn LinearSVC``: ``dual=True`` and ``dual=False`` (liblinear, one thread), at
   ``tol`` such that its objective reaches at least gpusvm's (``P`` printed for each row);
 * ``liblinear-mc -s 1 / -s 2``: liblinear-multicore with ``-m k`` threads, run by
-  ``/work/venv-mc/bin/python`` (``--mc-python``) in a subprocess on the same data (an
+  the Python of ``--mc-python`` (default ``$LIBLINEAR_MC_PYTHON``; a Python with
+  liblinear-multicore installed) in a subprocess on the same data (an
   svmlight file written once), its fit timed inside the subprocess.
 
 Every row prints the primal objective ``P`` (the squared-hinge objective in LinearSVC's
@@ -195,7 +196,7 @@ def main(argv=None):
     ap.add_argument("--solvers", nargs="+", default=["sdca", "newton"])
     ap.add_argument("--peers", nargs="*", default=["sklearn", "mc"],
                     help="sklearn (LinearSVC dual=True/False), mc (liblinear-multicore)")
-    ap.add_argument("--mc-python", default="/work/venv-mc/bin/python")
+    ap.add_argument("--mc-python", default=os.environ.get("LIBLINEAR_MC_PYTHON", ""))
     ap.add_argument("--peer-tol", type=float, default=1e-4, help="liblinear's -e (and "
                     "sklearn's tol); lower it until the peers' P matches gpusvm's")
     ap.add_argument("--sdca-blocks", action="store_true",
@@ -223,7 +224,7 @@ def main(argv=None):
             jobs.append((f"sklearn LinearSVC dual={dual}", 1, lambda dual=dual: run_sklearn(
                 X, y, Xt, yt, args.C, args.peer_tol, dual)))
     tmp = None
-    if "mc" in args.peers and Path(args.mc_python).exists():
+    if "mc" in args.peers and args.mc_python and Path(args.mc_python).exists():
         from sklearn.datasets import dump_svmlight_file  # noqa: PLC0415
         tmp = tempfile.NamedTemporaryFile(suffix=".svm", delete=False)
         tmp.close()

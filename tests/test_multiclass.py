@@ -17,13 +17,15 @@ from sklearn.datasets import load_svmlight_file, make_blobs, make_classification
 from sklearn.multiclass import OneVsOneClassifier
 from sklearn.svm import LinearSVC
 
+from conftest import SHARED_DATA
+
 from gpusvm import PegasosSVC, SDCASVC
 from gpusvm.backends import make_backend
 from gpusvm.datasets import load_a9a
 from gpusvm.estimators._base import ordinal_scores, output_problems, resolve_lam
 from gpusvm.solvers.newton import newton, primal_dual
 
-LETTER = "/work/shared/data/letter/letter.scale"
+LETTER = str(SHARED_DATA / "letter" / "letter.scale")
 
 
 def exactly(message):
