@@ -74,3 +74,19 @@ def run_output(backend, W, b):
     if np.ndim(backend.y) == 1:
         return W[:, 0], float(b[0])
     return W, b
+
+
+def retire(ran, primal, dual, tols, reasons, n_iter, after):
+    """The outputs of a Newton block still to iterate after the step that moved ``ran``: those
+    whose gap ``primal - dual`` is above their ``tols`` (the others' reason becomes ``"tol"``),
+    unless ``after(ran, live, n_iter, primal, dual)`` names a reason to stop them all (then
+    theirs).  Shared by the host and the device Newton (``newton.py``, ``_newton_device.py``).
+    """
+    converged = primal[ran] - dual[ran] <= tols[ran]
+    reasons[ran[converged]] = "tol"
+    live = ran[~converged]
+    stop = after(ran, live, n_iter, primal, dual) if after is not None else None
+    if stop:
+        reasons[live] = stop
+        live = live[:0]
+    return live

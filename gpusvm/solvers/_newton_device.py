@@ -39,6 +39,7 @@ import math
 import numpy as np
 
 from .._arrays import col_dots
+from ._common import retire
 
 #: the fewest CG steps of the first batch of a Newton step's solve (the later ones: half the
 #: steps so far)
@@ -246,13 +247,7 @@ def iterate(prod, Y, S, lam, tols, W, max_iter, cg_max_iter, read, after=None,
         live = ran = moved
         if live.size == 0:
             break
-        converged = primal[live] - dual[live] <= tols[live]
-        reasons[live[converged]] = "tol"
-        live = live[~converged]
-        stop = after(ran, live, n_iter, primal, dual) if after is not None else None
-        if stop:
-            reasons[live] = stop
-            live = live[:0]
+        live = retire(ran, primal, dual, tols, reasons, n_iter, after)
     return primal, dual, alpha, n_iter, list(reasons), cg_total
 
 

@@ -41,7 +41,7 @@ from .. import _threads
 from .._threads import BlockPool, fit_threads
 from ..backends.base import on_backend_stream
 from . import _newton_device
-from ._common import SolverResult
+from ._common import SolverResult, retire
 
 #: outer iterations when none is given (Newton converges in tens at most)
 DEFAULT_MAX_ITER = 100
@@ -401,14 +401,7 @@ def _iterate(prod, Y, S, lam, tols, W, max_iter, cg_max_iter, *, after=None, cer
         Z[:, ix] += step * Q            # y * X (w + t p), the margins without a pass over X
         n_iter[live] += 1
         primal[live], dual[live], alpha[:, ix], Wa[:, ix] = _certify(prod, Y, S, lam, W, Z, ix)
-        ran = live
-        converged = primal[live] - dual[live] <= tols[live]
-        reasons[live[converged]] = "tol"
-        live = live[~converged]
-        stop = after(ran, live, n_iter, primal, dual) if after is not None else None
-        if stop:
-            reasons[live] = stop
-            live = live[:0]
+        live = retire(live, primal, dual, tols, reasons, n_iter, after)
     return primal, dual, alpha, n_iter, list(reasons), cg_total
 
 
