@@ -7,9 +7,9 @@ Run from the repository root::
     python benchmarks/bench_threads.py --repeats 3 --json benchmarks/results/threads.json
     python benchmarks/bench_threads.py --dataset news20      # a set of ../shared/data
 
-The data: ``gpusvm.datasets.make_sparse_classification`` where this gpusvm has it, else the
-seeded set of :func:`make_data` (Zipf-like columns, unit rows, labels from a planted ``w``
-with 5% flipped), split 80/20.  Rows, one per solver and thread count, fitted ``--repeats``
+The data: the seeded set of :func:`make_data` (Zipf-like columns, unit rows, labels from a
+planted ``w`` with 5% flipped; every figure recorded so far), or with ``--scale-generator``
+``gpusvm.datasets.make_sparse_classification`` (50 nonzeros a row, 10^5 columns), split 80/20.  Rows, one per solver and thread count, fitted ``--repeats``
 times in turn (round-robin, so that other load hits every row alike), median wall seconds:
 
 * ``gpusvm SDCA``: ``SDCASVC(loss="squared_hinge", C=C, tol=...)``, ``n_jobs=k``: the
@@ -95,10 +95,12 @@ def load_data(args):
         y = np.where(y == y.max(), 1, -1)
         name = args.dataset
     else:
-        maker = getattr(getattr(gpusvm, "datasets", None), "make_sparse_classification", None)
-        if maker is not None and not args.own_generator:
-            X, y = maker(n_nonzeros=int(args.nnz), random_state=args.seed)[:2]
-            name = f"make_sparse_classification(n_nonzeros={args.nnz:.3g})"
+        if args.scale_generator:
+            from gpusvm.datasets import make_sparse_classification  # noqa: PLC0415
+            rows = max(1000, int(args.nnz // 50))
+            X, y = make_sparse_classification(rows, 100_000, nnz_per_row=50,
+                                              random_state=args.seed)[:2]
+            name = f"make_sparse_classification({rows}, 100000, nnz_per_row=50)"
         else:
             X, y = make_data(args.nnz, seed=args.seed)
             name = f"make_data(nnz={args.nnz:.3g})"
@@ -187,8 +189,8 @@ def main(argv=None):
                     help="nonzeros of the generated set (80%% train: SDCA's threads start at "
                          "10^7 in the training rows, gpusvm._threads.SDCA_THREAD_MIN_NNZ)")
     ap.add_argument("--dataset", default=None, help="a data set of ../shared/data instead")
-    ap.add_argument("--own-generator", action="store_true",
-                    help="use make_data even where make_sparse_classification exists")
+    ap.add_argument("--scale-generator", action="store_true",
+                    help="gpusvm.datasets.make_sparse_classification instead of make_data")
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--C", type=float, default=1.0)
     ap.add_argument("--tol", type=float, default=1e-4,
