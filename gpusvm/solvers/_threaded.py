@@ -17,7 +17,15 @@ short (:data:`ROUND_EPOCHS`).  The duality-gap certificate of
 Off by default (:data:`gpusvm._threads.SDCA_THREAD_MIN_NNZ`, with the measurements): the
 epochs are nearly those of one thread (22.7 against 21 on 1.7 x 10^7 nonzeros), but each
 round's bookkeeping (the blocks' ``alpha`` before and after, ``w`` copied and compared) reads
-every row and column where it should read only what the round touched.
+every row and column where it should read only what the round touched, and rounds this long
+stall near the optimum (the blocks' steps on the columns most rows share disagree).  What
+would pay, measured with a prototype of this class on ``bench_threads.py``'s set (1.56 x
+10^7 nonzeros, 10^5 columns, no intercept, sigma' = 1.15, gamma = 1): the blocks keep their
+own ``w`` between rounds, the 1,024 most frequent columns are combined every 0.002 passes and
+all columns every 0.05; the gap then follows full combinations every 0.002 passes (3.5e-6
+against 3.6e-6 after 16 epochs; one thread 1.1e-6).  With 0.002 passes (about 65 us of a
+block's work) a round needs a barrier of a microsecond or two, which only compiled code
+(atomics) gives; Python's cost 15-35 us.
 
 Determinism: a block's rows, sampler seed and counter positions, the rounds' lengths and the
 order of every sum over blocks are functions of the data, the seed and ``k`` only, so a fit
