@@ -472,3 +472,191 @@ def dual_weights(indptr, indices, data, alpha, Y, lamn, out, of, V, vsq, nz, coe
             x = np.float64(V[j, c])
             vsq[c] += x * x
 
+
+
+@njit(cache=True, inline="always")
+def _pairwise_block(a, lo, n):
+    """NumPy's float64 sum of ``a[lo:lo + n]``, ``n <= 128``: 8 running sums (sequential below 8)."""
+    if n < 8:
+        res = 0.0
+        for i in range(lo, lo + n):
+            res += a[i]
+        return res
+    r0, r1, r2, r3 = a[lo], a[lo + 1], a[lo + 2], a[lo + 3]
+    r4, r5, r6, r7 = a[lo + 4], a[lo + 5], a[lo + 6], a[lo + 7]
+    i = lo + 8
+    stop = lo + n - n % 8
+    while i < stop:
+        r0 += a[i]
+        r1 += a[i + 1]
+        r2 += a[i + 2]
+        r3 += a[i + 3]
+        r4 += a[i + 4]
+        r5 += a[i + 5]
+        r6 += a[i + 6]
+        r7 += a[i + 7]
+        i += 8
+    res = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
+    while i < lo + n:
+        res += a[i]
+        i += 1
+    return res
+
+
+@njit(cache=True)
+def pairwise_sum(a, n):
+    """``a[:n].sum()`` as NumPy sums float64, bit for bit: blocks of at most 128 summed by
+    :func:`_pairwise_block`, longer spans cut in halves (at a multiple of 8) and the halves'
+    sums added; its recursion walked with a stack (numba's disk cache and a recursive
+    function do not mix)."""
+    if n <= 128:
+        return _pairwise_block(a, 0, n)
+    los = np.empty(64, dtype=np.int64)          # the spans: start, length, halves done
+    lens = np.empty(64, dtype=np.int64)
+    done = np.zeros(64, dtype=np.int64)
+    vals = np.empty(64)                         # the sums of the finished halves
+    los[0], lens[0], done[0] = 0, n, 0
+    top, nv = 1, 0
+    while top > 0:
+        k = top - 1
+        lo, m = los[k], lens[k]
+        if m <= 128:
+            vals[nv] = _pairwise_block(a, lo, m)
+            nv += 1
+            top -= 1
+            continue
+        half = m // 2
+        half -= half % 8
+        if done[k] == 2:                        # both halves summed: left + right
+            vals[nv - 2] = vals[nv - 2] + vals[nv - 1]
+            nv -= 1
+            top -= 1
+            continue
+        los[top] = lo if done[k] == 0 else lo + half
+        lens[top] = half if done[k] == 0 else m - half
+        done[top] = 0
+        done[k] += 1
+        top += 1
+    return vals[0]
+
+
+@njit(cache=True, inline="always")
+def _clip(x, lo, hi):
+    """``np.clip(x, lo, hi)`` of floats (NaN kept)."""
+    if x != x:
+        return x
+    m = x if x > lo else lo
+    return m if m < hi else hi
+
+
+@njit(cache=True, inline="always")
+def _segment_slope(nlam, q1, q2, c0, c1, t, ca, ce, cse, K, squared):
+    """``n f'(t)`` of :func:`gpusvm.solvers.sdca.segment_minimum` for one output."""
+    cross = 0.0
+    for k in range(K):
+        u = ca[k] + t * ce[k]
+        g = 0.0
+        if u < 1.0:
+            g = -2.0 * (1.0 - u) * cse[k] if squared else -cse[k]
+        cross += g
+    return nlam * (q1 + q2 * t) + c0 + c1 * t + cross
+
+
+@njit(cache=True)
+def segment_point_one(A0, A1, s, weighted, squared, nlam, lam, q1, q2, sq0, At, buf, buf2,
+                      ca, ce, cse):
+    """:func:`gpusvm.solvers.sdca.segment_point` of one output, its numbers bit for bit (the
+    same operations in the same order, NumPy's sums by :func:`pairwise_sum`): ``(t, ||w_t||^2,
+    P_s(w_t))``, the margins ``A_t`` into ``At``.  ``A0``, ``A1``: both ends' signed margins;
+    ``s``: the row weights (read when ``weighted``); ``buf``, ``buf2``, ``ca``, ``ce``, ``cse``:
+    scratch of ``n`` float64."""
+    n = A0.size
+    K = 0
+    for i in range(n):                      # the rows below 1 at both ends, the crossings
+        a0 = A0[i]
+        e = A1[i] - a0
+        in0 = a0 < 1.0
+        in1 = a0 + e < 1.0
+        se = e * s[i] if weighted else e
+        both = in0 and in1
+        if squared:
+            buf[i] = (1.0 - a0) * se if both else 0.0
+            buf2[i] = se * e if both else 0.0
+        else:
+            buf[i] = se if both else 0.0
+        if in0 != in1:
+            ca[K] = a0
+            ce[K] = e
+            cse[K] = se
+            K += 1
+    if squared:
+        c0 = -2.0 * pairwise_sum(buf, n)
+        c1 = 2.0 * pairwise_sum(buf2, n)
+    else:
+        c0 = -pairwise_sum(buf, n)
+        c1 = 0.0
+    rise_a = 0.0
+    rise_b = 0.0
+    tau = np.empty(K)
+    da = np.empty(K)
+    db = np.empty(K)
+    for k in range(K):
+        a, e, se = ca[k], ce[k], cse[k]
+        ga = -2.0 * (1.0 - a) * se if squared else -se
+        gb = 2.0 * e * se if squared else 0.0
+        if e > 0.0:
+            rise_a += ga
+            rise_b += gb
+            da[k] = -ga
+            db[k] = -gb
+        else:
+            rise_a += 0.0
+            rise_b += 0.0
+            da[k] = ga
+            db[k] = gb
+        tau[k] = (1.0 - a) / e
+    base_a = nlam * q1 + c0 + rise_a
+    base_b = nlam * q2 + c1 + rise_b
+    order = np.argsort(tau, kind="mergesort")           # stable, as NumPy's lexsort
+    first_end = tau[order[0]] if K > 0 else 1.0
+    in_first = base_a + base_b * first_end >= 0.0
+    t = 1.0
+    if K > 0:
+        # the pieces after each crossing, in order of t: pa + pb t on [tau_k, end_k]
+        pa = np.empty(K)
+        pb = np.empty(K)
+        before = 0.0                        # the pieces whose end the slope does not reach 0 by
+        cum_a = cum_b = 0.0
+        for k in range(K):
+            o = order[k]
+            cum_a = da[o] if k == 0 else cum_a + da[o]
+            cum_b = db[o] if k == 0 else cum_b + db[o]
+            pa[k] = base_a + cum_a - 0.0
+            pb[k] = base_b + cum_b - 0.0
+            end = 1.0 if k == K - 1 else tau[order[k + 1]]
+            if not pa[k] + pb[k] * end >= 0.0:
+                before += 1.0
+        j = min(int(before), K - 1)
+        aj, bj, tj = pa[j], pb[j], tau[order[j]]
+        root_j = tj if aj + bj * tj >= 0.0 else -aj / (bj if bj > 0.0 else 1.0)
+        t = _clip(root_j, tj, 1.0) if int(before) < K else 1.0
+    root_0 = -base_a / (base_b if base_b > 0.0 else 1.0)
+    if in_first:
+        t = _clip(root_0, 0.0, first_end)
+    if _segment_slope(nlam, q1, q2, c0, c1, 0.0, ca, ce, cse, K, squared) >= 0.0:
+        t = 0.0
+    if _segment_slope(nlam, q1, q2, c0, c1, 1.0, ca, ce, cse, K, squared) <= 0.0:
+        t = 1.0
+    for i in range(n):                      # P_s(w_t) from the margins A_0 + t E
+        a0 = A0[i]
+        at = a0 + t * (A1[i] - a0)
+        At[i] = at
+        v = 1.0 - at
+        sl = 0.0 if 0.0 >= v else v
+        if squared:
+            sl = sl * sl
+        if weighted:
+            sl = sl * s[i]
+        buf[i] = sl
+    sqt = sq0 + t * (2.0 * q1 + t * q2)
+    return t, sqt, 0.5 * lam * sqt + pairwise_sum(buf, n) / n
