@@ -454,6 +454,25 @@ def test_the_compiled_segment_point_is_the_reference_bit_for_bit(loss):
     assert (ts == 0.0).any() and (ts == 1.0).any() and ((ts > 0.0) & (ts < 1.0)).any()
 
 
+def test_the_crossings_stable_order_is_numpys():
+    """The radix sort of the crossings' ``t`` is NumPy's stable argsort: ties kept in order
+    (``0.0`` and ``-0.0`` tie), values over many binades, and a negative ``t`` (the merge
+    sort's fallback)."""
+    from gpusvm.backends._csr_nb import stable_order  # noqa: PLC0415
+
+    rng = np.random.default_rng(9)
+    for k in (0, 1, 2, 7, 300, 5000):
+        for case in range(4):
+            t = rng.random(k) ** 8                      # down to ~1e-30: every digit varies
+            if case == 1:
+                t = np.round(t, 3)                      # many ties
+            elif case == 2 and k:
+                t[::3], t[1::3] = -0.0, 0.0
+            elif case == 3 and k:
+                t[k // 2] = -1.0
+            np.testing.assert_array_equal(stable_order(t), np.argsort(t, kind="stable"))
+
+
 def test_a_fit_is_the_same_with_the_numpy_segment_point(a9a_64, monkeypatch):
     """The compiled segment minimum changes no bit of a fit (weighted, both losses)."""
     from gpusvm.backends import _compile_nb  # noqa: PLC0415
