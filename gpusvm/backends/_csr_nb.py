@@ -476,7 +476,8 @@ def dual_weights(indptr, indices, data, alpha, Y, lamn, out, of, V, vsq, nz, coe
 
 @njit(cache=True, inline="always")
 def _pairwise_block(a, lo, n):
-    """NumPy's float64 sum of ``a[lo:lo + n]``, ``n <= 128``: 8 running sums (sequential below 8)."""
+    """NumPy's float64 sum of ``a[lo:lo + n]``, ``n <= 128``: 8 running sums (sequential
+    below 8)."""
     if n < 8:
         res = 0.0
         for i in range(lo, lo + n):

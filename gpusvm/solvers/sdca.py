@@ -226,9 +226,11 @@ class BestPoints:
     most that of both ends (its gap reaches ``tol`` earlier; BENCHMARKS.md).
 
     ``backend`` supplies ``xp`` (NumPy when absent), ``to_host``, ``col_dots_m`` and
-    ``mix_columns_m`` (:class:`~gpusvm.backends._general.GeneralEvaluation`); ``s`` are the
-    example weights in its array module.  Attributes: the best points ``W`` (d, M), their
-    signed margins ``A`` (M, n), objectives ``P`` and squared norms ``sq`` (host, (M,)).
+    ``mix_columns_m`` (:class:`~gpusvm.backends._general.GeneralEvaluation`), and may supply
+    ``segment_point_one``, :func:`segment_point` of one output compiled (the same numbers;
+    None while it compiles); ``s`` are the example weights in its array module.
+    Attributes: the best points ``W`` (d, M), their signed margins ``A`` (M, n), objectives
+    ``P`` and squared norms ``sq`` (host, (M,)).
     """
 
     def __init__(self, backend, lam: float, loss: str, s=None):
