@@ -456,8 +456,8 @@ def test_the_compiled_segment_point_is_the_reference_bit_for_bit(loss):
 
 def test_the_crossings_stable_order_is_numpys():
     """The radix sort of the crossings' ``t`` is NumPy's stable argsort: ties kept in order
-    (``0.0`` and ``-0.0`` tie), values over many binades, and a negative ``t`` (the merge
-    sort's fallback)."""
+    (``0.0`` and ``-0.0`` tie), values over many binades, negative values, infinities and
+    NaNs (last, tied, whatever their bits)."""
     from gpusvm.backends._csr_nb import stable_order  # noqa: PLC0415
 
     rng = np.random.default_rng(9)
@@ -470,7 +470,15 @@ def test_the_crossings_stable_order_is_numpys():
                 t[::3], t[1::3] = -0.0, 0.0
             elif case == 3 and k:
                 t[k // 2] = -1.0
-            np.testing.assert_array_equal(stable_order(t), np.argsort(t, kind="stable"))
+                t[::5] *= -1.0
+                t[1::7] = np.inf
+                t[2::7] = -np.inf
+                t[3::11] = np.nan
+                t[4::11] = -np.nan
+            keyf, idx = np.empty(k), np.empty((2, k), dtype=np.int64)
+            got = stable_order(t, k, keyf, keyf.view(np.uint64), np.empty(k, dtype=np.uint64),
+                               idx[0], idx[1], np.empty((6, 2049), dtype=np.int64))
+            np.testing.assert_array_equal(got, np.argsort(t, kind="stable"))
 
 
 def test_a_fit_is_the_same_with_the_numpy_segment_point(a9a_64, monkeypatch):

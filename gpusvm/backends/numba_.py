@@ -298,8 +298,11 @@ class NumbaBackend(NumpyBackend):
 
     def _segment_args(self, A0, A1, s, sq0, cross, sq1, lam, loss):
         n = A0.shape[1]
-        if self._nb_seg is None or self._nb_seg[0].size != n:
-            self._nb_seg = tuple(np.empty(n) for _ in range(6))
+        if self._nb_seg is None or self._nb_seg[0].size != n:     # the scratch, once a fit
+            F = np.empty((12, n))
+            self._nb_seg = (np.empty(n), F, F.view(np.uint64), np.empty((2, n), dtype=np.int64),
+                            np.empty((6, 2049), dtype=np.int64),
+                            np.empty((3, 64), dtype=np.int64), np.empty(64))
         sw = np.empty(0) if s is None else np.ascontiguousarray(s, dtype=np.float64).reshape(-1)
         q1, q2 = cross - sq0, sq1 - 2.0 * cross + sq0           # as segment_point forms them
         return (A0[0], A1[0], sw, s is not None, loss == "squared_hinge", n * lam, lam,
