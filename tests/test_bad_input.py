@@ -357,8 +357,12 @@ def test_more_columns_than_int32_indices(name, make):
 
 
 @each_estimator
-def test_fit_leaves_the_callers_matrix_alone(name, make):
-    dtype = np.float64 if name == "KernelPegasosSVC" else np.float32   # the estimator's own
+@pytest.mark.parametrize("own", [True, False])
+def test_fit_leaves_the_callers_matrix_alone(name, make, own):
+    """The estimator's own dtype, and the other one (whose values are converted: scipy's
+    astype would first sum the caller's duplicate entries in place)."""
+    ours = np.float64 if name == "KernelPegasosSVC" else np.float32
+    dtype = ours if own else ({np.float32: np.float64, np.float64: np.float32}[ours])
     X = sp.csr_matrix((np.array([1.0, 0.5, 2.0, 0.25, 1.0, 3.0, 1.0], dtype=dtype),
                        np.array([2, 0, 1, 1, 0, 0, 2]), np.array([0, 2, 5, 6, 7])), shape=(4, 3))
     assert not X.has_sorted_indices                     # unsorted, with a duplicate in row 1

@@ -186,11 +186,12 @@ def test_a_multiclass_fit_on_the_numpy_equivalents_is_the_same_model(letter, mon
 
 def test_a_binary_fit_on_the_numpy_equivalents_is_the_same_model(rcv1_small, monkeypatch):
     """RCV1 slice, SDCA's defaults (epoch batches of one row, shrinking): the epochs' orders,
-    ``X w`` and ``X^T (alpha y)`` from NumPy, the same model bit for bit."""
+    ``X w``, ``X^T (alpha y)`` and the best point's segment minimum from NumPy, the same
+    model bit for bit."""
     X = sp.csr_matrix(rcv1_small.X, dtype=np.float32)
     compiled, _ = _fit(SDCASVC(random_state=1), X, rcv1_small.y, monkeypatch, never=False)
     numpy_, asked = _fit(SDCASVC(random_state=1), X, rcv1_small.y, monkeypatch, never=True)
-    assert set(asked) == {"epoch_order", "csr_rmatvec", "csr_matvec"}
+    assert set(asked) == {"epoch_order", "csr_rmatvec", "csr_matvec", "segment_point_one"}
     np.testing.assert_array_equal(numpy_.coef_, compiled.coef_)
     np.testing.assert_array_equal(numpy_.intercept_, compiled.intercept_)
 

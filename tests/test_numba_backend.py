@@ -409,6 +409,109 @@ def test_rejections_slot_is_kept_in_the_state(rcv1_64):
     assert res.extra["n_rejected"] == int(be.sm[S_NREJ, 0]) > 0
 
 
+def _segment_cases(rng):
+    """``(A0, A1, s, sq0, cross, sq1, lam)`` of one output: margins with many crossings of 1,
+    none (the same point twice), ties (margins at exactly 1), the minimum at either end or
+    inside, with and without row weights."""
+    n, d = 500, 12
+    X = rng.standard_normal((n, d))
+    y = np.where(rng.random(n) < 0.5, -1.0, 1.0)
+    w_a, w_b = 0.2 * rng.standard_normal(d), 0.2 * rng.standard_normal(d)
+    g = X.T @ y / n
+    pairs = [(w_a, w_b), (w_a, w_a), (0.01 * w_b, 3.0 * w_b), (np.zeros(d), -g),
+             (np.zeros(d), 1e-3 * g), (w_b, w_a)]
+    for lam in (1e-4, 1e-2):
+        for k, (w0, w1) in enumerate(pairs):
+            A0, A1 = (y * (X @ w0))[None, :], (y * (X @ w1))[None, :]
+            if k == 0:
+                A0[0, :20] = 1.0                            # ties at the crossing points
+            for s in (None, rng.uniform(0.0, 2.0, n)):
+                yield (A0, A1, s, np.array([w0 @ w0]), np.array([w0 @ w1]),
+                       np.array([w1 @ w1]), lam)
+
+
+@pytest.mark.parametrize("loss", ["hinge", "squared_hinge"])
+def test_the_compiled_segment_point_is_the_reference_bit_for_bit(loss):
+    """BestPoints' compiled segment minimum (one output) returns NumPy's numbers exactly: the
+    first fit of a process runs NumPy's while it compiles ahead, and a seed must give the
+    same model either way."""
+    from gpusvm.backends import _compile_nb  # noqa: PLC0415
+    from gpusvm.solvers.sdca import segment_point  # noqa: PLC0415
+
+    rng = np.random.default_rng(5)
+    be = NumbaBackend(sp.csr_matrix(np.eye(3)), np.array([1.0, -1.0, 1.0]))
+    ts = []
+    for A0, A1, s, sq0, cross, sq1, lam in _segment_cases(rng):
+        ref = segment_point(np, A0, A1 - A0, s, sq0, cross, sq1, lam, loss)
+        got = be.segment_point_one(A0, A1, s, sq0, cross, sq1, lam, loss)
+        if got is None:                                     # compiling ahead: wait for it
+            _compile_nb.AHEAD.wait()
+            got = be.segment_point_one(A0, A1, s, sq0, cross, sq1, lam, loss)
+        for r, g_ in zip(ref, got):
+            np.testing.assert_array_equal(np.asarray(g_), np.asarray(r))
+        ts.append(float(ref[0][0]))
+    ts = np.array(ts)
+    assert (ts == 0.0).any() and (ts == 1.0).any() and ((ts > 0.0) & (ts < 1.0)).any()
+
+
+def test_the_crossings_stable_order_is_numpys():
+    """The radix sort of the crossings' ``t`` is NumPy's stable argsort: ties kept in order
+    (``0.0`` and ``-0.0`` tie), values over many binades, negative values, infinities and
+    NaNs (last, tied, whatever their bits)."""
+    from gpusvm.backends._csr_nb import stable_order  # noqa: PLC0415
+
+    rng = np.random.default_rng(9)
+    for k in (0, 1, 2, 7, 300, 5000):
+        for case in range(4):
+            t = rng.random(k) ** 8                      # down to ~1e-30: every digit varies
+            if case == 1:
+                t = np.round(t, 3)                      # many ties
+            elif case == 2 and k:
+                t[::3], t[1::3] = -0.0, 0.0
+            elif case == 3 and k:
+                t[k // 2] = -1.0
+                t[::5] *= -1.0
+                t[1::7] = np.inf
+                t[2::7] = -np.inf
+                t[3::11] = np.nan
+                t[4::11] = -np.nan
+            keyf, idx = np.empty(k), np.empty((2, k), dtype=np.int64)
+            got = stable_order(t, k, keyf, keyf.view(np.uint64), np.empty(k, dtype=np.uint64),
+                               idx[0], idx[1], np.empty((6, 2049), dtype=np.int64))
+            np.testing.assert_array_equal(got, np.argsort(t, kind="stable"))
+
+
+def test_a_fit_is_the_same_with_the_numpy_segment_point(a9a_64, monkeypatch):
+    """The compiled segment minimum changes no bit of a fit (weighted, both losses)."""
+    from gpusvm.backends import _compile_nb  # noqa: PLC0415
+
+    X, y = a9a_64
+    s = np.random.default_rng(2).uniform(0.5, 1.5, X.shape[0])
+    for loss, weights in (("hinge", None), ("squared_hinge", s)):
+        kw = dict(lam=1e-3, b=1, max_iter=10 * X.shape[0], tol=0.0, seed=4, loss=loss,
+                  eval_every=X.shape[0] // 2)
+        compiled = []
+        real = NumbaBackend.segment_point_one
+
+        def counted(self, *args):
+            got = real(self, *args)
+            if got is None:                                 # compiling ahead: wait for it
+                _compile_nb.AHEAD.wait()
+                got = real(self, *args)
+            compiled.append(got is not None)
+            return got
+        with monkeypatch.context() as m:
+            m.setattr(NumbaBackend, "segment_point_one", counted)
+            fast = sdca(NumbaBackend(X, y, sample_weight=weights), **kw)
+        assert len(compiled) == 19 and all(compiled)
+        with monkeypatch.context() as m:
+            m.setattr(NumbaBackend, "segment_point_one", lambda self, *a: None)
+            slow = sdca(NumbaBackend(X, y, sample_weight=weights), **kw)
+        assert len(fast.history) == 20 and fast.n_iter == slow.n_iter
+        np.testing.assert_array_equal(fast.w, slow.w)
+        assert [h[:4] for h in fast.history] == [h[:4] for h in slow.history]
+
+
 _TINY_LOOP = """
 from numba import njit
 

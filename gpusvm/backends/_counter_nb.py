@@ -221,12 +221,26 @@ def epoch_order(n, seed, half, mask, e, rk, ecache, table, order):
     slot = _epoch_slot(seed, e, rk, ecache)
     if table.size > 0:
         _feistel_table(rk, slot, half, mask, table)
+        # the cycle walk in rounds over the rows still outside ``[0, n)``, appended without a
+        # branch: a walk per row mispredicts on about every other row (a9a: 0.36 ms an epoch
+        # against 0.07 ms)
         nn = np.uint32(n)
+        pending = np.empty(n, dtype=np.int32)
+        count = 0
         for q in range(n):
             x = table[q]
-            while x >= nn:
-                x = table[x]
             order[q] = x
+            pending[count] = q
+            count += x >= nn
+        while count > 0:
+            left = 0
+            for i in range(count):
+                q = pending[i]
+                x = table[order[q]]
+                order[q] = x
+                pending[left] = q
+                left += x >= nn
+            count = left
     else:
         for q in range(n):
             order[q] = permute(q, n, rk, slot, half, mask)

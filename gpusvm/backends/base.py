@@ -11,8 +11,10 @@ synchronise a device.  The solvers call ``init_state_m(w0, b0, averaging)`` and
 t1 - 1`` of the :class:`~gpusvm.solvers._sampling.CounterSampler`, ``plan`` a
 :class:`PegasosPlan` or :class:`SDCAPlan`, with no Python per iteration on the compiled
 backends), and the evaluations, certificates and output selection of
-:class:`~gpusvm.backends._general.GeneralEvaluation`; ``outputs_m`` and ``sdca_unshrink_m``
-(shrinking, CPU backends) are optional, and device backends add ``synchronize`` and
+:class:`~gpusvm.backends._general.GeneralEvaluation`; ``outputs_m``, ``sdca_unshrink_m``
+(shrinking, CPU backends) and ``segment_point_one`` (the best point's segment minimum of one
+output, compiled; :class:`~gpusvm.solvers.sdca.BestPoints`) are optional, and device backends
+add ``synchronize`` and
 ``times_certificates`` (to time a segment; whether the certificate cadence reads the clock).
 
 Streams: a device backend runs every device operation on a non-blocking stream of its own,

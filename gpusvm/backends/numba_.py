@@ -76,6 +76,7 @@ class NumbaBackend(NumpyBackend):
         self._nb_threaded = None          # the certificates' products on threads (use_threads)
         self._nb_ready = set()            # helpers compiled for them: not asked again (its
                                           # argument types cost ~0.5 ms a certificate)
+        self._nb_seg = None               # the segment minimum's scratch (segment_point_one)
 
     def use_threads(self, pool) -> int:
         """Run the certificates' products (``decision_function_m``, ``dual_weights_m``) on the
@@ -195,6 +196,9 @@ class NumbaBackend(NumpyBackend):
             AHEAD.ready(csr.csr_matvec, self._matvec_args(np.zeros(1), 0.0, np.zeros(1)))
             if dual:
                 AHEAD.ready(csr.csr_rmatvec, self._rmatvec_args(np.zeros(1)))
+                AHEAD.ready(csr.segment_point_one, self._segment_args(
+                    np.zeros((1, 1)), np.zeros((1, 1)), self.sample_weight, np.zeros(1),
+                    np.zeros(1), np.zeros(1), 1.0, "hinge"))
             return
         M = self.n_outputs
         if dual:
@@ -291,6 +295,29 @@ class NumbaBackend(NumpyBackend):
             self._nb_ready.add(dispatcher)
             return True
         return False
+
+    def _segment_args(self, A0, A1, s, sq0, cross, sq1, lam, loss):
+        n = A0.shape[1]
+        if self._nb_seg is None or self._nb_seg[0].size != n:     # the scratch, once a fit
+            F = np.empty((12, n))
+            self._nb_seg = (np.empty(n), F, F.view(np.uint64), np.empty((2, n), dtype=np.int64),
+                            np.empty((6, 2049), dtype=np.int64),
+                            np.empty((3, 64), dtype=np.int64), np.empty(64))
+        sw = np.empty(0) if s is None else np.ascontiguousarray(s, dtype=np.float64).reshape(-1)
+        q1, q2 = cross - sq0, sq1 - 2.0 * cross + sq0           # as segment_point forms them
+        return (A0[0], A1[0], sw, s is not None, loss == "squared_hinge", n * lam, lam,
+                float(q1[0]), float(q2[0]), float(sq0[0]), *self._nb_seg)
+
+    def segment_point_one(self, A0, A1, s, sq0, cross, sq1, lam: float, loss: str):
+        """:func:`gpusvm.solvers.sdca.segment_point` of one output from both ends' margins
+        ``A0``, ``A1`` (1, n), compiled (:func:`gpusvm.backends._csr_nb.segment_point_one`;
+        a certificate's fifty NumPy passes and calls in one), the same numbers bit for bit;
+        None while it compiles ahead (the caller runs NumPy's)."""
+        args = self._segment_args(A0, A1, s, sq0, cross, sq1, lam, loss)
+        if not self._nb_compiled(csr.segment_point_one, args):
+            return None
+        t, sqt, pt = csr.segment_point_one(*args)
+        return np.array([t]), args[10].reshape(1, -1), np.array([sqt]), np.array([pt])
 
     def dual_weights_m(self, lam: float) -> np.ndarray:
         """``W(alpha) = X^T (alpha * Y) / (lam n)`` in float64 (d, M), resynchronising ``V``."""

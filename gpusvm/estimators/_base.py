@@ -243,10 +243,18 @@ class _LinearSVCBase(ClassifierMixin, BaseEstimator):
             return _arrays.prepare(self, X, y, reset)
         dtype = as_dtype(self.dtype)
         check_sparse_structure(X)
+        checked = None
+        if sp.issparse(X) and X.format == "csr" and X.dtype.kind == "f" and X.dtype != dtype \
+                and X.data.size == X.indices.size:
+            # the values converted, the index arrays just checked shared: scipy's astype
+            # copies them, after summing the caller's duplicate entries in place
+            X = checked = sp.csr_matrix((X.data.astype(dtype), X.indices, X.indptr),
+                                        shape=X.shape)
         X, y = validate_data(self, X, y, accept_sparse="csr", dtype=dtype, order="C",
                              y_numeric=False, reset=reset)
         Xc = _arrays.dense_to_csr(X, dtype) if not sp.issparse(X) else X.tocsr().astype(dtype, copy=False)
-        check_sparse_structure(Xc)
+        if Xc is not checked:
+            check_sparse_structure(Xc)
         n, d = Xc.shape
         d_aug = d + (self.bias == "augmented")
         nnz_aug = Xc.nnz + n * (self.bias == "augmented")

@@ -226,9 +226,11 @@ class BestPoints:
     most that of both ends (its gap reaches ``tol`` earlier; BENCHMARKS.md).
 
     ``backend`` supplies ``xp`` (NumPy when absent), ``to_host``, ``col_dots_m`` and
-    ``mix_columns_m`` (:class:`~gpusvm.backends._general.GeneralEvaluation`); ``s`` are the
-    example weights in its array module.  Attributes: the best points ``W`` (d, M), their
-    signed margins ``A`` (M, n), objectives ``P`` and squared norms ``sq`` (host, (M,)).
+    ``mix_columns_m`` (:class:`~gpusvm.backends._general.GeneralEvaluation`), and may supply
+    ``segment_point_one``, :func:`segment_point` of one output compiled (the same numbers;
+    None while it compiles); ``s`` are the example weights in its array module.
+    Attributes: the best points ``W`` (d, M), their signed margins ``A`` (M, n), objectives
+    ``P`` and squared norms ``sq`` (host, (M,)).
     """
 
     def __init__(self, backend, lam: float, loss: str, s=None):
@@ -251,12 +253,16 @@ class BestPoints:
         q0 = xp.asarray(self.sq[idx])
         cross = xp.asarray(be.col_dots_m(self.W, idx, W))                    # <w_0, w_1>
         A0 = self.A if whole else self.A[xp.asarray(idx)]
-        E = A - A0
         s = self.s
         if s is not None and s.ndim == 2 and not whole:       # the offered outputs' weights
             s = s[:, xp.asarray(idx)]
-        t_d, At, sqt_d, pt_d = segment_point(xp, A0, E, s, q0, cross, xp.asarray(sq),
-                                             self.lam, self.loss)
+        # one output: the backend's compiled form where it has one (the same numbers)
+        got = be.segment_point_one(A0, A, s, q0, cross, xp.asarray(sq), self.lam, self.loss) \
+            if idx.size == 1 and whole and hasattr(be, "segment_point_one") else None
+        if got is None:
+            got = segment_point(xp, A0, A - A0, s, q0, cross, xp.asarray(sq), self.lam,
+                                self.loss)
+        t_d, At, sqt_d, pt_d = got
         t, pt, sqt = np.asarray(be.to_host(xp.stack([t_d, pt_d, sqt_d])), dtype=float)
         inner = (t > 0.0) & (t < 1.0)
         worse = inner & (pt >= np.minimum(self.P[idx], P))  # rounding only: keep the better end
