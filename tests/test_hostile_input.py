@@ -116,7 +116,9 @@ def test_cli_prints_each_outputs_certificate(capsys, tmp_path, three_class_file)
 def test_model_written_through_dev_null(capsys, binary_file):
     status, out, err = run(capsys, "fit", binary_file, "--solver", "newton", "--backend",
                            "numpy", "--out", "/dev/null")
-    assert (status, err) == (0, "")
+    # nothing on stderr but, on an empty numba cache, the one-off compilation notice
+    lines = [line for line in err.splitlines() if "gpusvm: compiling " not in line]
+    assert (status, lines) == (0, [])
     assert out.splitlines()[-1] == "model written to /dev/null"
 
 
