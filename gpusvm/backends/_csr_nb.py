@@ -116,18 +116,31 @@ def fill_ring(sam, bt0):
 
 
 @njit(cache=True, inline="always")
-def draw_ahead(indptr, indices, data, vf, M, sam, bt, pref_v, row):
-    """Draw batch ``bt + PREFETCH_DISTANCE``, prefetch its rows (and ``V``'s of batch ``bt + 1``);
-    ``row`` (one row a batch): the draw inlined, not called."""
+def draw_ahead(indptr, indices, data, vf, M, sam, bt, pref_v):
+    """Draw batch ``bt + PREFETCH_DISTANCE`` (a call), prefetch its rows (and ``V``'s of batch
+    ``bt + 1``)."""
     smp, ring, ringf, ringh, rk, ecache, stamp = sam[:7]
     nxt = bt + PREFETCH_DISTANCE
     sl = nxt % RING
-    if row:
-        ringh[sl] = batch_inline(smp[0], smp[1], smp[2], smp[3], smp[4], smp[5], nxt,
-                                 ring[sl], ringf[sl], rk, ecache, stamp)
-    else:
-        ringh[sl] = batch(smp[0], smp[1], smp[2], smp[3], smp[4], smp[5], nxt, ring[sl],
-                          ringf[sl], rk, ecache, stamp)
+    ringh[sl] = batch(smp[0], smp[1], smp[2], smp[3], smp[4], smp[5], nxt, ring[sl],
+                      ringf[sl], rk, ecache, stamp)
+    _prefetch_ahead(indptr, indices, data, vf, M, ring, sl, bt, pref_v)
+
+
+@njit(cache=True, inline="always")
+def draw_ahead_row(indptr, indices, data, vf, M, sam, bt, pref_v):
+    """:func:`draw_ahead` for one-row batches: the draw inlined, not called (a loop picks one
+    of the two in its own body, so that the other is never inlined)."""
+    smp, ring, ringf, ringh, rk, ecache, stamp = sam[:7]
+    nxt = bt + PREFETCH_DISTANCE
+    sl = nxt % RING
+    ringh[sl] = batch_inline(smp[0], smp[1], smp[2], smp[3], smp[4], smp[5], nxt, ring[sl],
+                             ringf[sl], rk, ecache, stamp)
+    _prefetch_ahead(indptr, indices, data, vf, M, ring, sl, bt, pref_v)
+
+
+@njit(cache=True, inline="always")
+def _prefetch_ahead(indptr, indices, data, vf, M, ring, sl, bt, pref_v):
     rows = ring[sl]
     for i in range(rows.size):
         prefetch_row(indptr, indices, data, rows[i])

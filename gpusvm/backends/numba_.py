@@ -115,7 +115,7 @@ class NumbaBackend(NumpyBackend):
                 "slot": np.full(0 if row else self.d, -1, dtype=np.int32),
                 "acc": np.empty((cap, M)), "touched": np.empty(cap, dtype=np.int32),
                 "wk": np.zeros((N_WORK, M)), "tmp": np.empty(1, dtype=self.dtype), "z": np.empty(M),
-                "yb": np.empty(k), "sc": np.empty(k), "bp": np.empty(k), "wt": np.empty(k)}
+                "opt": np.empty((4, k)), "so": np.empty(2 * k, dtype=np.int64)}
             self._nb_key = (k, M)
         return self._nb_wrk
 
@@ -129,20 +129,22 @@ class NumbaBackend(NumpyBackend):
             ring = np.zeros((csr.RING, k), dtype=np.int32)
             ringf = np.ones((csr.RING, k), dtype=np.bool_)
             ringh = np.zeros(csr.RING, dtype=np.bool_)
-            by_epoch = sampler.code == 2 and k == 1 and self._nb_canonical
             state = sampler_state(sampler.n if sampler.code == 1 else 1,
-                                  sampler.n if by_epoch else 0, int(sampler.half))
+                                  sampler.n if sampler.code == 2 else 0, int(sampler.half))
             self._nb_smp = (sampler, (smp, ring, ringf, ringh, *state))
             self._nb_held = (0, 0)
         return self._nb_smp[1]
 
     def _nb_orders(self, sampler, sam, t0: int, t1: int):
-        """The epochs' rows of batches ``t0 .. t_end - 1`` into ``order`` (``order[i]``: epoch
-        ``ecache[2] + i``); returns ``(t_end, sam)``, ``sam`` new when ``order`` grew and
-        ``t_end`` ``t1`` or the end of the last epoch :data:`ORDER_ENTRIES` has room for."""
-        n = sampler.n
-        e0 = t0 // n
-        count = min((t1 - 1) // n - e0 + 1, max(1, ORDER_ENTRIES // n))
+        """The epochs' rows of batches ``t0 .. t_end - 1`` (positions ``t0 k .. t_end k - 1``)
+        into ``order`` (``order[i]``: epoch ``ecache[2] + i``); returns ``(t_end, sam)``,
+        ``sam`` new when ``order`` grew and ``t_end`` ``t1`` or the last batch whose epochs
+        :data:`ORDER_ENTRIES` has room for (two epochs at least when a batch straddles)."""
+        n, k = sampler.n, sampler.k
+        e0 = t0 * k // n
+        count = min((t1 * k - 1) // n - e0 + 1, max(1, ORDER_ENTRIES // n))
+        if (e0 + count) * n // k <= t0:                # batch t0 runs into the next epoch
+            count += 1
         first, held = self._nb_held
         order = sam[7]
         if order.shape[0] < count:            # room for the run's epochs, the held ones kept
@@ -166,7 +168,7 @@ class NumbaBackend(NumpyBackend):
                 order[i] = sampler.epoch(e)
         ecache[2] = e0
         self._nb_held = (e0, count)
-        return min(t1, (e0 + count) * n), sam
+        return min(t1, (e0 + count) * n // k), sam
 
     def _nb_run(self, loop, sampler, by_epoch, csr_, lab, st, t0, t1, prm, wrk) -> None:
         """Run ``loop`` over batches ``t0 .. t1 - 1``, compiled first (``"epoch"``: by held epochs)."""
@@ -202,16 +204,18 @@ class NumbaBackend(NumpyBackend):
         AHEAD.ready(csr.csr_matmat, self._matmat_args(np.zeros((1, M)), np.zeros(M),
                                                       np.zeros((1, M))))
 
-    def _nb_flags(self, sampler):
-        """``(one, row, by_epoch, weighted)`` of this fit's segments."""
+    def _nb_flags(self, sampler, batches=False):
+        """``(one, row, by_epoch, weighted)`` of this fit's segments; ``batches``: the loop reads
+        batches of several rows from the epochs' orders too (else only one-row batches)."""
         sam = self._nb_sampler(sampler)
         row = sampler.k == 1 and self._nb_canonical
-        return (self._nb_one, row, row and sam[7].size > 0, self.sample_weight is not None)
+        return (self._nb_one, row, (row or batches) and sam[7].size > 0,
+                self.sample_weight is not None)
 
     def pegasos_segment_m(self, sampler, t0: int, t1: int, plan) -> None:
         """Pegasos iterations ``t0 + 1 .. t1`` in one compiled call (``NumpyBackend``'s steps)."""
         p = plan
-        one, row, by_epoch, weighted = self._nb_flags(sampler)
+        one, row, by_epoch, weighted = self._nb_flags(sampler, batches=True)
         loop = pegasos_loop(one, row, by_epoch, bool(p.optimal))
         U = self.U if self.U is not None else np.empty((0, 0))
         w = self._nb_work(p.k)
@@ -219,8 +223,14 @@ class NumbaBackend(NumpyBackend):
                float(p.norma_p), bool(p.unreg_bias), float(p.radius), bool(p.averaged),
                int(p.t_avg), float(p.renorm_threshold), self._nb_prefetch_v(), weighted,
                p.loss == "squared_hinge")
-        wrk = (w["m"], w["coef"], w["slot"], w["acc"], w["touched"], w["wk"], w["tmp"], w["z"],
-               w["yb"], w["sc"], w["bp"], w["wt"])
+        # None for the arrays this loop never reads (each array argument is unboxed by code
+        # compiled with the loop): one output and one row read ``tmp`` alone
+        if one and row and not p.optimal:
+            wrk = (None,) * 6 + (w["tmp"],) + (None,) * 3
+        else:
+            wrk = (w["m"], w["coef"], None if row else w["slot"], w["acc"], w["touched"],
+                   w["wk"], w["tmp"], None if one else w["z"])
+            wrk += (w["opt"], w["so"]) if p.optimal else (None, None)
         self._nb_run(loop, sampler, by_epoch, self._nb_csr(), self._nb_labels(),
                      (self.V, self.V.reshape(-1), U, U.reshape(-1), self.sm), t0, t1, prm, wrk)
 
