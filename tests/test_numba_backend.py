@@ -80,8 +80,8 @@ def general_form(be):
     the ``M`` loops kept, a row's dot product as one running sum)."""
     flags = be._nb_flags
 
-    def no_one(sampler, **kwargs):
-        return (False,) + flags(sampler, **kwargs)[1:]
+    def no_one(sampler):
+        return (False,) + flags(sampler)[1:]
 
     be._nb_flags = no_one
     return be

@@ -654,14 +654,46 @@ def sdca_loop(one, row, by_epoch, aggressive):
         g = 1.0 / (lam * n * a)                                           # w step factor
         vsq, asumd, nrej = sm[S_VSQ, 0], sm[S_ASUMD, 0], sm[S_NREJ, 0]
         rho, dnorm = sm[S_TMP0, 0], sm[S_DNORM, 0]
-        e = t0 // n                                       # epoch and position of batch t0
-        q = t0 - e * n
+        kb = ring.shape[1]                                # the batch size
+        e = t0 * kb // n                                  # epoch and position of batch t0
+        q = t0 * kb - e * n
         if by_epoch:                          # the rows of epoch e: order[e - ecache[2]], made
             eo = e - ecache[2]                # by the host for every epoch of the segment
         else:
             fill_ring(sam, t0)
         for bt in range(t0, t1):
-            if by_epoch:
+            if by_epoch and not row:            # the batch's kb positions (Pegasos' loop), and
+                rows, first = ring[0], ringf[0]         # a row of the next epoch that repeats
+                tail = n - q                            # one of this epoch's in the batch
+                has_first = tail < kb                   # (stamped with bt) is no first
+                nxt = q + kb
+                ne = eo + 1 if nxt >= n else eo
+                nxt = nxt - n if nxt >= n else nxt
+                for j in range(kb):
+                    r = order[eo, q]
+                    rows[j] = r
+                    if has_first:
+                        if j < tail:
+                            stamp[r] = bt
+                            first[j] = True
+                        else:
+                            first[j] = stamp[r] != bt
+                    q += 1
+                    if q == n:
+                        q = 0
+                        eo += 1
+                    if ne < order.shape[0]:                 # the next batch's row j
+                        ra = order[ne, nxt]
+                        prefetch_row(indptr, indices, data, ra)
+                        prefetch_duals(af, yf, inv_q, M, ra)
+                        if pref_v:
+                            prefetch_v_row(indptr, indices, vf, M, ra)
+                        nxt += 1
+                        if nxt == n:
+                            nxt = 0
+                            ne += 1
+                r = rows[0]
+            elif by_epoch:
                 qa = q + ORDER_PREFETCH
                 if qa < n:                                # the row ahead, with its duals
                     ra = order[eo, qa]
@@ -688,12 +720,14 @@ def sdca_loop(one, row, by_epoch, aggressive):
                 sl = bt % RING
                 rows, first, has_first = ring[sl], ringf[sl], ringh[sl]           # A_t
                 r = rows[0]
-            q += 1
-            epoch_ends = q == n
-            if epoch_ends:
-                q = 0
-                if by_epoch:
-                    eo += 1
+            epoch_ends = False
+            if row or not by_epoch:             # (read by shrinking, one row a batch)
+                q += 1
+                epoch_ends = q == n
+                if epoch_ends:
+                    q = 0
+                    if by_epoch:
+                        eo += 1
             if scalar:                          # M = 1, one row: scalars, slots in registers
                 step = not shrinking or active[r]
                 if step:

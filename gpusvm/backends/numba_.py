@@ -129,7 +129,8 @@ class NumbaBackend(NumpyBackend):
             ring = np.zeros((csr.RING, k), dtype=np.int32)
             ringf = np.ones((csr.RING, k), dtype=np.bool_)
             ringh = np.zeros(csr.RING, dtype=np.bool_)
-            state = sampler_state(sampler.n if sampler.code == 1 else 1,
+            stamped = sampler.code == 1 or (sampler.code == 2 and k > 1)
+            state = sampler_state(sampler.n if stamped else 1,
                                   sampler.n if sampler.code == 2 else 0, int(sampler.half))
             self._nb_smp = (sampler, (smp, ring, ringf, ringh, *state))
             self._nb_held = (0, 0)
@@ -174,7 +175,7 @@ class NumbaBackend(NumpyBackend):
         """Run ``loop`` over batches ``t0 .. t1 - 1``, compiled first (``"epoch"``: by held epochs)."""
         t, t1 = int(t0), int(t1)
         full = self._nb_sampler(sampler)
-        sam = (*full[:3], None, None, full[5], None, full[7], None) if by_epoch else full
+        sam = self._nb_sam_epochs(full) if by_epoch else full
         if loop not in self._nb_loops:
             self._nb_loops.add(loop)
             _ready_loop(loop, (csr_, lab, st, sam, t, t1, prm, wrk),
@@ -183,11 +184,17 @@ class NumbaBackend(NumpyBackend):
             end = t1
             if by_epoch:
                 end, full = self._nb_orders(sampler, full, t, t1)
-                sam = (*full[:3], None, None, full[5], None, full[7], None)
+                sam = self._nb_sam_epochs(full)
             if not self._nb_asked:
                 self._nb_ask_ahead()
             loop(csr_, lab, st, sam, t, end, prm, wrk)
             t = end
+
+    @staticmethod
+    def _nb_sam_epochs(full):
+        """The sampler's state as a loop reading the epochs' orders sees it: None for what it
+        never reads (the stamps: the repeats of a batch that straddles two epochs)."""
+        return (*full[:3], None, None, full[5], full[6], full[7], None)
 
     def _nb_ask_ahead(self) -> None:
         """Ask once for the certificates' products ahead (not ``X w`` of one output: not NumPy's)."""
@@ -204,18 +211,16 @@ class NumbaBackend(NumpyBackend):
         AHEAD.ready(csr.csr_matmat, self._matmat_args(np.zeros((1, M)), np.zeros(M),
                                                       np.zeros((1, M))))
 
-    def _nb_flags(self, sampler, batches=False):
-        """``(one, row, by_epoch, weighted)`` of this fit's segments; ``batches``: the loop reads
-        batches of several rows from the epochs' orders too (else only one-row batches)."""
+    def _nb_flags(self, sampler):
+        """``(one, row, by_epoch, weighted)`` of this fit's segments."""
         sam = self._nb_sampler(sampler)
         row = sampler.k == 1 and self._nb_canonical
-        return (self._nb_one, row, (row or batches) and sam[7].size > 0,
-                self.sample_weight is not None)
+        return (self._nb_one, row, sam[7].size > 0, self.sample_weight is not None)
 
     def pegasos_segment_m(self, sampler, t0: int, t1: int, plan) -> None:
         """Pegasos iterations ``t0 + 1 .. t1`` in one compiled call (``NumpyBackend``'s steps)."""
         p = plan
-        one, row, by_epoch, weighted = self._nb_flags(sampler, batches=True)
+        one, row, by_epoch, weighted = self._nb_flags(sampler)
         loop = pegasos_loop(one, row, by_epoch, bool(p.optimal))
         U = self.U if self.U is not None else np.empty((0, 0))
         w = self._nb_work(p.k)
