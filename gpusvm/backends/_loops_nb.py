@@ -27,9 +27,9 @@ import numpy as np
 from numba import njit
 
 from . import _compile_nb  # noqa: F401  (the collector paused, the cache stamped)
-from ._csr_nb import (ORDER_PREFETCH, RING, add_exact, add_row, add_row_to_columns, add_rows,
-                      draw_ahead, draw_ahead_row, fill_ring, prefetch, prefetch_duals,
-                      prefetch_row, prefetch_v_row, row_dot, sum_sq_norms)
+from ._csr_nb import (ORDER_PREFETCH, PREFETCH_DISTANCE, RING, add_exact, add_row, add_row_to_columns, add_rows,
+                      draw_ahead, draw_ahead_row, prefetch, prefetch_duals,
+                      prefetch_row, prefetch_v_row, row_dot, unliteral)
 from ._state import (S_A, S_ASUM, S_ASUMD, S_B, S_BETA, S_BSUM, S_DNORM, S_LOSS, S_NACT,
                      S_NAVG, S_NREJ, S_TMP0, S_VSQ, S_YACT)
 
@@ -310,9 +310,8 @@ def pegasos_loop(one, row, by_epoch, optimal):
             e = t0 * k // n                 # rows are order[e - ecache[2]] (made by the host)
             q = t0 * k - e * n
             eo = e - ecache[2]
-        else:
-            fill_ring(sam, t0)
-        for t in range(t0 + 1, t1 + 1):
+        t_first = t0 + 1 if by_epoch else t0 + 1 - PREFETCH_DISTANCE     # (the ring filled
+        for t in range(t_first, t1 + 1):                                # by the first draws)
             if by_epoch and not row:        # the batch's k positions, the next batch's rows
                 rows = ring[0]              # prefetched (read from the order as they come)
                 nxt = q + k
@@ -354,6 +353,8 @@ def pegasos_loop(one, row, by_epoch, optimal):
                     draw_ahead_row(indptr, indices, data, vf, M, sam, t - 1, pref_v)
                 else:
                     draw_ahead(indptr, indices, data, vf, M, sam, t - 1, pref_v)
+                if t <= t0:
+                    continue
                 rows = ring[(t - 1) % RING]                                       # step 1: A_t
                 r = rows[0]
             eta, shrink = _step_size(schedule, t, lam, eta0, norma_p)             # step 3
@@ -395,7 +396,7 @@ def pegasos_loop(one, row, by_epoch, optimal):
                              M, slot, acc, touched, wk[W_DN])
                 else:
                     add_rows(indptr, indices, data, V, vf, U, uf, sm[S_ASUM], use_u, rows, coef,
-                             M, slot, acc, touched, wk[W_DN])
+                             M, slot, acc, touched, wk[W_DN], unliteral(False))
                 _pegasos_finish(sm, eta, k, unreg_bias, radius, averaged and t >= t_avg, M,
                                 wk)                                               # step 5
                 _renormalize(V, U, use_u, sm, renorm, tmp)
@@ -463,8 +464,8 @@ def _sdca_deltas(Y, sw, weighted, alpha, inv_q, row_sq, sm, rows, m, lamn, first
 
 
 @njit(cache=True, inline="always")
-def _sdca_adapt_beta(indptr, indices, data, Y, row_sq, sm, rows, delta, coef, beta_b, theta,
-                     M, row, slot, acc, touched, wk):
+def _sdca_adapt_beta(indptr, indices, data, Y, V, vf, row_sq, sm, rows, delta, coef, beta_b,
+                     theta, M, row, slot, acc, touched, wk):
     """Alg. 2 per output (``NumpyBackend.sdca_adapt_beta_m``); one row is summed in place."""
     moves = False
     for c in range(M):
@@ -485,7 +486,8 @@ def _sdca_adapt_beta(indptr, indices, data, Y, row_sq, sm, rows, delta, coef, be
                 x = data[p] * coef[0, c]
                 wk[W_NUM, c] += x * x
     else:
-        sum_sq_norms(indptr, indices, data, rows, coef, M, slot, acc, touched, wk[W_NUM])
+        add_rows(indptr, indices, data, V, vf, V, vf, wk[W_OK], False, rows, coef, M, slot,
+                 acc, touched, wk[W_NUM], unliteral(True))
     for c in range(M):
         if wk[W_DEN, c] > 0.0:
             sm[S_TMP0, c], sm[S_BETA, c] = _rho_beta(wk[W_NUM, c], wk[W_DEN, c], sm[S_BETA, c],
@@ -659,9 +661,8 @@ def sdca_loop(one, row, by_epoch, aggressive):
         q = t0 * kb - e * n
         if by_epoch:                          # the rows of epoch e: order[e - ecache[2]], made
             eo = e - ecache[2]                # by the host for every epoch of the segment
-        else:
-            fill_ring(sam, t0)
-        for bt in range(t0, t1):
+        bt_first = t0 if by_epoch else t0 - PREFETCH_DISTANCE    # (the ring filled by the
+        for bt in range(bt_first, t1):                            # first draws)
             if by_epoch and not row:            # the batch's kb positions (Pegasos' loop), and
                 rows, first = ring[0], ringf[0]         # a row of the next epoch that repeats
                 tail = n - q                            # one of this epoch's in the batch
@@ -714,6 +715,8 @@ def sdca_loop(one, row, by_epoch, aggressive):
                     draw_ahead_row(indptr, indices, data, vf, M, sam, bt, pref_v)
                 else:
                     draw_ahead(indptr, indices, data, vf, M, sam, bt, pref_v)
+                if bt < t0:
+                    continue
                 ahead = ring[(bt + 1) % RING]
                 for i in range(ahead.size):
                     prefetch_duals(af, yf, inv_q, M, ahead[i])
@@ -770,8 +773,9 @@ def sdca_loop(one, row, by_epoch, aggressive):
                 _margins(indptr, indices, data, Y, V, vf, sm, rows, m, z, one)   # y_ic <w_c, x_i>
                 for rnd in range(2 if aggressive else 1):    # Alg. 2: again at the new beta
                     if rnd == 1:                             # (one copy of the inlined code)
-                        _sdca_adapt_beta(indptr, indices, data, Y, row_sq, sm, rows, delta,
-                                         coef, beta_b, theta, M, row, slot, acc, touched, wk)
+                        _sdca_adapt_beta(indptr, indices, data, Y, V, vf, row_sq, sm, rows,
+                                         delta, coef, beta_b, theta, M, row, slot, acc, touched,
+                                         wk)
                     _sdca_deltas(Y, sw, weighted, alpha, inv_q, row_sq, sm, rows, m, lamn,
                                  first, has_first, squared, M, delta)              # eq. (15)
                 _sdca_coefs(Y, sw, weighted, sm, alpha, rows, delta, coef, lam, n, aggressive,
@@ -781,14 +785,14 @@ def sdca_loop(one, row, by_epoch, aggressive):
                              slot, acc, touched, wk[W_DN])
                 else:
                     add_rows(indptr, indices, data, V, vf, V, vf, wk[W_OK], False, rows, coef, M,
-                             slot, acc, touched, wk[W_DN])
+                             slot, acc, touched, wk[W_DN], unliteral(False))
                 if aggressive and _sdca_rejects(sm, rows, coef, lam, n, M, eps, wk):  # undone
                     if row:
                         _add_row(indptr, indices, data, V, vf, V, vf, wk[W_OK], False, rows,
                                  coef, M, slot, acc, touched, wk[W_DN2])
                     else:
                         add_rows(indptr, indices, data, V, vf, V, vf, wk[W_OK], False, rows,
-                                 coef, M, slot, acc, touched, wk[W_DN2])
+                                 coef, M, slot, acc, touched, wk[W_DN2], unliteral(False))
                     _sdca_undone(sm, M, wk)
                 _sdca_commit(sm, alpha, rows, delta, M, wk)
         if scalar:
