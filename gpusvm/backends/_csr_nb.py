@@ -23,7 +23,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from . import _compile_nb  # noqa: F401  (the collector paused, the cache stamped)
-from ._counter_nb import batch, batch_inline
+from ._counter_nb import batch, batch_perm, batch_with
 
 PREFETCH_DISTANCE = 2      # batches ahead whose rows are prefetched (a shuffled epoch's are cold)
 ORDER_PREFETCH = 4         # rows ahead prefetched when the loop reads an epoch's order
@@ -133,13 +133,24 @@ def draw_ahead(indptr, indices, data, vf, M, sam, bt, pref_v):
 
 @njit(cache=True, inline="always")
 def draw_ahead_row(indptr, indices, data, vf, M, sam, bt, pref_v):
-    """:func:`draw_ahead` for one-row batches: the draw inlined, not called (a loop picks one
-    of the two in its own body, so that the other is never inlined)."""
+    """:func:`draw_ahead` for one-row batches drawn without replacement or by epochs: the
+    draw inlined, not called (a loop picks among these in its own body, by its closure
+    flags, so that numba never inlines the others)."""
     smp, ring, ringf, ringh, rk, ecache, stamp = sam[:7]
     nxt = bt + PREFETCH_DISTANCE
     sl = nxt % RING
-    ringh[sl] = batch_inline(smp[0], smp[1], smp[2], smp[3], smp[4], smp[5], nxt, ring[sl],
-                             ringf[sl], rk, ecache, stamp)
+    ringh[sl] = batch_perm(smp[0], smp[1], smp[2], smp[3], smp[4], smp[5], nxt, ring[sl],
+                           ringf[sl], rk, ecache)
+    _prefetch_ahead(indptr, indices, data, vf, M, ring, sl, bt, pref_v)
+
+
+@njit(cache=True, inline="always")
+def draw_ahead_row_wr(indptr, indices, data, vf, M, sam, bt, pref_v):
+    """:func:`draw_ahead_row` for one-row batches drawn with replacement."""
+    smp, ring, ringf, ringh, rk, ecache, stamp = sam[:7]
+    nxt = bt + PREFETCH_DISTANCE
+    sl = nxt % RING
+    ringh[sl] = batch_with(smp[1], smp[2], smp[3], nxt, ring[sl], ringf[sl], stamp)
     _prefetch_ahead(indptr, indices, data, vf, M, ring, sl, bt, pref_v)
 
 

@@ -28,7 +28,7 @@ from numba import njit
 
 from . import _compile_nb  # noqa: F401  (the collector paused, the cache stamped)
 from ._csr_nb import (ORDER_PREFETCH, PREFETCH_DISTANCE, RING, add_exact, add_row, add_row_to_columns, add_rows,
-                      draw_ahead, draw_ahead_row, prefetch, prefetch_duals,
+                      draw_ahead, draw_ahead_row, draw_ahead_row_wr, prefetch, prefetch_duals,
                       prefetch_row, prefetch_v_row, row_dot, unliteral)
 from ._state import (S_A, S_ASUM, S_ASUMD, S_B, S_BETA, S_BSUM, S_DNORM, S_LOSS, S_NACT,
                      S_NAVG, S_NREJ, S_TMP0, S_VSQ, S_YACT)
@@ -285,8 +285,9 @@ def _pegasos_finish(sm, eta, k, unreg_bias, radius, average, M, wk):
 
 
 @functools.lru_cache(maxsize=None)
-def pegasos_loop(one, row, by_epoch, optimal):
-    """The Pegasos loop compiled for these flags (module docstring), made once per process."""
+def pegasos_loop(one, row, by_epoch, optimal, wr=False):
+    """The Pegasos loop compiled for these flags (module docstring; ``wr``: one-row batches
+    drawn with replacement), made once per process."""
     scalar = one and row and not optimal            # the output's slots in registers
 
     @njit(cache=True, nogil=True, no_cfunc_wrapper=True)
@@ -349,7 +350,9 @@ def pegasos_loop(one, row, by_epoch, optimal):
                     q = 0
                     eo += 1
             else:
-                if row:
+                if row and wr:
+                    draw_ahead_row_wr(indptr, indices, data, vf, M, sam, t - 1, pref_v)
+                elif row:
                     draw_ahead_row(indptr, indices, data, vf, M, sam, t - 1, pref_v)
                 else:
                     draw_ahead(indptr, indices, data, vf, M, sam, t - 1, pref_v)
@@ -635,8 +638,9 @@ def _shrink_epoch(active, shr):
 
 
 @functools.lru_cache(maxsize=None)
-def sdca_loop(one, row, by_epoch, aggressive):
-    """The SDCA loop compiled for these flags (module docstring), made once per process."""
+def sdca_loop(one, row, by_epoch, aggressive, wr=False):
+    """The SDCA loop compiled for these flags (module docstring; ``wr``: one-row batches drawn
+    with replacement), made once per process."""
     scalar = one and row                                # the output's slots in registers
     fused = row and not aggressive                      # M outputs, one row: _sdca_row
 
@@ -711,7 +715,9 @@ def sdca_loop(one, row, by_epoch, aggressive):
                     rows[0] = r
                 first, has_first = ringf[0], False
             else:
-                if row:
+                if row and wr:
+                    draw_ahead_row_wr(indptr, indices, data, vf, M, sam, bt, pref_v)
+                elif row:
                     draw_ahead_row(indptr, indices, data, vf, M, sam, bt, pref_v)
                 else:
                     draw_ahead(indptr, indices, data, vf, M, sam, bt, pref_v)

@@ -221,7 +221,8 @@ class NumbaBackend(NumpyBackend):
         """Pegasos iterations ``t0 + 1 .. t1`` in one compiled call (``NumpyBackend``'s steps)."""
         p = plan
         one, row, by_epoch, weighted = self._nb_flags(sampler)
-        loop = pegasos_loop(one, row, by_epoch, bool(p.optimal))
+        loop = pegasos_loop(one, row, by_epoch, bool(p.optimal),
+                            row and not by_epoch and sampler.code == 1)
         U = self.U if self.U is not None else np.empty((0, 0))
         w = self._nb_work(p.k)
         prm = (float(p.lam), int(p.k), SCHEDULE_CODES[p.schedule], float(p.eta0 or 0.0),
@@ -245,7 +246,8 @@ class NumbaBackend(NumpyBackend):
         one, row, by_epoch, weighted = self._nb_flags(sampler)
         squared = p.loss == "squared_hinge"
         shrinking = bool(p.shrinking) and one and row and not weighted and not squared
-        loop = sdca_loop(one, row, by_epoch, bool(p.aggressive))
+        loop = sdca_loop(one, row, by_epoch, bool(p.aggressive),
+                         row and not by_epoch and sampler.code == 1)
         w = self._nb_work(sampler.k)
         prm = (float(p.lam), self.n, float(p.beta_b), float(p.theta), self._eps,
                self._nb_prefetch_v(), self._active, self._shr, weighted, squared, shrinking)
