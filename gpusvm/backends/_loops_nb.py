@@ -129,27 +129,31 @@ def _step_size(schedule, t, lam, eta0, norma_p):
 @njit(cache=True, inline="always")
 def _stable_order(key, k, so):
     """The positions ``0 .. k - 1`` sorted by ``key`` (finite), ties in position order: NumPy's
-    stable ``argsort``, as a bottom-up merge sort in ``so`` (2k int64); a view of ``so``."""
-    src = so[:k]
-    dst = so[k:2 * k]
+    stable ``argsort``, as a bottom-up merge sort in ``so`` (2k int64, no views); returns the
+    offset of the sorted positions in ``so`` (0 or ``k``)."""
     for i in range(k):
-        src[i] = i
+        so[i] = i
+    a = 0                                           # the runs to merge, from so[a:]
+    b = k                                           # into so[b:]
     width = 1
     while width < k:
-        for lo in range(0, k, 2 * width):
-            mid = min(lo + width, k)
-            hi = min(lo + 2 * width, k)
-            i, j = lo, mid
+        lo = 0
+        while lo < k:
+            mid = lo + width if lo + width < k else k
+            hi = lo + 2 * width if lo + 2 * width < k else k
+            i = lo
+            j = mid
             for o in range(lo, hi):
-                if j < hi and (i >= mid or key[src[j]] < key[src[i]]):
-                    dst[o] = src[j]
+                if j < hi and (i >= mid or key[so[a + j]] < key[so[a + i]]):
+                    so[b + o] = so[a + j]
                     j += 1
                 else:
-                    dst[o] = src[i]
+                    so[b + o] = so[a + i]
                     i += 1
-        src, dst = dst, src
+            lo += 2 * width
+        a, b = b, a
         width *= 2
-    return src
+    return a
 
 
 @njit(cache=True, inline="always")
@@ -167,12 +171,12 @@ def _optimal_bias(Y, sw, weighted, rows, m, sm, opt, so):
             wt[i] = sw[r, c] if weighted else 1.0
             if yb[i] > 0:
                 tot_pos += wt[i]
-        order = _stable_order(bp, k, so)
+        off = _stable_order(bp, k, so)
         neg_le = 0.0
         pos_le = 0.0
-        b = bp[order[0]]
+        b = bp[so[off]]
         for jj in range(k):
-            o = order[jj]
+            o = so[off + jj]
             if yb[o] < 0:
                 neg_le += wt[o]
             if yb[o] > 0:

@@ -415,8 +415,9 @@ def _announce_compilation(key, dispatcher, args, dtype, what="the CPU loops of t
     except Exception:                 # noqa: BLE001  another numba: say nothing rather than guess
         return True
     warnings.warn(f"gpusvm: compiling {what} for {dtype} data, once: this first fit waits about "
-                  f"{seconds} of CPU time for the compiler (measured with an empty cache on a "
-                  "2-core host; longer in wall time when other work shares the cores), not "
+                  f"{seconds} of CPU time for the compiler (the fitting thread's compile time "
+                  "with an empty numba cache on a 2-core host, as benchmarks/bench_compile.py "
+                  "measures it; longer in wall time when other work shares the cores), not "
                   "counting the fit itself; numba caches the code on disk for later runs",
                   CompilationNotice, stacklevel=stacklevel)
     return True
