@@ -171,15 +171,16 @@ class NumbaBackend(NumpyBackend):
         self._nb_held = (e0, count)
         return min(t1, (e0 + count) * n // k), sam
 
-    def _nb_run(self, loop, sampler, by_epoch, csr_, lab, st, t0, t1, prm, wrk) -> None:
-        """Run ``loop`` over batches ``t0 .. t1 - 1``, compiled first (``"epoch"``: by held epochs)."""
+    def _nb_run(self, loop, sampler, by_epoch, csr_, lab, st, t0, t1, prm, wrk,
+                seconds=None) -> None:
+        """Run ``loop`` over batches ``t0 .. t1 - 1``, compiled first (``"epoch"``: by held
+        epochs; ``seconds``: what the compile notice says the loop takes)."""
         t, t1 = int(t0), int(t1)
         full = self._nb_sampler(sampler)
         sam = self._nb_sam_epochs(full) if by_epoch else full
         if loop not in self._nb_loops:
             self._nb_loops.add(loop)
-            _ready_loop(loop, (csr_, lab, st, sam, t, t1, prm, wrk),
-                        COMPILE_SECONDS if by_epoch else BATCH_COMPILE_SECONDS)
+            _ready_loop(loop, (csr_, lab, st, sam, t, t1, prm, wrk), seconds or COMPILE_SECONDS)
         while t < t1:
             end = t1
             if by_epoch:
@@ -238,7 +239,9 @@ class NumbaBackend(NumpyBackend):
                    w["wk"], w["tmp"], None if one else w["z"])
             wrk += (w["opt"], w["so"]) if p.optimal else (None, None)
         self._nb_run(loop, sampler, by_epoch, self._nb_csr(), self._nb_labels(),
-                     (self.V, self.V.reshape(-1), U, U.reshape(-1), self.sm), t0, t1, prm, wrk)
+                     (self.V, self.V.reshape(-1), U, U.reshape(-1), self.sm), t0, t1, prm, wrk,
+                     COMPILE_SECONDS if (row or by_epoch and one) and not p.optimal
+                     else BATCH_COMPILE_SECONDS)
 
     def sdca_segment_m(self, sampler, t0: int, t1: int, plan) -> None:
         """SDCA iterations ``t0 + 1 .. t1`` in one compiled call (``NumpyBackend``'s steps)."""
@@ -260,7 +263,7 @@ class NumbaBackend(NumpyBackend):
         st = (self.V, self.V.reshape(-1), self.sm, self.alpha, self.alpha.reshape(-1),
               self._inv_q, self.row_sq_norms)
         self._nb_run(loop, sampler, by_epoch, self._nb_csr(), self._nb_labels(), st, t0, t1,
-                     prm, wrk)
+                     prm, wrk, COMPILE_SECONDS if row else BATCH_COMPILE_SECONDS)
 
     def decision_function_m(self, W, b) -> np.ndarray:
         """``<w_c, x_i> + b_c`` on all rows, float64 (n, M), without an upcast copy of ``X``."""
@@ -370,12 +373,12 @@ _announced: set = set()
 
 #: what the notice says a cold first fit waits for compilation: the CPU seconds of the fitting
 #: thread's compilations in ``benchmarks/bench_compile.py`` (its "compile CPU s", an empty
-#: numba cache, a 2-core host), one row per batch read from the epochs' orders (every
-#: estimator's default) ...
-COMPILE_SECONDS = "2-4 s"
-#: ... and the batches drawn inside the loop (``batch_size > 1``, as in ``gpusvm demo``, or
-#: ``sampling`` other than ``"epoch"``)
-BATCH_COMPILE_SECONDS = "4-9 s"
+#: numba cache, a 2-core host): one row a batch (every estimator's default, any sampling) and
+#: Pegasos' binary batches of several rows read from the epochs' orders (``gpusvm demo``) ...
+COMPILE_SECONDS = "1-3 s"
+#: ... and the other loops of batches of several rows (SDCA's, Pegasos' with several outputs,
+#: drawn inside the loop or with ``bias="optimal"``)
+BATCH_COMPILE_SECONDS = "3-5 s"
 
 
 def _ready_loop(dispatcher, args, seconds=COMPILE_SECONDS) -> None:
