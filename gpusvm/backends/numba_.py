@@ -177,7 +177,9 @@ class NumbaBackend(NumpyBackend):
         epochs; ``seconds``: what the compile notice says the loop takes)."""
         t, t1 = int(t0), int(t1)
         full = self._nb_sampler(sampler)
-        sam = self._nb_sam_epochs(full) if by_epoch else full
+        # a loop reading the epochs' orders gets None for what it never reads (the stamps:
+        # the repeats of a batch that straddles two epochs)
+        sam = (*full[:3], None, None, *full[5:8], None) if by_epoch else full
         if loop not in self._nb_loops:
             self._nb_loops.add(loop)
             _ready_loop(loop, (csr_, lab, st, sam, t, t1, prm, wrk), seconds or COMPILE_SECONDS)
@@ -185,17 +187,11 @@ class NumbaBackend(NumpyBackend):
             end = t1
             if by_epoch:
                 end, full = self._nb_orders(sampler, full, t, t1)
-                sam = self._nb_sam_epochs(full)
+                sam = (*full[:3], None, None, *full[5:8], None)
             if not self._nb_asked:
                 self._nb_ask_ahead()
             loop(csr_, lab, st, sam, t, end, prm, wrk)
             t = end
-
-    @staticmethod
-    def _nb_sam_epochs(full):
-        """The sampler's state as a loop reading the epochs' orders sees it: None for what it
-        never reads (the stamps: the repeats of a batch that straddles two epochs)."""
-        return (*full[:3], None, None, full[5], full[6], full[7], None)
 
     def _nb_ask_ahead(self) -> None:
         """Ask once for the certificates' products ahead (not ``X w`` of one output: not NumPy's)."""
