@@ -84,6 +84,11 @@ PATHS = {
     "pegasos_b64_multiclass": ("PegasosSVC", {"batch_size": 64}, "letter"),
     "sdca_b64": ("SDCASVC", {"batch_size": 64}, "a9a"),
     "sdca_b64_multiclass": ("SDCASVC", {"batch_size": 64}, "letter"),
+    # batches drawn inside the loop (sampling other than "epoch"), several rows
+    "sdca_b64_replacement": ("SDCASVC", {"batch_size": 64, "sampling": "with_replacement"},
+                             "a9a"),
+    "pegasos_b64_replacement": ("PegasosSVC", {"batch_size": 64,
+                                               "sampling": "with_replacement"}, "a9a"),
     # the other estimators of gpusvm.__all__ on their defaults
     "linearsvccv": ("LinearSVCCV", {}, "a9a"),
     "sdcasvccv": ("SDCASVCCV", {}, "a9a"),

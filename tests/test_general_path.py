@@ -489,3 +489,44 @@ def test_general_path_epoch_order_draws_the_rows_bit_for_bit(loss, outputs, monk
         np.testing.assert_array_equal(a.w, b.w)
         assert [h[:2] for h in a.history] == [h[:2] for h in b.history]    # (t, objective)
     np.testing.assert_array_equal(by_order[1].extra["alpha"], by_draw[1].extra["alpha"])
+
+
+@pytest.mark.parametrize("outputs", [1, 3])
+@pytest.mark.parametrize("k, bias, variant, entries", [
+    (7, "unregularized", "safe", 1 << 23), (64, "optimal", "aggressive", 300),
+    (64, "none", "safe", 301)])
+def test_batches_read_from_the_epoch_order_bit_for_bit(outputs, k, bias, variant, entries,
+                                                       monkeypatch):
+    """Batches of several rows of "epoch" sampling are read from the epochs' orders the host
+    makes (no drawing compiled into the loops): the rows the counter draws and, for SDCA, the
+    same repeats of a batch that straddles two epochs, so the very same fits, with orders
+    held one epoch (and the next where a batch straddles) at a time."""
+    from gpusvm.backends import numba_
+    from gpusvm.backends.numba_ import NumbaBackend
+    X, y = toy()
+    X = sp.csr_matrix(X, dtype=np.float32)
+    Y = (three_outputs(y) if outputs == 3 else y).astype(np.float32)
+
+    def fit():
+        p = pegasos(make_backend("numba", X, Y), lam=1e-2, k=k, max_iter=230,
+                    sampling="epoch", seed=3, averaging="tail", bias=bias, eval_every=60)
+        d = sdca(make_backend("numba", X, Y), lam=1e-2, b=k, max_iter=230, variant=variant,
+                 sampling="epoch", seed=3, tol=0.0, eval_every=60)
+        return p, d
+
+    monkeypatch.setattr(numba_, "ORDER_ENTRIES", entries)
+    by_order = fit()
+    drawn = NumbaBackend._nb_sampler
+
+    def no_order(self, sampler):                  # the epoch's order withheld: rows drawn
+        state = drawn(self, sampler)
+        assert state[7].size >= 300               # the order the loops read otherwise
+        return state[:7] + (np.zeros((0, 0), np.int32), np.zeros(0, np.uint32))
+
+    monkeypatch.setattr(NumbaBackend, "_nb_sampler", no_order)
+    by_draw = fit()
+    for a, b in zip(by_order, by_draw):
+        np.testing.assert_array_equal(a.w, b.w)
+        np.testing.assert_array_equal(a.b, b.b)
+        assert [h[:2] for h in a.history] == [h[:2] for h in b.history]
+    np.testing.assert_array_equal(by_order[1].extra["alpha"], by_draw[1].extra["alpha"])

@@ -132,26 +132,26 @@ def _epoch_slot(seed, e, rk, ecache):
     return slot
 
 
-def _batch(code, n, k, seed, half, mask, t, rows, first, rk, ecache, stamp):
-    """``A_t`` (0-based ``t``) into ``rows``, its first occurrences into ``first``; False: distinct.
+@njit(cache=True, inline="always")
+def batch_with(n, k, seed, t, rows, first, stamp):
+    """:func:`_batch` of ``"with_replacement"``: a hash per position; True."""
+    key = stream_key(seed, t)
+    base = np.int64(t) * k
+    for j in range(k):
+        r = uniform_row(n, key, j)
+        rows[j] = r
+        st = stamp[r]
+        if st >= base and st < base + j:
+            first[j] = False
+        else:
+            first[j] = True
+            stamp[r] = base + j
+    return True
 
-    :data:`batch` is compiled once for every loop (its types do not depend on the data),
-    :data:`batch_inline` inlined where a call per row would cost (10% of a one-row epoch
-    with replacement); one call site of each helper: numba's inlining copies a helper per
-    call site, and the compile time grows with the copies."""
-    if code == 1:                                     # with replacement: a hash per position
-        key = stream_key(seed, t)
-        base = np.int64(t) * k
-        for j in range(k):
-            r = uniform_row(n, key, j)
-            rows[j] = r
-            st = stamp[r]
-            if st >= base and st < base + j:
-                first[j] = False
-            else:
-                first[j] = True
-                stamp[r] = base + j
-        return True
+
+@njit(cache=True, inline="always")
+def batch_perm(code, n, k, seed, half, mask, t, rows, first, rk, ecache):
+    """:func:`_batch` of ``"without_replacement"`` (``code`` 0) and ``"epoch"`` (2)."""
     if code == 0:                                     # without replacement: k images of pi_t
         slot = 0
         e0 = q0 = 0
@@ -180,8 +180,19 @@ def _batch(code, n, k, seed, half, mask, t, rows, first, rk, ecache, stamp):
     return tail < k
 
 
+def _batch(code, n, k, seed, half, mask, t, rows, first, rk, ecache, stamp):
+    """``A_t`` (0-based ``t``) into ``rows``, its first occurrences into ``first``; False: distinct.
+
+    :data:`batch` is compiled once for every loop of batches of several rows (its types do not
+    depend on the data); a loop of one-row batches inlines :func:`batch_with` or
+    :func:`batch_perm`, the one its sampling needs (a call per row would cost 10% of a
+    one-row epoch with replacement; both inlined compiled 1 s longer)."""
+    if code == 1:
+        return batch_with(n, k, seed, t, rows, first, stamp)
+    return batch_perm(code, n, k, seed, half, mask, t, rows, first, rk, ecache)
+
+
 batch = njit(cache=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)(_batch)
-batch_inline = njit(cache=True, inline="always")(_batch)
 
 
 #: entries of :func:`epoch_order`'s table at most (64 MiB); a larger domain uses :func:`permute`

@@ -6,9 +6,16 @@ iterates agree with it to rounding; batches are drawn two iterations ahead (thei
 prefetched).  :func:`pegasos_loop` and :func:`sdca_loop` compile the loop for flags that are
 closure constants, so numba prunes what they rule out: ``one`` (``M = 1``, slots in
 registers), ``row`` (one row of a canonical CSR per batch, added in place), ``by_epoch``
-(one-row ``"epoch"`` batches read from the epochs' orders made by ``NumbaBackend._nb_orders``),
-``optimal``, ``aggressive`` (Pegasos' batch-optimal bias, SDCA's Alg. 2).  Weights, the
-squared hinge and shrinking are runtime arguments in ``prm``: one compiled loop serves all.
+(``"epoch"`` batches read from the epochs' orders made by ``NumbaBackend._nb_orders``: SDCA's
+of one row, Pegasos' of any size), ``optimal``, ``aggressive`` (Pegasos' batch-optimal bias,
+SDCA's Alg. 2).  Weights, the squared hinge and shrinking are runtime arguments in ``prm``:
+one compiled loop serves all.
+
+Compile time (a cold first fit waits for it): numba inlines an ``inline="always"`` helper by
+copying its IR with every helper it calls, before the flags prune the copy, so a choice made
+by a flag goes in the loop's own body (``if row: _add_row(..) else: add_rows(..)``), never in
+a helper that receives the flag; the optimal bias sorts with :func:`_stable_order` rather
+than ``np.argsort`` (numba's sort compiled about 0.7 s more).
 """
 
 from __future__ import annotations
@@ -20,9 +27,9 @@ import numpy as np
 from numba import njit
 
 from . import _compile_nb  # noqa: F401  (the collector paused, the cache stamped)
-from ._csr_nb import (ORDER_PREFETCH, RING, add_exact, add_row, add_row_to_columns, add_rows,
-                      draw_ahead, fill_ring, prefetch, prefetch_duals, prefetch_row,
-                      prefetch_v_row, row_dot, sum_sq_norms)
+from ._csr_nb import (ORDER_PREFETCH, PREFETCH_DISTANCE, RING, add_exact, add_row, add_row_to_columns, add_rows,
+                      draw_ahead, draw_ahead_row, draw_ahead_row_wr, prefetch, prefetch_duals,
+                      prefetch_row, prefetch_v_row, row_dot, unliteral)
 from ._state import (S_A, S_ASUM, S_ASUMD, S_B, S_BETA, S_BSUM, S_DNORM, S_LOSS, S_NACT,
                      S_NAVG, S_NREJ, S_TMP0, S_VSQ, S_YACT)
 
@@ -36,7 +43,7 @@ SCHEDULE_CODES = {"pegasos": 0, "norma": 1, "constant": 2}
 
 # rows of the per-output work array ``wk`` (N_WORK, M)
 W_DN = 0       # exact change of ||v_c||^2 of an addition
-W_DN2 = 1      # ... of the undo of a rejected step
+W_DN2 = 1      # ... of the undo of a rejected step (then of the step and its undo)
 W_ANEW = 2     # Pegasos: a_c (1 - eta_t lam); SDCA one-row: the deltas that move
 W_YACT = 3     # Pegasos: sum of g_i y_ic over the active rows; SDCA one-row: their coefs
 W_DEN = 4      # Alg. 2: sum_i delta_ic^2 ||x_i||^2
@@ -98,16 +105,15 @@ def _add_one_row(indices, data, lo, hi, V, U, u_scale, use_u, coef, M, touched, 
 
 
 @njit(cache=True, inline="always")
-def _add(indptr, indices, data, V, vf, U, uf, u_scale, use_u, rows, coef, M, row, slot, acc,
-         touched, dn):
-    """``V[:, c] += sum_i coef_ic x_{rows_i}``; the exact ``d||v_c||^2`` into ``dn``."""
-    if row:
-        r = rows[0]
-        _add_one_row(indices, data, indptr[r], indptr[r + 1], V, U, u_scale, use_u, coef[0],
-                     M, touched, acc[0], dn)
-    else:
-        add_rows(indptr, indices, data, V, vf, U, uf, u_scale, use_u, rows, coef, M, slot, acc,
-                 touched, dn)
+def _add_row(indptr, indices, data, V, vf, U, uf, u_scale, use_u, rows, coef, M, slot, acc,
+             touched, dn):
+    """:func:`~gpusvm.backends._csr_nb.add_rows` for a batch of one row of a canonical CSR
+    (added in place).  A loop calls one or the other under its closure flag ``row``, in its
+    own body: numba prunes the other before inlining (a helper that chose by an argument had
+    both copied in, and compiled, before the choice was pruned)."""
+    r = rows[0]
+    _add_one_row(indices, data, indptr[r], indptr[r + 1], V, U, u_scale, use_u, coef[0], M,
+                 touched, acc[0], dn)
 
 
 @njit(cache=True, inline="always")
@@ -121,9 +127,40 @@ def _step_size(schedule, t, lam, eta0, norma_p):
 
 
 @njit(cache=True, inline="always")
-def _optimal_bias(Y, sw, weighted, rows, m, sm, yb, sc, bp, wt):
+def _stable_order(key, k, so):
+    """The positions ``0 .. k - 1`` sorted by ``key`` (finite), ties in position order: NumPy's
+    stable ``argsort``, as a bottom-up merge sort in ``so`` (2k int64, no views); returns the
+    offset of the sorted positions in ``so`` (0 or ``k``)."""
+    for i in range(k):
+        so[i] = i
+    a = 0                                           # the runs to merge, from so[a:]
+    b = k                                           # into so[b:]
+    width = 1
+    while width < k:
+        lo = 0
+        while lo < k:
+            mid = lo + width if lo + width < k else k
+            hi = lo + 2 * width if lo + 2 * width < k else k
+            i = lo
+            j = mid
+            for o in range(lo, hi):
+                if j < hi and (i >= mid or key[so[a + j]] < key[so[a + i]]):
+                    so[b + o] = so[a + j]
+                    j += 1
+                else:
+                    so[b + o] = so[a + i]
+                    i += 1
+            lo += 2 * width
+        a, b = b, a
+        width *= 2
+    return a
+
+
+@njit(cache=True, inline="always")
+def _optimal_bias(Y, sw, weighted, rows, m, sm, opt, so):
     """Per output, the weighted batch-optimal bias (Pegasos Sec. 4); ``m`` shifted to it."""
     k = rows.size
+    yb, sc, bp, wt = opt[0], opt[1], opt[2], opt[3]
     for c in range(m.shape[1]):
         tot_pos = 0.0
         for i in range(k):
@@ -134,12 +171,12 @@ def _optimal_bias(Y, sw, weighted, rows, m, sm, yb, sc, bp, wt):
             wt[i] = sw[r, c] if weighted else 1.0
             if yb[i] > 0:
                 tot_pos += wt[i]
-        order = np.argsort(bp[:k], kind="mergesort")
+        off = _stable_order(bp, k, so)
         neg_le = 0.0
         pos_le = 0.0
-        b = bp[order[0]]
+        b = bp[so[off]]
         for jj in range(k):
-            o = order[jj]
+            o = so[off + jj]
             if yb[o] < 0:
                 neg_le += wt[o]
             if yb[o] > 0:
@@ -214,10 +251,9 @@ def _subgradient(m, si, squared):
 
 
 @njit(cache=True, inline="always")
-def _pegasos_step(indptr, indices, data, Y, sw, weighted, V, vf, U, uf, use_u, sm, rows, m, coef,
-                  eta, shrink, k, unreg_bias, radius, average, squared, M, row, slot, acc,
-                  touched, wk):
-    """Steps 4-5 of Fig. 1 for every output (``NumpyBackend.pegasos_step_m``)."""
+def _pegasos_coefs(Y, sw, weighted, sm, rows, m, coef, eta, shrink, k, squared, M, wk):
+    """Step 4 of Fig. 1 for every output (``NumpyBackend.pegasos_step_m``): the rows'
+    coefficients of the ``V`` step; the loop adds them, then :func:`_pegasos_finish`."""
     for c in range(M):
         wk[W_ANEW, c] = sm[S_A, c] * shrink
         wk[W_YACT, c] = 0.0
@@ -235,8 +271,11 @@ def _pegasos_step(indptr, indices, data, Y, sw, weighted, V, vf, U, uf, use_u, s
                 wk[W_YACT, c] += gy
             else:
                 coef[i, c] = 0.0
-    _add(indptr, indices, data, V, vf, U, uf, sm[S_ASUM], use_u, rows, coef, M, row, slot, acc,
-         touched, wk[W_DN])
+
+
+@njit(cache=True, inline="always")
+def _pegasos_finish(sm, eta, k, unreg_bias, radius, average, M, wk):
+    """Step 5 of Fig. 1 for every output, after the ``V`` step of :func:`_pegasos_coefs`."""
     for c in range(M):
         sm[S_DNORM, c] = wk[W_DN, c]
         sa, vsq, b, asum, navg, bsum = _pegasos_out(
@@ -250,11 +289,12 @@ def _pegasos_step(indptr, indices, data, Y, sw, weighted, V, vf, U, uf, use_u, s
 
 
 @functools.lru_cache(maxsize=None)
-def pegasos_loop(one, row, by_epoch, optimal):
-    """The Pegasos loop compiled for these flags (module docstring), made once per process."""
+def pegasos_loop(one, row, by_epoch, optimal, wr=False):
+    """The Pegasos loop compiled for these flags (module docstring; ``wr``: one-row batches
+    drawn with replacement), made once per process."""
     scalar = one and row and not optimal            # the output's slots in registers
 
-    @njit(cache=True, nogil=True)
+    @njit(cache=True, nogil=True, no_cfunc_wrapper=True)
     def loop(csr, lab, st, sam, t0, t1, prm, wrk):
         """Pegasos iterations ``t0 + 1 .. t1`` (Shalev-Shwartz et al. 2007, Fig. 1)."""
         indptr, indices, data = csr
@@ -263,7 +303,7 @@ def pegasos_loop(one, row, by_epoch, optimal):
         smp, ring, ringf, ringh, rk, ecache, stamp, order, table = sam
         (lam, k, schedule, eta0, norma_p, unreg_bias, radius, averaged, t_avg, renorm, pref_v,
          weighted, squared) = prm
-        m, coef, slot, acc, touched, wk, tmp, z, yb, sc, bp, wt = wrk
+        m, coef, slot, acc, touched, wk, tmp, z, opt, so = wrk
         use_u = U.shape[0] > 0
         M = 1 if one else V.shape[1]
         n = indptr.size - 1
@@ -271,14 +311,34 @@ def pegasos_loop(one, row, by_epoch, optimal):
         asum, navg, bsum = sm[S_ASUM, 0], sm[S_NAVG, 0], sm[S_BSUM, 0]
         nact, loss, dnorm, yact = sm[S_NACT, 0], sm[S_LOSS, 0], sm[S_DNORM, 0], sm[S_YACT, 0]
         q = 0
-        if by_epoch:                        # batch t0 (k = 1) is position q of epoch e, whose
-            e = t0 // n                     # rows are order[e - ecache[2]] (made by the host)
-            q = t0 - e * n
+        if by_epoch:                        # batch t0 starts at position q of epoch e, whose
+            e = t0 * k // n                 # rows are order[e - ecache[2]] (made by the host)
+            q = t0 * k - e * n
             eo = e - ecache[2]
-        else:
-            fill_ring(sam, t0)
-        for t in range(t0 + 1, t1 + 1):
-            if by_epoch:
+        t_first = t0 + 1 if by_epoch else t0 + 1 - PREFETCH_DISTANCE     # (the ring filled
+        for t in range(t_first, t1 + 1):                                # by the first draws)
+            if by_epoch and not row:        # the batch's k positions, the next batch's rows
+                rows = ring[0]              # prefetched (read from the order as they come)
+                nxt = q + k
+                ne = eo + 1 if nxt >= n else eo
+                nxt = nxt - n if nxt >= n else nxt
+                for j in range(k):
+                    rows[j] = order[eo, q]
+                    q += 1
+                    if q == n:
+                        q = 0
+                        eo += 1
+                    if ne < order.shape[0]:
+                        ra = order[ne, nxt]
+                        prefetch_row(indptr, indices, data, ra)
+                        if pref_v:
+                            prefetch_v_row(indptr, indices, vf, M, ra)
+                        nxt += 1
+                        if nxt == n:
+                            nxt = 0
+                            ne += 1
+                r = rows[0]
+            elif by_epoch:
                 qa = q + ORDER_PREFETCH
                 if qa < n:
                     prefetch_row(indptr, indices, data, order[eo, qa])
@@ -294,7 +354,14 @@ def pegasos_loop(one, row, by_epoch, optimal):
                     q = 0
                     eo += 1
             else:
-                draw_ahead(indptr, indices, data, vf, M, sam, t - 1, pref_v, row)
+                if row and wr:
+                    draw_ahead_row_wr(indptr, indices, data, vf, M, sam, t - 1, pref_v)
+                elif row:
+                    draw_ahead_row(indptr, indices, data, vf, M, sam, t - 1, pref_v)
+                else:
+                    draw_ahead(indptr, indices, data, vf, M, sam, t - 1, pref_v)
+                if t <= t0:
+                    continue
                 rows = ring[(t - 1) % RING]                                       # step 1: A_t
                 r = rows[0]
             eta, shrink = _step_size(schedule, t, lam, eta0, norma_p)             # step 3
@@ -325,13 +392,20 @@ def pegasos_loop(one, row, by_epoch, optimal):
             else:
                 _margins(indptr, indices, data, Y, V, vf, sm, rows, m, z, one)   # step 2
                 if optimal:
-                    _optimal_bias(Y, sw, weighted, rows, m, sm, yb, sc, bp, wt)   # Sec. 4
+                    _optimal_bias(Y, sw, weighted, rows, m, sm, opt, so)          # Sec. 4
                 if shrink == 0.0:
                     _reset_scale(V, U, use_u, sm)
                     shrink = 1.0
-                _pegasos_step(indptr, indices, data, Y, sw, weighted, V, vf, U, uf, use_u, sm,
-                              rows, m, coef, eta, shrink, k, unreg_bias, radius,
-                              averaged and t >= t_avg, squared, M, row, slot, acc, touched, wk)
+                _pegasos_coefs(Y, sw, weighted, sm, rows, m, coef, eta, shrink, k, squared, M,
+                               wk)                                                # step 4
+                if row:
+                    _add_row(indptr, indices, data, V, vf, U, uf, sm[S_ASUM], use_u, rows, coef,
+                             M, slot, acc, touched, wk[W_DN])
+                else:
+                    add_rows(indptr, indices, data, V, vf, U, uf, sm[S_ASUM], use_u, rows, coef,
+                             M, slot, acc, touched, wk[W_DN], unliteral(False))
+                _pegasos_finish(sm, eta, k, unreg_bias, radius, averaged and t >= t_avg, M,
+                                wk)                                               # step 5
                 _renormalize(V, U, use_u, sm, renorm, tmp)
         if scalar:
             sm[S_A, 0], sm[S_B, 0], sm[S_VSQ, 0] = sa, sb, vsq
@@ -397,8 +471,8 @@ def _sdca_deltas(Y, sw, weighted, alpha, inv_q, row_sq, sm, rows, m, lamn, first
 
 
 @njit(cache=True, inline="always")
-def _sdca_adapt_beta(indptr, indices, data, Y, row_sq, sm, rows, delta, coef, beta_b, theta,
-                     M, row, slot, acc, touched, wk):
+def _sdca_adapt_beta(indptr, indices, data, Y, V, vf, row_sq, sm, rows, delta, coef, beta_b,
+                     theta, M, row, slot, acc, touched, wk):
     """Alg. 2 per output (``NumpyBackend.sdca_adapt_beta_m``); one row is summed in place."""
     moves = False
     for c in range(M):
@@ -419,7 +493,8 @@ def _sdca_adapt_beta(indptr, indices, data, Y, row_sq, sm, rows, delta, coef, be
                 x = data[p] * coef[0, c]
                 wk[W_NUM, c] += x * x
     else:
-        sum_sq_norms(indptr, indices, data, rows, coef, M, slot, acc, touched, wk[W_NUM])
+        add_rows(indptr, indices, data, V, vf, V, vf, wk[W_OK], False, rows, coef, M, slot,
+                 acc, touched, wk[W_NUM], unliteral(True))
     for c in range(M):
         if wk[W_DEN, c] > 0.0:
             sm[S_TMP0, c], sm[S_BETA, c] = _rho_beta(wk[W_NUM, c], wk[W_DEN, c], sm[S_BETA, c],
@@ -427,9 +502,9 @@ def _sdca_adapt_beta(indptr, indices, data, Y, row_sq, sm, rows, delta, coef, be
 
 
 @njit(cache=True, inline="always")
-def _sdca_apply(indptr, indices, data, Y, sw, weighted, V, vf, sm, alpha, rows, delta, coef,
-                lam, n, check, squared, M, row, eps, slot, acc, touched, wk):
-    """Alpha and ``W`` step per output, undone where ``check`` finds it lowers the dual."""
+def _sdca_coefs(Y, sw, weighted, sm, alpha, rows, delta, coef, lam, n, check, squared, M, wk):
+    """The ``W`` step's coefficients per output (and, for ``check``, Alg. 2's sums); the loop
+    adds them, then :func:`_sdca_rejects` (Alg. 2) and :func:`_sdca_commit`."""
     for c in range(M):                  # an output at a time: its sums in registers
         g = 1.0 / (lam * n * sm[S_A, c])
         gain = 0.0
@@ -448,29 +523,45 @@ def _sdca_apply(indptr, indices, data, Y, sw, weighted, V, vf, sm, alpha, rows, 
         wk[W_DABS, c] = dabs
         wk[W_DSUM, c] = dsum
         wk[W_OK, c] = 1.0
-    _add(indptr, indices, data, V, vf, V, vf, wk[W_OK], False, rows, coef, M, row, slot, acc,
-         touched, wk[W_DN])
+
+
+@njit(cache=True, inline="always")
+def _sdca_rejects(sm, rows, coef, lam, n, M, eps, wk):
+    """Alg. 2: True when the step lowers some output's dual; their coefficients negated (the
+    undo, which the loop adds; then :func:`_sdca_undone`), the others' set to 0."""
     rejected = False
     for c in range(M):
-        sm[S_DNORM, c] = wk[W_DN, c]
-        if check and _dual_drops(wk[W_GAIN, c], wk[W_DABS, c], wk[W_DN, c], wk[W_VSQ0, c],
-                                 sm[S_A, c], lam, n, eps):
+        if _dual_drops(wk[W_GAIN, c], wk[W_DABS, c], wk[W_DN, c], wk[W_VSQ0, c], sm[S_A, c],
+                       lam, n, eps):
             wk[W_OK, c] = 0.0
             rejected = True
     if rejected:
         for i in range(rows.size):
             for c in range(M):
                 coef[i, c] = 0.0 if wk[W_OK, c] == 1.0 else -coef[i, c]
-        _add(indptr, indices, data, V, vf, V, vf, wk[W_OK], False, rows, coef, M, row, slot,
-             acc, touched, wk[W_DN2])
-        for c in range(M):
-            if wk[W_OK, c] == 0.0:
-                wk[W_DN, c] += wk[W_DN2, c]
-                sm[S_NREJ, c] += 1.0
+    return rejected
+
+
+@njit(cache=True, inline="always")
+def _sdca_undone(sm, M, wk):
+    """The undone outputs' change of ``||v_c||^2`` (step and undo, into ``W_DN2``) and count of
+    rejections."""
     for c in range(M):
-        sm[S_VSQ, c] += wk[W_DN, c]
+        if wk[W_OK, c] == 0.0:
+            wk[W_DN2, c] = wk[W_DN, c] + wk[W_DN2, c]
+            sm[S_NREJ, c] += 1.0
+
+
+@njit(cache=True, inline="always")
+def _sdca_commit(sm, alpha, rows, delta, M, wk):
+    """Alpha step of the kept outputs, ``||v_c||^2`` and ``sum alpha`` kept up to date."""
+    for c in range(M):
+        sm[S_DNORM, c] = wk[W_DN, c]
         if wk[W_OK, c] == 1.0:
+            sm[S_VSQ, c] += wk[W_DN, c]
             sm[S_ASUMD, c] += wk[W_DSUM, c]
+        else:
+            sm[S_VSQ, c] += wk[W_DN2, c]
     for i in range(rows.size):
         r = rows[i]
         for c in range(M):
@@ -551,12 +642,13 @@ def _shrink_epoch(active, shr):
 
 
 @functools.lru_cache(maxsize=None)
-def sdca_loop(one, row, by_epoch, aggressive):
-    """The SDCA loop compiled for these flags (module docstring), made once per process."""
+def sdca_loop(one, row, by_epoch, aggressive, wr=False):
+    """The SDCA loop compiled for these flags (module docstring; ``wr``: one-row batches drawn
+    with replacement), made once per process."""
     scalar = one and row                                # the output's slots in registers
     fused = row and not aggressive                      # M outputs, one row: _sdca_row
 
-    @njit(cache=True, nogil=True)
+    @njit(cache=True, nogil=True, no_cfunc_wrapper=True)
     def loop(csr, lab, st, sam, t0, t1, prm, wrk):
         """SDCA iterations ``t0 + 1 .. t1`` (Takáč et al. 2013, eq. 15, Alg. 2); unread arrays: None."""
         indptr, indices, data = csr
@@ -572,14 +664,45 @@ def sdca_loop(one, row, by_epoch, aggressive):
         g = 1.0 / (lam * n * a)                                           # w step factor
         vsq, asumd, nrej = sm[S_VSQ, 0], sm[S_ASUMD, 0], sm[S_NREJ, 0]
         rho, dnorm = sm[S_TMP0, 0], sm[S_DNORM, 0]
-        e = t0 // n                                       # epoch and position of batch t0
-        q = t0 - e * n
+        kb = ring.shape[1]                                # the batch size
+        e = t0 * kb // n                                  # epoch and position of batch t0
+        q = t0 * kb - e * n
         if by_epoch:                          # the rows of epoch e: order[e - ecache[2]], made
             eo = e - ecache[2]                # by the host for every epoch of the segment
-        else:
-            fill_ring(sam, t0)
-        for bt in range(t0, t1):
-            if by_epoch:
+        bt_first = t0 if by_epoch else t0 - PREFETCH_DISTANCE    # (the ring filled by the
+        for bt in range(bt_first, t1):                            # first draws)
+            if by_epoch and not row:            # the batch's kb positions (Pegasos' loop), and
+                rows, first = ring[0], ringf[0]         # a row of the next epoch that repeats
+                tail = n - q                            # one of this epoch's in the batch
+                has_first = tail < kb                   # (stamped with bt) is no first
+                nxt = q + kb
+                ne = eo + 1 if nxt >= n else eo
+                nxt = nxt - n if nxt >= n else nxt
+                for j in range(kb):
+                    r = order[eo, q]
+                    rows[j] = r
+                    if has_first:
+                        if j < tail:
+                            stamp[r] = bt
+                            first[j] = True
+                        else:
+                            first[j] = stamp[r] != bt
+                    q += 1
+                    if q == n:
+                        q = 0
+                        eo += 1
+                    if ne < order.shape[0]:                 # the next batch's row j
+                        ra = order[ne, nxt]
+                        prefetch_row(indptr, indices, data, ra)
+                        prefetch_duals(af, yf, inv_q, M, ra)
+                        if pref_v:
+                            prefetch_v_row(indptr, indices, vf, M, ra)
+                        nxt += 1
+                        if nxt == n:
+                            nxt = 0
+                            ne += 1
+                r = rows[0]
+            elif by_epoch:
                 qa = q + ORDER_PREFETCH
                 if qa < n:                                # the row ahead, with its duals
                     ra = order[eo, qa]
@@ -596,19 +719,28 @@ def sdca_loop(one, row, by_epoch, aggressive):
                     rows[0] = r
                 first, has_first = ringf[0], False
             else:
-                draw_ahead(indptr, indices, data, vf, M, sam, bt, pref_v, row)
+                if row and wr:
+                    draw_ahead_row_wr(indptr, indices, data, vf, M, sam, bt, pref_v)
+                elif row:
+                    draw_ahead_row(indptr, indices, data, vf, M, sam, bt, pref_v)
+                else:
+                    draw_ahead(indptr, indices, data, vf, M, sam, bt, pref_v)
+                if bt < t0:
+                    continue
                 ahead = ring[(bt + 1) % RING]
                 for i in range(ahead.size):
                     prefetch_duals(af, yf, inv_q, M, ahead[i])
                 sl = bt % RING
                 rows, first, has_first = ring[sl], ringf[sl], ringh[sl]           # A_t
                 r = rows[0]
-            q += 1
-            epoch_ends = q == n
-            if epoch_ends:
-                q = 0
-                if by_epoch:
-                    eo += 1
+            epoch_ends = False
+            if row or not by_epoch:             # (read by shrinking, one row a batch)
+                q += 1
+                epoch_ends = q == n
+                if epoch_ends:
+                    q = 0
+                    if by_epoch:
+                        eo += 1
             if scalar:                          # M = 1, one row: scalars, slots in registers
                 step = not shrinking or active[r]
                 if step:
@@ -651,13 +783,28 @@ def sdca_loop(one, row, by_epoch, aggressive):
                 _margins(indptr, indices, data, Y, V, vf, sm, rows, m, z, one)   # y_ic <w_c, x_i>
                 for rnd in range(2 if aggressive else 1):    # Alg. 2: again at the new beta
                     if rnd == 1:                             # (one copy of the inlined code)
-                        _sdca_adapt_beta(indptr, indices, data, Y, row_sq, sm, rows, delta,
-                                         coef, beta_b, theta, M, row, slot, acc, touched, wk)
+                        _sdca_adapt_beta(indptr, indices, data, Y, V, vf, row_sq, sm, rows,
+                                         delta, coef, beta_b, theta, M, row, slot, acc, touched,
+                                         wk)
                     _sdca_deltas(Y, sw, weighted, alpha, inv_q, row_sq, sm, rows, m, lamn,
                                  first, has_first, squared, M, delta)              # eq. (15)
-                _sdca_apply(indptr, indices, data, Y, sw, weighted, V, vf, sm, alpha, rows,
-                            delta, coef, lam, n, aggressive, squared, M, row, eps, slot, acc,
-                            touched, wk)
+                _sdca_coefs(Y, sw, weighted, sm, alpha, rows, delta, coef, lam, n, aggressive,
+                            squared, M, wk)                            # alpha and W step
+                if row:
+                    _add_row(indptr, indices, data, V, vf, V, vf, wk[W_OK], False, rows, coef, M,
+                             slot, acc, touched, wk[W_DN])
+                else:
+                    add_rows(indptr, indices, data, V, vf, V, vf, wk[W_OK], False, rows, coef, M,
+                             slot, acc, touched, wk[W_DN], unliteral(False))
+                if aggressive and _sdca_rejects(sm, rows, coef, lam, n, M, eps, wk):  # undone
+                    if row:
+                        _add_row(indptr, indices, data, V, vf, V, vf, wk[W_OK], False, rows,
+                                 coef, M, slot, acc, touched, wk[W_DN2])
+                    else:
+                        add_rows(indptr, indices, data, V, vf, V, vf, wk[W_OK], False, rows,
+                                 coef, M, slot, acc, touched, wk[W_DN2], unliteral(False))
+                    _sdca_undone(sm, M, wk)
+                _sdca_commit(sm, alpha, rows, delta, M, wk)
         if scalar:
             sm[S_VSQ, 0], sm[S_ASUMD, 0], sm[S_NREJ, 0] = vsq, asumd, nrej
             sm[S_BETA, 0], sm[S_TMP0, 0], sm[S_DNORM, 0] = beta, rho, dnorm

@@ -116,7 +116,7 @@ class NumbaBackend(NumpyBackend):
                 "slot": np.full(0 if row else self.d, -1, dtype=np.int32),
                 "acc": np.empty((cap, M)), "touched": np.empty(cap, dtype=np.int32),
                 "wk": np.zeros((N_WORK, M)), "tmp": np.empty(1, dtype=self.dtype), "z": np.empty(M),
-                "yb": np.empty(k), "sc": np.empty(k), "bp": np.empty(k), "wt": np.empty(k)}
+                "opt": np.empty((4, k)), "so": np.empty(2 * k, dtype=np.int64)}
             self._nb_key = (k, M)
         return self._nb_wrk
 
@@ -130,20 +130,23 @@ class NumbaBackend(NumpyBackend):
             ring = np.zeros((csr.RING, k), dtype=np.int32)
             ringf = np.ones((csr.RING, k), dtype=np.bool_)
             ringh = np.zeros(csr.RING, dtype=np.bool_)
-            by_epoch = sampler.code == 2 and k == 1 and self._nb_canonical
-            state = sampler_state(sampler.n if sampler.code == 1 else 1,
-                                  sampler.n if by_epoch else 0, int(sampler.half))
+            stamped = sampler.code == 1 or (sampler.code == 2 and k > 1)
+            state = sampler_state(sampler.n if stamped else 1,
+                                  sampler.n if sampler.code == 2 else 0, int(sampler.half))
             self._nb_smp = (sampler, (smp, ring, ringf, ringh, *state))
             self._nb_held = (0, 0)
         return self._nb_smp[1]
 
     def _nb_orders(self, sampler, sam, t0: int, t1: int):
-        """The epochs' rows of batches ``t0 .. t_end - 1`` into ``order`` (``order[i]``: epoch
-        ``ecache[2] + i``); returns ``(t_end, sam)``, ``sam`` new when ``order`` grew and
-        ``t_end`` ``t1`` or the end of the last epoch :data:`ORDER_ENTRIES` has room for."""
-        n = sampler.n
-        e0 = t0 // n
-        count = min((t1 - 1) // n - e0 + 1, max(1, ORDER_ENTRIES // n))
+        """The epochs' rows of batches ``t0 .. t_end - 1`` (positions ``t0 k .. t_end k - 1``)
+        into ``order`` (``order[i]``: epoch ``ecache[2] + i``); returns ``(t_end, sam)``,
+        ``sam`` new when ``order`` grew and ``t_end`` ``t1`` or the last batch whose epochs
+        :data:`ORDER_ENTRIES` has room for (two epochs at least when a batch straddles)."""
+        n, k = sampler.n, sampler.k
+        e0 = t0 * k // n
+        count = min((t1 * k - 1) // n - e0 + 1, max(1, ORDER_ENTRIES // n))
+        if (e0 + count) * n // k <= t0:                # batch t0 runs into the next epoch
+            count += 1
         first, held = self._nb_held
         order = sam[7]
         if order.shape[0] < count:            # room for the run's epochs, the held ones kept
@@ -167,22 +170,25 @@ class NumbaBackend(NumpyBackend):
                 order[i] = sampler.epoch(e)
         ecache[2] = e0
         self._nb_held = (e0, count)
-        return min(t1, (e0 + count) * n), sam
+        return min(t1, (e0 + count) * n // k), sam
 
-    def _nb_run(self, loop, sampler, by_epoch, csr_, lab, st, t0, t1, prm, wrk) -> None:
-        """Run ``loop`` over batches ``t0 .. t1 - 1``, compiled first (``"epoch"``: by held epochs)."""
+    def _nb_run(self, loop, sampler, by_epoch, csr_, lab, st, t0, t1, prm, wrk,
+                seconds=None) -> None:
+        """Run ``loop`` over batches ``t0 .. t1 - 1``, compiled first (``"epoch"``: by held
+        epochs; ``seconds``: what the compile notice says the loop takes)."""
         t, t1 = int(t0), int(t1)
         full = self._nb_sampler(sampler)
-        sam = (*full[:3], None, None, full[5], None, full[7], None) if by_epoch else full
+        # a loop reading the epochs' orders gets None for what it never reads (the stamps:
+        # the repeats of a batch that straddles two epochs)
+        sam = (*full[:3], None, None, *full[5:8], None) if by_epoch else full
         if loop not in self._nb_loops:
             self._nb_loops.add(loop)
-            _ready_loop(loop, (csr_, lab, st, sam, t, t1, prm, wrk),
-                        COMPILE_SECONDS if by_epoch else BATCH_COMPILE_SECONDS)
+            _ready_loop(loop, (csr_, lab, st, sam, t, t1, prm, wrk), seconds or COMPILE_SECONDS)
         while t < t1:
             end = t1
             if by_epoch:
                 end, full = self._nb_orders(sampler, full, t, t1)
-                sam = (*full[:3], None, None, full[5], None, full[7], None)
+                sam = (*full[:3], None, None, *full[5:8], None)
             if not self._nb_asked:
                 self._nb_ask_ahead()
             loop(csr_, lab, st, sam, t, end, prm, wrk)
@@ -210,23 +216,32 @@ class NumbaBackend(NumpyBackend):
         """``(one, row, by_epoch, weighted)`` of this fit's segments."""
         sam = self._nb_sampler(sampler)
         row = sampler.k == 1 and self._nb_canonical
-        return (self._nb_one, row, row and sam[7].size > 0, self.sample_weight is not None)
+        return (self._nb_one, row, sam[7].size > 0, self.sample_weight is not None)
 
     def pegasos_segment_m(self, sampler, t0: int, t1: int, plan) -> None:
         """Pegasos iterations ``t0 + 1 .. t1`` in one compiled call (``NumpyBackend``'s steps)."""
         p = plan
         one, row, by_epoch, weighted = self._nb_flags(sampler)
-        loop = pegasos_loop(one, row, by_epoch, bool(p.optimal))
+        loop = pegasos_loop(one, row, by_epoch, bool(p.optimal),
+                            row and not by_epoch and sampler.code == 1)
         U = self.U if self.U is not None else np.empty((0, 0))
         w = self._nb_work(p.k)
         prm = (float(p.lam), int(p.k), SCHEDULE_CODES[p.schedule], float(p.eta0 or 0.0),
                float(p.norma_p), bool(p.unreg_bias), float(p.radius), bool(p.averaged),
                int(p.t_avg), float(p.renorm_threshold), self._nb_prefetch_v(), weighted,
                p.loss == "squared_hinge")
-        wrk = (w["m"], w["coef"], w["slot"], w["acc"], w["touched"], w["wk"], w["tmp"], w["z"],
-               w["yb"], w["sc"], w["bp"], w["wt"])
+        # None for the arrays this loop never reads (each array argument is unboxed by code
+        # compiled with the loop): one output and one row read ``tmp`` alone
+        if one and row and not p.optimal:
+            wrk = (None,) * 6 + (w["tmp"],) + (None,) * 3
+        else:
+            wrk = (w["m"], w["coef"], None if row else w["slot"], w["acc"], w["touched"],
+                   w["wk"], w["tmp"], None if one else w["z"])
+            wrk += (w["opt"], w["so"]) if p.optimal else (None, None)
         self._nb_run(loop, sampler, by_epoch, self._nb_csr(), self._nb_labels(),
-                     (self.V, self.V.reshape(-1), U, U.reshape(-1), self.sm), t0, t1, prm, wrk)
+                     (self.V, self.V.reshape(-1), U, U.reshape(-1), self.sm), t0, t1, prm, wrk,
+                     COMPILE_SECONDS if (row or by_epoch and one) and not p.optimal
+                     else BATCH_COMPILE_SECONDS)
 
     def sdca_segment_m(self, sampler, t0: int, t1: int, plan) -> None:
         """SDCA iterations ``t0 + 1 .. t1`` in one compiled call (``NumpyBackend``'s steps)."""
@@ -234,7 +249,8 @@ class NumbaBackend(NumpyBackend):
         one, row, by_epoch, weighted = self._nb_flags(sampler)
         squared = p.loss == "squared_hinge"
         shrinking = bool(p.shrinking) and one and row and not weighted and not squared
-        loop = sdca_loop(one, row, by_epoch, bool(p.aggressive))
+        loop = sdca_loop(one, row, by_epoch, bool(p.aggressive),
+                         row and not by_epoch and sampler.code == 1)
         w = self._nb_work(sampler.k)
         prm = (float(p.lam), self.n, float(p.beta_b), float(p.theta), self._eps,
                self._nb_prefetch_v(), self._active, self._shr, weighted, squared, shrinking)
@@ -247,7 +263,7 @@ class NumbaBackend(NumpyBackend):
         st = (self.V, self.V.reshape(-1), self.sm, self.alpha, self.alpha.reshape(-1),
               self._inv_q, self.row_sq_norms)
         self._nb_run(loop, sampler, by_epoch, self._nb_csr(), self._nb_labels(), st, t0, t1,
-                     prm, wrk)
+                     prm, wrk, COMPILE_SECONDS if row else BATCH_COMPILE_SECONDS)
 
     def decision_function_m(self, W, b) -> np.ndarray:
         """``<w_c, x_i> + b_c`` on all rows, float64 (n, M), without an upcast copy of ``X``."""
@@ -380,12 +396,12 @@ _announced: set = set()
 
 #: what the notice says a cold first fit waits for compilation: the CPU seconds of the fitting
 #: thread's compilations in ``benchmarks/bench_compile.py`` (its "compile CPU s", an empty
-#: numba cache, a 2-core host), one row per batch read from the epochs' orders (every
-#: estimator's default) ...
-COMPILE_SECONDS = "2-4 s"
-#: ... and the batches drawn inside the loop (``batch_size > 1``, as in ``gpusvm demo``, or
-#: ``sampling`` other than ``"epoch"``)
-BATCH_COMPILE_SECONDS = "4-9 s"
+#: numba cache, a 2-core host): one row a batch (every estimator's default, any sampling) and
+#: Pegasos' binary batches of several rows read from the epochs' orders (``gpusvm demo``) ...
+COMPILE_SECONDS = "1-3 s"
+#: ... and the other loops of batches of several rows (SDCA's, Pegasos' with several outputs,
+#: drawn inside the loop or with ``bias="optimal"``)
+BATCH_COMPILE_SECONDS = "3-5 s"
 
 
 def _ready_loop(dispatcher, args, seconds=COMPILE_SECONDS) -> None:
@@ -425,8 +441,9 @@ def _announce_compilation(key, dispatcher, args, dtype, what="the CPU loops of t
     except Exception:                 # noqa: BLE001  another numba: say nothing rather than guess
         return True
     warnings.warn(f"gpusvm: compiling {what} for {dtype} data, once: this first fit waits about "
-                  f"{seconds} of CPU time for the compiler (measured with an empty cache on a "
-                  "2-core host; longer in wall time when other work shares the cores), not "
+                  f"{seconds} of CPU time for the compiler (the fitting thread's compile time "
+                  "with an empty numba cache on a 2-core host, as benchmarks/bench_compile.py "
+                  "measures it; longer in wall time when other work shares the cores), not "
                   "counting the fit itself; numba caches the code on disk for later runs",
                   CompilationNotice, stacklevel=stacklevel)
     return True
