@@ -22,8 +22,8 @@ stall near the optimum (the blocks' steps on the columns most rows share disagre
 would pay, measured with a prototype of this class on ``bench_threads.py``'s set (1.56 x
 10^7 nonzeros, 10^5 columns, no intercept, sigma' = 1.15, gamma = 1): the blocks keep their
 own ``w`` between rounds, the 1,024 most frequent columns are combined every 0.002 passes and
-all columns every 0.05; the gap then follows full combinations every 0.002 passes (3.5e-6
-against 3.6e-6 after 16 epochs; one thread 1.1e-6).  With 0.002 passes (about 65 us of a
+all columns every 0.05; the gap then follows full combinations every 0.002 passes (3.7e-6
+against 3.5e-6 after 16 epochs; one thread 1.1e-6).  With 0.002 passes (about 65 us of a
 block's work) a round needs a barrier of a microsecond or two, which only compiled code
 (atomics) gives; Python's cost 15-35 us.
 
