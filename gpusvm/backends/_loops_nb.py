@@ -6,9 +6,9 @@ iterates agree with it to rounding; batches are drawn two iterations ahead (thei
 prefetched).  :func:`pegasos_loop` and :func:`sdca_loop` compile the loop for flags that are
 closure constants, so numba prunes what they rule out: ``one`` (``M = 1``, slots in
 registers), ``row`` (one row of a canonical CSR per batch, added in place), ``by_epoch``
-(rows read from orders the host makes: ``"epoch"``'s epochs, ``NumbaBackend._nb_orders``, and,
-for batches of several rows, the drawn batches' rows, ``NumbaBackend._nb_drawn``), ``optimal``, ``aggressive`` (Pegasos' batch-optimal bias,
-SDCA's Alg. 2).  Weights, the squared hinge and shrinking are runtime arguments in ``prm``:
+(rows read from orders the host makes: ``"epoch"``'s epochs, ``NumbaBackend._nb_orders``,
+and for batches of several rows the drawn batches' rows, ``NumbaBackend._nb_drawn``),
+``optimal``, ``aggressive`` (Pegasos' batch-optimal bias, SDCA's Alg. 2).  Weights, the squared hinge and shrinking are runtime arguments in ``prm``:
 one compiled loop serves all.
 
 Compile time (a cold first fit waits for it): numba inlines an ``inline="always"`` helper by
