@@ -530,3 +530,52 @@ def test_batches_read_from_the_epoch_order_bit_for_bit(outputs, k, bias, variant
         np.testing.assert_array_equal(a.b, b.b)
         assert [h[:2] for h in a.history] == [h[:2] for h in b.history]
     np.testing.assert_array_equal(by_order[1].extra["alpha"], by_draw[1].extra["alpha"])
+
+
+@pytest.mark.parametrize("outputs", [1, 3])
+@pytest.mark.parametrize("sampling", ["with_replacement", "without_replacement"])
+@pytest.mark.parametrize("k, bias, variant, entries, by_numpy", [
+    (7, "unregularized", "safe", 1 << 23, False), (64, "optimal", "aggressive", 300, False),
+    (64, "none", "safe", 301, True)])
+def test_drawn_batches_read_from_the_host_bit_for_bit(outputs, sampling, k, bias, variant,
+                                                      entries, by_numpy, monkeypatch):
+    """Batches of several rows drawn with or without replacement are drawn by the host
+    (``drawn_rows``, or NumPy's sampler while it compiles) and read as an epoch's order: the
+    rows the loop drew itself and, for SDCA, the same first occurrences, so the very same fits,
+    in blocks of one "epoch" of positions (and the next where a batch straddles) at a time."""
+    from gpusvm.backends import numba_
+    from gpusvm.backends.numba_ import NumbaBackend
+    X, y = toy()
+    X = sp.csr_matrix(X, dtype=np.float32)
+    Y = (three_outputs(y) if outputs == 3 else y).astype(np.float32)
+
+    def fit():
+        p = pegasos(make_backend("numba", X, Y), lam=1e-2, k=k, max_iter=230,
+                    sampling=sampling, seed=3, averaging="tail", bias=bias, eval_every=60)
+        d = sdca(make_backend("numba", X, Y), lam=1e-2, b=k, max_iter=230, variant=variant,
+                 sampling=sampling, seed=3, tol=0.0, eval_every=60)
+        return p, d
+
+    monkeypatch.setattr(numba_, "ORDER_ENTRIES", entries)
+    if by_numpy:                                  # drawn_rows not compiled yet: NumPy's rows
+        ready = numba_.AHEAD.ready
+        monkeypatch.setattr(numba_.AHEAD, "ready",
+                            lambda f, args: f is not numba_.drawn_rows and ready(f, args))
+        monkeypatch.setattr(numba_, "DRAWN_BY_NUMPY", 5)
+    by_host = fit()
+    monkeypatch.undo()
+    drawn = NumbaBackend._nb_sampler
+
+    def no_order(self, sampler):                  # no order: the loop draws the rows
+        state = drawn(self, sampler)
+        assert state[7].size >= 300               # the order the loops read otherwise
+        return state[:7] + (np.zeros((0, 0), np.int32), np.zeros(0, np.uint32))
+
+    monkeypatch.setattr(NumbaBackend, "_nb_sampler", no_order)
+    by_draw = fit()
+    for a, b in zip(by_host, by_draw):
+        np.testing.assert_array_equal(a.w, b.w)
+        np.testing.assert_array_equal(a.b, b.b)
+        assert [h[:2] for h in a.history] == [h[:2] for h in b.history]
+    np.testing.assert_array_equal(by_host[1].extra["alpha"], by_draw[1].extra["alpha"])
+

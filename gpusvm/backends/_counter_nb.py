@@ -195,6 +195,23 @@ def _batch(code, n, k, seed, half, mask, t, rows, first, rk, ecache, stamp):
 batch = njit(cache=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)(_batch)
 
 
+
+@njit(cache=True, nogil=True)
+def drawn_rows(code, n, k, seed, half, mask, t0, t1, base, rk, out):
+    """The rows of the batches ``t0 .. t1 - 1`` of ``"without_replacement"`` (``code`` 0) or
+    ``"with_replacement"`` (1) sampling, position ``t k + j`` at ``out[t k + j - base]``: the
+    batches a loop reads as it reads an ``"epoch"`` order (rk's row 0 overwritten)."""
+    for t in range(t0, t1):
+        key = stream_key(seed, t)
+        at = np.int64(t) * k - base
+        if code == 1:
+            for j in range(k):
+                out[at + j] = uniform_row(n, key, j)
+        else:
+            set_round_keys(key, rk, 0)
+            for j in range(k):
+                out[at + j] = permute(j, n, rk, 0, half, mask)
+
 #: entries of :func:`epoch_order`'s table at most (64 MiB); a larger domain uses :func:`permute`
 MAX_TABLE = 1 << 24
 

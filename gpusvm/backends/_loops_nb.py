@@ -6,9 +6,9 @@ iterates agree with it to rounding; batches are drawn two iterations ahead (thei
 prefetched).  :func:`pegasos_loop` and :func:`sdca_loop` compile the loop for flags that are
 closure constants, so numba prunes what they rule out: ``one`` (``M = 1``, slots in
 registers), ``row`` (one row of a canonical CSR per batch, added in place), ``by_epoch``
-(``"epoch"`` batches read from the epochs' orders made by ``NumbaBackend._nb_orders``: SDCA's
-of one row, Pegasos' of any size), ``optimal``, ``aggressive`` (Pegasos' batch-optimal bias,
-SDCA's Alg. 2).  Weights, the squared hinge and shrinking are runtime arguments in ``prm``:
+(rows read from orders the host makes: ``"epoch"``'s epochs, ``NumbaBackend._nb_orders``,
+and for batches of several rows the drawn batches' rows, ``NumbaBackend._nb_drawn``),
+``optimal``, ``aggressive`` (Pegasos' batch-optimal bias, SDCA's Alg. 2).  Weights, the squared hinge and shrinking are runtime arguments in ``prm``:
 one compiled loop serves all.
 
 Compile time (a cold first fit waits for it): numba inlines an ``inline="always"`` helper by
@@ -672,9 +672,9 @@ def sdca_loop(one, row, by_epoch, aggressive, wr=False):
         bt_first = t0 if by_epoch else t0 - PREFETCH_DISTANCE    # (the ring filled by the
         for bt in range(bt_first, t1):                            # first draws)
             if by_epoch and not row:            # the batch's kb positions (Pegasos' loop), and
-                rows, first = ring[0], ringf[0]         # a row of the next epoch that repeats
-                tail = n - q                            # one of this epoch's in the batch
-                has_first = tail < kb                   # (stamped with bt) is no first
+                rows, first = ring[0], ringf[0]         # a row already in the batch (stamped
+                tail = n - q                            # with bt: one of the next epoch's,
+                has_first = tail < kb or smp[0] == 1    # or any drawn with replacement) is no first
                 nxt = q + kb
                 ne = eo + 1 if nxt >= n else eo
                 nxt = nxt - n if nxt >= n else nxt
@@ -682,11 +682,8 @@ def sdca_loop(one, row, by_epoch, aggressive, wr=False):
                     r = order[eo, q]
                     rows[j] = r
                     if has_first:
-                        if j < tail:
-                            stamp[r] = bt
-                            first[j] = True
-                        else:
-                            first[j] = stamp[r] != bt
+                        first[j] = stamp[r] != bt
+                        stamp[r] = bt
                     q += 1
                     if q == n:
                         q = 0

@@ -29,11 +29,13 @@ NUMBA_MISSING = ("backend='numba' needs numba, which cannot be imported; install
 if numba is not None:
     from . import _csr_nb as csr
     from ._compile_nb import AHEAD, in_disk_cache
-    from ._counter_nb import epoch_order, sampler_state
+    from ._counter_nb import drawn_rows, epoch_order, sampler_state
     from ._loops_nb import N_WORK, SCHEDULE_CODES, pegasos_loop, sdca_loop
 
 #: epoch-order entries (int32) held at once, 32 MiB (one epoch at least): longer runs are split
 ORDER_ENTRIES = 1 << 23
+#: batches whose drawn rows NumPy makes at once while :func:`drawn_rows` compiles ahead
+DRAWN_BY_NUMPY = 1024
 
 
 class NumbaBackend(NumpyBackend):
@@ -73,6 +75,7 @@ class NumbaBackend(NumpyBackend):
         self._nb_asked = False            # the products asked for ahead (CompileAhead)
         self._nb_loops = set()            # the loops made ready (compiled or loaded)
         self._nb_eo = False               # epoch_order compiled for this backend's arrays
+        self._nb_dr = False               # drawn_rows compiled for them
         self._nb_threaded = None          # the certificates' products on threads (use_threads)
         self._nb_ready = set()            # helpers compiled for them: not asked again (its
                                           # argument types cost ~0.5 ms a certificate)
@@ -130,9 +133,15 @@ class NumbaBackend(NumpyBackend):
             ring = np.zeros((csr.RING, k), dtype=np.int32)
             ringf = np.ones((csr.RING, k), dtype=np.bool_)
             ringh = np.zeros(csr.RING, dtype=np.bool_)
-            stamped = sampler.code == 1 or (sampler.code == 2 and k > 1)
-            state = sampler_state(sampler.n if stamped else 1,
-                                  sampler.n if sampler.code == 2 else 0, int(sampler.half))
+            # batches of several rows (or of one row of a CSR that is not canonical) are read
+            # from orders made here, whatever the sampling: ``"epoch"``'s epochs
+            # (:meth:`_nb_orders`) or the drawn batches' rows (:meth:`_nb_drawn`)
+            read = sampler.code == 2 or not (k == 1 and self._nb_canonical)
+            stamped = sampler.code == 1 or k > 1
+            state = sampler_state(sampler.n if stamped else 1, sampler.n if read else 0,
+                                  int(sampler.half))
+            if sampler.code != 2:                   # no epoch table
+                state = (*state[:4], np.zeros(0, dtype=np.uint32))
             self._nb_smp = (sampler, (smp, ring, ringf, ringh, *state))
             self._nb_held = (0, 0)
         return self._nb_smp[1]
@@ -172,6 +181,34 @@ class NumbaBackend(NumpyBackend):
         self._nb_held = (e0, count)
         return min(t1, (e0 + count) * n // k), sam
 
+    def _nb_drawn(self, sampler, sam, t0: int, t1: int):
+        """:meth:`_nb_orders` for ``"with_replacement"`` and ``"without_replacement"``: the rows
+        of batches ``t0 .. t_end - 1`` drawn here, position ``p = t k + j`` at ``order[p // n -
+        ecache[2], p % n]`` (as an ``"epoch"`` order: the loop reads them alike); returns
+        ``(t_end, sam)``."""
+        n, k = sampler.n, sampler.k
+        e0 = t0 * k // n
+        count = min((t1 * k - 1) // n - e0 + 1, max(1, ORDER_ENTRIES // n))
+        if (e0 + count) * n // k <= t0:                # batch t0 runs into the next block
+            count += 1
+        end = min(t1, (e0 + count) * n // k)
+        order = sam[7]
+        if order.shape[0] < count:        # zeros: the loop prefetches rows past t_end's
+            order = np.zeros((count, n), dtype=np.int32)
+            self._nb_smp = (sampler, (*sam[:7], order, sam[8]))
+            sam = self._nb_smp[1]
+        smp, rk, ecache, base = sam[0], sam[4], sam[5], e0 * n
+        flat = order.reshape(-1)
+        args = (smp[0], n, k, smp[3], smp[4], smp[5], t0, end, base, rk, flat)
+        if self._nb_dr or AHEAD.ready(drawn_rows, args):
+            self._nb_dr = True
+            drawn_rows(*args)
+        else:                             # the same rows from NumPy, a few batches at a time
+            end = min(end, t0 + DRAWN_BY_NUMPY)
+            flat[t0 * k - base:end * k - base] = sampler.batches(t0, end)[0].reshape(-1)
+        ecache[2] = e0
+        return end, sam
+
     def _nb_run(self, loop, sampler, by_epoch, csr_, lab, st, t0, t1, prm, wrk,
                 seconds=None) -> None:
         """Run ``loop`` over batches ``t0 .. t1 - 1``, compiled first (``"epoch"``: by held
@@ -187,7 +224,8 @@ class NumbaBackend(NumpyBackend):
         while t < t1:
             end = t1
             if by_epoch:
-                end, full = self._nb_orders(sampler, full, t, t1)
+                orders = self._nb_orders if sampler.code == 2 else self._nb_drawn
+                end, full = orders(sampler, full, t, t1)
                 sam = (*full[:3], None, None, *full[5:8], None)
             if not self._nb_asked:
                 self._nb_ask_ahead()
@@ -397,10 +435,10 @@ _announced: set = set()
 #: what the notice says a cold first fit waits for compilation: the CPU seconds of the fitting
 #: thread's compilations in ``benchmarks/bench_compile.py`` (its "compile CPU s", an empty
 #: numba cache, a 2-core host): one row a batch (every estimator's default, any sampling) and
-#: Pegasos' binary batches of several rows read from the epochs' orders (``gpusvm demo``) ...
+#: Pegasos' binary batches of several rows, of any sampling (``gpusvm demo``) ...
 COMPILE_SECONDS = "1-3 s"
-#: ... and the other loops of batches of several rows (SDCA's, Pegasos' with several outputs,
-#: drawn inside the loop or with ``bias="optimal"``)
+#: ... and the other loops of batches of several rows (SDCA's, Pegasos' with several outputs
+#: or with ``bias="optimal"``)
 BATCH_COMPILE_SECONDS = "3-5 s"
 
 
