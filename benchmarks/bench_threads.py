@@ -13,9 +13,9 @@ planted ``w`` with 5% flipped; every figure recorded so far), or with ``--scale-
 times in turn (round-robin, so that other load hits every row alike), median wall seconds:
 
 * ``gpusvm SDCA``: ``SDCASVC(loss="squared_hinge", C=C, tol=...)``, ``n_jobs=k``: the
-  certified duality gap ``<= tol`` (the same certificate for every ``k``); SDCA runs on one
-  thread by default (``gpusvm._threads.SDCA_THREAD_MIN_NNZ``), ``--sdca-blocks`` turns its
-  CoCoA+ rounds on for this run;
+  certified duality gap ``<= tol`` (the same certificate for every ``k``); on ``k > 1``
+  threads its row blocks (``gpusvm.solvers._threaded``) from
+  ``gpusvm._threads.SDCA_THREAD_MIN_NNZ`` nonzeros;
 * ``gpusvm Newton``: the same with ``solver="newton"``, the same certified gap;
 * ``sklearn LinearSVC``: ``dual=True`` and ``dual=False`` (liblinear, one thread), at
   ``tol`` such that its objective reaches at least gpusvm's (``P`` printed for each row);
@@ -186,8 +186,7 @@ def warm_up(X, y, threads, C):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--nnz", type=float, default=2e7,
-                    help="nonzeros of the generated set (80%% train: SDCA's threads start at "
-                         "10^7 in the training rows, gpusvm._threads.SDCA_THREAD_MIN_NNZ)")
+                    help="nonzeros of the generated set (80%% train)")
     ap.add_argument("--dataset", default=None, help="a data set of ../shared/data instead")
     ap.add_argument("--scale-generator", action="store_true",
                     help="gpusvm.datasets.make_sparse_classification instead of make_data")
@@ -201,16 +200,11 @@ def main(argv=None):
     ap.add_argument("--mc-python", default=os.environ.get("LIBLINEAR_MC_PYTHON", ""))
     ap.add_argument("--peer-tol", type=float, default=1e-4, help="liblinear's -e (and "
                     "sklearn's tol); lower it until the peers' P matches gpusvm's")
-    ap.add_argument("--sdca-blocks", action="store_true",
-                    help="SDCA's threaded CoCoA+ rounds on (off by default)")
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
 
-    if args.sdca_blocks:
-        from gpusvm import _threads  # noqa: PLC0415
-        _threads.SDCA_THREAD_MIN_NNZ = 0
     X, y, Xt, yt, name = load_data(args)
     print(f"# {name}: {X.shape[0]} x {X.shape[1]} train, {X.nnz:,} nonzeros; "
           f"{platform.node()}, {len(os.sched_getaffinity(0))} usable cores, "

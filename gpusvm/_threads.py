@@ -18,24 +18,15 @@ import numpy as np
 #: it a product takes under ~1 ms and dispatching blocks to threads costs more than it saves
 #: (measured: benchmarks/bench_threads.py)
 THREAD_MIN_NNZ = 2_000_000
-#: SDCA's threads (CoCoA+ rounds, :mod:`gpusvm.solvers._threaded`) do not pay yet, so they
-#: are off by default (a fit reaches them by lowering this).  Measured on a generated set of
-#: 1.7 x 10^7 nonzeros, 3.3 x 10^5 rows, squared hinge, tol 1e-4 (critical-path CPU seconds,
-#: the estimate of an idle machine's wall time): one thread 21 epochs, 5.0 s; two blocks
-#: with rounds of 0.02 passes 22.7 epochs but 10.4 s, of 0.1 passes 31.6 epochs, 6.2 s: a
-#: round's bookkeeping reads every row's ``alpha`` and every column of ``w``.  Cheaper
-#: bookkeeping alone would not do: on ``bench_threads.py``'s set (1.56 x 10^7 nonzeros, no
-#: intercept, certificates every 2 epochs) one thread's gap falls 5x every 2 epochs (2.8e-5,
-#: 5.5e-6, 1.1e-6 at epochs 12, 14, 16), two blocks' stalls with rounds of 0.02 passes
-#: (1.9e-4, 9.1e-5, 5.6e-5; with sigma' fixed at 1.3: 2.4e-4, 1.0e-4, 6.1e-5; at CoCoA+'s
-#: safe 2: 1.4e-3, 6.0e-4, 2.8e-4) and keeps pace only with rounds of 0.005 passes (7.1e-5,
-#: 1.9e-5, 5.5e-6) or 0.001 (4.9e-5, 1.2e-5, 2.5e-6): about 70 us of a block's work on that
-#: set, where a round trip through Python threads costs 15-35 us and a pass over ``w``
-#: (10^5 columns) 25-50 us.  Paying rounds need a compiled barrier and bookkeeping in
-#: proportion to the round's nonzeros.  They also need
-#: :data:`SDCA_MIN_NNZ_PER_FEATURE` nonzeros per column (a round's passes over ``w``).
-SDCA_THREAD_MIN_NNZ = 2 ** 62
-SDCA_MIN_NNZ_PER_FEATURE = 64
+#: the fewest nonzeros for SDCA's row blocks on threads (:mod:`gpusvm.solvers._threaded`).
+#: Measured on ``benchmarks/bench_threads.py``'s generated set (10^5 columns, squared hinge,
+#: tol 1e-4, 2 cores): 2.3 x 10^6 nonzeros 1.3x faster on 2 threads, 4.7 x 10^6 1.7-1.9x,
+#: 1.56 x 10^7 1.65-1.9x (BENCHMARKS.md, "Threads inside one fit")
+SDCA_THREAD_MIN_NNZ = 2_000_000
+#: ... and the fewest per column: a round combines the blocks' copies of the hot columns, and
+#: every column after :data:`gpusvm.solvers._threaded.FULL_EVERY_D` ``d`` nonzeros of a
+#: thread's steps (a pass over ``w``), which must stay a small part of the steps' time
+SDCA_MIN_NNZ_PER_FEATURE = 16
 
 
 def usable_cores() -> int:

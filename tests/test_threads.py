@@ -246,3 +246,124 @@ def test_multiclass_newton_threads_every_output(small_threshold):
                     backend="numba").fit(X, y) for _ in range(2))
     assert a.n_threads_ == 2 and np.array_equal(a.coef_, b.coef_)
     assert np.all(a.duality_gap_ <= 1e-6)
+
+
+# ------------------------------------------------------------------ SDCA's row blocks
+def test_barrier_holds_every_thread_until_all_arrive():
+    """Each of 3 threads (more than this machine's 2 cores: the yield path) writes its round
+    number, waits, and must then read every other thread's: no thread runs a round ahead."""
+    from numba import njit  # noqa: PLC0415
+
+    from gpusvm.backends._sdca_threads_nb import barrier  # noqa: PLC0415
+
+    @njit(nogil=True)
+    def rounds(tid, k, seen, bar, n):
+        bad = 0
+        for r in range(1, n + 1):
+            seen[tid] = r
+            barrier(bar, k)
+            for u in range(k):
+                if seen[u] < r:
+                    bad += 1
+            barrier(bar, k)                 # nobody writes r + 1 before all have read
+        return bad
+
+    k, n = 3, 2000
+    seen = np.zeros(k, dtype=np.int64)
+    bar = np.zeros(16, dtype=np.int64)
+    with BlockPool(k) as pool:
+        bad = pool.run(lambda i: rounds(i, k, seen, bar, n))
+    assert bad == [0, 0, 0] and np.all(seen == n)
+    assert bar[0] == 0 and bar[8] == 2 * n            # the count reset, one generation a wait
+
+
+def test_block_epochs_are_permutations_fixed_by_key_and_epoch():
+    from gpusvm.backends._sdca_threads_nb import block_epoch  # noqa: PLC0415
+
+    def order(nb, key, e):
+        perm = np.full(nb + 3, -1, dtype=np.int32)
+        block_epoch(perm, nb, np.uint64(key), e)
+        assert np.all(perm[nb:] == -1)              # only the block's rows written
+        return perm[:nb]
+
+    a = order(1000, 7, 0)
+    assert np.array_equal(np.sort(a), np.arange(1000))
+    assert np.array_equal(a, order(1000, 7, 0))
+    assert not np.array_equal(a, order(1000, 7, 1)) and not np.array_equal(a, order(1000, 8, 0))
+    assert not np.array_equal(a, np.arange(1000))
+    # each row about equally likely in each position (a uniform shuffle): position 0's row
+    firsts = np.bincount([order(10, 3, e)[0] for e in range(4000)], minlength=10)
+    assert firsts.min() > 300 and firsts.max() < 500
+
+
+def _blocks(X, y, k, sigma_per_thread=None, monkeypatch=None, loss="squared_hinge"):
+    from gpusvm.backends.base import SDCAPlan  # noqa: PLC0415
+    from gpusvm.backends.numba_ import NumbaBackend  # noqa: PLC0415
+    from gpusvm.solvers import _threaded  # noqa: PLC0415
+
+    if sigma_per_thread is not None:
+        monkeypatch.setattr(_threaded, "SIGMA_PER_THREAD", sigma_per_thread)
+    n = X.shape[0]
+    lam = 1.0 / n
+    be = NumbaBackend(X, y.astype(np.float64))
+    be.init_state_m()
+    be.init_dual_m(1.0, loss, None, lam)
+    plan = SDCAPlan(lam=lam, beta_b=1.0, theta=0.5, aggressive=False, shrinking=False,
+                    loss=loss)
+    pool = BlockPool(k)
+    return be, pool, _threaded.BlockSDCA(be, pool, lam, plan, "epoch", 0), lam
+
+
+def test_a_segment_leaves_v_at_w_of_alpha_and_the_state_undoes_exactly():
+    """After a segment every thread's copy holds ``w(alpha) = X^T (alpha y) / (lam n)``
+    (computed here with SciPy) to float64 rounding; :meth:`undo` restores alpha, v and the
+    scalars bit for bit and doubles sigma' - 1 up to k, then refuses."""
+    X, y = _data(n=2000, d=400, seed=11)
+    be, pool, blocks, lam = _blocks(X, y, 2)
+    with pool:
+        n = X.shape[0]
+        blocks.segment(0, 3 * n // 2)
+        assert blocks.rounds > 10 and np.all(be.alpha >= 0) and np.any(be.alpha > 0)
+        want = X.T @ (be.alpha[:, 0] * y) / (lam * n)
+        assert np.allclose(be.V[:, 0] * be.sm[0, 0], want, rtol=0, atol=1e-12 * np.abs(want).max())
+        assert np.array_equal(blocks.W[0], blocks.W[1])
+        state = (be.alpha.copy(), be.V.copy(), be.sm.copy())
+        blocks.segment(3 * n // 2, 2 * n)
+        assert not np.array_equal(be.alpha, state[0])
+        assert blocks.sigma == 1.1 and blocks.undo() and blocks.sigma == pytest.approx(1.2)
+        for now, before in zip((be.alpha, be.V, be.sm), state):
+            assert np.array_equal(now, before)
+        sigmas = []
+        for i in range(3):
+            blocks.segment((2 + i) * n, (3 + i) * n)
+            assert blocks.undo()
+            sigmas.append(blocks.sigma)
+        assert sigmas == pytest.approx([1.4, 1.8, 2.0])
+        blocks.segment(5 * n, 6 * n)
+        assert not blocks.undo() and blocks.undone == 4       # sigma' = k: CoCoA+'s safe value
+
+
+def test_too_long_steps_are_undone_and_the_fit_still_certifies(small_threshold, monkeypatch):
+    """sigma' = 1 on 2 blocks sharing an intercept column in every row, with rounds of 0.01
+    passes, lowers the dual (each block moves the intercept for the other too): the solver
+    undoes those segments, raises sigma' to 1.1 and certifies; the recorded duals never fall."""
+    from gpusvm.solvers import _threaded  # noqa: PLC0415
+
+    monkeypatch.setattr(_threaded, "SIGMA_PER_THREAD", 0.0)
+    monkeypatch.setattr(_threaded, "ROUND_EPOCHS", 0.01)
+    X, y = _data(n=6000, d=200, density=0.05, seed=12)
+    undone = []
+    real = _threaded.BlockSDCA.undo
+
+    def spy(self):
+        ok = real(self)
+        undone.append((ok, self.sigma))
+        return ok
+    monkeypatch.setattr(_threaded.BlockSDCA, "undo", spy)
+    est = SDCASVC(C=1.0, loss="squared_hinge", tol=1e-6, n_jobs=2, random_state=0,
+                  backend="numba", dtype="float64", eval_every=3000,
+                  max_iter=100 * X.shape[0]).fit(X, y)
+    assert est.n_threads_ == 2 and est.stop_reason_ == "tol" and est.duality_gap_ <= 1e-6
+    assert undone and undone[0][0] and undone[-1][1] == pytest.approx(1.1)
+    dual = np.array([row[2] for row in est.history_])
+    assert np.all(np.diff(dual) >= 0)

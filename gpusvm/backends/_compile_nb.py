@@ -50,8 +50,8 @@ event.register("numba:compile", LISTENER)
 #: ``_loops_nb`` inline helpers of ``_csr_nb`` and ``_counter_nb`` and read the slot numbers of
 #: ``_state`` (listed as absolute paths; tests/test_compile_ahead.py checks the list is whole)
 FAMILY = [os.path.join(os.path.dirname(os.path.abspath(__file__)), name) for name in
-          ("_counter_nb.py", "_csr_nb.py", "_loops_nb.py", "_newton_nb.py", "_state.py",
-           "_threads_nb.py")]
+          ("_counter_nb.py", "_csr_nb.py", "_loops_nb.py", "_newton_nb.py",
+           "_sdca_threads_nb.py", "_state.py", "_threads_nb.py")]
 #: and the svmlight parser of ``gpusvm.datasets`` (every file of cached code is of the family)
 FAMILY.append(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                            "_svmlight_nb.py"))

@@ -119,13 +119,15 @@ class SDCASVC(_LinearSVCBase):
         may use (its CPU affinity, at most a ``threadpoolctl`` limit of OpenMP), ``-k``
         all but ``k - 1``, a positive int that many.  Used on the compiled CPU backend
         (``"numba"``) by Newton fits of at least :data:`gpusvm._threads.THREAD_MIN_NNZ`
-        nonzeros, whose sparse products run on ``n_jobs`` row blocks; smaller fits run
-        today's single-thread path, whose results they keep.  SDCA runs on one thread:
-        its threaded form (CoCoA+ rounds over row blocks, :mod:`gpusvm.solvers._threaded`)
-        does not pay yet and is off below :data:`gpusvm._threads.SDCA_THREAD_MIN_NNZ`.
-        The same ``random_state`` and ``n_jobs`` give the same model bit for bit; a fit on
-        several threads is not the one-thread model (Newton sums ``X^T u`` by blocks, SDCA
-        takes other coordinate steps) but is certified to the same ``tol``.
+        nonzeros, whose sparse products run on ``n_jobs`` row blocks, and by SDCA fits of
+        one output with ``batch_size=1`` and ``sampling="epoch"`` (the defaults on a CPU)
+        of at least :data:`gpusvm._threads.SDCA_THREAD_MIN_NNZ` nonzeros, whose ``n_jobs``
+        threads each step through a block of rows and combine their changes at compiled
+        barriers (:mod:`gpusvm.solvers._threaded`); smaller fits run today's single-thread
+        path, whose results they keep.  The same ``random_state`` and ``n_jobs`` give the
+        same model bit for bit; a fit on several threads is not the one-thread model
+        (Newton sums ``X^T u`` by blocks, SDCA takes other coordinate steps) but is
+        certified to the same ``tol``.
         ``n_threads_`` says how many ran.
     shrinking : bool, default=True
         At ``batch_size=1`` on a CPU backend, LIBLINEAR's shrinking (Hsieh et al. 2008,

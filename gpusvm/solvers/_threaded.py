@@ -1,36 +1,38 @@
-"""SDCA on several threads of one process: CoCoA+ rounds over row blocks, as :mod:`gpusvm.dask`.
+"""SDCA on several threads of one process: row blocks, each thread its own copy of ``v``, the
+copies combined at compiled barriers.
 
 :class:`BlockSDCA` runs the iterations of :func:`gpusvm.solvers.sdca.sdca` (batches of one
-row) as rounds: each of ``k`` contiguous row blocks (about equal nonzeros) runs its backend's
-own SDCA segment (``sdca_segment_m``, the one source) on its local subproblem (Ma et al.
-2015, eq. 9) from the round's ``w``, on its own thread; the round then moves every block's
-duals by the ``gamma`` in ``[0, 1]`` that maximises the dual along the sum of their changes
-(:func:`gpusvm.solvers._cocoa.line_search`, the distributed SDCA's aggregation), so the dual
-never decreases.  The subproblems' ``sigma'`` follows the blocks' measured interaction: it
-starts at 1 (plain SDCA on each block) and is then, each round, the last round's
-``||sum_k u_k||^2 / sum_k ||u_k||^2`` clipped to ``[1, k]`` (``u_k`` a block's change of
-``w``; ``k`` is CoCoA+'s safe value, reached when the blocks move ``w`` alike), as the
-aggressive variant adapts ``beta`` to the batch (Takáč et al. 2013, Alg. 2).  Rounds are
-short (:data:`ROUND_EPOCHS`).  The duality-gap certificate of
-:func:`~gpusvm.solvers.sdca.sdca` is computed as on one thread and stays the stopping rule.
+row, ``"epoch"`` sampling) on ``k`` contiguous row blocks of about equal nonzeros, one thread
+each, in one compiled call per segment (:func:`gpusvm.backends._sdca_threads_nb.sdca_block`,
+whose docstring has the arithmetic).  A thread steps through its block's rows (the block's
+own epochs, a permutation each, shuffled by the thread from the block's seed) against its own
+copy of ``v``; after every round (:data:`ROUND_NNZ` nonzeros of a thread's steps, at most
+:data:`ROUND_EPOCHS` of a pass over its block) the threads meet at a barrier and add up their
+changes to the :data:`HOT_COLUMNS` columns that most rows share, and to every column every
+:data:`FULL_EVERY_D` ``d`` nonzeros (and at the segment's end).  The blocks' steps are SDCA
+steps (Takáč et al. 2013, eq. 15, ``b = 1``) on the CoCoA+ subproblem (Ma et al. 2015, eq. 9,
+``gamma = 1``): each block's step is ``sigma'`` times shorter and moves its own copy ``sigma'``
+times as far, its change enters the combination divided by ``sigma'``.  ``sigma'`` starts at
+``1 +`` :data:`SIGMA_PER_THREAD` ``(k - 1)``.  The certificate of
+:func:`~gpusvm.solvers.sdca.sdca` (``w(alpha)`` recomputed from ``alpha``, on the threads) is
+unchanged and stays the stopping rule; a segment after which the dual fell is undone and taken
+again with a larger ``sigma'`` (:meth:`BlockSDCA.undo`), so the certified duals never fall.
 
-Off by default (:data:`gpusvm._threads.SDCA_THREAD_MIN_NNZ`, with the measurements): the
-epochs are nearly those of one thread (22.7 against 21 on 1.7 x 10^7 nonzeros), but each
-round's bookkeeping (the blocks' ``alpha`` before and after, ``w`` copied and compared) reads
-every row and column where it should read only what the round touched, and rounds this long
-stall near the optimum (the blocks' steps on the columns most rows share disagree).  What
-would pay, measured with a prototype of this class on ``bench_threads.py``'s set (1.56 x
-10^7 nonzeros, 10^5 columns, no intercept, sigma' = 1.15, gamma = 1): the blocks keep their
-own ``w`` between rounds, the 1,024 most frequent columns are combined every 0.002 passes and
-all columns every 0.05; the gap then follows full combinations every 0.002 passes (3.7e-6
-against 3.5e-6 after 16 epochs; one thread 1.1e-6).  With 0.002 passes (about 65 us of a
-block's work) a round needs a barrier of a microsecond or two, which only compiled code
-(atomics) gives; Python's cost 15-35 us.
+Why these rounds (measured on ``benchmarks/bench_threads.py``'s set, 1.56 x 10^7 nonzeros,
+10^5 columns, squared hinge): CoCoA+ rounds of 0.02 passes through Python (the previous form
+of this class) stall near the optimum (the blocks' steps on the shared columns disagree for
+too long), rounds of 0.001-0.002 passes keep pace with one thread's epochs, and only compiled
+barriers make rounds that short cheap (a Python round trip costs 15-35 us, a round here is
+about 100 us of a thread's work); the columns few rows share interact little and are
+combined rarely.  ``sigma' = 1`` diverges there (every block moves the intercept's column, in
+every row, for the others too), 1.1 takes about 10 % more epochs than one thread, CoCoA+'s
+safe ``sigma' = k`` about twice as many.  Each thread's rows cost no more than one thread's:
+2 threads ran an epoch 2.2-2.4x faster than the one-thread loop (BENCHMARKS.md).
 
-Determinism: a block's rows, sampler seed and counter positions, the rounds' lengths and the
-order of every sum over blocks are functions of the data, the seed and ``k`` only, so a fit
-with the same seed and the same ``k`` is the same bit for bit.  It is not the one-thread fit
-(another sequence of coordinate steps, certified to the same ``tol``).
+Determinism: the blocks, their rows' order, the rounds and the order of every sum are
+functions of the data, the seed and ``k`` only, so a fit with the same seed and the same ``k``
+is the same bit for bit.  It is not the one-thread fit (another sequence of coordinate
+steps), and is certified to the same ``tol``.
 """
 
 from __future__ import annotations
@@ -38,39 +40,35 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import scipy.sparse as sp
 
 from .._threads import nnz_blocks
-from ..backends._state import S_A, S_ASUMD, S_VSQ
-from ..backends.base import SDCAPlan
-from ._cocoa import commit, line_search, step_sums
-from ._sampling import CounterSampler, stream_key
+from ..backends._state import S_A, S_ASUMD, S_B, S_VSQ
+from ._sampling import stream_key
 
-
-#: the coordinate steps of a round, in passes over the rows (each block its share): shorter
-#: rounds keep the blocks' points closer.  2 blocks, squared hinge, tol 1e-6: on 1,500 rows
-#: (tests/test_threads.py's set) one-pass rounds took 76 epochs without an intercept and
-#: did not certify in 100 with one, rounds of 0.02 passes 17.5 and 51.5 (one thread: 16.5
-#: and 27.4); on 1.7 x 10^5 rows (benchmarks/bench_threads.py's set) 25.7 against 18.6.  A
-#: round costs a few passes over ``w``, so it holds at least :data:`ROUND_MIN_D` times ``d``
-#: nonzeros
-ROUND_EPOCHS = 0.02
-ROUND_MIN_D = 4
+#: a round's nonzeros per thread between two combinations of the hot columns (about 100 us of
+#: a thread's steps; 4,096 took as many epochs, 16,384 fewer barriers)
+ROUND_NNZ = 16_384
+#: ... and at most this share of a pass over a thread's block: longer rounds stall near the
+#: optimum (their steps on shared columns disagree for too long; measured: rounds of 0.02
+#: passes stalled, of 0.005 and 0.001 kept pace with one thread)
+ROUND_EPOCHS = 0.002
+#: the columns combined after every round: the most frequent (ties: the lower index)
+HOT_COLUMNS = 1024
+#: every column is combined after at least this many times ``d`` nonzeros of a thread's
+#: steps (a full combination reads and writes ``3 d`` values; 1 and 4 took as many epochs
+#: as 16, and longer)
+FULL_EVERY_D = 16.0
+#: ``sigma' = 1 + SIGMA_PER_THREAD (k - 1)`` at the start of a fit on ``k`` threads: the
+#: blocks' steps shortened by ``sigma'`` (CoCoA+'s subproblem; ``k`` is its safe value).
+#: Measured on 2 threads (squared hinge, 1.56 x 10^7 nonzeros, an intercept): ``sigma' =
+#: 1`` diverges (every thread moves the intercept for the others too), 1.05 and 1.1 need
+#: about 10 % more epochs than one thread to a gap of 1e-4, 1.3 about 20 %
+SIGMA_PER_THREAD = 0.1
 
 
 def block_seed(seed: int, block: int) -> int:
     """The counter stream's seed of one block (as the distributed SDCA's)."""
     return stream_key(int(seed) & (2**64 - 1), int(block))
-
-
-def row_block(X, lo: int, hi: int):
-    """Rows ``lo .. hi`` of the CSR ``X`` sharing its ``data`` and ``indices`` (no copy)."""
-    a, b = int(X.indptr[lo]), int(X.indptr[hi])
-    blk = sp.csr_matrix((X.data[a:b], X.indices[a:b], X.indptr[lo:hi + 1] - a),
-                        shape=(hi - lo, X.shape[1]), copy=False)
-    blk.has_canonical_format = X.has_canonical_format
-    blk.has_sorted_indices = X.has_sorted_indices
-    return blk
 
 
 class BlockSDCA:
@@ -80,114 +78,120 @@ class BlockSDCA:
     ----------
     backend : NumbaBackend
         The fit's backend, its dual state initialised (``init_dual_m``); its ``alpha`` is
-        updated in place by every segment and its ``V`` left at the running ``w(alpha)``.
+        updated in place by every segment and its ``V`` left at the combined ``v`` (its norm
+        and ``sum alpha`` recomputed).
     pool : gpusvm._threads.BlockPool
         ``k = pool.k`` threads and blocks.
     lam : float
     plan : SDCAPlan
-        The fit's plan (its ``loss`` and ``shrinking``, each block's own active set; the
-        blocks take ``beta = 1``).
+        The fit's plan: its ``loss`` and ``shrinking`` (each block its own bounds, the active
+        set shared, each row in one block); the blocks take ``beta = sigma'``.
     sampling : str
+        ``"epoch"`` only (the blocks' permutations).
     seed : int
     """
 
     def __init__(self, backend, pool, lam, plan, sampling, seed):
-        self.backend, self.pool, self.k = backend, pool, pool.k
-        self.lam, self.loss = float(lam), plan.loss
-        X, n = backend.X, backend.n
+        from ..backends._sdca_threads_nb import column_counts  # noqa: PLC0415  (threads only)
+
+        if sampling != "epoch":
+            raise ValueError(f"threaded SDCA samples by epoch, got sampling={sampling!r}")
+        self.backend, self.pool = backend, pool
+        X, n, d = backend.X, backend.n, backend.d
         self.n = n
-        self.bounds = nnz_blocks(X.indptr, self.k)
-        sw = backend.sample_weight
-        self.blocks, self.samplers, self.position = [], [], []
-        for i in range(self.k):
-            lo, hi = int(self.bounds[i]), int(self.bounds[i + 1])
-            if hi <= lo:
-                continue
-            be = type(backend)(row_block(X, lo, hi), backend.y[lo:hi],
-                               None if sw is None else sw[lo:hi])
-            be.init_state_m()
-            be.init_dual_m(1.0, plan.loss)
-            be.alpha = backend.alpha[lo:hi]              # a view: the blocks' steps are the fit's
-            self.blocks.append((be, lo, hi))
-            self.samplers.append(CounterSampler(hi - lo, 1, sampling, block_seed(seed, i)))
-            self.position.append(0)
-        self.plan = plan
-        self.sigma = 1.0
+        bounds = nnz_blocks(X.indptr, pool.k)
+        self.blocks = [(int(lo), int(hi)) for lo, hi in zip(bounds[:-1], bounds[1:]) if hi > lo]
+        self.k = k = len(self.blocks)
+        self.keys = [np.uint64(block_seed(seed, i)) for i in range(k)]
+        self.perm = np.empty((k, max(hi - lo for lo, hi in self.blocks)), dtype=np.int32)
+        self.position = [0] * k
+        counts = column_counts(X.indices, d)
+        self.hot = np.sort(np.argsort(-counts, kind="stable")[:min(d, HOT_COLUMNS)])
+        dt = backend.V.dtype
+        self.W = np.empty((k, d), dtype=dt)
+        self.base = np.empty((k, d), dtype=dt)
+        self.D = np.zeros((k, 2, d))
+        self.bar = np.zeros(16, dtype=np.int64)
+        self.shr = np.tile(np.array([np.inf, -np.inf, -np.inf, np.inf]), (k, 1))
+        self.per_row = max(1.0, X.nnz / max(n, 1))
+        self.squared = plan.loss == "squared_hinge"
+        self.weighted = backend.sample_weight is not None
+        self.shrinking = bool(plan.shrinking) and not self.weighted and not self.squared
+        self.lam = float(lam)
         self.rounds = 0
-        self.gammas: list = []
+        self.sigma = 1.0 + SIGMA_PER_THREAD * (k - 1)
+        self.undone = 0
+        self._saved = None
 
     def segment(self, t0: int, t1: int) -> None:
-        """``t1 - t0`` coordinate steps, shared by the blocks in proportion to their rows, as
-        rounds of about :data:`ROUND_EPOCHS` passes (``V`` left at the new ``w``)."""
+        """``t1 - t0`` coordinate steps shared by the blocks in proportion to their rows
+        (``V`` left at the combined ``v``); the state before them is kept for :meth:`undo`."""
+        from ..backends._sdca_threads_nb import sdca_block  # noqa: PLC0415  (threads only)
+        from ..backends.numba_ import _announce_compilation  # noqa: PLC0415
+
         steps = int(t1) - int(t0)
         if steps <= 0:
             return
+        be, k, n = self.backend, self.k, self.n
+        self._saved = (be.alpha.copy(), be.V.copy(), be.sm.copy())
+        shares = [(steps * hi) // n - (steps * lo) // n for lo, hi in self.blocks]
+        length = min(ROUND_NNZ, max(self.per_row, ROUND_EPOCHS * be.X.nnz / k))
+        rounds = max(1, math.ceil(steps * self.per_row / k / length))
+        full_every = max(1, math.ceil(FULL_EVERY_D * be.d / length))
+        cums = [(s * np.arange(rounds + 1, dtype=np.int64)) // rounds for s in shares]
+        v = be.V.reshape(-1)
+        self.W[...] = v
+        self.base[...] = v
+        self.bar[:] = 0
+        sw = np.empty(0) if be.sample_weight is None else \
+            np.ascontiguousarray(be.sample_weight, dtype=np.float64).reshape(-1)
+        af, yf, X = be.alpha.reshape(-1), be.Y.reshape(-1), be.X
+
+        def args(i):
+            lo, hi = self.blocks[i]
+            fprm = np.array([self.lam * n, be.sm[S_A, 0], be.sm[S_B, 0], self.sigma, hi - lo,
+                             self.position[i], lo])
+            return (i, k, X.indptr, X.indices, X.data, yf, sw, af, be._inv_q,
+                    be.row_sq_norms, self.perm[i], self.keys[i], cums[i], self.W, self.base,
+                    self.D, self.hot, full_every, self.bar, fprm, be._active, self.shr[i],
+                    self.weighted, self.squared, self.shrinking)
+
+        first = args(0)
+        sig = tuple(sdca_block.typeof_pyval(a) for a in first)
+        if sig not in sdca_block.overloads:          # compiled (or loaded) before the threads
+            _announce_compilation((id(sdca_block), str(X.dtype)), sdca_block, first,
+                                  X.dtype, "the threaded SDCA loop", stacklevel=5)
+            sdca_block.compile(sig)
+        self.pool.run(lambda i: sdca_block(*(first if i == 0 else args(i))), k)
+        for i, s in enumerate(shares):
+            self.position[i] += s
+        self.rounds += rounds
+        v[...] = self.W[0]                             # every copy holds the combined v
+        w64 = self.W[0].astype(np.float64)
+        be.sm[S_VSQ, 0] = float(np.einsum("i,i->", w64, w64))
+        be.sm[S_ASUMD] = be.alpha.sum(axis=0)
+
+    def undo(self) -> bool:
+        """Undo the last segment (its dual fell: the blocks' steps were too long for how much
+        they interact) and double ``sigma' - 1`` (at least to ``1 + max(0.1,`` :data:`SIGMA_PER_THREAD`
+        ``(k - 1))``, at most ``k``, CoCoA+'s safe value, which keeps the dual from falling but
+        slows every step); False, and nothing undone, when ``sigma'`` is ``k`` already."""
+        if self._saved is None or self.sigma >= self.k:
+            return False
         be = self.backend
-        per_row = max(1.0, self.backend.X.nnz / self.n)
-        length = max(self.n * ROUND_EPOCHS, ROUND_MIN_D * self.backend.d / per_row)
-        rounds = max(1, math.ceil(steps / length))
-        W = np.asarray(be.V, dtype=np.float64) * be.sm[S_A]
-        for r in range(rounds):
-            share = (steps * (r + 1)) // rounds - (steps * r) // rounds
-            W = self._round(W, share)
-        be._resync(W)                                   # V = w(alpha) as rounded, its norms
-
-    def _round(self, W, share: int):
-        """One CoCoA+ round of ``share`` coordinate steps in all; returns the new ``w``."""
-        V0 = W.astype(self.backend.V.dtype)
-        Wb = V0.astype(np.float64)                      # the round's point, as the blocks hold it
-        n = self.n
-        lens = [max(1, (share * (hi - lo)) // n) for _, lo, hi in self.blocks]
-        sigma = self.sigma
-        pl = self.plan
-        plans = [SDCAPlan(lam=self.lam * n / (sigma * (hi - lo)), beta_b=1.0, theta=pl.theta,
-                          aggressive=False, shrinking=pl.shrinking, loss=pl.loss)
-                 for _, lo, hi in self.blocks]
-
-        def run(i):
-            be, lo, hi = self.blocks[i]
-            be.V[...] = V0
-            be.sm[S_A] = 1.0
-            be.sm[S_VSQ] = np.einsum("ij,ij->j", Wb, Wb)
-            be.sm[S_ASUMD] = be.alpha.sum(axis=0)
-            before = be.alpha.copy()
-            p = self.position[i]
-            be.sdca_segment_m(self.samplers[i], p, p + lens[i], plans[i])
-            after = be.alpha.copy()
-            u = np.asarray(be.V, dtype=np.float64)
-            u *= be.sm[S_A]
-            u -= Wb
-            u /= sigma
-            b, q = step_sums(before, after, None if be.sample_weight is None
-                             else be.sample_weight, self.loss)
-            return before, after, u, b, q, np.einsum("ij,ij->", u, u)
-
-        res = self.pool.run(run, len(self.blocks))
-        parts = np.array([x[5] for x in res])
-        U = res[0][2]
-        for x in res[1:]:                               # in block order
-            U += x[2]
-        b, q = res[0][3], res[0][4]
-        for x in res[1:]:
-            b, q = b + x[3], q + x[4]
-        wu = np.einsum("ij,ij->j", Wb, U)
-        uu = np.einsum("ij,ij->j", U, U)
-        gamma = line_search(wu, uu, b, q, self.lam, n)
-        if parts.sum() > 0:
-            self.sigma = float(min(len(res), max(1.0, uu.sum() / parts.sum())))
-        for (be, _, _), x in zip(self.blocks, res):
-            be.alpha[...] = commit(x[0], x[1], gamma)
-        for i in range(len(self.blocks)):
-            self.position[i] += lens[i]
-        self.rounds += 1
-        self.gammas.append(float(np.min(gamma)))
-        Wb += gamma * U
-        return Wb
+        be.alpha[...], be.V[...], be.sm[...] = self._saved
+        self._saved = None
+        k = self.k
+        self.sigma = min(float(k), 1.0 + 2.0 * max(self.sigma - 1.0,
+                                                   SIGMA_PER_THREAD * (k - 1), 0.05))
+        self.undone += 1
+        return True
 
     def sdca_unshrink_m(self) -> None:
-        """Every block's rows back into its active set (``sdca_unshrink_m``)."""
-        for be, _, _ in self.blocks:
-            be.sdca_unshrink_m()
+        """Every row back into the active set, every block's bounds forgotten."""
+        self.backend.sdca_unshrink_m()
+        self.shr[:] = (np.inf, -np.inf, -np.inf, np.inf)
 
 
-__all__ = ["BlockSDCA", "block_seed", "row_block"]
+__all__ = ["BlockSDCA", "block_seed", "ROUND_NNZ", "ROUND_EPOCHS", "HOT_COLUMNS", "FULL_EVERY_D",
+           "SIGMA_PER_THREAD"]

@@ -42,6 +42,7 @@ import time
 from typing import Callable
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 from .. import spectral
 from ..backends._state import S_BETA, S_NREJ
@@ -53,6 +54,8 @@ from ._sampling import SAMPLING_MODES, CounterSampler, first_occurrences  # noqa
 from ._threaded import BlockSDCA
 
 VARIANTS = ("naive", "safe", "aggressive")
+
+_EPS64 = float(np.finfo(np.float64).eps)
 
 
 def check_sdca_args(n: int, lam: float, b: int, variant: str, theta: float, tol: float) -> None:
@@ -363,11 +366,13 @@ def sdca(backend, *, lam: float, b: int, max_iter: int, variant: str = "aggressi
         run (``stop_reason="handover"``) for another solver to finish
         (:func:`~gpusvm.solvers.policy.sdca_hands_over`).
     n_jobs : int, default=1
-        Threads (resolved, ``>= 1``).  Above 1, a fit of one output with ``b = 1`` on the
-        compiled CPU backend with enough nonzeros (:func:`gpusvm._threads.sdca_threads`;
-        off by default: :data:`gpusvm._threads.SDCA_THREAD_MIN_NNZ`) runs its iterations as CoCoA+ rounds over ``n_jobs`` row blocks
-        (:class:`~gpusvm.solvers._threaded.BlockSDCA`) and its certificates' products on
-        the threads; any other fit runs on one.  The same seed and ``n_jobs`` give the same
+        Threads (resolved, ``>= 1``).  Above 1, a fit of one output with ``b = 1`` and
+        ``"epoch"`` sampling on the compiled CPU backend with enough nonzeros
+        (:func:`gpusvm._threads.sdca_threads`) runs its iterations on ``n_jobs`` row blocks,
+        one thread each (:class:`~gpusvm.solvers._threaded.BlockSDCA`; a segment after
+        which the dual fell is undone and taken again with shorter steps), and its
+        certificates' products on the threads, BLAS held to one thread meanwhile; any
+        other fit runs on one.  The same seed and ``n_jobs`` give the same
         result bit for bit; a threaded fit is not the one-thread fit (another sequence of
         steps), and is certified to the same ``tol``.  ``extra["threads"]``: the threads used.
 
@@ -450,7 +455,8 @@ def sdca(backend, *, lam: float, b: int, max_iter: int, variant: str = "aggressi
     plan = SDCAPlan(lam=lam, beta_b=beta_b, theta=theta, aggressive=variant == "aggressive",
                     shrinking=shrinking, loss=loss)
     threads = sdca_threads(n_jobs, backend.X, backend.name) \
-        if b == 1 and backend.n_outputs == 1 and hasattr(backend, "use_threads") else 1
+        if b == 1 and backend.n_outputs == 1 and sampling == "epoch" \
+        and hasattr(backend, "use_threads") else 1
     pool = blocks = None
     if threads > 1:             # closed at the end (an exception leaves it to the collector)
         pool = BlockPool(threads)
@@ -475,44 +481,54 @@ def sdca(backend, *, lam: float, b: int, max_iter: int, variant: str = "aggressi
     # equal the NumPy reference's whatever the clock says)
     costs = CertificateCosts() if adaptive and getattr(backend, "times_certificates", False) \
         else None
-    while t < max_iter:
-        if adaptive:
-            steps = min(max_iter - t, next_certificate(
-                history, tol, epoch, costs.balance() if costs else 0))
-        else:
-            steps = segment_length(t, max_iter - t, eval_every, eval_at)
-        clock = time.perf_counter()
-        if blocks is not None:                          # CoCoA+ rounds on the threads
-            blocks.segment(t, t + steps)
-        else:
-            with live_only():
-                backend.sdca_segment_m(sampler, t, t + steps, plan)           # eq. (15) / Alg. 2
-        t += steps
-        dual_before = history[-1][2] if history else None
-        if costs is not None:
-            backend.synchronize()                     # the segment's time apart from the certificate's
-            clock = costs.segment(steps, clock)
-        last = certify()
-        if costs is not None:
-            costs.certificate(clock)
-        primal, dual, gap = last[4:7]
-        elapsed = time.perf_counter() - start
-        record(t, last, elapsed)
-        if shrinking and dual_before is not None and dual - dual_before <= SHRINK_STALL * gap:
-            (blocks or backend).sdca_unshrink_m()         # the active set stalled: every row
-        if hasattr(backend, "outputs_m"):
-            open_ = np.flatnonzero(np.asarray(last[3]) > tol)
-            live = open_ if 0 < open_.size < np.size(last[3]) else None
-        if gap <= tol:
-            stop = "tol"
-        elif callback is not None and callback(t, primal, elapsed) is False:
-            stop = "callback"
-        elif max_time is not None and elapsed >= max_time:
-            stop = "max_time"
-        elif handover is not None and handover(history):
-            stop = "handover"
-        if stop != "max_iter":
-            break
+    # the threads' own work: BLAS's idle workers spinning on the same cores slowed a fit
+    # on 2 cores by up to 40 % (threadpoolctl, a scikit-learn dependency)
+    with (threadpool_limits(limits=1, user_api="blas") if blocks is not None
+          else contextlib.nullcontext()):
+        while t < max_iter:
+            if adaptive:
+                steps = min(max_iter - t, next_certificate(
+                    history, tol, epoch, costs.balance() if costs else 0))
+            else:
+                steps = segment_length(t, max_iter - t, eval_every, eval_at)
+            clock = time.perf_counter()
+            if blocks is not None:                          # the row blocks on the threads
+                blocks.segment(t, t + steps)
+            else:
+                with live_only():
+                    backend.sdca_segment_m(sampler, t, t + steps, plan)           # eq. (15) / Alg. 2
+            t += steps
+            dual_before = history[-1][2] if history else None
+            if costs is not None:
+                backend.synchronize()                     # the segment's time apart from the certificate's
+                clock = costs.segment(steps, clock)
+            kept = None if blocks is None or latest is None else latest[1].copy()
+            last = certify()
+            if costs is not None:
+                costs.certificate(clock)
+            primal, dual, gap = last[4:7]
+            if kept is not None and dual < dual_before - 4 * _EPS64 * abs(dual_before) \
+                    and blocks.undo():
+                latest[1][...] = kept       # the blocks' steps lowered the dual: undone, and
+                t -= steps                  # taken again with sigma' doubled
+                continue
+            elapsed = time.perf_counter() - start
+            record(t, last, elapsed)
+            if shrinking and dual_before is not None and dual - dual_before <= SHRINK_STALL * gap:
+                (blocks or backend).sdca_unshrink_m()         # the active set stalled: every row
+            if hasattr(backend, "outputs_m"):
+                open_ = np.flatnonzero(np.asarray(last[3]) > tol)
+                live = open_ if 0 < open_.size < np.size(last[3]) else None
+            if gap <= tol:
+                stop = "tol"
+            elif callback is not None and callback(t, primal, elapsed) is False:
+                stop = "callback"
+            elif max_time is not None and elapsed >= max_time:
+                stop = "max_time"
+            elif handover is not None and handover(history):
+                stop = "handover"
+            if stop != "max_iter":
+                break
 
     if not history or history[-1][0] != t:
         last = certify()
