@@ -94,11 +94,15 @@ def fit_threads(n_jobs: int, nnz: int, backend_name: str, min_nnz: int | None = 
 
 
 def sdca_threads(n_jobs: int, X, backend_name: str) -> int:
-    """:func:`fit_threads` for SDCA's rounds: at least :data:`SDCA_THREAD_MIN_NNZ` nonzeros
-    and :data:`SDCA_MIN_NNZ_PER_FEATURE` per column of ``X``."""
-    if X.nnz < SDCA_MIN_NNZ_PER_FEATURE * X.shape[1]:
+    """:func:`fit_threads` for SDCA's row blocks: at least :data:`SDCA_THREAD_MIN_NNZ`
+    nonzeros and :data:`SDCA_MIN_NNZ_PER_FEATURE` per column of ``X``, and at most
+    ``nnz / (3 d)`` threads (each keeps 24 bytes per column: its copy of ``w``, the last
+    combined ``w`` and two float64 buffers of changes, at most ``X``'s own 8 per nonzero)."""
+    d = max(1, X.shape[1])
+    if X.nnz < SDCA_MIN_NNZ_PER_FEATURE * d:
         return 1
-    return fit_threads(n_jobs, X.nnz, backend_name, SDCA_THREAD_MIN_NNZ)
+    k = min(fit_threads(n_jobs, X.nnz, backend_name, SDCA_THREAD_MIN_NNZ), X.nnz // (3 * d))
+    return k if k > 1 else 1
 
 
 def nnz_blocks(indptr, k: int, rows=None) -> np.ndarray:

@@ -202,6 +202,10 @@ def test_sdca_threads_need_nonzeros_and_nonzeros_per_feature():
     assert _threads.sdca_threads(4, long, "numba") == 4
     assert _threads.sdca_threads(4, long, "numpy") == 1
     assert _threads.sdca_threads(1, long, "numba") == 1
+    snug = SimpleNamespace(nnz=big, shape=(big, big // 16))        # 16 a column: the copies
+    assert _threads.sdca_threads(8, snug, "numba") == 5              # of w at most X's bytes
+    assert _threads.sdca_threads(8, SimpleNamespace(nnz=big, shape=(big, big // 5)),
+                                 "numba") == 1
 
 
 def test_small_sets_keep_the_single_thread_path_and_its_results():
