@@ -373,6 +373,17 @@ class NumbaBackend(NumpyBackend):
         t, sqt, pt = csr.segment_point_one(*args)
         return np.array([t]), args[10].reshape(1, -1), np.array([sqt]), np.array([pt])
 
+    def sdca_block_arrays(self):
+        """The arrays of a one-output SDCA fit that the threads' block loop reads and steps
+        (:func:`gpusvm.backends._sdca_threads_nb.sdca_block`, driven by
+        :class:`gpusvm.solvers._threaded.BlockSDCA`): ``(indptr, indices, data, y, weights,
+        alpha, 1/||x_i||^2, ||x_i||^2, active)``, ``y`` and ``alpha`` flat views, the weights
+        flat float64 (empty without), ``active`` the shrinking set (after ``init_dual_m``)."""
+        sw = self.sample_weight
+        sw = np.empty(0) if sw is None else np.ascontiguousarray(sw, dtype=np.float64).reshape(-1)
+        return (self.X.indptr, self.X.indices, self.X.data, self.Y.reshape(-1), sw,
+                self.alpha.reshape(-1), self._inv_q, self.row_sq_norms, self._active)
+
     def dual_weights_m(self, lam: float) -> np.ndarray:
         """``W(alpha) = X^T (alpha * Y) / (lam n)`` in float64 (d, M), resynchronising ``V``."""
         if self._nb_threaded is not None:

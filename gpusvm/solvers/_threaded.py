@@ -144,24 +144,22 @@ class BlockSDCA:
         self.W[...] = v
         self.base[...] = v
         self.bar[:] = 0
-        sw = np.empty(0) if be.sample_weight is None else \
-            np.ascontiguousarray(be.sample_weight, dtype=np.float64).reshape(-1)
-        af, yf, X = be.alpha.reshape(-1), be.Y.reshape(-1), be.X
+        indptr, indices, data, yf, sw, af, inv_q, row_sq, active = be.sdca_block_arrays()
 
         def args(i):
             lo, hi = self.blocks[i]
             fprm = np.array([self.lam * n, be.sm[S_A, 0], be.sm[S_B, 0], self.sigma, hi - lo,
                              self.position[i], lo])
-            return (i, k, X.indptr, X.indices, X.data, yf, sw, af, be._inv_q,
-                    be.row_sq_norms, self.perm[i], self.keys[i], cums[i], self.W, self.base,
-                    self.D, self.hot, full_every, self.bar, fprm, be._active, self.shr[i],
+            return (i, k, indptr, indices, data, yf, sw, af, inv_q, row_sq, self.perm[i],
+                    self.keys[i], cums[i], self.W, self.base, self.D, self.hot, full_every,
+                    self.bar, fprm, active, self.shr[i],
                     self.weighted, self.squared, self.shrinking)
 
         first = args(0)
         sig = tuple(sdca_block.typeof_pyval(a) for a in first)
         if sig not in sdca_block.overloads:          # compiled (or loaded) before the threads
-            _announce_compilation((id(sdca_block), str(X.dtype)), sdca_block, first,
-                                  X.dtype, "the threaded SDCA loop",   # 3.0 s measured
+            _announce_compilation((id(sdca_block), str(data.dtype)), sdca_block, first,
+                                  data.dtype, "the threaded SDCA loop",   # 3.0 s measured
                                   seconds=BATCH_COMPILE_SECONDS, stacklevel=5)
             sdca_block.compile(sig)
         self.pool.run(lambda i: sdca_block(*(first if i == 0 else args(i))), k)
