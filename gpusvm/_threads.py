@@ -27,6 +27,12 @@ SDCA_THREAD_MIN_NNZ = 2_000_000
 #: every column after :data:`gpusvm.solvers._threaded.FULL_EVERY_D` ``d`` nonzeros of a
 #: thread's steps (a pass over ``w``), which must stay a small part of the steps' time
 SDCA_MIN_NNZ_PER_FEATURE = 16
+#: ... and at most this many threads, whatever ``n_jobs``: on 2 threads the blocks take about
+#: 10 % more epochs than one thread (2.0x faster on 2 cores), on 4 (measured on 2 cores,
+#: where only the epochs mean anything) 34 epochs where one thread takes 18.5 with an
+#: intercept, and without one a gap 2,000x one thread's after 16 epochs: more threads wait
+#: for rounds that keep the blocks' shared columns closer (16-core measurements)
+SDCA_MAX_THREADS = 2
 
 
 def usable_cores() -> int:
@@ -96,12 +102,13 @@ def fit_threads(n_jobs: int, nnz: int, backend_name: str, min_nnz: int | None = 
 def sdca_threads(n_jobs: int, X, backend_name: str) -> int:
     """:func:`fit_threads` for SDCA's row blocks: at least :data:`SDCA_THREAD_MIN_NNZ`
     nonzeros and :data:`SDCA_MIN_NNZ_PER_FEATURE` per column of ``X``, and at most
-    ``nnz / (3 d)`` threads (each keeps 24 bytes per column: its copy of ``w``, the last
+    :data:`SDCA_MAX_THREADS` and ``nnz / (3 d)`` threads (each keeps 24 bytes per column: its copy of ``w``, the last
     combined ``w`` and two float64 buffers of changes, at most ``X``'s own 8 per nonzero)."""
     d = max(1, X.shape[1])
     if X.nnz < SDCA_MIN_NNZ_PER_FEATURE * d:
         return 1
-    k = min(fit_threads(n_jobs, X.nnz, backend_name, SDCA_THREAD_MIN_NNZ), X.nnz // (3 * d))
+    k = min(fit_threads(n_jobs, X.nnz, backend_name, SDCA_THREAD_MIN_NNZ), X.nnz // (3 * d),
+            SDCA_MAX_THREADS)
     return k if k > 1 else 1
 
 
@@ -160,5 +167,5 @@ class BlockPool:
         self.close()
 
 
-__all__ = ["THREAD_MIN_NNZ", "SDCA_THREAD_MIN_NNZ", "usable_cores", "resolve_n_jobs",
-           "fit_n_jobs", "fit_threads", "sdca_threads", "nnz_blocks", "BlockPool"]
+__all__ = ["THREAD_MIN_NNZ", "SDCA_THREAD_MIN_NNZ", "SDCA_MAX_THREADS", "usable_cores",
+           "resolve_n_jobs", "fit_n_jobs", "fit_threads", "sdca_threads", "nnz_blocks", "BlockPool"]

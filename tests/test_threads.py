@@ -38,6 +38,7 @@ def small_threshold(monkeypatch):
     monkeypatch.setattr(_threads, "THREAD_MIN_NNZ", 1000)
     monkeypatch.setattr(_threads, "SDCA_THREAD_MIN_NNZ", 1000)
     monkeypatch.setattr(_threads, "SDCA_MIN_NNZ_PER_FEATURE", 0)
+    monkeypatch.setattr(_threads, "SDCA_MAX_THREADS", 8)
 
 
 # ------------------------------------------------------------------ n_jobs
@@ -199,11 +200,11 @@ def test_sdca_threads_need_nonzeros_and_nonzeros_per_feature():
     wide = SimpleNamespace(nnz=big, shape=(big, big // 2))         # only these are read
     assert _threads.sdca_threads(4, wide, "numba") == 1              # 2 per column
     long = SimpleNamespace(nnz=big, shape=(big, 100))
-    assert _threads.sdca_threads(4, long, "numba") == 4
+    assert _threads.sdca_threads(4, long, "numba") == _threads.SDCA_MAX_THREADS == 2
     assert _threads.sdca_threads(4, long, "numpy") == 1
     assert _threads.sdca_threads(1, long, "numba") == 1
     snug = SimpleNamespace(nnz=big, shape=(big, big // 16))        # 16 a column: the copies
-    assert _threads.sdca_threads(8, snug, "numba") == 5              # of w at most X's bytes
+    assert _threads.sdca_threads(8, snug, "numba") == min(5, _threads.SDCA_MAX_THREADS)
     assert _threads.sdca_threads(8, SimpleNamespace(nnz=big, shape=(big, big // 5)),
                                  "numba") == 1
 
@@ -354,6 +355,7 @@ def test_too_long_steps_are_undone_and_the_fit_still_certifies(small_threshold, 
     from gpusvm.solvers import _threaded  # noqa: PLC0415
 
     monkeypatch.setattr(_threaded, "SIGMA_PER_THREAD", 0.0)
+    monkeypatch.setattr(_threaded, "SIGMA_SHARE", 0.0)
     monkeypatch.setattr(_threaded, "ROUND_EPOCHS", 0.01)
     X, y = _data(n=6000, d=200, density=0.05, seed=12)
     undone = []
@@ -371,3 +373,54 @@ def test_too_long_steps_are_undone_and_the_fit_still_certifies(small_threshold, 
     assert undone and undone[0][0] and undone[-1][1] == pytest.approx(1.1)
     dual = np.array([row[2] for row in est.history_])
     assert np.all(np.diff(dual) >= 0)
+
+
+def test_sdca_runs_on_at_most_sdca_max_threads():
+    big = _threads.SDCA_THREAD_MIN_NNZ
+    long = SimpleNamespace(nnz=big, shape=(big, 100))
+    assert _threads.SDCA_MAX_THREADS == 2
+    assert _threads.sdca_threads(16, long, "numba") == 2
+
+
+def test_four_blocks_take_longer_steps_on_the_hot_columns_and_certify(small_threshold,
+                                                                      monkeypatch):
+    """On 4 threads the hot columns' sigma' is 0.55 k = 2.2, the others' 1.3: the blocks'
+    steps read the hot columns' bitset, and the fit certifies."""
+    from gpusvm.solvers import _threaded  # noqa: PLC0415
+
+    assert _threaded.start_sigma(2) == (1.1, 1.1) and _threaded.start_sigma(4) == (1.3, 2.2)
+    monkeypatch.setattr(_threaded, "HOT_COLUMNS", 16)           # a subset of the 300 columns
+    X, y = _data(n=4000, d=300, seed=13)
+    est = SDCASVC(C=1.0, loss="squared_hinge", tol=1e-6, n_jobs=4, random_state=0,
+                  backend="numba", dtype="float64", max_iter=200 * X.shape[0]).fit(X, y)
+    one = SDCASVC(C=1.0, loss="squared_hinge", tol=1e-6, n_jobs=1, random_state=0,
+                  backend="numba", dtype="float64", max_iter=200 * X.shape[0]).fit(X, y)
+    assert est.n_threads_ == 4 and est.stop_reason_ == "tol" and est.duality_gap_ <= 1e-6
+    assert abs(est.primal_objective_ - one.primal_objective_) <= 2e-6
+
+
+def test_blocks_that_overflow_in_their_first_segment_are_undone(small_threshold, monkeypatch):
+    """sigma' = 1 on every column of 4 blocks, rounds of 0.05 passes, a certificate every 2
+    epochs: the first segment's dual falls below its start (0, at alpha = 0); it is undone
+    (there is no certificate before it) and sigma' raised until the dual rises; the fit
+    certifies with finite objectives throughout and duals that never fall."""
+    from gpusvm.solvers import _threaded  # noqa: PLC0415
+
+    monkeypatch.setattr(_threaded, "SIGMA_PER_THREAD", 0.0)
+    monkeypatch.setattr(_threaded, "SIGMA_SHARE", 0.0)
+    monkeypatch.setattr(_threaded, "ROUND_EPOCHS", 0.05)
+    calls = []
+    real = _threaded.BlockSDCA.undo
+
+    def spy(self):
+        calls.append(self.rounds)
+        return real(self)
+    monkeypatch.setattr(_threaded.BlockSDCA, "undo", spy)
+    X, y = _data(n=4000, d=300, seed=13)
+    est = SDCASVC(C=1.0, loss="squared_hinge", tol=1e-5, n_jobs=4, random_state=0,
+                  backend="numba", dtype="float64", eval_every=2 * X.shape[0],
+                  max_iter=400 * X.shape[0]).fit(X, y)
+    hist = np.array([row[1:4] for row in est.history_])
+    assert est.n_threads_ == 4 and est.stop_reason_ == "tol"
+    assert calls[0] == 40                          # the first segment's 2 epochs: 20 rounds each
+    assert np.all(np.isfinite(hist)) and hist[0, 1] >= 0 and np.all(np.diff(hist[:, 1]) >= 0)

@@ -118,16 +118,24 @@ def barrier(bar, k):
 
 
 @njit(cache=True, inline="always")
-def _combine(tid, k, W, base, D, inv_sigma, par, cols, ncols, every, bar):
+def _is_hot(bits, j):
+    """Bit ``j`` of the bitset ``bits`` (uint8): 1 for a hot column."""
+    return (bits[j >> 3] >> (j & 7)) & 1 == 1
+
+
+@njit(cache=True, inline="always")
+def _combine(tid, k, W, base, D, inv_c, inv_h, bits, par, cols, ncols, every, bar):
     """Every thread's change of the columns ``cols[:ncols]`` (all ``d`` when ``every``), its
-    copy's divided by ``sigma'``, added to the last combined ``base`` in thread order, on
-    every thread (one barrier)."""
+    copy's divided by the column's ``sigma'`` (``1 / inv_h`` for the hot columns, flagged in
+    ``bits``, ``1 / inv_c`` for the others), added to the last combined ``base`` in thread
+    order, on every thread (one barrier)."""
     w = W[tid]
     bs = base[tid]
     dt = D[tid, par]
     for q in range(ncols):
         j = q if every else cols[q]
-        dt[q] = (np.float64(w[j]) - np.float64(bs[j])) * inv_sigma
+        inv = inv_h if not every or _is_hot(bits, j) else inv_c
+        dt[q] = (np.float64(w[j]) - np.float64(bs[j])) * inv
     barrier(bar, k)
     for q in range(ncols):
         j = q if every else cols[q]
@@ -169,15 +177,18 @@ def block_epoch(perm, nb, key, e):
 
 @njit(cache=True, nogil=True)
 def sdca_block(tid, k, indptr, indices, data, yf, sw, af, inv_q, row_sq, perm, key, cum, W,
-               base, D, hot, full_every, bar, fprm, active, shr, weighted,
+               base, D, hot, bits, hot_sq, full_every, bar, fprm, active, shr, weighted,
                squared, shrinking):
     """Thread ``tid``'s rounds (module docstring): ``cum[r + 1] - cum[r]`` steps in round
     ``r``, ``len(cum) - 1`` rounds, through the block's epochs (:func:`block_epoch` of ``key``
     into ``perm``).  ``fprm``: ``(lam n, a, b, sigma', block rows, the block's steps so far,
-    its first row)``, ``v``'s scale ``a`` and bias ``b`` fixed; ``shr`` this block's four
-    shrinking bounds;
+    its first row, the hot columns' sigma')``, ``v``'s scale ``a`` and bias ``b`` fixed;
+    ``bits`` flags the hot columns, ``hot_sq[i]`` is row ``i``'s sum of their ``x_ij^2``;
+    ``shr`` this block's four shrinking bounds;
     ``sw`` the flat weights when ``weighted``.  Returns the block's change of ``sum alpha``."""
     lamn, a, b, sigma, nb = fprm[0], fprm[1], fprm[2], fprm[3], int(fprm[4])
+    sig_h = fprm[7]                      # the hot columns' sigma' (>= sigma, the others')
+    split = sig_h != sigma
     beta = sigma                         # eq. (15) with beta = sigma': CoCoA+'s subproblem
     p0, lo = int(fprm[5]), int(fprm[6])
     cfac = lamn / beta
@@ -207,12 +218,23 @@ def sdca_block(tid, k, indptr, indices, data, yf, sw, af, inv_q, row_sq, perm, k
                     step = False
             if step:
                 si = sw[r] if weighted else 1.0
-                dl = _coord(mr, af[r], si, row_sq, inv_q, r, beta, cfac, lamn, squared)
+                if split and row_sq[r] > 0.0:       # eq. (15)'s beta: sum_j sigma_j x_j^2 over
+                    br = sigma + (sig_h - sigma) * hot_sq[r] / row_sq[r]      # ||x||^2
+                    dl = _coord(mr, af[r], si, row_sq, inv_q, r, br, lamn / br, lamn, squared)
+                else:
+                    dl = _coord(mr, af[r], si, row_sq, inv_q, r, beta, cfac, lamn, squared)
                 if dl != 0.0:
-                    ci = dl * yr * g * sigma              # v += sigma ci x_r (CoCoA+ local
-                    for p in range(indptr[r], indptr[r + 1]):      # model)
-                        j = indices[p]
-                        w[j] += data[p] * ci
+                    ci = dl * yr * g                      # v_j += sigma_j ci x_rj (CoCoA+'s
+                    cs = ci * sigma                       # local model)
+                    if split:
+                        ch = ci * sig_h
+                        for p in range(indptr[r], indptr[r + 1]):
+                            j = indices[p]
+                            w[j] += data[p] * (ch if _is_hot(bits, j) else cs)
+                    else:
+                        for p in range(indptr[r], indptr[r + 1]):
+                            j = indices[p]
+                            w[j] += data[p] * cs
                     af[r] += dl
                     asumd += dl
             q += 1
@@ -223,7 +245,7 @@ def sdca_block(tid, k, indptr, indices, data, yf, sw, af, inv_q, row_sq, perm, k
                 e += 1
                 block_epoch(perm, nb, key, e)
         every = (rnd + 1) % full_every == 0 or rnd == nr - 1
-        _combine(tid, k, W, base, D, 1.0 / sigma, rnd & 1, hot, W.shape[1] if every else hot.size,
+        _combine(tid, k, W, base, D, 1.0 / sigma, 1.0 / sig_h, bits, rnd & 1, hot, W.shape[1] if every else hot.size,
                  every, bar)
     return asumd
 
@@ -236,3 +258,15 @@ def column_counts(indices, d):
     for p in range(indices.size):
         out[indices[p]] += 1
     return out
+
+
+@njit(cache=True, nogil=True)
+def hot_row_sq(indptr, indices, data, bits, out):
+    """``out[i] = sum_j x_ij^2`` over the hot columns ``j`` (flagged in ``bits``), float64."""
+    for i in range(indptr.size - 1):
+        acc = 0.0
+        for p in range(indptr[i], indptr[i + 1]):
+            if _is_hot(bits, indices[p]):
+                x = np.float64(data[p])
+                acc += x * x
+        out[i] = acc

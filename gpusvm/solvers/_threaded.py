@@ -13,7 +13,8 @@ changes to the :data:`HOT_COLUMNS` columns that most rows share, and to every co
 steps (Takáč et al. 2013, eq. 15, ``b = 1``) on the CoCoA+ subproblem (Ma et al. 2015, eq. 9,
 ``gamma = 1``): each block's step is ``sigma'`` times shorter and moves its own copy ``sigma'``
 times as far, its change enters the combination divided by ``sigma'``.  ``sigma'`` starts at
-``1 +`` :data:`SIGMA_PER_THREAD` ``(k - 1)``.  The certificate of
+:func:`start_sigma`: 1.1 on 2 threads; on more, the :data:`HOT_COLUMNS` (flagged in a bitset
+the steps read) take at least ``0.55 k``, the others ``1 + 0.1 (k - 1)``.  The certificate of
 :func:`~gpusvm.solvers.sdca.sdca` (``w(alpha)`` recomputed from ``alpha``, on the threads) is
 unchanged and stays the stopping rule; a segment after which the dual fell is undone and taken
 again with a larger ``sigma'`` (:meth:`BlockSDCA.undo`), so the certified duals never fall.
@@ -58,12 +59,25 @@ HOT_COLUMNS = 1024
 #: steps (a full combination reads and writes ``3 d`` values; 1 and 4 took as many epochs
 #: as 16, and longer)
 FULL_EVERY_D = 16.0
-#: ``sigma' = 1 + SIGMA_PER_THREAD (k - 1)`` at the start of a fit on ``k`` threads: the
-#: blocks' steps shortened by ``sigma'`` (CoCoA+'s subproblem; ``k`` is its safe value).
-#: Measured on 2 threads (squared hinge, 1.56 x 10^7 nonzeros, an intercept): ``sigma' =
-#: 1`` diverges (every thread moves the intercept for the others too), 1.05 and 1.1 need
-#: about 10 % more epochs than one thread to a gap of 1e-4, 1.3 about 20 %
+#: ``sigma' = 1 + SIGMA_PER_THREAD (k - 1)`` at the start of a fit on ``k`` threads, for the
+#: columns other than the hot ones: the blocks' steps on them shortened by ``sigma'``
+#: (CoCoA+'s subproblem; ``k`` is its safe value).  Measured on 2 threads (squared hinge,
+#: 1.56 x 10^7 nonzeros, an intercept): ``sigma' = 1`` diverges, 1.05 and 1.1 take about 10 %
+#: more epochs than one thread to a gap of 1e-4, 1.3 about 20 %
 SIGMA_PER_THREAD = 0.1
+#: the hot columns' ``sigma'`` is at least this times ``k``: a column that many rows share
+#: (the intercept's is in every row) is moved by every block for the others too, within a
+#: round each block moving it about as far as it alone would, ``k / sigma'`` times in all;
+#: above 2 the moves grow from round to round.  On 4 threads a uniform 1.3 overflowed within
+#: an epoch; 2.2 on every column took 41 epochs where one thread takes 18.5
+SIGMA_SHARE = 0.55
+
+
+def start_sigma(k: int) -> tuple[float, float]:
+    """``(sigma'`` of the columns, ``sigma'`` of the hot columns``)`` on ``k`` threads:
+    ``1 + SIGMA_PER_THREAD (k - 1)`` and at least ``SIGMA_SHARE k``, both at most ``k``."""
+    cold = min(float(k), 1.0 + SIGMA_PER_THREAD * (k - 1))
+    return cold, float(min(k, max(cold, SIGMA_SHARE * k)))
 
 
 def block_seed(seed: int, block: int) -> int:
@@ -119,7 +133,13 @@ class BlockSDCA:
         self.shrinking = bool(plan.shrinking) and not self.weighted and not self.squared
         self.lam = float(lam)
         self.rounds = 0
-        self.sigma = 1.0 + SIGMA_PER_THREAD * (k - 1)
+        self.sigma, self.sigma_hot = start_sigma(k)
+        from ..backends._sdca_threads_nb import hot_row_sq  # noqa: PLC0415  (threads only)
+        self.bits = np.zeros((d + 7) // 8, dtype=np.uint8)
+        np.bitwise_or.at(self.bits, self.hot >> 3, (1 << (self.hot & 7)).astype(np.uint8))
+        self.hot_sq = np.zeros(n)
+        if self.sigma_hot != self.sigma:
+            hot_row_sq(X.indptr, X.indices, X.data, self.bits, self.hot_sq)
         self.undone = 0
         self._saved = None
 
@@ -149,9 +169,10 @@ class BlockSDCA:
         def args(i):
             lo, hi = self.blocks[i]
             fprm = np.array([self.lam * n, be.sm[S_A, 0], be.sm[S_B, 0], self.sigma, hi - lo,
-                             self.position[i], lo])
+                             self.position[i], lo, self.sigma_hot])
             return (i, k, indptr, indices, data, yf, sw, af, inv_q, row_sq, self.perm[i],
-                    self.keys[i], cums[i], self.W, self.base, self.D, self.hot, full_every,
+                    self.keys[i], cums[i], self.W, self.base, self.D, self.hot, self.bits,
+                    self.hot_sq, full_every,
                     self.bar, fprm, active, self.shr[i],
                     self.weighted, self.squared, self.shrinking)
 
@@ -173,18 +194,17 @@ class BlockSDCA:
 
     def undo(self) -> bool:
         """Undo the last segment (its dual fell: the blocks' steps were too long for how much
-        they interact) and double ``sigma' - 1`` (at least to ``1 + max(0.1,`` :data:`SIGMA_PER_THREAD`
-        ``(k - 1))``, at most ``k``, CoCoA+'s safe value, which keeps the dual from falling but
-        slows every step); False, and nothing undone, when ``sigma'`` is ``k`` already."""
+        they interact) and double ``sigma' - 1`` (at least to ``1.1``, at most ``k``, CoCoA+'s
+        safe value, which keeps the dual from falling but slows every step; the hot columns'
+        at least as large); False, and nothing undone, when ``sigma'`` is ``k`` already."""
         if self._saved is None or self.sigma >= self.k:
             return False
         be = self.backend
         be.alpha[...], be.V[...], be.sm[...] = self._saved
         self._saved = None
-        k = self.k
-        self.sigma = min(float(k), 1.0 + 2.0 * max(self.sigma - 1.0,
-                                                   SIGMA_PER_THREAD * (k - 1), 0.05))
-        self.undone += 1
+        self.sigma = min(float(self.k), 1.0 + 2.0 * max(self.sigma - 1.0, 0.05))
+        self.sigma_hot = max(self.sigma_hot, self.sigma)    # hot_sq: read while they differ,
+        self.undone += 1                                     # as they did from the start
         return True
 
     def sdca_unshrink_m(self) -> None:
@@ -194,4 +214,4 @@ class BlockSDCA:
 
 
 __all__ = ["BlockSDCA", "block_seed", "ROUND_NNZ", "ROUND_EPOCHS", "HOT_COLUMNS", "FULL_EVERY_D",
-           "SIGMA_PER_THREAD"]
+           "SIGMA_PER_THREAD", "SIGMA_SHARE", "start_sigma"]

@@ -58,6 +58,16 @@ VARIANTS = ("naive", "safe", "aggressive")
 _EPS64 = float(np.finfo(np.float64).eps)
 
 
+def blocks_failed(primal: float, dual: float, dual_before: float | None) -> bool:
+    """Whether a segment of the threads' row blocks must be undone: its dual fell below
+    ``dual_before`` (beyond rounding: the last certificate's, or for the first segment from
+    ``alpha = 0`` the dual there, 0; None: no test), or an objective is not finite (the steps
+    overflowed)."""
+    if not (np.isfinite(primal) and np.isfinite(dual)):
+        return True
+    return dual_before is not None and dual < dual_before - 4 * _EPS64 * abs(dual_before)
+
+
 def check_sdca_args(n: int, lam: float, b: int, variant: str, theta: float, tol: float) -> None:
     """Validate the parameters of :func:`sdca` (``n`` rows) with errors that say what to change."""
     if variant not in VARIANTS:
@@ -507,10 +517,14 @@ def sdca(backend, *, lam: float, b: int, max_iter: int, variant: str = "aggressi
             if costs is not None:
                 costs.certificate(clock)
             primal, dual, gap = last[4:7]
-            if kept is not None and dual < dual_before - 4 * _EPS64 * abs(dual_before) \
-                    and blocks.undo():
-                latest[1][...] = kept       # the blocks' steps lowered the dual: undone, and
-                t -= steps                  # taken again with sigma' doubled
+            if blocks is not None and blocks_failed(primal, dual, dual_before if history
+                                                    else 0.0 if alpha0 is None else None) \
+                    and blocks.undo():      # the blocks' steps lowered the dual (or overflowed):
+                t -= steps                  # undone, and taken again with a larger sigma'
+                if kept is None:
+                    latest = None
+                else:
+                    latest[1][...] = kept
                 continue
             elapsed = time.perf_counter() - start
             record(t, last, elapsed)
