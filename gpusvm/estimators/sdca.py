@@ -121,9 +121,9 @@ class SDCASVC(_LinearSVCBase):
         (``"numba"``) by Newton fits of at least :data:`gpusvm._threads.THREAD_MIN_NNZ`
         nonzeros, whose sparse products run on ``n_jobs`` row blocks, and by SDCA fits of
         one output with ``batch_size=1`` and ``sampling="epoch"`` (the defaults on a CPU)
-        of at least :data:`gpusvm._threads.SDCA_THREAD_MIN_NNZ` nonzeros, whose ``n_jobs``
-        threads each step through a block of rows and combine their changes at compiled
-        barriers (:mod:`gpusvm.solvers._threaded`); smaller fits run today's single-thread
+        of at least :data:`gpusvm._threads.SDCA_THREAD_MIN_NNZ` nonzeros, whose threads (at
+        most :data:`gpusvm._threads.SDCA_MAX_THREADS`) each step through a block of rows and
+        combine their changes at compiled barriers (:mod:`gpusvm.solvers._threaded`); smaller fits run today's single-thread
         path, whose results they keep.  The same ``random_state`` and ``n_jobs`` give the
         same model bit for bit; a fit on several threads is not the one-thread model
         (Newton sums ``X^T u`` by blocks, SDCA takes other coordinate steps) but is
