@@ -200,11 +200,17 @@ def main(argv=None):
     ap.add_argument("--mc-python", default=os.environ.get("LIBLINEAR_MC_PYTHON", ""))
     ap.add_argument("--peer-tol", type=float, default=1e-4, help="liblinear's -e (and "
                     "sklearn's tol); lower it until the peers' P matches gpusvm's")
+    ap.add_argument("--sdca-max-threads", type=int, default=None,
+                    help="lift SDCA's cap on threads (gpusvm._threads.SDCA_MAX_THREADS) for "
+                         "this run, to measure its row blocks on more threads")
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
 
+    if args.sdca_max_threads is not None:
+        from gpusvm import _threads  # noqa: PLC0415
+        _threads.SDCA_MAX_THREADS = args.sdca_max_threads
     X, y, Xt, yt, name = load_data(args)
     print(f"# {name}: {X.shape[0]} x {X.shape[1]} train, {X.nnz:,} nonzeros; "
           f"{platform.node()}, {len(os.sched_getaffinity(0))} usable cores, "

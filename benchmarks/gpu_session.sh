@@ -131,6 +131,10 @@ plan_step() {     # the commands of one step (their output goes to PLAN_DIR/<ste
         else
             "$PY" benchmarks/bench_threads.py --nnz 5e6 --threads 1 "$(nproc)" --peers mc \
                 --mc-python "$mc" --json "$PLAN_DIR/threads.json"
+            # SDCA's row blocks past their cap of 2: epochs and time on 4, 8, all cores
+            "$PY" benchmarks/bench_threads.py --nnz 5e6 --threads 1 2 4 8 "$(nproc)" \
+                --solvers sdca --peers --sdca-max-threads "$(nproc)" \
+                --json "$PLAN_DIR/threads_sdca_uncapped.json"
         fi ;;
     read)
         if [ -n "$SMALL" ]; then

@@ -19,10 +19,10 @@ import numpy as np
 #: (measured: benchmarks/bench_threads.py)
 THREAD_MIN_NNZ = 2_000_000
 #: the fewest nonzeros for SDCA's row blocks on threads (:mod:`gpusvm.solvers._threaded`).
-#: Measured on ``benchmarks/bench_threads.py``'s generated set (10^5 columns, squared hinge,
-#: tol 1e-4, 2 cores): 2.3 x 10^6 nonzeros 1.3x faster on 2 threads, 4.7 x 10^6 1.7-1.9x,
-#: 1.56 x 10^7 1.65-1.9x (BENCHMARKS.md, "Threads inside one fit")
-SDCA_THREAD_MIN_NNZ = 2_000_000
+#: Measured with ``benchmarks/bench_threads.py``'s generated sets (squared hinge, tol 1e-4, 2
+#: cores, median of 3; BENCHMARKS.md, "Threads inside one fit"): 2.3 x 10^6 training nonzeros
+#: 0.77x (slower), 4.6 x 10^6 and 9.3 x 10^6 1.54x, 1.56 x 10^7 2.03x, 4.7 x 10^7 1.90x
+SDCA_THREAD_MIN_NNZ = 4_000_000
 #: ... and the fewest per column: a round combines the blocks' copies of the hot columns, and
 #: every column after :data:`gpusvm.solvers._threaded.FULL_EVERY_D` ``d`` nonzeros of a
 #: thread's steps (a pass over ``w``), which must stay a small part of the steps' time
