@@ -19,7 +19,7 @@ from ..backends._csr_nb import localize_columns
 from ..backends._state import S_A, S_VSQ
 from ..backends.base import PegasosPlan, SDCAPlan, step_size
 from ..backends.numpy_ import NumpyBackend
-from ..solvers._cocoa import commit, line_search, step_sums  # noqa: F401  (shared with threads)
+from ..solvers._cocoa import commit, line_search, step_sums  # noqa: F401
 from ..solvers._sampling import CounterSampler, stream_key
 
 

@@ -1,6 +1,7 @@
 """CoCoA+'s aggregation of row blocks' dual steps (Ma et al. 2015; Smith et al. 2018): the
-exact line search along the sum of the blocks' changes, shared by the distributed SDCA of
-:mod:`gpusvm.dask` and the threaded SDCA of :mod:`gpusvm.solvers._threaded`."""
+exact line search along the sum of the blocks' changes, used by the distributed SDCA of
+:mod:`gpusvm.dask` (the threads of one fit, :mod:`gpusvm.solvers._threaded`, combine at every
+round with ``gamma = 1`` instead)."""
 
 from __future__ import annotations
 
