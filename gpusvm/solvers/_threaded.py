@@ -26,9 +26,9 @@ too long), rounds of 0.001-0.002 passes keep pace with one thread's epochs, and 
 barriers make rounds that short cheap (a Python round trip costs 15-35 us, a round here is
 about 100 us of a thread's work); the columns few rows share interact little and are
 combined rarely.  ``sigma' = 1`` diverges there (every block moves the intercept's column, in
-every row, for the others too), 1.1 takes about 10 % more epochs than one thread, CoCoA+'s
-safe ``sigma' = k`` about twice as many.  Each thread's rows cost no more than one thread's:
-2 threads ran an epoch 2.2-2.4x faster than the one-thread loop (BENCHMARKS.md).
+every row, for the others too), 1.1 takes about 10 % more epochs than one thread, and with
+CoCoA+'s safe ``sigma' = k`` the gap crawls near the optimum.  Each thread's rows cost no more than one thread's:
+2 threads ran an epoch 2.35-2.45x faster than the one-thread loop (BENCHMARKS.md).
 
 Determinism: the blocks, their rows' order, the rounds and the order of every sum are
 functions of the data, the seed and ``k`` only, so a fit with the same seed and the same ``k``
