@@ -22,6 +22,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from . import spectral, study
+from .backends import wait_for_compiles
 from ._version import __version__
 
 EXIT_OK = 0
@@ -262,9 +263,13 @@ def main(argv=None) -> int:
         print(f"gpusvm {args.command}: warning: {_one_line(message)}", file=sys.stderr)
 
     try:
+        wait_for_compiles()         # no compilation swaps the handler while this one holds
         with warnings.catch_warnings():
             warnings.showwarning = show_warning  # one line per warning, no source line
-            status = commands[args.command](args)
+            try:
+                status = commands[args.command](args)
+            finally:                # warnings caught by a compilation are shown again when
+                wait_for_compiles()  # it ends: through this handler
             sys.stdout.flush()      # a closed pipe shows here, not at the interpreter's exit
         return EXIT_OK if status is None else int(status)
     except KeyboardInterrupt:

@@ -149,6 +149,54 @@ def test_fit_sdca(capsys, tmp_path, train_file):
     assert float(first[3]) == pytest.approx(est.history_[0][3], rel=1e-3)
 
 
+def test_a_compilation_in_the_background_does_not_swallow_the_warnings(capsys, tmp_path,
+                                                                        train_file, monkeypatch):
+    """numba compiles inside ``warnings.catch_warnings(record=True)``, which swaps the process'
+    warning handler and puts the old one back when it ends.  A compilation queued by an earlier
+    fit (``AHEAD``) that began before the command and ended during it put back the handler of
+    before the command, and the command's warning went there.  The command now waits for the
+    queue first, so its warning is still one line of its own."""
+    import threading  # noqa: PLC0415
+    import time  # noqa: PLC0415
+    import warnings  # noqa: PLC0415
+
+    from gpusvm import cli  # noqa: PLC0415
+    from gpusvm.backends import _compile_nb  # noqa: PLC0415
+
+    monkeypatch.setenv("GPUSVM_COMPILE_AHEAD", "1")
+    inside, reading = threading.Event(), threading.Event()
+
+    class Compilation:                       # what numba's WarningsFixer does around a pass
+        overloads: dict = {}
+
+        def typeof_pyval(self, value):
+            return type(value)
+
+        def compile(self, sig):
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                inside.set()
+                reading.wait(timeout=1.0)    # the command reads its data meanwhile
+            for w in caught:
+                warnings.warn_explicit(str(w.message), w.category, w.filename, w.lineno)
+
+    monkeypatch.setattr(_compile_nb, "in_disk_cache", lambda *a, **k: False)
+    real_read = cli._read_training_data
+
+    def read(args):
+        reading.set()
+        time.sleep(0.2)                      # the compilation ends here, without the wait
+        return real_read(args)
+    monkeypatch.setattr(cli, "_read_training_data", read)
+    assert not _compile_nb.AHEAD.ready(Compilation(), (1.0,))
+    assert inside.wait(timeout=5.0)
+    status, _, err = run(capsys, "fit", train_file, "--solver", "sdca", "--max-iter", "3",
+                         "--backend", "numpy", "--out", tmp_path / "s.npz")
+    assert status == 0
+    assert err.startswith("gpusvm fit: warning: SDCA stopped after max_iter=3 iterations")
+    assert err.count("\n") == 1
+
+
 def test_fit_sdca_rejects_pegasos_options(capsys, tmp_path, train_file):
     status, _, err = run(capsys, "fit", train_file, "--solver", "sdca", "--averaging", "tail",
                          "--out", tmp_path / "s.npz")

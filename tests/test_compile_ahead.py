@@ -305,3 +305,36 @@ def test_the_family_holds_every_file_of_cached_code_and_what_it_imports():
 
     stamp = _csr_nb.row_dot._cache._impl.locator.get_source_stamp()
     assert stamp[1] == _compile_nb.family_digest()
+
+
+@pytest.mark.parametrize("make", ["SDCASVC", "LinearSVCCV"])
+def test_no_compilation_outlives_the_fit_that_queued_it(monkeypatch, make):
+    """A fit returns only once the background compilations have ended: numba compiles inside
+    ``warnings.catch_warnings``, and one still running would swap the warning handler under
+    the caller's next lines (gpusvm.backends.wait_for_compiles)."""
+    import time  # noqa: PLC0415
+
+    import gpusvm  # noqa: PLC0415
+    from gpusvm.backends import _compile_nb  # noqa: PLC0415
+
+    monkeypatch.setenv("GPUSVM_COMPILE_AHEAD", "1")
+    done = threading.Event()
+
+    class Compilation:
+        overloads: dict = {}
+
+        def typeof_pyval(self, value):
+            return type(value)
+
+        def compile(self, sig):
+            time.sleep(0.3)
+            done.set()
+
+    monkeypatch.setattr(_compile_nb, "in_disk_cache", lambda *a, **k: False)
+    rng = np.random.default_rng(0)
+    X = sp.random(200, 20, density=0.3, format="csr", random_state=0)
+    y = np.where(rng.random(200) < 0.5, 1, -1)
+    est = getattr(gpusvm, make)(**({"Cs": [1.0], "cv": 2} if make.endswith("CV") else {}))
+    assert not _compile_nb.AHEAD.ready(Compilation(), (1.0,))
+    est.fit(X, y)
+    assert done.is_set()

@@ -30,6 +30,22 @@ def _imports(module: str) -> bool:
         return False
 
 
+def wait_for_compiles() -> None:
+    """Block until the background compilations of the fits so far have ended
+    (:data:`gpusvm.backends._compile_nb.AHEAD`; nothing when numba was never loaded).
+
+    numba compiles inside ``warnings.catch_warnings(record=True)``, which swaps the process'
+    warning handler while it runs: a compilation left running after a fit returned would
+    swallow or reorder the warnings of the caller's next lines (and restore, on its way out,
+    a handler the caller has since replaced).  The fits and the command line call this before
+    they return."""
+    import sys  # noqa: PLC0415
+
+    ahead = sys.modules.get(f"{__name__}._compile_nb")
+    if ahead is not None:
+        ahead.AHEAD.wait()
+
+
 def numba_available() -> bool:
     """True when numba imports (the optional ``fast`` extra, for the compiled CPU backend)."""
     return _imports("numba")

@@ -3,6 +3,7 @@ progress bars (no mathematics)."""
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 from numbers import Integral, Real
@@ -19,7 +20,7 @@ from sklearn.utils.validation import _check_sample_weight, check_is_fitted, vali
 
 from .. import _arrays
 from .._arrays import INT32_MAX, as_dtype, check_sparse_structure, warn_if_rows_unscaled
-from ..backends import BACKENDS, numba_available, resolve_backend_name
+from ..backends import BACKENDS, numba_available, resolve_backend_name, wait_for_compiles
 from ..model_io import check_restored
 from ..solvers._sampling import SAMPLING_MODES
 from ..solvers.pegasos import BIAS_MODES
@@ -35,6 +36,18 @@ DEFAULT_LAM = 1e-4
 #: backends where one-vs-rest is one M-output solver call (a batch row's gather serves all M
 #: margins; 20 Newsgroups, numba: 1.26 s against 2.14 s for one binary fit per class)
 OVR_NATIVE_BACKENDS = ("numpy", "numba", "cupy", "emulated")
+
+
+def finishes_compiles(method):
+    """``method``, then :func:`gpusvm.backends.wait_for_compiles` however it ends: no
+    compilation it started in the background outlives it (they swap the warning handler)."""
+    @functools.wraps(method)
+    def wrapper(*args, **kwargs):
+        try:
+            return method(*args, **kwargs)
+        finally:
+            wait_for_compiles()
+    return wrapper
 
 
 def _mean_sq_norm(X, intercept: float) -> float:
@@ -335,6 +348,7 @@ class _LinearSVCBase(ClassifierMixin, BaseEstimator):
                                               (W.shape[1],)).copy()
 
     # ------------------------------------------------------------ fitting outputs
+    @finishes_compiles
     def _fit_outputs(self, X, y, sample_weight=None, *, warm=None, classes=None, reset=True):
         """Fit every output; return the solver's ``(common, per_output)`` dicts.
 

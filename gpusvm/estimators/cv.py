@@ -44,7 +44,7 @@ from ..solvers.newton import DEFAULT_MAX_ITER as DEFAULT_NEWTON_ITER
 from ..solvers.newton import block_products, device_block_products, newton_block
 from ..solvers.policy import choose_cv_solver, choose_solver, sdca_settings
 from ..solvers.sdca import sdca
-from ._base import _mean_sq_norm, class_labels, output_problems, row_weights
+from ._base import _mean_sq_norm, class_labels, finishes_compiles, output_problems, row_weights
 from .pegasos import PegasosSVC
 from .sdca import SDCASVC
 
@@ -152,6 +152,7 @@ class _OnePassSearch:
 
     # ------------------------------------------------------------------ fit
     @_fit_context(prefer_skip_nested_validation=True)
+    @finishes_compiles
     def fit(self, X, y, sample_weight=None):
         """Score every value of ``Cs`` on the folds of ``cv``, choose ``C_``, refit.
 
