@@ -20,7 +20,7 @@ from ..backends._state import S_A, S_VSQ
 from ..backends.base import PegasosPlan, SDCAPlan, step_size
 from ..backends.numpy_ import NumpyBackend
 from ..solvers._cocoa import commit, line_search, step_sums  # noqa: F401
-from ..solvers._sampling import CounterSampler, stream_key
+from ..solvers._sampling import CounterSampler, block_seed
 
 
 class StaleBlockError(RuntimeError):
@@ -75,11 +75,6 @@ def local_columns(Xc: sp.csr_matrix):
     X_local = sp.csr_matrix((Xc.data, local, Xc.indptr), shape=(Xc.shape[0], cols.size))
     X_local.has_sorted_indices = True
     return cols, X_local
-
-
-def block_seed(seed: int, block: int) -> int:
-    """The counter stream's seed of one block: ``key(seed, block)`` (a stream per block)."""
-    return stream_key(int(seed) & (2**64 - 1), int(block))
 
 
 def _host(a) -> np.ndarray:

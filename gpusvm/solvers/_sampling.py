@@ -84,6 +84,12 @@ def stream_key(seed: int, counter: int) -> int:
     return int(mix64(_U64(seed) ^ mix64(_U64(counter & _MASK64))))
 
 
+def block_seed(seed: int, block: int) -> int:
+    """The counter stream's seed of row block ``block``: ``key(seed, block)``, a stream per
+    block (the distributed SDCA's blocks and the threads' of one fit)."""
+    return stream_key(int(seed) & (2**64 - 1), int(block))
+
+
 def round_keys(key: int) -> np.ndarray:
     """The ``ROUNDS`` 32-bit round keys ``low32(M64(key + (r + 1) G))`` (``uint64`` array)."""
     r = np.arange(1, ROUNDS + 1, dtype=_U64)

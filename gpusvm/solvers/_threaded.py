@@ -44,7 +44,7 @@ import numpy as np
 
 from .._threads import nnz_blocks
 from ..backends._state import S_A, S_ASUMD, S_B, S_VSQ
-from ._sampling import stream_key
+from ._sampling import block_seed
 
 #: a round's nonzeros per thread between two combinations of the hot columns (about 100 us of
 #: a thread's steps; 4,096 took as many epochs, 16,384 fewer barriers)
@@ -78,11 +78,6 @@ def start_sigma(k: int) -> tuple[float, float]:
     ``1 + SIGMA_PER_THREAD (k - 1)`` and at least ``SIGMA_SHARE k``, both at most ``k``."""
     cold = min(float(k), 1.0 + SIGMA_PER_THREAD * (k - 1))
     return cold, float(min(k, max(cold, SIGMA_SHARE * k)))
-
-
-def block_seed(seed: int, block: int) -> int:
-    """The counter stream's seed of one block (as the distributed SDCA's)."""
-    return stream_key(int(seed) & (2**64 - 1), int(block))
 
 
 class BlockSDCA:
@@ -137,8 +132,8 @@ class BlockSDCA:
         from ..backends._sdca_threads_nb import hot_row_sq  # noqa: PLC0415  (threads only)
         self.bits = np.zeros((d + 7) // 8, dtype=np.uint8)
         np.bitwise_or.at(self.bits, self.hot >> 3, (1 << (self.hot & 7)).astype(np.uint8))
-        self.hot_sq = np.zeros(n)
-        if self.sigma_hot != self.sigma:
+        self.hot_sq = np.zeros(n if self.sigma_hot != self.sigma else 0)   # read only then
+        if self.hot_sq.size:
             hot_row_sq(X.indptr, X.indices, X.data, self.bits, self.hot_sq)
         self.undone = 0
         self._saved = None
@@ -213,5 +208,5 @@ class BlockSDCA:
         self.shr[:] = (np.inf, -np.inf, -np.inf, np.inf)
 
 
-__all__ = ["BlockSDCA", "block_seed", "ROUND_NNZ", "ROUND_EPOCHS", "HOT_COLUMNS", "FULL_EVERY_D",
+__all__ = ["BlockSDCA", "ROUND_NNZ", "ROUND_EPOCHS", "HOT_COLUMNS", "FULL_EVERY_D",
            "SIGMA_PER_THREAD", "SIGMA_SHARE", "start_sigma"]
