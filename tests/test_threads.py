@@ -366,9 +366,9 @@ def test_too_long_steps_are_undone_and_the_fit_still_certifies(small_threshold, 
         undone.append((ok, self.sigma))
         return ok
     monkeypatch.setattr(_threaded.BlockSDCA, "undo", spy)
-    # 300 epochs: rounds 5x the default's, sigma' from 1 (the blocks, samples of the rows,
-    # took 80 to over 100 epochs to 1e-6 there, contiguous halves 37-77; at the defaults
-    # both take about 35)
+    # 300 epochs: rounds 5x the default's and sigma' from 1 take 80 to over 100 epochs to
+    # 1e-6 on most partitions of these rows (the contiguous halves of five shuffles of them
+    # too); this order's contiguous halves took 37-77. At the defaults, about 35 either way
     est = SDCASVC(C=1.0, loss="squared_hinge", tol=1e-6, n_jobs=2, random_state=0,
                   backend="numba", dtype="float64", eval_every=3000,
                   max_iter=300 * X.shape[0]).fit(X, y)
