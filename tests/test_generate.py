@@ -246,3 +246,101 @@ def test_device_path_runs_the_same_law_on_the_array_module(monkeypatch):
     np.testing.assert_allclose(hot, hot_host, atol=0.03)
     with pytest.raises(ValueError, match=r"device='cuda' makes int32 indices only"):
         make_sparse_classification(100, 100, nnz_per_row=3, device="cuda", index_dtype=np.int64)
+
+
+# ------------------------------------------------------------------ balance, sizes, noise
+@pytest.mark.parametrize("zipf_exponent", [8.0, 10.0])
+def test_a_very_hot_head_still_gives_balanced_classes(zipf_exponent):
+    """With s >= 8 most rows hold column 0 alone: identical rows, tied at the threshold, that
+    ``score > t`` labelled 0 (98-99 % of one class).  The tied rows now take the share of
+    label 1 that balances the classes; every untied row keeps the planted model's label."""
+    X, y, w, b = make_sparse_classification(20_000, 1_000, nnz_per_row=5, flip_y=0.0,
+                                            zipf_exponent=zipf_exponent, random_state=0,
+                                            return_coef=True)
+    only_0 = (np.diff(X.indptr) == 1) & (X.indices[X.indptr[:-1]] == 0)
+    assert only_0.mean() > 0.5                                 # the tie is most of the set
+    assert abs(y.mean() - 0.5) < 0.02
+    assert 0.4 < y[only_0].mean() < 0.6
+    score = X.astype(np.float64) @ w + b
+    clear = ~only_0 & (np.abs(score) > 1e-6)
+    np.testing.assert_array_equal(y[clear], (score[clear] > 0).astype(np.int64))
+
+
+def test_one_feature_is_refused():
+    with pytest.raises(ValueError, match=r"^n_features must be at least 2, got 1: with one "
+                                         r"column every unit row is the same \[1\.0\]"):
+        make_sparse_classification(100, 1, nnz_per_row=1)
+
+
+@pytest.mark.parametrize(("kwargs", "name"), [
+    (dict(n_samples=10 ** 15, n_features=1000), "n_samples=1000000000000000"),
+    (dict(n_samples=1000, n_features=2 ** 31 - 1), "n_features=2147483647"),
+])
+def test_sizes_beyond_memory_are_refused_before_any_draw(monkeypatch, kwargs, name):
+    """10**15 rows ran the first pass on for days, 2**31 - 1 columns allocated two 16 GiB
+    tables: both refused at once, naming the parameter and the bytes."""
+    import gpusvm._generate as gen
+    monkeypatch.setattr(gen, "available_memory", lambda xp=np: 8 << 30)
+    monkeypatch.setattr(gen._Law, "lengths", lambda *a: pytest.fail("a draw was made"))
+    with pytest.raises(ValueError) as info:
+        make_sparse_classification(nnz_per_row=5, **kwargs)
+    msg = str(info.value)
+    need = int(re.search(r"needs about (\d+) bytes", msg).group(1))
+    n, d = kwargs["n_samples"], kwargs["n_features"]
+    assert msg.startswith(name + " needs about") and "\n" not in msg
+    assert need >= max(8 * n * 5, 8 * d)                       # the CSR's values and indices, w
+    assert msg.endswith(f"more than the {8 << 30} bytes of memory available; ask a smaller "
+                        f"{name.split('=')[0]}")
+    assert gen.available_memory() is None or gen.available_memory() > 0
+
+
+def test_more_columns_than_draws_need_no_idf_table(monkeypatch):
+    """A set drawing fewer nonzeros than it has columns computes each nonzero's idf (the
+    same function) instead of a table of d values: the values agree with the table's."""
+    import gpusvm._generate as gen
+    kw = dict(nnz_per_row=5, random_state=2, dtype=np.float64)
+    X, y = make_sparse_classification(100, 100_000, **kw)
+    tables = []
+    real = gen._Law.idf
+
+    def forced(self):
+        self.n, n = 10 ** 6, self.n                 # as if the set drew more: the table
+        try:
+            table = real(self)
+        finally:
+            self.n = n
+        tables.append(table.size)
+        return table
+    monkeypatch.setattr(gen._Law, "idf", forced)
+    X2, y2 = make_sparse_classification(100, 100_000, **kw)
+    assert tables == [100_000]
+    np.testing.assert_array_equal(X.indices, X2.indices)
+    np.testing.assert_allclose(X.data, X2.data, rtol=1e-14)
+    np.testing.assert_array_equal(y, y2)
+
+
+def test_margin_noise_mislabels_near_the_boundary_and_keeps_the_rest():
+    """``margin_noise`` r: a row's label is the planted model's sign of ``x . w + b + r sigma
+    Z``: with r = 0 the default set itself; with r > 0 the disagreement with the planted
+    model grows with r, is balanced, and concentrates at small margins."""
+    kw = dict(nnz_per_row=10, flip_y=0.0, random_state=5, return_coef=True)
+    X, y0, w, b = make_sparse_classification(20_000, 2_000, **kw)
+    _, y_same, _, _ = make_sparse_classification(20_000, 2_000, margin_noise=0.0, **kw)
+    np.testing.assert_array_equal(y0, y_same)
+    score = X.astype(np.float64) @ w + b
+    sigma = score[:BLOCK_ROWS].std()
+    wrong = []
+    for r in (0.1, 0.3, 1.0):
+        X_r, y_r, w_r, b_r = make_sparse_classification(20_000, 2_000, margin_noise=r, **kw)
+        assert (X_r != X).nnz == 0 and np.array_equal(w_r, w) and b_r == b
+        bad = y_r != y0
+        wrong.append(bad.mean())
+        near = np.abs(score) < r * sigma
+        assert bad[near].mean() > 2 * bad[~near].mean()
+        # P(label differs) = P(|r sigma Z| pushes across) = E Phi(-|s| / (r sigma)): independent
+        from scipy.stats import norm
+        expect = norm.cdf(-np.abs(score) / (r * sigma)).mean()
+        assert abs(bad.mean() - expect) < 4 * np.sqrt(expect / 20_000) + 0.002
+    assert wrong[0] < wrong[1] < wrong[2]
+    with pytest.raises(ValueError, match=r"^margin_noise must be a finite number in \[0.0, "):
+        make_sparse_classification(10, 100, margin_noise=-0.1)

@@ -366,13 +366,46 @@ def test_too_long_steps_are_undone_and_the_fit_still_certifies(small_threshold, 
         undone.append((ok, self.sigma))
         return ok
     monkeypatch.setattr(_threaded.BlockSDCA, "undo", spy)
+    # 300 epochs: rounds 5x the default's and sigma' from 1 take 80 to over 100 epochs to
+    # 1e-6 on most partitions of these rows (the contiguous halves of five shuffles of them
+    # too); this order's contiguous halves took 37-77. At the defaults, about 35 either way
     est = SDCASVC(C=1.0, loss="squared_hinge", tol=1e-6, n_jobs=2, random_state=0,
                   backend="numba", dtype="float64", eval_every=3000,
-                  max_iter=100 * X.shape[0]).fit(X, y)
+                  max_iter=300 * X.shape[0]).fit(X, y)
     assert est.n_threads_ == 2 and est.stop_reason_ == "tol" and est.duality_gap_ <= 1e-6
     assert undone and undone[0][0] and undone[-1][1] == pytest.approx(1.1)
     dual = np.array([row[2] for row in est.history_])
     assert np.all(np.diff(dual) >= 0)
+
+
+@pytest.mark.parametrize("loss", ["hinge", "squared_hinge"])
+def test_threaded_sdca_certifies_rows_sorted_by_class(small_threshold, loss):
+    """Rows sorted by their labels: blocks cut as contiguous row ranges held one class each,
+    their steps on the intercept and the shared columns disagreed, and the fit stopped at
+    max_iter with a gap of 7.6e-3 (hinge) and 3.4e-2 (squared hinge) above ``tol`` (1e-3)
+    and a warning.  The blocks are now samples of the rows: the default fit certifies, and
+    each block holds both classes in about the set's proportion."""
+    import warnings  # noqa: PLC0415
+
+    from gpusvm.backends.numba_ import CompilationNotice  # noqa: PLC0415
+    from gpusvm.datasets import make_sparse_classification  # noqa: PLC0415
+
+    X, y = make_sparse_classification(120_000, 20_000, nnz_per_row=5, flip_y=0.0,
+                                      random_state=0)
+    order = np.argsort(y, kind="stable")
+    X, y = X[order], y[order]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        est = SDCASVC(C=1.0, loss=loss, n_jobs=2, random_state=0, backend="numba").fit(X, y)
+    assert [w for w in caught if not issubclass(w.category, CompilationNotice)] == []
+    assert est.n_threads_ == 2 and est.stop_reason_ == "tol" and est.duality_gap_ <= est.tol
+    be, pool, blocks, _ = _blocks(X, np.where(y > 0, 1.0, -1.0), 2)
+    pool.close()
+    for lo, hi in blocks.blocks:
+        rows = blocks.rows[lo:hi]
+        assert np.all(np.diff(rows) > 0)                        # each row once, ascending
+        assert abs(y[rows].mean() - y.mean()) < 0.05            # both classes, as in the set
+    assert np.array_equal(np.sort(blocks.rows), np.arange(X.shape[0]))
 
 
 def test_sdca_runs_on_at_most_sdca_max_threads():

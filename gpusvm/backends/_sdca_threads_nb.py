@@ -3,7 +3,8 @@
 
 Thread ``t`` runs the one-row step of :func:`gpusvm.backends._loops_nb.sdca_loop` (Takáč et
 al. 2013, eq. 15, ``b = 1``; the squared hinge's closed form, weights, LIBLINEAR's shrinking)
-on the rows of its block, in the order the host made (``order``), against ``W[t]``, its own
+on the rows of its block (``rows[lo:lo + nb]``, a run of the host's permutation of the rows),
+in an order shuffled every epoch (:func:`block_epoch`), against ``W[t]``, its own
 copy of ``v``.  After every round (``cum[r] .. cum[r + 1]`` of its rows) the threads meet at
 a barrier and combine their changes since the last combination: the ``H`` columns of ``hot``
 (those most rows share, where the blocks' steps interact) after every round, every column
@@ -176,13 +177,14 @@ def block_epoch(perm, nb, key, e):
 
 
 @njit(cache=True, nogil=True)
-def sdca_block(tid, k, indptr, indices, data, yf, sw, af, inv_q, row_sq, perm, key, cum, W,
+def sdca_block(tid, k, indptr, indices, data, yf, sw, af, inv_q, row_sq, rows, perm, key, cum, W,
                base, D, hot, bits, hot_sq, full_every, bar, fprm, active, shr, weighted,
                squared, shrinking):
     """Thread ``tid``'s rounds (module docstring): ``cum[r + 1] - cum[r]`` steps in round
     ``r``, ``len(cum) - 1`` rounds, through the block's epochs (:func:`block_epoch` of ``key``
-    into ``perm``).  ``fprm``: ``(lam n, a, b, sigma', block rows, the block's steps so far,
-    its first row, the hot columns' sigma')``, ``v``'s scale ``a`` and bias ``b`` fixed;
+    into ``perm``), step ``q`` of an epoch on row ``rows[lo + perm[q]]``.  ``fprm``:
+    ``(lam n, a, b, sigma', block rows, the block's steps so far, its first position ``lo``
+    in ``rows``, the hot columns' sigma')``, ``v``'s scale ``a`` and bias ``b`` fixed;
     ``bits`` flags the hot columns, ``hot_sq[i]`` is row ``i``'s sum of their ``x_ij^2``;
     ``shr`` this block's four shrinking bounds;
     ``sw`` the flat weights when ``weighted``.  Returns the block's change of ``sum alpha``."""
@@ -202,14 +204,14 @@ def sdca_block(tid, k, indptr, indices, data, yf, sw, af, inv_q, row_sq, perm, k
     for rnd in range(nr):
         for _ in range(cum[rnd + 1] - cum[rnd]):
             if q + 4 < nb:                              # the row ahead, with its duals
-                ra = lo + perm[q + 4]
+                ra = rows[lo + perm[q + 4]]
                 prefetch_row(indptr, indices, data, ra)
                 prefetch(af, ra)
                 prefetch(yf, ra)
                 prefetch(inv_q, ra)
                 if squared:
                     prefetch(row_sq, ra)
-            r = lo + perm[q]
+            r = rows[lo + perm[q]]
             step = not shrinking or active[r]
             if step:
                 yr = np.float64(yf[r])

@@ -2,9 +2,11 @@
 copies combined at compiled barriers.
 
 :class:`BlockSDCA` runs the iterations of :func:`gpusvm.solvers.sdca.sdca` (batches of one
-row, ``"epoch"`` sampling) on ``k`` contiguous row blocks of about equal nonzeros, one thread
-each, in one compiled call per segment (:func:`gpusvm.backends._sdca_threads_nb.sdca_block`,
-whose docstring has the arithmetic).  A thread steps through its block's rows (the block's
+row, ``"epoch"`` sampling) on ``k`` row blocks of about equal nonzeros, one thread each
+(a block: runs of :data:`ROW_RUN` rows taken in a seeded random order, so every block is a
+sample of the data whatever the rows' order: contiguous ranges of a set sorted by its labels
+held one class each, and the fit stalled above ``tol``), in one compiled call per segment
+(:func:`gpusvm.backends._sdca_threads_nb.sdca_block`, whose docstring has the arithmetic).  A thread steps through its block's rows (the block's
 own epochs, a permutation each, shuffled by the thread from the block's seed) against its own
 copy of ``v``; after every round (:data:`ROUND_NNZ` nonzeros of a thread's steps, at most
 :data:`ROUND_EPOCHS` of a pass over its block) the threads meet at a barrier and add up their
@@ -53,6 +55,9 @@ ROUND_NNZ = 16_384
 #: optimum (their steps on shared columns disagree for too long; measured: rounds of 0.02
 #: passes stalled, of 0.005 and 0.001 kept pace with one thread)
 ROUND_EPOCHS = 0.002
+#: rows go to the blocks in runs of this many consecutive rows (runs in a seeded random
+#: order): each block a sample of the data, while a thread's duals fill whole cache lines
+ROW_RUN = 64
 #: the columns combined after every round: the most frequent (ties: the lower index)
 HOT_COLUMNS = 1024
 #: every column is combined after at least this many times ``d`` nonzeros of a thread's
@@ -108,8 +113,21 @@ class BlockSDCA:
         self.backend, self.pool = backend, pool
         X, n, d = backend.X, backend.n, backend.d
         self.n = n
-        bounds = nnz_blocks(X.indptr, pool.k)
+        # the blocks: runs of a seeded permutation of the rows (each ascending), so that every
+        # block is a random sample of the data: contiguous row ranges of a set sorted by class
+        # gave each block one class, and the blocks' steps then disagree on the intercept
+        # and the shared columns for as long as the fit runs (it stalled above tol)
+        # (by runs of ROW_RUN rows: two threads writing the duals of neighbouring rows shared
+        # their cache lines, and a thread's rows spread over the whole matrix)
+        from ..backends._sdca_threads_nb import block_epoch  # noqa: PLC0415  (threads only)
+        runs = np.empty(-(-n // ROW_RUN), dtype=np.int32)
+        block_epoch(runs, runs.size, np.uint64(block_seed(seed, -1)), pool.k)
+        rows = (runs[:, None].astype(np.int64) * ROW_RUN + np.arange(ROW_RUN)).ravel()
+        self.rows = rows[rows < n].astype(np.int32)
+        bounds = nnz_blocks(X.indptr, pool.k, self.rows)
         self.blocks = [(int(lo), int(hi)) for lo, hi in zip(bounds[:-1], bounds[1:]) if hi > lo]
+        for lo, hi in self.blocks:
+            self.rows[lo:hi].sort()      # ascending within a block: its rows in storage order
         self.k = k = len(self.blocks)
         self.keys = [np.uint64(block_seed(seed, i)) for i in range(k)]
         self.perm = np.empty((k, max(hi - lo for lo, hi in self.blocks)), dtype=np.int32)
@@ -165,7 +183,7 @@ class BlockSDCA:
             lo, hi = self.blocks[i]
             fprm = np.array([self.lam * n, be.sm[S_A, 0], be.sm[S_B, 0], self.sigma, hi - lo,
                              self.position[i], lo, self.sigma_hot])
-            return (i, k, indptr, indices, data, yf, sw, af, inv_q, row_sq, self.perm[i],
+            return (i, k, indptr, indices, data, yf, sw, af, inv_q, row_sq, self.rows, self.perm[i],
                     self.keys[i], cums[i], self.W, self.base, self.D, self.hot, self.bits,
                     self.hot_sq, full_every,
                     self.bar, fprm, active, self.shr[i],
@@ -208,5 +226,5 @@ class BlockSDCA:
         self.shr[:] = (np.inf, -np.inf, -np.inf, np.inf)
 
 
-__all__ = ["BlockSDCA", "ROUND_NNZ", "ROUND_EPOCHS", "HOT_COLUMNS", "FULL_EVERY_D",
+__all__ = ["BlockSDCA", "ROW_RUN", "ROUND_NNZ", "ROUND_EPOCHS", "HOT_COLUMNS", "FULL_EVERY_D",
            "SIGMA_PER_THREAD", "SIGMA_SHARE", "start_sigma"]
