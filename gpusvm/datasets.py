@@ -179,8 +179,8 @@ CHUNK_BYTES = 4 << 20
 #: bytes read, then counted, then parsed
 PROGRESS_MIN_BYTES = 256 << 20
 #: the compiled reader leaves a file to scikit-learn's parser when more than this fraction of its
-#: numbers need Python's ``float`` (more than 19 significant digits or a mantissa of 2**53 or
-#: more, e.g. ``repr`` output; an exponent beyond +-22; inf, nan): both then parse them alike
+#: numbers need Python's ``float`` (inf, nan, underscores; beyond 19 significant digits, a value
+#: that the first 19 digits leave undecided): both then parse them alike
 HARD_FRACTION = 0.5
 _BLOCK = 16 << 20
 
