@@ -308,8 +308,10 @@ def test_binary_refuses_nan_unless_asked(tmp_path):
     X, y = _small_set()
     X.data[3] = np.nan
     path = save_binary(tmp_path / "nan.gsvm", X, y)
+    row = int(np.searchsorted(X.indptr, 3, side="right")) - 1
     with pytest.raises(ValueError, match=re.escape(
-            f"{path}: the data holds NaN or infinite values; remove or impute the missing values "
+            f"{path}: the value nan of row {row} (counting from 0), feature index "
+            f"{X.indices[3] + 1} is not finite; remove or impute the missing values "
             "first (pass finite=False to load them)")):
         load_svmlight(path)
     assert np.isnan(load_svmlight(path, finite=False)[0].data).sum() == 1
