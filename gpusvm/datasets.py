@@ -65,7 +65,8 @@ def load_svmlight(path, n_features=None, dtype=np.float32, *, zero_based="auto",
     its first bytes and opened memory-mapped (:func:`load_binary`) instead, with the same
     checks as text (``n_features``, the base, the width, ``finite``): opening it takes a
     fraction of a second at any size, and ``finite=True`` one vectorised pass over the
-    values.
+    values. The matrix maps the file: truncating it in place while the matrix is in use kills
+    the process (see :func:`load_binary`).
 
     Parameters
     ----------
