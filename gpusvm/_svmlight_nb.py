@@ -15,12 +15,12 @@ algorithm rounds ``w * 10**q`` from a 128-bit truncation of ``5**q`` (:func:`_ei
 in fast_float, Go's ``strconv`` and Rust's ``core``; its 128-bit product always decides the
 rounding of a 64-bit ``w``: Mushtak and Lemire, "Fast number parsing without fallback", 2023).
 A number of more than 19 significant digits lies between ``w`` and ``w + 1`` at the scale of
-``q``: when both round to the same double, that double is the value. Any other number (such
-a tie between ``w`` and ``w + 1``, ``inf``, ``nan``, underscores, or no number at all) is
-"hard": its byte range is recorded and Python's ``float`` parses it afterwards. A line the fast grammar does not cover
-(an index that is not plain digits or does not fit int32, indices not increasing, a term
-without ``:``) stops the chunk with status 1, and the caller reads the file the old way, which
-accepts or names the line exactly as before.
+``q``: when both round to the same double, that double is the value. Any other number (one
+that ``w`` and ``w + 1`` leave undecided, ``inf``, ``nan``, underscores, or no number at all)
+is "hard": its byte range is recorded and Python's ``float`` parses it afterwards. A line the
+fast grammar does not cover (an index that is not plain digits or does not fit int32, indices
+not increasing, a term without ``:``) stops the chunk with status 1, and the caller reads the
+file the old way, which accepts or names the line exactly as before.
 """
 
 from __future__ import annotations
@@ -37,6 +37,9 @@ _POW10 = np.array([10.0 ** k for k in range(23)])
 _TWO53 = 1 << 53
 _INT32_MAX = (1 << 31) - 1
 _NL, _HASH, _COLON = 10, 35, 58
+#: the decimal exponents the table covers: ``w * 10**q`` is zero below, infinite above
+_Q_MIN, _Q_MAX = -342, 308
+
 
 def _powers_of_five():
     """``5**q`` for ``q`` in ``[-342, 308]``, normalised to 128 bits (the top bit set): the
@@ -56,8 +59,6 @@ def _powers_of_five():
     return hi, lo
 
 
-#: the decimal exponents the table covers: ``w * 10**q`` is zero below, infinite above
-_Q_MIN, _Q_MAX = -342, 308
 _P5_HI, _P5_LO = _powers_of_five()
 
 

@@ -495,8 +495,9 @@ def _check_binary_finite(path, stored, X, y, base, block=1 << 24):
     stored and as read) finite, or the error naming the first bad one; blocks of ``block``."""
     bad = np.flatnonzero(~np.isfinite(y))
     if bad.size:
-        raise ValueError(f"{path}: the label of row {bad[0]} (counting from 0), {float(y[bad[0]])!r}, "
-                         f"is not finite; {_NON_FINITE_ADVICE}")
+        r = int(bad[0])
+        raise ValueError(f"{path}: the label of row {r} (counting from 0), {float(y[r])!r}, is "
+                         f"not finite; {_NON_FINITE_ADVICE}")
     for a in range(0, X.nnz, block):
         bad = np.flatnonzero(~np.isfinite(X.data[a:a + block]))
         if not bad.size:
