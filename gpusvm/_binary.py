@@ -55,8 +55,9 @@ def save_binary(path, X, y, *, zero_based=False):
     mapped, not read, so reopening takes a fraction of a second at any size. The layout: the
     bytes of :data:`BINARY_MAGIC`, a little-endian uint32 header length, a JSON header (the
     format version, shape, types, the base of the source file's indices, each array's offset
-    and length), then ``data``, ``indices``, ``indptr`` and ``y`` as raw little-endian arrays,
-    each aligned to 64 bytes. ``gpusvm convert`` writes one from a svmlight file.
+    and length; a ``finite`` flag, which no reader trusts: ``load_svmlight(finite=True)``
+    checks the values), then ``data``, ``indices``, ``indptr`` and ``y`` as raw little-endian
+    arrays, each aligned to 64 bytes. ``gpusvm convert`` writes one from a svmlight file.
 
     Parameters
     ----------
@@ -89,7 +90,7 @@ def save_binary(path, X, y, *, zero_based=False):
     arrays = {k: np.ascontiguousarray(v, dtype=v.dtype.newbyteorder("<")) for k, v in arrays.items()}
     header = {"version": BINARY_VERSION, "shape": [int(X.shape[0]), int(X.shape[1])],
               "nnz": int(X.nnz), "zero_based": bool(zero_based),
-              # kept for earlier readers; load_svmlight(finite=True) checks the values themselves
+              # kept for earlier gpusvm versions' readers
               "finite": bool(np.all(np.isfinite(X.data)) and np.all(np.isfinite(y))),
               "arrays": {}}
 
