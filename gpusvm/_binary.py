@@ -50,10 +50,10 @@ def _is_binary(path):
 def save_binary(path, X, y, *, zero_based=False):
     """Write a data set in gpusvm's binary form: its CSR arrays, to be memory-mapped.
 
-    :func:`load_binary` (and :func:`load_svmlight`, ``gpusvm fit``, ``select``, ``predict``,
-    which recognise the file by its first bytes) reopens it without parsing: the arrays are
-    mapped, not read, so reopening takes a fraction of a second at any size. The layout: the
-    bytes of :data:`BINARY_MAGIC`, a little-endian uint32 header length, a JSON header (the
+    :func:`load_binary` (and :func:`~gpusvm.datasets.load_svmlight`, ``gpusvm fit``,
+    ``select``, ``predict``, which recognise the file by its first bytes) reopens it without
+    parsing: the arrays are mapped, not read, so reopening takes a fraction of a second at any
+    size. The layout: the bytes of :data:`BINARY_MAGIC`, a little-endian uint32 header length, a JSON header (the
     format version, shape, types, the base of the source file's indices, each array's offset
     and length; a ``finite`` flag, which no reader trusts: ``load_svmlight(finite=True)``
     checks the values), then ``data``, ``indices``, ``indptr`` and ``y`` as raw little-endian
@@ -68,8 +68,8 @@ def save_binary(path, X, y, *, zero_based=False):
     y : array-like of shape (n_samples,)
         Labels, stored as float64.
     zero_based : bool, default=False
-        The base of the svmlight file the data came from (:func:`load_svmlight`'s
-        ``return_zero_based``); stored so that a model trained on it records it.
+        The base of the svmlight file the data came from
+        (:func:`~gpusvm.datasets.load_svmlight`'s ``return_zero_based``); stored so that a model trained on it records it.
 
     Returns
     -------
