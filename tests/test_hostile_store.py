@@ -15,6 +15,8 @@ import re
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from gpusvm.cli import main
 from gpusvm.datasets import BINARY_MAGIC, load_binary, load_svmlight, save_binary
@@ -252,3 +254,23 @@ def test_convert_refuses_to_replace_its_input(tmp_path, capsys, monkeypatch, how
                    "the text with its binary form; pass another OUT (e.g. a .gsvm file)\n")
     assert data.read_bytes() == b"1 1:0.5\n-1 2:0.25\n"
     assert run(capsys, "convert", data, tmp_path / "a.gsvm")[0] == 0
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                   HealthCheck.function_scoped_fixture])
+@given(edits=st.lists(st.tuples(st.integers(0, 400), st.integers(0, 255)), min_size=1,
+                      max_size=6))
+def test_random_header_damage_is_one_line_naming_the_file(tmp_path, edits):
+    """Bytes of the length field and the JSON header overwritten at random: the store opens
+    (and its matrix converts) or a one-line ValueError names the file, nothing else."""
+    path, _ = _store(tmp_path, name="fuzz.gsvm")
+    raw = bytearray(open(path, "rb").read())
+    for at, byte in edits:
+        raw[len(BINARY_MAGIC) + at % (len(raw) - len(BINARY_MAGIC))] = byte
+    open(path, "wb").write(bytes(raw))
+    try:
+        X, y = load_binary(path)
+    except ValueError as exc:
+        assert str(exc).startswith(f"{path}") and "\n" not in str(exc)
+    else:
+        assert X.toarray().shape == X.shape and y.shape == (X.shape[0],)
