@@ -29,6 +29,11 @@ checks; median of 5) and reopening plus one pass over the values (the pages read
 of its cached code included) for prefixes of the file from 1 to 32 MB, scikit-learn's path
 against the compiled one: where ``datasets.PARALLEL_MIN_BYTES`` should sit.
 
+``--long sklearn`` (or ``--long repr``) replaces the six-digit file by one of ``--nnz``
+nonzeros (default 10^7) of long decimals, written by scikit-learn's ``dump_svmlight_file``
+(16 significant digits) or as ``repr`` writes float64 (up to 17): the numbers that need the
+compiled parser's Eisel-Lemire rounding rather than Clinger's fast path.
+
 The generated files are deleted at the end unless ``--keep``.
 """
 
@@ -73,6 +78,31 @@ def generate(path: Path, gigabytes: float, seed: int = 0) -> None:
             text = "\n".join(lines) + "\n"
             f.write(text)
             written += len(text)
+
+
+def generate_long(path: Path, nnz: int, writer: str, seed: int = 0) -> None:
+    """A seeded file of about ``nnz`` nonzeros of long decimals: ``writer="sklearn"`` by
+    ``sklearn.datasets.dump_svmlight_file`` (``%.16g``: 16 significant digits), ``"repr"`` as
+    Python's ``repr`` writes float64 (up to 17 digits; gpusvm's own text output)."""
+    import scipy.sparse as sp
+    from sklearn.datasets import dump_svmlight_file
+    rng = np.random.default_rng(seed)
+    rows = max(1, nnz // NNZ_PER_ROW)
+    with open(path, "wb") as f:
+        for r0 in range(0, rows, BLOCK_ROWS):
+            k = min(BLOCK_ROWS, rows - r0)
+            cols = np.sort(rng.integers(0, N_COLS - NNZ_PER_ROW, size=(k, NNZ_PER_ROW)),
+                           axis=1) + np.arange(NNZ_PER_ROW)
+            vals = rng.random((k, NNZ_PER_ROW)) * 10.0 ** rng.integers(-3, 1, (k, NNZ_PER_ROW))
+            y = np.where(rng.random(k) < 0.5, -1.0, 1.0)
+            if writer == "sklearn":
+                X = sp.csr_matrix((vals.ravel(), cols.ravel(), np.arange(k + 1) * NNZ_PER_ROW),
+                                  shape=(k, N_COLS))
+                dump_svmlight_file(X, y, f, zero_based=False)
+            else:
+                f.write("".join(f"{int(t)} " + " ".join(f"{c + 1}:{v!r}" for c, v in zip(cr, vr))
+                                + "\n" for t, cr, vr in zip(y, cols.tolist(), vals.tolist())
+                                ).encode())
 
 
 def assert_same(path: Path) -> None:
@@ -180,18 +210,27 @@ def main(argv=None) -> int:
     parser.add_argument("--small", action="store_true", help="also the small-file first reads")
     parser.add_argument("--keep", action="store_true", help="keep the generated files")
     parser.add_argument("--json", help="write the results here too")
+    parser.add_argument("--long", choices=["sklearn", "repr"],
+                        help="instead of --gb of six-digit values: a file of --nnz long decimals "
+                             "written by scikit-learn's dump_svmlight_file (16 digits) or by repr")
+    parser.add_argument("--nnz", type=float, default=1e7,
+                        help="nonzeros of the --long file (default 1e7)")
     parser.add_argument("--no-sklearn", action="store_true",
                         help="neither the equality check nor the timing of scikit-learn's reader "
                              "(gpusvm's MB/s alone, where its minutes of one core do not fit)")
     args = parser.parse_args(argv)
     from numba import config
     threads = args.threads or sorted({1, config.NUMBA_NUM_THREADS})
-    path = Path(args.dir) / f"gpusvm_bench_read_{args.gb:g}gb.svm"
+    name = f"{args.long}_{args.nnz:g}nnz" if args.long else f"{args.gb:g}gb"
+    path = Path(args.dir) / f"gpusvm_bench_read_{name}.svm"
     gsvm = path.with_suffix(".gsvm")
     try:
         if not path.exists():
             print(f"writing {path} ...", file=sys.stderr, flush=True)
-            generate(path, args.gb)
+            if args.long:
+                generate_long(path, int(args.nnz), args.long)
+            else:
+                generate(path, args.gb)
         size = path.stat().st_size
         if not args.no_sklearn:
             print(f"checking bit-for-bit equality with scikit-learn on {path} ...", file=sys.stderr)

@@ -610,6 +610,10 @@ def cmd_convert(args) -> int:
     from .datasets import load_svmlight, save_binary
 
     check_output(args.out, what="binary data")
+    with contextlib.suppress(OSError):          # a missing DATA or OUT: named below, or new
+        if os.path.samefile(args.data, args.out):
+            raise ValueError(f"OUT {args.out} is DATA {args.data}: converting would replace "
+                             "the text with its binary form; pass another OUT (e.g. a .gsvm file)")
     start = time.perf_counter()
     X, y, zero_based = load_svmlight(args.data, n_features=args.n_features,
                                      dtype=np.dtype(args.dtype),

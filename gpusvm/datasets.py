@@ -25,6 +25,8 @@ import numpy as np
 import scipy.sparse as sp
 from sklearn.datasets import load_svmlight_file
 
+from ._binary import (BINARY_MAGIC, BINARY_VERSION, _is_binary,  # noqa: F401  (the binary form)
+                      _open_binary, _to_int32_csr, load_binary, save_binary)
 from ._generate import make_sparse_classification, zipf_column_probabilities
 
 __all__ = ["load_svmlight", "save_binary", "load_binary", "normalize_rows", "load_a9a",
@@ -60,8 +62,11 @@ def load_svmlight(path, n_features=None, dtype=np.float32, *, zero_based="auto",
     decompressed on one core first.
 
     A binary data file written by :func:`save_binary` (``gpusvm convert``) is recognised by
-    its first bytes and opened memory-mapped (:func:`load_binary`) instead: reading it takes
-    a fraction of a second at any size.
+    its first bytes and opened memory-mapped (:func:`load_binary`) instead, with the same
+    checks as text (``n_features``, the base, the width, ``finite``): opening it takes a
+    fraction of a second at any size, and ``finite=True`` one vectorised pass over the
+    values. The matrix maps the file: truncating it in place while the matrix is in use kills
+    the process (see :func:`load_binary`).
 
     Parameters
     ----------
@@ -179,8 +184,8 @@ CHUNK_BYTES = 4 << 20
 #: bytes read, then counted, then parsed
 PROGRESS_MIN_BYTES = 256 << 20
 #: the compiled reader leaves a file to scikit-learn's parser when more than this fraction of its
-#: numbers need Python's ``float`` (more than 19 significant digits or a mantissa of 2**53 or
-#: more, e.g. ``repr`` output; an exponent beyond +-22; inf, nan): both then parse them alike
+#: numbers need Python's ``float`` (inf, nan, underscores; beyond 19 significant digits, a value
+#: that the first 19 digits leave undecided): both then parse them alike
 HARD_FRACTION = 0.5
 _BLOCK = 16 << 20
 
@@ -328,16 +333,6 @@ def _index_terms(path):
                     continue
 
 
-def _to_int32_csr(X):
-    """Sorted CSR, with int32 index arrays where they fit."""
-    X = X.tocsr()
-    X.sum_duplicates()
-    X.sort_indices()
-    if X.nnz <= _INT32_MAX and X.shape[1] <= _INT32_MAX and X.indices.dtype != np.int32:
-        X = sp.csr_matrix((X.data, X.indices.astype(np.int32), X.indptr.astype(np.int32)), shape=X.shape)
-    return X
-
-
 #: the UTF-8 byte-order mark some Windows editors write at the start of a text file
 _BOM = b"\xef\xbb\xbf"
 
@@ -368,10 +363,10 @@ def _non_finite_error(path, dtype):
                 continue
             if not np.isfinite(float(parts[0])):
                 return f"{path}, line {lineno}: label {parts[0]!r} is not finite; {_NON_FINITE_ADVICE}"
-            for tok in parts[1:]:
-                idx_s, _, val_s = tok.partition(":")
-                if idx_s == "qid":
+            for k, tok in enumerate(parts[1:]):
+                if k == 0 and tok.startswith("qid"):    # a query id: its value is not read
                     continue
+                idx_s, _, val_s = tok.partition(":")
                 value = float(val_s)
                 if not np.isfinite(value):
                     return (f"{path}, line {lineno}: feature value {val_s!r} in {tok!r} is not "
@@ -434,7 +429,9 @@ def _check_line(raw: bytes, zero_based):
         float(target)
     except ValueError:
         return f"label {target!r} is not a number"
-    if features and features[0].startswith("qid:"):  # a query id (ignored) may follow the label
+    if features and features[0].startswith("qid"):   # a query id (ignored) may follow the label
+        if ":" not in features[0]:                     # (scikit-learn's test: the prefix "qid")
+            return f"term {features[0]!r} is not of the form qid:value"
         features = features[1:]
     prev, has_zero = -1, False
     for tok in features:
@@ -463,216 +460,57 @@ def _check_line(raw: bytes, zero_based):
     return (prev, has_zero)
 
 
-# ------------------------------------------------------------------ the binary form
-#: the first bytes of a binary data file (then a little-endian uint32: the header's length)
-BINARY_MAGIC = b"\x93GPUSVM-CSR\n"
-#: the version of the binary layout this gpusvm writes and reads
-BINARY_VERSION = 1
-_ALIGN = 64
-_BINARY_ARRAYS = ("data", "indices", "indptr", "y")
-
-
-def _is_binary(path):
-    """Whether ``path`` is a regular file that starts with :data:`BINARY_MAGIC`."""
-    if not os.path.isfile(path):
-        return False
-    try:
-        with open(path, "rb") as f:
-            return f.read(len(BINARY_MAGIC)) == BINARY_MAGIC
-    except OSError:
-        return False
-
-
-def save_binary(path, X, y, *, zero_based=False):
-    """Write a data set in gpusvm's binary form: its CSR arrays, to be memory-mapped.
-
-    :func:`load_binary` (and :func:`load_svmlight`, ``gpusvm fit``, ``select``, ``predict``,
-    which recognise the file by its first bytes) reopens it without parsing: the arrays are
-    mapped, not read, so reopening takes a fraction of a second at any size. The layout: the
-    bytes of :data:`BINARY_MAGIC`, a little-endian uint32 header length, a JSON header (the
-    format version, shape, types, the base of the source file's indices, each array's offset
-    and length), then ``data``, ``indices``, ``indptr`` and ``y`` as raw little-endian arrays,
-    each aligned to 64 bytes. ``gpusvm convert`` writes one from a svmlight file.
-
-    Parameters
-    ----------
-    path : str or os.PathLike
-        File to write (``.gsvm`` by convention); a regular file is replaced atomically.
-    X : scipy.sparse matrix of shape (n_samples, n_features)
-        Float32 or float64 values; stored as sorted, duplicate-free CSR.
-    y : array-like of shape (n_samples,)
-        Labels, stored as float64.
-    zero_based : bool, default=False
-        The base of the svmlight file the data came from (:func:`load_svmlight`'s
-        ``return_zero_based``); stored so that a model trained on it records it.
-
-    Returns
-    -------
-    path : str
-        The path written.
-    """
-    import json
-
-    from ._output import write_output
-    path = os.fspath(path)
-    if not sp.issparse(X):
-        raise ValueError(f"X must be a scipy.sparse matrix, got {type(X).__name__}")
-    X = _to_int32_csr(sp.csr_matrix(X))
-    if X.dtype not in (np.float32, np.float64):
-        raise ValueError(f"X must hold float32 or float64 values, got {X.dtype}")
-    y = np.asarray(y, dtype=np.float64)
-    if y.shape != (X.shape[0],):
-        raise ValueError(f"y must have shape ({X.shape[0]},) to match X, got {y.shape}")
-    arrays = {"data": X.data, "indices": X.indices, "indptr": X.indptr, "y": y}
-    arrays = {k: np.ascontiguousarray(v, dtype=v.dtype.newbyteorder("<")) for k, v in arrays.items()}
-    header = {"version": BINARY_VERSION, "shape": [int(X.shape[0]), int(X.shape[1])],
-              "nnz": int(X.nnz), "zero_based": bool(zero_based),
-              "finite": bool(np.all(np.isfinite(X.data)) and np.all(np.isfinite(y))),
-              "arrays": {}}
-
-    start = 0
-    while True:                         # the arrays start after the header, which names them
-        header["arrays"], pos = {}, start
-        for name in _BINARY_ARRAYS:
-            a = arrays[name]
-            header["arrays"][name] = {"dtype": a.dtype.str, "offset": pos, "count": int(a.size)}
-            pos = -(-(pos + a.nbytes) // _ALIGN) * _ALIGN
-        header["size"] = pos
-        text = json.dumps(header, sort_keys=True).encode()
-        need = -(-(len(BINARY_MAGIC) + 4 + len(text)) // _ALIGN) * _ALIGN
-        if need <= start:
-            break
-        start = need
-
-    def write(f):
-        f.write(BINARY_MAGIC + len(text).to_bytes(4, "little") + text)
-        written = len(BINARY_MAGIC) + 4 + len(text)
-        for name in _BINARY_ARRAYS:
-            at = header["arrays"][name]["offset"]
-            f.write(b"\0" * (at - written))
-            f.write(memoryview(arrays[name]).cast("B"))
-            written = at + arrays[name].nbytes
-        f.write(b"\0" * (header["size"] - written))
-
-    return write_output(path, write, what="binary data")
-
-
-def _binary_error(path, what):
-    return ValueError(f"{path}: {what}; write it again with `gpusvm convert` (or "
-                      "gpusvm.datasets.save_binary)")
-
-
-def load_binary(path, *, return_zero_based=False, check=True):
-    """Open a data set written by :func:`save_binary` (``gpusvm convert``), memory-mapped.
-
-    The arrays are mapped copy-on-write: nothing is read until it is used, and writing to
-    them never changes the file.
-
-    Parameters
-    ----------
-    path : str or os.PathLike
-        The binary data file.
-    return_zero_based : bool, default=False
-        Also return the base of the svmlight file the data came from.
-    check : bool, default=True
-        Check the CSR structure (``indptr`` nondecreasing, every index within the shape), one
-        pass over the index arrays; the header, the lengths and the file's size are always
-        checked.
-
-    Returns
-    -------
-    X : scipy.sparse.csr_matrix of shape (n_samples, n_features)
-        Its arrays map the file.
-    y : ndarray of float64, shape (n_samples,)
-    zero_based : bool
-        Only with ``return_zero_based=True``.
-
-    Raises
-    ------
-    ValueError
-        When the file is not gpusvm's binary form, was written by a newer gpusvm (a newer
-        format version), is truncated, or its header or arrays are inconsistent.
-    """
-    X, y, zero_based, _ = _open_binary(path, check)
-    return (X, y, zero_based) if return_zero_based else (X, y)
-
-
-def _open_binary(path, check=True):
-    """``(X, y, zero_based, finite)`` of a binary data file (:func:`load_binary`)."""
-    import json
-    path = os.fspath(path)
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"binary data file not found: {path}")
-    size = os.path.getsize(path)
-    with open(path, "rb") as f:
-        head = f.read(len(BINARY_MAGIC) + 4)
-        if head[:len(BINARY_MAGIC)] != BINARY_MAGIC:
-            raise ValueError(f"{path}: not a gpusvm binary data file (it does not start with "
-                             f"{BINARY_MAGIC!r}); read svmlight text with load_svmlight")
-        if len(head) < len(BINARY_MAGIC) + 4:
-            raise _binary_error(path, f"the file is truncated ({size} bytes, shorter than its header)")
-        length = int.from_bytes(head[len(BINARY_MAGIC):], "little")
-        text = f.read(length)
-    if len(text) < length:
-        raise _binary_error(path, f"the file is truncated ({size} bytes, shorter than its header)")
-    try:
-        header = json.loads(text)
-        version = header["version"]
-    except (ValueError, TypeError, KeyError):
-        raise _binary_error(path, "the header is damaged") from None
-    if version != BINARY_VERSION:
-        raise ValueError(f"{path}: binary data format version {version!r}, but this gpusvm reads "
-                         f"version {BINARY_VERSION}; convert the svmlight file again with this "
-                         "gpusvm's `gpusvm convert`")
-    try:
-        n, d = (int(v) for v in header["shape"])
-        nnz, expected = int(header["nnz"]), int(header["size"])
-        specs = {name: header["arrays"][name] for name in _BINARY_ARRAYS}
-        dtypes = {name: np.dtype(spec["dtype"]) for name, spec in specs.items()}
-        zero_based, finite = bool(header["zero_based"]), bool(header["finite"])
-    except (ValueError, TypeError, KeyError):
-        raise _binary_error(path, "the header is damaged") from None
-    if size < expected:
-        raise _binary_error(path, f"the file is truncated ({size} of {expected} bytes)")
-    counts = {"data": nnz, "indices": nnz, "indptr": n + 1, "y": n}
-    kinds = {"data": "f", "indices": "i", "indptr": "i", "y": "f"}
-    for name, spec in specs.items():
-        end = int(spec["offset"]) + dtypes[name].itemsize * int(spec["count"])
-        if (int(spec["count"]) != counts[name] or dtypes[name].kind != kinds[name]
-                or int(spec["offset"]) < len(head) + length or end > expected):
-            raise _binary_error(path, f"the header's {name} array is inconsistent")
-    arrays = {name: np.memmap(path, dtype=dtypes[name], mode="c", offset=int(spec["offset"]),
-                              shape=(counts[name],)) if counts[name] else np.empty(0, dtypes[name])
-              for name, spec in specs.items()}
-    indptr, indices = arrays["indptr"], arrays["indices"]
-    if int(indptr[0]) != 0 or int(indptr[-1]) != nnz or (check and nnz and (
-            np.any(indptr[1:] < indptr[:-1]) or int(indices.min()) < 0 or int(indices.max()) >= d)):
-        raise _binary_error(path, "its index arrays are not a valid CSR matrix")
-    X = sp.csr_matrix((arrays["data"], indices, indptr), shape=(n, d))
-    X.has_sorted_indices = True         # save_binary wrote canonical CSR
-    X.has_canonical_format = True
-    return X, np.asarray(arrays["y"]), zero_based, finite
-
-
 def _load_binary_as(path, n_features, dtype, zero_based, return_zero_based, finite):
-    """:func:`load_svmlight`'s arguments applied to a binary data file."""
-    X, y, stored_base, all_finite = _open_binary(path)
+    """:func:`load_svmlight`'s arguments and checks applied to a binary data file."""
+    X, y, stored_base = _open_binary(path)
+    if X.shape[0] == 0:
+        raise ValueError(f"{path}: no examples found (the binary data file holds no rows)")
     if zero_based != "auto" and bool(zero_based) != stored_base:
         base = "zero-based" if stored_base else "one-based"
         raise ValueError(f"{path} was converted from a {base} svmlight file, but zero_based="
                          f"{zero_based} was asked; convert the text again with the base wanted")
+    n, d = X.shape
     if n_features is not None:
-        if n_features < X.shape[1]:
-            raise ValueError(f"{path}: the data has {X.shape[1]} features but n_features="
-                             f"{n_features}; pass n_features >= {X.shape[1]} (or the training "
+        if n_features < d:
+            raise ValueError(f"{path}: the data has {d} features but n_features="
+                             f"{n_features}; pass n_features >= {d} (or the training "
                              "set's n_features)")
-        X = sp.csr_matrix((X.data, X.indices, X.indptr), shape=(X.shape[0], n_features))
+        X = sp.csr_matrix((X.data, X.indices, X.indptr), shape=(n, n_features))
+    elif d > max(FREE_COLUMNS, COLUMNS_PER_VALUE * (X.nnz + n)):
+        raise ValueError(
+            f"{path}: the data is {d} columns wide for {n} rows and {X.nnz} nonzeros (a weight "
+            f"vector alone would take {8 * d / 2**30:.1f} GiB); if the data really has that "
+            "many features, pass n_features explicitly")
+    stored = X.data
     if X.dtype != dtype:
-        X = sp.csr_matrix((X.data.astype(dtype), X.indices, X.indptr), shape=X.shape)
-    if finite and not all_finite and not (
-            np.all(np.isfinite(X.data)) and np.all(np.isfinite(y))):
-        raise ValueError(f"{path}: the data holds NaN or infinite values; {_NON_FINITE_ADVICE}")
+        with np.errstate(over="ignore"):
+            X = sp.csr_matrix((stored.astype(dtype), X.indices, X.indptr), shape=X.shape)
+    if finite:
+        _check_binary_finite(path, stored, X, y, 0 if stored_base else 1)
     return (X, y, stored_base) if return_zero_based else (X, y)
+
+
+def _check_binary_finite(path, stored, X, y, base, block=1 << 24):
+    """:func:`load_svmlight`'s ``finite=True`` on a binary file: every label and value (as
+    stored and as read) finite, or the error naming the first bad one; blocks of ``block``."""
+    bad = np.flatnonzero(~np.isfinite(y))
+    if bad.size:
+        r = int(bad[0])
+        raise ValueError(f"{path}: the label of row {r} (counting from 0), {float(y[r])!r}, is "
+                         f"not finite; {_NON_FINITE_ADVICE}")
+    for a in range(0, X.nnz, block):
+        bad = np.flatnonzero(~np.isfinite(X.data[a:a + block]))
+        if not bad.size:
+            continue
+        k = a + int(bad[0])
+        row = int(np.searchsorted(X.indptr, k, side="right")) - 1
+        where = f"row {row} (counting from 0), feature index {int(X.indices[k]) + base}"
+        if np.isfinite(stored[k]):
+            raise ValueError(f"{path}: the value {float(stored[k])!r} of {where} overflows "
+                             f"{X.dtype.name}; scale the data, or read it with "
+                             "dtype=numpy.float64")
+        raise ValueError(f"{path}: the value {float(stored[k])!r} of {where} is not finite; "
+                         f"{_NON_FINITE_ADVICE}")
 
 
 def normalize_rows(X, max_norm=1.0, *, mode="all"):

@@ -240,10 +240,15 @@ def test_truncated_gzip_is_named_as_before(tmp_path, monkeypatch):
     assert str(new.value) == str(old.value) and "truncated or corrupted" in str(old.value)
 
 
-def test_files_of_mostly_long_numbers_go_to_the_one_core_reader(tmp_path, monkeypatch):
-    """20-digit values need Python's float: scikit-learn's path reads such a file."""
-    path = _write(tmp_path, "long.svm", b"".join(
+def test_files_of_mostly_hard_numbers_go_to_the_one_core_reader(tmp_path, monkeypatch):
+    """Values only Python's float reads (underscores) mostly: scikit-learn's path reads the
+    file; 20-digit values, rounded in the compiled path, no longer do."""
+    long = _write(tmp_path, "long.svm", b"".join(
         b"+1 1:%.20g 2:%.20g\n" % (0.1 + k / 7, 0.3 + k / 9) for k in range(50)))
+    _assert_same(datasets._read_compiled(str(long), np.dtype(np.float64), min_bytes=0,
+                                         chunk_bytes=64), _sklearn(long, np.float64))
+    path = _write(tmp_path, "hard.svm", b"".join(
+        b"+1 1:1_%d.5 2:%d_0\n" % (k, k + 1) for k in range(50)))
     assert datasets._read_compiled(str(path), np.dtype(np.float64), min_bytes=0,
                                    chunk_bytes=64) is None
     _assert_same(_compiled(path, np.float64), _sklearn(path, np.float64))
@@ -303,8 +308,10 @@ def test_binary_refuses_nan_unless_asked(tmp_path):
     X, y = _small_set()
     X.data[3] = np.nan
     path = save_binary(tmp_path / "nan.gsvm", X, y)
+    row = int(np.searchsorted(X.indptr, 3, side="right")) - 1
     with pytest.raises(ValueError, match=re.escape(
-            f"{path}: the data holds NaN or infinite values; remove or impute the missing values "
+            f"{path}: the value nan of row {row} (counting from 0), feature index "
+            f"{X.indices[3] + 1} is not finite; remove or impute the missing values "
             "first (pass finite=False to load them)")):
         load_svmlight(path)
     assert np.isnan(load_svmlight(path, finite=False)[0].data).sum() == 1
