@@ -135,3 +135,22 @@ def test_a_bad_threshold_is_one_clear_error(monkeypatch, value):
     X, y = sparse_set()
     with pytest.raises(ValueError, match=rf"^{LIMIT}='{value}': set a positive integer"):
         make_backend("emulated", X, y)
+
+
+def test_estimators_pass_data_past_the_int32_bound_to_the_device_backends(monkeypatch):
+    """With the estimators' 32-bit bound lowered below the data's nonzeros: the device backend
+    fits (it indexes with int64 there) and gives the CPU model of the data; a CPU backend
+    refuses, naming the GPU."""
+    from gpusvm.estimators import _base
+    X, y = sparse_set(n=400)
+    kw = dict(C=0.5, random_state=0, tol=1e-8, max_iter=400)
+    cpu = LinearSVC(backend="numpy", **kw).fit(X, y)
+    monkeypatch.setattr(_base, "INT32_MAX", X.nnz // 2)
+    monkeypatch.setenv(LIMIT, str(X.nnz // 2))
+    emu = LinearSVC(backend="emulated", **kw).fit(int64_csr(X), y)
+    scale = np.abs(cpu.coef_).max()
+    assert np.abs(emu.coef_ - cpu.coef_).max() <= 1e-6 * scale
+    with pytest.raises(ValueError, match=r"gpusvm's CPU backends index them with 32-bit "
+                                         r"integers, .* or fit on a GPU \(backend='cupy' indexes "
+                                         r"with int64\)$"):
+        LinearSVC(backend="numpy", **kw).fit(X, y)
