@@ -342,6 +342,8 @@ if [ "${1:-}" = "stage" ]; then
     gomp=$(ldconfig -p 2>/dev/null | grep -m 1 -o '/[^ ]*/libgomp\.so\.1$')
     [ -n "$gomp" ] && cp -L "$gomp" .whl/libgomp.so.1
     du -sh .gpudata .whl
+    echo "then one device call: command='bash benchmarks/gpu_session.sh all'," \
+         "carry=['.gpudata', '.whl'], timeout_s=600 (the generated sets are made there)"
     exit 0
 fi
 
@@ -375,7 +377,7 @@ STEPS=()
 for arg in "$@"; do
     case "$arg" in
     --emulated) EMU=(--emulated) ;;
-    -h|--help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) STEPS+=("$arg") ;;
     esac
 done
