@@ -244,6 +244,7 @@ plan_main() {
     local bundle="$OUT/plan-$part"
     mkdir -p "$PLAN_DIR" "$OUT"
     export PYTHONPATH="$PWD:$PWD/emulator:/tmp/site${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+    export PLAN_STEPS=$steps
     echo "plan $part: $steps (at most $limit s; results in $PLAN_DIR, bundled to $bundle.tar.gz)"
     for step in $steps; do
         local cap=${CAP[$step]} var="CAP_${step//-/_}" left t0 rc=0 line
@@ -301,14 +302,18 @@ plan_bundle() {   # part start: OUT/plan-<part>.tar.gz (no data sets) and OUT/pl
     {
         echo "plan $1, $((SECONDS - $2)) s, $(date -u +%FT%TZ), $(nproc) cores"
         "$PY" - "$PLAN_DIR" <<'PYEOF'
-import json, sys
+import json, os, sys
 from pathlib import Path
+order = os.environ.get("PLAN_STEPS", "").split()      # the plan's order, then the others
+recs = []
 for f in sorted(Path(sys.argv[1]).glob("*.json")):
     try:
         r = json.loads(f.read_text())
     except ValueError:
         continue
     if "step" in r:
+        recs.append(r)
+for r in sorted(recs, key=lambda r: order.index(r["step"]) if r["step"] in order else len(order)):
         print(f"  {r['step']:<12} {str(r.get('status', '-')).upper():<5} {str(r.get('line', ''))[:400]}")
 PYEOF
         [ -f "$PLAN_DIR/scale_table.txt" ] && cat "$PLAN_DIR/scale_table.txt"
