@@ -190,6 +190,19 @@ def main(argv=None):
     print(f"data: n={X.shape[0]:,} d={X.shape[1]:,} nnz={X.nnz:,} ({X.dtype}), seed {args.seed}")
     rows = []
 
+    def save():
+        """The JSON record of the rows so far (rewritten after each: a run stopped early keeps
+        what finished)."""
+        if not args.json:
+            return
+        record = {"date": time.strftime("%Y-%m-%d"), "machine": args.machine or
+                  f"{os.cpu_count()} cores, {platform.machine()}", "device": _device_name(),
+                  "gpusvm": gpusvm.__version__,
+                  "args": {k: v for k, v in vars(args).items() if k != "mc_python"},
+                  "data": {"n": X.shape[0], "d": X.shape[1], "nnz": int(X.nnz)}, "rows": rows}
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(record, indent=1))
+
     def add(name, seconds, coef=None, intercept=None, **extra):
         row = {"name": name, "seconds": seconds, **extra}
         if coef is not None:
@@ -197,6 +210,7 @@ def main(argv=None):
             row["accuracy"] = float(np.mean(np.where(X @ np.ravel(coef) + np.ravel(intercept)[0]
                                                      > 0, 1.0, -1.0) == y))
         rows.append(row)
+        save()
         print(f"  {name}: {seconds:.3f} s {extra}", flush=True)
 
     def gpusvm_fit(backend):
@@ -237,6 +251,7 @@ def main(argv=None):
             sec, m = timed(search, args.repeats)
             rows.append({"name": f"gpusvm LinearSVCCV ({be})", "seconds": sec, "C_": m.C_,
                          "solver": m.solver_})
+            save()
             print(f"  LinearSVCCV ({be}): {sec:.3f} s, C_={m.C_}", flush=True)
         mc = run_multicore(args.mc_python, X, y, f"-s 2 -C -v {args.folds} -B 1 "
                            f"-m {args.threads} -q", args.repeats) if args.mc_search else \
@@ -255,13 +270,7 @@ def main(argv=None):
         acc = r.get("accuracy", float("nan"))
         print(f"{r['name']:48s} {r['seconds']:9.3f} {rel:15.2e} {acc:9.4f}")
     if args.json:
-        record = {"date": time.strftime("%Y-%m-%d"), "machine": args.machine or
-                  f"{os.cpu_count()} cores, {platform.machine()}", "device": _device_name(),
-                  "gpusvm": gpusvm.__version__,
-                  "args": {k: v for k, v in vars(args).items() if k != "mc_python"},
-                  "data": {"n": X.shape[0], "d": X.shape[1], "nnz": int(X.nnz)}, "rows": rows}
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(record, indent=1))
+        save()
         print("wrote", args.json)
 
 

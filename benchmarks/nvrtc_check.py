@@ -345,7 +345,7 @@ def check_all(archs=None, sm_archs=None, file_arch=FILE_ARCH):
     archs = globals()["archs"]() if archs is None else tuple(archs)
     sm_archs = globals()["sm_archs"]() if sm_archs is None else tuple(sm_archs)
     opts = _kernels.compile_options()
-    exprs = _kernels.name_expressions()
+    exprs = _kernels.all_name_expressions()    # both modules' instances (the same source)
     module = _kernels.module_source()
 
     def one_file(name):

@@ -381,7 +381,8 @@ def make_sparse_classification(n_samples=100_000, n_features=100_000, *, nnz_per
     index_dtype : {None, numpy.int32, numpy.int64}, default=None
         Type of ``indices`` and ``indptr`` (SciPy keeps the two alike): ``None`` takes int32
         unless the draws reach ``2**31``; int64 may be asked for on any set (tests of the
-        64-bit path).  The device path makes int32 only (``cupyx.scipy.sparse``).
+        64-bit path).  The device path makes int64 with CuPy 14.1 or later (the first whose
+        ``cupyx.scipy.sparse`` holds int64 indices).
     return_coef : bool, default=False
         Also return the planted ``w`` and ``b``.
     device : {None, "cpu", "cuda"}, default=None
@@ -459,9 +460,7 @@ def make_sparse_classification(n_samples=100_000, n_features=100_000, *, nnz_per
         raise ValueError(f"the set draws {bound} nonzeros, more than int32 offsets hold "
                          f"({_INT32_MAX}); use index_dtype=numpy.int64 or None")
     if csp is not None and idx != np.int32:
-        raise ValueError(f"device='cuda' makes int32 indices only (cupyx.scipy.sparse), and the "
-                         f"set draws {bound} nonzeros; generate it on the host (device=None) or "
-                         "ask fewer rows")
+        _check_cupy_int64(xp.__version__, bound)
     data = xp.empty(bound, dtype=dt)
     indices = xp.empty(bound, dtype=idx)
     indptr = xp.zeros(n + 1, dtype=idx)
@@ -485,6 +484,20 @@ def make_sparse_classification(n_samples=100_000, n_features=100_000, *, nnz_per
         del row, col, val, y_chunk, counts
     X = _assemble(csp, data, indices, indptr, pos, (n, d))
     return (X, y, w, -t) if return_coef else (X, y)
+
+
+#: the first CuPy whose ``cupyx.scipy.sparse`` matrices hold int64 indices
+CUPY_INT64_SPARSE = (14, 1)
+
+
+def _check_cupy_int64(version: str, bound: int) -> None:
+    """ValueError naming the remedy where CuPy ``version`` predates int64 sparse indices."""
+    import re  # noqa: PLC0415
+    found = tuple(int(v) for v in re.findall(r"\d+", version)[:2])
+    if found < CUPY_INT64_SPARSE:
+        raise ValueError(f"the set draws {bound} nonzeros, which need int64 indices, and CuPy "
+                         f"{version}'s cupyx.scipy.sparse holds int32 ones only; install CuPy "
+                         ">= 14.1, generate on the host (device=None), or ask fewer rows")
 
 
 def _assemble(csp, data, indices, indptr, nnz, shape):

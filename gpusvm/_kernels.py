@@ -33,6 +33,14 @@ SEGMENT_KERNELS = {"gpusvm_margins": ("M1",), "gpusvm_sdca_margins": ("M1", "SQ"
                    "gpusvm_pegasos_step": ("M1", "SQ", "WT"), "gpusvm_optimal_bias": ("WT",),
                    "gpusvm_reset_scale": (), "gpusvm_sdca_rho": ("M1",),
                    "gpusvm_sdca_apply": ("M1", "SQ", "WT")}
+#: C++ types of the CSR column indices the kernels read, by NumPy dtype name: int32, or int64 for
+#: a matrix of 2**31 columns or more (the kernels of :data:`INDEXED_KERNELS` take it as their last
+#: template parameter, default ``int``; the int64 instances are a module of their own, compiled
+#: only by a fit that needs them: :func:`load_module`)
+INDEX_TYPES = {"int32": "int", "int64": "long long"}
+#: the segment kernels that read column indices (their last template parameter, ``I``)
+INDEXED_KERNELS = ("gpusvm_margins", "gpusvm_sdca_margins", "gpusvm_pegasos_step",
+                   "gpusvm_sdca_rho", "gpusvm_sdca_apply")
 #: the counter-based sampler reading the batch index from device memory (kernels/sample_next.cu,
 #: templated over the sampling mode code of gpusvm.solvers._sampling.MODE_CODES) and the
 #: first-occurrence mask of i.i.d. batches
@@ -111,30 +119,49 @@ def row_kernel(op: str, lanes: int, value_type: str) -> str:
     return f"{op}<{int(lanes)},{value_type}>"
 
 
-def segment_kernel(op: str, value_type: str, **flags) -> str:
+def segment_kernel(op: str, value_type: str, index: str = "int32", **flags) -> str:
     """Name expression of the segment kernel ``op`` (a key of :data:`SEGMENT_KERNELS`), e.g.
     ``gpusvm_pegasos_step<float,1,0,0>``; ``flags`` sets ``M1``, ``SQ``, ``WT`` (default 0;
-    those ``op`` does not take are ignored)."""
-    return "<".join((op, ",".join([value_type] + [str(int(bool(flags.get(f, 0))))
-                                                  for f in SEGMENT_KERNELS[op]]))) + ">"
+    those ``op`` does not take are ignored); ``index="int64"`` names the instance with int64
+    column indices of an op of :data:`INDEXED_KERNELS` (``..., long long>``; the others have
+    one instance)."""
+    args = [value_type] + [str(int(bool(flags.get(f, 0)))) for f in SEGMENT_KERNELS[op]]
+    if index != "int32" and op in INDEXED_KERNELS:
+        args.append(INDEX_TYPES[index])
+    return "<".join((op, ",".join(args))) + ">"
 
 
-def name_expressions() -> list[str]:
-    """Every template instance the device backend may launch."""
+def name_expressions(index: str = "int32") -> list[str]:
+    """Every template instance of one module the device backend may launch: ``"int32"`` the main
+    module (int32 column indices), ``"int64"`` the module of the int64 instances of
+    :data:`INDEXED_KERNELS` (a matrix of 2**31 columns or more)."""
+    if index not in INDEX_TYPES:
+        raise ValueError(f"index must be one of {sorted(INDEX_TYPES)}, got {index!r}")
     names = []
     for t in VALUE_TYPES.values():
-        names.extend(row_kernel("gpusvm_row_sq_norms", lanes, t) for lanes in LANE_COUNTS)
+        if index == "int32":
+            names.extend(row_kernel("gpusvm_row_sq_norms", lanes, t) for lanes in LANE_COUNTS)
         for op, flags in SEGMENT_KERNELS.items():
+            if index != "int32" and op not in INDEXED_KERNELS:
+                continue
             for bits in range(1 << len(flags)):
-                names.append(segment_kernel(op, t, **{f: bits >> i & 1 for i, f in enumerate(flags)}))
-    names.extend(SEGMENT_SAMPLER_KERNELS)
+                names.append(segment_kernel(op, t, index,
+                                            **{f: bits >> i & 1 for i, f in enumerate(flags)}))
+    if index == "int32":
+        names.extend(SEGMENT_SAMPLER_KERNELS)
     return names
 
 
+def all_name_expressions() -> list[str]:
+    """The instances of both modules (:func:`name_expressions` of every index type)."""
+    return [e for index in INDEX_TYPES for e in name_expressions(index)]
+
+
 def file_name_expressions(name: str) -> list[str]:
-    """The template instances defined in one kernel file (``gpusvm_<op>`` in ``<op>.cu``)."""
+    """The template instances defined in one kernel file (``gpusvm_<op>`` in ``<op>.cu``), of
+    both modules."""
     op = "gpusvm_" + name[:-3]
-    return [e for e in name_expressions() if e.split("<")[0] == op]
+    return [e for e in all_name_expressions() if e.split("<")[0] == op]
 
 
 _lock = threading.Lock()
@@ -153,19 +180,27 @@ def cupy_caches_module(version: str) -> bool:
     return tuple(int(p) for p in parts) >= CUPY_CACHING_NAME_EXPRESSIONS
 
 
-def load_module(kind: str = "cupy"):
+def load_module(kind: str = "cupy", index: str = "int32"):
     """The compiled kernel module, built once per device: for ``kind="cupy"`` a
     :class:`cupy.RawModule` for the current CUDA device (memoised per device id; CuPy also
     caches the binary on disk), for ``"emulated"`` a :class:`gpusvm_emulator.EmulatedModule`
     running the same source on the CPU (memoised per process). Its ``get_function(name
     expression)`` gives kernels called as ``kernel(grid, block, args, shared_mem=0)``.
+    ``index="int64"``: the module of the int64-index instances (:func:`name_expressions`),
+    the same source, compiled apart on first use (only a matrix of 2**31 columns or more needs
+    it).
     """
+    if index not in INDEX_TYPES:
+        raise ValueError(f"index must be one of {sorted(INDEX_TYPES)}, got {index!r}")
     if kind == "emulated":
-        return _emulated_module()
+        return _emulated_module() if index == "int32" else _emulated_wide_module()
     if kind != "cupy":
         raise ValueError(f"kind must be 'cupy' or 'emulated', got {kind!r}")
     import cupy  # noqa: PLC0415  (optional dependency)
     dev = cupy.cuda.Device().id
+    if index != "int32":
+        with _lock:
+            return _cupy_module((index, dev), module_source(), name_expressions(index))
     with _lock:
         if dev not in _cupy_modules:
             start = time.perf_counter()
@@ -215,6 +250,13 @@ def _emulated_while_module():
     from gpusvm_emulator import EmulatedModule  # noqa: PLC0415  (builds a shared library)
     return EmulatedModule(code=read_source(WHILE_FILE), options=compile_options(),
                           name_expressions=(WHILE_KERNEL,))
+
+
+@lru_cache(maxsize=None)
+def _emulated_wide_module():
+    from gpusvm_emulator import EmulatedModule  # noqa: PLC0415  (builds a shared library)
+    return EmulatedModule(code=module_source(), options=compile_options(),
+                          name_expressions=tuple(name_expressions("int64")))
 
 
 @lru_cache(maxsize=None)

@@ -75,12 +75,28 @@ __device__ __forceinline__ int tile_row_of(const int* off, const int nr, const i
     return lo;
 }
 
-// Slot of column j in the block's table (inserting it), or -1 when the probes slots are taken.
-__device__ __forceinline__ int table_slot(int* keys, const int j, const int probes) {
-    unsigned int h = static_cast<unsigned int>(j) * 2654435761u;
+// Compare-and-swap of a table key: int columns, or long long ones (a matrix of 2^31 columns or
+// more) through the unsigned 64-bit atomicCAS.
+__device__ __forceinline__ int cas_key(int* p, const int compare, const int v) {
+    return atomicCAS(p, compare, v);
+}
+__device__ __forceinline__ long long cas_key(long long* p, const long long compare,
+                                             const long long v) {
+    return static_cast<long long>(atomicCAS(reinterpret_cast<unsigned long long*>(p),
+                                            static_cast<unsigned long long>(compare),
+                                            static_cast<unsigned long long>(v)));
+}
+
+// Slot of column j in the block's table (inserting it), or -1 when the probes slots are taken;
+// I, the column index type (int, or long long), is the type of the keys.
+template <typename I>
+__device__ __forceinline__ int table_slot(I* keys, const I j, const int probes) {
+    unsigned int h = static_cast<unsigned int>(static_cast<unsigned long long>(j)
+                                               ^ (static_cast<unsigned long long>(j) >> 32))
+                     * 2654435761u;
     for (int i = 0; i < probes; ++i) {
         const int s = static_cast<int>((h + static_cast<unsigned int>(i)) & (TABLE - 1));
-        const int seen = atomicCAS(&keys[s], static_cast<int>(EMPTY_KEY), j);
+        const I seen = cas_key(&keys[s], static_cast<I>(EMPTY_KEY), j);
         if (seen == EMPTY_KEY || seen == j) {
             return s;
         }
@@ -96,9 +112,9 @@ __device__ __forceinline__ int table_slot(int* keys, const int j, const int prob
 // adds its chunks' sums in row order, so the result does not depend on where a row sits in the
 // batch.  Returns the dot of the row of this thread (tid < nr; 0 otherwise).  Every thread of the
 // block must call it; on return the shared arrays may be reused.
-template <typename T, typename W>
+template <typename T, typename I, typename W>
 __device__ __forceinline__ double tile_row_dot(const long long* __restrict__ indptr,
-                                               const int* __restrict__ indices,
+                                               const I* __restrict__ indices,
                                                const T* __restrict__ data,
                                                const W* __restrict__ v, const int r,
                                                const int nr, long long* start, int* len, int* off,
@@ -149,9 +165,9 @@ __device__ __forceinline__ double tile_row_dot(const long long* __restrict__ ind
 // each tile row, row_at(g) gives the CSR row at batch position g (read or drawn: SegmentBatch);
 // the dots come from tile_row_dot (its shared arrays are declared here), and f(g, r, dot) is
 // called in the same thread.  Every thread of the block must call it.
-template <typename T, typename W, typename R, typename F>
+template <typename T, typename I, typename W, typename R, typename F>
 __device__ __forceinline__ void tile_rows_dot(const long long* __restrict__ indptr,
-                                              const int* __restrict__ indices,
+                                              const I* __restrict__ indices,
                                               const T* __restrict__ data, const W* __restrict__ v,
                                               R&& row_at, const int k, const int tile_rows,
                                               F&& f) {
@@ -182,18 +198,19 @@ __device__ __forceinline__ void tile_rows_dot(const long long* __restrict__ indp
 // rest of the tile (one shared CAS, which still finds the hot columns inserted early).  Returns this thread's share of the exact change
 // new^2 - old^2 of ||target||^2.  Every thread of the block must call it; on return the shared
 // arrays may be reused.
-__device__ __forceinline__ void table_clear(int* keys, double* vals) {
+template <typename I>
+__device__ __forceinline__ void table_clear(I* keys, double* vals) {
     for (int s = threadIdx.x; s < TABLE; s += BLOCK) {
         keys[s] = EMPTY_KEY;
         vals[s] = 0.0;
     }
 }
 
-template <typename T, typename V>
-__device__ __forceinline__ double tile_scatter(const int* __restrict__ indices,
+template <typename T, typename I, typename V>
+__device__ __forceinline__ double tile_scatter(const I* __restrict__ indices,
                                                const T* __restrict__ data, const long long* start,
                                                const int* off, const double* coef, const int nr,
-                                               const int total, int* keys, double* vals,
+                                               const int total, I* keys, double* vals,
                                                V* __restrict__ target, double* __restrict__ u,
                                                const double u_scale) {
     double dn = 0.0;
@@ -202,7 +219,7 @@ __device__ __forceinline__ double tile_scatter(const int* __restrict__ indices,
     for (int q = threadIdx.x; q < total; q += BLOCK) {
         const int row = tile_row_of(off, nr, q);
         const long long p = start[row] + (q - off[row]);
-        const int j = indices[p];
+        const I j = indices[p];
         const double contrib = static_cast<double>(data[p]) * coef[row];
         const int slot = table_slot(keys, j, probes);
         if (slot >= 0) {
@@ -217,7 +234,7 @@ __device__ __forceinline__ double tile_scatter(const int* __restrict__ indices,
     }
     __syncthreads();
     for (int s = threadIdx.x; s < TABLE; s += BLOCK) {               // one atomic per column
-        const int j = keys[s];
+        const I j = keys[s];
         if (j != EMPTY_KEY) {
             const double contrib = vals[s];
             dn += add_exact(&target[j], contrib);
@@ -237,9 +254,9 @@ __device__ __forceinline__ double tile_scatter(const int* __restrict__ indices,
 // the tile's rows are scattered into target (and u) by tile_scatter. Returns this thread's share
 // of the exact change of ||target||^2, summed over its tiles.  Every thread of the block must
 // call it.
-template <typename T, typename V, typename F>
+template <typename T, typename I, typename V, typename F>
 __device__ __forceinline__ double tile_rows_scatter(const long long* __restrict__ indptr,
-                                                    const int* __restrict__ indices,
+                                                    const I* __restrict__ indices,
                                                     const T* __restrict__ data, const int k,
                                                     const int tile_rows, V* __restrict__ target,
                                                     double* __restrict__ u, const double u_scale,
@@ -247,7 +264,7 @@ __device__ __forceinline__ double tile_rows_scatter(const long long* __restrict_
     __shared__ long long start[BLOCK];
     __shared__ int off[BLOCK + 1];
     __shared__ double coef[BLOCK];
-    __shared__ int keys[TABLE];
+    __shared__ I keys[TABLE];
     __shared__ double vals[TABLE];
     const int tid = threadIdx.x;
     double dn = 0.0;
@@ -277,9 +294,9 @@ __device__ __forceinline__ double tile_rows_scatter(const long long* __restrict_
 // row(g) returns the CSR row whose columns of target are to be zeroed, or -1; the block's threads
 // then stride over those rows' nonzeros and zero target there with atomic stores (other blocks may
 // zero the same column).  Every thread of the block must call it.
-template <typename F>
+template <typename I, typename F>
 __device__ __forceinline__ void tile_rows_zero(const long long* __restrict__ indptr,
-                                               const int* __restrict__ indices, const int k,
+                                               const I* __restrict__ indices, const int k,
                                                const int tile_rows, double* __restrict__ target,
                                                F&& row) {
     __shared__ long long start[BLOCK];

@@ -71,9 +71,9 @@ __device__ __forceinline__ void take_sums(double* acc, const int M, const int c,
 // M1: balanced.cuh's tile_rows_dot (a row's sum in a fixed order: bitwise repeatable); else one
 // thread per pair sums its row in CSR order (the thread of output 0 records a drawn row).  Every
 // thread of the block must call it.
-template <int M1, int FIRST, typename T, typename F>
+template <int M1, int FIRST, typename T, typename I, typename F>
 __device__ __forceinline__ void batch_dots(const long long* __restrict__ indptr,
-                                           const int* __restrict__ indices,
+                                           const I* __restrict__ indices,
                                            const T* __restrict__ data, const T* __restrict__ V,
                                            const int M, const SegmentBatch& batch, const int k,
                                            const int tile_rows, F&& f) {
@@ -104,9 +104,9 @@ __device__ __forceinline__ void batch_dots(const long long* __restrict__ indptr,
 // sums (slot ACC_NORM).  M1: balanced.cuh's tile_rows_scatter (per tile one atomic per column,
 // u_scale(0) read once); else one thread per pair, an atomic per nonzero.  Every thread of the
 // block must call it.
-template <int M1, typename T, typename V, typename S, typename US, typename F>
+template <int M1, typename T, typename I, typename V, typename S, typename US, typename F>
 __device__ __forceinline__ void batch_scatter(const long long* __restrict__ indptr,
-                                              const int* __restrict__ indices,
+                                              const I* __restrict__ indices,
                                               const T* __restrict__ data, const int k, const int M,
                                               const int tile_rows, V* __restrict__ target,
                                               double* __restrict__ U, US&& u_scale, S& sums,

@@ -22,10 +22,10 @@
 #include "common.cuh"
 #include "outputs.cuh"
 
-template <typename T, int M1, int SQ, int WT>
+template <typename T, int M1, int SQ, int WT, typename I = int>
 __global__ void __launch_bounds__(gpusvm::BLOCK, gpusvm::MIN_BLOCKS) gpusvm_sdca_apply(
     const long long* __restrict__ indptr,  // CSR row pointers, n + 1
-    const int* __restrict__ indices,       // CSR column indices, nnz
+    const I* __restrict__ indices,         // CSR column indices, nnz (int or long long)
     const T* __restrict__ data,            // CSR values, nnz
     const T* __restrict__ Y,               // labels in {-1, +1}, n x M
     const double* __restrict__ sw,         // example weights, n x M (WT)

@@ -350,9 +350,10 @@ def test_more_columns_than_int32_indices(name, make):
     X = sp.csr_matrix((np.ones(4), np.array([0, 7, d - 1, 3], dtype=np.int64),
                        np.arange(5, dtype=np.int64)), shape=(4, d))
     with pytest.raises(ValueError, match=exactly(
-            f"X has {d} columns and 4 nonzeros (plus the bias column); gpusvm indexes them with "
-            "32-bit integers, so both must stay below 2147483647: drop unused columns (e.g. "
-            "re-index the features) or split the data")):
+            f"X has {d} columns and 4 nonzeros (plus the bias column); gpusvm's CPU backends "
+            "index them with 32-bit integers, so both must stay below 2147483647: drop unused "
+            "columns (e.g. re-index the features), split the data, or fit on a GPU "
+            "(backend='cupy' indexes with int64)")):
         make(batch_size=2).fit(X, Y4)
 
 

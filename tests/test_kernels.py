@@ -130,3 +130,6 @@ def test_cupy_modules_compile_once_per_device_at_load(monkeypatch):
     with pytest.warns(RuntimeWarning, match="does not cache modules compiled with name"):
         assert _kernels.load_module("cupy") is not main
     assert _kernels.load_while_module("cupy") is not loop and len(made) == 4
+    wide = _kernels.load_module("cupy", "int64")           # the int64 instances: on first use
+    assert _kernels.load_module("cupy", "int64") is wide and len(made) == 5
+    assert wide.names == _kernels.name_expressions("int64") and wide.code == main.code

@@ -68,12 +68,13 @@ def test_every_file_holds_its_template_instances():
         entries = set(re.findall(r"\.entry\s+(\S+)\(", res.ptx))
         assert set(res.lowered.values()) <= entries, name
     covered = sum((_kernels.file_name_expressions(n) for n in _kernels.KERNEL_FILES), [])
-    assert sorted(covered) == sorted(_kernels.name_expressions())
+    assert sorted(covered) == sorted(_kernels.all_name_expressions())
+    assert len(_kernels.name_expressions("int64")) == 2 * 28     # the int64 column instances
 
 
 def test_ptxas_reports_no_spills(compiled):
     _, resources = compiled
-    expected = {(e, sm) for e in _kernels.name_expressions() for sm in nvrtc.sm_archs()}
+    expected = {(e, sm) for e in _kernels.all_name_expressions() for sm in nvrtc.sm_archs()}
     assert {(r.kernel, r.arch) for r in resources} == expected
     print()
     print(nvrtc.format_table(resources))

@@ -271,14 +271,19 @@ class _LinearSVCBase(ClassifierMixin, BaseEstimator):
         n, d = Xc.shape
         d_aug = d + (self.bias == "augmented")
         nnz_aug = Xc.nnz + n * (self.bias == "augmented")
+        index = np.int32
         if d_aug > INT32_MAX or nnz_aug > INT32_MAX:
-            bias_column = " (plus the bias column)" if d_aug > d else ""
-            raise ValueError(
-                f"X has {d} columns and {Xc.nnz} nonzeros{bias_column}; gpusvm indexes them "
-                f"with 32-bit integers, so both must stay below {INT32_MAX}: drop unused "
-                "columns (e.g. re-index the features) or split the data")
-        if Xc.indices.dtype != np.int32 or Xc.indptr.dtype != np.int32:
-            Xc = sp.csr_matrix((Xc.data, Xc.indices.astype(np.int32), Xc.indptr.astype(np.int32)),
+            # the device backends index with int64 there; the CPU backends' loops with int32
+            if resolve_backend_name(getattr(self, "backend", "auto")) not in ("cupy", "emulated"):
+                bias_column = " (plus the bias column)" if d_aug > d else ""
+                raise ValueError(
+                    f"X has {d} columns and {Xc.nnz} nonzeros{bias_column}; gpusvm's CPU "
+                    f"backends index them with 32-bit integers, so both must stay below "
+                    f"{INT32_MAX}: drop unused columns (e.g. re-index the features), split the "
+                    "data, or fit on a GPU (backend='cupy' indexes with int64)")
+            index = np.int64
+        if Xc.indices.dtype != index or Xc.indptr.dtype != index:
+            Xc = sp.csr_matrix((Xc.data, Xc.indices.astype(index), Xc.indptr.astype(index)),
                                shape=Xc.shape)
         if not Xc.has_canonical_format:    # order a copy: Xc may share arrays with the caller's X
             Xc = sp.csr_matrix((Xc.data.copy(), Xc.indices.copy(), Xc.indptr.copy()),

@@ -61,12 +61,13 @@ def reads_per_iteration_bound(cg_max_iter: int) -> int:
     return 1 + cg_reads_bound(cg_max_iter)
 
 
-def device_bytes(n: int, d: int, nnz: int, m: int = 1) -> int:
+def device_bytes(n: int, d: int, nnz: int, m: int = 1, index_bytes: int = 4) -> int:
     """Device memory a Newton fit adds to the backend's: float64 CSR copies of ``X``, ``X^T``
-    and its squares (12 bytes a nonzero each, and their row pointers), and about twelve
-    float64 ``(n, m)`` arrays (margins, weights, the line search's sorted breakpoints and
-    sums) and ten ``(d, m)`` ones (iterates, CG's vectors)."""
-    return 3 * 12 * nnz + 8 * (n + 2 * d + 3) + 8 * m * (12 * n + 10 * d)
+    and its squares (12 bytes a nonzero each, 16 with int64 indices, and their row pointers),
+    and about twelve float64 ``(n, m)`` arrays (margins, weights, the line search's sorted
+    breakpoints and sums) and ten ``(d, m)`` ones (iterates, CG's vectors)."""
+    return 3 * (8 + index_bytes) * nnz + 8 * (n + 2 * d + 3) \
+        + 8 * m * (12 * n + 10 * d)
 
 
 def check_memory(backend, m: int = 1) -> None:
@@ -74,7 +75,8 @@ def check_memory(backend, m: int = 1) -> None:
     Newton fit of ``m`` outputs on ``backend``'s data (no check where the runtime reports
     none, as the emulated one)."""
     free = backend.runtime.free_bytes()
-    need = device_bytes(backend.n, backend.d, backend.nnz, m)
+    need = device_bytes(backend.n, backend.d, backend.nnz, m,
+                        np.dtype(getattr(backend, "csr_index", np.int32)).itemsize)
     if free is not None and need > free:
         mib = 2.0**20
         raise MemoryError(

@@ -22,6 +22,7 @@ from __future__ import annotations
 import functools
 import inspect
 import math
+import os
 
 import numpy as np
 import scipy.sparse as sp
@@ -34,6 +35,35 @@ from .runtime import CupyRuntime, EmulatedRuntime
 
 #: accumulator rows of the segment kernels (``gpusvm::N_ACC`` in kernels/outputs.cuh)
 N_ACC = 7
+#: environment variable lowering the bound from which the backend indexes with int64 (default
+#: 2**31): a test hook, so that the int64 path (kernels, products, certificates, Newton) runs on
+#: small data on the emulator
+INT32_LIMIT_ENV = "GPUSVM_DEVICE_INT32_LIMIT"
+#: rows are int32 everywhere (the batch sampler's draws, :mod:`gpusvm.solvers._sampling`)
+MAX_ROWS = 2**31 - 1
+
+
+def int32_limit() -> int:
+    """The count from which the device backend indexes with int64: ``2**31``, or the value of
+    ``GPUSVM_DEVICE_INT32_LIMIT`` (at least 1).
+
+    Returns
+    -------
+    int
+        Column indices are int64 when ``d`` reaches it; the CSR matrix of the products
+        (certificates, Newton) has int64 indices and row pointers when ``nnz`` or ``d`` does.
+    """
+    raw = os.environ.get(INT32_LIMIT_ENV, "").strip()
+    if not raw:
+        return 2**31
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise ValueError(f"{INT32_LIMIT_ENV}={raw!r}: set a positive integer (the count from "
+                         "which the device backend indexes with int64), or unset it")
+    return min(value, 2**31)
 
 
 def choose_lanes(mean_row_nnz: float) -> int:
@@ -64,7 +94,7 @@ def choose_lanes(mean_row_nnz: float) -> int:
 
 def estimate_device_bytes(n: int, d: int, nnz: int, itemsize: int, *, csr_resident: bool = False,
                           batch_rows: int = 1 << 20, n_outputs: int = 1,
-                          weighted: bool = False) -> dict:
+                          weighted: bool = False, index_bytes: int = 4) -> dict:
     """Device memory the backend allocates, by part.
 
     Parameters
@@ -81,6 +111,8 @@ def estimate_device_bytes(n: int, d: int, nnz: int, itemsize: int, *, csr_reside
         dtype), ``U`` or SDCA's float64 scratch and the dense float64 ``W`` are ``M`` wide.
     weighted : bool
         Example weights are held (``n`` float64).
+    index_bytes : int
+        Bytes of a column index: 4, or 8 for a matrix of 2**31 columns or more.
 
     Returns
     -------
@@ -89,7 +121,7 @@ def estimate_device_bytes(n: int, d: int, nnz: int, itemsize: int, *, csr_reside
         an evaluation's margins and decision values, the state and small scratch).
     """
     M = max(1, int(n_outputs))
-    csr = 0 if csr_resident else nnz * (itemsize + 4) + (n + 1) * 8
+    csr = 0 if csr_resident else nnz * (itemsize + index_bytes) + (n + 1) * 8
     vectors = n * (itemsize * M + 8 + 8 * M + (8 if weighted else 0)) + d * M * (itemsize + 8 + 8)
     buffers = batch_rows * 4 + 2 * n * 8 * M + 4096 * M
     return {"csr": csr, "vectors": vectors, "buffers": buffers, "total": csr + vectors + buffers}
@@ -215,9 +247,16 @@ class DeviceBackend(GeneralEvaluation):
         nnz = int(data.shape[0])
         self.dtype = np.dtype(data.dtype) if np.dtype(data.dtype) in (np.float32, np.float64) \
             else np.dtype(np.float64)
-        if nnz >= 2**31 or self.d >= 2**31 or self.n >= 2**31:
-            raise ValueError("the kernels index rows and columns with int32: n, d and nnz must be "
-                             f"below 2**31 (got n={self.n}, d={self.d}, nnz={nnz})")
+        if self.n > MAX_ROWS:
+            raise ValueError(f"X has {self.n} rows; the batch samplers draw row ids as int32, so "
+                             f"n must be at most {MAX_ROWS}: split the rows (gpusvm.dask)")
+        limit = int32_limit()
+        #: the kernels' column index type: int64 from 2**31 columns on (their int64 instances)
+        self.index = "int64" if self.d >= limit else "int32"
+        #: the index type of the CSR matrix of the products: int64 from 2**31 nonzeros (its
+        #: row pointers) or columns on
+        self.csr_index = np.dtype(np.int64 if self.index == "int64" or nnz >= limit
+                                  else np.int32)
         self.nnz = nnz
         self.lanes = int(lanes) if lanes is not None else choose_lanes(nnz / max(self.n, 1))
         if self.lanes not in _kernels.LANE_COUNTS:
@@ -227,18 +266,22 @@ class DeviceBackend(GeneralEvaluation):
         need = estimate_device_bytes(self.n, self.d, nnz, self.dtype.itemsize,
                                      csr_resident=resident,
                                      n_outputs=y_shape[1] if len(y_shape) == 2 else 1,
-                                     weighted=sample_weight is not None)
+                                     weighted=sample_weight is not None,
+                                     index_bytes=8 if self.index == "int64" else 4)
         free = free_memory if free_memory is not None else runtime.free_bytes()
         if free is not None and need["total"] > free:
             raise MemoryError(memory_refusal(self.name, need, free, self.dtype.itemsize))
         up = runtime.upload
         self._data = up(data, self.dtype)                       # copied once
-        self._indices = up(indices, np.int32)
+        self._indices = up(indices, np.int64 if self.index == "int64" else np.int32)
         self._indptr = up(indptr, np.int64)
         self.y = up(y, self.dtype)
         self._init_labels(sample_weight)                    # Y (n x M), weights; checks shapes
         # the emulator keeps the host CSR as its device stand-in; a GPU keeps no host CSR
-        self._X = runtime.device_csr(X) if runtime.keeps_host_X else (X if resident else None)
+        if runtime.keeps_host_X:
+            self._X = runtime.device_csr(X, self.csr_index)
+        else:       # device input of the right index type serves as it is
+            self._X = X if resident and X.indices.dtype == self.csr_index else None
         self._row_sq_norms = None
         # a captured segment: the batch counter its kernels read and advance, the tickets of the
         # last-block finishes ([0] the step kernels, [1] the gather that draws the batch)
@@ -269,7 +312,7 @@ class DeviceBackend(GeneralEvaluation):
     def _segment_kernel(self, op: str, loss: str = "hinge"):
         """The instance of segment kernel ``op`` for this fit's outputs, weights and ``loss``."""
         return self._function(_kernels.segment_kernel(
-            op, self.value_type, M1=self.n_outputs == 1, SQ=loss == "squared_hinge",
+            op, self.value_type, self.index, M1=self.n_outputs == 1, SQ=loss == "squared_hinge",
             WT=self.sample_weight is not None))
 
     def _grid(self, k: int):
@@ -323,9 +366,11 @@ class DeviceBackend(GeneralEvaluation):
     @property
     def X(self):
         """The training matrix as CSR in ``xp`` (built on first use from the device arrays)."""
-        if self._X is None:
-            indptr = self._indptr.astype(np.int32)
-            self._X = self.runtime.csp.csr_matrix((self._data, self._indices, indptr),
+        if self._X is None:         # int64 indices: cupyx.scipy.sparse of CuPy >= 14.1
+            idx = self.csr_index
+            indices = self._indices if self._indices.dtype == idx else self._indices.astype(idx)
+            indptr = self._indptr if self._indptr.dtype == idx else self._indptr.astype(idx)
+            self._X = self.runtime.csp.csr_matrix((self._data, indices, indptr),
                                                   shape=(self.n, self.d))
         return self._X
 
@@ -383,7 +428,9 @@ class DeviceBackend(GeneralEvaluation):
         """The compiled kernel ``name`` (a name expression), looked up once."""
         fn = self._functions.get(name)
         if fn is None:
-            fn = self._functions[name] = self.runtime.module.get_function(name)
+            wide = name.endswith(f",{_kernels.INDEX_TYPES['int64']}>")
+            module = self.runtime.wide_module() if wide else self.runtime.module
+            fn = self._functions[name] = module.get_function(name)
         return fn
 
     def _call(self, fn, grid: int, args) -> None:

@@ -24,6 +24,34 @@ BLOCKS_PER_SM = 4
 EMULATED_MAX_BLOCKS = 4
 #: device id -> "" where WHILE graph nodes passed their self-test, else why not
 _WHILE_CHECKED: dict = {}
+#: environment variable: the seconds the WHILE self-test may take (default
+#: :data:`WHILE_SELFTEST_SECONDS`) before it counts as failed
+WHILE_SELFTEST_ENV = "GPUSVM_WHILE_SELFTEST_SECONDS"
+WHILE_SELFTEST_SECONDS = 10.0
+#: self-test graphs that did not finish: kept alive (destroying a running graph is undefined)
+_HUNG: list = []
+
+
+def _wait(query, seconds: float, sleep=time.sleep) -> bool:
+    """Poll ``query()`` until it is true or ``seconds`` have passed; whether it became true."""
+    deadline = time.monotonic() + seconds
+    while not query():
+        if time.monotonic() >= deadline:
+            return False
+        sleep(0.002)
+    return True
+
+
+def _selftest_seconds() -> float:
+    raw = os.environ.get(WHILE_SELFTEST_ENV, "").strip()
+    try:
+        value = float(raw) if raw else WHILE_SELFTEST_SECONDS
+    except ValueError:
+        value = -1.0
+    if not value > 0:
+        raise ValueError(f"{WHILE_SELFTEST_ENV}={raw!r}: set the seconds (> 0) the WHILE graph "
+                         "self-test may take")
+    return value
 
 
 @contextlib.contextmanager
@@ -286,6 +314,14 @@ class _StreamRuntime:
     def graph(self, launches):
         return SegmentGraph(self, launches)
 
+    def wide_module(self):
+        """The module of the kernels' int64-index instances, loaded on first use (a matrix of
+        2**31 columns or more; :func:`gpusvm._kernels.load_module`)."""
+        mod = getattr(self, "_wide_module", None)
+        if mod is None:
+            mod = self._wide_module = self._load_wide()
+        return mod
+
     def while_graph(self, record, chunk):
         """A graph of one WHILE node whose body is ``record(chunk)``'s launches; its
         ``run(chunks)`` replays the body ``chunks`` times in one graph launch."""
@@ -332,17 +368,26 @@ class CupyRuntime(_StreamRuntime):
         with a RuntimeWarning naming the cause when not and ``warn``."""
         found = _WHILE_CHECKED.get(self.device_id)
         if found is None:
+            limit = _selftest_seconds()
+            own = self.stream       # a stream of the test's own: a graph that never ends
+            self.stream = self._streams.Stream(non_blocking=True)   # leaves the runtime's free
             try:
                 importlib.import_module("cuda.bindings.runtime")
                 driver = int(self.xp.cuda.runtime.driverGetVersion())
                 if driver < 12040:
                     raise RuntimeError(f"the driver supports CUDA {driver // 1000}."
                                        f"{driver % 1000 // 10}; conditional graph nodes need 12.4")
-                with self.stream:                    # every operation on the runtime's stream
+                with self.stream:                    # every operation on the test's stream
                     passes = self.xp.zeros(1, dtype=np.int64)
                     self.xp.add(passes, 0, out=passes)   # CuPy's kernel loaded before the capture
                 loop = _CupyWhileGraph(self, lambda chunk: self.xp.add(passes, 1, out=passes), 1)
                 loop.run(3)
+                done = self._streams.Event(block=False, disable_timing=True)
+                done.record(self.stream)
+                if not _wait(lambda: done.done, limit):     # never a wait without end
+                    _HUNG.append((loop, self.stream))
+                    raise RuntimeError(f"the self-test's graph did not finish in {limit:g} s "
+                                       f"({WHILE_SELFTEST_ENV})")
                 got = (int(passes.get(stream=self.stream)[0]),
                        int(loop.left.get(stream=self.stream)[0]))
                 if got != (3, 0):
@@ -351,6 +396,8 @@ class CupyRuntime(_StreamRuntime):
                 found = ""
             except Exception as exc:  # noqa: BLE001  (any failure means: not here)
                 found = f"{type(exc).__name__}: {exc}"
+            finally:
+                self.stream = own
             _WHILE_CHECKED[self.device_id] = found
         if found and warn:
             warnings.warn(f"CUDA graph WHILE nodes are not available ({found}); segments replay "
@@ -360,6 +407,10 @@ class CupyRuntime(_StreamRuntime):
 
     def _device_context(self):
         return self.device
+
+    def _load_wide(self):
+        with self.device:
+            return _kernels.load_module("cupy", "int64")
 
     def is_device(self, a) -> bool:
         return isinstance(a, self.xp.ndarray)
@@ -375,6 +426,22 @@ class CupyRuntime(_StreamRuntime):
 
     def free_bytes(self):
         return int(self.xp.cuda.runtime.memGetInfo()[0])
+
+
+def while_self_test(device: int | None = None) -> str:
+    """The WHILE-node self-test of :class:`CupyRuntime` alone, without compiling the kernel
+    module: ``""`` where WHILE nodes work on ``device`` (default: the current one), else why
+    not (capped by ``GPUSVM_WHILE_SELFTEST_SECONDS``; ``benchmarks/gpu_session.sh`` runs it
+    first and turns the nodes off for its later steps when it fails)."""
+    import cupy  # noqa: PLC0415  (optional dependency)
+    rt = CupyRuntime.__new__(CupyRuntime)
+    rt.xp = cupy
+    rt.device = cupy.cuda.Device(int(device)) if device is not None else cupy.cuda.Device()
+    rt.device_id = int(rt.device.id)
+    with rt.device:
+        rt._init_streams(cupy.cuda)
+        rt._while_available(warn=False)
+    return _WHILE_CHECKED[rt.device_id]
 
 
 #: environment variable: the free bytes an emulated device pretends to have (the estimators'
@@ -418,6 +485,9 @@ class EmulatedRuntime(_StreamRuntime):
     def while_graph(self, record, chunk):
         return _EmulatedWhileGraph(self, record, chunk)
 
+    def _load_wide(self):
+        return self._streams.StreamModule(_kernels.load_module("emulated", "int64"))
+
     def is_device(self, a) -> bool:
         return False
 
@@ -433,6 +503,12 @@ class EmulatedRuntime(_StreamRuntime):
     def free_bytes(self):
         return self.free_memory
 
-    def device_csr(self, X):
-        """The host CSR matrix as the emulated stand-in for a ``cupyx`` one (its products checked)."""
-        return self._streams.DeviceCSR(X)
+    def device_csr(self, X, index_dtype=np.int32):
+        """The host CSR matrix as the emulated stand-in for a ``cupyx`` one (its products
+        checked), its indices and row pointers of ``index_dtype`` (SciPy's constructor would
+        narrow int64 ones that fit in int32, so they are set after it)."""
+        out = self._streams.DeviceCSR(X)
+        if np.dtype(index_dtype) == np.int64:
+            out.indices = np.asarray(out.indices, dtype=np.int64)
+            out.indptr = np.asarray(out.indptr, dtype=np.int64)
+        return out
