@@ -249,6 +249,14 @@ def test_device_path_runs_the_same_law_on_the_array_module(monkeypatch):
                                          r"indices, and CuPy 14.0.2's cupyx.scipy.sparse holds "
                                          r"int32 ones only; install CuPy >= 14.1"):
         make_sparse_classification(100, 100, nnz_per_row=3, device="cuda", index_dtype=np.int64)
+    fake[0].__version__ = "14.1.0"                # int64 on the device: the same set
+    seen = []
+    fake[1].csr_matrix = lambda arrays, shape, copy: seen.append(arrays[1].dtype) or \
+        sp.csr_matrix(arrays, shape=shape)
+    X64, _ = make_sparse_classification(6_000, 1_500, nnz_per_row=12, random_state=4,
+                                        flip_y=0.0, device="cuda", index_dtype=np.int64)
+    assert seen == [np.int64]
+    assert (X64 != X).nnz == 0
 
 
 # ------------------------------------------------------------------ balance, sizes, noise
@@ -347,11 +355,3 @@ def test_margin_noise_mislabels_near_the_boundary_and_keeps_the_rest():
     assert wrong[0] < wrong[1] < wrong[2]
     with pytest.raises(ValueError, match=r"^margin_noise must be a finite number in \[0.0, "):
         make_sparse_classification(10, 100, margin_noise=-0.1)
-    fake[0].__version__ = "14.1.0"                # int64 on the device: the same set
-    seen = []
-    fake[1].csr_matrix = lambda arrays, shape, copy: seen.append(arrays[1].dtype) or \
-        sp.csr_matrix(arrays, shape=shape)
-    X64, _ = make_sparse_classification(6_000, 1_500, nnz_per_row=12, random_state=4,
-                                        flip_y=0.0, device="cuda", index_dtype=np.int64)
-    assert seen == [np.int64]
-    assert (X64 != X).nnz == 0
