@@ -87,9 +87,10 @@ def best_points(lam, loss, s):
     ``s`` the rows' weights in block order or None).
 
     CoCoA+'s broadcast points alternate around the optimum (news20: every other round's
-    ``P`` is higher), so ``P`` at the round's point alone certifies rounds late; the minimiser of ``P`` on the
-    segment between the best point and each new one, from the margins the blocks compute
-    anyway (no pass over the data), certifies with the same dual at every round."""
+    ``P`` is higher) and ``P`` lags the dual, so ``P`` at the round's point alone certifies
+    rounds late; the minimiser of ``P`` on the segment between the best point and each new
+    one, from the margins the blocks compute anyway (no pass over the data), certifies with
+    the same dual at every round."""
     return BestPoints(HostPoints(), lam, loss, s)
 
 
