@@ -27,10 +27,12 @@ Three tables:
    driver at ``--bandwidth`` bytes/s plus ``--latency`` seconds per round.  Nothing in
    table 3 is measured.
 
-With ``--seeds``, one table instead: for every data set as stored, cut into one chunk per
-worker, the rounds, final gap and wall time of ``SDCASVC(random_state=seed)`` for each seed
-(the partition of a rebalanced dask array does not depend on the seed; the local solvers'
-streams do), and the largest seed's rounds over the median's.
+With ``--seeds``, one table instead: for every data set in every ``--orders`` order, cut
+into one chunk per worker, the rounds, final gap and wall time of
+``SDCASVC(random_state=seed)`` for each seed (the partition of a rebalanced dask array does
+not depend on the seed; the local solvers' streams do), the local ``gpusvm.SDCASVC`` with
+the same seed timed just before it and their ratio, and each seed's rounds over the
+median's; ``--json PATH`` writes the rows.
 
 The data are read from ``../shared/data`` (see its README.md).
 """
@@ -104,13 +106,13 @@ def _number(text):
         return text
 
 
-def fit_local(X, y, lam, tol):
+def fit_local(X, y, lam, tol, random_state=0):
     """The local SDCASVC on the same problem (its defaults otherwise); wall time and epochs."""
     from gpusvm import SDCASVC
     t = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        clf = SDCASVC(lam=lam, tol=tol, bias="none", random_state=0).fit(X, y)
+        clf = SDCASVC(lam=lam, tol=tol, bias="none", random_state=random_state).fit(X, y)
     return time.perf_counter() - t, clf.n_iter_ / X.shape[0]
 
 
@@ -130,32 +132,52 @@ def table(rows, header, markdown):
 
 
 def by_seed(args):
-    """The rounds-by-seed table (``--seeds``): every data set as stored, one chunk a worker."""
+    """The rounds-by-seed table (``--seeds``): every data set in every ``--orders`` order, one
+    chunk a worker, each seed's distributed fit alternated with a local fit of the same rows
+    (the same ``lam``, ``tol`` and seed); ``--json`` writes the rows."""
+    import json
+
     from distributed import Client, LocalCluster
 
     lo, _, hi = args.seeds.partition("-")
     seeds = range(int(lo), int(hi or lo) + 1)
     W = max(int(s) for s in args.workers.split(",") if s)
-    rows = []
+    orders = [s for s in args.orders.split(",") if s]
+    rows, record = [], []
     with LocalCluster(n_workers=W, threads_per_worker=1, processes=True,
                       dashboard_address=None) as cluster, Client(cluster) as client:
         client.wait_for_workers(W, timeout=120)
         for name in [s for s in args.datasets.split(",") if s]:
-            X, y = load(name)
-            fit_dask(X, y, W, args.lam, 1e-1, 2)                  # warm up (numba cache)
-            runs = [fit_dask(X, y, W, args.lam, args.tol, args.max_rounds, random_state=seed)
-                    for seed in seeds]
-            median = float(np.median([r["rounds"] for r in runs]))
-            for seed, r in zip(seeds, runs):
-                rows.append((name, W, seed, r["rounds"] if r["reached"] else f">{r['rounds']}",
-                             f"{r['gap']:.3g}", f"{r['wall']:.2f}",
-                             "yes" if r["rebalanced"] else "no",
-                             f"{r['rounds'] / median:.2f}"))
+            X0, y0 = load(name)
+            perm = np.random.default_rng(0).permutation(X0.shape[0])
+            fit_dask(X0[perm[:2000]], y0[perm[:2000]], W, args.lam, 1e-1, 2)   # warm up
+            fit_local(X0[perm[:2000]], y0[perm[:2000]], args.lam, 1.0)
+            for order in orders:
+                X, y = (X0, y0) if order == "stored" else (X0[perm], y0[perm])
+                runs = []
+                for seed in seeds:
+                    local, _ = fit_local(X, y, args.lam, args.tol, random_state=seed)
+                    r = fit_dask(X, y, W, args.lam, args.tol, args.max_rounds, random_state=seed)
+                    r["local"], r["ratio"] = local, r["wall"] / local
+                    runs.append(r)
+                    print("seed:", name, order, seed, r, file=sys.stderr, flush=True)
+                median = float(np.median([r["rounds"] for r in runs]))
+                for seed, r in zip(seeds, runs):
+                    rows.append((name, order, W, seed,
+                                 r["rounds"] if r["reached"] else f">{r['rounds']}",
+                                 f"{r['gap']:.3g}", f"{r['wall']:.2f}", f"{r['local']:.2f}",
+                                 f"{r['ratio']:.2f}", "yes" if r["rebalanced"] else "no",
+                                 f"{r['rounds'] / median:.2f}"))
+                    record.append({"data": name, "order": order, "workers": W, "seed": seed,
+                                   "lam": args.lam, "tol": args.tol, **r})
     print(f"lam = {args.lam}, tol = {args.tol}, bias='none'; {W} single-threaded worker "
-          f"processes, {os.cpu_count()} cores; data as stored, one chunk per worker")
+          f"processes, {os.cpu_count()} cores; one chunk per worker (shuffled: rows permuted "
+          "by seed 0 first); local: gpusvm.SDCASVC, same seed, in the same run")
     print()
-    table(rows, ["data", "workers", "seed", "rounds", "gap", "fit s", "rebalanced",
-                 "rounds / median"], args.markdown)
+    table(rows, ["data", "order", "workers", "seed", "rounds", "gap", "fit s", "local s",
+                 "ratio", "rebalanced", "rounds / median"], args.markdown)
+    if args.json:
+        Path(args.json).write_text(json.dumps(record, indent=1) + "\n")
 
 
 def main(argv=None):
@@ -185,6 +207,7 @@ def main(argv=None):
     ap.add_argument("--seeds", default=None,
                     help="e.g. 0-9: only the rounds-by-seed table, on max(--workers) workers")
     ap.add_argument("--markdown", action="store_true")
+    ap.add_argument("--json", default=None, help="with --seeds: write the rows to this file")
     args = ap.parse_args(argv)
     if args.seeds is not None:
         return by_seed(args)

@@ -459,18 +459,18 @@ def test_driver_sums_the_blocks_parts_at_their_columns(M):
 
 @pytest.mark.parametrize("loss", ["hinge", "squared_hinge"])
 @pytest.mark.parametrize("weighted", [False, True])
-def test_final_segment_point_is_the_segments_lowest(loss, weighted):
-    """The final certificate's point (``_segment_best``): per output, its objective is that of
-    the returned ``W`` recomputed from the data, and no point of a fine grid on the segment
-    from the last round's point to ``w(alpha)`` is lower (two blocks' margins, in block order)."""
-    from gpusvm.dask._estimators import _segment_best
+def test_driver_best_point_is_the_segments_lowest(loss, weighted):
+    """The driver's best point (``best_points``): offered two rounds' points with the blocks'
+    margins, its objective is that of its ``W`` recomputed from the data, and
+    no point of a fine grid on the segment between the two is lower."""
+    from gpusvm.solvers._cocoa import best_points
     rng = np.random.default_rng(1)
     n, d, M, lam = 300, 40, 3, 1e-2
     X = sp.random(n, d, density=0.2, format="csr", random_state=2)
     Y = np.where(rng.random((n, M)) < 0.5, -1.0, 1.0)
     s = rng.uniform(0.0, 2.0, n) if weighted else None
     center, step = 0.1 * rng.standard_normal((d, M)), rng.standard_normal((d, M))
-    W0, W1 = center + step, center - step     # the last round's point, w(alpha): either side
+    W0, W1 = center + step, center - step     # two rounds' points: either side
     A0, A1 = Y * (X @ W0), Y * (X @ W1)
 
     def objective(W):
@@ -479,9 +479,11 @@ def test_final_segment_point_is_the_segments_lowest(loss, weighted):
         sw = np.ones(n) if s is None else s
         return 0.5 * lam * (W * W).sum(0) + (sw[:, None] * slack).mean(0)
 
-    cut = 120
-    res = [{"A_last": A0[:cut], "A": A1[:cut]}, {"A_last": A0[cut:], "A": A1[cut:]}]
-    W, P = _segment_best(W0, W1, objective(W1), res, s, lam, loss)
+    best = best_points(lam, loss, s)
+    every = np.arange(M)
+    best.offer(every, W0.copy(), np.ascontiguousarray(A0.T), objective(W0), (W0 * W0).sum(0))
+    best.offer(every, W1, np.ascontiguousarray(A1.T), objective(W1), (W1 * W1).sum(0))
+    W, P = best.W, best.P
     np.testing.assert_allclose(P, objective(W), rtol=1e-12)
     grid = np.array([objective(W0 + t * (W1 - W0)) for t in np.linspace(0.0, 1.0, 401)])
     assert np.all(P <= grid.min(axis=0) + 1e-12)

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 from sklearn.datasets import dump_svmlight_file, load_svmlight_file
+from sklearn.exceptions import ConvergenceWarning
 
 import gpusvm.dask as gd
 from conftest import assert_near_w_alpha, shared_data_dir
@@ -127,6 +128,42 @@ def test_c_weights_and_loss_give_the_local_model(client, rcv1_small, loss):
         assert np.all((dist.alpha_ >= 0) & (dist.alpha_ <= s * (1 + 1e-12)))
     else:
         assert np.all(dist.alpha_ >= 0)
+
+
+def weighted_problem(n=1500):
+    """A small a8a-like set (123 columns, about 12 nonzeros a row), its sample weights and the
+    row weights ``s`` that ``class_weight="balanced"`` makes of them."""
+    from gpusvm.datasets import make_sparse_classification
+    X, y = make_sparse_classification(n, 123, nnz_per_row=14, random_state=3, dtype=np.float64)
+    w = np.random.default_rng(0).uniform(0.5, 2.0, n)
+    cls = (y > 0).astype(int)
+    return X, y, w, w * (w.sum() / (2.0 * np.bincount(cls, weights=w)))[cls]
+
+
+@pytest.mark.parametrize("loss", ["hinge", "squared_hinge"])
+def test_weighted_fit_above_tol_warns_with_its_certified_gap(client, loss):
+    """A weighted fit stopped by max_iter above tol says so (gap, tol, what to change); its
+    reported gap is the certificate recomputed here from ``coef_`` and ``alpha_``."""
+    X, y, w, s = weighted_problem()
+    with pytest.warns(ConvergenceWarning, match=r"stopped after max_iter=3 rounds with duality "
+                                                r"gap \S+ > tol=1e-06; increase max_iter"):
+        clf = gd.SDCASVC(loss=loss, class_weight="balanced", tol=1e-6, max_iter=3,
+                         random_state=0).fit(X, y, sample_weight=w)
+    assert clf.stop_reason_ == "max_iter" and clf.duality_gap_ > 1e-6
+    P, D, _ = certificate(X, ovr_labels(y, clf.classes_), s, clf.alpha_, clf.coef_.T,
+                          clf.lam_, loss)
+    np.testing.assert_allclose([clf.primal_objective_, clf.dual_objective_],
+                               [P[0], D[0]], rtol=1e-10)
+
+
+def test_callback_stop_above_tol_warns(client):
+    """A callback that stops the fit above tol: a ConvergenceWarning naming the gap and tol."""
+    X, y, w, _ = weighted_problem()
+    with pytest.warns(ConvergenceWarning, match=r"stopped by its callback at round 1 with "
+                                                r"duality gap \S+ > tol=0.001"):
+        clf = gd.SDCASVC(tol=1e-3, callback=lambda r, gap, t: r < 1, random_state=0).fit(
+            X, y, sample_weight=w)
+    assert clf.stop_reason_ == "callback" and clf.duality_gap_ > 1e-3
 
 
 def test_emulated_device_backend_in_the_workers(client, rcv1_small):

@@ -163,7 +163,6 @@ class SDCABlock(_Block):
         self.pending = None
         self.round = round_
         self._w = None
-        self._Z = None          # the margins at the last round's point
 
     def _broadcast(self, w):
         """The broadcast ``w`` (d_k, M) as a float64 backend array, in one buffer for the whole
@@ -197,27 +196,26 @@ class SDCABlock(_Block):
             self.pending = None
 
     def certify(self, w, round_, gamma=None):
-        """Commit ``gamma``'s step; the ``loss`` and ``dual`` sums at ``w`` and ``alpha``, the
-        signed margins ``A`` at ``w`` and ``A_last`` at the last round's point (None: no step
-        since the block was built)."""
+        """Commit ``gamma``'s step; the ``loss`` and ``dual`` sums at ``w`` and ``alpha``, and
+        the signed margins ``A`` at ``w``."""
         self._commit(round_, gamma)
         be = self.be
         Z = _host(be.decision_function_m(self._broadcast(w), 0.0))
         return {"loss": loss_sums(Z, self.Y, self.s, self.loss),
-                "dual": dual_sums(_host(be.alpha), self.s, self.loss),
-                "A": self.Y * Z, "A_last": None if self._Z is None else self.Y * self._Z}
+                "dual": dual_sums(_host(be.alpha), self.s, self.loss), "A": self.Y * Z}
 
     def step(self, w, round_, t0, t1, gamma):
-        """One round: commit ``gamma``'s step, the certificate's sums at ``w``, then the local
-        solver from ``V = w`` over the counter positions ``t0 .. t1``.  Returns ``loss``,
-        ``dual``, ``u = (v - w) / sigma'`` in ``w``'s dtype (float32 on the wire), the pending
-        ``alpha``, ``b``, ``q`` (:func:`line_search`'s sums) and ``seconds``."""
+        """One round: commit ``gamma``'s step, the certificate's sums and the signed margins
+        ``A`` at ``w``, then the local solver from ``V = w`` over the counter positions ``t0 ..
+        t1``.  Returns ``loss``, ``dual``, ``A``, ``u = (v - w) / sigma'`` in ``w``'s dtype
+        (float32 on the wire), the pending ``alpha``, ``b``, ``q`` (:func:`line_search`'s
+        sums) and ``seconds``."""
         wire = np.float32 if np.asarray(w).dtype == np.float32 else np.float64
         self._commit(round_, gamma)
         be = self.be
-        Z = self._Z = self._set_point(w)
+        Z = self._set_point(w)
         out = {"loss": loss_sums(Z, self.Y, self.s, self.loss),
-               "dual": dual_sums(_host(be.alpha), self.s, self.loss)}
+               "dual": dual_sums(_host(be.alpha), self.s, self.loss), "A": self.Y * Z}
         before = be.alpha.copy()
         start = time.perf_counter()
         be.sdca_segment_m(self.sampler, int(t0), int(t1), self.plan)

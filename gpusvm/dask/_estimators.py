@@ -22,7 +22,7 @@ from ..backends._state import S_A
 from ..backends.numpy_ import NumpyBackend
 from ..estimators._base import (_LinearSVCBase, class_labels, output_problems, resolve_lam,
                                 row_weights)
-from ..solvers.sdca import primal_from_margins, segment_point
+from ..solvers._cocoa import best_points
 from ._blocks import (PegasosBlock, SDCABlock, StaleBlockError, commit, driver_step, line_search,
                       on_host)
 
@@ -520,7 +520,9 @@ class SDCASVC(_DaskLinearBase):
     ``gamma`` (per output, in ``[0, 1]``, maximising the dual:
     :func:`gpusvm.dask._blocks.line_search`) times the blocks' changes.  The dual never
     decreases, and every round gains at least what CoCoA's averaging would.  The fit stops
-    once every output's duality gap, from the blocks' sums, is ``<= tol``.
+    once every output's duality gap, from the blocks' sums, is ``<= tol``: that of the
+    lowest-``P`` point of the rounds (the minimum on the segment between the best point and
+    each round's, from the blocks' margins; CoCoA+'s points alternate around the optimum).
 
     Parameters
     ----------
@@ -568,7 +570,8 @@ class SDCASVC(_DaskLinearBase):
         for the fit); ``False`` only when the driver cannot reach the workers.
     callback : callable or None, default=None
         ``callback(round, gap, elapsed)`` after each certificate (the largest of the
-        outputs' gaps); return ``False`` to stop.
+        outputs' gaps); return ``False`` to stop (a ConvergenceWarning when the gap is above
+        ``tol`` then).
     random_state : int, RandomState, Generator or None, default=None
         Seed of the blocks' batch streams (keyed by seed and block); the partition does
         not depend on it.  The same seed and partition give the same model, whatever the
@@ -589,11 +592,12 @@ class SDCASVC(_DaskLinearBase):
         Rounds performed.
     history_ : list of (int, float, float, float, float)
         ``(round, P, D, gap, elapsed seconds)`` at every certificate (the output of the
-        largest gap); a round's ``D`` uses the driver's running ``w(alpha)`` (exact up to
-        float32 rounding), the last entry is exact.
+        largest gap); ``P`` is the lowest of the points so far, a round's ``D`` uses the
+        driver's running ``w(alpha)`` (exact up to float32 rounding), the last entry is exact.
     primal_objective_, dual_objective_, duality_gap_ : float or ndarray of shape (n_classes,)
-        At the returned ``W`` (the lowest-``P`` point between the last round's point and
-        ``w(alpha_)``) and ``alpha_``, one per output for more than two classes.
+        At the returned ``W`` (the lowest-``P`` point of the segments between the rounds'
+        points and ``w(alpha_)``: :func:`gpusvm.solvers._cocoa.best_points`) and ``alpha_``,
+        one per output for more than two classes.
     steps_ : ndarray of shape (n_iter,) or (n_iter, n_classes)
         The line search's ``gamma`` of every round.
     n_blocks_, n_recoveries_ : int
@@ -724,10 +728,17 @@ class SDCASVC(_DaskLinearBase):
             if alpha0 is not None:          # w(alpha0), from the blocks
                 W = _assemble(union.size, M, pos,
                               self._gather([blk.xty(0) for blk in blocks])) / (lam * n)
-            model = W
             W_buf, U_buf = np.empty_like(W), np.empty_like(W)   # a round's W and U, reused
             sums = np.empty((3, M))
-            last = None                     # the last round's broadcast point (float32)
+            every = np.arange(M)
+            best = best_points(lam, self.loss, s_rows)    # the lowest-P point of the rounds
+
+            def offer(point, res, primal, sq):
+                """Combine ``point`` (its ``P`` ``primal`` and ``||w_c||^2`` ``sq``, the blocks'
+                margins in ``res``) with the best point; ``best.P``."""
+                A = np.ascontiguousarray(np.concatenate([x["A"] for x in res]).T)
+                best.offer(every, point if best.W is not None else point.copy(), A, primal, sq)
+                return best.P.copy()
 
             def take_pending():
                 """Commit the last round's step on the driver's copy, as every block does;
@@ -741,9 +752,9 @@ class SDCASVC(_DaskLinearBase):
 
             def certify_final():
                 """Commit the pending step, set ``W = w(alpha)`` from the blocks' ``X_k^T
-                (alpha_k Y_k)`` and certify it (no local solver), in ``history``; ``model``:
-                the lowest-``P`` point between the last round's and ``W`` (:func:`_segment_best`)."""
-                nonlocal blocks, W, model
+                (alpha_k Y_k)`` and certify it (no local solver), in ``history``, with the best
+                point of the rounds and ``W`` (any primal point certifies ``alpha``)."""
+                nonlocal blocks, W
                 gamma = take_pending()
                 while True:
                     try:
@@ -756,12 +767,10 @@ class SDCASVC(_DaskLinearBase):
                                                sources, make)
                         gamma = None
                         continue
-                    primal, dual, gaps = _gaps(col_dots(np, W, W), lam, n, res)
-                    model = W
-                    if last is not None and all(x["A_last"] is not None for x in res):
-                        model, primal = _segment_best(last.astype(np.float64), W, primal,
-                                                      res, s_rows, lam, self.loss)
-                        gaps = primal - dual
+                    sq = col_dots(np, W, W)
+                    primal, dual, _ = _gaps(sq, lam, n, res)
+                    primal = offer(W, res, primal, sq)
+                    gaps = primal - dual
                     worst = int(np.argmax(gaps))
                     history.append((r, primal[worst], dual[worst], gaps[worst],
                                     time.perf_counter() - t0))
@@ -781,8 +790,9 @@ class SDCASVC(_DaskLinearBase):
                 U = _assemble(union.size, M, pos, [x["u"] for x in res], U_buf)
                 W = W_buf
                 round_sums(Wb, U, W, sums)
-                last = Wb
-                primal, dual, gaps = _gaps(sums[0], lam, n, res)
+                primal, dual, _ = _gaps(sums[0], lam, n, res)
+                primal = offer(W, res, primal, sums[0].copy())
+                gaps = primal - dual
                 worst = int(np.argmax(gaps))
                 elapsed = time.perf_counter() - t0
                 history.append((r, primal[worst], dual[worst], gaps[worst], elapsed))
@@ -791,7 +801,6 @@ class SDCASVC(_DaskLinearBase):
                 if self.callback is not None and \
                         self.callback(r, float(gaps.max()), elapsed) is False:
                     stop = "callback"
-                    model = W
                     break
                 self.worker_seconds_ += max(x["seconds"] for x in res)
                 step = line_search(sums[1], sums[2], np.sum([x["b"] for x in res], axis=0),
@@ -819,7 +828,7 @@ class SDCASVC(_DaskLinearBase):
             alpha[src["rows"]] = committed[b]
         self.alpha_ = alpha[:, 0] if M == 1 else alpha
         W_full = np.zeros((d, M))
-        W_full[union] = model
+        W_full[union] = best.W
         self._set_solution(W_full if M > 1 else W_full[:, 0], 0.0)
         self.n_iter_ = r
         self.history_ = history
@@ -837,6 +846,11 @@ class SDCASVC(_DaskLinearBase):
                 f"distributed SDCA stopped after max_iter={max_rounds} rounds with duality gap "
                 f"{float(np.max(gaps)):.3g} > tol={self.tol}; {advice}",
                 ConvergenceWarning, stacklevel=4)   # the caller of fit
+        elif stop == "callback" and np.any(gaps > tol):
+            warnings.warn(
+                f"distributed SDCA stopped by its callback at round {r} with duality gap "
+                f"{float(np.max(gaps)):.3g} > tol={self.tol}; let the callback return "
+                "something other than False to reach tol", ConvergenceWarning, stacklevel=4)
         return self
 
     # the hooks SDCASVCCV overrides: the warm start (n, M) or None, lam, and each output's tol
@@ -883,35 +897,6 @@ def _assemble(m, M, pos, parts, out=None):
     for p, part in zip(pos, parts):
         add_rows_at(out, p, np.asarray(part).reshape(p.size, M))
     return out
-
-
-def _segment_best(W0, W1, P1, res, s, lam, loss):
-    """``(W, P)``: per output, the lowest-``P`` point of the segment from the last round's point
-    ``W0`` to ``w(alpha)`` ``W1`` (``P1`` its objective), and its objective.
-
-    The exact minimiser (:func:`gpusvm.solvers.sdca.segment_point`) from both ends' signed
-    margins, the blocks' ``A_last`` and ``A`` (``s`` the rows' weights in block order, or
-    None).  CoCoA+'s points alternate around the optimum (news20: every other round's ``P``
-    is higher), so ``W1`` alone can miss ``tol`` by a round; any primal point and the
-    dual-feasible ``alpha`` certify each other (weak duality).
-    """
-    A0 = np.concatenate([x["A_last"] for x in res]).T
-    E = np.concatenate([x["A"] for x in res]).T - A0
-    sq0 = col_dots(np, W0, W0)
-    t, _, _, Pt = segment_point(np, A0, E, s, sq0, col_dots(np, W0, W1), col_dots(np, W1, W1),
-                                lam, loss)
-    P0 = primal_from_margins(np, A0, s, sq0, lam, loss)
-    # an inner point no lower than its ends (rounding only): the lower end
-    t = np.where(Pt < np.minimum(P0, P1), t, np.where(P0 < P1, 0.0, 1.0))
-    P = np.where(t == 0.0, P0, np.where(t == 1.0, P1, Pt))
-    if np.all(t == 1.0):
-        return W1, P
-    W = np.subtract(W1, W0)            # W0 + t (W1 - W0): one new d x M array, in place
-    W *= t
-    W += W0
-    W[:, t == 1.0] = W1[:, t == 1.0]    # the ends exactly
-    W[:, t == 0.0] = W0[:, t == 0.0]
-    return W, P
 
 
 def _gaps(wsq, lam, n, res):

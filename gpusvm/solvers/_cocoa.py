@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._arrays import col_dots
+from .sdca import BestPoints
+
 
 def _as_columns(s, n):
     """Row weights as a column (n, 1) shared by the outputs or (n, M) per output."""
@@ -52,4 +55,43 @@ def line_search(wu, uu, b, q, lam, n):
     return np.clip(gamma, 0.0, 1.0)
 
 
-__all__ = ["commit", "step_sums", "line_search"]
+class HostPoints:
+    """The column products :class:`~gpusvm.solvers.sdca.BestPoints` asks of a backend, on the
+    dask driver's host arrays; the driver offers every output at once."""
+
+    xp = np
+
+    @staticmethod
+    def to_host(a):
+        """``a`` itself (already on the host)."""
+        return np.asarray(a)
+
+    @staticmethod
+    def col_dots_m(A, cols, B):
+        """``<A[:, c], B[:, c]>`` per output (``cols``: every column of ``A``, in order)."""
+        return col_dots(np, A, B)
+
+    @staticmethod
+    def mix_columns_m(dst, cols, src, t) -> None:
+        """``dst[:, c] += t_c (src[:, c] - dst[:, c])`` in place; ``t_c = 1`` copies exactly."""
+        t = np.asarray(t, dtype=np.float64)
+        for c in np.flatnonzero(t > 0.0):
+            if t[c] == 1.0:
+                dst[:, c] = src[:, c]
+            else:
+                dst[:, c] += t[c] * (src[:, c] - dst[:, c])
+
+
+def best_points(lam, loss, s):
+    """The driver's lowest-``P`` point over the rounds (:class:`BestPoints` on host arrays,
+    ``s`` the rows' weights in block order or None).
+
+    CoCoA+'s broadcast points alternate around the optimum (news20: every other round's
+    ``P`` is higher) and ``P`` lags the dual, so ``P`` at the round's point alone certifies
+    rounds late; the minimiser of ``P`` on the segment between the best point and each new
+    one, from the margins the blocks compute anyway (no pass over the data), certifies with
+    the same dual at every round."""
+    return BestPoints(HostPoints(), lam, loss, s)
+
+
+__all__ = ["commit", "step_sums", "line_search", "best_points", "HostPoints"]
