@@ -259,12 +259,15 @@ class CompileAhead:
         self._rthread: threading.Thread | None = None
         self._rrunning = False
         self._compiler = _Compiler()
+        self._pending: dict = {}                # key -> dispatcher, the process's jobs
+        self._done = threading.Condition(self._lock)
         #: compile in another process where a helper can be found by name
         self.processes = bool(sys.executable)
 
-    def ready(self, dispatcher, args, early=False) -> bool:
+    def ready(self, dispatcher, args, early=False, later=False) -> bool:
         """Whether ``dispatcher(*args)`` runs compiled code now (class docstring); ``early``:
-        asked before the fit's own compilation, queued only for the compiling process."""
+        asked before the fit's own compilation, queued only for the compiling process;
+        ``later``: for another fit (a larger one), compiled after this fit's helpers."""
         if not compile_ahead_setting():
             return True
         try:
@@ -280,7 +283,11 @@ class CompileAhead:
             if key not in self._asked and (named is not None or not early):
                 self._asked.add(key)
                 if named is not None:
-                    self._remote.append((dispatcher, sig, key, named))
+                    job = (dispatcher, sig, key, named, later)
+                    at = len(self._remote) if later else next(
+                        (i for i, j in enumerate(self._remote) if j[4]), len(self._remote))
+                    self._remote.insert(at, job)
+                    self._pending[key] = dispatcher
                 else:
                     self._queue.append((dispatcher, sig, key))
             if self._remote and not self._rrunning:
@@ -317,16 +324,26 @@ class CompileAhead:
                     self._rrunning = False
                     self._compiler.close()
                     return
-                dispatcher, sig, key, (module, name) = self._remote.pop(0)
+                dispatcher, sig, key, (module, name), _ = self._remote.pop(0)
             ok = self._compiler.compile(module, name, sig)
             try:
                 cached = bool(ok) and in_disk_cache(dispatcher, sig)
             except Exception:         # noqa: BLE001
                 cached = False
-            if not cached:            # no process, or no cache to leave it in: here
-                with self._lock:
+            with self._lock:
+                if not cached:        # no process, or no cache to leave it in: here
                     self._queue.append((dispatcher, sig, key))
                     self._start()
+                self._pending.pop(key, None)
+                self._done.notify_all()
+
+    def settle(self, dispatchers) -> None:
+        """Block while the compiling process has a job for one of ``dispatchers`` (a fit about
+        to call them loads that job's code rather than compiling it a second time)."""
+        ids = {id(d) for d in dispatchers}
+        with self._lock:
+            while any(id(d) in ids for d in self._pending.values()):
+                self._done.wait()
 
     def wait_here(self) -> None:
         """Block until every compilation queued for this process's thread has ended (a

@@ -534,6 +534,9 @@ def newton(backend, *, lam: float, tol: float = 1e-3, max_iter: int = DEFAULT_MA
     if n_jobs > 1 and products is None and xp is np and sp.issparse(backend.X) and \
             backend.X.nnz >= _threads.THREAD_MIN_NNZ and not _dense_copy(backend.X) and _numba():
         threads = fit_threads(n_jobs, backend.X.nnz, "numba")
+    elif products is None and xp is np and sp.issparse(backend.X) and _numba():
+        from ..backends._threaded import ask_ahead  # noqa: PLC0415
+        ask_ahead(backend.X, gather=True)   # what a fit at size runs, cached meanwhile
     if threads > 1:             # closed at the end (an exception leaves it to the collector)
         pool = BlockPool(threads)
         prod = _ThreadedProducts(sp.csr_matrix(backend.X), pool)
