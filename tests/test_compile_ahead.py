@@ -139,7 +139,7 @@ class NeverReady:
     def __init__(self):
         self.asked = []
 
-    def ready(self, dispatcher, args, early=False):
+    def ready(self, dispatcher, args, **kwargs):
         self.asked.append(dispatcher.py_func.__name__)
         return False
 

@@ -244,7 +244,10 @@ class CompileAhead:
     fit returns without waiting for it.  Any other helper, and one that process failed to
     cache, is compiled by a thread of this process (serialised with the fitting thread's
     compilations: asked for once the loop is compiled), which the fit waits for
-    (:meth:`wait_here`).  Always True with ``GPUSVM_COMPILE_AHEAD=0``, and for a failed
+    (:meth:`wait_here`).  Jobs for a later, larger fit (``later``: what it runs on threads)
+    come after the fit's own; that fit :meth:`settle`\ s on them.  The process runs at a lower
+    priority (the fit's own threads first) and ends with its queue.  Always True with
+    ``GPUSVM_COMPILE_AHEAD=0``, and for a failed
     compilation (the caller's thread compiles and raises).  A fork waits for this process's
     queue (the child must not inherit the compiler lock held)."""
 
@@ -337,13 +340,20 @@ class CompileAhead:
                 self._pending.pop(key, None)
                 self._done.notify_all()
 
-    def settle(self, dispatchers) -> None:
+    def settle(self, dispatchers, seconds: float = 60.0) -> None:
         """Block while the compiling process has a job for one of ``dispatchers`` (a fit about
-        to call them loads that job's code rather than compiling it a second time)."""
+        to call them loads that job's code rather than compiling it a second time), for
+        ``seconds`` at most (then the caller compiles)."""
+        import time  # noqa: PLC0415
+
         ids = {id(d) for d in dispatchers}
+        end = time.monotonic() + seconds
         with self._lock:
             while any(id(d) in ids for d in self._pending.values()):
-                self._done.wait()
+                left = end - time.monotonic()
+                if left <= 0:
+                    return
+                self._done.wait(left)
 
     def wait_here(self) -> None:
         """Block until every compilation queued for this process's thread has ended (a
