@@ -466,10 +466,10 @@ _announced: set = set()
 #: cache, an otherwise idle 2-core host; the helpers compile beside the fit in a second
 #: process): one row a batch (every estimator's default, any sampling) and Pegasos' binary
 #: batches of several rows, of any sampling (``gpusvm demo``) ...
-COMPILE_SECONDS = "2-4 s"
+COMPILE_SECONDS = "2-3 s"
 #: ... and the other loops of batches of several rows (SDCA's, Pegasos' with several outputs
 #: or with ``bias="optimal"``)
-BATCH_COMPILE_SECONDS = "3-6 s"
+BATCH_COMPILE_SECONDS = "3-5 s"
 
 
 def _ready_loop(dispatcher, args, seconds=COMPILE_SECONDS) -> None:

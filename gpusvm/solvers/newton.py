@@ -57,9 +57,9 @@ DIRECT_MAX_FEATURES = 128
 #: the line search sorts only the breakpoints of a bracket of the minimiser, bisected on
 #: ``phi'`` until it holds at most this many (sorting them all dominated a step on w8a)
 LINE_SEARCH_EVENTS = 1024
-#: what the compilation notice says the CPU passes cost once: the fitting thread's compile CPU
-#: time in ``benchmarks/bench_compile.py`` (1.4-1.5 s on its binary Newton paths, more where
-#: the passes compile for several outputs)
+#: what the compilation notice says the CPU passes cost once, in wall time: ``wait s`` of
+#: ``benchmarks/bench_compile.py --cpus 0,1`` (the fitting thread compiles 1.4-1.9 s of CPU on
+#: its Newton paths, more where the passes compile for several outputs)
 NEWTON_COMPILE_SECONDS = "1-3 s"
 
 
