@@ -171,7 +171,7 @@ def _serve() -> None:
     import importlib  # noqa: PLC0415
     import pickle  # noqa: PLC0415
 
-    with contextlib.suppress(OSError):
+    with contextlib.suppress(OSError, AttributeError):      # (no os.nice on Windows)
         os.nice(10)                   # the fit's own threads first
     for line in sys.stdin:
         try:
