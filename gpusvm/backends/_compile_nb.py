@@ -362,6 +362,15 @@ class CompileAhead:
                     return
                 self._done.wait(left)
 
+    def forget_process(self) -> None:
+        """In a forked child: the parent's compiling process and its jobs are not this
+        process's (the thread that talks to it was not copied); they are asked for anew."""
+        self._lock = threading.Lock()
+        self._done = threading.Condition(self._lock)
+        self._remote, self._pending, self._asked = [], {}, set()
+        self._rrunning, self._rthread = False, None
+        self._compiler = _Compiler()
+
     def wait_here(self) -> None:
         """Block until every compilation queued for this process's thread has ended (a
         compiling process's jobs go on: they leave this process's state alone)."""
@@ -385,4 +394,4 @@ class CompileAhead:
 
 AHEAD = CompileAhead()
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(before=AHEAD.wait_here)
+    os.register_at_fork(before=AHEAD.wait_here, after_in_child=AHEAD.forget_process)
