@@ -470,3 +470,40 @@ def test_a_fit_at_size_after_a_small_one_compiles_nothing(tmp_path, make):
                          text=True, check=True, timeout=900)
     got = json.loads(out.stdout.strip().splitlines()[-1])
     assert got["small"] and got["full"] == []
+
+
+def _wait_in_child(queue):
+    _compile_nb.AHEAD.wait()              # the parent's compiling process is not the child's
+    queue.put(_compile_nb.AHEAD._rrunning)
+
+
+def test_a_forked_child_forgets_the_parents_compiling_process(monkeypatch):
+    """A fork while the compiling process has a job: the thread talking to it is not copied,
+    so the child drops those jobs (waiting for them looped for ever)."""
+    monkeypatch.setenv("GPUSVM_COMPILE_AHEAD", "1")
+    release = threading.Event()
+
+    class Slow:
+        def compile(self, module, name, sig):
+            release.wait(60)
+            return False
+
+        def close(self):
+            pass
+
+    @njit
+    def helper(x):
+        return x * 2.0
+
+    monkeypatch.setattr(_compile_nb.AHEAD, "_compiler", Slow())
+    monkeypatch.setattr(_compile_nb, "_by_name", lambda d: ("m", "helper"))
+    assert _compile_nb.AHEAD.ready(helper, (1.0,)) is False
+    ctx = multiprocessing.get_context("fork")
+    queue = ctx.Queue()
+    child = ctx.Process(target=_wait_in_child, args=(queue,))
+    child.start()
+    child.join(timeout=120)
+    assert child.exitcode == 0 and queue.get(timeout=5) is False
+    release.set()
+    _compile_nb.AHEAD.wait()
+    monkeypatch.setattr(_compile_nb.AHEAD, "_compiler", _compile_nb._Compiler())
