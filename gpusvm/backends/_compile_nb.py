@@ -324,20 +324,13 @@ class CompileAhead:
                 self._failed.add(key)
 
     def _work_remote(self) -> None:
-        import time  # noqa: PLC0415
-
         while True:
             with self._lock:
                 if not self._remote:
                     self._rrunning = False
                     self._compiler.close()
                     return
-                hold = self._remote[0][4] and LISTENER.depth > 0
-                if not hold:
-                    dispatcher, sig, key, (module, name), _ = self._remote.pop(0)
-            if hold:                  # a later fit's job waits while gpusvm compiles here
-                time.sleep(0.05)      # (two logical cores may be one physical core)
-                continue
+                dispatcher, sig, key, (module, name), _ = self._remote.pop(0)
             ok = self._compiler.compile(module, name, sig)
             try:
                 cached = bool(ok) and in_disk_cache(dispatcher, sig)
