@@ -343,7 +343,7 @@ class CompileAhead:
                 self._pending.pop(key, None)
                 self._done.notify_all()
 
-    def settle(self, dispatchers, seconds: float = 60.0) -> None:
+    def settle(self, dispatchers, seconds: float = 300.0) -> None:
         """Block while the compiling process has a job for one of ``dispatchers`` (a fit about
         to call them loads that job's code rather than compiling it a second time), for
         ``seconds`` at most (then the caller compiles)."""
