@@ -5,23 +5,30 @@ Run from the repository root (the data sets are read from ``../shared/data``)::
     python benchmarks/bench_compile.py                          # every path, this checkout
     python benchmarks/bench_compile.py --before /tmp/gpusvm_old # and an older checkout, interleaved
     python benchmarks/bench_compile.py --paths sdca pegasos --detail
+    python benchmarks/bench_compile.py --cpus 0,1 --repeat 3   # wall as a 2-core user waits it
 
 Every path runs in a fresh Python process with ``NUMBA_CACHE_DIR`` set to a new,
 empty temporary directory, so nothing compiled by an earlier run (or another
 path) is reused.  In that process the data are loaded and converted first (not
 timed), then the estimator is fitted twice on the same data:
 
+* ``wait s``: what a user waits, in wall time: the first ``fit`` less the second
+  (compilation, loading of the compiled code, the helpers' NumPy equivalents, any
+  wait for a compilation elsewhere); the figure the compile notice states, to be
+  measured on an otherwise idle machine (``--cpus 0,1``: a 2-core host);
 * ``compile s``: the seconds the fitting thread spends compiling during the
   first fit (numba's ``numba:compile`` events, nested compilations counted
   once), as wall time and as CPU time of that thread (the CPU time does not
-  grow when other processes share the cores): what the first fit waits for;
-* ``ahead s``: the seconds compiled in gpusvm's background thread while the
-  fit goes on (``gpusvm.backends._compile_nb.AHEAD``: the helpers a fit calls
-  after its loop), wall and CPU time of that thread, and ``after fit s``: how
-  long that thread was still busy once the first fit had returned;
-* ``first fit s``: the wall time of the first ``fit`` (compilation, loading of
-  the compiled code, the fit itself, and any wait for a compilation elsewhere);
-* ``warm fit s``: the wall time of the second ``fit`` (everything compiled).
+  grow when other processes share the cores);
+* ``fit CPU s``: the CPU time of the fitting thread over the first fit, less the
+  second's (its share of ``wait s`` that no other core can take);
+* ``ahead s``: the CPU seconds compiled ahead while the fit goes on
+  (``gpusvm.backends._compile_nb.AHEAD``: the helpers a fit calls after its
+  loop): by the compiling process (``ahead process CPU s``, the whole process,
+  its start included) and by a background thread of the fit's process
+  (``ahead thread CPU s``), and ``after fit s``: how long they were still busy
+  once the first fit had returned;
+* ``first fit s``, ``warm fit s``: the wall times of the two fits.
 
 Paths (the ones ``gpusvm.LinearSVC`` dispatches to, Pegasos, ``gpusvm demo``'s options,
 the options that change the compiled loop, and every other estimator of ``gpusvm.__all__``
@@ -48,6 +55,7 @@ import argparse
 import importlib
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -175,36 +183,45 @@ def child(path: str) -> dict:
     kwargs = {**base, **kwargs}
     fits = []
     listener = Compiles()
+    cpus = []
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         with event.install_listener("numba:compile", listener):
-            t = time.perf_counter()
+            t, c = time.perf_counter(), time.thread_time()
             est_cls(**kwargs).fit(X, y)
             fits.append(time.perf_counter() - t)
+            cpus.append(time.thread_time() - c)
             t = time.perf_counter()
             ahead = getattr(importlib.import_module("gpusvm.backends._compile_nb"), "AHEAD",
                             None)
             if ahead is not None:                       # an older checkout has none
                 ahead.wait()
             after = time.perf_counter() - t
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.thread_time()
         est_cls(**kwargs).fit(X, y)
         fits.append(time.perf_counter() - t)
+        cpus.append(time.thread_time() - c)
+    child_cpu = resource.getrusage(resource.RUSAGE_CHILDREN)
     notices = [str(w.message) for w in caught if type(w.message).__name__ == "CompilationNotice"]
     return {"path": path, "import_s": t_import, "compile_s": listener.total,
             "compile_cpu_s": listener.cpu, "ahead_s": listener.bg_total,
             "ahead_cpu_s": listener.bg_cpu, "after_fit_s": after,
+            "process_cpu_s": child_cpu.ru_utime + child_cpu.ru_stime,
+            "fit_cpu_s": cpus[0] - cpus[1], "wait_s": fits[0] - fits[1],
             "first_s": fits[0], "warm_s": fits[1], "compiled": listener.per,
             "notices": notices}
 
 
-def run_path(path: str, package_root: Path) -> dict:
-    """One path in a fresh process with an empty numba cache (and the given checkout)."""
+def run_path(path: str, package_root: Path, cpus=None) -> dict:
+    """One path in a fresh process with an empty numba cache (and the given checkout), on
+    the CPUs ``cpus`` (None: any)."""
     with tempfile.TemporaryDirectory(prefix="gpusvm-bench-cache-") as cache:
         env = dict(os.environ, NUMBA_CACHE_DIR=cache,
                    PYTHONPATH=os.pathsep.join([str(package_root), os.environ.get("PYTHONPATH", "")]))
+        pin = None if cpus is None else (lambda: os.sched_setaffinity(0, cpus))
         out = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--child", path],
-                             env=env, capture_output=True, text=True, check=False)
+                             env=env, capture_output=True, text=True, check=False,
+                             preexec_fn=pin)
     if out.returncode != 0:
         raise RuntimeError(f"path {path} failed:\n{out.stderr[-3000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -221,8 +238,11 @@ def main(argv=None) -> None:
     parser.add_argument("--repeat", type=int, default=1,
                         help="runs per path and side, alternated; the run of median compile "
                              "CPU is reported (this machine's compile times vary by +-0.3 s)")
+    parser.add_argument("--cpus", default=None,
+                        help="run every fit on these CPUs only, e.g. 0,1 (a 2-core host)")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    cpus = None if args.cpus is None else {int(c) for c in args.cpus.split(",")}
     if args.child:
         print(json.dumps(child(args.child)))
         return
@@ -236,32 +256,34 @@ def main(argv=None) -> None:
         runs_b, runs_a = [], []
         for _ in range(max(1, args.repeat)):
             if args.before:
-                runs_b.append(run_path(path, args.before))
-            runs_a.append(run_path(path, args.after))
+                runs_b.append(run_path(path, args.before, cpus))
+            runs_a.append(run_path(path, args.after, cpus))
         before, after = median_run(runs_b), median_run(runs_a)
         rows.append((path, before, after))
         every = " / ".join(
             f"{label} " + ", ".join(f"{r['compile_cpu_s']:.2f}" for r in runs)
             for label, runs in (("before", runs_b), ("after", runs_a)) if runs)
         print(f"  {path}: compile CPU s {before['compile_cpu_s'] if before else float('nan'):.2f} "
-              f"-> {after['compile_cpu_s']:.2f}, first fit s "
-              f"{before['first_s'] if before else float('nan'):.2f} -> {after['first_s']:.2f}"
+              f"-> {after['compile_cpu_s']:.2f}, wait s "
+              f"{before['wait_s'] if before else float('nan'):.2f} -> {after['wait_s']:.2f}"
               f"  (every run: {every})", file=sys.stderr, flush=True)
         if args.json:                 # after every path, so that a long run keeps its figures
             args.json.write_text(json.dumps(rows, indent=1))
 
     def cell(r, key):
-        return f"{r[key]:.2f}" if r else "-"
+        return f"{r[key]:.2f}" if r and key in r else "-"
 
-    print("| path | compile CPU s before | compile CPU s after | compile s before | compile s after "
-          "| ahead CPU s after | after fit s | first fit s before | first fit s after "
-          "| warm fit s before | warm fit s after |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
-    for path, b, a in rows:
-        print(f"| {path} | {cell(b, 'compile_cpu_s')} | {cell(a, 'compile_cpu_s')} "
-              f"| {cell(b, 'compile_s')} | {cell(a, 'compile_s')} | {cell(a, 'ahead_cpu_s')} "
-              f"| {cell(a, 'after_fit_s')} | {cell(b, 'first_s')} "
-              f"| {cell(a, 'first_s')} | {cell(b, 'warm_s')} | {cell(a, 'warm_s')} |")
+    cols = [("wait_s", "wait s"), ("compile_cpu_s", "compile CPU s"), ("compile_s", "compile s"),
+            ("fit_cpu_s", "fit CPU s"), ("process_cpu_s", "ahead process CPU s"),
+            ("ahead_cpu_s", "ahead thread CPU s"), ("after_fit_s", "after fit s"),
+            ("first_s", "first fit s"), ("warm_s", "warm fit s")]
+    sides = [("before", 1), ("after", 2)] if args.before else [("", 2)]
+    head = [f"{name} {label}".strip() for key, name in cols for label, _ in sides]
+    print("| path | " + " | ".join(head) + " |")
+    print("|---" * (len(head) + 1) + "|")
+    for row in rows:
+        print(f"| {row[0]} | " + " | ".join(cell(row[i], key) for key, _ in cols
+                                            for _, i in sides) + " |")
     print(f"\nimport gpusvm: {sum(a['import_s'] for _, _, a in rows) / len(rows):.2f} s (mean)")
     if args.detail:
         for path, b, a in rows:

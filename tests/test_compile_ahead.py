@@ -139,7 +139,7 @@ class NeverReady:
     def __init__(self):
         self.asked = []
 
-    def ready(self, dispatcher, args):
+    def ready(self, dispatcher, args, **kwargs):
         self.asked.append(dispatcher.py_func.__name__)
         return False
 
@@ -338,3 +338,172 @@ def test_no_compilation_outlives_the_fit_that_queued_it(monkeypatch, make):
     assert not _compile_nb.AHEAD.ready(Compilation(), (1.0,))
     est.fit(X, y)
     assert done.is_set()
+
+
+_IN_A_PROCESS = r"""
+import json, sys
+import numpy as np
+from numba.core import event
+from gpusvm.backends import _csr_nb as csr
+from gpusvm.backends._compile_nb import AHEAD
+
+seen = []
+
+class Compiles(event.Listener):
+    def on_start(self, ev):
+        seen.append(ev.data["dispatcher"].py_func.__name__)
+
+    def on_end(self, ev):
+        pass
+
+args = (np.array([0, 2], np.int32), np.array([0, 1], np.int32), np.array([1.0, 2.0], np.float32),
+        np.array([3.0, 4.0]), 0.5, np.zeros(1), False)
+with event.install_listener("numba:compile", Compiles()):
+    first = AHEAD.ready(csr.csr_matvec, args)
+    AHEAD.wait()
+    then = AHEAD.ready(csr.csr_matvec, args)
+    csr.csr_matvec(*args)
+print(json.dumps({"first": first, "then": then, "compiled_here": seen, "out": float(args[5][0]),
+                  "hits": sum(csr.csr_matvec.stats.cache_hits.values())}))
+"""
+
+
+def test_a_helper_compiles_in_another_process_into_the_disk_cache(tmp_path):
+    """A module-level helper of gpusvm with a disk cache compiles in a second Python process
+    (numba compiles one function at a time in a process: only another one compiles beside
+    the fit's loop), and this process loads it from the cache: no compilation here."""
+    import json  # noqa: PLC0415
+    import os  # noqa: PLC0415
+
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path), GPUSVM_COMPILE_AHEAD="1")
+    out = subprocess.run([sys.executable, "-c", _IN_A_PROCESS], env=env, capture_output=True,
+                         text=True, check=True, timeout=600)
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got == {"first": False, "then": True, "compiled_here": [], "out": 1.0 * 3 + 2 * 4
+                   + 0.5, "hits": 1}
+
+
+def test_a_fit_returns_while_the_compiling_process_works(monkeypatch):
+    """The fit waits for this process's compiling thread only: a job of the compiling process
+    touches nothing here (it may outlast the fit); ``AHEAD.wait`` waits for it too, and a
+    job it could not cache is compiled here after all."""
+    monkeypatch.setenv("GPUSVM_COMPILE_AHEAD", "1")
+    release, compiled = threading.Event(), []
+
+    class Slow:
+        def compile(self, module, name, sig):
+            release.wait(60)
+            return True                    # "cached", but the cache lacks it: here then
+
+        def close(self):
+            pass
+
+    @njit
+    def helper(x):
+        return x * 2.0
+
+    ahead = CompileAhead()
+    monkeypatch.setattr(ahead, "_compiler", Slow())
+    monkeypatch.setattr(_compile_nb, "_by_name", lambda d: ("m", "helper"))
+    monkeypatch.setattr(_compile_nb, "AHEAD", ahead)
+    monkeypatch.setattr(numba_, "AHEAD", ahead)
+    listener = Threads()
+    assert ahead.ready(helper, (1.0,)) is False
+    rng = np.random.default_rng(0)
+    X = sp.random(200, 20, density=0.3, format="csr", random_state=0)
+    y = np.where(rng.random(200) < 0.5, 1, -1)
+    SDCASVC(random_state=0).fit(X, y)             # returns with the job in hand
+    assert ahead._rrunning and not helper.overloads
+    with event.install_listener("numba:compile", listener):
+        release.set()
+        ahead.wait()
+    compiled = [name for _, name in listener.seen]
+    assert helper.__qualname__ in compiled and len(helper.overloads) == 1
+
+
+_AT_SIZE = r"""
+import json, sys, warnings
+import numpy as np, scipy.sparse as sp
+from numba.core import event
+warnings.simplefilter("ignore")
+import gpusvm
+
+class Count(event.Listener):
+    def __init__(self):
+        self.depth, self.names = 0, []
+
+    def on_start(self, ev):
+        if self.depth == 0:
+            self.names.append(ev.data["dispatcher"].py_func.__qualname__)
+        self.depth += 1
+
+    def on_end(self, ev):
+        self.depth -= 1
+
+rng = np.random.default_rng(0)
+n, d = 100_000, 1000                      # 5 x 10^6 nonzeros: the threads' paths
+X = sp.random(n, d, density=0.05, format="csr", random_state=0)
+y = np.where(X @ rng.standard_normal(d) > 0, 1, -1)
+small, full = Count(), Count()
+est = getattr(gpusvm, sys.argv[1])
+with event.install_listener("numba:compile", small):
+    est(random_state=0, n_jobs=2).fit(X[:2000], y[:2000])
+with event.install_listener("numba:compile", full):
+    big = est(random_state=0, n_jobs=2).fit(X, y)
+print(json.dumps({"small": small.names, "full": full.names}))
+"""
+
+
+@pytest.mark.parametrize("make", ["LinearSVC", "SDCASVC"])
+def test_a_fit_at_size_after_a_small_one_compiles_nothing(tmp_path, make):
+    """An empty cache, two cores: a fit of 2,000 rows, then one of 10^5 rows and 5 x 10^6
+    nonzeros (threads: Newton's products, SDCA's block loop) compiles no function more
+    (numba's compilation events counted; what the large fit runs was compiled ahead into
+    the cache while the small one ran, or it waited for that compilation)."""
+    import json  # noqa: PLC0415
+    import os  # noqa: PLC0415
+
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("one core: no fit runs on threads")
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path), GPUSVM_COMPILE_AHEAD="1")
+    out = subprocess.run([sys.executable, "-c", _AT_SIZE, make], env=env, capture_output=True,
+                         text=True, check=True, timeout=900)
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["small"] and got["full"] == []
+
+
+def _wait_in_child(queue):
+    _compile_nb.AHEAD.wait()              # the parent's compiling process is not the child's
+    queue.put(_compile_nb.AHEAD._rrunning)
+
+
+def test_a_forked_child_forgets_the_parents_compiling_process(monkeypatch):
+    """A fork while the compiling process has a job: the thread talking to it is not copied,
+    so the child drops those jobs (waiting for them looped for ever)."""
+    monkeypatch.setenv("GPUSVM_COMPILE_AHEAD", "1")
+    release = threading.Event()
+
+    class Slow:
+        def compile(self, module, name, sig):
+            release.wait(60)
+            return False
+
+        def close(self):
+            pass
+
+    @njit
+    def helper(x):
+        return x * 2.0
+
+    monkeypatch.setattr(_compile_nb.AHEAD, "_compiler", Slow())
+    monkeypatch.setattr(_compile_nb, "_by_name", lambda d: ("m", "helper"))
+    assert _compile_nb.AHEAD.ready(helper, (1.0,)) is False
+    ctx = multiprocessing.get_context("fork")
+    queue = ctx.Queue()
+    child = ctx.Process(target=_wait_in_child, args=(queue,))
+    child.start()
+    child.join(timeout=120)
+    assert child.exitcode == 0 and queue.get(timeout=5) is False
+    release.set()
+    _compile_nb.AHEAD.wait()
+    monkeypatch.setattr(_compile_nb.AHEAD, "_compiler", _compile_nb._Compiler())

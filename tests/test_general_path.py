@@ -559,8 +559,8 @@ def test_drawn_batches_read_from_the_host_bit_for_bit(outputs, sampling, k, bias
     monkeypatch.setattr(numba_, "ORDER_ENTRIES", entries)
     if by_numpy:                                  # drawn_rows not compiled yet: NumPy's rows
         ready = numba_.AHEAD.ready
-        monkeypatch.setattr(numba_.AHEAD, "ready",
-                            lambda f, args: f is not numba_.drawn_rows and ready(f, args))
+        monkeypatch.setattr(numba_.AHEAD, "ready", lambda f, args, **kw:
+                            f is not numba_.drawn_rows and ready(f, args, **kw))
         monkeypatch.setattr(numba_, "DRAWN_BY_NUMPY", 5)
     by_host = fit()
     monkeypatch.undo()

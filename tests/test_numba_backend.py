@@ -546,8 +546,8 @@ def test_compile_notice_fires_exactly_when_numba_compiles(tmp_path, monkeypatch)
     try:
         mod = importlib.import_module("gpusvm_tiny_loop")
         with pytest.warns(CompilationNotice, match=r"compiling the CPU loops of this solver for "
-                          r"float32 data, once: this first fit waits about \d+-\d+ s of CPU "
-                          r"time for the compiler"):
+                          r"float32 data, once: this first fit takes about \d+-\d+ s longer "
+                          r"than the next ones \(wall time, an empty numba cache"):
             assert call_loop(mod.tiny_loop, (ip, ix, np.ones(1, np.float32))) == 1.0
         old = mod.tiny_loop                 # kept alive, so that its id is not reused
         fresh = importlib.reload(mod).tiny_loop

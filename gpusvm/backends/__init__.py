@@ -38,12 +38,13 @@ def wait_for_compiles() -> None:
     warning handler while it runs: a compilation left running after a fit returned would
     swallow or reorder the warnings of the caller's next lines (and restore, on its way out,
     a handler the caller has since replaced).  The fits and the command line call this before
-    they return."""
+    they return.  A compiling process's jobs (helpers it leaves in numba's disk cache) are not
+    waited for: they touch nothing of this process."""
     import sys  # noqa: PLC0415
 
     ahead = sys.modules.get(f"{__name__}._compile_nb")
     if ahead is not None:
-        ahead.AHEAD.wait()
+        ahead.AHEAD.wait_here()
 
 
 def numba_available() -> bool:

@@ -10,10 +10,12 @@ objects, took a fifth of a cold fit's compile time: BENCHMARKS.md, "One-off comp
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import gc
 import hashlib
 import os
+import sys
 import threading
 
 from numba.core import caching, event
@@ -130,7 +132,7 @@ if FamilyStampLocator not in _LOCATORS:
 
 
 def compile_ahead_setting() -> bool:
-    """``GPUSVM_COMPILE_AHEAD``: ``1`` (default, helpers in a background thread) or ``0``."""
+    """``GPUSVM_COMPILE_AHEAD``: ``1`` (default, helpers compiled ahead) or ``0``."""
     value = os.environ.get("GPUSVM_COMPILE_AHEAD", "").strip().lower()
     if value in ("", "0", "1"):
         return value != "0"
@@ -148,25 +150,130 @@ def in_disk_cache(dispatcher, sig, uncached=False) -> bool:
         cache._cache_file._load_index()
 
 
+def _by_name(dispatcher):
+    """``(module, name)`` when ``dispatcher`` is a module-level function of ``gpusvm`` with a
+    disk cache (a compiling process can find it and leave its code where this one loads
+    it), else None."""
+    py_func = getattr(dispatcher, "py_func", None)
+    module = getattr(py_func, "__module__", "") or ""
+    name = getattr(py_func, "__qualname__", "")
+    if module.partition(".")[0] != "gpusvm" or "<" in name or \
+            not hasattr(getattr(dispatcher, "_cache", None), "_cache_file"):
+        return None
+    mod = sys.modules.get(module)
+    return (module, name) if getattr(mod, name, None) is dispatcher else None
+
+
+def _serve() -> None:
+    """The compiling process: compile each ``(module, name, sig)`` line of stdin (base64
+    pickles) into numba's disk cache, answer ``ok`` or ``failed``; end with stdin."""
+    import base64  # noqa: PLC0415
+    import importlib  # noqa: PLC0415
+    import pickle  # noqa: PLC0415
+
+    with contextlib.suppress(OSError, AttributeError):      # (no os.nice on Windows)
+        os.nice(10)                   # the fit's own threads first
+    for line in sys.stdin:
+        try:
+            module, name, sig = pickle.loads(base64.b64decode(line))   # noqa: S301  (our pipe)
+            getattr(importlib.import_module(module), name).compile(sig)
+            answer = "ok"
+        except Exception:             # noqa: BLE001  the parent compiles it itself
+            answer = "failed"
+        sys.stdout.write(answer + "\n")
+        sys.stdout.flush()
+
+
+class _Compiler:
+    """A Python process that compiles into numba's disk cache (:func:`_serve`), started on the
+    first job; ``None`` from :meth:`compile` when it cannot start or died."""
+
+    def __init__(self) -> None:
+        self._proc = None
+
+    def compile(self, module, name, sig):
+        """Compile ``module.name`` for ``sig`` there: True (cached), False (failed) or None."""
+        import base64  # noqa: PLC0415
+        import pickle  # noqa: PLC0415
+        import subprocess  # noqa: PLC0415
+
+        try:
+            if self._proc is None:
+                # gpusvm as a bare package: the numba modules without the estimators'
+                # imports (scikit-learn: 2 s of a start of 3)
+                package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+                code = ("import sys, types\n"
+                        "package = types.ModuleType('gpusvm')\n"
+                        f"package.__path__ = [{package!r}]\n"
+                        "sys.modules['gpusvm'] = package\n"
+                        "from gpusvm.backends._compile_nb import _serve\n"
+                        "_serve()\n")
+                self._proc = subprocess.Popen(
+                    [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                    stderr=subprocess.DEVNULL, text=True, cwd=os.path.dirname(package))
+            self._proc.stdin.write(base64.b64encode(pickle.dumps((module, name, sig))).decode()
+                                   + "\n")
+            self._proc.stdin.flush()
+            answer = self._proc.stdout.readline().strip()
+        except (OSError, ValueError, pickle.PicklingError):
+            answer = ""
+        if answer in ("ok", "failed"):
+            return answer == "ok"
+        self.close()
+        return None
+
+    def close(self) -> None:
+        """End the process (its stdin closed: it ends after the job in hand)."""
+        proc, self._proc = self._proc, None
+        if proc is not None:
+            with contextlib.suppress(OSError, ValueError):
+                proc.stdin.close()
+            with contextlib.suppress(OSError, ValueError):
+                proc.stdout.close()
+            with contextlib.suppress(Exception):     # idle or dead: it ends at once
+                proc.wait(timeout=30)
+
+
 class CompileAhead:
     """A fit's helpers (each with a NumPy equivalent, the same numbers bit for bit) compiled
-    in one background thread while the fit goes on: :meth:`ready` is True when the call's
-    code is compiled (in this process or on disk), else False with the compilation queued,
-    run in order by a thread that ends with the queue (serialised with the fitting thread's:
-    ask once the loop is compiled).  Always True with ``GPUSVM_COMPILE_AHEAD=0``, and for a
-    failed compilation (the caller's thread compiles and raises).  A fork waits for the queue
-    (the child must not inherit the compiler lock held)."""
+    ahead while the fit goes on: :meth:`ready` is True when the call's code is compiled (in
+    this process or on disk), else False with the compilation queued.
+
+    A helper that a process can find by name (a module-level function of ``gpusvm`` with a
+    disk cache) is compiled by a second Python process into numba's disk cache, then loaded
+    here on the next :meth:`ready`: numba compiles one function at a time in a process (its
+    compiler lock), so only another process compiles beside the fit's own compilation (two
+    cores: both at once), and nothing there touches this process's warning handler, so the
+    fit returns without waiting for it.  Any other helper, and one that process failed to
+    cache, is compiled by a thread of this process (serialised with the fitting thread's
+    compilations: asked for once the loop is compiled), which the fit waits for
+    (:meth:`wait_here`).  Jobs for a later, larger fit (``later``: what it runs on threads)
+    come after the fit's own; that fit :meth:`settle`\ s on them.  The process runs at a lower
+    priority (the fit's own threads first) and ends with its queue.  Always True with
+    ``GPUSVM_COMPILE_AHEAD=0``, and for a failed
+    compilation (the caller's thread compiles and raises).  A fork waits for this process's
+    queue (the child must not inherit the compiler lock held)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._queue: list = []
+        self._queue: list = []                  # compiled by a thread of this process
+        self._remote: list = []                 # by the compiling process
         self._asked: set = set()
         self._failed: set = set()
         self._thread: threading.Thread | None = None
         self._running = False
+        self._rthread: threading.Thread | None = None
+        self._rrunning = False
+        self._compiler = _Compiler()
+        self._pending: dict = {}                # key -> dispatcher, the process's jobs
+        self._done = threading.Condition(self._lock)
+        #: compile in another process where a helper can be found by name
+        self.processes = bool(sys.executable)
 
-    def ready(self, dispatcher, args) -> bool:
-        """Whether ``dispatcher(*args)`` runs compiled code now (class docstring)."""
+    def ready(self, dispatcher, args, early=False, later=False) -> bool:
+        """Whether ``dispatcher(*args)`` runs compiled code now (class docstring); ``early``:
+        asked before the fit's own compilation, queued only for the compiling process;
+        ``later``: for another fit (a larger one), compiled after this fit's helpers."""
         if not compile_ahead_setting():
             return True
         try:
@@ -177,15 +284,32 @@ class CompileAhead:
                 return True
         except Exception:             # noqa: BLE001  another numba: compile where called
             return True
+        named = _by_name(dispatcher) if self.processes else None
         with self._lock:
-            if key not in self._asked:
+            if key not in self._asked and (named is not None or not early):
                 self._asked.add(key)
-                self._queue.append((dispatcher, sig, key))
-            if self._queue and not self._running:
-                self._running = True
-                self._thread = threading.Thread(target=self._work, name="gpusvm-compile")
-                self._thread.start()
+                if named is not None:
+                    job = (dispatcher, sig, key, named, later)
+                    at = len(self._remote) if later else next(
+                        (i for i, j in enumerate(self._remote) if j[4]), len(self._remote))
+                    self._remote.insert(at, job)
+                    self._pending[key] = dispatcher
+                else:
+                    self._queue.append((dispatcher, sig, key))
+            if self._remote and not self._rrunning:
+                self._rrunning = True
+                self._rthread = threading.Thread(target=self._work_remote, daemon=True,
+                                                 name="gpusvm-compile-process")
+                self._rthread.start()
+            self._start()
         return False
+
+    def _start(self) -> None:
+        """Start this process's compiling thread when there is work (the lock held)."""
+        if self._queue and not self._running:
+            self._running = True
+            self._thread = threading.Thread(target=self._work, name="gpusvm-compile")
+            self._thread.start()
 
     def _work(self) -> None:
         while True:
@@ -199,8 +323,53 @@ class CompileAhead:
             except Exception:         # noqa: BLE001  raised again where the caller compiles
                 self._failed.add(key)
 
-    def wait(self) -> None:
-        """Block until every queued compilation has ended."""
+    def _work_remote(self) -> None:
+        while True:
+            with self._lock:
+                if not self._remote:
+                    self._rrunning = False
+                    self._compiler.close()
+                    return
+                dispatcher, sig, key, (module, name), _ = self._remote.pop(0)
+            ok = self._compiler.compile(module, name, sig)
+            try:
+                cached = bool(ok) and in_disk_cache(dispatcher, sig)
+            except Exception:         # noqa: BLE001
+                cached = False
+            with self._lock:
+                if not cached:        # no process, or no cache to leave it in: here
+                    self._queue.append((dispatcher, sig, key))
+                    self._start()
+                self._pending.pop(key, None)
+                self._done.notify_all()
+
+    def settle(self, dispatchers, seconds: float = 300.0) -> None:
+        """Block while the compiling process has a job for one of ``dispatchers`` (a fit about
+        to call them loads that job's code rather than compiling it a second time), for
+        ``seconds`` at most (then the caller compiles)."""
+        import time  # noqa: PLC0415
+
+        ids = {id(d) for d in dispatchers}
+        end = time.monotonic() + seconds
+        with self._lock:
+            while any(id(d) in ids for d in self._pending.values()):
+                left = end - time.monotonic()
+                if left <= 0:
+                    return
+                self._done.wait(left)
+
+    def forget_process(self) -> None:
+        """In a forked child: the parent's compiling process and its jobs are not this
+        process's (the thread that talks to it was not copied); they are asked for anew."""
+        self._lock = threading.Lock()
+        self._done = threading.Condition(self._lock)
+        self._remote, self._pending, self._asked = [], {}, set()
+        self._rrunning, self._rthread = False, None
+        self._compiler = _Compiler()
+
+    def wait_here(self) -> None:
+        """Block until every compilation queued for this process's thread has ended (a
+        compiling process's jobs go on: they leave this process's state alone)."""
         while True:
             with self._lock:
                 thread = self._thread if self._running else None
@@ -208,7 +377,17 @@ class CompileAhead:
                 return
             thread.join()
 
+    def wait(self) -> None:
+        """Block until every queued compilation has ended, the compiling process's too."""
+        while True:
+            with self._lock:
+                rthread = self._rthread if self._rrunning else None
+            if rthread is None:
+                break
+            rthread.join()
+        self.wait_here()
+
 
 AHEAD = CompileAhead()
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(before=AHEAD.wait)
+    os.register_at_fork(before=AHEAD.wait_here, after_in_child=AHEAD.forget_process)

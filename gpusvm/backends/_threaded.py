@@ -17,7 +17,39 @@ _EMPTY_ROWS = np.empty(0, dtype=np.int64)
 
 def _kernels():
     from . import _threads_nb  # noqa: PLC0415  (compiled when a fit first runs on threads)
+    from ._compile_nb import AHEAD  # noqa: PLC0415
+    AHEAD.settle((_threads_nb.mm_block, _threads_nb.rmm_block, _threads_nb.add_parts,
+                  _threads_nb.gather_rows))              # asked ahead by a smaller fit
     return _threads_nb
+
+
+def ask_ahead(X, gather: bool = False) -> None:
+    """Have the passes :class:`ThreadedCSR` runs on ``X`` (``gather``: and on its gathered
+    float64 rows) compiled ahead into numba's disk cache by the compiling process
+    (:class:`gpusvm.backends._compile_nb.CompileAhead`), on a host where fits may run on
+    threads: a fit of more nonzeros later loads them rather than compiling at its size."""
+    from .._threads import usable_cores  # noqa: PLC0415
+    if usable_cores() < 2:
+        return
+    from . import _threads_nb as nb  # noqa: PLC0415
+    from ._compile_nb import AHEAD  # noqa: PLC0415
+
+    def ask(dispatcher, args):
+        AHEAD.ready(dispatcher, args, early=True, later=True)
+
+    i64 = np.zeros(1, dtype=np.int64)
+    B, parts = np.zeros((1, 1)), np.zeros((1, 1, 1))
+    ptr, ind = np.zeros(2, dtype=X.indptr.dtype), np.zeros(1, dtype=X.indices.dtype)
+    pairs = [(ptr, np.zeros(1, dtype=X.data.dtype))]
+    if gather:                          # the gathered rows: float64, pointers of the indices'
+        pairs.append((np.zeros(2, dtype=X.indices.dtype), np.zeros(1)))
+        ask(nb.gather_rows, (ptr, ind, pairs[0][1], i64, pairs[1][0], ind.copy(),
+                             pairs[1][1], 0, 1))
+    for p, data in pairs:
+        ask(nb.mm_block, (p, ind, data, i64, B, B.copy(), 0, 1))
+        for square in (False, True) if gather else (False,):
+            ask(nb.rmm_block, (p, ind, data, i64, B, B.copy(), 0, 1, square))
+    ask(nb.add_parts, (parts, B, 0, 1))
 
 
 class ThreadedCSR:
@@ -115,4 +147,4 @@ class ThreadedCSR:
         return out
 
 
-__all__ = ["ThreadedCSR"]
+__all__ = ["ThreadedCSR", "ask_ahead"]

@@ -220,6 +220,9 @@ class NumbaBackend(NumpyBackend):
         sam = (*full[:3], None, None, *full[5:8], None) if by_epoch else full
         if loop not in self._nb_loops:
             self._nb_loops.add(loop)
+            if by_epoch:              # the helpers to a compiling process, before the loop
+                self._nb_ask_orders(sampler, full, t)
+            self._nb_ask_ahead(early=True)
             _ready_loop(loop, (csr_, lab, st, sam, t, t1, prm, wrk), seconds or COMPILE_SECONDS)
         while t < t1:
             end = t1
@@ -232,23 +235,38 @@ class NumbaBackend(NumpyBackend):
             loop(csr_, lab, st, sam, t, end, prm, wrk)
             t = end
 
-    def _nb_ask_ahead(self) -> None:
-        """Ask once for the certificates' products ahead (not ``X w`` of one output: not NumPy's)."""
-        self._nb_asked = True
+    def _nb_ask_orders(self, sampler, full, t: int) -> None:
+        """Ask early (:meth:`CompileAhead.ready`) for the function that makes the epochs' or
+        drawn batches' rows: a compiling process has it while this one compiles the loop."""
+        smp, rk, ecache, order, table = full[0], full[4], full[5], full[7], full[8]
+        row = order[0] if order.shape[0] else np.zeros(0, dtype=np.int32)
+        if sampler.code == 2:
+            AHEAD.ready(epoch_order, (sampler.n, smp[3], smp[4], smp[5], 0, rk, ecache, table,
+                                      row), early=True)
+        else:
+            AHEAD.ready(drawn_rows, (smp[0], sampler.n, sampler.k, smp[3], smp[4], smp[5], t, t,
+                                     0, rk, order.reshape(-1)), early=True)
+
+    def _nb_ask_ahead(self, early: bool = False) -> None:
+        """Ask once for the certificates' products ahead (not ``X w`` of one output: not NumPy's);
+        ``early``: before the loop compiles, for a compiling process only (asked again after)."""
+        self._nb_asked = not early
         dual = getattr(self, "alpha", None) is not None          # SDCA's certificates
         if self._nb_one:
-            AHEAD.ready(csr.csr_matvec, self._matvec_args(np.zeros(1), 0.0, np.zeros(1)))
+            AHEAD.ready(csr.csr_matvec, self._matvec_args(np.zeros(1), 0.0, np.zeros(1)),
+                        early=early)
             if dual:
-                AHEAD.ready(csr.csr_rmatvec, self._rmatvec_args(np.zeros(1)))
+                AHEAD.ready(csr.csr_rmatvec, self._rmatvec_args(np.zeros(1)), early=early)
                 AHEAD.ready(csr.segment_point_one, self._segment_args(
                     np.zeros((1, 1)), np.zeros((1, 1)), self.sample_weight, np.zeros(1),
-                    np.zeros(1), np.zeros(1), 1.0, "hinge"))
+                    np.zeros(1), np.zeros(1), 1.0, "hinge"), early=early)
             return
         M = self.n_outputs
         if dual:
-            AHEAD.ready(csr.dual_weights, self._dual_args(1.0, np.zeros((1, M)), np.zeros(M)))
+            AHEAD.ready(csr.dual_weights, self._dual_args(1.0, np.zeros((1, M)), np.zeros(M)),
+                        early=early)
         AHEAD.ready(csr.csr_matmat, self._matmat_args(np.zeros((1, M)), np.zeros(M),
-                                                      np.zeros((1, M))))
+                                                      np.zeros((1, M))), early=early)
 
     def _nb_flags(self, sampler):
         """``(one, row, by_epoch, weighted)`` of this fit's segments."""
@@ -443,11 +461,12 @@ class CompilationNotice(UserWarning):
 
 _announced: set = set()
 
-#: what the notice says a cold first fit waits for compilation: the CPU seconds of the fitting
-#: thread's compilations in ``benchmarks/bench_compile.py`` (its "compile CPU s", an empty
-#: numba cache, a 2-core host): one row a batch (every estimator's default, any sampling) and
-#: Pegasos' binary batches of several rows, of any sampling (``gpusvm demo``) ...
-COMPILE_SECONDS = "1-3 s"
+#: what the notice says a cold first fit waits for compilation, in wall time: ``wait s`` of
+#: ``benchmarks/bench_compile.py --cpus 0,1`` (the first fit less a warm one, an empty numba
+#: cache, an otherwise idle 2-core host; the helpers compile beside the fit in a second
+#: process): one row a batch (every estimator's default, any sampling) and Pegasos' binary
+#: batches of several rows, of any sampling (``gpusvm demo``) ...
+COMPILE_SECONDS = "2-3 s"
 #: ... and the other loops of batches of several rows (SDCA's, Pegasos' with several outputs
 #: or with ``bias="optimal"``)
 BATCH_COMPILE_SECONDS = "3-5 s"
@@ -469,7 +488,7 @@ def _ready_loop(dispatcher, args, seconds=COMPILE_SECONDS) -> None:
 def call_compiled(dispatcher, dtype, *args, what: str = "the CPU loops of this solver",
                   seconds: str = COMPILE_SECONDS, stacklevel: int = 6, group=None):
     """``dispatcher(*args)``, first announced (once per function or ``group``, ``dtype`` and
-    process) when it will compile: ``what``, in about ``seconds`` of CPU time; the notice is
+    process) when it will compile: ``what``, about ``seconds`` of wall time; the notice is
     attributed to the frame ``stacklevel`` above :func:`warnings.warn`."""
     _announce_compilation((id(dispatcher) if group is None else group, str(dtype)), dispatcher,
                           args, dtype, what, seconds, stacklevel)
@@ -489,12 +508,11 @@ def _announce_compilation(key, dispatcher, args, dtype, what="the CPU loops of t
             return True
     except Exception:                 # noqa: BLE001  another numba: say nothing rather than guess
         return True
-    warnings.warn(f"gpusvm: compiling {what} for {dtype} data, once: this first fit waits about "
-                  f"{seconds} of CPU time for the compiler (the fitting thread's compile time "
-                  "with an empty numba cache on a 2-core host, as benchmarks/bench_compile.py "
-                  "measures it; longer in wall time when other work shares the cores), not "
-                  "counting the fit itself; numba caches the code on disk for later runs",
-                  CompilationNotice, stacklevel=stacklevel)
+    warnings.warn(f"gpusvm: compiling {what} for {dtype} data, once: this first fit takes "
+                  f"about {seconds} longer than the next ones (wall time, an empty numba cache "
+                  "on an otherwise idle 2-core host, as benchmarks/bench_compile.py measures "
+                  "it; longer when other work shares the cores); numba caches the code on disk "
+                  "for later runs", CompilationNotice, stacklevel=stacklevel)
     return True
 
 

@@ -85,6 +85,35 @@ def start_sigma(k: int) -> tuple[float, float]:
     return cold, float(min(k, max(cold, SIGMA_SHARE * k)))
 
 
+def ask_ahead(backend) -> None:
+    """Have the block loop :class:`BlockSDCA` runs on ``backend``'s arrays (a one-output
+    numba SDCA fit on one thread, its dual initialised) compiled ahead into numba's disk
+    cache by the compiling process (:class:`gpusvm.backends._compile_nb.CompileAhead`), on a
+    host where fits may run on threads: a fit of more nonzeros loads it rather than
+    compiling at its size (3 s).  The arguments have the types :meth:`BlockSDCA.segment`
+    passes; their sizes do not matter."""
+    from .._threads import usable_cores  # noqa: PLC0415
+    if usable_cores() < 2:
+        return
+    from ..backends import _sdca_threads_nb as nb  # noqa: PLC0415
+    from ..backends._compile_nb import AHEAD  # noqa: PLC0415
+
+    def ask(dispatcher, args):
+        AHEAD.ready(dispatcher, args, early=True, later=True)
+
+    indptr, indices, data, yf, sw, af, inv_q, row_sq, active = backend.sdca_block_arrays()
+    dt = backend.V.dtype
+    i64, f64 = np.zeros(1, dtype=np.int64), np.zeros(1)
+    bits = np.zeros(1, dtype=np.uint8)
+    ask(nb.column_counts, (indices, 1))
+    ask(nb.hot_row_sq, (indptr, indices, data, bits, f64))
+    ask(nb.sdca_block, (
+        0, 2, indptr, indices, data, yf, sw, af, inv_q, row_sq, np.zeros(1, dtype=np.int32),
+        np.zeros(1, dtype=np.int32), np.uint64(0), i64, np.zeros((1, 1), dtype=dt), np.zeros((1, 1), dtype=dt),
+        np.zeros((1, 2, 1)), i64.copy(), bits, f64, 1, i64.copy(), np.zeros(8), active,
+        np.zeros(4), False, False, False))
+
+
 class BlockSDCA:
     """The segments of a one-output, one-row-batch SDCA fit on ``pool``'s threads.
 
@@ -106,7 +135,10 @@ class BlockSDCA:
     """
 
     def __init__(self, backend, pool, lam, plan, sampling, seed):
-        from ..backends._sdca_threads_nb import column_counts  # noqa: PLC0415  (threads only)
+        from ..backends import _sdca_threads_nb as nb  # noqa: PLC0415  (threads only)
+        from ..backends._compile_nb import AHEAD  # noqa: PLC0415
+        AHEAD.settle((nb.column_counts, nb.sdca_block, nb.hot_row_sq))   # asked by ask_ahead
+        column_counts = nb.column_counts
 
         if sampling != "epoch":
             raise ValueError(f"threaded SDCA samples by epoch, got sampling={sampling!r}")
@@ -226,5 +258,6 @@ class BlockSDCA:
         self.shr[:] = (np.inf, -np.inf, -np.inf, np.inf)
 
 
-__all__ = ["BlockSDCA", "ROW_RUN", "ROUND_NNZ", "ROUND_EPOCHS", "HOT_COLUMNS", "FULL_EVERY_D",
+__all__ = ["BlockSDCA", "ROW_RUN", "ask_ahead", "ROUND_NNZ", "ROUND_EPOCHS", "HOT_COLUMNS",
+           "FULL_EVERY_D",
            "SIGMA_PER_THREAD", "SIGMA_SHARE", "start_sigma"]

@@ -57,9 +57,9 @@ DIRECT_MAX_FEATURES = 128
 #: the line search sorts only the breakpoints of a bracket of the minimiser, bisected on
 #: ``phi'`` until it holds at most this many (sorting them all dominated a step on w8a)
 LINE_SEARCH_EVENTS = 1024
-#: what the compilation notice says the CPU passes cost once: the fitting thread's compile CPU
-#: time in ``benchmarks/bench_compile.py`` (1.4-1.5 s on its binary Newton paths, more where
-#: the passes compile for several outputs)
+#: what the compilation notice says the CPU passes cost once, in wall time: ``wait s`` of
+#: ``benchmarks/bench_compile.py --cpus 0,1`` (the fitting thread compiles 1.4-1.9 s of CPU on
+#: its Newton paths, more where the passes compile for several outputs)
 NEWTON_COMPILE_SECONDS = "1-3 s"
 
 
@@ -534,6 +534,9 @@ def newton(backend, *, lam: float, tol: float = 1e-3, max_iter: int = DEFAULT_MA
     if n_jobs > 1 and products is None and xp is np and sp.issparse(backend.X) and \
             backend.X.nnz >= _threads.THREAD_MIN_NNZ and not _dense_copy(backend.X) and _numba():
         threads = fit_threads(n_jobs, backend.X.nnz, "numba")
+    elif products is None and xp is np and sp.issparse(backend.X) and _numba():
+        from ..backends._threaded import ask_ahead  # noqa: PLC0415
+        ask_ahead(backend.X, gather=True)   # what a fit at size runs, cached meanwhile
     if threads > 1:             # closed at the end (an exception leaves it to the collector)
         pool = BlockPool(threads)
         prod = _ThreadedProducts(sp.csr_matrix(backend.X), pool)

@@ -52,6 +52,7 @@ from ._common import (LOSSES, SolverResult, check_output_scale, default_eval_eve
                       segment_length)
 from ._sampling import SAMPLING_MODES, CounterSampler, first_occurrences  # noqa: F401
 from ._threaded import BlockSDCA
+from ._threaded import ask_ahead as ask_block_ahead
 
 VARIANTS = ("naive", "safe", "aggressive")
 
@@ -468,6 +469,11 @@ def sdca(backend, *, lam: float, b: int, max_iter: int, variant: str = "aggressi
         if b == 1 and backend.n_outputs == 1 and sampling == "epoch" \
         and hasattr(backend, "use_threads") else 1
     pool = blocks = None
+    if threads == 1 and b == 1 and backend.n_outputs == 1 and sampling == "epoch" and \
+            backend.name == "numba":
+        from ..backends._threaded import ask_ahead  # noqa: PLC0415
+        ask_ahead(backend.X)        # the products and block loop of a fit at size, cached
+        ask_block_ahead(backend)
     if threads > 1:             # closed at the end (an exception leaves it to the collector)
         pool = BlockPool(threads)
         backend.use_threads(pool)
