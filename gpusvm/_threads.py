@@ -35,6 +35,16 @@ SDCA_MIN_NNZ_PER_FEATURE = 16
 SDCA_MAX_THREADS = 2
 
 
+def affinity_cores() -> int:
+    """The cores this process may run on (its CPU affinity where the OS has one), without
+    probing the loaded thread pools: the cheap test a small fit may make (whether fits at
+    size could run on threads, so that their loops are worth compiling ahead)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:                         # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
 def usable_cores() -> int:
     """The cores this process may run on (its CPU affinity where the OS has one), at most the
     thread limit of a loaded OpenMP runtime (``threadpoolctl.threadpool_limits``,
@@ -167,5 +177,5 @@ class BlockPool:
         self.close()
 
 
-__all__ = ["THREAD_MIN_NNZ", "SDCA_THREAD_MIN_NNZ", "SDCA_MAX_THREADS", "usable_cores",
+__all__ = ["THREAD_MIN_NNZ", "SDCA_THREAD_MIN_NNZ", "SDCA_MAX_THREADS", "affinity_cores", "usable_cores",
            "resolve_n_jobs", "fit_n_jobs", "fit_threads", "sdca_threads", "nnz_blocks", "BlockPool"]

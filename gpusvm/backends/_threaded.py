@@ -28,8 +28,8 @@ def ask_ahead(X, gather: bool = False) -> None:
     float64 rows) compiled ahead into numba's disk cache by the compiling process
     (:class:`gpusvm.backends._compile_nb.CompileAhead`), on a host where fits may run on
     threads: a fit of more nonzeros later loads them rather than compiling at its size."""
-    from .._threads import usable_cores  # noqa: PLC0415
-    if usable_cores() < 2:
+    from .._threads import affinity_cores  # noqa: PLC0415
+    if affinity_cores() < 2:
         return
     from . import _threads_nb as nb  # noqa: PLC0415
     from ._compile_nb import AHEAD  # noqa: PLC0415

@@ -92,8 +92,8 @@ def ask_ahead(backend) -> None:
     host where fits may run on threads: a fit of more nonzeros loads it rather than
     compiling at its size (3 s).  The arguments have the types :meth:`BlockSDCA.segment`
     passes; their sizes do not matter."""
-    from .._threads import usable_cores  # noqa: PLC0415
-    if usable_cores() < 2:
+    from .._threads import affinity_cores  # noqa: PLC0415
+    if affinity_cores() < 2:
         return
     from ..backends import _sdca_threads_nb as nb  # noqa: PLC0415
     from ..backends._compile_nb import AHEAD  # noqa: PLC0415
