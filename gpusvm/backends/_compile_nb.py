@@ -248,7 +248,7 @@ class CompileAhead:
     cache, is compiled by a thread of this process (serialised with the fitting thread's
     compilations: asked for once the loop is compiled), which the fit waits for
     (:meth:`wait_here`).  Jobs for a later, larger fit (``later``: what it runs on threads)
-    come after the fit's own; that fit :meth:`settle`\ s on them.  The process runs at a lower
+    come after the fit's own; that fit waits for them (:meth:`settle`).  The process runs at a lower
     priority (the fit's own threads first) and ends with its queue.  Always True with
     ``GPUSVM_COMPILE_AHEAD=0``, and for a failed
     compilation (the caller's thread compiles and raises).  A fork waits for this process's
