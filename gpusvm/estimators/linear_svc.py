@@ -82,7 +82,9 @@ class LinearSVC(_LinearSVCBase):
         Seed of the order in which the dual solver visits the rows.
     max_iter : int, default=1000
         The most epochs of the dual solver, or Newton iterations of the primal one
-        (per output of one-vs-rest).
+        (per output of one-vs-rest).  On a GPU an epoch of the cap is ``n beta_b / b``
+        iterations of the batch ``b`` (:func:`~gpusvm.solvers.policy.epoch_iterations`),
+        and ``n_iter_`` counts passes over the rows, which may exceed it.
     backend, device
         As in :class:`~gpusvm.SDCASVC`.
     n_jobs : int or None, default=None

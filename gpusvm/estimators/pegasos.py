@@ -39,10 +39,13 @@ class PegasosSVC(_LinearSVCBase):
     batch_size : int or "auto", default="auto"
         Mini-batch size ``k`` from 1 to ``n`` (``n``: the deterministic subgradient
         method).  ``"auto"``: on a CPU ``n`` for ``fit`` on at most 64 rows, else 1;
-        ``min(n, 4096)`` on a GPU (docs/estimators.md, "Defaults").
+        on a GPU the batch that minimises the predicted device time
+        (:func:`gpusvm.solvers.policy.device_batch`; docs/estimators.md, "Defaults").
     max_iter : int or None, default=None
         Number of iterations ``T``; None means up to 64 epochs with the doubling average,
-        else ten epochs (a full batch: 4096 iterations, 640 without the doubling average).
+        else ten epochs (a full batch: 4096 iterations, 640 without the doubling average);
+        on a GPU an epoch is ``n beta_k / k`` iterations
+        (:func:`gpusvm.solvers.policy.epoch_iterations`).
     sampling : {"without_replacement", "with_replacement", "epoch"}, default="epoch"
         Each ``A_t`` a uniform k-subset (Takáč et al. 2013), k i.i.d. indices (Pegasos
         Sec. 2.3), or a slice of a per-epoch permutation (fewer epochs).

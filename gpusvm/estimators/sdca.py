@@ -70,8 +70,9 @@ class SDCASVC(_LinearSVCBase):
         Start the next ``fit`` (same rows and classes) from this fit's ``alpha_`` and
         ``coef_`` (SDCA: a certified fit certifies again at once) or ``coef_`` (Newton).
     batch_size : int or "auto", default="auto"
-        Mini-batch size ``b`` from 1 (plain SDCA) to ``n``; ``"auto"``: 1 on a CPU,
-        ``min(n, 4096)`` on a GPU.
+        Mini-batch size ``b`` from 1 (plain SDCA) to ``n``; ``"auto"``: 1 on a CPU, on a
+        GPU the batch that minimises the predicted device time
+        (:func:`gpusvm.solvers.policy.device_batch`, from ``sigma^2`` and ``lam``).
     variant : {"auto", "naive", "safe", "aggressive"}, default="auto"
         Step parameter ``beta`` of eq. (15): 1 (naive, Sec. 4.1; may oscillate for large
         ``b``), ``beta_b`` of eq. (11) (safe, Theorem 2), or adapted in ``[1, beta_b]``
@@ -83,10 +84,13 @@ class SDCASVC(_LinearSVCBase):
         Stop when the duality gap, a certified bound on ``P(w) - P(w*)``, is ``<= tol``.
     sigma2 : float or None, default=None
         ``sigma^2 = ||X_hat||^2 / n`` of the row-normalised training matrix (bias column
-        included); None computes it by Lanczos when the safe or aggressive step needs it.
+        included); None computes it by Lanczos when the safe or aggressive step, or a GPU's
+        default batch or cap, needs it.
     max_iter : int or None, default=None
         Iteration cap; None means 100 epochs, ``ceil(100 n / b)``, enough for the
-        aggressive variant (the safe one at IMDB, ``b = 1024``, needed 277).
+        aggressive variant (the safe one at IMDB, ``b = 1024``, needed 277); on a GPU
+        ``ceil(100 n beta_b / b)``, the progress of 100 single-row epochs
+        (:func:`gpusvm.solvers.policy.epoch_iterations`).
     sampling : {"without_replacement", "with_replacement", "epoch"}, default="epoch"
         Each batch a uniform b-subset (Rand(b) of the paper), b i.i.d. indices, or a
         slice of a per-epoch permutation (fewer epochs).  A repeated row steps once.

@@ -11,7 +11,9 @@ from typing import NamedTuple
 
 #: the CPU backends (one core: every row costs the same whatever the batch)
 CPU_BACKENDS = ("numpy", "numba")
-#: ``batch_size="auto"`` on a device backend (an iteration costs about as much as for 1 row)
+#: ``batch_size="auto"`` on a device backend when the data are not known (the estimators
+#: choose from them, :func:`device_batch`; the C search, :class:`~gpusvm.SDCASVCCV`, and
+#: ``partial_fit`` keep this)
 DEVICE_AUTO_BATCH = 4096
 #: the smallest batch for ``bias="optimal"``: the optimal bias of a batch puts a margin at
 #: exactly 1, so a batch of one row never moves ``w``, and on a9a batches of 2 and 4 stay at
