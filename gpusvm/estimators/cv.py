@@ -468,7 +468,7 @@ stop_reason_, history_
             return
         levels = max(1, min(len(Cs), budget // per_level, self._levels_per_pass()))
         backend = resolve_backend_name(self.backend)
-        b, variant, max_iter, _ = sdca_settings(backend, n, self.batch_size, self.variant,
+        b, variant, max_iter, *_ = sdca_settings(backend, n, self.batch_size, self.variant,
                                                 self.max_iter, False)
         prev = None                               # own-unit alpha of the last level (n, lanes)
         for c0 in range(0, len(Cs), levels):

@@ -7,7 +7,6 @@ the result in LinearSVC's attributes.  No mathematics here.
 
 from __future__ import annotations
 
-import functools
 import math
 import warnings
 from numbers import Integral, Real
@@ -21,8 +20,7 @@ from sklearn.utils.validation import validate_data
 from .. import _arrays
 from ..backends import BACKENDS, resolve_backend_name
 from .._arrays import check_sparse_structure
-from ..solvers.policy import (batch_size, choose_cv_solver, choose_solver, sdca_hands_over,
-                              working_dtype)
+from ..solvers.policy import batch_size, choose_cv_solver, choose_solver, working_dtype
 from ._base import _LinearSVCBase, _mean_sq_norm
 from .cv import SDCASVCCV, _OnePassSearch
 from .sdca import SDCASVC
@@ -84,7 +82,9 @@ class LinearSVC(_LinearSVCBase):
         Seed of the order in which the dual solver visits the rows.
     max_iter : int, default=1000
         The most epochs of the dual solver, or Newton iterations of the primal one
-        (per output of one-vs-rest).
+        (per output of one-vs-rest).  On a GPU an epoch of the cap is ``n beta_b / b``
+        iterations of the batch ``b`` (:func:`~gpusvm.solvers.policy.epoch_iterations`),
+        and ``n_iter_`` counts passes over the rows, which may exceed it.
     backend, device
         As in :class:`~gpusvm.SDCASVC`.
     n_jobs : int or None, default=None
@@ -207,18 +207,17 @@ class LinearSVC(_LinearSVCBase):
         X, y, device = self._check_input(X, y)
         inner = self._inner(X, y)
         switch = self.dual == "auto" and inner.solver == "sdca" and self.loss == "squared_hinge"
-        max_iter = inner.max_iter
-        if switch:                  # SDCA first, Newton from its point if it is slow
-            inner.set_params(max_iter=min(max_iter, SWITCH_EPOCHS * max_iter // self._max_epochs()))
-            if max_iter > inner.max_iter:
-                inner._handover = functools.partial(
-                    sdca_hands_over, iterations_per_epoch=max_iter / self._max_epochs(),
-                    tol=float(self.tol))
+        epochs = self._max_epochs()
+        if inner.solver == "sdca":  # the cap in epochs, resolved with the batch (policy)
+            inner._epochs = min(epochs, SWITCH_EPOCHS) if switch else epochs
+        if switch and epochs > SWITCH_EPOCHS:   # SDCA first, Newton from its point if slow
+            inner._handover_tol = float(self.tol)
         caught = self._fit_quietly(inner, X, y, sample_weight)
         sdca_epochs = None
         if switch and (inner.stop_reason_ == "handover" or (
-                inner.stop_reason_ == "max_iter" and max_iter > inner.max_iter)):
+                inner.stop_reason_ == "max_iter" and epochs > SWITCH_EPOCHS)):
             sdca_epochs = _epochs(inner.n_iter_, inner.batch_size_, inner._n_rows)
+            inner._epochs = inner._handover_tol = None
             inner.set_params(solver="newton", warm_start=True, max_iter=max(self.max_iter, 1))
             caught = self._fit_quietly(inner, X, y, sample_weight)
         for w in caught:
@@ -273,8 +272,8 @@ class LinearSVC(_LinearSVCBase):
             solver = choose_solver(n, d, float(self.C), sq, n_classes, self.loss, "auto")
         else:
             solver = choose_solver(n, d, float(self.C), 0.0, 2, self.loss, self.dual)
-        backend = resolve_backend_name(self.backend)
-        max_iter = self._iterations(n, backend) if solver == "sdca" else self._max_epochs()
+        # SDCA's cap: ``fit`` sets it in epochs (``_epochs``), resolved with the batch
+        max_iter = None if solver == "sdca" else self._max_epochs()
         return SDCASVC(
             C=float(self.C), loss=self.loss, solver=solver, class_weight=self.class_weight,
             multi_class="ovr", tol=float(self.tol), max_iter=max_iter,

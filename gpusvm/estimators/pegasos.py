@@ -11,11 +11,12 @@ from sklearn.base import _fit_context
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils._param_validation import Interval, StrOptions
 
+from .. import spectral
 from .._arrays import warn_if_rows_unscaled
 from ..backends import make_backend, resolve_backend_name
 from ..backends.base import SCHEDULES
 from ..solvers.pegasos import AVERAGING, pegasos
-from ..solvers.policy import MIN_OPTIMAL_BIAS_BATCH, pegasos_settings
+from ..solvers.policy import CPU_BACKENDS, MIN_OPTIMAL_BIAS_BATCH, pegasos_settings
 from ._base import _LinearSVCBase, _progress_bar, warn_short_tail
 
 
@@ -38,10 +39,13 @@ class PegasosSVC(_LinearSVCBase):
     batch_size : int or "auto", default="auto"
         Mini-batch size ``k`` from 1 to ``n`` (``n``: the deterministic subgradient
         method).  ``"auto"``: on a CPU ``n`` for ``fit`` on at most 64 rows, else 1;
-        ``min(n, 4096)`` on a GPU (docs/estimators.md, "Defaults").
+        on a GPU the batch that minimises the predicted device time
+        (:func:`gpusvm.solvers.policy.device_batch`; docs/estimators.md, "Defaults").
     max_iter : int or None, default=None
         Number of iterations ``T``; None means up to 64 epochs with the doubling average,
-        else ten epochs (a full batch: 4096 iterations, 640 without the doubling average).
+        else ten epochs (a full batch: 4096 iterations, 640 without the doubling average);
+        on a GPU an epoch is ``n beta_k / k`` iterations
+        (:func:`gpusvm.solvers.policy.epoch_iterations`).
     sampling : {"without_replacement", "with_replacement", "epoch"}, default="epoch"
         Each ``A_t`` a uniform k-subset (Takáč et al. 2013), k i.i.d. indices (Pegasos
         Sec. 2.3), or a slice of a per-epoch permutation (fewer epochs).
@@ -339,8 +343,13 @@ class PegasosSVC(_LinearSVCBase):
         n = Xs.shape[0]
         backend = resolve_backend_name(self.backend)
         stream = self._averaging is not None                 # partial_fit
+        data = {}
+        if backend not in CPU_BACKENDS and not stream and (
+                self.batch_size == "auto" or self.max_iter is None):   # the device's batch, cap
+            data = {"lam": float(lam), "sigma2": spectral.sigma_squared(Xs, normalize=True),
+                    "mean_row_nnz": Xs.nnz / max(n, 1)}
         k, averaging, max_iter = pegasos_settings(backend, n, self.batch_size, self.averaging,
-                                                  self.max_iter, self.bias, stream)
+                                                  self.max_iter, self.bias, stream, **data)
         w0, b0, t_start = None, 0.0, 0
         if isinstance(init, list):               # M outputs in one native call
             points = [self._initial_point(coef, b, Xs.shape[1], lam, clip=t > 0)

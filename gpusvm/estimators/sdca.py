@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 from numbers import Real
@@ -11,12 +12,13 @@ from sklearn.base import _fit_context
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils._param_validation import Interval, StrOptions
 
+from .. import spectral
 from .._arrays import warn_if_rows_unscaled
 from .._threads import fit_n_jobs
 from ..backends import make_backend, resolve_backend_name
 from ..solvers.newton import DEFAULT_MAX_ITER as DEFAULT_NEWTON_ITER
 from ..solvers.newton import newton
-from ..solvers.policy import sdca_settings
+from ..solvers.policy import CPU_BACKENDS, sdca_hands_over, sdca_settings
 from ..solvers.sdca import VARIANTS, sdca
 from ._base import _LinearSVCBase, _progress_bar
 
@@ -68,8 +70,9 @@ class SDCASVC(_LinearSVCBase):
         Start the next ``fit`` (same rows and classes) from this fit's ``alpha_`` and
         ``coef_`` (SDCA: a certified fit certifies again at once) or ``coef_`` (Newton).
     batch_size : int or "auto", default="auto"
-        Mini-batch size ``b`` from 1 (plain SDCA) to ``n``; ``"auto"``: 1 on a CPU,
-        ``min(n, 4096)`` on a GPU.
+        Mini-batch size ``b`` from 1 (plain SDCA) to ``n``; ``"auto"``: 1 on a CPU, on a
+        GPU the batch that minimises the predicted device time
+        (:func:`gpusvm.solvers.policy.device_batch`, from ``sigma^2`` and ``lam``).
     variant : {"auto", "naive", "safe", "aggressive"}, default="auto"
         Step parameter ``beta`` of eq. (15): 1 (naive, Sec. 4.1; may oscillate for large
         ``b``), ``beta_b`` of eq. (11) (safe, Theorem 2), or adapted in ``[1, beta_b]``
@@ -81,10 +84,13 @@ class SDCASVC(_LinearSVCBase):
         Stop when the duality gap, a certified bound on ``P(w) - P(w*)``, is ``<= tol``.
     sigma2 : float or None, default=None
         ``sigma^2 = ||X_hat||^2 / n`` of the row-normalised training matrix (bias column
-        included); None computes it by Lanczos when the safe or aggressive step needs it.
+        included); None computes it by Lanczos when the safe or aggressive step, or a GPU's
+        default batch or cap, needs it.
     max_iter : int or None, default=None
         Iteration cap; None means 100 epochs, ``ceil(100 n / b)``, enough for the
-        aggressive variant (the safe one at IMDB, ``b = 1024``, needed 277).
+        aggressive variant (the safe one at IMDB, ``b = 1024``, needed 277); on a GPU
+        ``ceil(100 n beta_b / b)``, the progress of 100 single-row epochs
+        (:func:`gpusvm.solvers.policy.epoch_iterations`).
     sampling : {"without_replacement", "with_replacement", "epoch"}, default="epoch"
         Each batch a uniform b-subset (Rand(b) of the paper), b i.i.d. indices, or a
         slice of a per-epoch permutation (fewer epochs).  A repeated row steps once.
@@ -211,9 +217,11 @@ class SDCASVC(_LinearSVCBase):
         "sigma2": [Interval(Real, 0, 1, closed="right"), None],
     }
 
-    #: ``handover(history) -> bool`` for :func:`~gpusvm.solvers.sdca.sdca` (None: never);
-    #: :class:`~gpusvm.estimators.linear_svc.LinearSVC` sets it on the SDCASVC it runs
-    _handover = None
+    #: :class:`~gpusvm.estimators.linear_svc.LinearSVC` sets these on the SDCASVC it runs:
+    #: the cap in epochs (replacing ``max_iter``; :func:`~gpusvm.solvers.policy.sdca_settings`),
+    #: and the ``tol`` of :func:`~gpusvm.solvers.policy.sdca_hands_over` (None: never hand over)
+    _epochs = None
+    _handover_tol = None
 
     def __init__(self, *, lam=None, C=None, loss="hinge", solver="sdca", class_weight=None,
                  multi_class="ovr", warm_start=False, batch_size="auto", variant="auto", theta=0.5, tol=1e-3,
@@ -366,8 +374,17 @@ class SDCASVC(_LinearSVCBase):
         """One mini-batch SDCA run on the rows ``Xs`` (one output, or M natively)."""
         n = Xs.shape[0]
         backend = resolve_backend_name(self.backend)
-        b, variant, max_iter, shrinking = sdca_settings(backend, n, self.batch_size, self.variant,
-                                                        self.max_iter, self.shrinking)
+        sigma2 = self.sigma2
+        if sigma2 is None and backend not in CPU_BACKENDS and (     # the device's batch or cap
+                self.batch_size == "auto" or self.max_iter is None or self._epochs is not None):
+            sigma2 = spectral.sigma_squared(Xs, normalize=True)
+        b, variant, max_iter, shrinking, epoch = sdca_settings(
+            backend, n, self.batch_size, self.variant, self.max_iter, self.shrinking,
+            lam=float(lam), sigma2=sigma2, mean_row_nnz=Xs.nnz / max(n, 1), epochs=self._epochs)
+        handover = None
+        if self._handover_tol is not None:
+            handover = functools.partial(sdca_hands_over, iterations_per_epoch=epoch,
+                                         tol=self._handover_tol)
         extra = {}
         be = make_backend(backend, Xs, y, sample_weight=s, device=self.device)
         if self.loss != "hinge":
@@ -385,10 +402,10 @@ class SDCASVC(_LinearSVCBase):
         progress, close = _progress_bar(self.verbose, max_iter, gap=True)
         try:
             res = sdca(be, lam=float(lam), b=b, max_iter=max_iter, variant=variant,
-                       theta=float(self.theta), sigma2=self.sigma2, tol=float(self.tol),
+                       theta=float(self.theta), sigma2=sigma2, tol=float(self.tol),
                        sampling=self.sampling, seed=self._seed(), eval_every=self.eval_every,
                        max_time=self.max_time, callback=self.callback, progress=progress,
-                       shrinking=shrinking, handover=self._handover,
+                       shrinking=shrinking, handover=handover,
                        n_jobs=fit_n_jobs(getattr(self, "n_jobs", None), Xs.nnz), **extra)
         finally:
             close()

@@ -7,10 +7,13 @@ rule is in BENCHMARKS.md.
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 #: the CPU backends (one core: every row costs the same whatever the batch)
 CPU_BACKENDS = ("numpy", "numba")
-#: ``batch_size="auto"`` on a device backend (an iteration costs about as much as for 1 row)
+#: ``batch_size="auto"`` on a device backend when the data are not known (the estimators
+#: choose from them, :func:`device_batch`; the C search, :class:`~gpusvm.SDCASVCCV`, and
+#: ``partial_fit`` keep this)
 DEVICE_AUTO_BATCH = 4096
 #: the smallest batch for ``bias="optimal"``: the optimal bias of a batch puts a margin at
 #: exactly 1, so a batch of one row never moves ``w``, and on a9a batches of 2 and 4 stay at
@@ -47,11 +50,77 @@ def working_dtype(tol: float) -> str:
 
 def batch_size(backend: str, n: int, batch_size) -> int:
     """The batch a fit runs with: ``"auto"`` is 1 on a CPU backend (the fewest epochs win) and
-    ``min(n, DEVICE_AUTO_BATCH)`` on a device; never more than ``n``."""
+    ``min(n, DEVICE_AUTO_BATCH)`` on a device when the data are not known (the estimators
+    choose it from the data, :func:`device_batch`); never more than ``n``."""
     k = batch_size
     if k == "auto":
         k = 1 if backend in CPU_BACKENDS else min(n, DEVICE_AUTO_BATCH)
     return int(min(k, n))
+
+
+def _model_sigma2(n: int, sigma2: float) -> float:
+    """``sigma^2`` in the range :func:`gpusvm.spectral.beta_b` accepts (all-zero rows give 0)."""
+    return min(max(float(sigma2), 1.0 / n), 1.0)
+
+
+def device_batch(n: int, batch_size, lam: float, sigma2: float, mean_row_nnz: float,
+                 solver: str = "sdca") -> tuple[int, float]:
+    """The batch of a fit on a device backend and its ``beta_b``: ``batch_size="auto"`` is the
+    batch that minimises the predicted device time (:func:`device_batch_size`).
+
+    A batch of ``n`` overlapping rows buys only ``n / beta_n = 1 / sigma^2`` coordinate steps
+    (a9a: about 2 an epoch), so a fixed batch (the whole set of a few thousand rows) stalls;
+    the model weighs those iterations against the cost of each on the device.
+
+    Parameters
+    ----------
+    n : int
+        Rows.
+    batch_size : int or "auto"
+    lam : float
+        Regularisation ``lam > 0``.
+    sigma2 : float
+        ``sigma^2`` of the row-normalised training rows (:func:`gpusvm.spectral.sigma_squared`).
+    mean_row_nnz : float
+        Nonzeros per row.
+    solver : {"sdca", "pegasos"}, default="sdca"
+
+    Returns
+    -------
+    (int, float)
+        The batch, in ``[1, n]``, and its ``beta_b`` (eq. 11).
+    """
+    from .. import spectral  # noqa: PLC0415  (policy stays importable without numpy work)
+    s2 = _model_sigma2(n, sigma2)
+    if batch_size == "auto":
+        b = device_batch_size(n, lam, s2, mean_row_nnz, solver)
+    else:
+        b = int(min(batch_size, n))
+    return b, spectral.beta_b(b, n, s2)
+
+
+def epoch_iterations(backend: str, n: int, b: int, beta: float = 1.0) -> float:
+    """The iterations of one epoch of a default cap (``max_iter`` counted in epochs).
+
+    ``n / b`` on a CPU backend; ``n beta_b / b`` on a device: Takáč et al.'s bound (Theorems
+    1-2) takes ``beta_b / b`` times the iterations of ``b = 1`` at any batch, so a device's
+    cap allows the progress of as many single-row epochs, whatever the batch (at ``b = n``
+    on rows alike, ``n sigma^2`` iterations an epoch, not one).
+
+    Parameters
+    ----------
+    backend : str
+        The backend's name.
+    n, b : int
+        Rows and batch size.
+    beta : float, default=1.0
+        ``beta_b`` of the batch (:func:`device_batch`); not used on a CPU.
+
+    Returns
+    -------
+    float
+    """
+    return n / b * (1.0 if backend in CPU_BACKENDS else max(float(beta), 1.0))
 
 
 #: the device's seconds per iteration, ``t(b) = t0 + b * mean_row_nnz * per_nnz``: ``t0`` of
@@ -111,10 +180,11 @@ def device_batch_size(n: int, lam: float, sigma2: float, mean_row_nnz: float,
 
     Notes
     -----
-    Not yet the default of ``batch_size="auto"`` (still :data:`DEVICE_AUTO_BATCH`):
-    ``beta_b`` is the safe step's worst case, and the aggressive variant the device runs
-    measured far below it (imdb, ``b = 256``: 1.3 against 31), so the choice waits for the
-    batch-size study on a GPU to calibrate the iterations' side of the model.
+    ``beta_b`` is the safe step's worst case; the aggressive variant the device runs measured
+    below it (imdb, ``b = 256``: 1.3 against 31).  On a9a (4,000 rows, ``C = 0.1`` and 1) the
+    iterations that SDCA needed to a gap of 1e-4 were flat from ``b = 64`` to ``n``, as the
+    model's are past ``b ~ 1/sigma^2``, and rose below it; the default of
+    ``batch_size="auto"`` on a device (:func:`device_batch`).
 
     Returns
     -------
@@ -129,13 +199,16 @@ def device_batch_size(n: int, lam: float, sigma2: float, mean_row_nnz: float,
         b, n, lam, sigma2, mean_row_nnz, solver, **cost))
 
 
-def default_max_iter(n: int, b: int, epochs: int = SDCA_EPOCHS) -> int:
-    """``ceil(epochs n / b)``: the default iteration cap."""
-    return int(math.ceil(epochs * n / b))
+def default_max_iter(n: int, b: int, epochs: int = SDCA_EPOCHS, backend: str = "numpy",
+                     beta: float = 1.0) -> int:
+    """``ceil(epochs n / b)``: the default iteration cap; on a device ``ceil(epochs n beta_b / b)``
+    (:func:`epoch_iterations`)."""
+    return int(math.ceil(epochs * epoch_iterations(backend, n, b, beta)))
 
 
 def pegasos_settings(backend: str, n: int, k, averaging: str, max_iter, bias: str,
-                     stream: bool = False):
+                     stream: bool = False, *, lam: float | None = None,
+                     sigma2: float | None = None, mean_row_nnz: float | None = None):
     """Pegasos' ``(k, averaging, max_iter)`` for a fit of ``n`` rows on ``backend`` (a name).
 
     ``averaging="auto"``: ``"doubling"`` without ``max_iter`` (stopped by ``tol``),
@@ -143,10 +216,16 @@ def pegasos_settings(backend: str, n: int, k, averaging: str, max_iter, bias: st
     ``max_iter=None``: :data:`MAX_EPOCHS_DOUBLING` epochs with the doubling average, 10 with
     the others, one for a chunk (:data:`FULL_BATCH_ROWS` iterations an epoch for a full
     batch).  ``bias="optimal"`` with ``k="auto"`` takes at least
-    :data:`MIN_OPTIMAL_BIAS_BATCH` rows.
+    :data:`MIN_OPTIMAL_BIAS_BATCH` rows.  On a device, with ``lam``, ``sigma2`` and
+    ``mean_row_nnz`` given (a whole problem, not a stream's chunk), ``k="auto"`` is
+    :func:`device_batch`'s and an epoch of the cap :func:`epoch_iterations`' ``n beta_k / k``.
     """
     auto = k == "auto"
-    k = batch_size(backend, n, k)
+    beta = 1.0
+    if backend not in CPU_BACKENDS and not stream and sigma2 is not None:
+        k, beta = device_batch(n, k, lam, sigma2, mean_row_nnz, "pegasos")
+    else:
+        k = batch_size(backend, n, k)
     full = auto and not stream and backend in CPU_BACKENDS and n <= FULL_BATCH_ROWS
     if full:
         k = n
@@ -156,23 +235,53 @@ def pegasos_settings(backend: str, n: int, k, averaging: str, max_iter, bias: st
         averaging = "none" if stream else ("doubling" if max_iter is None else "tail")
     if max_iter is None:
         epochs = 1 if stream else (MAX_EPOCHS_DOUBLING if averaging == "doubling" else 10)
-        max_iter = epochs * FULL_BATCH_ROWS if full else math.ceil(epochs * n / k)
+        max_iter = epochs * FULL_BATCH_ROWS if full else default_max_iter(n, k, epochs, backend,
+                                                                           beta)
     return k, averaging, int(max_iter)
 
 
-def sdca_settings(backend: str, n: int, b, variant: str, max_iter, shrinking: bool):
-    """SDCA's ``(b, variant, max_iter, shrinking)`` for a fit of ``n`` rows.
+class SDCASettings(NamedTuple):
+    """What :func:`sdca_settings` resolves."""
+
+    #: the batch size
+    b: int
+    #: the step variant
+    variant: str
+    #: the iteration cap
+    max_iter: int
+    #: LIBLINEAR's shrinking
+    shrinking: bool
+    #: iterations of one epoch of the cap (:func:`epoch_iterations`)
+    epoch: float
+
+
+def sdca_settings(backend: str, n: int, b, variant: str, max_iter, shrinking: bool, *,
+                  lam: float | None = None, sigma2: float | None = None,
+                  mean_row_nnz: float | None = None, epochs: int | None = None) -> SDCASettings:
+    """SDCA's settings for a fit of ``n`` rows (:class:`SDCASettings`).
 
     ``variant="auto"``: ``"safe"`` at ``b = 1`` (every variant takes the same step there,
     the aggressive test only adds work), ``"aggressive"`` above; ``max_iter=None``:
-    :data:`SDCA_EPOCHS` epochs; shrinking on the CPU backends only.
+    ``epochs`` (default :data:`SDCA_EPOCHS`) epochs; shrinking on the CPU backends only.
+    On a device with ``lam``, ``sigma2`` and ``mean_row_nnz`` given, ``b="auto"`` is
+    :func:`device_batch`'s choice and an epoch of the cap :func:`epoch_iterations`'
+    ``n beta_b / b`` iterations (without them ``min(n, DEVICE_AUTO_BATCH)`` and ``n / b``).
+    ``epochs`` replaces ``max_iter`` (``gpusvm.LinearSVC`` counts its cap in epochs).
     """
-    b = batch_size(backend, n, b)
+    beta = 1.0
+    if backend not in CPU_BACKENDS and sigma2 is not None:
+        b, beta = device_batch(n, b, lam, sigma2, mean_row_nnz, "sdca")
+    else:
+        b = batch_size(backend, n, b)
     if variant == "auto":
         variant = "safe" if b == 1 else "aggressive"
-    if max_iter is None:
-        max_iter = default_max_iter(n, b)
-    return b, variant, int(max_iter), bool(shrinking) and backend in CPU_BACKENDS
+    epoch = n / b * beta
+    if epochs is not None:
+        max_iter = max(int(math.ceil(epochs * epoch)), 1)
+    elif max_iter is None:
+        max_iter = int(math.ceil(SDCA_EPOCHS * epoch))
+    return SDCASettings(b, variant, int(max_iter), bool(shrinking) and backend in CPU_BACKENDS,
+                        epoch)
 
 
 def choose_solver(n_samples: int, n_features: int, C: float, mean_sq_norm: float,
