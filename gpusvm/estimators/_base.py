@@ -19,6 +19,7 @@ from sklearn.utils.multiclass import _ovr_decision_function, type_of_target
 from sklearn.utils.validation import _check_sample_weight, check_is_fitted, validate_data
 
 from .. import _arrays
+from .._threads import check_n_jobs
 from .._arrays import INT32_MAX, as_dtype, check_sparse_structure, warn_if_rows_unscaled
 from ..backends import BACKENDS, numba_available, resolve_backend_name, wait_for_compiles
 from ..model_io import check_restored
@@ -361,6 +362,7 @@ class _LinearSVCBase(ClassifierMixin, BaseEstimator):
         ``classes`` (``partial_fit``) replaces those of ``y``; ``reset=False`` checks
         ``n_features_in_`` instead of setting it.
         """
+        check_n_jobs(getattr(self, "n_jobs", None))
         Xc, y = self._prepare(X, y, reset=reset)
         name = type(self).__name__
         if classes is None:

@@ -352,7 +352,7 @@ class SDCASVCCV(_OnePassSearch, SDCASVC):
         ``intercept_`` are the mean of the folds' models at ``C_``.
     n_jobs : int or None, default=None
         Threads the (problem, fold) lanes are split across (None, -1: every core this
-        process may run on); a GPU backend runs one.
+        process may run on; a positive int at most those cores); a GPU backend runs one.
     solver : {"auto", "sdca", "newton"}, default="auto"
         SDCA passes, or (squared hinge) primal Newton on the folds of one ``C`` as one
         block (:func:`~gpusvm.solvers.newton.newton_block`), warm-started along ``C``.

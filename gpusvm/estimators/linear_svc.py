@@ -88,7 +88,8 @@ class LinearSVC(_LinearSVCBase):
     backend, device
         As in :class:`~gpusvm.SDCASVC`.
     n_jobs : int or None, default=None
-        Threads of the fit (None or -1: every usable core), as in :class:`~gpusvm.SDCASVC`:
+        Threads of the fit (None or -1: every usable core; a positive int at most the
+        usable cores), as in :class:`~gpusvm.SDCASVC`:
         large sparse fits by Newton on the compiled CPU backend use them, and a fit with
         the same ``random_state`` and ``n_jobs`` is the same bit for bit.
 

@@ -117,7 +117,8 @@ class SDCASVC(_LinearSVCBase):
     n_jobs : int or None, default=None
         Threads of one fit, scikit-learn's convention: None or -1 every core this process
         may use (its CPU affinity, at most a ``threadpoolctl`` limit of OpenMP), ``-k``
-        all but ``k - 1``, a positive int that many.  Used on the compiled CPU backend
+        all but ``k - 1``, a positive int that many but at most the usable cores (more
+        threads than cores only wait for each other).  Used on the compiled CPU backend
         (``"numba"``) by Newton fits of at least :data:`gpusvm._threads.THREAD_MIN_NNZ`
         nonzeros, whose sparse products run on ``n_jobs`` row blocks, and by SDCA fits of
         one output with ``batch_size=1`` and ``sampling="epoch"`` (the defaults on a CPU)
