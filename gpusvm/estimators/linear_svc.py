@@ -210,10 +210,11 @@ class LinearSVC(_LinearSVCBase):
         switch = self.dual == "auto" and inner.solver == "sdca" and self.loss == "squared_hinge"
         max_iter = inner.max_iter
         if switch:                  # SDCA first, Newton from its point if it is slow
-            inner.set_params(max_iter=min(max_iter, SWITCH_EPOCHS * max_iter // self._max_epochs()))
+            inner.set_params(max_iter=min(max_iter, SWITCH_EPOCHS * max_iter
+                                          // max(self._max_epochs(), 1)))
             if max_iter > inner.max_iter:
                 inner._handover = functools.partial(
-                    sdca_hands_over, iterations_per_epoch=max_iter / self._max_epochs(),
+                    sdca_hands_over, iterations_per_epoch=max_iter / max(self._max_epochs(), 1),
                     tol=float(self.tol))
         caught = self._fit_quietly(inner, X, y, sample_weight)
         sdca_epochs = None
@@ -257,7 +258,8 @@ class LinearSVC(_LinearSVCBase):
         return caught
 
     def _max_epochs(self):
-        return max(int(self.max_iter), 1)
+        """``max_iter``; 0 runs no iteration (zeros, certified, as scikit-learn's)."""
+        return int(self.max_iter)
 
     def _iterations(self, n, backend):
         """``max_iter`` epochs in SDCA iterations on ``n`` rows (batches of the default size)."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from numbers import Real
+from numbers import Integral, Real
 
 import numpy as np
 from sklearn.base import _fit_context
@@ -18,7 +18,7 @@ from ..solvers.newton import DEFAULT_MAX_ITER as DEFAULT_NEWTON_ITER
 from ..solvers.newton import newton
 from ..solvers.policy import sdca_settings
 from ..solvers.sdca import VARIANTS, sdca
-from ._base import _LinearSVCBase, _progress_bar
+from ._base import MAX_ITER, _LinearSVCBase, _progress_bar
 
 #: the solvers of SDCASVC: mini-batch SDCA on the dual, primal Newton for the squared hinge
 SOLVERS = ("sdca", "newton")
@@ -84,7 +84,8 @@ class SDCASVC(_LinearSVCBase):
         included); None computes it by Lanczos when the safe or aggressive step needs it.
     max_iter : int or None, default=None
         Iteration cap; None means 100 epochs, ``ceil(100 n / b)``, enough for the
-        aggressive variant (the safe one at IMDB, ``b = 1024``, needed 277).
+        aggressive variant (the safe one at IMDB, ``b = 1024``, needed 277).  0 runs no
+        iteration: the model is the starting point (zeros, or the warm start), certified.
     sampling : {"without_replacement", "with_replacement", "epoch"}, default="epoch"
         Each batch a uniform b-subset (Rand(b) of the paper), b i.i.d. indices, or a
         slice of a per-epoch permutation (fewer epochs).  A repeated row steps once.
@@ -210,6 +211,8 @@ class SDCASVC(_LinearSVCBase):
         "tol": [Interval(Real, 0, None, closed="left")],
         "shrinking": ["boolean"],
         "sigma2": [Interval(Real, 0, 1, closed="right"), None],
+        # 0: the starting point, certified (scikit-learn's LinearSVC(max_iter=0) returns zeros)
+        "max_iter": [Interval(Integral, 0, MAX_ITER, closed="both"), None],
     }
 
     #: ``handover(history) -> bool`` for :func:`~gpusvm.solvers.sdca.sdca` (None: never);

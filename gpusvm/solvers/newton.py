@@ -492,7 +492,7 @@ def newton(backend, *, lam: float, tol: float = 1e-3, max_iter: int = DEFAULT_MA
     tol : float or array of shape (M,), default=1e-3
         Stop when the duality gap ``P_2(w) - D_2(alpha(w))`` is ``<= tol`` (per output).
     max_iter, cg_max_iter : int, default=100, 250
-        Newton iterations, and CG iterations of one step.
+        Newton iterations (0: ``w0`` certified, no step), and CG iterations of one step.
     y, sample_weight : arrays of shape (n,) or (n, M), optional
         Labels in {-1, +1} (M columns: M problems on the same rows, one after the other,
         sharing the products) and row weights ``s_i >= 0`` (None: all 1; one column: shared).
@@ -525,8 +525,8 @@ def newton(backend, *, lam: float, tol: float = 1e-3, max_iter: int = DEFAULT_MA
     """
     if not lam > 0:
         raise ValueError(f"lam must be > 0, got {lam!r}")
-    if not (isinstance(max_iter, (int, np.integer)) and max_iter >= 1):
-        raise ValueError(f"max_iter must be a positive integer, got {max_iter!r}")
+    if not (isinstance(max_iter, (int, np.integer)) and max_iter >= 0):
+        raise ValueError(f"max_iter must be a non-negative integer, got {max_iter!r}")
     xp = getattr(backend, "xp", np)
     if xp is not np and products is None:
         _newton_device.check_memory(backend)
