@@ -39,3 +39,32 @@ def test_max_iter_zero_returns_sklearns_zeros_and_warns(three_classes, dual, los
     if est.solver_ == "sdca":       # alpha = 0: the gap is P(0) = C n, relative 1
         assert np.array_equal(est.duality_gap_, np.ones(3))
     assert np.all((0 < est.duality_gap_) & (est.duality_gap_ <= 1))
+
+
+def test_huge_sample_weights_fit_as_the_same_large_c():
+    """Constant weights ``k`` are ``C * k``: the fit at sample_weight = 1e200 (Newton's CG
+    residuals and line-search curvatures overflowed or cancelled to 0: ZeroDivisionError)
+    is the fit at C = 1e100 with weights 1e100, and finite; so is one at sample_weight = 1e30
+    (CG steps: 150 columns)."""
+    X, y = make_classification(n_samples=300, n_features=150, random_state=0)
+    weighted, _ = _fit(LinearSVC(dual=False), X, y, sample_weight=np.full(300, 1e200))
+    large_c, _ = _fit(LinearSVC(dual=False, C=1e100), X, y, sample_weight=np.full(300, 1e100))
+    assert np.all(np.isfinite(weighted.coef_)) and np.all(np.isfinite(weighted.intercept_))
+    np.testing.assert_allclose(weighted.coef_, large_c.coef_, rtol=0,
+                               atol=1e-5 * np.abs(large_c.coef_).max())    # lam rounded apart
+    assert weighted.score(X, y) == large_c.score(X, y) == 1.0
+    est, _ = _fit(LinearSVC(dual=False, max_iter=30), X, y, sample_weight=np.full(300, 1e30))
+    assert np.all(np.isfinite(est.coef_)) and est.score(X, y) == 1.0
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("C", [1e-30, 1e-10, 1e10, 1e30])
+def test_every_c_sklearn_fits_is_fitted(dtype, C):
+    """C = 1e30 on float32 data was refused (the step 1/lam overflows float32): it fits in
+    float64 as liblinear does, as separable data's sklearn fit, and so does every C."""
+    X, y = make_classification(n_samples=200, random_state=0, class_sep=3.0, flip_y=0)
+    X = X.astype(dtype)
+    ref = SkLinearSVC(C=C, max_iter=200).fit(X, y)
+    est, _ = _fit(LinearSVC(C=C, max_iter=200), X, y)
+    assert np.all(np.isfinite(est.coef_)) and np.all(np.isfinite(est.intercept_))
+    assert est.score(X, y) >= ref.score(X, y) - 0.01

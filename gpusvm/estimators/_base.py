@@ -64,6 +64,17 @@ def _mean_sq_norm(X, intercept: float) -> float:
     return total / max(X.shape[0], 1) + intercept * intercept
 
 
+def _max_sq_row_norm(X) -> float:
+    """:func:`_max_squared_row_norm` of a dense array or any sparse matrix (float64)."""
+    if sp.issparse(X):
+        return _max_squared_row_norm(sp.csr_matrix(X))
+    X = np.asarray(X)
+    if X.size == 0:
+        return 0.0
+    with np.errstate(over="ignore", invalid="ignore"):
+        return float(np.einsum("ij,ij->i", X, X, dtype=np.float64).max())
+
+
 def _max_squared_row_norm(X) -> float:
     """Largest ``||x_i||^2`` of a CSR matrix, in float64 (inf when it overflows).
 
@@ -301,24 +312,31 @@ class _LinearSVCBase(ClassifierMixin, BaseEstimator):
         return Xc, y
 
     def _check_lam(self, lam: float) -> None:
-        """Refuse a ``lam`` the data type cannot carry.
+        """Refuse a ``lam`` the data type cannot carry (:meth:`_lam_refusal`)."""
+        reason = self._lam_refusal(lam)
+        if reason is not None:
+            raise ValueError(reason)
+
+    def _lam_refusal(self, lam: float, dtype=None, max_sq=None):
+        """Why the data type cannot carry ``lam`` (one line), or None when it can.
 
         Too small: the steps ``1/lam`` overflow.  Too large: the weights, about
         ``max ||x_i|| / lam`` (every margin is below 1, ``w = (1/(lam n)) sum_i s_i y_i
         x_i``), have squares below the smallest normal number and the solvers compute
         with zeros (PegasosSVC at ``C=1e-300`` in float32 lost to the majority class).
+        ``dtype`` and ``max_sq`` (the largest squared row norm) default to the fit's.
         """
-        dtype = as_dtype(self.dtype)
-        max_sq = getattr(self, "_max_sq", 1.0)
+        dtype = as_dtype(self.dtype if dtype is None else dtype)
+        if max_sq is None:
+            max_sq = getattr(self, "_max_sq", 1.0)
         given = f"lam={lam!r}" if getattr(self, "C", None) is None else \
             f"C={self.C!r} (lam = 1/(C n) = {lam:.3g})"
         step = math.sqrt(max(max_sq, 1.0)) / lam
         if not step * step < np.finfo(dtype).max:
             smallest = math.sqrt(max(max_sq, 1.0) / np.finfo(dtype).max)
-            raise ValueError(
-                f"{given} is too small for dtype={dtype.name}: a step of size 1/lam on "
-                f"rows of norm up to {math.sqrt(max_sq):.3g} overflows; use lam >= "
-                f"{smallest:.1e}")
+            return (f"{given} is too small for dtype={dtype.name}: a step of size 1/lam on "
+                    f"rows of norm up to {math.sqrt(max_sq):.3g} overflows; use lam >= "
+                    f"{smallest:.1e}")
         bias_sq = float(self.intercept_scaling) ** 2 if self.bias == "augmented" else 0.0
         norm = math.sqrt(max_sq + bias_sq)
         smallest = math.sqrt(float(np.finfo(dtype).tiny))    # the least weight whose square
@@ -327,10 +345,11 @@ class _LinearSVCBase(ClassifierMixin, BaseEstimator):
             fix = (f"C >= {self.C * lam / largest:.1e}" if getattr(self, "C", None) is not None
                    else f"lam <= {largest:.1e}")
             other = "" if dtype == np.float64 else " or dtype='float64'"
-            raise ValueError(
-                f"{given} is too large a regularisation for dtype={dtype.name}: the weights, of "
-                f"size about max ||x_i|| / lam = {norm / lam:.3g}, have squares below the "
-                f"smallest normal {dtype.name} (weights below {smallest:.3g}); use {fix}{other}")
+            return (f"{given} is too large a regularisation for dtype={dtype.name}: the "
+                    f"weights, of size about max ||x_i|| / lam = {norm / lam:.3g}, have squares "
+                    f"below the smallest normal {dtype.name} (weights below {smallest:.3g}); "
+                    f"use {fix}{other}")
+        return None
 
     def _seed(self):
         return seed_of(self.random_state)

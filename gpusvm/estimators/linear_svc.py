@@ -23,7 +23,7 @@ from ..backends import BACKENDS, resolve_backend_name
 from .._arrays import check_sparse_structure
 from ..solvers.policy import (batch_size, choose_cv_solver, choose_solver, sdca_hands_over,
                               working_dtype)
-from ._base import _LinearSVCBase, _mean_sq_norm
+from ._base import _LinearSVCBase, _max_sq_row_norm, _mean_sq_norm
 from .cv import SDCASVCCV, _OnePassSearch
 from .sdca import SDCASVC
 
@@ -278,13 +278,27 @@ class LinearSVC(_LinearSVCBase):
             solver = choose_solver(n, d, float(self.C), 0.0, 2, self.loss, self.dual)
         backend = resolve_backend_name(self.backend)
         max_iter = self._iterations(n, backend) if solver == "sdca" else self._max_epochs()
-        return SDCASVC(
+        inner = SDCASVC(
             C=float(self.C), loss=self.loss, solver=solver, class_weight=self.class_weight,
             multi_class="ovr", tol=float(self.tol), max_iter=max_iter,
             bias="augmented" if self.fit_intercept else "none",
             intercept_scaling=float(self.intercept_scaling), backend=self.backend,
             dtype=working_dtype(float(self.tol)), random_state=self.random_state,
             verbose=self.verbose, device=self.device, n_jobs=getattr(self, "n_jobs", None))
+        inner.set_params(dtype=self._carrying_dtype(inner, X, float(self.C)))
+        return inner
+
+    @staticmethod
+    def _carrying_dtype(inner, X, C):
+        """``inner``'s dtype, or float64 where float32 cannot carry ``lam = 1/(C n)`` (a step
+        ``1/lam`` that overflows, weights whose squares underflow), as liblinear fits any
+        ``C`` in double precision: ``C=1e30`` on float32 data fits rather than fails."""
+        if inner.dtype == "float64" or _arrays.is_device(X):
+            return inner.dtype
+        n = max(X.shape[0], 1)
+        if inner._lam_refusal(1.0 / (C * n), "float32", _max_sq_row_norm(X)) is None:
+            return inner.dtype
+        return "float64"
 
     def _copy_fit(self, inner, device):
         names = ("coef_", "intercept_", "classes_", "duality_gap_", "backend_", "solver_",
