@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import warnings
 
 import numpy as np
@@ -10,7 +11,7 @@ from sklearn.datasets import make_classification
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.svm import LinearSVC as SkLinearSVC
 
-from gpusvm import LinearSVC
+from gpusvm import SDCASVC, LinearSVC, LinearSVCCV
 
 
 @pytest.fixture(scope="module")
@@ -68,3 +69,27 @@ def test_every_c_sklearn_fits_is_fitted(dtype, C):
     est, _ = _fit(LinearSVC(C=C, max_iter=200), X, y)
     assert np.all(np.isfinite(est.coef_)) and np.all(np.isfinite(est.intercept_))
     assert est.score(X, y) >= ref.score(X, y) - 0.01
+
+
+@pytest.mark.parametrize("dual", [False, True])
+def test_huge_intercept_scaling_fits_finite_or_says_the_limit(dual):
+    """intercept_scaling = 1e40 overflowed float32's constant column (NaN coefficients from
+    a "fitted" model); 1e300 raised a raw OverflowError; LinearSVCCV named a C of its grid."""
+    X, y = make_classification(n_samples=200, random_state=0)
+    est, _ = _fit(LinearSVC(intercept_scaling=1e40, dual=dual, max_iter=100), X, y)
+    assert np.all(np.isfinite(est.coef_)) and np.all(np.isfinite(est.intercept_))
+    ref = SkLinearSVC(intercept_scaling=1e40, dual=dual, max_iter=100).fit(X, y)
+    assert est.score(X, y) >= ref.score(X, y)
+    message = ("intercept_scaling=1e+300 is too large for float64: the constant column's "
+               "products overflow; use intercept_scaling < 1.16e+77 (already at 1e3 the "
+               "intercept is all but unregularised)")
+    for cls in (LinearSVC, LinearSVCCV):
+        with pytest.raises(ValueError, match="^" + re.escape(message) + "$"):
+            cls(intercept_scaling=1e300, dual=dual).fit(X, y)
+    with pytest.raises(ValueError, match=re.escape("is too large for float32: the constant "
+                                                   "column's products overflow; use "
+                                                   "intercept_scaling < 4.29e+09 (or "
+                                                   "dtype='float64')")):
+        SDCASVC(intercept_scaling=1e40).fit(X, y)
+    search, _ = _fit(LinearSVCCV(intercept_scaling=1e40, dual=dual, Cs=2, cv=2, max_iter=50), X, y)
+    assert np.all(np.isfinite(search.coef_))

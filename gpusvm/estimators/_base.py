@@ -64,6 +64,21 @@ def _mean_sq_norm(X, intercept: float) -> float:
     return total / max(X.shape[0], 1) + intercept * intercept
 
 
+def intercept_scaling_refusal(intercept_scaling, dtype):
+    """Why ``dtype`` cannot carry the constant column ``intercept_scaling`` (one line), or
+    None when it can: below the fourth root of the largest ``dtype``, the column's square (a
+    term of every row's squared norm) times a curvature or a weight's square stays finite
+    (float32 cast 1e40 to inf and the fit returned NaN; 1e153 overflowed Newton's Hessian)."""
+    dtype = np.dtype(dtype)
+    limit = float(np.finfo(dtype).max) ** 0.25
+    if float(intercept_scaling) < limit:
+        return None
+    other = " (or dtype='float64')" if dtype != np.float64 else ""
+    return (f"intercept_scaling={intercept_scaling!r} is too large for {dtype.name}: the constant "
+            f"column's products overflow; use intercept_scaling < {limit:.2e}{other} (already "
+            "at 1e3 the intercept is all but unregularised)")
+
+
 def _max_sq_row_norm(X) -> float:
     """:func:`_max_squared_row_norm` of a dense array or any sparse matrix (float64)."""
     if sp.issparse(X):
@@ -308,6 +323,9 @@ class _LinearSVCBase(ClassifierMixin, BaseEstimator):
                 "the rows (gpusvm.datasets.normalize_rows) first")
         self._max_sq = max_sq
         if self.bias == "augmented":
+            reason = intercept_scaling_refusal(self.intercept_scaling, dtype)
+            if reason is not None:
+                raise ValueError(reason)
             Xc = _arrays.append_constant_column(Xc, self.intercept_scaling)
         return Xc, y
 
@@ -411,6 +429,11 @@ class _LinearSVCBase(ClassifierMixin, BaseEstimator):
             first += n_out
             results.append(self._solve(Xs, Y, ss, lam, init))
         W, b, common, per = _join_outputs(results)
+        if not (np.all(np.isfinite(W)) and np.all(np.isfinite(b))):
+            raise ValueError(
+                f"{name} overflowed in dtype={as_dtype(self.dtype).name}: the fit's weights are "
+                "not finite; scale the features, lower C or intercept_scaling, or use "
+                "dtype='float64'")
         self._set_solution(W, b)
         self._problem_rows = [rows for rows, _ in problems]
         self._n_rows = Xc.shape[0]

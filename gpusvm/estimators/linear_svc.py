@@ -23,7 +23,8 @@ from ..backends import BACKENDS, resolve_backend_name
 from .._arrays import check_sparse_structure
 from ..solvers.policy import (batch_size, choose_cv_solver, choose_solver, sdca_hands_over,
                               working_dtype)
-from ._base import _LinearSVCBase, _max_sq_row_norm, _mean_sq_norm
+from ._base import (_LinearSVCBase, _max_sq_row_norm, _mean_sq_norm,
+                    intercept_scaling_refusal)
 from .cv import SDCASVCCV, _OnePassSearch
 from .sdca import SDCASVC
 
@@ -292,8 +293,14 @@ class LinearSVC(_LinearSVCBase):
     def _carrying_dtype(inner, X, C):
         """``inner``'s dtype, or float64 where float32 cannot carry ``lam = 1/(C n)`` (a step
         ``1/lam`` that overflows, weights whose squares underflow), as liblinear fits any
-        ``C`` in double precision: ``C=1e30`` on float32 data fits rather than fails."""
-        if inner.dtype == "float64" or _arrays.is_device(X):
+        ``C`` in double precision: ``C=1e30`` on float32 data fits rather than fails; and
+        where float32 cannot hold ``intercept_scaling`` (:func:`intercept_scaling_refusal`)."""
+        if inner.dtype == "float64":
+            return inner.dtype
+        if inner.bias == "augmented" and \
+                intercept_scaling_refusal(inner.intercept_scaling, np.float32) is not None:
+            return "float64"
+        if _arrays.is_device(X):
             return inner.dtype
         n = max(X.shape[0], 1)
         if inner._lam_refusal(1.0 / (C * n), "float32", _max_sq_row_norm(X)) is None:
@@ -417,14 +424,17 @@ backend_, n_iter_
         resolved = choose_cv_solver(self.loss, n, d + bool(self.fit_intercept), 1, solver)
         max_iter = self._max_epochs() if resolved != "sdca" else \
             self._iterations(n, resolve_backend_name(self.backend))
+        dtype = working_dtype(float(self.tol))
+        if self.fit_intercept and intercept_scaling_refusal(self.intercept_scaling, dtype):
+            dtype = "float64"           # float32 cannot hold it (LinearSVC's _carrying_dtype)
         search = SDCASVCCV(
             Cs=self.Cs, cv=self.cv, scoring=self.scoring, refit=self.refit, n_jobs=self.n_jobs,
             loss=self.loss, solver=solver, class_weight=self.class_weight, multi_class="ovr",
             tol=float(self.tol), max_iter=max_iter,
             bias="augmented" if self.fit_intercept else "none",
             intercept_scaling=float(self.intercept_scaling), backend=self.backend,
-            dtype=working_dtype(float(self.tol)), random_state=self.random_state,
-            verbose=self.verbose, device=self.device)
+            dtype=dtype, random_state=self.random_state, verbose=self.verbose,
+            device=self.device)
         search.fit(X, y, sample_weight=sample_weight)
         names = ["C_", "Cs_", "scores_", "duality_gaps_", "coef_", "intercept_", "classes_",
                  "solver_"] + (["n_features_in_"] if device else [])
