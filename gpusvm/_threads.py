@@ -46,13 +46,14 @@ def affinity_cores() -> int:
 
 
 def usable_cores() -> int:
-    """The cores this process may run on (its CPU affinity where the OS has one), at most the
-    thread limit of a loaded OpenMP runtime (``threadpoolctl.threadpool_limits``,
-    ``OMP_NUM_THREADS``), as scikit-learn's ``n_jobs=None`` on its OpenMP estimators."""
+    """The cores this process may run on (its CPU affinity where the OS has one,
+    ``os.process_cpu_count`` or ``os.cpu_count`` elsewhere), at most the thread limit of a
+    loaded OpenMP runtime (``threadpoolctl.threadpool_limits``, ``OMP_NUM_THREADS``), as
+    scikit-learn's ``n_jobs=None`` on its OpenMP estimators."""
     try:
         cores = len(os.sched_getaffinity(0))
     except AttributeError:                         # not Linux
-        cores = os.cpu_count() or 1
+        cores = getattr(os, "process_cpu_count", os.cpu_count)() or 1
     try:
         for pool in _controller().info():
             if pool.get("user_api") == "openmp" and pool.get("num_threads"):
@@ -68,33 +69,47 @@ def _controller():
     return ThreadpoolController()
 
 
-def resolve_n_jobs(n_jobs) -> int:
-    """Threads for ``n_jobs`` in scikit-learn's convention: None or -1 every usable core
-    (:func:`usable_cores`), ``-k`` all but ``k - 1`` of them, a positive int itself.
+def check_n_jobs(n_jobs) -> None:
+    """Refuse an ``n_jobs`` that means nothing (every estimator's one check of it).
 
     Raises
     ------
     ValueError
-        For ``n_jobs=0`` or a value that is not an integer.
+        For ``n_jobs=0``, a bool, or a value that is neither an integer nor None.
     """
     if n_jobs is None:
-        return usable_cores()
-    if isinstance(n_jobs, bool) or not isinstance(n_jobs, (int, np.integer)):
+        return
+    if isinstance(n_jobs, (bool, np.bool_)) or not isinstance(n_jobs, (int, np.integer)):
         raise ValueError(f"n_jobs must be an int or None, got {n_jobs!r}")
     if n_jobs == 0:
         raise ValueError("n_jobs == 0 has no meaning; use n_jobs=None (all cores), -1 (all "
                          "cores) or a positive number of threads")
+
+
+def resolve_n_jobs(n_jobs) -> int:
+    """Threads for ``n_jobs`` in scikit-learn's convention: None or -1 every usable core
+    (:func:`usable_cores`), ``-k`` all but ``k - 1`` of them, a positive int itself but at
+    most the usable cores (more threads than cores only wait for each other: 1,000 asked
+    for on 2 cores ran 10 times slower).
+
+    Raises
+    ------
+    ValueError
+        For ``n_jobs=0`` or a value that is not an integer (:func:`check_n_jobs`).
+    """
+    check_n_jobs(n_jobs)
+    if n_jobs is None:
+        return usable_cores()
     if n_jobs < 0:
         return max(1, usable_cores() + 1 + int(n_jobs))
-    return int(n_jobs)
+    return min(int(n_jobs), usable_cores()) if n_jobs > 1 else 1
 
 
 def fit_n_jobs(n_jobs, nnz: int) -> int:
     """:func:`resolve_n_jobs` for a fit of ``nnz`` nonzeros: 1 below :data:`THREAD_MIN_NNZ`
     (no fit that small uses threads: the cores are not probed), ``n_jobs`` checked anyway."""
-    if nnz < THREAD_MIN_NNZ and (n_jobs is None or (isinstance(n_jobs, (int, np.integer))
-                                                    and not isinstance(n_jobs, bool)
-                                                    and n_jobs != 0)):
+    check_n_jobs(n_jobs)
+    if nnz < THREAD_MIN_NNZ:
         return 1
     return resolve_n_jobs(n_jobs)
 
@@ -177,5 +192,6 @@ class BlockPool:
         self.close()
 
 
-__all__ = ["THREAD_MIN_NNZ", "SDCA_THREAD_MIN_NNZ", "SDCA_MAX_THREADS", "affinity_cores", "usable_cores",
-           "resolve_n_jobs", "fit_n_jobs", "fit_threads", "sdca_threads", "nnz_blocks", "BlockPool"]
+__all__ = ["THREAD_MIN_NNZ", "SDCA_THREAD_MIN_NNZ", "SDCA_MAX_THREADS", "affinity_cores",
+           "usable_cores", "check_n_jobs", "resolve_n_jobs", "fit_n_jobs", "fit_threads",
+           "sdca_threads", "nnz_blocks", "BlockPool"]

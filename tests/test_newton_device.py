@@ -163,8 +163,10 @@ def test_bad_input_as_on_the_cpu(a9a_rows):
         be = make_backend(name, X, y)
         with pytest.raises(ValueError, match=r"^lam must be > 0, got -1\.0$"):
             newton(be, lam=-1.0)
-        with pytest.raises(ValueError, match=r"^max_iter must be a positive integer, got 0$"):
-            newton(be, lam=1.0, max_iter=0)
+        with pytest.raises(ValueError, match=r"^max_iter must be a non-negative integer, got -1$"):
+            newton(be, lam=1.0, max_iter=-1)
+        zero = newton(be, lam=1.0, max_iter=0)      # w0 = 0 certified, as LinearSVC(max_iter=0)
+        assert zero.n_iter == 0 and zero.stop_reason == "max_iter" and not zero.w.any()
     bad = X.copy()
     bad.data[0] = np.nan
     messages = []

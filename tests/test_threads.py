@@ -34,7 +34,9 @@ def _data(n=1500, d=300, density=0.04, seed=0, dtype=np.float64):
 
 @pytest.fixture
 def small_threshold(monkeypatch):
-    """Threads for every fit of more than 1,000 nonzeros (the test sets are small)."""
+    """Threads for every fit of more than 1,000 nonzeros (the test sets are small), up to 8
+    of them whatever the cores (the blocks' arithmetic does not depend on the cores)."""
+    monkeypatch.setattr(_threads, "usable_cores", lambda: 8)
     monkeypatch.setattr(_threads, "THREAD_MIN_NNZ", 1000)
     monkeypatch.setattr(_threads, "SDCA_THREAD_MIN_NNZ", 1000)
     monkeypatch.setattr(_threads, "SDCA_MIN_NNZ_PER_FEATURE", 0)
@@ -46,7 +48,7 @@ def test_n_jobs_follows_scikit_learns_convention():
     cores = usable_cores()
     assert resolve_n_jobs(None) == cores == resolve_n_jobs(-1)
     assert resolve_n_jobs(-2) == max(1, cores - 1)
-    assert resolve_n_jobs(3) == 3
+    assert resolve_n_jobs(3) == min(3, cores) and resolve_n_jobs(1) == 1
     with pytest.raises(ValueError, match=r"^n_jobs == 0 has no meaning"):
         resolve_n_jobs(0)
     with pytest.raises(ValueError, match=r"^n_jobs must be an int or None, got 1.5"):
@@ -457,3 +459,24 @@ def test_blocks_that_overflow_in_their_first_segment_are_undone(small_threshold,
     assert est.n_threads_ == 4 and est.stop_reason_ == "tol"
     assert calls[0] == 40                          # the first segment's 2 epochs: 20 rounds each
     assert np.all(np.isfinite(hist)) and hist[0, 1] >= 0 and np.all(np.diff(hist[:, 1]) >= 0)
+
+
+@pytest.mark.parametrize("bad", [0, True, False])
+@pytest.mark.parametrize("cls", [PegasosSVC, SDCASVC, LinearSVC])
+def test_every_estimator_refuses_the_same_n_jobs(cls, bad):
+    X, y = _data(n=60, d=5, density=1.0)
+    expected = ("^n_jobs == 0 has no meaning" if bad is 0 else
+                f"^n_jobs must be an int or None, got {bad!r}$")
+    with pytest.raises(ValueError, match=expected):
+        cls(n_jobs=bad).fit(X, y)
+
+
+def test_n_jobs_is_capped_at_the_usable_cores(monkeypatch):
+    monkeypatch.setattr(_threads, "usable_cores", lambda: 3)
+    assert resolve_n_jobs(1000) == 3 == _threads.fit_n_jobs(1000, _threads.THREAD_MIN_NNZ)
+    assert resolve_n_jobs(2) == 2 and resolve_n_jobs(-1) == 3
+    monkeypatch.setattr(_threads, "THREAD_MIN_NNZ", 1000)
+    X, y = _data()
+    est = SDCASVC(loss="squared_hinge", solver="newton", n_jobs=1000, backend="numba",
+                  random_state=0).fit(X, y)
+    assert est.n_threads_ == 3

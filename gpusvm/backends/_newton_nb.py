@@ -122,7 +122,11 @@ def line_searches(Z, Q, S, zcols, scols, wp, pp, c, out):  # pragma: no cover (c
                 aq += sa
                 bq += sb
                 lo = gt
-        out[q] = -aq / bq
+        # phi'' >= lam ||p||^2 on every segment: a smaller bq is the rounding of a sum of
+        # curvatures far larger than lam ||p||^2 (huge C or weights), which the events took
+        # back to 0 or below (a division by zero); p = 0 takes no step
+        bq = max(bq, pp[q])
+        out[q] = -aq / bq if bq > 0.0 else 0.0
 
 
 @njit(cache=True, nogil=True)

@@ -19,6 +19,7 @@ from sklearn.utils.multiclass import _ovr_decision_function, type_of_target
 from sklearn.utils.validation import _check_sample_weight, check_is_fitted, validate_data
 
 from .. import _arrays
+from .._threads import check_n_jobs
 from .._arrays import INT32_MAX, as_dtype, check_sparse_structure, warn_if_rows_unscaled
 from ..backends import BACKENDS, numba_available, resolve_backend_name, wait_for_compiles
 from ..model_io import check_restored
@@ -61,6 +62,32 @@ def _mean_sq_norm(X, intercept: float) -> float:
         # second core for about 0.1 s (w8a: the fit's CPU time doubled); float64 sums too
         total = float(np.einsum("i,i->", data, data, dtype=np.float64)) if data.size else 0.0
     return total / max(X.shape[0], 1) + intercept * intercept
+
+
+def intercept_scaling_refusal(intercept_scaling, dtype):
+    """Why ``dtype`` cannot carry the constant column ``intercept_scaling`` (one line), or
+    None when it can: below the fourth root of the largest ``dtype``, the column's square (a
+    term of every row's squared norm) times a curvature or a weight's square stays finite
+    (float32 cast 1e40 to inf and the fit returned NaN; 1e153 overflowed Newton's Hessian)."""
+    dtype = np.dtype(dtype)
+    limit = float(np.finfo(dtype).max) ** 0.25
+    if float(intercept_scaling) < limit:
+        return None
+    other = " (or dtype='float64')" if dtype != np.float64 else ""
+    return (f"intercept_scaling={intercept_scaling!r} is too large for {dtype.name}: the constant "
+            f"column's products overflow; use intercept_scaling < {limit:.2e}{other} (already "
+            "at 1e3 the intercept is all but unregularised)")
+
+
+def _max_sq_row_norm(X) -> float:
+    """:func:`_max_squared_row_norm` of a dense array or any sparse matrix (float64)."""
+    if sp.issparse(X):
+        return _max_squared_row_norm(sp.csr_matrix(X))
+    X = np.asarray(X)
+    if X.size == 0:
+        return 0.0
+    with np.errstate(over="ignore", invalid="ignore"):
+        return float(np.einsum("ij,ij->i", X, X, dtype=np.float64).max())
 
 
 def _max_squared_row_norm(X) -> float:
@@ -301,28 +328,38 @@ class _LinearSVCBase(ClassifierMixin, BaseEstimator):
                 "the rows (gpusvm.datasets.normalize_rows) first")
         self._max_sq = max_sq
         if self.bias == "augmented":
+            reason = intercept_scaling_refusal(self.intercept_scaling, dtype)
+            if reason is not None:
+                raise ValueError(reason)
             Xc = _arrays.append_constant_column(Xc, self.intercept_scaling)
         return Xc, y
 
     def _check_lam(self, lam: float) -> None:
-        """Refuse a ``lam`` the data type cannot carry.
+        """Refuse a ``lam`` the data type cannot carry (:meth:`_lam_refusal`)."""
+        reason = self._lam_refusal(lam)
+        if reason is not None:
+            raise ValueError(reason)
+
+    def _lam_refusal(self, lam: float, dtype=None, max_sq=None):
+        """Why the data type cannot carry ``lam`` (one line), or None when it can.
 
         Too small: the steps ``1/lam`` overflow.  Too large: the weights, about
         ``max ||x_i|| / lam`` (every margin is below 1, ``w = (1/(lam n)) sum_i s_i y_i
         x_i``), have squares below the smallest normal number and the solvers compute
         with zeros (PegasosSVC at ``C=1e-300`` in float32 lost to the majority class).
+        ``dtype`` and ``max_sq`` (the largest squared row norm) default to the fit's.
         """
-        dtype = as_dtype(self.dtype)
-        max_sq = getattr(self, "_max_sq", 1.0)
+        dtype = as_dtype(self.dtype if dtype is None else dtype)
+        if max_sq is None:
+            max_sq = getattr(self, "_max_sq", 1.0)
         given = f"lam={lam!r}" if getattr(self, "C", None) is None else \
             f"C={self.C!r} (lam = 1/(C n) = {lam:.3g})"
         step = math.sqrt(max(max_sq, 1.0)) / lam
         if not step * step < np.finfo(dtype).max:
             smallest = math.sqrt(max(max_sq, 1.0) / np.finfo(dtype).max)
-            raise ValueError(
-                f"{given} is too small for dtype={dtype.name}: a step of size 1/lam on "
-                f"rows of norm up to {math.sqrt(max_sq):.3g} overflows; use lam >= "
-                f"{smallest:.1e}")
+            return (f"{given} is too small for dtype={dtype.name}: a step of size 1/lam on "
+                    f"rows of norm up to {math.sqrt(max_sq):.3g} overflows; use lam >= "
+                    f"{smallest:.1e}")
         bias_sq = float(self.intercept_scaling) ** 2 if self.bias == "augmented" else 0.0
         norm = math.sqrt(max_sq + bias_sq)
         smallest = math.sqrt(float(np.finfo(dtype).tiny))    # the least weight whose square
@@ -331,10 +368,11 @@ class _LinearSVCBase(ClassifierMixin, BaseEstimator):
             fix = (f"C >= {self.C * lam / largest:.1e}" if getattr(self, "C", None) is not None
                    else f"lam <= {largest:.1e}")
             other = "" if dtype == np.float64 else " or dtype='float64'"
-            raise ValueError(
-                f"{given} is too large a regularisation for dtype={dtype.name}: the weights, of "
-                f"size about max ||x_i|| / lam = {norm / lam:.3g}, have squares below the "
-                f"smallest normal {dtype.name} (weights below {smallest:.3g}); use {fix}{other}")
+            return (f"{given} is too large a regularisation for dtype={dtype.name}: the "
+                    f"weights, of size about max ||x_i|| / lam = {norm / lam:.3g}, have squares "
+                    f"below the smallest normal {dtype.name} (weights below {smallest:.3g}); "
+                    f"use {fix}{other}")
+        return None
 
     def _seed(self):
         return seed_of(self.random_state)
@@ -366,6 +404,7 @@ class _LinearSVCBase(ClassifierMixin, BaseEstimator):
         ``classes`` (``partial_fit``) replaces those of ``y``; ``reset=False`` checks
         ``n_features_in_`` instead of setting it.
         """
+        check_n_jobs(getattr(self, "n_jobs", None))
         Xc, y = self._prepare(X, y, reset=reset)
         name = type(self).__name__
         if classes is None:
@@ -395,6 +434,11 @@ class _LinearSVCBase(ClassifierMixin, BaseEstimator):
             first += n_out
             results.append(self._solve(Xs, Y, ss, lam, init))
         W, b, common, per = _join_outputs(results)
+        if not (np.all(np.isfinite(W)) and np.all(np.isfinite(b))):
+            raise ValueError(
+                f"{name} overflowed in dtype={as_dtype(self.dtype).name}: the fit's weights are "
+                "not finite; scale the features, lower C or intercept_scaling, or use "
+                "dtype='float64'")
         self._set_solution(W, b)
         self._problem_rows = [rows for rows, _ in problems]
         self._n_rows = Xc.shape[0]

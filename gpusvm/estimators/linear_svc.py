@@ -21,7 +21,8 @@ from .. import _arrays
 from ..backends import BACKENDS, resolve_backend_name
 from .._arrays import check_sparse_structure
 from ..solvers.policy import batch_size, choose_cv_solver, choose_solver, working_dtype
-from ._base import _LinearSVCBase, _mean_sq_norm
+from ._base import (_LinearSVCBase, _max_sq_row_norm, _mean_sq_norm,
+                    intercept_scaling_refusal)
 from .cv import SDCASVCCV, _OnePassSearch
 from .sdca import SDCASVC
 
@@ -88,7 +89,8 @@ class LinearSVC(_LinearSVCBase):
     backend, device
         As in :class:`~gpusvm.SDCASVC`.
     n_jobs : int or None, default=None
-        Threads of the fit (None or -1: every usable core), as in :class:`~gpusvm.SDCASVC`:
+        Threads of the fit (None or -1: every usable core; a positive int at most the
+        usable cores), as in :class:`~gpusvm.SDCASVC`:
         large sparse fits by Newton on the compiled CPU backend use them, and a fit with
         the same ``random_state`` and ``n_jobs`` is the same bit for bit.
 
@@ -255,7 +257,8 @@ class LinearSVC(_LinearSVCBase):
         return caught
 
     def _max_epochs(self):
-        return max(int(self.max_iter), 1)
+        """``max_iter``; 0 runs no iteration (zeros, certified, as scikit-learn's)."""
+        return int(self.max_iter)
 
     def _iterations(self, n, backend):
         """``max_iter`` epochs in SDCA iterations on ``n`` rows (batches of the default size)."""
@@ -274,13 +277,33 @@ class LinearSVC(_LinearSVCBase):
             solver = choose_solver(n, d, float(self.C), 0.0, 2, self.loss, self.dual)
         # SDCA's cap: ``fit`` sets it in epochs (``_epochs``), resolved with the batch
         max_iter = None if solver == "sdca" else self._max_epochs()
-        return SDCASVC(
+        inner = SDCASVC(
             C=float(self.C), loss=self.loss, solver=solver, class_weight=self.class_weight,
             multi_class="ovr", tol=float(self.tol), max_iter=max_iter,
             bias="augmented" if self.fit_intercept else "none",
             intercept_scaling=float(self.intercept_scaling), backend=self.backend,
             dtype=working_dtype(float(self.tol)), random_state=self.random_state,
             verbose=self.verbose, device=self.device, n_jobs=getattr(self, "n_jobs", None))
+        inner.set_params(dtype=self._carrying_dtype(inner, X, float(self.C)))
+        return inner
+
+    @staticmethod
+    def _carrying_dtype(inner, X, C):
+        """``inner``'s dtype, or float64 where float32 cannot carry ``lam = 1/(C n)`` (a step
+        ``1/lam`` that overflows, weights whose squares underflow), as liblinear fits any
+        ``C`` in double precision: ``C=1e30`` on float32 data fits rather than fails; and
+        where float32 cannot hold ``intercept_scaling`` (:func:`intercept_scaling_refusal`)."""
+        if inner.dtype == "float64":
+            return inner.dtype
+        if inner.bias == "augmented" and \
+                intercept_scaling_refusal(inner.intercept_scaling, np.float32) is not None:
+            return "float64"
+        if _arrays.is_device(X):
+            return inner.dtype
+        n = max(X.shape[0], 1)
+        if inner._lam_refusal(1.0 / (C * n), "float32", _max_sq_row_norm(X)) is None:
+            return inner.dtype
+        return "float64"
 
     def _copy_fit(self, inner, device):
         names = ("coef_", "intercept_", "classes_", "duality_gap_", "backend_", "solver_",
@@ -399,14 +422,17 @@ backend_, n_iter_
         resolved = choose_cv_solver(self.loss, n, d + bool(self.fit_intercept), 1, solver)
         max_iter = self._max_epochs() if resolved != "sdca" else \
             self._iterations(n, resolve_backend_name(self.backend))
+        dtype = working_dtype(float(self.tol))
+        if self.fit_intercept and intercept_scaling_refusal(self.intercept_scaling, dtype):
+            dtype = "float64"           # float32 cannot hold it (LinearSVC's _carrying_dtype)
         search = SDCASVCCV(
             Cs=self.Cs, cv=self.cv, scoring=self.scoring, refit=self.refit, n_jobs=self.n_jobs,
             loss=self.loss, solver=solver, class_weight=self.class_weight, multi_class="ovr",
             tol=float(self.tol), max_iter=max_iter,
             bias="augmented" if self.fit_intercept else "none",
             intercept_scaling=float(self.intercept_scaling), backend=self.backend,
-            dtype=working_dtype(float(self.tol)), random_state=self.random_state,
-            verbose=self.verbose, device=self.device)
+            dtype=dtype, random_state=self.random_state, verbose=self.verbose,
+            device=self.device)
         search.fit(X, y, sample_weight=sample_weight)
         names = ["C_", "Cs_", "scores_", "duality_gaps_", "coef_", "intercept_", "classes_",
                  "solver_"] + (["n_features_in_"] if device else [])

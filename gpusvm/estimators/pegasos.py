@@ -86,8 +86,9 @@ class PegasosSVC(_LinearSVCBase):
         Progress bar with the live objective when > 0.
     n_jobs : int or None, default=None
         Accepted for the interface every gpusvm estimator shares (scikit-learn's
-        convention); Pegasos' iterations run on one thread (``n_threads_`` is 1): a step
-        depends on the last, and its batches are too small to split.
+        convention, checked as theirs: 0 or a bool is an error); Pegasos' iterations run
+        on one thread (``n_threads_`` is 1): a step depends on the last, and its batches
+        are too small to split.
 
     Attributes
     ----------

@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import math
 import warnings
-from numbers import Real
+from numbers import Integral, Real
 
 import numpy as np
 from sklearn.base import _fit_context
@@ -20,7 +20,7 @@ from ..solvers.newton import DEFAULT_MAX_ITER as DEFAULT_NEWTON_ITER
 from ..solvers.newton import newton
 from ..solvers.policy import CPU_BACKENDS, sdca_hands_over, sdca_settings
 from ..solvers.sdca import VARIANTS, sdca
-from ._base import _LinearSVCBase, _progress_bar
+from ._base import MAX_ITER, _LinearSVCBase, _progress_bar
 
 #: the solvers of SDCASVC: mini-batch SDCA on the dual, primal Newton for the squared hinge
 SOLVERS = ("sdca", "newton")
@@ -91,6 +91,8 @@ class SDCASVC(_LinearSVCBase):
         aggressive variant (the safe one at IMDB, ``b = 1024``, needed 277); on a GPU
         ``ceil(100 n beta_b / b)``, the progress of 100 single-row epochs
         (:func:`gpusvm.solvers.policy.epoch_iterations`).
+        ``0`` runs no iteration: the model is the starting point (zeros, or the warm
+        start), certified.
     sampling : {"without_replacement", "with_replacement", "epoch"}, default="epoch"
         Each batch a uniform b-subset (Rand(b) of the paper), b i.i.d. indices, or a
         slice of a per-epoch permutation (fewer epochs).  A repeated row steps once.
@@ -123,7 +125,8 @@ class SDCASVC(_LinearSVCBase):
     n_jobs : int or None, default=None
         Threads of one fit, scikit-learn's convention: None or -1 every core this process
         may use (its CPU affinity, at most a ``threadpoolctl`` limit of OpenMP), ``-k``
-        all but ``k - 1``, a positive int that many.  Used on the compiled CPU backend
+        all but ``k - 1``, a positive int that many but at most the usable cores (more
+        threads than cores only wait for each other).  Used on the compiled CPU backend
         (``"numba"``) by Newton fits of at least :data:`gpusvm._threads.THREAD_MIN_NNZ`
         nonzeros, whose sparse products run on ``n_jobs`` row blocks, and by SDCA fits of
         one output with ``batch_size=1`` and ``sampling="epoch"`` (the defaults on a CPU)
@@ -215,6 +218,8 @@ class SDCASVC(_LinearSVCBase):
         "tol": [Interval(Real, 0, None, closed="left")],
         "shrinking": ["boolean"],
         "sigma2": [Interval(Real, 0, 1, closed="right"), None],
+        # 0: the starting point, certified (scikit-learn's LinearSVC(max_iter=0) returns zeros)
+        "max_iter": [Interval(Integral, 0, MAX_ITER, closed="both"), None],
     }
 
     #: :class:`~gpusvm.estimators.linear_svc.LinearSVC` sets these on the SDCASVC it runs:

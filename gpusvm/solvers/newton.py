@@ -182,8 +182,12 @@ def _direct_step(sub, D, lam, g):
     columns) and solved by Cholesky (``H`` is positive definite for ``lam > 0``)."""
     H = (sub.X.T * D) @ sub.X
     H[np.diag_indices_from(H)] += lam
-    return scipy.linalg.cho_solve(scipy.linalg.cho_factor(H, lower=True, check_finite=False),
-                                  -g, check_finite=False)
+    try:
+        return scipy.linalg.cho_solve(scipy.linalg.cho_factor(H, lower=True, check_finite=False),
+                                      -g, check_finite=False)
+    except np.linalg.LinAlgError:   # lam lost in the rounding of X_I^T D X_I (huge C or
+        # weights, fewer active rows than columns): the least-squares step, a descent direction
+        return scipy.linalg.lstsq(H, -g, check_finite=False)[0]
 
 
 def _line_search(xp, lam, n, w, p, z, q, s):
@@ -216,7 +220,7 @@ def _line_search(xp, lam, n, w, p, z, q, s):
 
     if not bool(events.any()):
         a0, b0 = coefficients(0.0)
-        return -a0 / b0
+        return -a0 / b0 if b0 > 0 else 0.0
     idx = xp.flatnonzero(events)
     t_ev = r[idx] / q[idx]
     lo, hi = 0.0, 1.0
@@ -242,7 +246,7 @@ def _line_search(xp, lam, n, w, p, z, q, s):
     keep = xp.flatnonzero(inside)
     a0, b0 = coefficients(lo)
     if keep.size == 0:
-        return -a0 / b0
+        return -a0 / b0 if b0 > 0 else 0.0
     sel = idx[keep]
     t_ev = t_ev[keep]
     sign = xp.where(leave[sel], 1.0, -1.0)     # +1: the row leaves the active set
@@ -253,7 +257,8 @@ def _line_search(xp, lam, n, w, p, z, q, s):
     ok = a + b * xp.concatenate([t_ev, xp.full(1, np.inf)]) >= 0   # phi'(segment end) >= 0
     ok[-1] = True
     k = int(xp.argmax(ok))
-    return float(-a[k] / b[k])
+    curvature = max(float(b[k]), pp)            # phi'' >= lam ||p||^2 (rounding at huge C)
+    return float(-a[k] / curvature) if curvature > 0 else 0.0
 
 
 def _line_searches(xp, lam, n, W, P, Z, Q, S, live):
@@ -492,7 +497,7 @@ def newton(backend, *, lam: float, tol: float = 1e-3, max_iter: int = DEFAULT_MA
     tol : float or array of shape (M,), default=1e-3
         Stop when the duality gap ``P_2(w) - D_2(alpha(w))`` is ``<= tol`` (per output).
     max_iter, cg_max_iter : int, default=100, 250
-        Newton iterations, and CG iterations of one step.
+        Newton iterations (0: ``w0`` certified, no step), and CG iterations of one step.
     y, sample_weight : arrays of shape (n,) or (n, M), optional
         Labels in {-1, +1} (M columns: M problems on the same rows, one after the other,
         sharing the products) and row weights ``s_i >= 0`` (None: all 1; one column: shared).
@@ -525,8 +530,8 @@ def newton(backend, *, lam: float, tol: float = 1e-3, max_iter: int = DEFAULT_MA
     """
     if not lam > 0:
         raise ValueError(f"lam must be > 0, got {lam!r}")
-    if not (isinstance(max_iter, (int, np.integer)) and max_iter >= 1):
-        raise ValueError(f"max_iter must be a positive integer, got {max_iter!r}")
+    if not (isinstance(max_iter, (int, np.integer)) and max_iter >= 0):
+        raise ValueError(f"max_iter must be a non-negative integer, got {max_iter!r}")
     xp = getattr(backend, "xp", np)
     if xp is not np and products is None:
         _newton_device.check_memory(backend)
@@ -549,6 +554,15 @@ def newton(backend, *, lam: float, tol: float = 1e-3, max_iter: int = DEFAULT_MA
     S = xp.ones((prod.n, 1)) if sample_weight is None else \
         xp.asarray(sample_weight, dtype=np.float64).reshape(prod.n, -1)
     tols = np.broadcast_to(np.asarray(tol, dtype=np.float64), (M,))
+    # weights above 1 scaled to at most 1, their scale moved to lam (the same minimiser):
+    # the squares of CG's residuals and of the dual point, of the weights' size, overflowed
+    # at sample_weight = 1e200 (CG returned p = 0, the fit stayed at w = 0); the objectives
+    # are reported in the caller's units
+    scale = float(_host(S.max())) if S.size else 1.0
+    if scale > 1.0:
+        S, lam, tols = S / scale, lam / scale, tols / scale
+    else:
+        scale = 1.0
     W0 = None if w0 is None else xp.asarray(w0, dtype=np.float64).reshape(prod.d, -1)
     run = _iterate if xp is np else functools.partial(_newton_device.iterate,
                                                        read=backend.to_host)
@@ -560,8 +574,9 @@ def newton(backend, *, lam: float, tol: float = 1e-3, max_iter: int = DEFAULT_MA
 
         def after(ran, live, n_iter, primal, dual, history=history):
             elapsed = time.perf_counter() - start
-            it, p, gap = int(n_iter[0]), float(primal[0]), float(primal[0] - dual[0])
-            history.append((it, p, float(dual[0]), gap, elapsed))
+            it, p, gap = (int(n_iter[0]), scale * float(primal[0]),
+                          scale * float(primal[0] - dual[0]))
+            history.append((it, p, scale * float(dual[0]), gap, elapsed))
             if progress is not None:
                 progress(done + it, p, gap)
             if live.size and callback is not None and callback(it, p, elapsed) is False:
@@ -575,12 +590,13 @@ def newton(backend, *, lam: float, tol: float = 1e-3, max_iter: int = DEFAULT_MA
         primal, dual, alpha, n_iter, why, k = run(
             prod, xp.ascontiguousarray(Y[:, c:c + 1]), S[:, min(c, S.shape[1] - 1)][:, None],
             lam, tols[c:c + 1], w, max_iter, cg_max_iter, after=after, certify_first=False)
+        primal, dual = scale * primal, scale * dual
         if not history:
             history.append((0, float(primal[0]), float(dual[0]), float(primal[0] - dual[0]),
                             time.perf_counter() - start))
         out[:, c] = primal[0], dual[0], primal[0] - dual[0], n_iter[0], k
         ws.append(w)
-        alphas.append(alpha)
+        alphas.append(alpha * scale if scale != 1.0 else alpha)
         histories.append(history)
         reasons += why
         done += int(n_iter[0])

@@ -277,7 +277,8 @@ def sdca_settings(backend: str, n: int, b, variant: str, max_iter, shrinking: bo
         variant = "safe" if b == 1 else "aggressive"
     epoch = n / b * beta
     if epochs is not None:
-        max_iter = max(int(math.ceil(epochs * epoch)), 1)
+        # 0 epochs run no iteration (LinearSVC(max_iter=0): zeros, as scikit-learn's)
+        max_iter = 0 if epochs <= 0 else max(int(math.ceil(epochs * epoch)), 1)
     elif max_iter is None:
         max_iter = int(math.ceil(SDCA_EPOCHS * epoch))
     return SDCASettings(b, variant, int(max_iter), bool(shrinking) and backend in CPU_BACKENDS,
