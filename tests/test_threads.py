@@ -457,3 +457,25 @@ def test_blocks_that_overflow_in_their_first_segment_are_undone(small_threshold,
     assert est.n_threads_ == 4 and est.stop_reason_ == "tol"
     assert calls[0] == 40                          # the first segment's 2 epochs: 20 rounds each
     assert np.all(np.isfinite(hist)) and hist[0, 1] >= 0 and np.all(np.diff(hist[:, 1]) >= 0)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_newton_compiled_products_on_one_thread_are_scipys_bit_for_bit(monkeypatch, dtype):
+    """One thread's compiled passes (``X`` read in its dtype, the active rows in place) give
+    the fit of SciPy's products on the float64 copies, weights and several classes too."""
+    from gpusvm.solvers import newton as newton_mod  # noqa: PLC0415
+    X, y = _data(seed=9)
+    X = X.astype(dtype)
+    w = np.random.default_rng(1).uniform(0.1, 3.0, X.shape[0])
+    y3 = np.random.default_rng(2).integers(0, 3, X.shape[0])
+    fits = []
+    for compiled in (False, True):
+        monkeypatch.setattr(newton_mod, "_compiled_products",
+                            lambda X, xp, c=compiled: c and sp.issparse(X))
+        fits.append([SDCASVC(C=10.0, loss="squared_hinge", solver="newton", tol=1e-8,
+                             dtype=dtype, backend="numba").fit(X, yy, sample_weight=ww)
+                     for yy, ww in ((y, None), (y, w), (y3, None))])
+    for old, new in zip(*fits):
+        assert np.array_equal(old.n_iter_, new.n_iter_)
+        assert np.array_equal(old.coef_, new.coef_)
+        assert np.array_equal(old.duality_gap_, new.duality_gap_)

@@ -41,8 +41,8 @@ class ThreadedCSR:
         self._nb = _kernels()
 
     def gather(self, rows):
-        """The rows ``rows`` as a compact :class:`ThreadedCSR` of float64 values, copied on
-        the threads (a product over a list of rows reads them scattered: twice as long)."""
+        """The rows ``rows`` as a compact :class:`ThreadedCSR` in ``X``'s dtype, copied on the
+        threads (a product over a list of rows reads them scattered: twice as long)."""
         rows = np.ascontiguousarray(rows, dtype=np.int64)
         lens = self.indptr[rows + 1] - self.indptr[rows]
         newptr = np.zeros(rows.size + 1, dtype=self.indices.dtype
@@ -50,7 +50,7 @@ class ThreadedCSR:
         np.cumsum(lens, out=newptr[1:])
         nnz = int(newptr[-1])
         new_indices = np.empty(nnz, dtype=self.indices.dtype)
-        new_data = np.empty(nnz)
+        new_data = np.empty(nnz, dtype=self.data.dtype)
         bnd = nnz_blocks(newptr, self.k)
         nb = self._nb
         self.pool.run(lambda i: nb.gather_rows(self.indptr, self.indices, self.data, rows,

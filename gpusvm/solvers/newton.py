@@ -169,11 +169,19 @@ class _ThreadedProducts(_Products):
         return self._csr.rmm(U, self._index, self._bounds, square=True)
 
     def rows(self, index):
-        """The products of the rows ``index`` only (copied on the threads, in float64)."""
+        """The products of the rows ``index`` only: on several threads a compact copy made
+        on the threads in ``X``'s dtype (a product over a list of rows reads them
+        scattered), on one thread the rows read in place (no copy: the active rows are
+        most of ``X`` while a fit is far from its optimum)."""
         sub = _ThreadedProducts.__new__(_ThreadedProducts)
         sub.__dict__.update(self.__dict__)
-        sub._csr = self._csr.gather(index)
-        sub.n = sub._csr.n
+        if self._csr.k > 1:
+            sub._csr = self._csr.gather(index)
+            sub.n = sub._csr.n
+        else:
+            sub._index = np.ascontiguousarray(index, dtype=np.int64)
+            sub._bounds = self._csr.bounds(sub._index)
+            sub.n = sub._index.size
         return sub
 
 
@@ -509,7 +517,8 @@ def newton(backend, *, lam: float, tol: float = 1e-3, max_iter: int = DEFAULT_MA
         Threads (resolved, ``>= 1``).  Above 1, on the CPU with a sparse ``X`` of at
         least :data:`gpusvm._threads.THREAD_MIN_NNZ` nonzeros (and numba), the sparse
         products are compiled passes over ``n_jobs`` fixed row blocks
-        (:class:`_ThreadedProducts`); any other fit runs SciPy's, on one thread.  The same
+        (:class:`_ThreadedProducts`); below that they run on one thread (the same passes
+        where numba imports and ``X`` is multiplied as sparse, else SciPy's).  The same
         ``n_jobs`` gives the same result bit for bit; ``X^T u`` is summed by blocks, so the
         iterates differ from one thread's by rounding (each certified to ``tol``).
         ``extra["threads"]``: the threads used.
@@ -534,7 +543,8 @@ def newton(backend, *, lam: float, tol: float = 1e-3, max_iter: int = DEFAULT_MA
     if n_jobs > 1 and products is None and xp is np and sp.issparse(backend.X) and \
             backend.X.nnz >= _threads.THREAD_MIN_NNZ and not _dense_copy(backend.X) and _numba():
         threads = fit_threads(n_jobs, backend.X.nnz, "numba")
-    if threads > 1:             # closed at the end (an exception leaves it to the collector)
+    if products is None and _compiled_products(backend.X, xp):
+        # closed at the end (an exception leaves it to the collector)
         pool = BlockPool(threads)
         prod = _ThreadedProducts(sp.csr_matrix(backend.X), pool)
     else:
@@ -599,6 +609,15 @@ def newton(backend, *, lam: float, tol: float = 1e-3, max_iter: int = DEFAULT_MA
         W, extra["alpha"] = backend.to_host(W), backend.to_host(extra["alpha"])
     return SolverResult(w=np.asarray(W), b=0.0, n_iter=max(n_iters), history=history,
                         stop_reason=reason, extra=extra)
+
+
+def _compiled_products(X, xp) -> bool:
+    """Whether :func:`newton` multiplies ``X`` by the compiled passes of
+    :class:`_ThreadedProducts` (on one thread or more): a sparse CPU matrix multiplied as
+    sparse, with numba.  They read ``X`` in its own dtype with float64 sums, where SciPy's
+    products would need a float64 copy of a float32 ``X``, the squares' and the active rows'
+    copies (about 5x the CSR's bytes at the peak of a fit, against 1.2x)."""
+    return xp is np and sp.issparse(X) and not _dense_copy(X) and _numba()
 
 
 def _dense_copy(X) -> bool:
