@@ -18,7 +18,7 @@ from sklearn.utils.extmath import safe_sparse_dot
 from sklearn.utils.multiclass import _ovr_decision_function, type_of_target
 from sklearn.utils.validation import _check_sample_weight, check_is_fitted, validate_data
 
-from .. import _arrays
+from .. import _arrays, _memory, _threads
 from .._arrays import INT32_MAX, as_dtype, check_sparse_structure, warn_if_rows_unscaled
 from ..backends import BACKENDS, numba_available, resolve_backend_name, wait_for_compiles
 from ..model_io import check_restored
@@ -277,6 +277,7 @@ class _LinearSVCBase(ClassifierMixin, BaseEstimator):
                 f"X has {d} columns and {Xc.nnz} nonzeros{bias_column}; gpusvm indexes them "
                 f"with 32-bit integers, so both must stay below {INT32_MAX}: drop unused "
                 "columns (e.g. re-index the features) or split the data")
+        self._check_memory(Xc, y)
         if Xc.indices.dtype != np.int32 or Xc.indptr.dtype != np.int32:
             Xc = sp.csr_matrix((Xc.data, Xc.indices.astype(np.int32), Xc.indptr.astype(np.int32)),
                                shape=Xc.shape)
@@ -298,6 +299,20 @@ class _LinearSVCBase(ClassifierMixin, BaseEstimator):
         if self.bias == "augmented":
             Xc = _arrays.append_constant_column(Xc, self.intercept_scaling)
         return Xc, y
+
+    def _check_memory(self, Xc, y) -> None:
+        """Refuse, before the bias column's copy, a fit whose estimated peak
+        (:func:`gpusvm._memory.fit_peak_bytes`) exceeds the memory available."""
+        try:
+            threads = _threads.fit_n_jobs(getattr(self, "n_jobs", 1), Xc.nnz)
+        except (TypeError, ValueError):     # refused with its own message later
+            threads = 1
+        classes = np.unique(y).size
+        n, d = Xc.shape
+        _memory.check_fit_memory(n, d, Xc.nnz, Xc.dtype.itemsize,
+                                 solver=getattr(self, "solver", "pegasos"), n_jobs=threads,
+                                 outputs=1 if classes <= 2 else classes,
+                                 bias=self.bias == "augmented")
 
     def _check_lam(self, lam: float) -> None:
         """Refuse a ``lam`` the data type cannot carry.
