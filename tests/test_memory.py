@@ -25,14 +25,15 @@ def test_the_estimate_is_within_a_factor_of_the_measured_peak(solver):
     est.fit(X, y)
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
-    need = _memory.fit_peak_bytes(*X.shape, X.nnz, 4, solver=solver)
+    need = _memory.fit_peak_bytes(*X.shape, X.nnz, 4, solver=solver,
+                                  bias=not est._implicit_bias())
     assert peak / 2 <= need <= 2 * peak, (peak, need)
 
 
 def test_a_fit_that_would_not_fit_is_refused_in_one_line(monkeypatch):
     X, y = _data()
     monkeypatch.setattr(_memory, "available_memory", lambda xp=np: 1 << 20)
-    need = _memory.fit_peak_bytes(*X.shape, X.nnz, 4, solver="newton")
+    need = _memory.fit_peak_bytes(*X.shape, X.nnz, 4, solver="newton", bias=False)
     with pytest.raises(MemoryError) as err:
         SDCASVC(solver="newton", loss="squared_hinge").fit(X, y)
     assert str(err.value) == (

@@ -247,11 +247,14 @@ class _LinearSVCBase(ClassifierMixin, BaseEstimator):
             check_restored(self)
 
     # ------------------------------------------------------------ helpers
-    def _prepare(self, X, y, *, reset=True):
+    def _prepare(self, X, y, *, reset=True, implicit_bias=False):
         """Validated ``(Xc, y)``: ``Xc`` canonical CSR (int32 indices) with the bias column.
 
         The caller's matrix is never modified (a non-canonical CSR matrix is copied).
+        ``implicit_bias``: leave the column out where the solver adds it without a copy
+        (:meth:`_implicit_bias`); ``self._bias_value`` is then its value, else None.
         """
+        self._bias_value = None
         if _arrays.is_device(X) or _arrays.is_device(y):   # CuPy input (gpusvm._arrays)
             return _arrays.prepare(self, X, y, reset)
         dtype = as_dtype(self.dtype)
@@ -277,7 +280,7 @@ class _LinearSVCBase(ClassifierMixin, BaseEstimator):
                 f"X has {d} columns and {Xc.nnz} nonzeros{bias_column}; gpusvm indexes them "
                 f"with 32-bit integers, so both must stay below {INT32_MAX}: drop unused "
                 "columns (e.g. re-index the features) or split the data")
-        self._check_memory(Xc, y)
+        self._check_memory(Xc, y, implicit_bias)
         if Xc.indices.dtype != np.int32 or Xc.indptr.dtype != np.int32:
             Xc = sp.csr_matrix((Xc.data, Xc.indices.astype(np.int32), Xc.indptr.astype(np.int32)),
                                shape=Xc.shape)
@@ -296,11 +299,18 @@ class _LinearSVCBase(ClassifierMixin, BaseEstimator):
                 "1e300); scale the features (sklearn.preprocessing.MaxAbsScaler) or normalise "
                 "the rows (gpusvm.datasets.normalize_rows) first")
         self._max_sq = max_sq
-        if self.bias == "augmented":
+        if self.bias == "augmented" and implicit_bias:
+            self._bias_value = self.intercept_scaling
+        elif self.bias == "augmented":
             Xc = _arrays.append_constant_column(Xc, self.intercept_scaling)
         return Xc, y
 
-    def _check_memory(self, Xc, y) -> None:
+    def _implicit_bias(self) -> bool:
+        """Whether this fit's solver adds the bias column to its products without a copy of
+        ``X`` (none here; :class:`~gpusvm.estimators.SDCASVC`'s Newton on the CPU does)."""
+        return False
+
+    def _check_memory(self, Xc, y, implicit_bias=False) -> None:
         """Refuse, before the bias column's copy, a fit whose estimated peak
         (:func:`gpusvm._memory.fit_peak_bytes`) exceeds the memory available."""
         try:
@@ -312,7 +322,7 @@ class _LinearSVCBase(ClassifierMixin, BaseEstimator):
         _memory.check_fit_memory(n, d, Xc.nnz, Xc.dtype.itemsize,
                                  solver=getattr(self, "solver", "pegasos"), n_jobs=threads,
                                  outputs=1 if classes <= 2 else classes,
-                                 bias=self.bias == "augmented")
+                                 bias=self.bias == "augmented" and not implicit_bias)
 
     def _check_lam(self, lam: float) -> None:
         """Refuse a ``lam`` the data type cannot carry.
@@ -376,7 +386,7 @@ class _LinearSVCBase(ClassifierMixin, BaseEstimator):
         ``classes`` (``partial_fit``) replaces those of ``y``; ``reset=False`` checks
         ``n_features_in_`` instead of setting it.
         """
-        Xc, y = self._prepare(X, y, reset=reset)
+        Xc, y = self._prepare(X, y, reset=reset, implicit_bias=self._implicit_bias())
         name = type(self).__name__
         if classes is None:
             classes, y_idx = class_labels(y, name)

@@ -36,7 +36,7 @@ import scipy.linalg
 import scipy.sparse as sp
 from threadpoolctl import ThreadpoolController
 
-from .._arrays import col_dots
+from .._arrays import append_constant_column, col_dots
 from .. import _threads
 from .._threads import BlockPool, fit_threads
 from ..backends.base import on_backend_stream
@@ -141,14 +141,14 @@ class _ThreadedProducts(_Products):
     on the threads.  ``X B`` equals SciPy's bit for bit, ``X^T U`` adds the blocks' partial
     sums in block order (the same for the same number of threads)."""
 
-    def __init__(self, X, pool):
+    def __init__(self, X, pool, bias=None):
         from ..backends._threaded import ThreadedCSR  # noqa: PLC0415  (threads only)
         self.xp, self.X, self.XT = np, X, None
-        self.n, self.d = X.shape
         self.direct = False
         self.counts = [0, 0]
         self._sqT = None
-        self._csr = ThreadedCSR(X, pool)
+        self._csr = ThreadedCSR(X, pool, bias)      # bias: a constant last column, not stored
+        self.n, self.d = X.shape[0], self._csr.d
         self._index = self._bounds = None
 
     def _count(self, B):
@@ -487,7 +487,8 @@ def _threadpools() -> ThreadpoolController:
 def newton(backend, *, lam: float, tol: float = 1e-3, max_iter: int = DEFAULT_MAX_ITER,
            y=None, sample_weight=None, w0=None, max_time: float | None = None,
            callback: Callable | None = None, progress=None, cg_max_iter: int = MAX_CG_ITER,
-           products: _Products | None = None, n_jobs: int = 1) -> SolverResult:
+           products: _Products | None = None, n_jobs: int = 1,
+           bias: float | None = None) -> SolverResult:
     """Minimise the squared-hinge SVM objective by primal truncated Newton (Newton-CG).
 
     Parameters
@@ -522,6 +523,10 @@ def newton(backend, *, lam: float, tol: float = 1e-3, max_iter: int = DEFAULT_MA
         ``n_jobs`` gives the same result bit for bit; ``X^T u`` is summed by blocks, so the
         iterates differ from one thread's by rounding (each certified to ``tol``).
         ``extra["threads"]``: the threads used.
+    bias : float, optional
+        ``backend.X`` lacks the bias column: the products add a constant last column of this
+        value without copying ``X`` (the same numbers as the column appended), and ``w`` has
+        ``d + 1`` entries.  Products other than the compiled ones append it (a copy).
 
     Returns
     -------
@@ -546,7 +551,9 @@ def newton(backend, *, lam: float, tol: float = 1e-3, max_iter: int = DEFAULT_MA
     if products is None and _compiled_products(backend.X, xp):
         # closed at the end (an exception leaves it to the collector)
         pool = BlockPool(threads)
-        prod = _ThreadedProducts(sp.csr_matrix(backend.X), pool)
+        prod = _ThreadedProducts(sp.csr_matrix(backend.X), pool, bias)
+    elif products is None and bias is not None:
+        prod = _Products(append_constant_column(sp.csr_matrix(backend.X), bias), xp)
     else:
         prod = products if products is not None else _Products(backend.X, xp)
     Y = xp.asarray(backend.y if y is None else y, dtype=np.float64)
