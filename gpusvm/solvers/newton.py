@@ -51,6 +51,9 @@ MAX_CG_ITER = 250
 #: entries is multiplied as a dense float64 copy (BLAS; no larger than the CSR arrays)
 DENSE_MIN_DENSITY = 0.25
 DENSE_MAX_ENTRIES = 20_000_000
+#: the active rows of a Newton step are copied compactly when they hold at most this fraction
+#: of the nonzeros (the copy's bytes), else read in place
+GATHER_MAX_FRACTION = 0.25
 #: with a dense copy and at most this many columns, :func:`newton` solves ``H p = -g`` by
 #: Cholesky: forming ``H`` costs ``|I| d^2``, about ``d / 2`` CG steps of ``2 |I| d``
 DIRECT_MAX_FEATURES = 128
@@ -169,13 +172,16 @@ class _ThreadedProducts(_Products):
         return self._csr.rmm(U, self._index, self._bounds, square=True)
 
     def rows(self, index):
-        """The products of the rows ``index`` only: on several threads a compact copy made
-        on the threads in ``X``'s dtype (a product over a list of rows reads them
-        scattered), on one thread the rows read in place (no copy: the active rows are
-        most of ``X`` while a fit is far from its optimum)."""
+        """The products of the rows ``index`` only: a compact copy in ``X``'s dtype made on
+        the threads when they hold at most :data:`GATHER_MAX_FRACTION` of the nonzeros (a
+        product over a few scattered rows reads far more than their bytes), else the rows
+        read in place (no copy: the active rows are most of ``X`` far from the optimum, and
+        read nearly in order).  Both give the same numbers."""
         sub = _ThreadedProducts.__new__(_ThreadedProducts)
         sub.__dict__.update(self.__dict__)
-        if self._csr.k > 1:
+        ptr = self._csr.indptr
+        index = np.ascontiguousarray(index, dtype=np.int64)
+        if int((ptr[index + 1] - ptr[index]).sum()) <= GATHER_MAX_FRACTION * int(ptr[-1]):
             sub._csr = self._csr.gather(index)
             sub.n = sub._csr.n
         else:
