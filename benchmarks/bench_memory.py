@@ -54,7 +54,7 @@ def child(path, dual, n_jobs):
         f.write("5")                # VmHWM := VmRSS
     tracemalloc.start()
     t0, c0 = time.perf_counter(), time.process_time()
-    est = gpusvm.LinearSVC(dual=dual, n_jobs=n_jobs).fit(X, y)
+    est = gpusvm.LinearSVC(dual=dual, n_jobs=n_jobs, random_state=0).fit(X, y)
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     _, numpy_peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
