@@ -471,7 +471,7 @@ def test_newton_compiled_products_on_one_thread_are_scipys_bit_for_bit(monkeypat
     fits = []
     for compiled in (False, True):
         monkeypatch.setattr(newton_mod, "_compiled_products",
-                            lambda X, xp, c=compiled: c and sp.issparse(X))
+                            lambda X, xp, bias=None, c=compiled: c and sp.issparse(X))
         fits.append([SDCASVC(C=10.0, loss="squared_hinge", solver="newton", tol=1e-8,
                              dtype=dtype, backend="numba").fit(X, yy, sample_weight=ww)
                      for yy, ww in ((y, None), (y, w), (y3, None))])

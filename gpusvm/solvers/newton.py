@@ -551,10 +551,10 @@ def newton(backend, *, lam: float, tol: float = 1e-3, max_iter: int = DEFAULT_MA
     if xp is not np and products is None:
         _newton_device.check_memory(backend)
     threads, pool = 1, None
-    if n_jobs > 1 and products is None and xp is np and sp.issparse(backend.X) and \
-            backend.X.nnz >= _threads.THREAD_MIN_NNZ and not _dense_copy(backend.X) and _numba():
+    if n_jobs > 1 and products is None and _compiled_products(backend.X, xp, bias) and \
+            backend.X.nnz >= _threads.THREAD_MIN_NNZ:
         threads = fit_threads(n_jobs, backend.X.nnz, "numba")
-    if products is None and _compiled_products(backend.X, xp):
+    if products is None and _compiled_products(backend.X, xp, bias):
         # closed at the end (an exception leaves it to the collector)
         pool = BlockPool(threads)
         prod = _ThreadedProducts(sp.csr_matrix(backend.X), pool, bias)
@@ -624,19 +624,22 @@ def newton(backend, *, lam: float, tol: float = 1e-3, max_iter: int = DEFAULT_MA
                         stop_reason=reason, extra=extra)
 
 
-def _compiled_products(X, xp) -> bool:
+def _compiled_products(X, xp, bias=None) -> bool:
     """Whether :func:`newton` multiplies ``X`` by the compiled passes of
     :class:`_ThreadedProducts` (on one thread or more): a sparse CPU matrix multiplied as
-    sparse, with numba.  They read ``X`` in its own dtype with float64 sums, where SciPy's
-    products would need a float64 copy of a float32 ``X``, the squares' and the active rows'
-    copies (about 5x the CSR's bytes at the peak of a fit, against 1.2x)."""
-    return xp is np and sp.issparse(X) and not _dense_copy(X) and _numba()
+    sparse (``bias``: counting the implicit column), with numba.  They read ``X`` in its own
+    dtype with float64 sums, where SciPy's products would need a float64 copy of a float32
+    ``X``, the squares' and the active rows' copies (8x the CSR's bytes at the peak of a fit
+    in ``benchmarks/bench_memory.py``, against 1.4x)."""
+    return xp is np and sp.issparse(X) and not _dense_copy(X, bias is not None) and _numba()
 
 
-def _dense_copy(X) -> bool:
-    """Whether :class:`_Products` multiplies ``X`` as a dense copy (BLAS)."""
+def _dense_copy(X, bias=False) -> bool:
+    """Whether :class:`_Products` multiplies ``X`` (``bias``: with a column of ones more) as
+    a dense copy (BLAS)."""
     n, d = X.shape
-    return n * d <= DENSE_MAX_ENTRIES and X.nnz >= DENSE_MIN_DENSITY * n * d
+    d, nnz = d + bias, X.nnz + n * bias
+    return n * d <= DENSE_MAX_ENTRIES and nnz >= DENSE_MIN_DENSITY * n * d
 
 
 def _numba() -> bool:
