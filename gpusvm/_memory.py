@@ -99,8 +99,8 @@ def fit_peak_bytes(n: int, d: int, nnz: int, itemsize: int, *, solver: str = "sd
     -------
     int
         The prepared copy (values, int32 indices, its building mask and int64 row pointers),
-        the solver's per-row and per-column float64 vectors, and for Newton on several
-        threads the active rows' copy and the blocks' partial sums.
+        the solver's per-row and per-column float64 vectors, and for Newton the active rows'
+        copy (a quarter of the nonzeros at most) and the threads' partial sums.
     """
     n, d, nnz, k, m = int(n), int(d), int(nnz), max(int(n_jobs), 1), max(int(outputs), 1)
     d_aug = d + bool(bias)
@@ -112,11 +112,13 @@ def fit_peak_bytes(n: int, d: int, nnz: int, itemsize: int, *, solver: str = "sd
         # Y, S, Z, Q, A, AY, the Hessian weights and their rows, alpha: n-vectors per output;
         # W, w(alpha), G, P and CG's R, Zr, Dr, inv_diag, H d: d-vectors
         total += 12 * 8 * n + 10 * 8 * d_aug + 8 * m * (n + d_aug)
-        if k > 1:
-            total += (nnz + n * bool(bias)) * (itemsize + 4) + (n + 1) * 8 + (k - 1) * 8 * d_aug
+        # a step's active rows copied when they hold at most a quarter of the nonzeros
+        # (solvers.newton.GATHER_MAX_FRACTION); the blocks' partial sums
+        total += nnz * (itemsize + 4) // 4 + (n + 1) * 8 + (k - 1) * 8 * d_aug
     else:
-        # labels, weights, duals, margins, the epoch's order; w and every thread's copy of it
-        total += 6 * 8 * n * m + (2 + 2 * k) * 8 * d_aug * m
+        # labels, weights, duals, margins, the epochs' orders, a segment's 12 float64 a row
+        # (NumbaBackend._segment_args); w and every thread's copy of it
+        total += 6 * 8 * n * m + 12 * 8 * n + 4 * 4 * n + (2 + 2 * k) * 8 * d_aug * m
     return total
 
 
