@@ -13,7 +13,9 @@ exactly along ``p`` (Keerthi & DeCoste 2005, Sec. 3).  An output stops at a gap 
 :func:`_iterate` runs ``M`` problems on the same rows side by side (every product a sparse
 matrix times an ``M``-column block); :func:`newton` runs a backend's outputs as blocks of
 one, :func:`newton_block` the folds of one ``C`` as one block.  Products run in float64 in
-the backend's array module (SciPy, or cuSPARSE through CuPy).  On the CPU the row passes
+the backend's array module (SciPy, or cuSPARSE through CuPy); :func:`newton` on a sparse CPU
+matrix runs the compiled passes of :class:`_ThreadedProducts` instead, which read ``X`` in its
+own dtype, the bias column implicit (no copy of ``X``).  On the CPU the row passes
 (line searches, certificates, a block's Hessian weights) are compiled
 (:mod:`gpusvm.backends._newton_nb`; :func:`_line_search` is the readable form of the exact
 step); on a device backend :mod:`gpusvm.solvers._newton_device` runs the same iterations with
