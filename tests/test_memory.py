@@ -59,3 +59,21 @@ def test_cgroup_room_is_limit_minus_usage(monkeypatch, tmp_path):
     assert _memory.cgroup_available() == 1_000_000_000
     limit.write_text("max\n")
     assert _memory.cgroup_available() is None
+
+
+@pytest.mark.parametrize("n_jobs", [1, 2])
+def test_a_newton_fit_makes_no_copy_of_x(monkeypatch, n_jobs):
+    """All a Newton fit allocates (tracemalloc) stays below one float64 array of X's
+    nonzeros: no float64 copy, no bias column appended, no squares, no active rows' copy
+    of the whole (each of these alone was larger)."""
+    from gpusvm import _threads  # noqa: PLC0415
+    monkeypatch.setattr(_threads, "THREAD_MIN_NNZ", 1000)
+    X, y = _data(20_000, 2_000, 60)
+    est = SDCASVC(solver="newton", loss="squared_hinge", backend="numba", n_jobs=n_jobs)
+    est.fit(X[:500], y[:500])
+    tracemalloc.start()
+    est.fit(X, y)
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert est.n_threads_ == n_jobs
+    assert peak < 8 * X.nnz, (peak, 8 * X.nnz)
