@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import math
 import numbers
-import os
 
 import numpy as np
 import scipy.sparse as sp
+
+from ._memory import available_memory
 
 __all__ = ["make_sparse_classification", "zipf_column_probabilities", "available_memory",
            "BLOCK_ROWS"]
@@ -252,33 +253,6 @@ def _entropy(random_state):
         return int(random_state.integers(np.iinfo(np.int64).max))
     raise ValueError("random_state must be None, a non-negative integer, a numpy RandomState "
                      f"or a numpy Generator, got {random_state!r}")
-
-
-def available_memory(xp=np):
-    """Bytes of memory a new allocation may take: the host's available memory (``psutil``'s,
-    else ``MemAvailable`` of ``/proc/meminfo``, else the free pages), the current device's free
-    memory for CuPy; None when it cannot be read (nothing is then refused)."""
-    if xp is not np:
-        try:
-            return int(xp.cuda.runtime.memGetInfo()[0])
-        except Exception:                       # noqa: BLE001  (no device query: no check)
-            return None
-    try:
-        import psutil  # noqa: PLC0415  (optional)
-        return int(psutil.virtual_memory().available)
-    except Exception:                           # noqa: BLE001
-        pass
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    try:
-        return int(os.sysconf("SC_AVPHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
-    except (AttributeError, ValueError, OSError):
-        return None
 
 
 def _check_memory(xp, n, d, mean, dt, index_dtype, chunk):

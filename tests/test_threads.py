@@ -480,3 +480,53 @@ def test_n_jobs_is_capped_at_the_usable_cores(monkeypatch):
     est = SDCASVC(loss="squared_hinge", solver="newton", n_jobs=1000, backend="numba",
                   random_state=0).fit(X, y)
     assert est.n_threads_ == 3
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_newton_compiled_products_on_one_thread_are_scipys_bit_for_bit(monkeypatch, dtype):
+    """One thread's compiled passes (``X`` read in its dtype, the active rows in place) give
+    the fit of SciPy's products on the float64 copies, weights and several classes too."""
+    from gpusvm.solvers import newton as newton_mod  # noqa: PLC0415
+    X, y = _data(seed=9)
+    X = X.astype(dtype)
+    w = np.random.default_rng(1).uniform(0.1, 3.0, X.shape[0])
+    y3 = np.random.default_rng(2).integers(0, 3, X.shape[0])
+    fits = []
+    for compiled in (False, True):
+        monkeypatch.setattr(newton_mod, "_compiled_products",
+                            lambda X, xp, bias=None, c=compiled: c and sp.issparse(X))
+        fits.append([SDCASVC(C=10.0, loss="squared_hinge", solver="newton", tol=1e-8,
+                             dtype=dtype, backend="numba").fit(X, yy, sample_weight=ww)
+                     for yy, ww in ((y, None), (y, w), (y3, None))])
+    for old, new in zip(*fits):
+        assert np.array_equal(old.n_iter_, new.n_iter_)
+        assert np.array_equal(old.coef_, new.coef_)
+        assert np.array_equal(old.duality_gap_, new.duality_gap_)
+
+
+@pytest.mark.parametrize("k", [1, 2, 3])
+def test_an_implicit_bias_column_gives_the_appended_columns_products_bit_for_bit(k):
+    """``ThreadedCSR(X, bias=v)``: the products of ``X`` with the column stored, every block,
+    row list and gathered copy included, float32 values and ``v`` rounded to them."""
+    from gpusvm._arrays import append_constant_column  # noqa: PLC0415
+    X, _ = _data(seed=10)
+    X = X.astype(np.float32)
+    rng = np.random.default_rng(3)
+    rows = np.sort(rng.choice(X.shape[0], X.shape[0] // 3, replace=False))
+    with BlockPool(k) as pool:
+        implicit = ThreadedCSR(X, pool, bias=0.3)
+        stored = ThreadedCSR(append_constant_column(X, 0.3), pool)
+        assert implicit.d == stored.d == X.shape[1] + 1
+        for M in (1, 3):
+            B = rng.standard_normal((X.shape[1] + 1, M))
+            U = rng.standard_normal((X.shape[0], M)) * (rng.random((X.shape[0], 1)) < 0.7)
+            assert np.array_equal(implicit.mm(B), stored.mm(B))
+            for square in (False, True):
+                assert np.array_equal(implicit.rmm(U, square=square),
+                                      stored.rmm(U, square=square))
+                assert np.array_equal(implicit.rmm(U[rows], rows, square=square),
+                                      stored.rmm(U[rows], rows, square=square))
+            assert np.array_equal(implicit.mm(B, rows), stored.mm(B, rows))
+            a, b = implicit.gather(rows), stored.gather(rows)
+            assert np.array_equal(a.mm(B), b.mm(B))
+            assert np.array_equal(a.rmm(U[rows]), b.rmm(U[rows]))

@@ -60,21 +60,26 @@ class ThreadedCSR:
     X : scipy.sparse.csr_matrix
         float32 or float64 (read as float64, never copied).
     pool : gpusvm._threads.BlockPool
+    bias : float, optional
+        A constant last column of this value, not stored: the products equal those of
+        ``X`` with the column appended (in ``X``'s dtype) bit for bit, blocks included.
     """
 
-    def __init__(self, X, pool):
+    def __init__(self, X, pool, bias=None):
         self.indptr, self.indices, self.data = X.indptr, X.indices, X.data
         self.n, self.d = X.shape
+        self.bias = None if bias is None else float(X.dtype.type(bias))
+        self.d += self.bias is not None
         self.pool = pool
         self.k = pool.k
-        self._bounds = nnz_blocks(X.indptr, self.k)
+        self._bounds = self.bounds()
         self._parts = None
         self._owner = self                  # whose partial sums' buffer (gather shares it)
         self._nb = _kernels()
 
     def gather(self, rows):
-        """The rows ``rows`` as a compact :class:`ThreadedCSR` of float64 values, copied on
-        the threads (a product over a list of rows reads them scattered: twice as long)."""
+        """The rows ``rows`` as a compact :class:`ThreadedCSR` in ``X``'s dtype, copied on the
+        threads (a product over a list of rows reads them scattered: twice as long)."""
         rows = np.ascontiguousarray(rows, dtype=np.int64)
         lens = self.indptr[rows + 1] - self.indptr[rows]
         newptr = np.zeros(rows.size + 1, dtype=self.indices.dtype
@@ -82,8 +87,8 @@ class ThreadedCSR:
         np.cumsum(lens, out=newptr[1:])
         nnz = int(newptr[-1])
         new_indices = np.empty(nnz, dtype=self.indices.dtype)
-        new_data = np.empty(nnz)
-        bnd = nnz_blocks(newptr, self.k)
+        new_data = np.empty(nnz, dtype=self.data.dtype)
+        bnd = nnz_blocks(self._counts(newptr), self.k)
         nb = self._nb
         self.pool.run(lambda i: nb.gather_rows(self.indptr, self.indices, self.data, rows,
                                                 newptr, new_indices, new_data, bnd[i],
@@ -95,9 +100,17 @@ class ThreadedCSR:
         sub._bounds = bnd
         return sub
 
+    def _counts(self, indptr):
+        """Row pointers counting the implicit bias column's entries (the blocks' weights)."""
+        if self.bias is None:
+            return indptr
+        return indptr.astype(np.int64) + np.arange(indptr.size, dtype=np.int64)
+
     def bounds(self, rows=None):
         """The blocks' boundaries over all rows, or over the positions of ``rows``."""
-        return self._bounds if rows is None else nnz_blocks(self.indptr, self.k, rows)
+        if rows is None and getattr(self, "_bounds", None) is not None:
+            return self._bounds
+        return nnz_blocks(self._counts(self.indptr), self.k, rows)
 
     def mm(self, B, rows=None, bounds=None, out=None):
         """``X B`` (float64 (n, M)), or ``X[rows] B`` (``bounds``: :meth:`bounds` of ``rows``)."""
@@ -114,6 +127,8 @@ class ThreadedCSR:
         def block(i):
             nb.mm_block(self.indptr, self.indices, self.data, r, B, out, bnd[i], bnd[i + 1])
         self.pool.run(block)
+        if self.bias is not None:       # the last term of every row's sum, as if stored
+            out += self.bias * B[-1]
         return out
 
     def _partials(self, M):
@@ -138,8 +153,14 @@ class ThreadedCSR:
         nb = self._nb
 
         def block(i):
-            nb.rmm_block(self.indptr, self.indices, self.data, r, U,
-                         out if i == 0 else parts[i - 1], bnd[i], bnd[i + 1], square)
+            part = out if i == 0 else parts[i - 1]
+            nb.rmm_block(self.indptr, self.indices, self.data, r, U, part, bnd[i],
+                         bnd[i + 1], square)
+            if self.bias is not None:   # the block's rows in order, from 0 (a running sum)
+                v = self.bias * self.bias if square else self.bias
+                lo, hi = bnd[i], bnd[i + 1]
+                part[-1] = 0.0 if hi == lo else \
+                    0.0 + np.add.accumulate(v * U[lo:hi], axis=0)[-1]
         self.pool.run(block)
         if self.k > 1:
             cols = np.linspace(0, self.d, self.k + 1).astype(np.int64)

@@ -18,7 +18,7 @@ from sklearn.utils.extmath import safe_sparse_dot
 from sklearn.utils.multiclass import _ovr_decision_function, type_of_target
 from sklearn.utils.validation import _check_sample_weight, check_is_fitted, validate_data
 
-from .. import _arrays
+from .. import _arrays, _memory, _threads
 from .._threads import check_n_jobs
 from .._arrays import INT32_MAX, as_dtype, check_sparse_structure, warn_if_rows_unscaled
 from ..backends import BACKENDS, numba_available, resolve_backend_name, wait_for_compiles
@@ -274,11 +274,14 @@ class _LinearSVCBase(ClassifierMixin, BaseEstimator):
             check_restored(self)
 
     # ------------------------------------------------------------ helpers
-    def _prepare(self, X, y, *, reset=True):
+    def _prepare(self, X, y, *, reset=True, implicit_bias=False):
         """Validated ``(Xc, y)``: ``Xc`` canonical CSR (int32 indices) with the bias column.
 
         The caller's matrix is never modified (a non-canonical CSR matrix is copied).
+        ``implicit_bias``: leave the column out where the solver adds it without a copy
+        (:meth:`_implicit_bias`); ``self._bias_value`` is then its value, else None.
         """
+        self._bias_value = None
         if _arrays.is_device(X) or _arrays.is_device(y):   # CuPy input (gpusvm._arrays)
             return _arrays.prepare(self, X, y, reset)
         dtype = as_dtype(self.dtype)
@@ -309,6 +312,7 @@ class _LinearSVCBase(ClassifierMixin, BaseEstimator):
                     f"{INT32_MAX}: drop unused columns (e.g. re-index the features), split the "
                     "data, or fit on a GPU (backend='cupy' indexes with int64)")
             index = np.int64
+        self._check_memory(Xc, y, implicit_bias)
         if Xc.indices.dtype != index or Xc.indptr.dtype != index:
             Xc = sp.csr_matrix((Xc.data, Xc.indices.astype(index), Xc.indptr.astype(index)),
                                shape=Xc.shape)
@@ -331,8 +335,30 @@ class _LinearSVCBase(ClassifierMixin, BaseEstimator):
             reason = intercept_scaling_refusal(self.intercept_scaling, dtype)
             if reason is not None:
                 raise ValueError(reason)
+        if self.bias == "augmented" and implicit_bias:
+            self._bias_value = self.intercept_scaling
+        elif self.bias == "augmented":
             Xc = _arrays.append_constant_column(Xc, self.intercept_scaling)
         return Xc, y
+
+    def _implicit_bias(self) -> bool:
+        """Whether this fit's solver adds the bias column to its products without a copy of
+        ``X`` (none here; :class:`~gpusvm.estimators.SDCASVC`'s Newton on the CPU does)."""
+        return False
+
+    def _check_memory(self, Xc, y, implicit_bias=False) -> None:
+        """Refuse, before the bias column's copy, a fit whose estimated peak
+        (:func:`gpusvm._memory.fit_peak_bytes`) exceeds the memory available."""
+        try:
+            threads = _threads.fit_n_jobs(getattr(self, "n_jobs", 1), Xc.nnz)
+        except (TypeError, ValueError):     # refused with its own message later
+            threads = 1
+        classes = np.unique(y).size
+        n, d = Xc.shape
+        _memory.check_fit_memory(n, d, Xc.nnz, Xc.dtype.itemsize,
+                                 solver=getattr(self, "solver", "pegasos"), n_jobs=threads,
+                                 outputs=1 if classes <= 2 else classes,
+                                 bias=self.bias == "augmented" and not implicit_bias)
 
     def _check_lam(self, lam: float) -> None:
         """Refuse a ``lam`` the data type cannot carry (:meth:`_lam_refusal`)."""
@@ -405,7 +431,7 @@ class _LinearSVCBase(ClassifierMixin, BaseEstimator):
         ``n_features_in_`` instead of setting it.
         """
         check_n_jobs(getattr(self, "n_jobs", None))
-        Xc, y = self._prepare(X, y, reset=reset)
+        Xc, y = self._prepare(X, y, reset=reset, implicit_bias=self._implicit_bias())
         name = type(self).__name__
         if classes is None:
             classes, y_idx = class_labels(y, name)

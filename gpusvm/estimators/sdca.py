@@ -343,15 +343,22 @@ class SDCASVC(_LinearSVCBase):
         return self._solve_columns(Xs, Y, s, lam, init, self._solve_sdca,
                                    native=self._native_ovr())
 
+    def _implicit_bias(self) -> bool:
+        """Newton on the CPU adds the bias column in its products: no copy of ``X``."""
+        return self.solver == "newton" and self.bias == "augmented" and \
+            resolve_backend_name(self.backend) in ("numba", "numpy")
+
     def _solve_newton(self, Xs, Y, s, lam, init):
         """The primal Newton solver on one problem (M outputs one after the other)."""
         n = Xs.shape[0]
+        bias = getattr(self, "_bias_value", None)       # the column left to the products
+        d_aug = Xs.shape[1] + (bias is not None)
         backend = resolve_backend_name(self.backend)
         be = make_backend(backend, Xs, Y if Y.ndim == 1 else np.ascontiguousarray(Y[:, 0]),
                           device=self.device)
         w0 = None
         if init is not None:
-            w0 = _warm_weights(init if isinstance(init, list) else [init], Xs.shape[1], True)
+            w0 = _warm_weights(init if isinstance(init, list) else [init], d_aug, True)
         max_iter = self.max_iter if self.max_iter is not None else DEFAULT_NEWTON_ITER
         progress, close = _progress_bar(self.verbose, max_iter * (Y.shape[1] if Y.ndim == 2 else 1),
                                         gap=True)
@@ -359,11 +366,11 @@ class SDCASVC(_LinearSVCBase):
             res = newton(be, lam=float(lam), tol=float(self.tol), max_iter=max_iter, y=Y,
                          sample_weight=s, w0=w0, max_time=self.max_time,
                          callback=self.callback, progress=progress,
-                         n_jobs=fit_n_jobs(getattr(self, "n_jobs", None), Xs.nnz))
+                         n_jobs=fit_n_jobs(getattr(self, "n_jobs", None), Xs.nnz), bias=bias)
         finally:
             close()
         ex = res.extra
-        W = res.w.reshape(Xs.shape[1], -1)
+        W = res.w.reshape(d_aug, -1)
         m = W.shape[1]
         alpha = ex["alpha"].reshape(n, -1)
         common = {"sigma2": None, "beta_b": 1.0, "backend": be.name, "batch_size": n,

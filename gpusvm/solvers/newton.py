@@ -13,7 +13,9 @@ exactly along ``p`` (Keerthi & DeCoste 2005, Sec. 3).  An output stops at a gap 
 :func:`_iterate` runs ``M`` problems on the same rows side by side (every product a sparse
 matrix times an ``M``-column block); :func:`newton` runs a backend's outputs as blocks of
 one, :func:`newton_block` the folds of one ``C`` as one block.  Products run in float64 in
-the backend's array module (SciPy, or cuSPARSE through CuPy).  On the CPU the row passes
+the backend's array module (SciPy, or cuSPARSE through CuPy); :func:`newton` on a sparse CPU
+matrix runs the compiled passes of :class:`_ThreadedProducts` instead, which read ``X`` in its
+own dtype, the bias column implicit (no copy of ``X``).  On the CPU the row passes
 (line searches, certificates, a block's Hessian weights) are compiled
 (:mod:`gpusvm.backends._newton_nb`; :func:`_line_search` is the readable form of the exact
 step); on a device backend :mod:`gpusvm.solvers._newton_device` runs the same iterations with
@@ -36,7 +38,7 @@ import scipy.linalg
 import scipy.sparse as sp
 from threadpoolctl import ThreadpoolController
 
-from .._arrays import col_dots
+from .._arrays import append_constant_column, col_dots
 from .. import _threads
 from .._threads import BlockPool, fit_threads
 from ..backends.base import on_backend_stream
@@ -51,6 +53,9 @@ MAX_CG_ITER = 250
 #: entries is multiplied as a dense float64 copy (BLAS; no larger than the CSR arrays)
 DENSE_MIN_DENSITY = 0.25
 DENSE_MAX_ENTRIES = 20_000_000
+#: the active rows of a Newton step are copied compactly when they hold at most this fraction
+#: of the nonzeros (the copy's bytes), else read in place
+GATHER_MAX_FRACTION = 0.25
 #: with a dense copy and at most this many columns, :func:`newton` solves ``H p = -g`` by
 #: Cholesky: forming ``H`` costs ``|I| d^2``, about ``d / 2`` CG steps of ``2 |I| d``
 DIRECT_MAX_FEATURES = 128
@@ -141,14 +146,14 @@ class _ThreadedProducts(_Products):
     on the threads.  ``X B`` equals SciPy's bit for bit, ``X^T U`` adds the blocks' partial
     sums in block order (the same for the same number of threads)."""
 
-    def __init__(self, X, pool):
+    def __init__(self, X, pool, bias=None):
         from ..backends._threaded import ThreadedCSR  # noqa: PLC0415  (threads only)
         self.xp, self.X, self.XT = np, X, None
-        self.n, self.d = X.shape
         self.direct = False
         self.counts = [0, 0]
         self._sqT = None
-        self._csr = ThreadedCSR(X, pool)
+        self._csr = ThreadedCSR(X, pool, bias)      # bias: a constant last column, not stored
+        self.n, self.d = X.shape[0], self._csr.d
         self._index = self._bounds = None
 
     def _count(self, B):
@@ -169,11 +174,22 @@ class _ThreadedProducts(_Products):
         return self._csr.rmm(U, self._index, self._bounds, square=True)
 
     def rows(self, index):
-        """The products of the rows ``index`` only (copied on the threads, in float64)."""
+        """The products of the rows ``index`` only: a compact copy in ``X``'s dtype made on
+        the threads when they hold at most :data:`GATHER_MAX_FRACTION` of the nonzeros (a
+        product over a few scattered rows reads far more than their bytes), else the rows
+        read in place (no copy: the active rows are most of ``X`` far from the optimum, and
+        read nearly in order).  Both give the same numbers."""
         sub = _ThreadedProducts.__new__(_ThreadedProducts)
         sub.__dict__.update(self.__dict__)
-        sub._csr = self._csr.gather(index)
-        sub.n = sub._csr.n
+        ptr = self._csr.indptr
+        index = np.ascontiguousarray(index, dtype=np.int64)
+        if int((ptr[index + 1] - ptr[index]).sum()) <= GATHER_MAX_FRACTION * int(ptr[-1]):
+            sub._csr = self._csr.gather(index)
+            sub.n = sub._csr.n
+        else:
+            sub._index = np.ascontiguousarray(index, dtype=np.int64)
+            sub._bounds = self._csr.bounds(sub._index)
+            sub.n = sub._index.size
         return sub
 
 
@@ -484,7 +500,8 @@ def _threadpools() -> ThreadpoolController:
 def newton(backend, *, lam: float, tol: float = 1e-3, max_iter: int = DEFAULT_MAX_ITER,
            y=None, sample_weight=None, w0=None, max_time: float | None = None,
            callback: Callable | None = None, progress=None, cg_max_iter: int = MAX_CG_ITER,
-           products: _Products | None = None, n_jobs: int = 1) -> SolverResult:
+           products: _Products | None = None, n_jobs: int = 1,
+           bias: float | None = None) -> SolverResult:
     """Minimise the squared-hinge SVM objective by primal truncated Newton (Newton-CG).
 
     Parameters
@@ -514,10 +531,15 @@ def newton(backend, *, lam: float, tol: float = 1e-3, max_iter: int = DEFAULT_MA
         Threads (resolved, ``>= 1``).  Above 1, on the CPU with a sparse ``X`` of at
         least :data:`gpusvm._threads.THREAD_MIN_NNZ` nonzeros (and numba), the sparse
         products are compiled passes over ``n_jobs`` fixed row blocks
-        (:class:`_ThreadedProducts`); any other fit runs SciPy's, on one thread.  The same
+        (:class:`_ThreadedProducts`); below that they run on one thread (the same passes
+        where numba imports and ``X`` is multiplied as sparse, else SciPy's).  The same
         ``n_jobs`` gives the same result bit for bit; ``X^T u`` is summed by blocks, so the
         iterates differ from one thread's by rounding (each certified to ``tol``).
         ``extra["threads"]``: the threads used.
+    bias : float, optional
+        ``backend.X`` lacks the bias column: the products add a constant last column of this
+        value without copying ``X`` (the same numbers as the column appended), and ``w`` has
+        ``d + 1`` entries.  Products other than the compiled ones append it (a copy).
 
     Returns
     -------
@@ -536,15 +558,18 @@ def newton(backend, *, lam: float, tol: float = 1e-3, max_iter: int = DEFAULT_MA
     if xp is not np and products is None:
         _newton_device.check_memory(backend)
     threads, pool = 1, None
-    if n_jobs > 1 and products is None and xp is np and sp.issparse(backend.X) and \
-            backend.X.nnz >= _threads.THREAD_MIN_NNZ and not _dense_copy(backend.X) and _numba():
+    if n_jobs > 1 and products is None and _compiled_products(backend.X, xp, bias) and \
+            backend.X.nnz >= _threads.THREAD_MIN_NNZ:
         threads = fit_threads(n_jobs, backend.X.nnz, "numba")
-    elif products is None and xp is np and sp.issparse(backend.X) and _numba():
+    elif products is None and _compiled_products(backend.X, xp, bias):
         from ..backends._threaded import ask_ahead  # noqa: PLC0415
         ask_ahead(backend.X, gather=True)   # what a fit at size runs, cached meanwhile
-    if threads > 1:             # closed at the end (an exception leaves it to the collector)
+    if products is None and _compiled_products(backend.X, xp, bias):
+        # closed at the end (an exception leaves it to the collector)
         pool = BlockPool(threads)
-        prod = _ThreadedProducts(sp.csr_matrix(backend.X), pool)
+        prod = _ThreadedProducts(sp.csr_matrix(backend.X), pool, bias)
+    elif products is None and bias is not None:
+        prod = _Products(append_constant_column(sp.csr_matrix(backend.X), bias), xp)
     else:
         prod = products if products is not None else _Products(backend.X, xp)
     Y = xp.asarray(backend.y if y is None else y, dtype=np.float64)
@@ -620,10 +645,22 @@ def newton(backend, *, lam: float, tol: float = 1e-3, max_iter: int = DEFAULT_MA
                         stop_reason=reason, extra=extra)
 
 
-def _dense_copy(X) -> bool:
-    """Whether :class:`_Products` multiplies ``X`` as a dense copy (BLAS)."""
+def _compiled_products(X, xp, bias=None) -> bool:
+    """Whether :func:`newton` multiplies ``X`` by the compiled passes of
+    :class:`_ThreadedProducts` (on one thread or more): a sparse CPU matrix multiplied as
+    sparse (``bias``: counting the implicit column), with numba.  They read ``X`` in its own
+    dtype with float64 sums, where SciPy's products would need a float64 copy of a float32
+    ``X``, the squares' and the active rows' copies (8x the CSR's bytes at the peak of a fit
+    in ``benchmarks/bench_memory.py``, against 1.4x)."""
+    return xp is np and sp.issparse(X) and not _dense_copy(X, bias is not None) and _numba()
+
+
+def _dense_copy(X, bias=False) -> bool:
+    """Whether :class:`_Products` multiplies ``X`` (``bias``: with a column of ones more) as
+    a dense copy (BLAS)."""
     n, d = X.shape
-    return n * d <= DENSE_MAX_ENTRIES and X.nnz >= DENSE_MIN_DENSITY * n * d
+    d, nnz = d + bias, X.nnz + n * bias
+    return n * d <= DENSE_MAX_ENTRIES and nnz >= DENSE_MIN_DENSITY * n * d
 
 
 def _numba() -> bool:
