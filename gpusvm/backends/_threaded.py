@@ -41,8 +41,8 @@ def ask_ahead(X, gather: bool = False) -> None:
     B, parts = np.zeros((1, 1)), np.zeros((1, 1, 1))
     ptr, ind = np.zeros(2, dtype=X.indptr.dtype), np.zeros(1, dtype=X.indices.dtype)
     pairs = [(ptr, np.zeros(1, dtype=X.data.dtype))]
-    if gather:                          # the gathered rows: float64, pointers of the indices'
-        pairs.append((np.zeros(2, dtype=X.indices.dtype), np.zeros(1)))
+    if gather:                          # the gathered rows: X's dtype, pointers of the indices'
+        pairs.append((np.zeros(2, dtype=X.indices.dtype), np.zeros(1, dtype=X.data.dtype)))
         ask(nb.gather_rows, (ptr, ind, pairs[0][1], i64, pairs[1][0], ind.copy(),
                              pairs[1][1], 0, 1))
     for p, data in pairs:
