@@ -21,7 +21,17 @@ import numbers
 import numpy as np
 import scipy.sparse as sp
 
-from ._memory import available_memory
+try:
+    from ._memory import available_memory
+except ImportError:     # loaded from its file alone (benchmarks/bench_scale.py's peers' process)
+    import importlib.util as _util
+    import pathlib as _pathlib
+
+    _spec = _util.spec_from_file_location(
+        "_gpusvm_memory", _pathlib.Path(__file__).with_name("_memory.py"))
+    _memory = _util.module_from_spec(_spec)
+    _spec.loader.exec_module(_memory)
+    available_memory = _memory.available_memory
 
 __all__ = ["make_sparse_classification", "zipf_column_probabilities", "available_memory",
            "BLOCK_ROWS"]
