@@ -223,12 +223,12 @@ __device__ __forceinline__ double tile_scatter(const I* __restrict__ indices,
         const double contrib = static_cast<double>(data[p]) * coef[row];
         const int slot = table_slot(keys, j, probes);
         if (slot >= 0) {
-            atomicAdd(&vals[slot], contrib);
+            red_add(&vals[slot], contrib);
         } else {                                                     // table crowded: add at once
             probes = 1;
             dn += add_exact(&target[j], contrib);
             if (add_u) {
-                atomicAdd(&u[j], u_scale * contrib);
+                red_add(&u[j], u_scale * contrib);
             }
         }
     }
@@ -239,7 +239,7 @@ __device__ __forceinline__ double tile_scatter(const I* __restrict__ indices,
             const double contrib = vals[s];
             dn += add_exact(&target[j], contrib);
             if (add_u) {
-                atomicAdd(&u[j], u_scale * contrib);
+                red_add(&u[j], u_scale * contrib);
             }
         }
     }

@@ -6,7 +6,8 @@
 //   loop whose trip count is the same for all lanes of a warp, so full-warp shuffles are always
 //   legal (warp_rows); elementwise kernels and the (row, output) pairs of M outputs stride over the
 //   grid (outputs.cuh and balanced.cuh hold the segment kernels' batch loops);
-// - atomic additions that return the exact change of the target's squared norm (add_exact);
+// - atomic additions that return the exact change of the target's squared norm (add_exact), and
+//   the non-returning ones (red_add) for every atomic whose old value is unused;
 // - reductions: inside a lane group (xor butterfly), over a block (warp shuffles + shared memory),
 //   and the "last block" ticket that lets the final block of a grid finish a computation without a
 //   second launch or a host synchronisation (block_sums_to collects the blocks' sums for it).
@@ -84,6 +85,18 @@ __device__ __forceinline__ double add_exact(V* p, const double contrib) {
     return (w - o) * (w + o);
 }
 
+// Atomically add v to *p, discarding the old value: the fire-and-forget reduction (RED) instead of a
+// returning atomic (ATOM), for every atomic whose result the caller does not use.  The emulator
+// counts these apart from the returning atomics.
+template <typename V>
+__device__ __forceinline__ void red_add(V* p, const V v) {
+#ifdef GPUSVM_EMULATOR
+    gpusvm_emu_red_add(p, v);
+#else
+    atomicAdd(p, v);                                     // result unused: compiled to RED
+#endif
+}
+
 // Sum of x over the LANES lanes of this thread's lane group (LANES in 1..32, a power of two).
 // Every lane of the warp must call it (full-mask shuffles); every lane of the group gets the sum.
 template <int LANES>
@@ -155,7 +168,7 @@ __device__ __forceinline__ void block_sums_to(double (&sums)[NV], double* __rest
     block_sum<NV>(sums);
     if (threadIdx.x == 0) {
         for (int i = 0; i < NV; ++i) {
-            atomicAdd(&acc[i], sums[i]);
+            red_add(&acc[i], sums[i]);
         }
     }
 }

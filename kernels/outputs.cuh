@@ -47,7 +47,7 @@ struct OutputSums {
         if constexpr (M1 != 0) {
             v[i] += x;
         } else {
-            atomicAdd(&acc[i * M + c], x);
+            red_add(&acc[i * M + c], x);
         }
     }
     __device__ __forceinline__ void flush() {
@@ -132,10 +132,10 @@ __device__ __forceinline__ void batch_scatter(const long long* __restrict__ indp
                 const double contrib = static_cast<double>(data[p]) * coef;
                 dn += add_exact(&target[at], contrib);
                 if (us != 0.0) {
-                    atomicAdd(&U[at], us * contrib);
+                    red_add(&U[at], us * contrib);
                 }
             }
-            atomicAdd(&sums.acc[ACC_NORM * M + c], dn);
+            red_add(&sums.acc[ACC_NORM * M + c], dn);
         });
     }
 }
