@@ -60,15 +60,25 @@ __device__ __forceinline__ void grid_stride(const long long count, F&& f) {
     }
 }
 
+// The stride of the pair loop over M outputs: the grid's threads rounded down to a multiple of M
+// when there are at least M (every thread then keeps one output, c = its index mod M, and the
+// threads past the multiple take no pair), else all of them.  Grid-uniform.
+__device__ __forceinline__ unsigned int pair_stride(const int M) {
+    const unsigned int threads = gridDim.x * BLOCK;
+    const unsigned int m = static_cast<unsigned int>(M);
+    return threads >= m ? threads - threads % m : threads;
+}
+
 // The pair loop of M outputs: a grid-stride loop over the k M (batch position, output) pairs
-// t = i M + c, f(t, i, c) for every pair of this thread, in unsigned 32-bit arithmetic (the host
-// keeps k M plus the grid's threads below 2^31).
+// t = i M + c, f(t, i, c) for every pair of this thread, in steps of pair_stride(M), in unsigned
+// 32-bit arithmetic (the host keeps k M plus the grid's threads below 2^31).
 template <typename F>
 __device__ __forceinline__ void grid_stride_pairs(const int k, const int M, F&& f) {
     const unsigned int count = static_cast<unsigned int>(k) * static_cast<unsigned int>(M);
     const unsigned int m = static_cast<unsigned int>(M);
-    const unsigned int stride = gridDim.x * BLOCK;
-    for (unsigned int t = blockIdx.x * BLOCK + threadIdx.x; t < count; t += stride) {
+    const unsigned int stride = pair_stride(M);
+    const unsigned int g = blockIdx.x * BLOCK + threadIdx.x;
+    for (unsigned int t = g < stride ? g : count; t < count; t += stride) {   // g >= stride: none
         f(static_cast<long long>(t), static_cast<int>(t / m), static_cast<int>(t % m));
     }
 }
@@ -169,6 +179,43 @@ __device__ __forceinline__ void block_sums_to(double (&sums)[NV], double* __rest
     if (threadIdx.x == 0) {
         for (int i = 0; i < NV; ++i) {
             red_add(&acc[i], sums[i]);
+        }
+    }
+}
+
+// The sums of the pair loop's threads (each keeping one output, pair_stride(M) a multiple of M)
+// added per output into acc[i M + c], i < NV: one atomic per block, output and value (none for a
+// zero sum).  Every thread of the block must call it (M is grid-uniform).
+template <int NV>
+__device__ __forceinline__ void block_pair_sums_to(const double (&v)[NV], double* __restrict__ acc,
+                                                   const int M) {
+    const int tid = threadIdx.x;
+    const unsigned int first = blockIdx.x * BLOCK;
+    const unsigned int m = static_cast<unsigned int>(M);
+    if (M >= BLOCK) {                                    // every output at most once in the block
+        const int c = static_cast<int>((first + tid) % m);
+        for (int i = 0; i < NV; ++i) {
+            if (v[i] != 0.0) {
+                red_add(&acc[i * M + c], v[i]);
+            }
+        }
+        return;
+    }
+    __shared__ double part[NV][BLOCK];
+    for (int i = 0; i < NV; ++i) {
+        part[i][tid] = v[i];
+    }
+    __syncthreads();
+    if (tid < M) {                                       // threads tid, tid + M, ...: one output
+        const int c = static_cast<int>((first + tid) % m);
+        for (int i = 0; i < NV; ++i) {
+            double sum = 0.0;
+            for (int j = tid; j < BLOCK; j += M) {
+                sum += part[i][j];
+            }
+            if (sum != 0.0) {
+                red_add(&acc[i * M + c], sum);
+            }
         }
     }
 }

@@ -10,7 +10,9 @@ graph, or through :mod:`gpusvm_emulator.streams`) appends one record (a dict) to
 ``red``           of these, the non-returning reductions (``gpusvm_emu_red_add``: RED);
 ``shared``        atomics on other addresses (shared memory);
 ``max_per_block`` the most global atomics one block made on one address;
-``max_per_address`` the most global atomics one address received in the launch.
+``max_per_address`` the most global atomics one address received in the launch;
+``by_array``      argument array's address -> (its atomics, the most one block made on one of
+                  its addresses).
 
 Counting records every atomic under a lock: it is for measuring, not for speed.
 """
@@ -71,14 +73,21 @@ def after(lib, name, grid, args):
         lib.gpusvm_emu_take_atomics(ev.ctypes.data, n)
     addr, block_kind = ev[:, 0], ev[:, 1]
     glob = np.zeros(n, dtype=bool)
+    by_array = {}
     for a in args:
         if isinstance(a, np.ndarray) and a.nbytes:
             lo = a.ctypes.data
-            glob |= (addr >= lo) & (addr < lo + a.nbytes)
+            on = (addr >= lo) & (addr < lo + a.nbytes)
+            glob |= on
+            if on.any() and lo not in by_array:
+                pairs = np.stack([addr[on], block_kind[on] >> np.uint64(1)], axis=1)
+                by_array[lo] = (int(on.sum()),
+                                int(np.unique(pairs, axis=0, return_counts=True)[1].max()))
     kind = block_kind & np.uint64(1)
     rec = {"kernel": name, "grid": int(np.prod(grid)), "global": int(glob.sum()),
            "returning": int((glob & (kind == 0)).sum()), "red": int((glob & (kind == 1)).sum()),
-           "shared": int((~glob).sum()), "max_per_block": 0, "max_per_address": 0}
+           "shared": int((~glob).sum()), "max_per_block": 0, "max_per_address": 0,
+           "by_array": by_array}
     if rec["global"]:
         ga = addr[glob]
         pairs = np.stack([ga, block_kind[glob] >> np.uint64(1)], axis=1)
