@@ -107,6 +107,17 @@ __device__ __forceinline__ void red_add(V* p, const V v) {
 #endif
 }
 
+// Read a word that other threads of the block may set with atomics meanwhile (a relaxed atomic
+// load: the emulator's, for the race checker, and a volatile load on the GPU).
+template <typename V>
+__device__ __forceinline__ V load_relaxed(V* p) {
+#ifdef GPUSVM_EMULATOR
+    return __atomic_load_n(p, __ATOMIC_RELAXED);
+#else
+    return *static_cast<volatile V*>(p);
+#endif
+}
+
 // Sum of x over the LANES lanes of this thread's lane group (LANES in 1..32, a power of two).
 // Every lane of the warp must call it (full-mask shuffles); every lane of the group gets the sum.
 template <int LANES>
