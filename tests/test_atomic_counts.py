@@ -120,3 +120,27 @@ def test_output_sums_one_atomic_per_block_and_output(solver, M):
         assert max(per_block for _, per_block in on_acc) == 1
     else:
         assert max(per_block for _, per_block in on_acc) > 1     # the fallback: one per add
+
+
+def test_hot_columns_off_their_home_slot_get_one_atomic_per_tile():
+    """M = 1: columns 0 and 2048 share their home slot in the tile's column table and are in every
+    row, with more distinct columns per tile than the table holds: each still gets one global
+    atomic per tile (block) on V, as does every column."""
+    import scipy.sparse as sp  # noqa: PLC0415
+    from gpusvm.backends import make_backend  # noqa: PLC0415
+    from gpusvm.solvers.pegasos import pegasos  # noqa: PLC0415
+    n, tail = 1024, 12                               # 4 blocks x one tile of 256 rows
+    rng = np.random.default_rng(0)
+    cols = [np.r_[0, 2048, 4096 + tail * i + np.arange(tail)] for i in range(n)]
+    X = sp.csr_matrix((rng.uniform(0.1, 1.0, n * (tail + 2)), np.concatenate(cols),
+                       np.arange(n + 1) * (tail + 2)), shape=(n, 4096 + tail * n))
+    y = np.where(rng.random(n) < 0.5, -1.0, 1.0)
+    kw = dict(lam=1e-2, k=n, max_iter=1, seed=1)
+    backend = make_backend("emulated", X, y)
+    with count_atomics() as rec:
+        emu = pegasos(backend, **kw)
+    ref = pegasos(make_backend("numpy", X, y), **kw)
+    np.testing.assert_allclose(emu.w, ref.w, rtol=1e-9, atol=1e-12)
+    V = backend.V.ctypes.data
+    steps = [r["by_array"][V] for r in rec if r["kernel"].startswith("gpusvm_pegasos_step")]
+    assert len(steps) == 1 and steps[0][1] == 1
