@@ -23,7 +23,7 @@ namespace gpusvm {
 enum Balanced : int {
     TABLE = 2048,                 // slots of the per-block column table (power of two)
     PROBES = 8,                   // linear probes before an insertion falls back to a global atomic
-                                  // (1, the column's home slot, once the table is full)
+                                  // (each a shared read; a CAS only on an empty slot)
     CHUNK_WINDOW = 2048,          // chunk sums a block keeps in shared memory at a time
     EMPTY_KEY = -1,
 };
@@ -96,7 +96,10 @@ __device__ __forceinline__ int table_slot(I* keys, const I j, const int probes) 
                      * 2654435761u;
     for (int i = 0; i < probes; ++i) {
         const int s = static_cast<int>((h + static_cast<unsigned int>(i)) & (TABLE - 1));
-        const I seen = cas_key(&keys[s], static_cast<I>(EMPTY_KEY), j);
+        I seen = load_relaxed(&keys[s]);                 // a key once set stays: read, CAS if empty
+        if (seen == EMPTY_KEY) {
+            seen = cas_key(&keys[s], static_cast<I>(EMPTY_KEY), j);
+        }
         if (seen == EMPTY_KEY || seen == j) {
             return s;
         }
@@ -193,9 +196,10 @@ __device__ __forceinline__ void tile_rows_dot(const long long* __restrict__ indp
 // nonzeros into target: the block's threads stride over the tile's nonzeros (coalesced) and sum
 // them per column in the shared table (double), then each column of the table gets one atomic on
 // target (and, with u, u[j] += u_scale times the column's sum); a column the table cannot place
-// (PROBES slots taken) gets its atomic at once, and the thread, having seen the table full (wide
-// tiles of text data: more distinct columns than TABLE), probes only a column's home slot for the
-// rest of the tile (one shared CAS, which still finds the hot columns inserted early).  Returns this thread's share of the exact change
+// (PROBES slots taken: wide tiles of text data, more distinct columns than TABLE) gets its atomic
+// at once.  A probe reads the slot and takes a CAS only when it is empty (keys once set stay), so
+// a full table costs PROBES shared reads, and a column in the table is always found there (one
+// global atomic per tile).  Returns this thread's share of the exact change
 // new^2 - old^2 of ||target||^2.  Every thread of the block must call it; on return the shared
 // arrays may be reused.
 template <typename I>
@@ -215,20 +219,18 @@ __device__ __forceinline__ double tile_scatter(const I* __restrict__ indices,
                                                const double u_scale) {
     double dn = 0.0;
     const bool add_u = u != nullptr && u_scale != 0.0;
-    int probes = PROBES;                                             // 1 once this thread saw it full
     for (int q = threadIdx.x; q < total; q += BLOCK) {
         const int row = tile_row_of(off, nr, q);
         const long long p = start[row] + (q - off[row]);
         const I j = indices[p];
         const double contrib = static_cast<double>(data[p]) * coef[row];
-        const int slot = table_slot(keys, j, probes);
+        const int slot = table_slot(keys, j, PROBES);
         if (slot >= 0) {
-            atomicAdd(&vals[slot], contrib);
+            red_add(&vals[slot], contrib);
         } else {                                                     // table crowded: add at once
-            probes = 1;
             dn += add_exact(&target[j], contrib);
             if (add_u) {
-                atomicAdd(&u[j], u_scale * contrib);
+                red_add(&u[j], u_scale * contrib);
             }
         }
     }
@@ -239,7 +241,7 @@ __device__ __forceinline__ double tile_scatter(const I* __restrict__ indices,
             const double contrib = vals[s];
             dn += add_exact(&target[j], contrib);
             if (add_u) {
-                atomicAdd(&u[j], u_scale * contrib);
+                red_add(&u[j], u_scale * contrib);
             }
         }
     }

@@ -6,7 +6,8 @@
 //   loop whose trip count is the same for all lanes of a warp, so full-warp shuffles are always
 //   legal (warp_rows); elementwise kernels and the (row, output) pairs of M outputs stride over the
 //   grid (outputs.cuh and balanced.cuh hold the segment kernels' batch loops);
-// - atomic additions that return the exact change of the target's squared norm (add_exact);
+// - atomic additions that return the exact change of the target's squared norm (add_exact), and
+//   the non-returning ones (red_add) for every atomic whose old value is unused;
 // - reductions: inside a lane group (xor butterfly), over a block (warp shuffles + shared memory),
 //   and the "last block" ticket that lets the final block of a grid finish a computation without a
 //   second launch or a host synchronisation (block_sums_to collects the blocks' sums for it).
@@ -59,15 +60,25 @@ __device__ __forceinline__ void grid_stride(const long long count, F&& f) {
     }
 }
 
+// The stride of the pair loop over M outputs: the grid's threads rounded down to a multiple of M
+// when there are at least M (every thread then keeps one output, c = its index mod M, and the
+// threads past the multiple take no pair), else all of them.  Grid-uniform.
+__device__ __forceinline__ unsigned int pair_stride(const int M) {
+    const unsigned int threads = gridDim.x * BLOCK;
+    const unsigned int m = static_cast<unsigned int>(M);
+    return threads >= m ? threads - threads % m : threads;
+}
+
 // The pair loop of M outputs: a grid-stride loop over the k M (batch position, output) pairs
-// t = i M + c, f(t, i, c) for every pair of this thread, in unsigned 32-bit arithmetic (the host
-// keeps k M plus the grid's threads below 2^31).
+// t = i M + c, f(t, i, c) for every pair of this thread, in steps of pair_stride(M), in unsigned
+// 32-bit arithmetic (the host keeps k M plus the grid's threads below 2^31).
 template <typename F>
 __device__ __forceinline__ void grid_stride_pairs(const int k, const int M, F&& f) {
     const unsigned int count = static_cast<unsigned int>(k) * static_cast<unsigned int>(M);
     const unsigned int m = static_cast<unsigned int>(M);
-    const unsigned int stride = gridDim.x * BLOCK;
-    for (unsigned int t = blockIdx.x * BLOCK + threadIdx.x; t < count; t += stride) {
+    const unsigned int stride = pair_stride(M);
+    const unsigned int g = blockIdx.x * BLOCK + threadIdx.x;
+    for (unsigned int t = g < stride ? g : count; t < count; t += stride) {   // g >= stride: none
         f(static_cast<long long>(t), static_cast<int>(t / m), static_cast<int>(t % m));
     }
 }
@@ -82,6 +93,29 @@ __device__ __forceinline__ double add_exact(V* p, const double contrib) {
     const double o = static_cast<double>(old);
     const double w = static_cast<double>(now);
     return (w - o) * (w + o);
+}
+
+// Atomically add v to *p, discarding the old value: the fire-and-forget reduction (RED) instead of a
+// returning atomic (ATOM), for every atomic whose result the caller does not use.  The emulator
+// counts these apart from the returning atomics.
+template <typename V>
+__device__ __forceinline__ void red_add(V* p, const V v) {
+#ifdef GPUSVM_EMULATOR
+    gpusvm_emu_red_add(p, v);
+#else
+    atomicAdd(p, v);                                     // result unused: compiled to RED
+#endif
+}
+
+// Read a word that other threads of the block may set with atomics meanwhile (a relaxed atomic
+// load: the emulator's, for the race checker, and a volatile load on the GPU).
+template <typename V>
+__device__ __forceinline__ V load_relaxed(V* p) {
+#ifdef GPUSVM_EMULATOR
+    return __atomic_load_n(p, __ATOMIC_RELAXED);
+#else
+    return *static_cast<volatile V*>(p);
+#endif
 }
 
 // Sum of x over the LANES lanes of this thread's lane group (LANES in 1..32, a power of two).
@@ -155,7 +189,44 @@ __device__ __forceinline__ void block_sums_to(double (&sums)[NV], double* __rest
     block_sum<NV>(sums);
     if (threadIdx.x == 0) {
         for (int i = 0; i < NV; ++i) {
-            atomicAdd(&acc[i], sums[i]);
+            red_add(&acc[i], sums[i]);
+        }
+    }
+}
+
+// The sums of the pair loop's threads (each keeping one output, pair_stride(M) a multiple of M)
+// added per output into acc[i M + c], i < NV: one atomic per block, output and value (none for a
+// zero sum).  Every thread of the block must call it (M is grid-uniform).
+template <int NV>
+__device__ __forceinline__ void block_pair_sums_to(const double (&v)[NV], double* __restrict__ acc,
+                                                   const int M) {
+    const int tid = threadIdx.x;
+    const unsigned int first = blockIdx.x * BLOCK;
+    const unsigned int m = static_cast<unsigned int>(M);
+    if (M >= BLOCK) {                                    // every output at most once in the block
+        const int c = static_cast<int>((first + tid) % m);
+        for (int i = 0; i < NV; ++i) {
+            if (v[i] != 0.0) {
+                red_add(&acc[i * M + c], v[i]);
+            }
+        }
+        return;
+    }
+    __shared__ double part[NV][BLOCK];
+    for (int i = 0; i < NV; ++i) {
+        part[i][tid] = v[i];
+    }
+    __syncthreads();
+    if (tid < M) {                                       // threads tid, tid + M, ...: one output
+        const int c = static_cast<int>((first + tid) % m);
+        for (int i = 0; i < NV; ++i) {
+            double sum = 0.0;
+            for (int j = tid; j < BLOCK; j += M) {
+                sum += part[i][j];
+            }
+            if (sum != 0.0) {
+                red_add(&acc[i * M + c], sum);
+            }
         }
     }
 }

@@ -124,10 +124,10 @@ __global__ void __launch_bounds__(gpusvm::BLOCK, gpusvm::MIN_BLOCKS) gpusvm_opti
             if ((key & fixed) == prefix) {
                 const unsigned int bin = static_cast<unsigned int>((key >> shift) & 0xFFull);
                 if constexpr (WT != 0) {
-                    atomicAdd(&count[bin], 1u);
-                    atomicAdd(&weight[bin], sw[static_cast<long long>(rows[g]) * M + c]);
+                    gpusvm::red_add(&count[bin], 1u);
+                    gpusvm::red_add(&weight[bin], sw[static_cast<long long>(rows[g]) * M + c]);
                 } else {
-                    atomicAdd(&weight[bin], 1u);
+                    gpusvm::red_add(&weight[bin], 1u);
                 }
             }
         }

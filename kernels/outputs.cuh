@@ -6,7 +6,7 @@
 //   M1 = 0: M outputs: one thread per (batch position i, output c) pair t = i M + c (grid-stride,
 //          common.cuh's grid_stride_pairs); the M threads of a row walk its nonzeros in step, so
 //          indices[p] and data[p] are one broadcast read and V[j, 0..M-1] one coalesced read;
-//          a pair's sums are added with atomics on acc[slot M + c];
+//          a pair's sums are kept per thread (one output each) and added per block and output;
 //   SQ = 1: the squared hinge (else the hinge); WT = 1: example weights s_ic (else s = 1, a
 //          constant the compiler folds away).
 // The state is N_SLOTS x M, slot-major (state[S_A * M + c] is a_c), V and U are d x M
@@ -30,29 +30,36 @@ enum Acc : int {      // slots of the accumulators (x M), each zeroed by the lau
     N_ACC = 7,
 };
 
-// Sums per output: with M1 this thread's sums, reduced over the block by flush() (every thread
-// must call it; one atomic per block and value on acc[i]); else atomics on acc[i M + c] at once.
+// Sums per output, this thread's in registers, added by flush() (every thread must call it):
+// with M1 reduced over the block, one atomic per block and value on acc[i]; else, when the grid
+// has at least M threads (each thread then keeps one output: common.cuh's pair_stride), reduced
+// per output over the block, one atomic per block, output and value on acc[i M + c]; with fewer
+// threads than outputs, an atomic on acc[i M + c] at each add.
 template <int M1, int NV>
 struct OutputSums {
     double v[NV];
     double* acc;
     int M;
+    bool fixed;                                          // M1 = 0: one output per thread
 
-    __device__ __forceinline__ OutputSums(double* acc_, const int M_) : acc(acc_), M(M_) {
+    __device__ __forceinline__ OutputSums(double* acc_, const int M_)
+        : acc(acc_), M(M_), fixed(M1 != 0 || gridDim.x * BLOCK >= static_cast<unsigned int>(M_)) {
         for (int i = 0; i < NV; ++i) {
             v[i] = 0.0;
         }
     }
     __device__ __forceinline__ void add(const int i, const int c, const double x) {
-        if constexpr (M1 != 0) {
+        if (M1 != 0 || fixed) {
             v[i] += x;
         } else {
-            atomicAdd(&acc[i * M + c], x);
+            red_add(&acc[i * M + c], x);
         }
     }
     __device__ __forceinline__ void flush() {
         if constexpr (M1 != 0) {
             block_sums_to<NV>(v, acc);
+        } else if (fixed) {
+            block_pair_sums_to<NV>(v, acc, M);
         }
     }
 };
@@ -132,10 +139,10 @@ __device__ __forceinline__ void batch_scatter(const long long* __restrict__ indp
                 const double contrib = static_cast<double>(data[p]) * coef;
                 dn += add_exact(&target[at], contrib);
                 if (us != 0.0) {
-                    atomicAdd(&U[at], us * contrib);
+                    red_add(&U[at], us * contrib);
                 }
             }
-            atomicAdd(&sums.acc[ACC_NORM * M + c], dn);
+            sums.add(ACC_NORM, c, dn);
         });
     }
 }

@@ -89,7 +89,7 @@ __global__ void __launch_bounds__(gpusvm::BLOCK, gpusvm::MIN_BLOCKS) gpusvm_sdca
             sums.add(3, c, s > 0.0 ? dp - dp * (2.0 * alpha[rc] + dp) / (4.0 * s) : dp);
         }
         if (phase == 0 ? check == 0 : !rejected) {
-            atomicAdd(&alpha[rc], dp);                               // a repeated row adds twice
+            gpusvm::red_add(&alpha[rc], dp);                               // a repeated row adds twice
         }
         if (phase == 1 && !rejected) {
             return -1;                                               // kept: V stays

@@ -44,8 +44,11 @@ from pathlib import Path
 
 import numpy as np
 
+from . import atomic_counts
+from .atomic_counts import count_atomics
+
 __all__ = ["EmulatedGraph", "EmulatedKernel", "EmulatedModule", "EmulatorBuildError", "cache_dir",
-           "default_workers", "find_compiler"]
+           "count_atomics", "default_workers", "find_compiler"]
 
 _HEADER = Path(__file__).resolve().with_name("cuda_emu.h")
 _ABI = "gpusvm-emu-abi-1"
@@ -586,8 +589,13 @@ class EmulatedKernel:
         if not 0 <= shared_mem <= _MAX_DYNAMIC_SHARED:
             raise ValueError(f"shared_mem={shared_mem} is outside [0, {_MAX_DYNAMIC_SHARED}]")
         argv, keep = self._convert(args)
+        counting = atomic_counts.active()
+        if counting:
+            atomic_counts.before(self._module._lib)
         _run(self._module, "gpusvm_emu_launch", self._index, (ctypes.c_uint * 3)(*g),
              (ctypes.c_uint * 3)(*b), shared_mem, argv)
+        if counting:
+            atomic_counts.after(self._module._lib, self.name, g, args)
         del keep
 
 
@@ -629,6 +637,15 @@ class EmulatedGraph:
         RuntimeError naming the repetition and the launch."""
         times = int(times)
         if times <= 0 or not self._entries:
+            return
+        if atomic_counts.active():                     # launch by launch, each one counted
+            lib = self._module._lib
+            atomic_counts.before(lib)
+            for _ in range(times):
+                for index, g, b, shared, argv, (_, args) in self._entries:
+                    _run(self._module, "gpusvm_emu_launch", index, (ctypes.c_uint * 3)(*g),
+                         (ctypes.c_uint * 3)(*b), shared, argv)
+                    atomic_counts.after(lib, self._module.kernel_names[index], g, args)
             return
         if self._packed is None:
             e = self._entries

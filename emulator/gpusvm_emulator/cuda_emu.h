@@ -936,26 +936,51 @@ inline std::common_type_t<A, B> max(A a, B b) {
 template <class T>
 inline T __ldg(const T* p) { return *p; }
 
+// ---- atomic counting (off unless gpusvm_emu_count_atomics(1)): every atomic of a kernel is
+// recorded as (address, linear block, kind), kind 0 for the value-returning atomics (atomicAdd,
+// atomicCAS, ...), 1 for gpusvm_emu_red_add (the non-returning reduction, RED on a GPU).  Python
+// takes the records after each launch and keeps those on the launch's argument arrays (global
+// memory); the others are shared memory.
+namespace gpusvm_emu {
+struct AtomicEvent { unsigned long long addr; unsigned long long block_kind; };   // block << 1 | kind
+static std::atomic<int> g_count_atomics{0};
+static pthread_mutex_t g_events_m = PTHREAD_MUTEX_INITIALIZER;
+static std::vector<AtomicEvent> g_events;
+static GPUSVM_EMU_INTERNAL void note_atomic(const void* p, unsigned kind) {
+    const unsigned long long b =
+        blockIdx.x + 1ull * gridDim.x * (blockIdx.y + 1ull * gridDim.y * blockIdx.z);
+    pthread_mutex_lock(&g_events_m);
+    g_events.push_back(AtomicEvent{reinterpret_cast<unsigned long long>(p), (b << 1) | kind});
+    pthread_mutex_unlock(&g_events_m);
+}
+}  // namespace gpusvm_emu
+#define GPUSVM_EMU_NOTE(p, kind)                                                          \
+    do {                                                                                  \
+        if (gpusvm_emu::g_count_atomics.load(std::memory_order_relaxed)) gpusvm_emu::note_atomic((p), (kind)); \
+    } while (0)
+
 // ---- atomics (relaxed, like CUDA's; each returns the old value) -------------------
 #define GPUSVM_EMU_REF(T, p) std::atomic_ref<T>(*(p))
 #define GPUSVM_EMU_RLX std::memory_order_relaxed
-inline int atomicAdd(int* p, int v) { return GPUSVM_EMU_REF(int, p).fetch_add(v, GPUSVM_EMU_RLX); }
-inline unsigned int atomicAdd(unsigned int* p, unsigned int v) { return GPUSVM_EMU_REF(unsigned int, p).fetch_add(v, GPUSVM_EMU_RLX); }
+inline int atomicAdd(int* p, int v) { GPUSVM_EMU_NOTE(p, 0); return GPUSVM_EMU_REF(int, p).fetch_add(v, GPUSVM_EMU_RLX); }
+inline unsigned int atomicAdd(unsigned int* p, unsigned int v) { GPUSVM_EMU_NOTE(p, 0); return GPUSVM_EMU_REF(unsigned int, p).fetch_add(v, GPUSVM_EMU_RLX); }
 inline unsigned long long atomicAdd(unsigned long long* p, unsigned long long v) {
+    GPUSVM_EMU_NOTE(p, 0);
     return GPUSVM_EMU_REF(unsigned long long, p).fetch_add(v, GPUSVM_EMU_RLX);
 }
-inline float atomicAdd(float* p, float v) { return GPUSVM_EMU_REF(float, p).fetch_add(v, GPUSVM_EMU_RLX); }
-inline double atomicAdd(double* p, double v) { return GPUSVM_EMU_REF(double, p).fetch_add(v, GPUSVM_EMU_RLX); }
-inline int atomicSub(int* p, int v) { return GPUSVM_EMU_REF(int, p).fetch_sub(v, GPUSVM_EMU_RLX); }
-inline unsigned int atomicSub(unsigned int* p, unsigned int v) { return GPUSVM_EMU_REF(unsigned int, p).fetch_sub(v, GPUSVM_EMU_RLX); }
+inline float atomicAdd(float* p, float v) { GPUSVM_EMU_NOTE(p, 0); return GPUSVM_EMU_REF(float, p).fetch_add(v, GPUSVM_EMU_RLX); }
+inline double atomicAdd(double* p, double v) { GPUSVM_EMU_NOTE(p, 0); return GPUSVM_EMU_REF(double, p).fetch_add(v, GPUSVM_EMU_RLX); }
+inline int atomicSub(int* p, int v) { GPUSVM_EMU_NOTE(p, 0); return GPUSVM_EMU_REF(int, p).fetch_sub(v, GPUSVM_EMU_RLX); }
+inline unsigned int atomicSub(unsigned int* p, unsigned int v) { GPUSVM_EMU_NOTE(p, 0); return GPUSVM_EMU_REF(unsigned int, p).fetch_sub(v, GPUSVM_EMU_RLX); }
 #define GPUSVM_EMU_EXCH(T) \
-    inline T atomicExch(T* p, T v) { return GPUSVM_EMU_REF(T, p).exchange(v, GPUSVM_EMU_RLX); }
+    inline T atomicExch(T* p, T v) { GPUSVM_EMU_NOTE(p, 0); return GPUSVM_EMU_REF(T, p).exchange(v, GPUSVM_EMU_RLX); }
 GPUSVM_EMU_EXCH(int)
 GPUSVM_EMU_EXCH(unsigned int)
 GPUSVM_EMU_EXCH(unsigned long long)
 GPUSVM_EMU_EXCH(float)
 #define GPUSVM_EMU_CAS(T)                                                             \
     inline T atomicCAS(T* p, T compare, T v) {                                        \
+        GPUSVM_EMU_NOTE(p, 0);                                                        \
         GPUSVM_EMU_REF(T, p).compare_exchange_strong(compare, v, GPUSVM_EMU_RLX, GPUSVM_EMU_RLX); \
         return compare;                                                               \
     }
@@ -965,12 +990,14 @@ GPUSVM_EMU_CAS(unsigned long long)
 GPUSVM_EMU_CAS(unsigned short)
 #define GPUSVM_EMU_MINMAX_ATOMIC(T)                                                        \
     inline T atomicMax(T* p, T v) {                                                        \
+        GPUSVM_EMU_NOTE(p, 0);                                                             \
         std::atomic_ref<T> r(*p);                                                          \
         T old = r.load(GPUSVM_EMU_RLX);                                                    \
         while (old < v && !r.compare_exchange_weak(old, v, GPUSVM_EMU_RLX, GPUSVM_EMU_RLX)) {} \
         return old;                                                                        \
     }                                                                                      \
     inline T atomicMin(T* p, T v) {                                                        \
+        GPUSVM_EMU_NOTE(p, 0);                                                             \
         std::atomic_ref<T> r(*p);                                                          \
         T old = r.load(GPUSVM_EMU_RLX);                                                    \
         while (v < old && !r.compare_exchange_weak(old, v, GPUSVM_EMU_RLX, GPUSVM_EMU_RLX)) {} \
@@ -981,24 +1008,35 @@ GPUSVM_EMU_MINMAX_ATOMIC(unsigned int)
 GPUSVM_EMU_MINMAX_ATOMIC(long long)
 GPUSVM_EMU_MINMAX_ATOMIC(unsigned long long)
 #define GPUSVM_EMU_BITS_ATOMIC(T)                                                                    \
-    inline T atomicAnd(T* p, T v) { return GPUSVM_EMU_REF(T, p).fetch_and(v, GPUSVM_EMU_RLX); }      \
-    inline T atomicOr(T* p, T v) { return GPUSVM_EMU_REF(T, p).fetch_or(v, GPUSVM_EMU_RLX); }        \
-    inline T atomicXor(T* p, T v) { return GPUSVM_EMU_REF(T, p).fetch_xor(v, GPUSVM_EMU_RLX); }
+    inline T atomicAnd(T* p, T v) { GPUSVM_EMU_NOTE(p, 0); return GPUSVM_EMU_REF(T, p).fetch_and(v, GPUSVM_EMU_RLX); }      \
+    inline T atomicOr(T* p, T v) { GPUSVM_EMU_NOTE(p, 0); return GPUSVM_EMU_REF(T, p).fetch_or(v, GPUSVM_EMU_RLX); }        \
+    inline T atomicXor(T* p, T v) { GPUSVM_EMU_NOTE(p, 0); return GPUSVM_EMU_REF(T, p).fetch_xor(v, GPUSVM_EMU_RLX); }
 GPUSVM_EMU_BITS_ATOMIC(int)
 GPUSVM_EMU_BITS_ATOMIC(unsigned int)
 GPUSVM_EMU_BITS_ATOMIC(unsigned long long)
 inline unsigned int atomicInc(unsigned int* p, unsigned int limit) {
+    GPUSVM_EMU_NOTE(p, 0);
     std::atomic_ref<unsigned int> r(*p);
     unsigned int old = r.load(GPUSVM_EMU_RLX);
     while (!r.compare_exchange_weak(old, old >= limit ? 0u : old + 1u, GPUSVM_EMU_RLX, GPUSVM_EMU_RLX)) {}
     return old;
 }
 inline unsigned int atomicDec(unsigned int* p, unsigned int limit) {
+    GPUSVM_EMU_NOTE(p, 0);
     std::atomic_ref<unsigned int> r(*p);
     unsigned int old = r.load(GPUSVM_EMU_RLX);
     while (!r.compare_exchange_weak(old, (old == 0u || old > limit) ? limit : old - 1u, GPUSVM_EMU_RLX, GPUSVM_EMU_RLX)) {}
     return old;
 }
+// The non-returning atomic addition (RED): kernels call it through gpusvm::red_add.
+#define GPUSVM_EMU_RED(T) \
+    inline void gpusvm_emu_red_add(T* p, T v) { GPUSVM_EMU_NOTE(p, 1); GPUSVM_EMU_REF(T, p).fetch_add(v, GPUSVM_EMU_RLX); }
+GPUSVM_EMU_RED(int)
+GPUSVM_EMU_RED(unsigned int)
+GPUSVM_EMU_RED(unsigned long long)
+GPUSVM_EMU_RED(float)
+GPUSVM_EMU_RED(double)
+#undef GPUSVM_EMU_RED
 #undef GPUSVM_EMU_EXCH
 #undef GPUSVM_EMU_CAS
 #undef GPUSVM_EMU_MINMAX_ATOMIC
@@ -1331,6 +1369,33 @@ static void copy_error(const std::string& msg, char* err, size_t errlen) {
 GPUSVM_EMU_EXPORT int gpusvm_emu_abi_version() { return 1; }
 
 GPUSVM_EMU_EXPORT int gpusvm_emu_is_tsan() { return GPUSVM_EMU_TSAN; }
+
+// Atomic counting: on != 0 starts recording (and drops older records), 0 stops.
+GPUSVM_EMU_EXPORT void gpusvm_emu_count_atomics(int on) {
+    using namespace gpusvm_emu;
+    pthread_mutex_lock(&g_events_m);
+    g_events.clear();
+    g_count_atomics.store(on != 0);
+    pthread_mutex_unlock(&g_events_m);
+}
+
+// Copies up to max records (2 x uint64 each: address, block << 1 | kind) to out, drops them all,
+// and returns how many there were (call with max = 0 to learn the size first).
+GPUSVM_EMU_EXPORT long long gpusvm_emu_take_atomics(unsigned long long* out, long long max) {
+    using namespace gpusvm_emu;
+    pthread_mutex_lock(&g_events_m);
+    const long long n = static_cast<long long>(g_events.size());
+    if (max > 0) {
+        const long long m = std::min(n, max);
+        for (long long i = 0; i < m; ++i) {
+            out[2 * i] = g_events[size_t(i)].addr;
+            out[2 * i + 1] = g_events[size_t(i)].block_kind;
+        }
+        g_events.clear();
+    }
+    pthread_mutex_unlock(&g_events_m);
+    return n;
+}
 
 GPUSVM_EMU_EXPORT int gpusvm_emu_num_kernels() { return int(gpusvm_emu_kernel_table().size()); }
 

@@ -315,22 +315,25 @@ class DeviceBackend(GeneralEvaluation):
             op, self.value_type, self.index, M1=self.n_outputs == 1, SQ=loss == "squared_hinge",
             WT=self.sample_weight is not None))
 
-    def _grid(self, k: int):
-        """Grid and tile rows of a segment kernel over ``k`` batch rows: tiles balanced by
-        nonzeros for one output (balanced.cuh), else one thread per (row, output) pair."""
+    def _grid(self, k: int, fn=None):
+        """Grid and tile rows of segment kernel ``fn`` over ``k`` batch rows: tiles balanced by
+        nonzeros for one output (balanced.cuh), else one thread per (row, output) pair; at most
+        the blocks the device holds at once of ``fn`` (the runtime's ``blocks_for``)."""
+        cap = self.runtime.blocks_for(fn)
         if self.n_outputs == 1:
-            grid = max(1, min(k, self.runtime.max_blocks))
+            grid = max(1, min(k, cap))
             return grid, np.int32(min(_kernels.BLOCK, math.ceil(k / grid)))
         pairs = k * self.n_outputs
-        grid = self._blocks(pairs)
+        grid = self._blocks(pairs, fn=fn)
         if pairs + grid * _kernels.BLOCK >= 2**31:
             raise ValueError(f"a batch of {k} rows and {self.n_outputs} outputs exceeds the 2**31 "
                              "(row, output) pairs the kernels index with int32; use a smaller batch")
         return grid, np.int32(0)
 
-    def _blocks(self, work: int, per_block: int = _kernels.BLOCK) -> int:
-        """Blocks of a grid-stride launch over ``work`` items, at most the runtime's ``max_blocks``."""
-        return max(1, min(math.ceil(work / per_block), self.runtime.max_blocks))
+    def _blocks(self, work: int, per_block: int = _kernels.BLOCK, fn=None) -> int:
+        """Blocks of a grid-stride launch of ``fn`` over ``work`` items, at most the blocks the
+        device holds at once (the runtime's ``blocks_for(fn)``)."""
+        return max(1, min(math.ceil(work / per_block), self.runtime.blocks_for(fn)))
 
     # ------------------------------------------------------------ streams
     def activate(self):
@@ -380,9 +383,9 @@ class DeviceBackend(GeneralEvaluation):
         if self._row_sq_norms is None:
             sq = self.xp.empty(self.n, dtype=np.float64)      # the n doubles of the estimate
             if self.n:
-                self._call(self._function(_kernels.row_kernel("gpusvm_row_sq_norms", self.lanes,
-                                                              self.value_type)),
-                           self._blocks(self.n, _kernels.BLOCK // self.lanes),
+                fn = self._function(_kernels.row_kernel("gpusvm_row_sq_norms", self.lanes,
+                                                        self.value_type))
+                self._call(fn, self._blocks(self.n, _kernels.BLOCK // self.lanes, fn),
                            (self._indptr, self._data, np.int32(self.n), sq))
             self._row_sq_norms = sq
         return self._row_sq_norms
@@ -537,7 +540,8 @@ class DeviceBackend(GeneralEvaluation):
         k = int(sampler.k)
         M = np.int32(self.n_outputs)
         m, _, _, bp = self._segment_buffers(k)
-        grid, tile = self._grid(k)
+        margins = self._segment_kernel("gpusvm_margins")
+        step = self._segment_kernel("gpusvm_pegasos_step", p.loss)
         use_u = self.U is not None
         U = self.U if use_u else self._dummy
         sw = self.sample_weight if self.sample_weight is not None else self._dummy
@@ -545,17 +549,20 @@ class DeviceBackend(GeneralEvaluation):
                  np.float64(p.eta0 or 0.0), np.float64(p.norma_p))
         csr = (self._indptr, self._indices, self._data)
         out, draw = self._draw_args(sampler, needs_first=False)               # step 1: A_t
-        out.append((self._segment_kernel("gpusvm_margins"), grid,              # step 2
+        grid, tile = self._grid(k, margins)
+        out.append((margins, grid,                                               # step 2
                     csr + (self.Y, self.V, rows, np.int32(k), tile, M, self.sm, m) + draw
                     + (first,)))
         if p.optimal:                                                          # Sec. 4
             out.append((self._segment_kernel("gpusvm_optimal_bias"), int(M),
                         (self.Y, sw, rows, np.int32(k), M, self.sm, m, bp)))
         if reset:                                                              # eta_t lam = 1
-            out.append((self._segment_kernel("gpusvm_reset_scale"), self._blocks(self.d * self.n_outputs),
+            reset_fn = self._segment_kernel("gpusvm_reset_scale")
+            out.append((reset_fn, self._blocks(self.d * self.n_outputs, fn=reset_fn),
                         (self.V, U, np.int32(use_u), np.int64(self.d), M, self.sm,
                          self._counter) + sched))
-        out.append((self._segment_kernel("gpusvm_pegasos_step", p.loss), grid,  # steps 3-5
+        grid, tile = self._grid(k, step)
+        out.append((step, grid,                                                  # steps 3-5
                     csr + (self.Y, sw, rows, np.int32(k), tile, M, np.float64(p.k), m, self.V,
                            U, np.int32(use_u), np.int64(self.d), self.sm, self._acc,
                            self._ticket[0:1], self._counter) + sched
@@ -614,24 +621,28 @@ class DeviceBackend(GeneralEvaluation):
         k = int(sampler.k)
         M = np.int32(self.n_outputs)
         m, tentative, final, _ = self._segment_buffers(k)
-        grid, tile = self._grid(k)
         has_first = np.int32(sampler.code != 0)
         lam, n = np.float64(p.lam), np.float64(self.n)
         sw = self.sample_weight if self.sample_weight is not None else self._dummy
         scratch = self._scratch if p.aggressive else self._dummy
         csr = (self._indptr, self._indices, self._data)
         out, draw = self._draw_args(sampler, needs_first=True)                 # A_t
-        out.append((self._segment_kernel("gpusvm_sdca_margins", p.loss), grid,  # eq. (15), beta^(t)
+        margins = self._segment_kernel("gpusvm_sdca_margins", p.loss)
+        grid, tile = self._grid(k, margins)
+        out.append((margins, grid,                                               # eq. (15), beta^(t)
                     csr + (self.Y, self.V, rows, np.int32(k), tile, M, self.sm, self.alpha,
                            self.row_sq_norms, sw, first, has_first, np.float64(p.lam * self.n),
                            m, tentative) + draw))
         if p.aggressive:                                                        # Alg. 2: beta^(t+1)
-            out.append((self._segment_kernel("gpusvm_sdca_rho"), grid,
+            rho = self._segment_kernel("gpusvm_sdca_rho")
+            grid, tile = self._grid(k, rho)
+            out.append((rho, grid,
                         csr + (self.Y, rows, np.int32(k), tile, M, tentative, self.row_sq_norms,
                                scratch, self.sm, self._acc, self._ticket[0:1],
                                np.float64(p.beta_b), np.float64(p.theta))))
         delta = final if p.aggressive else tentative
         apply = self._segment_kernel("gpusvm_sdca_apply", p.loss)
+        grid, tile = self._grid(k, apply)
         head = csr + (self.Y, sw, rows, np.int32(k), tile, M, delta, self.V, self.alpha, self.sm,
                       self._acc, self._ticket[0:1], lam, n, np.int32(bool(p.aggressive)))
         # aggressive: the step computes delta with beta^(t+1) itself, the settle cleans rho's scratch

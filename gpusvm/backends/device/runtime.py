@@ -18,8 +18,16 @@ import numpy as np
 
 from ... import _kernels
 
-#: grid-stride kernels launch at most this many blocks per streaming multiprocessor
+#: blocks per streaming multiprocessor of a launch whose kernel is not named (the batch
+#: samplers'); a named kernel's grid holds the blocks its registers and shared memory let an SM
+#: keep resident (:func:`resident_blocks`)
 BLOCKS_PER_SM = 4
+#: an SM's limits where the device does not report them (sm_90's)
+SM_LIMITS = {"MaxThreadsPerMultiProcessor": 2048, "MaxRegistersPerMultiprocessor": 65536,
+             "MaxSharedMemoryPerMultiprocessor": 233472, "MaxBlocksPerMultiprocessor": 32,
+             "ReservedSharedMemoryPerBlock": 1024}
+#: registers are given to a warp in units of this many
+REGISTER_UNIT = 256
 #: blocks of an emulated launch (small: each emulated thread costs a fiber)
 EMULATED_MAX_BLOCKS = 4
 #: device id -> "" where WHILE graph nodes passed their self-test, else why not
@@ -30,6 +38,37 @@ WHILE_SELFTEST_ENV = "GPUSVM_WHILE_SELFTEST_SECONDS"
 WHILE_SELFTEST_SECONDS = 10.0
 #: self-test graphs that did not finish: kept alive (destroying a running graph is undefined)
 _HUNG: list = []
+
+
+def resident_blocks(num_regs: int, shared_bytes: int, block: int, limits=None) -> int:
+    """Blocks of ``block`` threads one SM keeps resident at once (CUDA's occupancy rules).
+
+    Parameters
+    ----------
+    num_regs : int
+        Registers per thread of the kernel (``RawKernel.num_regs``).
+    shared_bytes : int
+        Static shared memory per block (``RawKernel.shared_size_bytes``).
+    block : int
+        Threads per block.
+    limits : dict, optional
+        The SM's limits by CUDA device attribute name; missing ones are :data:`SM_LIMITS`'.
+
+    Returns
+    -------
+    int
+        The least of the limits by threads, registers (a warp's rounded up to
+        :data:`REGISTER_UNIT`), shared memory (plus the block's reserved share) and blocks;
+        at least 1.
+    """
+    lim = {**SM_LIMITS, **(limits or {})}
+    warps = -(-int(block) // 32)
+    by_threads = lim["MaxThreadsPerMultiProcessor"] // (32 * warps)
+    per_warp = -(-max(int(num_regs), 1) * 32 // REGISTER_UNIT) * REGISTER_UNIT
+    by_regs = lim["MaxRegistersPerMultiprocessor"] // (per_warp * warps)
+    by_shared = lim["MaxSharedMemoryPerMultiprocessor"] // (
+        int(shared_bytes) + lim["ReservedSharedMemoryPerBlock"])
+    return max(1, min(by_threads, by_regs, by_shared, lim["MaxBlocksPerMultiprocessor"]))
 
 
 def _wait(query, seconds: float, sleep=time.sleep) -> bool:
@@ -314,6 +353,11 @@ class _StreamRuntime:
     def graph(self, launches):
         return SegmentGraph(self, launches)
 
+    def blocks_for(self, fn) -> int:
+        """The most blocks a grid-stride launch of kernel ``fn`` uses: ``max_blocks`` (the
+        emulator's fixed stand-in, and the grid of a launch whose kernel is None)."""
+        return self.max_blocks
+
     def wide_module(self):
         """The module of the kernels' int64-index instances, loaded on first use (a matrix of
         2**31 columns or more; :func:`gpusvm._kernels.load_module`)."""
@@ -347,10 +391,28 @@ class CupyRuntime(_StreamRuntime):
         with self.device:
             self.module = _kernels.load_module("cupy")
             self._init_streams(cupy.cuda)
-            self.max_blocks = int(self.device.attributes["MultiProcessorCount"]) * BLOCKS_PER_SM
+            self._sms = int(self.device.attributes["MultiProcessorCount"])
+            self.max_blocks = self._sms * BLOCKS_PER_SM
+            self._limits = {name: int(self.device.attributes[name]) for name in SM_LIMITS
+                            if name in self.device.attributes}
+            self._blocks_for = {}
             asked = os.environ.get("GPUSVM_GRAPH_WHILE", "").strip() != ""
             if _graph_while_setting(True):
                 self.while_nodes = self._while_available(warn=asked)
+
+    def blocks_for(self, fn) -> int:
+        """The blocks of ``fn`` (a ``cupy.RawKernel``) the device keeps resident at once: the
+        SMs times :func:`resident_blocks` of its registers and static shared memory (looked up
+        once per kernel); ``max_blocks`` for None."""
+        if fn is None:
+            return self.max_blocks
+        key = getattr(fn, "name", None) or id(fn)
+        n = self._blocks_for.get(key)
+        if n is None:
+            n = self._sms * resident_blocks(fn.num_regs, fn.shared_size_bytes, _kernels.BLOCK,
+                                            self._limits)
+            self._blocks_for[key] = n
+        return n
 
     def while_graph(self, record, chunk):
         """As :meth:`_StreamRuntime.while_graph`; where CUDA refuses, None, with one
