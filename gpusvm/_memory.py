@@ -115,6 +115,13 @@ def fit_peak_bytes(n: int, d: int, nnz: int, itemsize: int, *, solver: str = "sd
         # a step's active rows copied when they hold at most a quarter of the nonzeros
         # (solvers.newton.GATHER_MAX_FRACTION); the blocks' partial sums
         total += nnz * (itemsize + 4) // 4 + (n + 1) * 8 + (k - 1) * 8 * d_aug
+        from . import _threads  # noqa: PLC0415
+        if nnz < _threads.THREAD_MIN_NNZ:
+            # below it SciPy multiplies (solvers.newton._compiled_products): the bias column
+            # appended, a float64 copy, its squares' and the active rows' float64 copies
+            entries = nnz + n
+            total += (0 if bias else entries * (itemsize + 4) + (n + 1) * 8) + \
+                (3 * 12 * entries if itemsize == 4 else 2 * 12 * entries)
     else:
         # labels, weights, duals, margins, the epochs' orders, a segment's 12 float64 a row
         # (NumbaBackend._segment_args); w and every thread's copy of it

@@ -558,13 +558,13 @@ def newton(backend, *, lam: float, tol: float = 1e-3, max_iter: int = DEFAULT_MA
     if xp is not np and products is None:
         _newton_device.check_memory(backend)
     threads, pool = 1, None
-    if n_jobs > 1 and products is None and _compiled_products(backend.X, xp, bias) and \
-            backend.X.nnz >= _threads.THREAD_MIN_NNZ:
+    compiled = products is None and _compiled_products(backend.X, xp, bias)
+    if n_jobs > 1 and compiled and backend.X.nnz >= _threads.THREAD_MIN_NNZ:
         threads = fit_threads(n_jobs, backend.X.nnz, "numba")
-    elif products is None and _compiled_products(backend.X, xp, bias):
+    elif products is None and not compiled and xp is np and sp.issparse(backend.X) and _numba():
         from ..backends._threaded import ask_ahead  # noqa: PLC0415
         ask_ahead(backend.X, gather=True)   # what a fit at size runs, cached meanwhile
-    if products is None and _compiled_products(backend.X, xp, bias):
+    if compiled:
         # closed at the end (an exception leaves it to the collector)
         pool = BlockPool(threads)
         prod = _ThreadedProducts(sp.csr_matrix(backend.X), pool, bias)
@@ -651,8 +651,12 @@ def _compiled_products(X, xp, bias=None) -> bool:
     sparse (``bias``: counting the implicit column), with numba.  They read ``X`` in its own
     dtype with float64 sums, where SciPy's products would need a float64 copy of a float32
     ``X``, the squares' and the active rows' copies (8x the CSR's bytes at the peak of a fit
-    in ``benchmarks/bench_memory.py``, against 1.4x)."""
-    return xp is np and sp.issparse(X) and not _dense_copy(X, bias is not None) and _numba()
+    in ``benchmarks/bench_memory.py``, against 1.4x).  From :data:`gpusvm._threads.THREAD_MIN_NNZ`
+    nonzeros on: below, the copies are small and SciPy's products need no compilation (a
+    first fit would wait for the passes' compilation, which the compiling process does
+    meanwhile for a later fit at size)."""
+    return xp is np and sp.issparse(X) and X.nnz >= _threads.THREAD_MIN_NNZ and \
+        not _dense_copy(X, bias is not None) and _numba()
 
 
 def _dense_copy(X, bias=False) -> bool:
