@@ -125,3 +125,17 @@ def assert_near_w_alpha(W, W_alpha, gap, lam):
     dist = np.linalg.norm(np.asarray(W).reshape(W_alpha.shape) - W_alpha, axis=0)
     bound = 2 * np.sqrt(2 * np.maximum(np.ravel(gap), 0.0) / lam) + 1e-12
     assert np.all(dist <= bound), (dist, bound)
+
+
+def zipf_rows(n, d, M, seed=0, max_row=8):
+    """A small CSR whose columns follow a Zipf law (column 0 in nearly every row: the hot
+    columns of the device kernels' tests), rows of 1 to ``max_row - 1`` distinct columns, and
+    M random one-vs-rest label columns (n, M) in {-1, +1}."""
+    rng = np.random.default_rng(seed)
+    p = 1.0 / np.arange(1, d + 1)
+    p /= p.sum()
+    rows = [np.unique(rng.choice(d, size=rng.integers(1, max_row), p=p)) for _ in range(n)]
+    indptr = np.cumsum([0] + [len(r) for r in rows])
+    X = sp.csr_matrix((rng.uniform(0.1, 1.0, indptr[-1]), np.concatenate(rows), indptr),
+                      shape=(n, d))
+    return X, np.where(rng.random((n, M)) < 0.5, -1.0, 1.0)

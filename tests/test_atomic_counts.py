@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from conftest import zipf_rows
 from gpusvm_emulator import EmulatedModule, count_atomics
 
 REPO = Path(__file__).resolve().parents[1]
@@ -81,15 +82,7 @@ def test_no_kernel_discards_an_atomic_add_result():
 
 def _zipf_outputs(M, n=40, d=20, seed=0):
     """Rows whose columns follow a Zipf law, M random one-vs-rest label columns."""
-    import scipy.sparse as sp  # noqa: PLC0415
-    rng = np.random.default_rng(seed)
-    p = 1.0 / np.arange(1, d + 1)
-    p /= p.sum()
-    rows = [np.unique(rng.choice(d, size=rng.integers(1, 8), p=p)) for _ in range(n)]
-    indptr = np.cumsum([0] + [len(r) for r in rows])
-    X = sp.csr_matrix((rng.uniform(0.1, 1.0, indptr[-1]), np.concatenate(rows), indptr),
-                      shape=(n, d))
-    return X, np.where(rng.random((n, M)) < 0.5, -1.0, 1.0)
+    return zipf_rows(n, d, M, seed, max_row=8)
 
 
 @pytest.mark.parametrize("M", [3, 300, 1100])       # < BLOCK, >= BLOCK, > the grid's threads

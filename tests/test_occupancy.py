@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import scipy.sparse as sp
 
+from conftest import zipf_rows
 from gpusvm.backends import make_backend
 from gpusvm.backends.device import runtime as rt
 from gpusvm.solvers.pegasos import pegasos
@@ -38,14 +38,7 @@ def test_resident_blocks_take_the_device_limits():
 
 def zipf_small(seed=0, n=120, d=60, M=1):
     """Rows whose columns follow a Zipf law (column 0 in nearly every row)."""
-    rng = np.random.default_rng(seed)
-    p = 1.0 / np.arange(1, d + 1)
-    p /= p.sum()
-    rows = [np.unique(rng.choice(d, size=rng.integers(1, 12), p=p)) for _ in range(n)]
-    indptr = np.cumsum([0] + [len(r) for r in rows])
-    X = sp.csr_matrix((rng.uniform(0.1, 1.0, indptr[-1]), np.concatenate(rows), indptr),
-                      shape=(n, d))
-    Y = np.where(rng.random((n, M)) < 0.5, -1.0, 1.0)
+    X, Y = zipf_rows(n, d, M, seed, max_row=12)
     return X, (Y[:, 0] if M == 1 else Y)
 
 
